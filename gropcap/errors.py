@@ -1,0 +1,50 @@
+"""One exception tree for gropcap. Every user-facing error carries its location.
+
+The CLI turns any :class:`GropcapError` into one line on stderr and exit status 1.
+"""
+
+from __future__ import annotations
+
+
+class GropcapError(Exception):
+    """Base of every error gropcap raises on purpose."""
+
+    def __init__(self, message: str, *, path: str | None = None, offset: int | None = None,
+                 record: int | None = None, hint: str | None = None):
+        self.message = message
+        self.path = path
+        self.offset = offset
+        self.record = record
+        self.hint = hint
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        """``path: offset N (record M): message; hint`` with the parts that are known."""
+        where = []
+        if self.path is not None:
+            where.append(str(self.path))
+        loc = []
+        if self.offset is not None:
+            loc.append(f"byte offset {self.offset}")
+        if self.record is not None:
+            loc.append(f"record {self.record}")
+        text = ": ".join(where + ([", ".join(loc)] if loc else []) + [self.message])
+        if self.hint:
+            text += f"; {self.hint}"
+        return text
+
+
+class CaptureError(GropcapError):
+    """The capture file itself is malformed (bad magic, corrupt block, absurd length)."""
+
+
+class CaptureTruncatedError(CaptureError):
+    """The capture file ends in the middle of a header or record."""
+
+
+class DecodeError(GropcapError):
+    """A decoder was asked for something it cannot do (not raised for bad packets)."""
+
+
+class ConfigError(GropcapError):
+    """Invalid configuration or option values."""
