@@ -1,0 +1,189 @@
+"""GRO configuration: kernel profile (which rule set) and receive-path model.
+
+A :class:`KernelProfile` turns ``--kernel X.Y`` into the rule switches that changed across
+releases (see ``docs/kernel-gro-spec.md`` section 7). :class:`GroConfig` adds the receive
+path: batch model, RSS, NAPI budget and timers, size limits, checksum policy. Both are frozen
+and picklable, so they cross process boundaries and go into Parquet metadata as JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field
+
+from gropcap.errors import ConfigError
+
+# The newest release whose rules are modelled; the default profile.
+NEWEST_KERNEL = (6, 18)
+OLDEST_KERNEL = (4, 4)
+
+# Microsoft's RSS verification key, the default of many NIC drivers and of the
+# Toeplitz reference (also what `ethtool -x` shows on virtio/ixgbe with no key set).
+DEFAULT_RSS_KEY = bytes.fromhex(
+    "6d5a56da255b0ec24167253d43a38fb0d0ca2bcbae7b30b477cb2da38030f20c6a42b73bbeac01fa")
+
+
+@dataclass(frozen=True)
+class KernelProfile:
+    """The GRO rule set of one kernel release. Build with :meth:`parse`.
+
+    Each switch names the change that introduced it.
+    """
+
+    version: tuple[int, int]
+
+    @classmethod
+    def parse(cls, text: str | tuple[int, int] | None) -> "KernelProfile":
+        """``"6.18"``, ``"6.1.0-50-amd64"`` or ``(6, 18)`` -> profile.
+
+        >>> KernelProfile.parse("6.1").flush_id_era
+        True
+        """
+        if text is None:
+            return cls(NEWEST_KERNEL)
+        if isinstance(text, tuple):
+            ver = text
+        else:
+            m = re.match(r"^\s*(\d+)\.(\d+)", str(text))
+            if not m:
+                raise ConfigError(f"kernel version {text!r} is not X.Y",
+                                  hint="give a release such as 6.18, 6.6 or 5.15")
+            ver = (int(m.group(1)), int(m.group(2)))
+        if ver < OLDEST_KERNEL or ver > NEWEST_KERNEL:
+            raise ConfigError(
+                f"kernel {ver[0]}.{ver[1]} is not modelled",
+                hint=f"choose a release from {OLDEST_KERNEL[0]}.{OLDEST_KERNEL[1]} "
+                     f"to {NEWEST_KERNEL[0]}.{NEWEST_KERNEL[1]}")
+        return cls(ver)
+
+    @property
+    def name(self) -> str:
+        return f"{self.version[0]}.{self.version[1]}"
+
+    # --- rule switches ---
+    @property
+    def hash_buckets(self) -> int:
+        """07d78363 (v4.18): 8 hash buckets per NAPI; before it one list."""
+        return 8 if self.version >= (4, 18) else 1
+
+    @property
+    def fixed_id_support(self) -> bool:
+        """v4.7 (is_atomic / SKB_GSO_TCP_FIXEDID): a constant IPv4 ID with DF may merge.
+
+        Before it only the innermost ID was checked and had to increase by one per segment.
+        """
+        return self.version >= (4, 7)
+
+    @property
+    def ipv6_hop_limit_flush(self) -> bool:
+        """6fc2f3832d36 (v5.18): hop-limit mismatch flushes; before, it was a flow key."""
+        return self.version >= (5, 18)
+
+    @property
+    def flush_id_era(self) -> bool:
+        """v4.7-v6.9: flush_id / is_atomic IP ID logic run per held packet in the L3 loop."""
+        return self.version < (6, 10)
+
+    @property
+    def udp_l3_checks(self) -> bool:
+        """v6.9 + stable: udp_gro_receive_segment checks TTL/TOS/DF/ID (gro_receive_network_flush)."""
+        return self.version >= (6, 9)
+
+    @property
+    def cwr_in_flag_word(self) -> bool:
+        """4e4f7cefb130 (v6.15, AccECN): CWR no longer masked out of the flag-word compare."""
+        return self.version >= (6, 15)
+
+    @property
+    def two_bit_fixedid(self) -> bool:
+        """Gobert "restore outer ip ids" (v6.18): outer/inner fixed-ID bits, no DF needed."""
+        return self.version >= (6, 18)
+
+    @property
+    def big_tcp_ipv4(self) -> bool:
+        """v6.3: gro_ipv4_max_size may exceed 64 KB."""
+        return self.version >= (6, 3)
+
+    @property
+    def per_family_max_size(self) -> bool:
+        """netif_get_gro_max_size (v6.12): IPv6 uses gro_max_size, others gro_ipv4_max_size."""
+        return self.version >= (6, 12)
+
+    @property
+    def dsa_gro(self) -> bool:
+        """e131a5634830 (v5.8): DSA user ports run GRO through gro_cells."""
+        return self.version >= (5, 8)
+
+
+MODELS = ("ideal", "napi")
+
+
+@dataclass(frozen=True)
+class GroConfig:
+    """Everything that decides GRO verdicts besides the packets themselves.
+
+    Attributes:
+        kernel: rule set (``KernelProfile.parse("6.18")``).
+        model: ``"ideal"`` (no poll boundaries, unlimited table: the upper bound) or
+            ``"napi"`` (RSS queues, 8x8 table, polls inferred from timestamps).
+        verify_checksums: apply TCP/UDP checksums as software GRO would; by default the NIC
+            is assumed to have validated them (CHECKSUM_UNNECESSARY).
+        gro_max_size / gro_ipv4_max_size: per-device limits (65536 unless BIG TCP).
+        rss: ``"toeplitz"`` (hash of addresses and ports, as NIC RSS) or ``"none"``
+            (no hash: every flow in bucket 0 of queue 0).
+        rss_key: Toeplitz key (40 bytes).
+        queues: RX queues; a flow's queue is ``hash % queues`` (indirection table of a
+            NIC spread evenly).
+        budget: NAPI weight, frames per poll (64).
+        poll_gap_ns: a gap longer than this between two frames of one queue ends a poll.
+        hz: CONFIG_HZ; with HZ < 1000 a full-budget poll flushes everything.
+        gro_flush_timeout_ns / napi_defer_hard_irqs: deferred flush (sysfs knobs).
+        poll_ids: for kernel replay: explicit poll boundaries instead of inference.
+    """
+
+    kernel: KernelProfile = field(default_factory=lambda: KernelProfile(NEWEST_KERNEL))
+    model: str = "ideal"
+    verify_checksums: bool = False
+    gro_max_size: int = 65536
+    gro_ipv4_max_size: int = 65536
+    rss: str = "toeplitz"
+    rss_key: bytes = DEFAULT_RSS_KEY
+    queues: int = 1
+    budget: int = 64
+    poll_gap_ns: int = 100_000
+    hz: int = 250
+    gro_flush_timeout_ns: int = 0
+    napi_defer_hard_irqs: int = 0
+
+    def __post_init__(self):
+        if self.model not in MODELS:
+            raise ConfigError(f"unknown model {self.model!r}", hint=f"use one of {MODELS}")
+        if self.rss not in ("toeplitz", "none"):
+            raise ConfigError(f"unknown rss {self.rss!r}", hint="use toeplitz or none")
+        if self.queues < 1 or self.budget < 1 or self.hz < 1:
+            raise ConfigError("queues, budget and hz must be positive")
+        if len(self.rss_key) < 12:
+            raise ConfigError("rss key must be at least 12 bytes (IPv4 4-tuple needs 12)")
+        for name in ("gro_max_size", "gro_ipv4_max_size"):
+            if not 1 <= getattr(self, name) <= 512 * 1024:
+                raise ConfigError(f"{name} must be between 1 and 524288")
+
+    def replace(self, **changes) -> "GroConfig":
+        return dataclasses.replace(self, **changes)
+
+    def max_size(self, ip_version: int) -> int:
+        """netif_get_gro_max_size: the limit for a packet whose outer IP version is given."""
+        if not self.kernel.per_family_max_size:
+            return self.gro_max_size
+        return self.gro_max_size if ip_version == 6 else self.gro_ipv4_max_size
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["kernel"] = self.kernel.name
+        d["rss_key"] = self.rss_key.hex()
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
