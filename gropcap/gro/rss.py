@@ -1,0 +1,224 @@
+"""RSS: the Toeplitz hash a NIC computes on receive, and the queue / GRO bucket it selects.
+
+Layer: packet columns (Arrow, ``decode/schema.py``) -> one uint32 ``hash`` per packet.
+Both GRO engines (``gro/reference.py`` and ``gro/engine.py``) call :func:`rss_hash`, then
+:func:`rx_queue` and :func:`gro_bucket`; the input selection is the one documented in
+``docs/gro-model.md`` ("RSS: queue and GRO bucket").
+
+:func:`toeplitz_hash` is the plain definition (Microsoft "Verifying the RSS Hash
+Calculation"; kernel ``include/linux/netdevice.h`` / ``net/core/dev.c`` use the same
+function in software RSS): for every set bit ``i`` of the input (most significant bit of the
+first byte first), XOR in the 32 key bits starting at key bit ``i``.
+:func:`rss_hash` computes the same thing for a whole table with a per-byte lookup table.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pyarrow as pa
+
+from gropcap.constants import IP6_EXT_FRAGMENT, IPPROTO_TCP, IPPROTO_UDP
+
+# Longest hash input: IPv6 src(16) + dst(16) + sport(2) + dport(2).
+RSS_MAX_INPUT = 36
+
+
+def toeplitz_hash(data: bytes, key: bytes) -> int:
+    """Toeplitz hash of ``data`` under ``key`` (plain Python, bit by bit).
+
+    ``key`` must hold at least ``len(data) + 4`` bytes (32 bits of window past the last
+    input bit).
+
+    >>> key = bytes.fromhex("6d5a56da255b0ec24167253d43a38fb0d0ca2bcbae7b30b477cb2da3"
+    ...                     "8030f20c6a42b73bbeac01fa")
+    >>> hex(toeplitz_hash(bytes([66, 9, 149, 187, 161, 142, 100, 80]), key))
+    '0x323e8fc2'
+    """
+    if len(key) < len(data) + 4:
+        raise ValueError(f"Toeplitz key of {len(key)} bytes too short for "
+                         f"{len(data)} input bytes (needs {len(data) + 4})")
+    key_int = int.from_bytes(key, "big")
+    key_bits = len(key) * 8
+    result = 0
+    for i in range(len(data) * 8):
+        if data[i // 8] & (0x80 >> (i % 8)):
+            # the 32-bit window of the key whose most significant bit is key bit i
+            result ^= (key_int >> (key_bits - 32 - i)) & 0xFFFFFFFF
+    return result
+
+
+def toeplitz_table(key: bytes, nbytes: int = RSS_MAX_INPUT) -> np.ndarray:
+    """``table[i, v]``: Toeplitz contribution of byte value ``v`` at input position ``i``.
+
+    The hash of an input is the XOR of ``table[i, data[i]]`` over its bytes; this is the
+    same function as :func:`toeplitz_hash` (tests check it), computed once per key.
+    """
+    if len(key) < nbytes + 4:
+        raise ValueError(f"Toeplitz key of {len(key)} bytes too short for "
+                         f"{nbytes} input bytes (needs {nbytes + 4})")
+    key_int = int.from_bytes(key, "big")
+    key_bits = len(key) * 8
+    windows = [(key_int >> (key_bits - 32 - i)) & 0xFFFFFFFF for i in range(nbytes * 8)]
+    table = np.zeros((nbytes, 256), dtype=np.uint32)
+    for pos in range(nbytes):
+        bit_windows = windows[pos * 8:pos * 8 + 8]
+        for v in range(256):
+            h = 0
+            for b in range(8):
+                if v & (0x80 >> b):
+                    h ^= bit_windows[b]
+            table[pos, v] = h
+    return table
+
+
+def rx_queue(hash_: np.ndarray | int, queues: int):
+    """RX queue of a packet: ``(hash & 127) % queues``.
+
+    A 128-entry indirection table filled round-robin over the queues (ethtool's default,
+    ``ethtool_rxfh_indir_default``) indexed by the low 7 hash bits.
+
+    >>> int(rx_queue(0x51ccc178, 4))
+    0
+    """
+    if isinstance(hash_, np.ndarray):
+        return ((hash_.astype(np.uint32) & np.uint32(127)) % np.uint32(queues)).astype(np.uint16)
+    return (int(hash_) & 127) % queues
+
+
+def gro_bucket(hash_: np.ndarray | int, buckets: int):
+    """GRO hash bucket: ``hash & (buckets - 1)`` (``dev_gro_receive`` uses raw skb->hash).
+
+    ``buckets`` is ``GRO_HASH_BUCKETS`` (8) from 4.18, 1 before.
+
+    >>> int(gro_bucket(0x51ccc178, 8))
+    0
+    """
+    if isinstance(hash_, np.ndarray):
+        return (hash_.astype(np.uint32) & np.uint32(buckets - 1)).astype(np.uint8)
+    return int(hash_) & (buckets - 1)
+
+
+# --- column extraction (shared with engine.py) -----------------------------------------
+
+def column_numpy(table: pa.Table, name: str, dtype) -> np.ndarray:
+    """A fixed-width scalar column as a contiguous numpy array of ``dtype``."""
+    col = table.column(name)
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    arr = col.to_numpy(zero_copy_only=False)
+    return np.ascontiguousarray(arr, dtype=dtype)
+
+
+def column_bytes(table: pa.Table, name: str) -> np.ndarray:
+    """A fixed_size_binary column as an ``(n, width)`` uint8 matrix (zero-copy when possible)."""
+    col = table.column(name)
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    width = col.type.byte_width
+    n = len(col)
+    if n == 0:
+        return np.zeros((0, width), dtype=np.uint8)
+    data = np.frombuffer(col.buffers()[1], dtype=np.uint8)
+    return data[col.offset * width:(col.offset + n) * width].reshape(n, width)
+
+
+@numba.njit(cache=True, nogil=True)
+def _rss_kernel(table, version, src, dst, use_ports, sport, dport, out):
+    """XOR of per-byte table entries over the selected tuple of each packet."""
+    n = version.shape[0]
+    for i in range(n):
+        v = version[i]
+        if v == 0:
+            out[i] = 0
+            continue
+        h = np.uint32(0)
+        pos = 0
+        if v == 4:
+            for b in range(12, 16):  # IPv4-mapped: the address is the last 4 bytes
+                h ^= table[pos, src[i, b]]
+                pos += 1
+            for b in range(12, 16):
+                h ^= table[pos, dst[i, b]]
+                pos += 1
+        else:
+            for b in range(16):
+                h ^= table[pos, src[i, b]]
+                pos += 1
+            for b in range(16):
+                h ^= table[pos, dst[i, b]]
+                pos += 1
+        if use_ports[i]:
+            h ^= table[pos, sport[i] >> 8]
+            h ^= table[pos + 1, sport[i] & 0xFF]
+            h ^= table[pos + 2, dport[i] >> 8]
+            h ^= table[pos + 3, dport[i] & 0xFF]
+        out[i] = h
+
+
+def rss_inputs(packets: pa.Table):
+    """Select the hash input of each packet (docs/gro-model.md, RSS).
+
+    Returns ``(version, src, dst, use_ports, sport, dport)``: the outermost IP header
+    (``outer_ip_*`` when the packet is encapsulated, else ``ip_*``); ports when its L4 is
+    TCP or UDP with decoded ports and the header is not a fragment, as NIC RSS hashes the
+    4-tuple only for unfragmented TCP/UDP.
+    """
+    outer_v = column_numpy(packets, "outer_ip_version", np.uint8)
+    inner_v = column_numpy(packets, "ip_version", np.uint8)
+    enc = outer_v != 0
+    version = np.where(enc, outer_v, inner_v).astype(np.uint8)
+
+    def pick(outer_name, inner_name, dtype):
+        o = column_numpy(packets, outer_name, dtype)
+        i = column_numpy(packets, inner_name, dtype)
+        return np.where(enc, o, i)
+
+    o_src, i_src = column_bytes(packets, "outer_ip_src"), column_bytes(packets, "ip_src")
+    o_dst, i_dst = column_bytes(packets, "outer_ip_dst"), column_bytes(packets, "ip_dst")
+    src = np.where(enc[:, None], o_src, i_src) if len(enc) else i_src
+    dst = np.where(enc[:, None], o_dst, i_dst) if len(enc) else i_dst
+    mf = pick("outer_ip_mf", "ip_mf", np.bool_)
+    frag_off = pick("outer_ip_frag_off", "ip_frag_off", np.uint16)
+    ext_mask = pick("outer_ip_ext_mask", "ip_ext_mask", np.uint8)
+    fragment = mf | (frag_off != 0) | ((ext_mask & IP6_EXT_FRAGMENT) != 0)
+    # Outer L4 of an encapsulated packet: only UDP tunnels record it (outer_l4_proto 17).
+    o_l4 = column_numpy(packets, "outer_l4_proto", np.uint8)
+    i_l4 = column_numpy(packets, "l4_proto", np.uint8)
+    l4 = np.where(enc, o_l4, i_l4)
+    use_ports = ((l4 == IPPROTO_TCP) | (l4 == IPPROTO_UDP)) & ~fragment
+    sport = pick("outer_sport", "sport", np.uint16)
+    dport = pick("outer_dport", "dport", np.uint16)
+    return (version, np.ascontiguousarray(src), np.ascontiguousarray(dst),
+            np.ascontiguousarray(use_ports), sport.astype(np.int64), dport.astype(np.int64))
+
+
+_TABLE_CACHE: dict[bytes, np.ndarray] = {}
+
+
+def rss_hash(packets: pa.Table, key: bytes, enabled: bool = True) -> np.ndarray:
+    """The 32-bit RSS hash of every packet (uint32 array, one per row).
+
+    Parameters:
+        packets: table with ``PACKET_SCHEMA`` columns (only the IP/L4 ones are read).
+        key: Toeplitz key, at least 40 bytes for IPv6 4-tuples.
+        enabled: False models ``rss = "none"``: the driver sets no hash (all zeros).
+
+    Returns ``np.ndarray[uint32]``; 0 for packets without an IP header.
+
+    >>> # h = rss_hash(table, GroConfig().rss_key); q = rx_queue(h, 4); b = gro_bucket(h, 8)
+    """
+    n = packets.num_rows
+    out = np.zeros(n, dtype=np.uint32)
+    if not enabled or n == 0:
+        return out
+    # A key shorter than 40 bytes (GroConfig allows 12+) is zero-extended: input bits
+    # past its end then contribute nothing (NIC keys are 40 or 52 bytes in practice).
+    key = bytes(key).ljust(RSS_MAX_INPUT + 4, b"\0")
+    table = _TABLE_CACHE.get(key)
+    if table is None:
+        table = toeplitz_table(key)
+        _TABLE_CACHE[key] = table
+    version, src, dst, use_ports, sport, dport = rss_inputs(packets)
+    _rss_kernel(table, version, src, dst, use_ports, sport, dport, out)
+    return out
