@@ -6,3 +6,20 @@ capture/ (bytes -> RecordBatch) -> decode/ (RecordBatch -> packet columns, Arrow
 """
 
 __version__ = "0.1.0"
+
+__all__ = ["__version__", "analyze", "decode_files", "Analysis", "GroConfig", "KernelProfile",
+           "DecodeOptions"]
+
+
+def __getattr__(name):
+    """Lazy public API, so `import gropcap` stays cheap (no numba import)."""
+    if name in ("analyze", "decode_files", "Analysis"):
+        from gropcap import pipeline
+        return getattr(pipeline, name)
+    if name in ("GroConfig", "KernelProfile"):
+        from gropcap.gro import config
+        return getattr(config, name)
+    if name == "DecodeOptions":
+        from gropcap.decode.options import DecodeOptions
+        return DecodeOptions
+    raise AttributeError(f"module 'gropcap' has no attribute {name!r}")

@@ -1,0 +1,240 @@
+"""Command line: options -> configuration -> pipeline -> rendering. Nothing else lives here.
+
+Exit status: 0 success, 1 a gropcap error (bad capture, failed check) reported as one line,
+2 bad usage (click).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from gropcap import __version__
+from gropcap.errors import ConfigError, GropcapError
+
+
+def _fail(err: GropcapError) -> None:
+    click.echo(f"gropcap: error: {err.one_line()}", err=True)
+    sys.exit(1)
+
+
+class _Group(click.Group):
+    """Turns gropcap errors into one line and exit 1; no traceback for users."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except GropcapError as e:
+            _fail(e)
+        except KeyboardInterrupt:
+            click.echo("gropcap: interrupted", err=True)
+            sys.exit(130)
+        except BrokenPipeError:
+            sys.exit(1)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"],
+                                           "max_content_width": 100})
+@click.version_option(__version__, prog_name="gropcap")
+def main():
+    """Replay Linux GRO over packet captures: how far would the kernel aggregate this
+    traffic, why does each packet stop aggregating, and how many segments does each
+    super-packet become again."""
+
+
+# --- shared options -------------------------------------------------------------------
+
+def _decode_options(f):
+    opts = [
+        click.option("--vxlan-port", "vxlan_ports", type=click.IntRange(1, 65535), multiple=True,
+                     help="UDP port decoded as VXLAN (repeatable; default 4789)."),
+        click.option("--geneve-port", "geneve_ports", type=click.IntRange(1, 65535),
+                     multiple=True, help="UDP port decoded as Geneve (default 6081)."),
+        click.option("--vxlan-gpe-port", "vxlan_gpe_ports", type=click.IntRange(1, 65535),
+                     multiple=True, help="UDP port decoded as VXLAN-GPE (default 4790)."),
+        click.option("--fou-port", "fou_ports", multiple=True, metavar="PORT:PROTO",
+                     help="Foo-over-UDP receive port and the IP protocol it carries "
+                          "(4, 41 or 47), e.g. 5555:4."),
+        click.option("--gue-port", "gue_ports", type=click.IntRange(1, 65535), multiple=True,
+                     help="UDP port decoded as GUE."),
+        click.option("--dsa-tag", type=click.Choice(["dsa", "edsa", "brcm", "brcm-prepend"]),
+                     default=None, help="Ethernet capture taken on a DSA conduit: tag to strip."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _make_decode_options(vxlan_ports, geneve_ports, vxlan_gpe_ports, fou_ports, gue_ports,
+                         dsa_tag):
+    from gropcap.decode.options import DecodeOptions
+
+    kw = {}
+    if vxlan_ports:
+        kw["vxlan_ports"] = vxlan_ports
+    if geneve_ports:
+        kw["geneve_ports"] = geneve_ports
+    if vxlan_gpe_ports:
+        kw["vxlan_gpe_ports"] = vxlan_gpe_ports
+    if gue_ports:
+        kw["gue_ports"] = gue_ports
+    if fou_ports:
+        pairs = []
+        for text in fou_ports:
+            port, sep, proto = text.partition(":")
+            if not sep or not port.isdigit() or not proto.isdigit():
+                raise click.BadParameter(f"{text!r} is not PORT:PROTO", param_hint="--fou-port")
+            pairs.append((int(port), int(proto)))
+        kw["fou_ports"] = tuple(pairs)
+    try:
+        return DecodeOptions(dsa_tag=dsa_tag, **kw)
+    except ConfigError as e:
+        raise click.BadParameter(e.one_line()) from None
+
+
+def _gro_options(f):
+    opts = [
+        click.option("--kernel", default=None, metavar="X.Y",
+                     help="Kernel release whose GRO rules apply (default: newest modelled, 6.18)."),
+        click.option("--verify-checksums", is_flag=True,
+                     help="Check TCP/UDP checksums as software GRO does (default: the NIC "
+                          "validated them; captures from a sending host carry partial sums)."),
+        click.option("--rss", type=click.Choice(["toeplitz", "none"]), default="toeplitz",
+                     show_default=True, help="RX hash: NIC Toeplitz RSS, or none (bucket 0)."),
+        click.option("--rss-key", default=None, metavar="HEX", help="Toeplitz key (40 bytes hex)."),
+        click.option("--queues", type=click.IntRange(1, 4096), default=1, show_default=True,
+                     help="RX queues (napi model)."),
+        click.option("--budget", type=click.IntRange(1, 65536), default=64, show_default=True,
+                     help="NAPI budget: frames per poll."),
+        click.option("--poll-gap-us", type=click.FloatRange(0), default=100.0, show_default=True,
+                     help="A gap longer than this between frames of a queue ends a poll."),
+        click.option("--hz", type=click.IntRange(1, 10000), default=250, show_default=True,
+                     help="CONFIG_HZ (jiffy length for the old-packet flush)."),
+        click.option("--gro-flush-timeout-us", type=click.FloatRange(0), default=0.0,
+                     show_default=True, help="Device gro_flush_timeout."),
+        click.option("--napi-defer-hard-irqs", type=click.IntRange(0, 2**31 - 1), default=0,
+                     show_default=True, help="Device napi_defer_hard_irqs."),
+        click.option("--gro-max-size", type=click.IntRange(1, 524288), default=65536,
+                     show_default=True, help="gro_max_size (IPv6; all families before 6.12)."),
+        click.option("--gro-ipv4-max-size", type=click.IntRange(1, 524288), default=65536,
+                     show_default=True, help="gro_ipv4_max_size (BIG TCP for IPv4)."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _make_gro_config(kernel, verify_checksums, rss, rss_key, queues, budget, poll_gap_us, hz,
+                     gro_flush_timeout_us, napi_defer_hard_irqs, gro_max_size,
+                     gro_ipv4_max_size):
+    from gropcap.gro.config import GroConfig, KernelProfile
+
+    kw = {}
+    if rss_key:
+        try:
+            kw["rss_key"] = bytes.fromhex(rss_key.replace(":", ""))
+        except ValueError:
+            raise click.BadParameter("not hex", param_hint="--rss-key") from None
+    try:
+        return GroConfig(kernel=KernelProfile.parse(kernel), verify_checksums=verify_checksums,
+                         rss=rss, queues=queues, budget=budget,
+                         poll_gap_ns=int(poll_gap_us * 1000), hz=hz,
+                         gro_flush_timeout_ns=int(gro_flush_timeout_us * 1000),
+                         napi_defer_hard_irqs=napi_defer_hard_irqs, gro_max_size=gro_max_size,
+                         gro_ipv4_max_size=gro_ipv4_max_size, **kw)
+    except ConfigError as e:
+        raise click.BadParameter(e.one_line()) from None
+
+
+_DECODE_KEYS = ("vxlan_ports", "geneve_ports", "vxlan_gpe_ports", "fou_ports", "gue_ports",
+                "dsa_tag")
+_GRO_KEYS = ("kernel", "verify_checksums", "rss", "rss_key", "queues", "budget", "poll_gap_us",
+             "hz", "gro_flush_timeout_us", "napi_defer_hard_irqs", "gro_max_size",
+             "gro_ipv4_max_size")
+
+
+def _split(kw: dict, keys) -> dict:
+    return {k: kw.pop(k) for k in keys}
+
+
+# --- commands --------------------------------------------------------------------------
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Parquet file to write the packet table to.")
+@click.option("--force", is_flag=True, help="Replace an existing output file.")
+@_decode_options
+def decode(files, output, force, **kw):
+    """Decode captures into a packet table (Parquet), one row per frame."""
+    import dataclasses
+
+    from gropcap.io.parquet import write_table
+    from gropcap.pipeline import decode_files
+
+    options = _make_decode_options(**_split(kw, _DECODE_KEYS))
+    table, infos = decode_files(list(files), options)
+    for info in infos:
+        for w in info.warnings:
+            click.echo(f"gropcap: warning: {w}", err=True)
+    meta = {
+        "gropcap.version": __version__,
+        "gropcap.decode_options": json.dumps(dataclasses.asdict(options)),
+        "gropcap.sources": json.dumps([
+            {"path": i.path, "sha256": i.sha256, "format": i.format, "linktypes": i.linktypes,
+             "records": i.records} for i in infos]),
+        "gropcap.linktypes": json.dumps(sorted({lt for i in infos for lt in i.linktypes})),
+    }
+    write_table(table, output, meta, force=force)
+    click.echo(f"{table.num_rows} packets from {len(infos)} file(s) -> {output}")
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.option("--model", type=click.Choice(["ideal", "napi", "both"]), default="both",
+              show_default=True, help="Batch model(s) to run.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="Summary format on stdout.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Write packets/superpackets/flows.parquet into this directory.")
+@click.option("--force", is_flag=True, help="Replace existing output files.")
+@click.option("--engine", type=click.Choice(["fast", "reference"]), default="fast",
+              show_default=True, help="GRO engine (numba, or the plain-Python oracle).")
+@_gro_options
+@_decode_options
+def analyze(files, model, fmt, out_dir, force, engine, **kw):
+    """Simulate GRO over captures and summarise how far it aggregates and why it stops."""
+    from gropcap.io.parquet import write_analysis
+    from gropcap.pipeline import analyze as run
+    from gropcap.report.summary import render_text
+
+    options = _make_decode_options(**_split(kw, _DECODE_KEYS))
+    config = _make_gro_config(**_split(kw, _GRO_KEYS))
+    models = ("ideal", "napi") if model == "both" else (model,)
+    analysis = run(list(files), config, models=models, decode_options=options, engine=engine)
+    if out_dir:
+        write_analysis(analysis, out_dir, force=force)
+    if fmt == "json":
+        s = analysis.summary()
+        out = {"kernel": s["kernel"], "models": s["models"], "packets": s["packets"],
+               "files": s["files"], "status": s["status"], "gropcap": s["gropcap"]}
+        click.echo(json.dumps(out, indent=2))
+    else:
+        click.echo(render_text(analysis, color=sys.stdout.isatty()), nl=False)
+
+
+def _register_optional():
+    """Commands owned by other layers, registered when their modules import."""
+    try:
+        from gropcap.replay.command import kernel_replay
+    except ImportError:  # pragma: no cover - layer not installed
+        return
+    main.add_command(kernel_replay, name="kernel-replay")
+
+
+_register_optional()
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,1 @@
+"""Output layer: Arrow tables -> Parquet files with provenance metadata."""

@@ -1,0 +1,69 @@
+"""Parquet output with provenance metadata, written atomically.
+
+Every file carries key-value metadata (``gropcap.version``, ``gropcap.config``,
+``gropcap.sources`` with path and sha256, ...) so a notebook can tell how it was made.
+Files are written to a temporary name in the target directory and renamed, so an
+interrupted run never leaves a half-written file; an existing file is only replaced with
+``force=True``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gropcap.errors import GropcapError
+
+
+class OutputError(GropcapError):
+    """An output file could not be written."""
+
+
+def with_metadata(table: pa.Table, metadata: dict[str, str]) -> pa.Table:
+    meta = dict(table.schema.metadata or {})
+    meta.update({k.encode(): v.encode() for k, v in metadata.items()})
+    return table.replace_schema_metadata(meta)
+
+
+def write_table(table: pa.Table, path: str, metadata: dict[str, str], *,
+                force: bool = False) -> str:
+    """Write ``table`` to ``path`` as Parquet with ``metadata``; returns the path."""
+    path = os.fspath(path)
+    if os.path.exists(path) and not force:
+        raise OutputError("output exists", path=path, hint="use --force to replace it")
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".gropcap-", suffix=".parquet.tmp", dir=directory)
+        os.close(fd)
+        try:
+            pq.write_table(with_metadata(table, metadata), tmp, compression="zstd")
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    except OSError as e:
+        raise OutputError(f"cannot write: {e.strerror or e}", path=path,
+                          hint="check free space and permissions") from None
+    return path
+
+
+def read_metadata(path: str) -> dict[str, str]:
+    """The gropcap key-value metadata of a Parquet file."""
+    meta = pq.read_schema(path).metadata or {}
+    return {k.decode(): v.decode() for k, v in meta.items() if k.startswith(b"gropcap.")}
+
+
+def write_analysis(analysis, out_dir: str, *, force: bool = False) -> list[str]:
+    """``packets.parquet``, ``superpackets.parquet``, ``flows.parquet`` under ``out_dir``."""
+    meta = analysis.metadata()
+    return [
+        write_table(analysis.packets_with_verdicts, os.path.join(out_dir, "packets.parquet"),
+                    meta, force=force),
+        write_table(analysis.superpackets, os.path.join(out_dir, "superpackets.parquet"),
+                    meta, force=force),
+        write_table(analysis.flows, os.path.join(out_dir, "flows.parquet"), meta, force=force),
+    ]

@@ -1,0 +1,1 @@
+"""Report layer: an Analysis (pipeline.py) -> tables, summaries, text for people."""
