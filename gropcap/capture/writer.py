@@ -77,9 +77,11 @@ def ticks_from_ns(ts_ns: int, tsresol: int, tsoffset: int = 0) -> int:
         num, den = 1 << (tsresol & 0x7F), NS_PER_S    # ticks per ns = 2^n / 1e9
     else:
         num, den = 10 ** tsresol, NS_PER_S
-    if num <= den:
-        return rel * num // den
-    return -((-rel * num) // den)                     # ceil
+    ticks = rel * num // den if num <= den else -((-rel * num) // den)   # floor / ceil
+    if ticks >> 64:
+        raise ValueError(f"timestamp {ts_ns} ns needs more than 64 bits of ticks at "
+                         f"if_tsresol {tsresol:#x}; set tsoffset closer to it")
+    return ticks
 
 
 def pcapng_block(block_type: int, body: bytes, *, big_endian: bool = False) -> bytes:
