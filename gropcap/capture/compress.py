@@ -12,11 +12,11 @@ The sha256 is always of the file as stored (compressed bytes when compressed).
 from __future__ import annotations
 
 import bz2
-import gzip
 import hashlib
 import lzma
 import mmap
 import os
+import zlib
 
 import zstandard
 
@@ -117,7 +117,7 @@ class Source:
         src.compression = sniff_compression(head)
         if src.compression:
             src._raw = _HashingReader(fh)
-            src._stream = _decompressor(src.compression, src._raw)
+            src._stream = _Decompressor(src.compression, src._raw)
             src.window = bytearray()
             return src
         src._fh = fh
@@ -144,19 +144,24 @@ class Source:
             return False
         try:
             chunk = self._stream.read(CHUNK)
-        except EOFError:
-            # Compressed stream cut short: keep what was decompressed, like a cut capture.
-            self.warnings.append(
-                f"{self.compression} stream ends early after {self._decompressed} "
-                "decompressed bytes (file still being written or copied?)")
-            chunk = b""
-        except (OSError, lzma.LZMAError, zstandard.ZstdError, ValueError) as exc:
+        except (OSError, EOFError, zlib.error, lzma.LZMAError, zstandard.ZstdError,
+                ValueError) as exc:
             raise CaptureError(f"corrupt {self.compression} data: {exc}", path=self.path,
                                offset=self._decompressed,
                                hint="the compressed file is damaged; re-copy or "
                                     "recompress it") from None
         if not chunk:
             self.eof = True
+            dec = self._stream
+            if getattr(dec, "truncated", False):
+                # Compressed stream cut short: keep what was decompressed, like a cut capture.
+                self.warnings.append(
+                    f"{self.compression} stream ends early after {self._decompressed} "
+                    "decompressed bytes (file still being written or copied?)")
+            if getattr(dec, "trailing", 0):
+                self.warnings.append(
+                    f"{dec.trailing} bytes after the end of the {self.compression} data "
+                    "were ignored")
             return False
         self._decompressed += len(chunk)
         self.window += chunk
@@ -191,17 +196,96 @@ class Source:
             self._fh = None
 
 
-def _decompressor(kind: str, raw):
-    if kind == "gzip":
-        return gzip.GzipFile(fileobj=raw, mode="rb")
-    if kind == "zstd":
-        return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True,
-                                                          closefd=False)
-    if kind == "xz":
-        return lzma.LZMAFile(raw, "rb")
-    if kind == "bzip2":
-        return bz2.BZ2File(raw, "rb")
-    raise ValueError(kind)
+RAW_CHUNK = 1 << 16     # compressed bytes fed to the decompressor at a time
+
+
+class _Decompressor:
+    """Incremental decompression of one stored file, member after member.
+
+    Unlike ``gzip.GzipFile`` and friends it keeps everything decompressed before a cut,
+    tells a cut (``truncated``) from a clean end, and stops at trailing non-compressed
+    bytes (``trailing``) instead of failing. Gzip members, bzip2 / xz streams and zstd
+    frames that follow one another are read as one stream, as their tools do.
+    """
+
+    def __init__(self, kind: str, raw: _HashingReader):
+        self.kind = kind
+        self.raw = raw
+        self.pending = b""          # compressed bytes not yet given to the decompressor
+        self.truncated = False
+        self.trailing = 0
+        self.done = False
+        self.d = self._new()
+
+    def _new(self):
+        if self.kind == "gzip":
+            return zlib.decompressobj(wbits=31)         # gzip wrapper only
+        if self.kind == "bzip2":
+            return bz2.BZ2Decompressor()
+        if self.kind == "xz":
+            return lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+        if self.kind == "zstd":
+            return zstandard.ZstdDecompressor().decompressobj()
+        raise ValueError(self.kind)
+
+    def _input(self) -> bytes:
+        if self.pending:
+            data, self.pending = self.pending, b""
+            return data
+        return self.raw.read(RAW_CHUNK)
+
+    def _needs_input(self) -> bool:
+        if self.kind == "gzip":
+            return not self.d.unconsumed_tail
+        if self.kind == "zstd":
+            return True
+        return self.d.needs_input
+
+    def read(self, n: int) -> bytes:
+        """Up to about ``n`` decompressed bytes; b"" at the end (clean, cut or trailing)."""
+        while not self.done:
+            data = b""
+            if self._needs_input():
+                data = self._input()
+                if not data:
+                    # End of the stored file inside a member: a cut, unless nothing of
+                    # this member was started (clean end after the previous one).
+                    self.truncated = self._started
+                    self.done = True
+                    return b""
+                self._started = True
+            if self.kind == "gzip":
+                out = self.d.decompress(data or self.d.unconsumed_tail, n)
+            elif self.kind == "zstd":
+                out = self.d.decompress(data)
+            else:
+                out = self.d.decompress(data, n)
+            if self.d.eof:
+                self._next_member()
+            if out:
+                return out
+        return b""
+
+    _started = False
+
+    def _next_member(self) -> None:
+        rest = self.d.unused_data
+        while len(rest) < 6:
+            more = self.raw.read(RAW_CHUNK)
+            if not more:
+                break
+            rest += more
+        if not rest:
+            self.done = True
+            return
+        if sniff_compression(rest) != self.kind:
+            # Trailing bytes (padding, garbage) after the last member: stop here.
+            self.trailing = len(rest)
+            self.done = True
+            return
+        self.pending = rest
+        self.d = self._new()
+        self._started = False
 
 
 def peek_decompressed(path: str, n: int = 8) -> bytes:
@@ -213,6 +297,6 @@ def peek_decompressed(path: str, n: int = 8) -> bytes:
             if not kind:
                 return head[:n]
             fh.seek(0)
-            return _decompressor(kind, fh).read(n)
-    except (OSError, EOFError, lzma.LZMAError, zstandard.ZstdError, ValueError):
+            return _Decompressor(kind, _HashingReader(fh)).read(n)[:n]
+    except (OSError, EOFError, zlib.error, lzma.LZMAError, zstandard.ZstdError, ValueError):
         return b""
