@@ -539,6 +539,8 @@ class _FrameDecoder:
         r = self.row
         r["l4_proto"] = C.IPPROTO_TCP
         r["l4_offset"] = off
+        if length < 20:     # no room for a TCP header in the IP payload: malformed, not cut
+            raise _Stop(S.STATUS_BAD_L4_HEADER)
         self.need(off, 20)
         b = self.b
         r["sport"], r["dport"] = self.u16(off), self.u16(off + 2)
@@ -554,13 +556,13 @@ class _FrameDecoder:
         if doff < 5:
             raise _Stop(S.STATUS_BAD_L4_HEADER)
         hl = doff * 4
+        r["tcp_opt_len"] = hl - 20
+        if hl > length:     # the header does not fit in the IP payload: malformed, not cut
+            raise _Stop(S.STATUS_BAD_L4_HEADER)
         self.need(off, hl)
         opts = b[off + 20:off + hl]
-        r["tcp_opt_len"] = len(opts)
         r["tcp_options"] = opts + bytes(C.TCP_MAX_OPTLEN - len(opts))
         self.tcp_options(opts)
-        if hl > length:
-            raise _Stop(S.STATUS_BAD_L4_HEADER)
         r["payload_len"] = length - hl
         if verify:
             r["l4_csum_state"] = self.l4_csum_state(field, off, length, pseudo)
@@ -601,13 +603,13 @@ class _FrameDecoder:
         r = self.row
         r["l4_proto"] = C.IPPROTO_UDP
         r["l4_offset"] = off
+        if length < 8:      # no room for a UDP header in the IP payload: malformed, not cut
+            raise _Stop(S.STATUS_BAD_L4_HEADER)
         self.need(off, 8)
         sport, dport, ulen, field = struct.unpack_from("!HHHH", self.b, off)
         r["sport"], r["dport"], r["udp_len"], r["l4_csum"] = sport, dport, ulen, field
         if fragment:
             # the UDP length covers the reassembled datagram; count this fragment's bytes
-            if length < 8:
-                raise _Stop(S.STATUS_BAD_L4_HEADER)
             r["payload_len"] = length - 8
             return
         # __udp4_lib_rcv: ulen > IP payload is a short packet (dropped); ulen < IP payload
