@@ -107,6 +107,13 @@ class _FrameDecoder:
     def u32(self, off: int) -> int:
         return int.from_bytes(self.b[off:off + 4], "big")
 
+    def where(self, off: int) -> int:
+        """An offset to record; offsets are uint16 columns, so a header starting beyond
+        64 KiB (only possible behind giant extension chains) is not decoded."""
+        if off > 0xFFFF:
+            raise _Stop(S.STATUS_UNSUPPORTED_ENCAP)
+        return off
+
     def tun(self, col: str, value) -> None:
         """Write a tunnel column only for the outermost tunnel (``tun_*`` rule)."""
         if self.depth == 1:
@@ -304,7 +311,7 @@ class _FrameDecoder:
         self.need(off, 20)
         b = self.b
         r["ip_version"] = b[off] >> 4
-        r["ip_offset"] = off
+        r["ip_offset"] = self.where(off)
         if b[off] >> 4 != 4:
             raise _Stop(S.STATUS_BAD_IP_HEADER)
         ihl = (b[off] & 0x0F) * 4
@@ -352,7 +359,7 @@ class _FrameDecoder:
         b = self.b
         w0 = self.u32(off)
         r["ip_version"] = w0 >> 28
-        r["ip_offset"] = off
+        r["ip_offset"] = self.where(off)
         if w0 >> 28 != 6:
             raise _Stop(S.STATUS_BAD_IP_HEADER)
         plen = self.u16(off + 4)
@@ -399,7 +406,7 @@ class _FrameDecoder:
                 self.need(cur, 2)
                 hl = (b[cur + 1] + 1) * 8
                 self.need(cur, hl)
-                if cur + hl > end:
+                if cur + hl > end or cur + hl - off > 0xFFFF:   # ip_hdr_len is uint16
                     raise _Stop(S.STATUS_BAD_IP_HEADER)
                 if nh == C.IPPROTO_HOPOPTS:
                     mask |= C.IP6_EXT_HOPOPTS
@@ -484,7 +491,7 @@ class _FrameDecoder:
         """A tunnel's IP protocol seen as L4 (what stays if the tunnel is not entered)."""
         r = self.row
         r["l4_proto"] = proto
-        r["l4_offset"] = off
+        r["l4_offset"] = self.where(off)
         r["payload_len"] = length
 
     def other_l4(self, proto: int, off: int, length: int) -> None:
@@ -497,6 +504,7 @@ class _FrameDecoder:
         """Step into a tunnel: the outermost one fills outer_ip_*/tun_*; ip_*/l4 restart."""
         if self.depth >= C.MAX_ENCAP_DEPTH:
             raise _Stop(S.STATUS_ENCAP_TOO_DEEP)
+        self.where(off)
         self.depth += 1
         r = self.row
         if self.depth == 1:
@@ -538,7 +546,7 @@ class _FrameDecoder:
         self.layers.append("tcp")
         r = self.row
         r["l4_proto"] = C.IPPROTO_TCP
-        r["l4_offset"] = off
+        r["l4_offset"] = self.where(off)
         if length < 20:     # no room for a TCP header in the IP payload: malformed, not cut
             raise _Stop(S.STATUS_BAD_L4_HEADER)
         self.need(off, 20)
@@ -602,7 +610,7 @@ class _FrameDecoder:
         self.layers.append("udp")
         r = self.row
         r["l4_proto"] = C.IPPROTO_UDP
-        r["l4_offset"] = off
+        r["l4_offset"] = self.where(off)
         if length < 8:      # no room for a UDP header in the IP payload: malformed, not cut
             raise _Stop(S.STATUS_BAD_L4_HEADER)
         self.need(off, 8)
