@@ -122,13 +122,16 @@ class Lab:
              "-U", "-n", "-Z", "root", "-w", str(tmp), bpf],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.procs.append(tcpdump)
-        time.sleep(1.5)  # tcpdump must be capturing before the SYN
-        self.ns(self.ns_s, "iperf3", "-c", server, "-t", str(seconds), "-b", rate, *extra)
-        time.sleep(0.5)
-        tcpdump.send_signal(signal.SIGINT)
-        tcpdump.wait(timeout=10)
-        srv.wait(timeout=10)
-        os.replace(tmp, final)
+        try:
+            time.sleep(1.5)  # tcpdump (and the server) must be up before the SYN
+            self.ns(self.ns_s, "iperf3", "-c", server, "-t", str(seconds), "-b", rate, *extra)
+            time.sleep(0.5)  # let the last ACKs and FINs reach the capture
+            tcpdump.send_signal(signal.SIGINT)
+            tcpdump.wait(timeout=10)
+            srv.wait(timeout=10)
+            os.replace(tmp, final)   # only a complete recording gets the final name
+        finally:
+            tmp.unlink(missing_ok=True)
         return final
 
     def close(self) -> None:
