@@ -804,12 +804,12 @@ class _FrameDecoder:
         self.tun("tun_proto", proto)
         self.tun("tun_opt_len", opt)
         hl = C.GUE_HLEN + opt
+        if hl > length:                 # optional fields longer than the UDP payload
+            raise _Stop(S.STATUS_BAD_TUNNEL_HEADER)
         self.need(off, hl)
         self.tun("tun_opt_digest", digest_or_zero(self.b[off + C.GUE_HLEN:off + hl]))
         if b0 & C.GUE_FLAG_C:           # control message: carries no packet
             raise _Stop(S.STATUS_UNSUPPORTED_ENCAP)
-        if hl > length:
-            raise _Stop(S.STATUS_BAD_TUNNEL_HEADER)
         self.ip_in_tunnel(proto, off + hl, length - hl)
 
 
