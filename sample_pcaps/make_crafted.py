@@ -549,8 +549,7 @@ SAMPLES = [
 def build(s: Sample) -> tuple[list[bytes], list[int], list[int], list[int]]:
     """Frames (cut to SNAPLEN), wire lengths, timestamps and pcapng interface ids."""
     mss = mss_for(s.overhead, s.v6_inner)
-    i4, i6 = (IN4, IN6)
-    src, dst = i6 if s.v6_inner else i4
+    src, dst = IN6 if s.v6_inner else IN4
     pkts = bulk_flow(src, dst, 40_000, 5201, mss, acks=s.acks)
     if s.two_flows:
         if s.pcapng_ifaces:
