@@ -21,32 +21,60 @@ INT64_MAX = (1 << 63) - 1
 NS_PER_S = 1_000_000_000
 
 
-class Columns:
-    """Per-record values appended by a scanner; offsets are absolute file offsets."""
+_DTYPES = {"data": np.int64, "cap": np.uint32, "wire": np.uint32, "ts": np.int64,
+           "lt": np.uint16, "iface": np.uint16, "flags": np.uint32, "rec": np.uint64,
+           "foff": np.uint64}
+FIELDS = tuple(_DTYPES)
 
-    __slots__ = ("data", "cap", "wire", "ts", "lt", "iface", "flags", "rec", "foff")
+
+class Columns:
+    """Per-record values appended by a scanner; offsets are absolute file offsets.
+
+    The reference scanners append one record at a time to the lists; the numba fast path
+    adds whole arrays with :meth:`add_arrays`. Order is kept across both.
+    """
+
+    __slots__ = FIELDS + ("_chunks", "_nchunked")
 
     def __init__(self):
-        for name in self.__slots__:
+        for name in FIELDS:
             setattr(self, name, [])
+        self._chunks: list[dict] = []
+        self._nchunked = 0
 
     def __len__(self) -> int:
-        return len(self.data)
+        return self._nchunked + len(self.data)
+
+    def _flush(self) -> None:
+        if self.data:
+            self._chunks.append({f: np.asarray(getattr(self, f), dtype=_DTYPES[f])
+                                 for f in FIELDS})
+            self._nchunked += len(self.data)
+            for f in FIELDS:
+                setattr(self, f, [])
+
+    def add_arrays(self, **arrays) -> None:
+        """Append records given as equal-length arrays, one keyword per field name."""
+        self._flush()
+        k = len(arrays["data"])
+        if k:
+            self._chunks.append({f: np.asarray(arrays[f]).astype(_DTYPES[f], copy=False)
+                                 for f in FIELDS})
+            self._nchunked += k
 
     def to_batch(self, buf: np.ndarray, buf_base: int) -> RecordBatch:
         """Pack into a RecordBatch whose ``buf`` starts at file offset ``buf_base``."""
+        self._flush()
+        cols = {}
+        for f in FIELDS:
+            parts = [c[f] for c in self._chunks]
+            cols[f] = (np.concatenate(parts) if len(parts) > 1 else parts[0] if parts
+                       else np.zeros(0, dtype=_DTYPES[f]))
         return RecordBatch(
-            buf=buf,
-            offset=np.asarray(self.data, dtype=np.int64) - buf_base,
-            cap_len=np.asarray(self.cap, dtype=np.uint32),
-            wire_len=np.asarray(self.wire, dtype=np.uint32),
-            ts_ns=np.asarray(self.ts, dtype=np.int64),
-            linktype=np.asarray(self.lt, dtype=np.uint16),
-            iface=np.asarray(self.iface, dtype=np.uint16),
-            epb_flags=np.asarray(self.flags, dtype=np.uint32),
-            record=np.asarray(self.rec, dtype=np.uint64),
-            file_offset=np.asarray(self.foff, dtype=np.uint64),
-        )
+            buf=buf, offset=cols["data"] - np.int64(buf_base), cap_len=cols["cap"],
+            wire_len=cols["wire"], ts_ns=cols["ts"], linktype=cols["lt"],
+            iface=cols["iface"], epb_flags=cols["flags"], record=cols["rec"],
+            file_offset=cols["foff"])
 
 
 def empty_batch() -> RecordBatch:

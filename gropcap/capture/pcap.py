@@ -26,6 +26,9 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
+
+from gropcap.capture import fast
 from gropcap.capture.base import DONE, LIMIT, NEED_MORE, NS_PER_S, Columns
 from gropcap.constants import MAX_RECORD_LEN
 from gropcap.errors import CaptureError, CaptureTruncatedError
@@ -41,6 +44,7 @@ PCAP_MAGICS = {
 }
 PCAP_MAGIC_MODIFIED = (0xA1B2CD34, 0x34CDB2A1)   # Kuznetzov "modified pcap"
 SNAPLEN_SLACK = 65535
+FAST_CHUNK = 1 << 20        # records per numba kernel call
 
 
 def is_pcap_magic(head: bytes) -> bool:
@@ -53,8 +57,9 @@ class PcapScanner:
 
     format = "pcap"
 
-    def __init__(self, path: str, info):
+    def __init__(self, path: str, info, fast: bool = True):
         self.path = path
+        self.fast = fast
         self.info = info
         self.started = False
         self.record = 0
@@ -84,6 +89,41 @@ class PcapScanner:
             info.warnings.append(f"pcap version {major}.{minor} (expected 2.4); "
                                  "records read as 2.4")
 
+    def _fast(self, win, pos, base, want, len_limit, cols):
+        """Bulk of the records through the numba kernel; the rest stays for step()."""
+        arr = np.frombuffer(win, dtype=np.uint8)
+        n = len(arr)
+        be = self.info.byte_order == "big"
+        got = 0
+        try:
+            while got < want:
+                k = min(want - got, FAST_CHUNK, (n - pos) // PCAP_RECORD_HEADER_LEN + 1)
+                data, cap, wire, ts, _lt, _g, _f, foff = fast.alloc(k)
+                m, pos = fast.pcap_scan(arr, pos, n, be, self._frac_ns, len_limit, k,
+                                        data, cap, wire, ts, foff)
+                if m:
+                    rec = self.record
+                    if self._snaplen and not self._warned_snaplen:
+                        over = np.flatnonzero(cap[:m] > self._snaplen)
+                        if len(over):
+                            i = int(over[0])
+                            self._warned_snaplen = True
+                            self.info.warnings.append(
+                                f"record {rec + i} at byte offset {base + int(foff[i])}: "
+                                f"captured length {int(cap[i])} exceeds the header snap "
+                                f"length {self._snaplen}; records kept as stored")
+                    cols.add_arrays(data=data[:m] + base, cap=cap[:m], wire=wire[:m],
+                                    ts=ts[:m], lt=np.full(m, self._linktype),
+                                    iface=np.zeros(m), flags=np.zeros(m),
+                                    rec=np.arange(rec, rec + m), foff=foff[:m] + base)
+                    self.record = rec + m
+                    got += m
+                if m < k:
+                    break
+        finally:
+            del arr         # a bytearray window must not stay exported (it grows later)
+        return got, pos
+
     def step(self, win, pos: int, base: int, eof: bool, want: int, cols: Columns):
         """Scan records from ``win[pos:]`` (file offset ``base + pos``) into ``cols``.
 
@@ -103,14 +143,17 @@ class PcapScanner:
             self._header(win, pos)
             self.started = True
             pos += PCAP_HEADER_LEN
-        unpack = self._rec.unpack_from
         frac_ns, lt, snaplen = self._frac_ns, self._linktype, self._snaplen
         limit = max(snaplen, SNAPLEN_SLACK) if snaplen else MAX_RECORD_LEN
+        got = 0
+        if self.fast and n - pos >= PCAP_RECORD_HEADER_LEN:
+            got, pos = self._fast(win, pos, base, want, min(limit, MAX_RECORD_LEN), cols)
+        unpack = self._rec.unpack_from
         a_data, a_cap, a_wire, a_ts = (cols.data.append, cols.cap.append,
                                        cols.wire.append, cols.ts.append)
         a_rec, a_foff = cols.rec.append, cols.foff.append
-        got = 0
         rec = self.record
+        k0 = len(cols.data)
         while got < want:
             if n - pos < PCAP_RECORD_HEADER_LEN:
                 break
@@ -141,7 +184,7 @@ class PcapScanner:
             rec += 1
             got += 1
             pos += PCAP_RECORD_HEADER_LEN + incl
-        k = got
+        k = len(cols.data) - k0
         cols.lt.extend([lt] * k)
         cols.iface.extend([0] * k)
         cols.flags.extend([0] * k)

@@ -30,8 +30,12 @@ Header Block raises :class:`CaptureTruncatedError`.
 
 from __future__ import annotations
 
+import math
 import struct
 
+import numpy as np
+
+from gropcap.capture import fast
 from gropcap.capture.base import (DONE, INT64_MAX, INT64_MIN, LIMIT, NEED_MORE, NS_PER_S,
                                   Columns)
 from gropcap.constants import MAX_RECORD_LEN
@@ -55,6 +59,8 @@ EPB_FLAGS = 2          # also OPB pack_flags
 # A block longer than this is treated as a corrupt length field (packets are capped at
 # MAX_RECORD_LEN; other blocks, e.g. decryption secrets, are far smaller in practice).
 PCAPNG_MAX_BLOCK_LEN = 64 * 1024 * 1024
+assert fast.MAX_BLOCK_LEN == PCAPNG_MAX_BLOCK_LEN
+FAST_CHUNK = 1 << 20        # records per numba kernel call
 
 
 def is_pcapng_magic(head: bytes) -> bool:
@@ -80,8 +86,10 @@ class PcapngScanner:
 
     format = "pcapng"
 
-    def __init__(self, path: str, info):
+    def __init__(self, path: str, info, fast: bool = True):
         self.path = path
+        self.fast = fast
+        self._params = None       # numba kernel arrays for the current section's ifaces
         self.info = info
         self.record = 0
         self.bo = None            # "<" or ">" of the current section
@@ -116,6 +124,7 @@ class PcapngScanner:
                                hint="convert it with `editcap -F pcapng`")
         self.bo = bo
         self.ifaces = []
+        self._params = None
         self.sections += 1
         if self.sections == 1:
             self.info.format = "pcapng"
@@ -150,9 +159,10 @@ class PcapngScanner:
                     num, den = NS_PER_S, 10 ** r
             elif code == IF_TSOFFSET and vl >= 8:
                 off_s = struct.unpack_from(bo + "q", win, vs)[0]
-        # reduce ticks * 1e9 / den to small integers when possible (exact either way)
-        if den <= num and num % den == 0:
-            num, den = num // den, 1
+        # Reduce ticks * 1e9 / den to lowest terms (exact either way; keeps the fast path's
+        # 64-bit products small: 10^-12 s becomes 1/1000, 2^-30 s 1953125/2^21).
+        g = math.gcd(num, den)
+        num, den = num // g, den // g
         tick_ns = max(1, num // den)
         if self.finest_tick_ns is None or tick_ns < self.finest_tick_ns:
             self.finest_tick_ns = tick_ns
@@ -162,6 +172,7 @@ class PcapngScanner:
             raise self._corrupt("more than 65536 interfaces (corrupt file?)", base + pos, IDB)
         self.next_gid += 1
         self.ifaces.append(_Iface(gid, linktype, snaplen, num, den, off_s * NS_PER_S))
+        self._params = None
         self.info.linktypes.append(linktype)
         if gid == 0:
             self.info.snaplen = snaplen
@@ -187,10 +198,59 @@ class PcapngScanner:
         Same contract as :meth:`gropcap.capture.pcap.PcapScanner.step`: returns
         ``(new_pos, status)`` with status NEED_MORE, LIMIT or DONE.
         """
+        arr = np.frombuffer(win, dtype=np.uint8) if self.fast else None
+        try:
+            return self._step(win, arr, pos, base, eof, want, cols)
+        finally:
+            del arr         # a bytearray window must not stay exported (it grows later)
+
+    def _fast_params(self):
+        if self._params is None:
+            ifs = self.ifaces
+            lim = 1 << 62
+            self._params = (
+                np.array([i.linktype for i in ifs], dtype=np.int64),
+                np.array([i.gid for i in ifs], dtype=np.int64),
+                np.array([i.snaplen for i in ifs], dtype=np.int64),
+                np.array([i.num if i.num < lim else 1 for i in ifs], dtype=np.int64),
+                np.array([i.den if i.den < lim else 1 for i in ifs], dtype=np.int64),
+                np.array([i.off_ns if abs(i.off_ns) < lim else 0 for i in ifs],
+                         dtype=np.int64),
+                # the kernel's r * num must fit int64; otherwise the reference path runs
+                np.array([i.num * i.den < lim and abs(i.off_ns) < lim for i in ifs],
+                         dtype=np.bool_),
+            )
+        return self._params
+
+    def _fast_run(self, arr, pos, base, want, cols):
+        """A run of EPB/SPB blocks through the numba kernel; returns (count, new_pos)."""
+        n = len(arr)
+        p = self._fast_params()
+        k = min(want, FAST_CHUNK, (n - pos) // 16 + 1)
+        data, cap, wire, ts, lt, gid, flags, foff = fast.alloc(k)
+        m, pos, last_ts, spb = fast.pcapng_scan(
+            arr, pos, n, self.bo == ">", *p, np.int64(self.last_ts), k,
+            data, cap, wire, ts, lt, gid, flags, foff)
+        if m:
+            rec = self.record
+            cols.add_arrays(data=data[:m] + base, cap=cap[:m], wire=wire[:m], ts=ts[:m],
+                            lt=lt[:m], iface=gid[:m], flags=flags[:m],
+                            rec=np.arange(rec, rec + m), foff=foff[:m] + base)
+            self.record = rec + m
+            self.last_ts = int(last_ts)
+            self.spb_count += spb
+        return m, pos
+
+    def _step(self, win, arr, pos, base, eof, want, cols):
         n = len(win)
         got = 0
         unpack_from = struct.unpack_from
         while got < want:
+            if arr is not None and self.bo is not None and self.ifaces:
+                m, pos = self._fast_run(arr, pos, base, want - got, cols)
+                got += m
+                if got >= want:
+                    break
             avail = n - pos
             if avail == 0:
                 return pos, DONE if eof else NEED_MORE

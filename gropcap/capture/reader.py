@@ -44,11 +44,11 @@ def sniff_format(first_bytes: bytes) -> str:
     return sniff_compression(first_bytes)
 
 
-def _scanner(path: str, head: bytes, info: CaptureInfo, compression: str):
+def _scanner(path: str, head: bytes, info: CaptureInfo, compression: str, fast: bool):
     if is_pcap_magic(head):
-        return PcapScanner(path, info)
+        return PcapScanner(path, info, fast=fast)
     if is_pcapng_magic(head):
-        return PcapngScanner(path, info)
+        return PcapngScanner(path, info, fast=fast)
     inside = f"{compression}-compressed file does not contain a capture: its decompressed" \
         if compression else "not a pcap or pcapng capture: its"
     if len(head) < 4:
@@ -66,7 +66,16 @@ def _snapshot(info: CaptureInfo) -> CaptureInfo:
     return copy.deepcopy(info)
 
 
-def _batches(path: str, batch_records: int | None, max_records: int | None
+ENGINES = ("fast", "reference")
+
+
+def _check_engine(engine: str) -> bool:
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
+    return engine == "fast"
+
+
+def _batches(path: str, batch_records: int | None, max_records: int | None, fast: bool
              ) -> Iterator[tuple[CaptureInfo, RecordBatch]]:
     """Core driver: yields (info snapshot, batch); the last one carries final info."""
     path = os.fspath(path)
@@ -77,7 +86,7 @@ def _batches(path: str, batch_records: int | None, max_records: int | None
         while len(src.window) < 8 and src.read():
             pass
         head = bytes(src.window[:8])
-        scanner = _scanner(path, head, info, src.compression)
+        scanner = _scanner(path, head, info, src.compression, fast)
         win_base = 0          # file offset of window[0] (decompressed offsets if compressed)
         pos = 0
         lo = 0                # window index where the current batch's bytes start
@@ -136,11 +145,13 @@ def _buffer(src: Source, lo: int, hi: int) -> np.ndarray:
     return np.frombuffer(bytes(src.window[lo:hi]), dtype=np.uint8)
 
 
-def read_capture(path, *, max_records: int | None = None) -> tuple[CaptureInfo, RecordBatch]:
+def read_capture(path, *, max_records: int | None = None, engine: str = "fast"
+                 ) -> tuple[CaptureInfo, RecordBatch]:
     """Read a whole capture file (pcap or pcapng, plain or compressed).
 
     Parameters: ``path`` of one file; ``max_records`` stops after that many records
-    (the sha256 still covers the whole file).
+    (the sha256 still covers the whole file); ``engine`` "fast" (numba record scan) or
+    "reference" (plain Python, the oracle the fast path is tested against).
     Returns ``(info, batch)``. Raises :class:`~gropcap.errors.CaptureError` for a file
     that is not a capture or is corrupt, :class:`~gropcap.errors.CaptureTruncatedError`
     when it is cut inside its file header; a file cut later keeps its complete records
@@ -151,26 +162,26 @@ def read_capture(path, *, max_records: int | None = None) -> tuple[CaptureInfo, 
     """
     if max_records is not None and max_records < 0:
         raise ValueError("max_records must be >= 0")
-    out = list(_batches(path, None, max_records))
+    out = list(_batches(path, None, max_records, _check_engine(engine)))
     return out[-1]
 
 
-def iter_batches(path, *, batch_records: int = 65536
+def iter_batches(path, *, batch_records: int = 65536, engine: str = "fast"
                  ) -> Iterator[tuple[CaptureInfo, RecordBatch]]:
     """Stream a capture in batches of at most ``batch_records`` records.
 
     Memory stays bounded by one batch. Each yielded ``CaptureInfo`` is a snapshot:
     ``records`` counts records up to and including that batch; the last one yielded is
     complete (final record count, warnings, sha256). A file with no records yields one
-    empty batch. Errors as in :func:`read_capture`; records of earlier batches have
-    already been yielded when a corrupt record is met.
+    empty batch. Errors and ``engine`` as in :func:`read_capture`; records of earlier
+    batches have already been yielded when a corrupt record is met.
 
     >>> for info, batch in iter_batches("big.pcap.zst"):   # doctest: +SKIP
     ...     process(batch)
     """
     if batch_records < 1:
         raise ValueError("batch_records must be >= 1")
-    return _batches(path, batch_records, None)
+    return _batches(path, batch_records, None, _check_engine(engine))
 
 
 def _looks_like_capture(path: str) -> bool:
