@@ -193,3 +193,5 @@ ERSPAN3_PLATFORM_LEN = 8       # platform-specific subheader when O is set
 ERSPAN_V1 = 1                  # type II
 ERSPAN_V2 = 2                  # type III
 ERSPAN_SESSION_MASK = 0x3FF
+GPE_FLAG_O = 0x01              # VXLAN-GPE byte 0: OAM packet
+BRCM_EG_RC_RSVD = 0xC0         # tag_brcm.c: reserved reason code bits in byte 2 (dropped)

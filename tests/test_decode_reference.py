@@ -240,6 +240,13 @@ def test_dsa_brcm_bad_opcode():
     assert r["status"] == S.STATUS_BAD_L2_HEADER and r["dsa_port"] == 5
 
 
+def test_dsa_brcm_reserved_reason_code():
+    tag = bytearray(brcm_tag(5))
+    tag[2] = 0xC0
+    r = dec(eth_with_tag(ipv4(A4, B4, 6, seg()), bytes(tag)), linktype=C.LINKTYPE_DSA_TAG_BRCM)
+    assert r["status"] == S.STATUS_BAD_L2_HEADER
+
+
 def test_dsa_brcm_prepend_linktype():
     f = brcm_tag(7) + eth(ipv4(A4, B4, 6, seg()))
     r = dec(f, linktype=C.LINKTYPE_DSA_TAG_BRCM_PREPEND)
@@ -687,6 +694,8 @@ def test_vxlan_gpe_bad_and_unsupported():
     assert r["status"] == S.STATUS_BAD_TUNNEL_HEADER           # P bit missing
     r = dec(eth(ipv4(O4S, O4D, 17, udp(1, 4790, vxlan_gpe(p, 1, 4)))))
     assert r["status"] == S.STATUS_UNSUPPORTED_ENCAP and r["tun_proto"] == 4
+    r = dec(eth(ipv4(O4S, O4D, 17, udp(1, 4790, vxlan_gpe(p, 1, 1, flags=0x0D)))))
+    assert r["status"] == S.STATUS_UNSUPPORTED_ENCAP                 # OAM
 
 
 def test_geneve_with_options():

@@ -249,8 +249,8 @@ class _FrameDecoder:
         """Broadcom 4-byte tag: source port in byte 3 (tag_brcm.c brcm_tag_rcv_ll)."""
         self.row["dsa_tag"] = kind
         self.row["dsa_port"] = self.b[off + 3] & C.BRCM_EG_PID_MASK
-        # brcm_tag_rcv_ll: "The opcode should never be different than 0b000" -> dropped.
-        if self.b[off] >> C.BRCM_OPCODE_SHIFT:
+        # brcm_tag_rcv_ll drops a non-zero opcode and a reserved reason code.
+        if self.b[off] >> C.BRCM_OPCODE_SHIFT or self.b[off + 2] & C.BRCM_EG_RC_RSVD:
             raise _Stop(S.STATUS_BAD_L2_HEADER)
 
     def marvell_tag(self, off: int) -> int | None:
@@ -742,6 +742,8 @@ class _FrameDecoder:
         b0 = self.b[off]
         if b0 & C.GPE_VER_MASK or not b0 & C.GPE_FLAG_P:
             raise _Stop(S.STATUS_BAD_TUNNEL_HEADER)
+        if b0 & C.GPE_FLAG_O:           # vxlan_parse_gpe_proto: OAM is not processed, dropped
+            raise _Stop(S.STATUS_UNSUPPORTED_ENCAP)
         p = off + C.VXLAN_HLEN
         if np_ == C.GPE_NP_IPV4:
             self.ipv4(p)
