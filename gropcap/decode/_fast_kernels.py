@@ -1,0 +1,1123 @@
+"""Private numba kernels of the fast header decoder (see :mod:`gropcap.decode.fast`).
+
+Layer: decode. Takes the arrays of a :class:`~gropcap.capture.records.RecordBatch` and
+fills typed column matrices, one row per column, one element per record. The layout of
+those matrices is derived from :data:`~gropcap.decode.schema.PACKET_SCHEMA` below, so a
+column is written as ``o.u16[K_IP_OFFSET, i]``.
+
+Every rule mirrors :mod:`gropcap.decode.reference` (the oracle) one for one; the reference
+walks the layers with nested calls, the kernel with an explicit state machine (numba has no
+mutual recursion). Nothing raises for packet data: the first problem met sets ``status``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+from numba import njit
+
+from gropcap import constants as C
+from gropcap.decode import schema as S
+
+# --- column layout ----------------------------------------------------------------------
+# Record columns come straight from the RecordBatch; ``encap`` is built from layer codes.
+RECORD_COLUMNS = ("ts_ns", "cap_len", "wire_len", "linktype", "iface", "file_index",
+                  "record", "file_offset", "epb_flags")
+
+
+def _group_of(t: pa.DataType) -> str:
+    if pa.types.is_boolean(t) or t == pa.uint8():
+        return "u8"
+    if t == pa.int8():
+        return "i8"
+    if t == pa.uint16():
+        return "u16"
+    if t == pa.int16():
+        return "i16"
+    if t == pa.uint32():
+        return "u32"
+    if t == pa.uint64():
+        return "u64"
+    if pa.types.is_fixed_size_binary(t) and t.byte_width == 16:
+        return "addr"
+    if pa.types.is_fixed_size_binary(t) and t.byte_width == C.TCP_MAX_OPTLEN:
+        return "opts"
+    raise TypeError(f"no fast-decoder storage for {t}")
+
+
+GROUPS = ("u8", "i8", "u16", "i16", "u32", "u64", "addr", "opts")
+GROUP_DTYPE = {"u8": np.uint8, "i8": np.int8, "u16": np.uint16, "i16": np.int16,
+               "u32": np.uint32, "u64": np.uint64, "addr": np.uint8, "opts": np.uint8}
+LAYOUT: dict[str, tuple[str, int]] = {}        # column -> (group, row in that group)
+GROUP_COLUMNS: dict[str, list[str]] = {g: [] for g in GROUPS}
+for _f in S.PACKET_FIELDS:
+    if _f.name in RECORD_COLUMNS or _f.name == "encap":
+        continue
+    _g = _group_of(_f.type)
+    LAYOUT[_f.name] = (_g, len(GROUP_COLUMNS[_g]))
+    GROUP_COLUMNS[_g].append(_f.name)
+    # K_<COLUMN>: compile-time constant row index for the kernels
+    globals()["K_" + _f.name.upper()] = LAYOUT[_f.name][1]
+del _f, _g
+
+
+def _pairs(names, group):
+    """(inner row, outer row) pairs of the ip_* columns stored in ``group``."""
+    out = [(LAYOUT[n][1], LAYOUT["outer_" + n][1]) for n in names if LAYOUT[n][0] == group]
+    return np.array(out, dtype=np.int64).reshape(-1, 2)
+
+
+_IP_COLS = [f.name for f in S.PACKET_FIELDS if f.name.startswith("ip_")]
+_L4_COLS = ["l4_proto", "l4_offset", "sport", "dport", "tcp_seq", "tcp_ack", "tcp_flags",
+            "tcp_doff", "tcp_window", "tcp_urg_ptr", "tcp_opt_len", "tcp_options", "tcp_mss",
+            "tcp_wscale", "tcp_sack_perm", "tcp_sack_blocks", "tcp_has_ts", "tcp_tsval",
+            "tcp_tsecr", "udp_len", "l4_csum", "l4_csum_state", "payload_len"]
+# enter_tunnel: ip_* -> outer_ip_* copies, then ip_* and L4 columns reset to "absent"
+IPCOPY_U8 = _pairs(_IP_COLS, "u8")
+IPCOPY_U16 = _pairs(_IP_COLS, "u16")
+IPCOPY_U32 = _pairs(_IP_COLS, "u32")
+IPCOPY_U64 = _pairs(_IP_COLS, "u64")
+IPCOPY_ADDR = _pairs(_IP_COLS, "addr")
+_RESET = _IP_COLS + _L4_COLS
+RESET_U8 = np.array([LAYOUT[n][1] for n in _RESET if LAYOUT[n][0] == "u8"], dtype=np.int64)
+RESET_U16 = np.array([LAYOUT[n][1] for n in _RESET if LAYOUT[n][0] == "u16"], dtype=np.int64)
+RESET_U32 = np.array([LAYOUT[n][1] for n in _RESET if LAYOUT[n][0] == "u32"], dtype=np.int64)
+RESET_U64 = np.array([LAYOUT[n][1] for n in _RESET if LAYOUT[n][0] == "u64"], dtype=np.int64)
+RESET_ADDR = np.array([LAYOUT[n][1] for n in _RESET if LAYOUT[n][0] == "addr"], dtype=np.int64)
+assert all(LAYOUT[n][0] in ("u8", "u16", "u32", "u64", "addr", "opts", "i8") for n in _RESET)
+
+
+class Out(NamedTuple):
+    """The typed column matrices the kernel fills: ``group[row, record]``."""
+
+    u8: np.ndarray     # (n_u8, n) uint8; booleans as 0/1
+    i8: np.ndarray     # (n_i8, n) int8
+    u16: np.ndarray
+    i16: np.ndarray
+    u32: np.ndarray
+    u64: np.ndarray
+    addr: np.ndarray   # (n_addr, n, 16) uint8
+    opts: np.ndarray   # (n, 40) uint8: tcp_options
+
+
+def alloc_out(n: int) -> Out:
+    """Zeroed matrices for ``n`` records, with the non-zero "absent" values preset."""
+    arrs = {}
+    for g in GROUPS:
+        k = len(GROUP_COLUMNS[g])
+        if g == "addr":
+            arrs[g] = np.zeros((k, n, 16), dtype=np.uint8)
+        elif g == "opts":
+            arrs[g] = np.zeros((n, C.TCP_MAX_OPTLEN), dtype=np.uint8)
+        else:
+            arrs[g] = np.zeros((k, n), dtype=GROUP_DTYPE[g])
+    arrs["i16"][LAYOUT["dsa_port"][1]] = -1     # reference empty_row: -1 = no DSA port
+    arrs["i8"][LAYOUT["tcp_wscale"][1]] = -1    # -1 = option absent
+    return Out(**arrs)
+
+
+# --- encapsulation layer codes (the "encap" column is "/".join of their names) ----------
+LAYER_NAMES = ["", "null", "loop", "sll", "sll2", "dsa", "eth", "vlan", "ipv4", "ipv6",
+               "frag", "tcp", "udp", "icmp", "icmpv6", "gre", "erspan2", "erspan3", "vxlan",
+               "vxlan-gpe", "geneve", "fou", "gue"]
+(LY_NULL, LY_LOOP, LY_SLL, LY_SLL2, LY_DSA, LY_ETH, LY_VLAN, LY_IPV4, LY_IPV6, LY_FRAG,
+ LY_TCP, LY_UDP, LY_ICMP, LY_ICMPV6, LY_GRE, LY_ERSPAN2, LY_ERSPAN3, LY_VXLAN, LY_GPE,
+ LY_GENEVE, LY_FOU, LY_GUE) = range(1, 23)
+LY_IPPROTO = 256          # + protocol number: "ipproto-N"
+MAX_LAYERS = 64           # more than this (e.g. hundreds of VLAN tags): Python fallback
+
+
+def layer_name(code: int) -> str:
+    """Name of one layer code as the reference decoder writes it."""
+    return f"ipproto-{code - LY_IPPROTO}" if code >= LY_IPPROTO else LAYER_NAMES[code]
+
+
+# --- decoder states ---------------------------------------------------------------------
+ST_DONE = 0
+ST_ETHER = 1
+ST_VLANS = 2
+ST_IPV4 = 3
+ST_IPV6 = 4
+ST_IPPAY = 5
+ST_GRE = 6
+ST_ERSPAN = 7
+ST_VXLAN = 8
+ST_GPE = 9
+ST_GENEVE = 10
+ST_GUE = 11
+ST_INNER_ETH = 12
+ST_IPTUN = 13
+ST_LINK = 14
+
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)   # FNV-1a 64 (digest.fnv1a64)
+_FNV_PRIME = np.uint64(0x100000001B3)
+_U64_ZERO = np.uint64(0)
+
+
+@njit(cache=True, inline="always")
+def _u16(f, off):
+    return (np.int64(f[off]) << 8) | np.int64(f[off + 1])
+
+
+@njit(cache=True, inline="always")
+def _u32(f, off):
+    return ((np.int64(f[off]) << 24) | (np.int64(f[off + 1]) << 16)
+            | (np.int64(f[off + 2]) << 8) | np.int64(f[off + 3]))
+
+
+@njit(cache=True, inline="always")
+def _mac(f, off):
+    return np.uint64((_u16(f, off) << 32) | _u32(f, off + 2))
+
+
+@njit(cache=True)
+def _ones_sum(f, lo, hi, start):
+    """digest.ones_sum over f[lo:hi]: big-endian words, odd byte padded with zero."""
+    s = np.int64(start)
+    p = lo
+    while p + 1 < hi:
+        s += (np.int64(f[p]) << 8) | np.int64(f[p + 1])
+        p += 2
+    if p < hi:
+        s += np.int64(f[p]) << 8
+    return s
+
+
+@njit(cache=True, inline="always")
+def _fold16(s):
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return s
+
+
+@njit(cache=True)
+def _digest_or_zero(f, lo, hi):
+    """digest.digest_or_zero: FNV-1a 64 of f[lo:hi], 0 for an empty range."""
+    if hi <= lo:
+        return _U64_ZERO
+    h = _FNV_OFFSET
+    for p in range(lo, hi):
+        h = (h ^ np.uint64(f[p])) * _FNV_PRIME
+    return h
+
+
+@njit(cache=True)
+def _set_addr(o, row, i, f, off):
+    for k in range(16):
+        o.addr[row, i, k] = f[off + k]
+
+
+@njit(cache=True)
+def _set_addr_v4(o, row, i, f, off):
+    # IPv4-mapped IPv6 (::ffff:a.b.c.d), schema convention
+    for k in range(10):
+        o.addr[row, i, k] = 0
+    o.addr[row, i, 10] = 0xFF
+    o.addr[row, i, 11] = 0xFF
+    for k in range(4):
+        o.addr[row, i, 12 + k] = f[off + k]
+
+
+@njit(cache=True)
+def _enter_tunnel(o, i, depth, tun_type, off):
+    """reference enter_tunnel: outermost tunnel fills outer_ip_*/tun_*; ip_*/L4 reset."""
+    if depth == 1:
+        for k in range(IPCOPY_U8.shape[0]):
+            o.u8[IPCOPY_U8[k, 1], i] = o.u8[IPCOPY_U8[k, 0], i]
+        for k in range(IPCOPY_U16.shape[0]):
+            o.u16[IPCOPY_U16[k, 1], i] = o.u16[IPCOPY_U16[k, 0], i]
+        for k in range(IPCOPY_U32.shape[0]):
+            o.u32[IPCOPY_U32[k, 1], i] = o.u32[IPCOPY_U32[k, 0], i]
+        for k in range(IPCOPY_U64.shape[0]):
+            o.u64[IPCOPY_U64[k, 1], i] = o.u64[IPCOPY_U64[k, 0], i]
+        for k in range(IPCOPY_ADDR.shape[0]):
+            for j in range(16):
+                o.addr[IPCOPY_ADDR[k, 1], i, j] = o.addr[IPCOPY_ADDR[k, 0], i, j]
+        if o.u8[K_L4_PROTO, i] == C.IPPROTO_UDP:
+            o.u8[K_OUTER_L4_PROTO, i] = C.IPPROTO_UDP
+            o.u16[K_OUTER_SPORT, i] = o.u16[K_SPORT, i]
+            o.u16[K_OUTER_DPORT, i] = o.u16[K_DPORT, i]
+            o.u16[K_OUTER_UDP_LEN, i] = o.u16[K_UDP_LEN, i]
+            o.u16[K_OUTER_UDP_CSUM, i] = o.u16[K_L4_CSUM, i]
+        o.u8[K_TUN_TYPE, i] = tun_type
+        o.u16[K_TUN_OFFSET, i] = off
+        o.u8[K_TUN_CSUM_OK, i] = 1
+    for k in range(RESET_U8.shape[0]):
+        o.u8[RESET_U8[k], i] = 0
+    for k in range(RESET_U16.shape[0]):
+        o.u16[RESET_U16[k], i] = 0
+    for k in range(RESET_U32.shape[0]):
+        o.u32[RESET_U32[k], i] = 0
+    for k in range(RESET_U64.shape[0]):
+        o.u64[RESET_U64[k], i] = 0
+    for k in range(RESET_ADDR.shape[0]):
+        for j in range(16):
+            o.addr[RESET_ADDR[k], i, j] = 0
+    for j in range(C.TCP_MAX_OPTLEN):
+        o.opts[i, j] = 0
+    o.i8[K_TCP_WSCALE, i] = -1
+
+
+@njit(cache=True)
+def _csum_state(f, cap, field, off, seglen, pseudo):
+    """reference l4_csum_state: GOOD/BAD need the whole segment; PARTIAL = pseudo sum only."""
+    pf = _fold16(pseudo + seglen)
+    full = False
+    if off + seglen <= cap:
+        total = _fold16(_ones_sum(f, off, off + seglen, pseudo + seglen))
+        if total == 0xFFFF:
+            return S.CSUM_GOOD
+        full = True
+    if field == pf or field == ((~pf) & 0xFFFF):
+        return S.CSUM_PARTIAL
+    return S.CSUM_BAD if full else S.CSUM_UNKNOWN
+
+
+@njit(cache=True)
+def _tcp_options(o, i, f, lo, hi):
+    """tcp_parse_options as the reference reads it: a malformed option ends parsing."""
+    p = lo
+    while p < hi:
+        kind = f[p]
+        if kind == C.TCPOPT_EOL:
+            break
+        if kind == C.TCPOPT_NOP:
+            p += 1
+            continue
+        if p + 1 >= hi:
+            break
+        size = np.int64(f[p + 1])
+        if size < 2 or p + size > hi:       # "silly options"
+            break
+        if kind == C.TCPOPT_MSS and size == 4:
+            o.u16[K_TCP_MSS, i] = _u16(f, p + 2)
+        elif kind == C.TCPOPT_WSCALE and size == 3:
+            o.i8[K_TCP_WSCALE, i] = min(np.int64(f[p + 2]), C.TCP_MAX_WSCALE)
+        elif kind == C.TCPOPT_SACK_PERM and size == 2:
+            o.u8[K_TCP_SACK_PERM, i] = 1
+        elif kind == C.TCPOPT_SACK and size >= 10 and (size - 2) % 8 == 0:
+            o.u8[K_TCP_SACK_BLOCKS, i] = (size - 2) // 8
+        elif kind == C.TCPOPT_TIMESTAMP and size == 10:
+            o.u8[K_TCP_HAS_TS, i] = 1
+            o.u32[K_TCP_TSVAL, i] = _u32(f, p + 2)
+            o.u32[K_TCP_TSECR, i] = _u32(f, p + 6)
+        p += size
+
+
+@njit(cache=True)
+def _add_vlan(o, i, tpid, tci, outer):
+    """reference add_vlan: the first two tags of the outer Ethernet are recorded."""
+    if not outer:
+        return
+    d = np.int64(o.u8[K_VLAN_DEPTH, i])
+    if d == 0:
+        o.u16[K_VLAN_TPID0, i] = tpid
+        o.u16[K_VLAN_TCI0, i] = tci
+    elif d == 1:
+        o.u16[K_VLAN_TPID1, i] = tpid
+        o.u16[K_VLAN_TCI1, i] = tci
+    o.u8[K_VLAN_DEPTH, i] = min(d + 1, 255)
+
+
+@njit(cache=True)
+def _decode_one(f, cap, wire, lt, i, o, port_tun, port_fou, dsa_opt, layers):
+    """Decode frame ``f`` (``cap`` bytes) into row ``i``; returns (status, layers, depth).
+
+    Mirrors reference._FrameDecoder.run. ``layers`` receives the layer codes; a count
+    above MAX_LAYERS means the list overflowed (the caller falls back to the reference).
+    """
+    nl = 0
+    depth = 0
+    status = S.STATUS_OK
+    st = ST_LINK
+    off = 0
+    ln = 0
+    etype = 0
+    outer = True
+    dsa_kind = 0
+    ipver = 0
+    proto = 0
+    pseudo = 0
+    fragment = False
+    nonfirst = False
+    aux = 0
+    while st != ST_DONE:
+        if nl > MAX_LAYERS - 4:          # a state appends at most 3 layers
+            nl = MAX_LAYERS + 1          # overflow: caller decodes this frame in Python
+            break
+        if st == ST_LINK:
+            if lt == C.LINKTYPE_ETHERNET:
+                st, off, dsa_kind = ST_ETHER, 0, dsa_opt
+            elif lt == C.LINKTYPE_DSA_TAG_BRCM:
+                st, off, dsa_kind = ST_ETHER, 0, C.DSA_BRCM
+            elif lt == C.LINKTYPE_DSA_TAG_BRCM_PREPEND:
+                st, off, dsa_kind = ST_ETHER, 0, C.DSA_BRCM_PREPEND
+            elif lt == C.LINKTYPE_DSA_TAG_DSA:
+                st, off, dsa_kind = ST_ETHER, 0, C.DSA_DSA
+            elif lt == C.LINKTYPE_DSA_TAG_EDSA:
+                st, off, dsa_kind = ST_ETHER, 0, C.DSA_EDSA
+            elif (lt == C.LINKTYPE_RAW or lt == C.LINKTYPE_RAW_OPENBSD
+                  or lt == C.LINKTYPE_RAW_BSDOS):
+                if cap < 1:
+                    status = S.STATUS_TRUNCATED
+                    break
+                v = f[0] >> 4
+                if v == 4:
+                    st, off = ST_IPV4, 0
+                elif v == 6:
+                    st, off = ST_IPV6, 0
+                else:
+                    status = S.STATUS_BAD_IP_HEADER
+                    break
+            elif lt == C.LINKTYPE_IPV4:
+                st, off = ST_IPV4, 0
+            elif lt == C.LINKTYPE_IPV6:
+                st, off = ST_IPV6, 0
+            elif lt == C.LINKTYPE_NULL or lt == C.LINKTYPE_LOOP:
+                # BSD loopback: AF family, host-endian (NULL) or big-endian (LOOP)
+                layers[nl] = LY_NULL if lt == C.LINKTYPE_NULL else LY_LOOP
+                nl += 1
+                if cap < 4:
+                    status = S.STATUS_TRUNCATED
+                    break
+                be = _u32(f, 0)
+                af = be
+                if lt == C.LINKTYPE_NULL:
+                    le = (np.int64(f[0]) | (np.int64(f[1]) << 8) | (np.int64(f[2]) << 16)
+                          | (np.int64(f[3]) << 24))
+                    af = le if le <= 0xFFFF else be
+                if af == C.NULL_AF_INET:
+                    st, off = ST_IPV4, 4
+                elif af == 24 or af == 28 or af == 30:     # C.NULL_AF_INET6
+                    st, off = ST_IPV6, 4
+                else:
+                    status = S.STATUS_NOT_IP
+                    break
+            elif lt == C.LINKTYPE_LINUX_SLL:
+                layers[nl] = LY_SLL
+                nl += 1
+                if cap < C.SLL_HLEN:
+                    status = S.STATUS_TRUNCATED
+                    break
+                if _u16(f, 2) == C.ARPHRD_ETHER and _u16(f, 4) == 6:
+                    o.u64[K_ETH_SRC, i] = _mac(f, 6)
+                etype = _u16(f, 14)
+                o.u16[K_ETH_TYPE, i] = etype
+                st, off, outer = ST_VLANS, C.SLL_HLEN, True
+            elif lt == C.LINKTYPE_LINUX_SLL2:
+                layers[nl] = LY_SLL2
+                nl += 1
+                if cap < C.SLL2_HLEN:
+                    status = S.STATUS_TRUNCATED
+                    break
+                if _u16(f, 8) == C.ARPHRD_ETHER and f[11] == 6:
+                    o.u64[K_ETH_SRC, i] = _mac(f, 12)
+                etype = _u16(f, 0)
+                o.u16[K_ETH_TYPE, i] = etype
+                st, off, outer = ST_VLANS, C.SLL2_HLEN, True
+            else:
+                status = S.STATUS_UNSUPPORTED_LINKTYPE
+                break
+
+        elif st == ST_ETHER:
+            # reference ether(): optional DSA tag (net/dsa/tag_brcm.c, tag_dsa.c), VLANs
+            if dsa_kind == C.DSA_BRCM_PREPEND:
+                layers[nl] = LY_DSA
+                nl += 1
+                if off + C.BRCM_TAG_LEN > cap:
+                    status = S.STATUS_TRUNCATED
+                    break
+                # brcm_tag_rcv_ll: source port in byte 3; a non-zero opcode is dropped
+                o.u8[K_DSA_TAG, i] = C.DSA_BRCM_PREPEND
+                o.i16[K_DSA_PORT, i] = f[off + 3] & C.BRCM_EG_PID_MASK
+                if f[off] >> C.BRCM_OPCODE_SHIFT:
+                    status = S.STATUS_BAD_L2_HEADER
+                    break
+                off += C.BRCM_TAG_LEN
+            layers[nl] = LY_ETH
+            nl += 1
+            if off + 12 > cap:
+                status = S.STATUS_TRUNCATED
+                break
+            o.u64[K_ETH_DST, i] = _mac(f, off)
+            o.u64[K_ETH_SRC, i] = _mac(f, off + 6)
+            p = off + 12
+            synth = -1
+            if dsa_kind == C.DSA_BRCM or dsa_kind == C.DSA_DSA or dsa_kind == C.DSA_EDSA:
+                layers[nl] = LY_DSA
+                nl += 1
+                if dsa_kind == C.DSA_BRCM:
+                    if p + C.BRCM_TAG_LEN > cap:
+                        status = S.STATUS_TRUNCATED
+                        break
+                    o.u8[K_DSA_TAG, i] = C.DSA_BRCM
+                    o.i16[K_DSA_PORT, i] = f[p + 3] & C.BRCM_EG_PID_MASK
+                    if f[p] >> C.BRCM_OPCODE_SHIFT:
+                        status = S.STATUS_BAD_L2_HEADER
+                        break
+                    p += C.BRCM_TAG_LEN
+                else:
+                    hl = C.DSA_HLEN if dsa_kind == C.DSA_DSA else C.EDSA_HLEN
+                    if p + hl > cap:
+                        status = S.STATUS_TRUNCATED
+                        break
+                    o.u8[K_DSA_TAG, i] = dsa_kind
+                    t = p
+                    if dsa_kind == C.DSA_EDSA:
+                        if _u16(f, p) != C.ETH_P_EDSA:      # tag_dsa.c edsa_rcv
+                            status = S.STATUS_BAD_L2_HEADER
+                            break
+                        t = p + 4
+                    # tag_dsa.c dsa_rcv_ll: port in byte 1; only TO_CPU/FORWARD accepted
+                    b0, b1, b2, b3 = f[t], f[t + 1], f[t + 2], f[t + 3]
+                    o.i16[K_DSA_PORT, i] = (b1 >> 3) & 0x1F
+                    cmd = b0 >> 6
+                    if cmd != C.DSA_CMD_TO_CPU and cmd != C.DSA_CMD_FORWARD:
+                        status = S.STATUS_BAD_L2_HEADER
+                        break
+                    if b0 & C.DSA_VLAN_TAG:
+                        hi = np.int64(b2) & 0xEF
+                        if b1 & C.DSA_CFI_BIT:     # CFI moves back to its 802.1Q place
+                            hi |= 0x10
+                        synth = (hi << 8) | np.int64(b3)
+                    p += hl
+            if p + 2 > cap:
+                status = S.STATUS_TRUNCATED
+                break
+            etype = _u16(f, p)
+            if synth >= 0:
+                # dsa_rcv_ll: a tagged DSA frame becomes an 802.1Q-tagged frame
+                o.u16[K_ETH_TYPE, i] = C.ETH_P_8021Q
+                layers[nl] = LY_VLAN
+                nl += 1
+                _add_vlan(o, i, C.ETH_P_8021Q, synth, True)
+            else:
+                o.u16[K_ETH_TYPE, i] = etype
+            st, off, outer = ST_VLANS, p + 2, True
+
+        elif st == ST_INNER_ETH:
+            # Ethernet inside a tunnel (TEB, ERSPAN, VXLAN, Geneve, GPE)
+            layers[nl] = LY_ETH
+            nl += 1
+            if off + C.ETH_HLEN > cap:
+                status = S.STATUS_TRUNCATED
+                break
+            etype = _u16(f, off + 12)
+            if depth == 1:
+                o.u64[K_INNER_ETH_DST, i] = _mac(f, off)
+                o.u64[K_INNER_ETH_SRC, i] = _mac(f, off + 6)
+                o.u16[K_INNER_ETH_TYPE, i] = etype
+            st, off, outer = ST_VLANS, off + C.ETH_HLEN, False
+
+        elif st == ST_VLANS:
+            # 802.1Q / 802.1ad / 0x9100 tags, then IPv4 / IPv6
+            while etype == C.ETH_P_8021Q or etype == C.ETH_P_8021AD or etype == C.ETH_P_QINQ1:
+                if off + 4 > cap:
+                    status = S.STATUS_TRUNCATED
+                    break
+                if nl > MAX_LAYERS - 2:
+                    break
+                layers[nl] = LY_VLAN
+                nl += 1
+                _add_vlan(o, i, etype, _u16(f, off), outer)
+                etype = _u16(f, off + 2)
+                off += 4
+            if status != S.STATUS_OK:
+                break
+            if etype == C.ETH_P_IP:
+                st = ST_IPV4
+            elif etype == C.ETH_P_IPV6:
+                st = ST_IPV6
+            elif nl > MAX_LAYERS - 2:
+                continue                      # overflow, handled at the loop top
+            else:
+                status = S.STATUS_NOT_IP
+                break
+
+        elif st == ST_IPV4:
+            # IPv4 header (RFC 791)
+            layers[nl] = LY_IPV4
+            nl += 1
+            if off + 20 > cap:
+                status = S.STATUS_TRUNCATED
+                break
+            v = f[off] >> 4
+            o.u8[K_IP_VERSION, i] = v
+            o.u16[K_IP_OFFSET, i] = off
+            if v != 4:
+                status = S.STATUS_BAD_IP_HEADER
+                break
+            ihl = np.int64(f[off] & 0x0F) * 4
+            o.u16[K_IP_HDR_LEN, i] = ihl
+            if ihl < 20:
+                status = S.STATUS_BAD_IP_HEADER
+                break
+            if off + ihl > cap:
+                status = S.STATUS_TRUNCATED
+                break
+            tot_len = _u16(f, off + 2)
+            frag = _u16(f, off + 6)
+            o.u8[K_IP_TOS, i] = f[off + 1]
+            o.u32[K_IP_TOT_LEN, i] = tot_len
+            o.u16[K_IP_ID, i] = _u16(f, off + 4)
+            o.u8[K_IP_RF, i] = 1 if frag & C.IP_RF else 0
+            o.u8[K_IP_DF, i] = 1 if frag & C.IP_DF else 0
+            o.u8[K_IP_MF, i] = 1 if frag & C.IP_MF else 0
+            o.u16[K_IP_FRAG_OFF, i] = frag & C.IP_OFFMASK
+            o.u8[K_IP_TTL, i] = f[off + 8]
+            proto = np.int64(f[off + 9])
+            o.u8[K_IP_PROTO, i] = proto
+            _set_addr_v4(o, K_IP_SRC, i, f, off + 12)
+            _set_addr_v4(o, K_IP_DST, i, f, off + 16)
+            # a header that checksums to 0xffff (including its checksum) is valid
+            o.u8[K_IP_CSUM_OK, i] = 1 if _fold16(_ones_sum(f, off, off + ihl, 0)) == 0xFFFF else 0
+            o.u16[K_IP_EXT_LEN, i] = ihl - 20
+            o.u64[K_IP_EXT_DIGEST, i] = _digest_or_zero(f, off + 20, off + ihl)
+            length = tot_len
+            if tot_len == 0 and wire - off > 0xFFFF:
+                length = wire - off          # BIG TCP (include/linux/ip.h iph_totlen)
+            if length < ihl:
+                status = S.STATUS_BAD_IP_HEADER
+                break
+            if off + length > wire:
+                status = S.STATUS_BAD_LENGTH
+                break
+            pseudo = _ones_sum(f, off + 12, off + 20, proto)
+            nonfirst = (frag & C.IP_OFFMASK) != 0
+            fragment = nonfirst or (frag & C.IP_MF) != 0
+            st, ipver, off, ln = ST_IPPAY, 4, off + ihl, length - ihl
+
+        elif st == ST_IPV6:
+            # IPv6 header (RFC 8200) and its extension-header chain
+            layers[nl] = LY_IPV6
+            nl += 1
+            if off + C.IP6_HLEN > cap:
+                status = S.STATUS_TRUNCATED
+                break
+            w0 = _u32(f, off)
+            o.u8[K_IP_VERSION, i] = w0 >> 28
+            o.u16[K_IP_OFFSET, i] = off
+            if w0 >> 28 != 6:
+                status = S.STATUS_BAD_IP_HEADER
+                break
+            plen = _u16(f, off + 4)
+            nh = np.int64(f[off + 6])
+            o.u8[K_IP_TOS, i] = (w0 >> 20) & 0xFF
+            o.u32[K_IP_FLOW_LABEL, i] = w0 & 0xFFFFF
+            o.u32[K_IP_TOT_LEN, i] = C.IP6_HLEN + plen
+            o.u8[K_IP_TTL, i] = f[off + 7]
+            _set_addr(o, K_IP_SRC, i, f, off + 8)
+            _set_addr(o, K_IP_DST, i, f, off + 24)
+            o.u8[K_IP_CSUM_OK, i] = 1
+            o.u16[K_IP_HDR_LEN, i] = C.IP6_HLEN
+            o.u8[K_IP_PROTO, i] = nh
+            length = plen
+            if plen == 0 and wire - off - C.IP6_HLEN > 0xFFFF:
+                length = wire - off - C.IP6_HLEN    # BIG TCP (ipv6_payload_len)
+            if off + C.IP6_HLEN + length > wire:
+                status = S.STATUS_BAD_LENGTH
+                break
+            end = off + C.IP6_HLEN + length
+            cur = off + C.IP6_HLEN
+            mask = 0
+            final_dst = off + 24
+            nonfirst = False
+            while (nh == C.IPPROTO_HOPOPTS or nh == C.IPPROTO_ROUTING
+                   or nh == C.IPPROTO_DSTOPTS or nh == C.IPPROTO_FRAGMENT):
+                if nh == C.IPPROTO_FRAGMENT:
+                    if cur + C.IP6_FRAG_HLEN > cap:
+                        status = S.STATUS_TRUNCATED
+                        break
+                    if cur + C.IP6_FRAG_HLEN > end:
+                        status = S.STATUS_BAD_IP_HEADER
+                        break
+                    mask |= C.IP6_EXT_FRAGMENT
+                    fo = _u16(f, cur + 2)
+                    o.u16[K_IP_FRAG_OFF, i] = fo >> 3
+                    o.u8[K_IP_MF, i] = fo & 1
+                    o.u16[K_IP_ID, i] = 0
+                    nh = np.int64(f[cur])
+                    cur += C.IP6_FRAG_HLEN
+                    if fo >> 3:
+                        nonfirst = True      # the rest of the chain is in the first fragment
+                        break
+                    continue
+                if cur + 2 > cap:
+                    status = S.STATUS_TRUNCATED
+                    break
+                hl = (np.int64(f[cur + 1]) + 1) * 8
+                if cur + hl > cap:
+                    status = S.STATUS_TRUNCATED
+                    break
+                if cur + hl > end:
+                    status = S.STATUS_BAD_IP_HEADER
+                    break
+                if nh == C.IPPROTO_HOPOPTS:
+                    mask |= C.IP6_EXT_HOPOPTS
+                elif nh == C.IPPROTO_DSTOPTS:
+                    mask |= C.IP6_EXT_DSTOPTS
+                else:
+                    mask |= C.IP6_EXT_ROUTING
+                    # RFC 8200 8.1: the pseudo-header uses the final destination
+                    rtype, segleft = f[cur + 2], f[cur + 3]
+                    naddr = (hl - 8) // 16
+                    if segleft != 0 and naddr != 0:
+                        if rtype == C.IPV6_SRCRT_TYPE_4:
+                            final_dst = cur + 8
+                        elif rtype == 0 or rtype == 2:
+                            final_dst = cur + 8 + 16 * (naddr - 1)
+                nh = np.int64(f[cur])
+                cur += hl
+            if status == S.STATUS_OK and (nh == C.IPPROTO_AH or nh == 135 or nh == 139
+                                          or nh == 140):    # C.IP6_EXT_STOP_OTHER
+                mask |= C.IP6_EXT_OTHER
+            # fields of the chain walked so far, also when the walk stopped early
+            o.u8[K_IP_PROTO, i] = nh
+            o.u8[K_IP_EXT_MASK, i] = mask
+            o.u16[K_IP_EXT_LEN, i] = cur - off - C.IP6_HLEN
+            o.u16[K_IP_HDR_LEN, i] = cur - off
+            o.u64[K_IP_EXT_DIGEST, i] = _digest_or_zero(f, off + C.IP6_HLEN, cur)
+            if status != S.STATUS_OK:
+                break
+            pseudo = _ones_sum(f, off + 8, off + 24, nh)
+            pseudo = _ones_sum(f, final_dst, final_dst + 16, pseudo)
+            fragment = (mask & C.IP6_EXT_FRAGMENT) != 0
+            st, ipver, proto, off, ln = ST_IPPAY, 6, nh, cur, end - cur
+
+        elif st == ST_IPPAY:
+            # reference ip_payload: dispatch on the IP protocol
+            o.u8[K_L4_PROTO, i] = proto
+            is_tcp = proto == C.IPPROTO_TCP
+            is_udp = proto == C.IPPROTO_UDP
+            if fragment:
+                layers[nl] = LY_FRAG
+                nl += 1
+                if nonfirst:
+                    o.u16[K_L4_OFFSET, i] = 0
+                    o.u32[K_PAYLOAD_LEN, i] = ln
+                    break
+            verify = not fragment
+            if is_tcp:
+                # TCP header (RFC 9293 3.1) and options (tcp_parse_options)
+                layers[nl] = LY_TCP
+                nl += 1
+                o.u8[K_L4_PROTO, i] = C.IPPROTO_TCP
+                o.u16[K_L4_OFFSET, i] = off
+                if off + 20 > cap:
+                    status = S.STATUS_TRUNCATED
+                    break
+                o.u16[K_SPORT, i] = _u16(f, off)
+                o.u16[K_DPORT, i] = _u16(f, off + 2)
+                o.u32[K_TCP_SEQ, i] = _u32(f, off + 4)
+                o.u32[K_TCP_ACK, i] = _u32(f, off + 8)
+                doff = np.int64(f[off + 12] >> 4)
+                o.u8[K_TCP_DOFF, i] = doff
+                # AE is the low bit of the reserved nibble (kernel TCP_FLAG_AE)
+                o.u16[K_TCP_FLAGS, i] = ((np.int64(f[off + 12]) & 1) << 8) | np.int64(f[off + 13])
+                o.u16[K_TCP_WINDOW, i] = _u16(f, off + 14)
+                field = _u16(f, off + 16)
+                o.u16[K_L4_CSUM, i] = field
+                o.u16[K_TCP_URG_PTR, i] = _u16(f, off + 18)
+                if doff < 5:
+                    status = S.STATUS_BAD_L4_HEADER
+                    break
+                hl = doff * 4
+                if off + hl > cap:
+                    status = S.STATUS_TRUNCATED
+                    break
+                o.u8[K_TCP_OPT_LEN, i] = hl - 20
+                for k in range(hl - 20):
+                    o.opts[i, k] = f[off + 20 + k]
+                _tcp_options(o, i, f, off + 20, off + hl)
+                if hl > ln:
+                    status = S.STATUS_BAD_L4_HEADER
+                    break
+                o.u32[K_PAYLOAD_LEN, i] = ln - hl
+                if verify:
+                    o.u8[K_L4_CSUM_STATE, i] = _csum_state(f, cap, field, off, ln, pseudo)
+                break
+            elif is_udp:
+                # UDP header (RFC 768); a UDP tunnel port continues into the tunnel
+                layers[nl] = LY_UDP
+                nl += 1
+                o.u8[K_L4_PROTO, i] = C.IPPROTO_UDP
+                o.u16[K_L4_OFFSET, i] = off
+                if off + 8 > cap:
+                    status = S.STATUS_TRUNCATED
+                    break
+                dport = _u16(f, off + 2)
+                ulen = _u16(f, off + 4)
+                field = _u16(f, off + 6)
+                o.u16[K_SPORT, i] = _u16(f, off)
+                o.u16[K_DPORT, i] = dport
+                o.u16[K_UDP_LEN, i] = ulen
+                o.u16[K_L4_CSUM, i] = field
+                if fragment:
+                    # the UDP length covers the reassembled datagram
+                    if ln < 8:
+                        status = S.STATUS_BAD_L4_HEADER
+                        break
+                    o.u32[K_PAYLOAD_LEN, i] = ln - 8
+                    break
+                # __udp4_lib_rcv: ulen > IP payload is short (dropped); smaller trims
+                if ulen < 8 or ulen > ln:
+                    status = S.STATUS_BAD_L4_HEADER
+                    break
+                o.u32[K_PAYLOAD_LEN, i] = ulen - 8
+                if field == 0:
+                    o.u8[K_L4_CSUM_STATE, i] = S.CSUM_ZERO
+                else:
+                    o.u8[K_L4_CSUM_STATE, i] = _csum_state(f, cap, field, off, ulen, pseudo)
+                tt = port_tun[dport]
+                if tt == C.TUN_NONE:
+                    break
+                if depth >= C.MAX_ENCAP_DEPTH:
+                    status = S.STATUS_ENCAP_TOO_DEEP
+                    break
+                depth += 1
+                _enter_tunnel(o, i, depth, tt, off + 8)
+                inner, inner_len = off + 8, ulen - 8
+                if tt == C.TUN_VXLAN:
+                    st, off = ST_VXLAN, inner
+                elif tt == C.TUN_VXLAN_GPE:
+                    st, off = ST_GPE, inner
+                elif tt == C.TUN_GENEVE:
+                    st, off = ST_GENEVE, inner
+                elif tt == C.TUN_FOU:
+                    layers[nl] = LY_FOU
+                    nl += 1
+                    if depth == 1:
+                        o.u16[K_TUN_PROTO, i] = port_fou[dport]
+                    st, proto, off, ln = ST_IPTUN, np.int64(port_fou[dport]), inner, inner_len
+                else:
+                    st, off, ln = ST_GUE, inner, inner_len
+                continue
+            if fragment:
+                pass                  # first fragment of another protocol: other_l4 below
+            elif proto == C.IPPROTO_GRE or proto == C.IPPROTO_IPIP or proto == C.IPPROTO_IPV6:
+                # reference carrier(): the tunnel's protocol seen as L4, then the tunnel
+                o.u16[K_L4_OFFSET, i] = off
+                o.u32[K_PAYLOAD_LEN, i] = ln
+                if depth >= C.MAX_ENCAP_DEPTH:
+                    status = S.STATUS_ENCAP_TOO_DEEP
+                    break
+                depth += 1
+                if proto == C.IPPROTO_GRE:
+                    _enter_tunnel(o, i, depth, C.TUN_GRE, off)
+                    st = ST_GRE
+                elif proto == C.IPPROTO_IPIP:
+                    _enter_tunnel(o, i, depth, C.TUN_IPIP if ipver == 4 else C.TUN_IP4IP6, off)
+                    st = ST_IPV4
+                else:
+                    _enter_tunnel(o, i, depth, C.TUN_SIT if ipver == 4 else C.TUN_IP6IP6, off)
+                    st = ST_IPV6
+                continue
+            # other_l4: no header decoded, payload_len is the IP payload
+            if proto == C.IPPROTO_ICMP:
+                layers[nl] = LY_ICMP
+            elif proto == C.IPPROTO_ICMPV6:
+                layers[nl] = LY_ICMPV6
+            else:
+                layers[nl] = LY_IPPROTO + proto
+            nl += 1
+            o.u8[K_L4_PROTO, i] = proto
+            o.u16[K_L4_OFFSET, i] = off
+            o.u32[K_PAYLOAD_LEN, i] = ln
+            break
+
+        elif st == ST_IPTUN:
+            # reference ip_in_tunnel: IP protocol carried directly by FOU/GUE
+            if proto == C.IPPROTO_IPIP:
+                st = ST_IPV4
+            elif proto == C.IPPROTO_IPV6:
+                st = ST_IPV6
+            elif proto == C.IPPROTO_GRE:
+                if depth >= C.MAX_ENCAP_DEPTH:
+                    status = S.STATUS_ENCAP_TOO_DEEP
+                    break
+                depth += 1
+                _enter_tunnel(o, i, depth, C.TUN_GRE, off)
+                st = ST_GRE
+            else:
+                status = S.STATUS_UNSUPPORTED_ENCAP
+                break
+
+        elif st == ST_GRE:
+            # GRE header (RFC 2784/2890; gre_parse_header)
+            layers[nl] = LY_GRE
+            nl += 1
+            if off + C.GRE_HLEN > cap:
+                status = S.STATUS_TRUNCATED
+                break
+            flags = _u16(f, off)
+            gproto = _u16(f, off + 2)
+            if depth == 1:
+                o.u32[K_TUN_FLAGS, i] = flags
+                o.u16[K_TUN_PROTO, i] = gproto
+            # gre_parse_header: version != 0 (PPTP) and routing are refused
+            if flags & (C.GRE_VERSION | C.GRE_ROUTING):
+                status = S.STATUS_UNSUPPORTED_ENCAP
+                break
+            hl = C.GRE_HLEN
+            if flags & C.GRE_CSUM:
+                hl += 4
+            if flags & C.GRE_KEY:
+                hl += 4
+            if flags & C.GRE_SEQ:
+                hl += 4
+            if off + hl > cap:
+                status = S.STATUS_TRUNCATED
+                break
+            p = off + C.GRE_HLEN
+            if flags & C.GRE_CSUM:
+                if off + ln <= cap and depth == 1:   # verifiable with the whole packet only
+                    ok = _fold16(_ones_sum(f, off, off + ln, 0)) == 0xFFFF
+                    o.u8[K_TUN_CSUM_OK, i] = 1 if ok else 0
+                p += 4
+            if flags & C.GRE_KEY:
+                if depth == 1:
+                    o.u32[K_TUN_KEY, i] = _u32(f, p)
+                p += 4
+            if flags & C.GRE_SEQ:
+                if depth == 1:
+                    o.u32[K_TUN_SEQ, i] = _u32(f, p)
+                p += 4
+            if gproto == C.ETH_P_IP:
+                st, off = ST_IPV4, p
+            elif gproto == C.ETH_P_IPV6:
+                st, off = ST_IPV6, p
+            elif gproto == C.ETH_P_TEB:
+                if depth == 1:
+                    o.u8[K_TUN_TYPE, i] = C.TUN_GRE_TEB
+                st, off = ST_INNER_ETH, p
+            elif gproto == C.ETH_P_ERSPAN:
+                if depth == 1:
+                    o.u8[K_TUN_TYPE, i] = C.TUN_ERSPAN2
+                st, off, aux = ST_ERSPAN, p, C.ERSPAN_V1
+            elif gproto == C.ETH_P_ERSPAN2:
+                if depth == 1:
+                    o.u8[K_TUN_TYPE, i] = C.TUN_ERSPAN3
+                st, off, aux = ST_ERSPAN, p, C.ERSPAN_V2
+            else:
+                status = S.STATUS_UNSUPPORTED_ENCAP
+                break
+
+        elif st == ST_ERSPAN:
+            # ERSPAN type II (ver 1) / III (ver 2) header (include/net/erspan.h)
+            layers[nl] = LY_ERSPAN2 if aux == C.ERSPAN_V1 else LY_ERSPAN3
+            nl += 1
+            hl = C.ERSPAN2_HLEN if aux == C.ERSPAN_V1 else C.ERSPAN3_HLEN
+            if off + hl > cap:
+                status = S.STATUS_TRUNCATED
+                break
+            ver = f[off] >> 4
+            if depth == 1:
+                o.u8[K_ERSPAN_VER, i] = ver
+                o.u16[K_ERSPAN_SESSION, i] = _u16(f, off + 2) & C.ERSPAN_SESSION_MASK
+            if ver != aux:
+                status = S.STATUS_BAD_TUNNEL_HEADER
+                break
+            if aux == C.ERSPAN_V2 and f[off + 11] & 0x01:     # O: platform subheader
+                hl += C.ERSPAN3_PLATFORM_LEN
+                if off + hl > cap:
+                    status = S.STATUS_TRUNCATED
+                    break
+            st, off = ST_INNER_ETH, off + hl
+
+        elif st == ST_VXLAN or st == ST_GPE:
+            layers[nl] = LY_VXLAN if st == ST_VXLAN else LY_GPE
+            nl += 1
+            if off + C.VXLAN_HLEN > cap:
+                status = S.STATUS_TRUNCATED
+                break
+            w0 = _u32(f, off)
+            if depth == 1:
+                o.u32[K_TUN_FLAGS, i] = w0
+                o.u32[K_TUN_KEY, i] = _u32(f, off + 4)
+            if st == ST_VXLAN:
+                # RFC 7348; vxlan_rcv: no valid VNI -> dropped
+                if not w0 & C.VXLAN_FLAG_I:
+                    status = S.STATUS_BAD_TUNNEL_HEADER
+                    break
+                st, off = ST_INNER_ETH, off + C.VXLAN_HLEN
+                continue
+            # VXLAN-GPE: vxlan_parse_gpe_proto
+            np_ = w0 & 0xFF
+            if depth == 1:
+                o.u16[K_TUN_PROTO, i] = np_
+            b0 = f[off]
+            if b0 & C.GPE_VER_MASK or not b0 & C.GPE_FLAG_P:
+                status = S.STATUS_BAD_TUNNEL_HEADER
+                break
+            p = off + C.VXLAN_HLEN
+            if np_ == C.GPE_NP_IPV4:
+                st, off = ST_IPV4, p
+            elif np_ == C.GPE_NP_IPV6:
+                st, off = ST_IPV6, p
+            elif np_ == C.GPE_NP_ETHERNET:
+                st, off = ST_INNER_ETH, p
+            else:
+                status = S.STATUS_UNSUPPORTED_ENCAP
+                break
+
+        elif st == ST_GENEVE:
+            # Geneve header (RFC 8926 3.4) with its options (digested)
+            layers[nl] = LY_GENEVE
+            nl += 1
+            if off + C.GENEVE_HLEN > cap:
+                status = S.STATUS_TRUNCATED
+                break
+            opt_len = np.int64(f[off] & 0x3F) * 4
+            gproto = _u16(f, off + 2)
+            if depth == 1:
+                o.u32[K_TUN_FLAGS, i] = _u32(f, off)
+                o.u32[K_TUN_KEY, i] = _u32(f, off + 4)
+                o.u16[K_TUN_PROTO, i] = gproto
+                o.u16[K_TUN_OPT_LEN, i] = opt_len
+            if f[off] >> 6 != 0:            # geneve_udp_encap_recv: version must be 0
+                status = S.STATUS_BAD_TUNNEL_HEADER
+                break
+            hl = C.GENEVE_HLEN + opt_len
+            if off + hl > cap:
+                status = S.STATUS_TRUNCATED
+                break
+            if depth == 1:
+                o.u64[K_TUN_OPT_DIGEST, i] = _digest_or_zero(f, off + C.GENEVE_HLEN, off + hl)
+            p = off + hl
+            if gproto == C.ETH_P_TEB:
+                st, off = ST_INNER_ETH, p
+            elif gproto == C.ETH_P_IP:
+                st, off = ST_IPV4, p
+            elif gproto == C.ETH_P_IPV6:
+                st, off = ST_IPV6, p
+            else:
+                status = S.STATUS_UNSUPPORTED_ENCAP
+                break
+
+        elif st == ST_GUE:
+            # GUE (fou.c gue_udp_recv): version 0 header, or version 1 = direct IP
+            layers[nl] = LY_GUE
+            nl += 1
+            if off + C.GUE_HLEN > cap:
+                status = S.STATUS_TRUNCATED
+                break
+            b0 = np.int64(f[off])
+            if depth == 1:
+                o.u32[K_TUN_FLAGS, i] = _u32(f, off)
+            ver = b0 >> 6
+            if ver == 1:
+                nib = b0 >> 4
+                if nib == 4:
+                    if depth == 1:
+                        o.u16[K_TUN_PROTO, i] = C.IPPROTO_IPIP
+                    st = ST_IPV4
+                elif nib == 6:
+                    if depth == 1:
+                        o.u16[K_TUN_PROTO, i] = C.IPPROTO_IPV6
+                    st = ST_IPV6
+                else:
+                    status = S.STATUS_BAD_TUNNEL_HEADER
+                    break
+                continue
+            if ver != 0:
+                status = S.STATUS_BAD_TUNNEL_HEADER
+                break
+            gproto = np.int64(f[off + 1])
+            opt = (b0 & C.GUE_HLEN_MASK) * 4
+            if depth == 1:
+                o.u16[K_TUN_PROTO, i] = gproto
+                o.u16[K_TUN_OPT_LEN, i] = opt
+            hl = C.GUE_HLEN + opt
+            if off + hl > cap:
+                status = S.STATUS_TRUNCATED
+                break
+            if depth == 1:
+                o.u64[K_TUN_OPT_DIGEST, i] = _digest_or_zero(f, off + C.GUE_HLEN, off + hl)
+            if b0 & C.GUE_FLAG_C:           # control message: carries no packet
+                status = S.STATUS_UNSUPPORTED_ENCAP
+                break
+            if hl > ln:
+                status = S.STATUS_BAD_TUNNEL_HEADER
+                break
+            st, proto, off, ln = ST_IPTUN, gproto, off + hl, ln - hl
+    return status, nl, depth
+
+
+@njit(cache=True)
+def _hash_layers(layers, nl):
+    h = _FNV_OFFSET
+    for k in range(nl):
+        h = (h ^ np.uint64(layers[k])) * _FNV_PRIME
+    return (h ^ np.uint64(nl)) * _FNV_PRIME
+
+
+@njit(cache=True)
+def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status, encap_depth,
+                  encap_idx, port_tun, port_fou, dsa_opt, tab_key, tab_val, dict_seq,
+                  dict_len):
+    """Decode every record; returns (number of encap strings, -1 on dictionary overflow).
+
+    ``encap_idx[i]`` is the index of record i's layer list in ``dict_seq``/``dict_len``
+    (first-occurrence order, as ``pyarrow.dictionary_encode`` numbers strings), or -1 when
+    the frame must be decoded by the reference (layer list overflow).
+    """
+    n = offset.shape[0]
+    nbuf = buf.shape[0]
+    layers = np.zeros(MAX_LAYERS + 2, dtype=np.uint16)
+    tmask = tab_key.shape[0] - 1
+    ndict = 0
+    prev_h = np.uint64(0)
+    prev_idx = -1
+    prev_nl = -1
+    for i in range(n):
+        lo = offset[i]
+        cap = np.int64(cap_len[i])
+        if lo >= nbuf or lo < 0:
+            cap = 0
+            lo = 0
+        elif lo + cap > nbuf:
+            cap = nbuf - lo
+        f = buf[lo:lo + cap]
+        wire = max(np.int64(wire_len[i]), cap)
+        stt, nl, depth = _decode_one(f, cap, wire, np.int64(linktype[i]), i, o, port_tun,
+                                     port_fou, dsa_opt, layers)
+        status[i] = stt
+        encap_depth[i] = depth
+        if nl > MAX_LAYERS:
+            encap_idx[i] = -1
+            continue
+        h = _hash_layers(layers, nl)
+        if h == prev_h and nl == prev_nl:
+            encap_idx[i] = prev_idx
+            continue
+        slot = np.int64(h & np.uint64(tmask))
+        idx = -1
+        while True:
+            v = tab_val[slot]
+            if v < 0:
+                break
+            if tab_key[slot] == h and dict_len[v] == nl:
+                same = True
+                for k in range(nl):
+                    if dict_seq[v, k] != layers[k]:
+                        same = False
+                        break
+                if same:
+                    idx = v
+                    break
+            slot = (slot + 1) & tmask
+        if idx < 0:
+            if ndict >= dict_len.shape[0]:
+                return -1
+            idx = ndict
+            ndict += 1
+            tab_key[slot] = h
+            tab_val[slot] = idx
+            dict_len[idx] = nl
+            for k in range(nl):
+                dict_seq[idx, k] = layers[k]
+        encap_idx[i] = idx
+        prev_h, prev_idx, prev_nl = h, idx, nl
+    return ndict
