@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -83,16 +82,37 @@ def simulate(packets: pa.Table, config: GroConfig, *, engine: str = "fast",
     return run(packets, config, polls=polls)
 
 
-@dataclass
 class Analysis:
-    """Packets, GRO results per model, and the tables built from them."""
+    """Packets, GRO results per model, and the tables built from them.
 
-    packets: pa.Table
-    infos: list[CaptureInfo]
-    config: GroConfig
-    results: dict[str, GroResult]
-    decode_options: DecodeOptions = field(default_factory=DecodeOptions)
-    _cache: dict = field(default_factory=dict, repr=False)
+    Attributes:
+        packets: one row per frame: the decoded columns plus the GRO verdicts
+            (``flow_id``, ``gro_seg``, ``gro_role``, ``reason``, ``rx_queue``, ``poll_id``
+            of the primary model, ``<model>_*`` for the others). Built on first use.
+        decoded: the decoded packet table alone (:data:`PACKET_SCHEMA`), what the GRO
+            engines read.
+        superpackets: every model's super-packets, a ``model`` column telling them apart.
+        flows: one row per flow and direction.
+        infos: one :class:`CaptureInfo` per input file.
+        config: the :class:`GroConfig` (its ``model`` is overridden per result).
+        results: ``{model: GroResult}``.
+
+    ``Analysis(packets=decoded_table, ...)`` keeps its original keyword: the argument is the
+    decoded table.
+    """
+
+    def __init__(self, packets: pa.Table, infos: list[CaptureInfo], config: GroConfig,
+                 results: dict[str, GroResult], decode_options: DecodeOptions | None = None):
+        self.decoded = packets
+        self.infos = list(infos)
+        self.config = config
+        self.results = dict(results)
+        self.decode_options = decode_options or DecodeOptions()
+        self._cache: dict = {}
+
+    def __repr__(self) -> str:
+        return (f"Analysis({self.decoded.num_rows} packets, {len(self.infos)} file(s), "
+                f"kernel {self.config.kernel.name}, models {self.models})")
 
     @property
     def models(self) -> list[str]:
@@ -102,6 +122,17 @@ class Analysis:
     def primary_model(self) -> str:
         """The model whose verdicts fill the unprefixed per-packet columns: napi if run."""
         return "napi" if "napi" in self.results else self.models[0]
+
+    @property
+    def packets(self) -> pa.Table:
+        """Decoded columns plus GRO verdicts, one row per frame (see the class docstring)."""
+        from gropcap.report.tables import packets_table
+        if "packets" not in self._cache:
+            self._cache["packets"] = packets_table(self)
+        return self._cache["packets"]
+
+    # the name the CLI and io/parquet used before ``packets`` carried the verdicts
+    packets_with_verdicts = packets
 
     @property
     def superpackets(self) -> pa.Table:
@@ -116,13 +147,6 @@ class Analysis:
         if "flows" not in self._cache:
             self._cache["flows"] = flows_table(self)
         return self._cache["flows"]
-
-    @property
-    def packets_with_verdicts(self) -> pa.Table:
-        from gropcap.report.tables import packets_table
-        if "packets" not in self._cache:
-            self._cache["packets"] = packets_table(self)
-        return self._cache["packets"]
 
     def summary(self) -> dict:
         """The JSON summary (`gropcap analyze --format json`)."""
@@ -139,7 +163,8 @@ class Analysis:
             "gropcap.decode_options": json.dumps(dataclasses.asdict(self.decode_options)),
             "gropcap.sources": json.dumps([
                 {"path": i.path, "sha256": i.sha256, "format": i.format,
-                 "linktypes": i.linktypes, "records": i.records} for i in self.infos]),
+                 "linktypes": i.linktypes, "records": i.records,
+                 "warnings": list(i.warnings)} for i in self.infos]),
         }
 
 

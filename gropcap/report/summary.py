@@ -4,8 +4,10 @@ terminal text."""
 from __future__ import annotations
 
 import io
+import textwrap
 
 import numpy as np
+import pyarrow as pa
 
 from gropcap import __version__
 from gropcap.decode.schema import STATUS_NAMES
@@ -28,9 +30,100 @@ def model_summary(result) -> dict:
     }
 
 
+MTU_IP_BYTES = 1500  # a standard Ethernet MTU: more IP bytes than this in one frame is GSO
+
+
+def capture_warnings(analysis) -> list[str]:
+    """Plain-English warnings about the capture that change how to read the results.
+
+    Pre-coalesced input (frames with more IP bytes than a 1500-byte MTU, IPv4 total length
+    0, or the pcapng TCP-segmentation-offload flag), offload-partial checksums
+    (``l4_csum_state == CSUM_PARTIAL``), headers cut by the snap length, checksums that
+    cannot be verified under ``--verify-checksums``, and TCP flows seen in one direction
+    only.
+    """
+    from gropcap.constants import EPB_FLAG_TCP_SEG_OFFLOAD, IPPROTO_TCP
+    from gropcap.decode.schema import CSUM_PARTIAL, STATUS_TRUNCATED
+
+    t = analysis.decoded
+    out: list[str] = []
+    if not t.num_rows:
+        return out
+
+    def col(name):
+        return t.column(name).to_numpy()
+
+    outer = col("outer_ip_version") != 0
+    ver = np.where(outer, col("outer_ip_version"), col("ip_version"))
+    tot = np.where(outer, col("outer_ip_tot_len"), col("ip_tot_len")).astype(np.int64)
+    big = (ver != 0) & (tot > MTU_IP_BYTES)
+    zero_len = (ver == 4) & (tot == 0)
+    tso = (col("epb_flags") & EPB_FLAG_TCP_SEG_OFFLOAD) != 0
+    pre = big | zero_len | tso
+    if pre.any():
+        largest = int(col("wire_len")[pre].max())
+        out.append(f"{int(pre.sum())} frames are already coalesced (more IP bytes than a "
+                   f"{MTU_IP_BYTES}-byte MTU, IPv4 total length 0 or the pcapng TSO flag; "
+                   f"largest {largest} bytes): captured after GRO/TSO or on a jumbo MTU, "
+                   f"they count as arriving GSO packets")
+    partial = col("l4_csum_state") == CSUM_PARTIAL
+    if partial.any():
+        out.append(f"{int(partial.sum())} TCP/UDP checksums hold only the pseudo-header sum "
+                   f"(offload partial: captured on the sending host)")
+    cut = col("status") == STATUS_TRUNCATED
+    if cut.any():
+        out.append(f"{int(cut.sum())} frames are cut by the snap length inside their "
+                   f"headers: GRO cannot compare them (BYPASS_DECODE); capture with a "
+                   f"larger snap length (tcpdump -s)")
+    if analysis.config.verify_checksums:
+        short = (col("cap_len") < col("wire_len")) & (col("l4_proto") != 0)
+        if short.any():
+            out.append(f"{int(short.sum())} frames are cut by the snap length: their "
+                       f"TCP/UDP checksums cannot be verified")
+    flows = analysis.flows
+    if flows.num_rows:
+        proto = flows.column("l4_proto").to_pylist()
+        keys = list(zip(flows.column("src").to_pylist(), flows.column("sport").to_pylist(),
+                        flows.column("dst").to_pylist(), flows.column("dport").to_pylist()))
+        present = {k for k, p in zip(keys, proto) if p == IPPROTO_TCP}
+        one_way = [i for i, (k, p) in enumerate(zip(keys, proto))
+                   if p == IPPROTO_TCP and (k[2], k[3], k[0], k[1]) not in present]
+        if one_way:
+            n_tcp = sum(1 for p in proto if p == IPPROTO_TCP)
+            a, ap, b, bp = keys[one_way[0]]
+            out.append(f"{len(one_way)} of {n_tcp} TCP flows are seen in one direction only "
+                       f"(e.g. flow {one_way[0]}, {a}:{ap} > {b}:{bp}): a filtered, mirrored "
+                       f"or asymmetric capture")
+    return out
+
+
+def encap_summary(analysis) -> dict[str, dict]:
+    """Per encapsulation (``encap`` string): packets, and super-packets and ratio per model.
+
+    A super-packet counts under the encapsulation of its first packet.
+    """
+    t = analysis.decoded
+    if not t.num_rows:
+        return {}
+    enc = t.column("encap").cast(pa.string()).combine_chunks().dictionary_encode()
+    idx = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    names = enc.dictionary.to_pylist()
+    pk = np.bincount(idx, minlength=len(names))
+    per_model = {m: np.bincount(idx[r.seg_first_packet], minlength=len(names))
+                 for m, r in analysis.results.items()}
+    out: dict[str, dict] = {}
+    for k in sorted(range(len(names)), key=lambda k: (-int(pk[k]), names[k])):
+        row: dict = {"packets": int(pk[k])}
+        for m, sp in per_model.items():
+            row[m] = {"superpackets": int(sp[k]),
+                      "aggregation_ratio": round(int(pk[k]) / int(sp[k]), 4) if sp[k] else 0.0}
+        out[names[k] or "(none)"] = row
+    return out
+
+
 def summary_dict(analysis) -> dict:
     """The JSON summary: ``{"kernel", "models": {model: {...}}, ...}``."""
-    packets = analysis.packets
+    packets = analysis.decoded
     status = packets.column("status").to_numpy() if packets.num_rows else np.zeros(0, np.uint8)
     statuses = {STATUS_NAMES.get(int(s), str(int(s))): int(c)
                 for s, c in zip(*np.unique(status, return_counts=True))}
@@ -43,13 +136,23 @@ def summary_dict(analysis) -> dict:
         "wire_bytes": int(packets.column("wire_len").to_numpy().sum()) if packets.num_rows else 0,
         "status": statuses,
         "models": {m: model_summary(r) for m, r in analysis.results.items()},
+        "encapsulations": encap_summary(analysis),
+        "warnings": capture_warnings(analysis),
     }
 
 
 def render_text(analysis, *, top_flows: int = 5, width: int = 80, color: bool = False) -> str:
     """The terminal report as text (rich tables, no colour unless asked)."""
+    from functools import partial
+
+    from rich import box
     from rich.console import Console
-    from rich.table import Table
+    from rich.table import Table as RichTable
+
+    # light rules, no heavy borders: readable at 80 columns and when piped
+    Table = partial(RichTable, box=box.SIMPLE_HEAD, title_justify="left", title_style=None,
+                    header_style="bold" if color else None, pad_edge=False,
+                    show_edge=False)
 
     s = summary_dict(analysis)
     buf = io.StringIO()
@@ -64,8 +167,10 @@ def render_text(analysis, *, top_flows: int = 5, width: int = 80, color: bool = 
     bad = {k: v for k, v in s["status"].items() if k != "OK"}
     if bad:
         console.print("decode status: " + ", ".join(f"{k} {v}" for k, v in bad.items()))
+    for w in s["warnings"]:
+        console.print(f"warning: {w}")
 
-    t = Table(title="Aggregation", title_justify="left")
+    t = Table(title="Aggregation")
     t.add_column("model")
     t.add_column("packets in", justify="right")
     t.add_column("super-packets out", justify="right")
@@ -74,18 +179,38 @@ def render_text(analysis, *, top_flows: int = 5, width: int = 80, color: bool = 
     for m, ms in s["models"].items():
         t.add_row(m, str(ms["packets_in"]), str(ms["superpackets_out"]),
                   f"{ms['aggregation_ratio']:.2f}", str(ms["largest_superpacket"]))
+    console.print()
     console.print(t)
+
+    if len(s["encapsulations"]) > 0:
+        t = Table(title="Per encapsulation")
+        t.add_column("encapsulation")
+        t.add_column("packets", justify="right")
+        for m in s["models"]:
+            t.add_column(f"{m} ratio", justify="right")
+        for name, row in s["encapsulations"].items():
+            t.add_row(name, str(row["packets"]),
+                      *[f"{row[m]['aggregation_ratio']:.2f}" for m in s["models"]])
+        console.print()
+        console.print(t)
 
     primary = analysis.primary_model
     ms = s["models"][primary]
-    t = Table(title=f"Why super-packets ended ({primary})", title_justify="left")
+    t = Table(title=f"Why super-packets ended ({primary})")
     t.add_column("reason")
     t.add_column("count", justify="right")
-    t.add_column("meaning")
-    codes = {r.name: r for r in REASONS.values()}
+    t.add_column("share", justify="right")
+    total = sum(ms["end_reasons"].values()) or 1
     for name, count in ms["end_reasons"].items():
-        t.add_row(name, str(count), codes[name].text if name in codes else "")
+        t.add_row(name, str(count), f"{100 * count / total:.1f}%")
+    console.print()
     console.print(t)
+    codes = {r.name: r for r in REASONS.values()}
+    for name in ms["end_reasons"]:
+        if name in codes:
+            for line in textwrap.wrap(f"{name}: {codes[name].text}", width=width - 2,
+                                      initial_indent="  ", subsequent_indent="      "):
+                console.print(line)
 
     flows = analysis.flows
     if flows.num_rows:
@@ -94,7 +219,7 @@ def render_text(analysis, *, top_flows: int = 5, width: int = 80, color: bool = 
         # flows that lose most: most super-packets beyond the ideal of one per 45 segments
         loss = flows.column(f"{primary}_superpackets").to_numpy()
         order = np.lexsort((np.arange(len(pk)), -loss))[:top_flows]
-        t = Table(title=f"Flows with the most super-packets ({primary})", title_justify="left")
+        t = Table(title=f"Flows with the most super-packets ({primary})")
         for col in ("flow", "endpoints", "pkts", "ratio", "top end reason"):
             t.add_column(col, justify="right" if col in ("flow", "pkts", "ratio") else "left")
         src = flows.column("src").to_pylist()
@@ -105,8 +230,10 @@ def render_text(analysis, *, top_flows: int = 5, width: int = 80, color: bool = 
         for i in order.tolist():
             ends = f"{src[i]}:{sp[i]} > {dst[i]}:{dp[i]}" if src[i] else "(not IP)"
             t.add_row(str(i), ends, str(int(pk[i])), f"{ratio[i]:.2f}", top[i])
+        console.print()
         console.print(t)
-    return buf.getvalue()
+    return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
 
 
-__all__ = ["summary_dict", "render_text", "model_summary", "reason_name"]
+__all__ = ["summary_dict", "render_text", "model_summary", "reason_name", "capture_warnings",
+           "encap_summary"]

@@ -1,0 +1,133 @@
+"""Load the Parquet files `gropcap analyze --out DIR` wrote back into an :class:`Analysis`.
+
+Layer: Parquet (io/parquet.py output) -> the same :class:`gropcap.pipeline.Analysis` a
+notebook gets from :func:`gropcap.analyze`: ``.packets``, ``.superpackets``, ``.flows``
+(pyarrow Tables) and ``.summary()``. The GRO results are rebuilt from the stored verdict
+columns and super-packet rows, the configuration and sources from the provenance metadata,
+so nothing is re-simulated and the capture need not be present.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gropcap.capture.records import CaptureInfo
+from gropcap.decode.options import DecodeOptions
+from gropcap.decode.schema import PACKET_COLUMNS, PACKET_SCHEMA
+from gropcap.errors import GropcapError
+from gropcap.gro.config import DEFAULT_RSS_KEY, GroConfig, KernelProfile
+from gropcap.gro.result import PACKET_RESULT_DTYPES, SEG_DTYPES, GroResult
+
+FILES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
+
+
+class LoadError(GropcapError):
+    """A directory does not hold a complete, readable gropcap analysis."""
+
+
+def config_from_dict(d: dict) -> GroConfig:
+    """Inverse of :meth:`GroConfig.to_dict` (unknown keys from newer versions are ignored).
+
+    >>> config_from_dict(GroConfig().to_dict()) == GroConfig()
+    True
+    """
+    import dataclasses
+
+    known = {f.name for f in dataclasses.fields(GroConfig)}
+    kw = {k: v for k, v in d.items() if k in known}
+    kw["kernel"] = KernelProfile.parse(str(d.get("kernel")) if d.get("kernel") else None)
+    kw["rss_key"] = bytes.fromhex(d["rss_key"]) if d.get("rss_key") else DEFAULT_RSS_KEY
+    return GroConfig(**kw)
+
+
+def decode_options_from_dict(d: dict) -> DecodeOptions:
+    """Inverse of ``dataclasses.asdict(DecodeOptions)`` (lists back to tuples)."""
+    kw = dict(d)
+    if "fou_ports" in kw:
+        kw["fou_ports"] = tuple(tuple(x) for x in kw["fou_ports"])
+    return DecodeOptions(**kw)
+
+
+def _result_from_tables(packets: pa.Table, segs: pa.Table, prefix: str) -> GroResult:
+    """One model's GroResult from its verdict columns and its super-packet rows."""
+    kw = {}
+    for name in PACKET_RESULT_DTYPES:
+        col = prefix + name
+        # flow_id is stored once (identical in every model)
+        if name == "flow_id" and col not in packets.column_names:
+            col = "flow_id"
+        kw[name] = packets.column(col).to_numpy()
+    order = np.argsort(segs.column("seg_id").to_numpy(), kind="stable")
+    for key in SEG_DTYPES:
+        if key != "seg_id":
+            kw["seg_" + key] = segs.column(key).to_numpy()[order]
+    return GroResult(**kw)
+
+
+def load(directory) -> "Analysis":  # noqa: F821 - pipeline imported lazily
+    """Read ``packets.parquet``, ``superpackets.parquet`` and ``flows.parquet`` from a
+    directory written by ``gropcap analyze --out DIR`` into an :class:`Analysis`.
+
+    Args:
+        directory: the ``--out`` directory.
+
+    Returns:
+        An :class:`gropcap.pipeline.Analysis` equal (tables, results, config, sources) to
+        the one that was written; ``summary()`` gives the same dict.
+
+    Raises:
+        LoadError: a file is missing, unreadable, or lacks gropcap metadata.
+
+    Example:
+        >>> a = load("out/")                     # doctest: +SKIP
+        >>> a.flows.to_pandas().head()           # doctest: +SKIP
+    """
+    from gropcap.pipeline import Analysis
+
+    directory = os.fspath(directory)
+    paths = {name: os.path.join(directory, name) for name in FILES}
+    for name, path in paths.items():
+        if not os.path.isfile(path):
+            raise LoadError(f"{name} is missing", path=directory,
+                            hint="give a directory written by `gropcap analyze --out DIR`")
+    try:
+        packets = pq.read_table(paths["packets.parquet"])
+        segs = pq.read_table(paths["superpackets.parquet"])
+    except (OSError, pa.ArrowInvalid) as e:
+        raise LoadError(f"cannot read Parquet: {e}", path=directory) from None
+    meta = {k.decode(): v.decode() for k, v in (packets.schema.metadata or {}).items()
+            if k.startswith(b"gropcap.")}
+    if "gropcap.config" not in meta or "gropcap.models" not in meta:
+        raise LoadError("packets.parquet has no gropcap metadata", path=directory,
+                        hint="was it written by `gropcap analyze --out`?")
+    config = config_from_dict(json.loads(meta["gropcap.config"]))
+    models = json.loads(meta["gropcap.models"])
+    options = decode_options_from_dict(json.loads(meta.get("gropcap.decode_options", "{}")))
+    infos = [CaptureInfo(path=s.get("path", ""), format=s.get("format", ""),
+                         linktypes=list(s.get("linktypes", [])), records=s.get("records", 0),
+                         sha256=s.get("sha256", ""), warnings=list(s.get("warnings", [])))
+             for s in json.loads(meta.get("gropcap.sources", "[]"))]
+
+    primary = "napi" if "napi" in models else models[0]
+    model_col = segs.column("model").to_numpy(zero_copy_only=False)
+    results = {}
+    for m in models:
+        part = segs.filter(pa.array(model_col == m))
+        results[m] = _result_from_tables(packets, part, "" if m == primary else m + "_")
+    # drop the metadata so the decoded table equals a freshly decoded one
+    decoded = packets.select(PACKET_COLUMNS).cast(PACKET_SCHEMA)
+    analysis = Analysis(packets=decoded, infos=infos, config=config, results=results,
+                        decode_options=options)
+    analysis._cache["packets"] = packets.replace_schema_metadata(None)
+    analysis._cache["superpackets"] = segs.replace_schema_metadata(None)
+    analysis._cache["flows"] = pq.read_table(paths["flows.parquet"]).replace_schema_metadata(None)
+    analysis.metadata_loaded = meta
+    return analysis
+
+
+__all__ = ["load", "LoadError", "config_from_dict", "decode_options_from_dict"]
