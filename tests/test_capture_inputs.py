@@ -159,3 +159,36 @@ def test_expand_inputs_directory_without_captures(tmp_path):
     with pytest.raises(CaptureError) as ei:
         expand_inputs([tmp_path])
     assert str(tmp_path) in str(ei.value) and "no pcap/pcapng" in str(ei.value)
+
+
+@pytest.mark.parametrize("kind", [None, "gzip"])
+def test_reads_from_a_pipe(tmp_path, kind):
+    """A FIFO (e.g. `gropcap <(zcat x.pcap.gz)`) cannot be mapped or rewound: streamed."""
+    import threading
+
+    plain, frames = sample(tmp_path, "pcapng", 200)
+    data = plain.read_bytes() if kind is None else COMPRESSORS[kind](plain.read_bytes())
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+
+    def feed():
+        with open(fifo, "wb") as fh:
+            fh.write(data)
+
+    t = threading.Thread(target=feed)
+    t.start()
+    try:
+        info, b = read_capture(fifo)
+    finally:
+        t.join(timeout=30)
+    assert info.compression == (kind or "")
+    assert [b.frame(i) for i in range(len(b))] == frames
+    assert info.sha256 == hashlib.sha256(data).hexdigest()
+
+
+def test_empty_compressed_capture(tmp_path):
+    p = tmp_path / "e.gz"
+    write_pcap(tmp_path / "e.pcap", [], [])
+    p.write_bytes(gzip.compress((tmp_path / "e.pcap").read_bytes()))
+    info, b = read_capture(p)
+    assert len(b) == 0 and info.format == "pcap" and info.compression == "gzip"

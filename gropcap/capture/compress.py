@@ -16,6 +16,7 @@ import hashlib
 import lzma
 import mmap
 import os
+import stat
 import zlib
 
 import zstandard
@@ -76,6 +77,31 @@ class _HashingReader:
         self._fh.close()
 
 
+class _Prepend:
+    """A file object that first returns ``head`` (bytes already read), then ``fh``."""
+
+    def __init__(self, head: bytes, fh):
+        self._head = head
+        self._fh = fh
+
+    def read(self, n: int = -1) -> bytes:
+        if self._head:
+            if n < 0:
+                data, self._head = self._head + self._fh.read(), b""
+                return data
+            data, self._head = self._head[:n], self._head[n:]
+            return data
+        return self._fh.read(n)
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._fh.close()
+
+
 class Source:
     """The bytes of one capture file.
 
@@ -108,25 +134,31 @@ class Source:
             raise CaptureError(f"cannot open capture: {exc.strerror or exc}", path=path,
                                hint="check the path and its permissions") from None
         try:
+            regular = stat.S_ISREG(os.fstat(fh.fileno()).st_mode)
             head = fh.read(8)
-            fh.seek(0)
+            if regular:
+                fh.seek(0)
         except OSError as exc:
             fh.close()
             raise CaptureError(f"cannot read capture: {exc.strerror or exc}", path=path,
                                hint="is it a directory or a device?") from None
         src.compression = sniff_compression(head)
+        # Pipes and other special files cannot seek back: replay the sniffed bytes.
+        raw = fh if regular else _Prepend(head, fh)
         if src.compression:
-            src._raw = _HashingReader(fh)
+            src._raw = _HashingReader(raw)
             src._stream = _Decompressor(src.compression, src._raw)
             src.window = bytearray()
             return src
         src._fh = fh
         try:
+            if not regular:
+                raise ValueError("not a regular file")
             size = os.fstat(fh.fileno()).st_size
             mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
         except (OSError, ValueError):
             # Not mappable (a pipe or special file): read it as a stream instead.
-            src._raw = _HashingReader(fh)
+            src._raw = _HashingReader(raw)
             src._stream = src._raw
             src.window = bytearray()
             return src

@@ -142,7 +142,8 @@ def _buffer(src: Source, lo: int, hi: int) -> np.ndarray:
         if not len(src.window):
             return np.zeros(0, dtype=np.uint8)
         return np.frombuffer(src.window, dtype=np.uint8)[lo:hi]
-    return np.frombuffer(bytes(src.window[lo:hi]), dtype=np.uint8)
+    # One copy; the temporary view is dropped at once so the bytearray can grow again.
+    return np.frombuffer(src.window, dtype=np.uint8, count=hi - lo, offset=lo).copy()
 
 
 def read_capture(path, *, max_records: int | None = None, engine: str = "fast"
