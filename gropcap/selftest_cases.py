@@ -49,7 +49,7 @@ from gropcap import constants as C
 __all__ = [
     "PROTOS", "CASES", "SelftestCase", "CaseFrames", "cases_for", "frames", "bursts",
     "expected", "write_case_pcap", "PAYLOAD_LEN", "SPORT", "DPORT", "FIN_SEQ_OFFSET",
-    "Builder", "inet_checksum",
+    "Builder", "inet_checksum", "received_sizes", "large_geometry",
 ]
 
 PROTOS = ("ipv4", "ipv6", "ipip")
@@ -727,3 +727,35 @@ def write_case_pcap(path, name: str, proto: str, *, start_ns: int = 1_700_000_00
         prev = bno
         ts.append(t)
     write_pcap(path, cf.frames, ts, linktype=C.LINKTYPE_ETHERNET, nanosecond=nanosecond)
+
+
+def received_sizes(proto: str, packets: list[bytes]) -> list[int]:
+    """Sizes as gro.c's ``check_recv_pkts()`` counts them, up to (not including) the FIN.
+
+    Only packets of the test flow count (gro.c's BPF filter: ethertype, TCP directly or
+    after one 8-byte extension header / the IPv4 option block, dport 8000).
+    ``data_len = pkt_size - total_hdr_len - tcp_opt_len - ip_ext_len``; a 60-byte IPv4
+    frame uses ``tot_len`` (Ethernet padding).
+    """
+    b = Builder(proto)
+    out = []
+    for pkt in packets:
+        if len(pkt) < b.total_hdr_len or struct.unpack_from("!H", pkt, 12)[0] != b.ethertype:
+            continue
+        ip_ext = 0
+        ver = pkt[C.ETH_HLEN] >> 4
+        if ver == 4:
+            ip_ext = ((pkt[C.ETH_HLEN] & 0xF) - 5) * 4
+        elif ver == 6 and pkt[C.ETH_HLEN + 6] != C.IPPROTO_TCP:
+            ip_ext = MIN_EXTHDR_SIZE
+        t = b.tcp_offset + ip_ext
+        if t + 20 > len(pkt) or struct.unpack_from("!H", pkt, t + 2)[0] != DPORT:
+            continue
+        if pkt[t + 13] & C.TCP_FLAG_FIN:
+            break
+        tcp_ext = ((pkt[t + 12] >> 4) - 5) * 4
+        n = len(pkt) - b.total_hdr_len - tcp_ext - ip_ext
+        if len(pkt) == C.ETH_ZLEN and ver == 4:
+            n = struct.unpack_from("!H", pkt, C.ETH_HLEN + 2)[0] - 40
+        out.append(n)
+    return out

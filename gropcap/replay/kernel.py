@@ -1,0 +1,411 @@
+"""Live-kernel replay: push frames through a real veth GRO receiver and record what it built.
+
+Layer: validation, beside the pipeline. Takes complete Ethernet frames (``list[bytes]``)
+and burst numbers; hands on a :class:`KernelReplayResult` (the delivered super-packets
+matched back to input frames) that ``gropcap.replay.compare`` sets against the simulator.
+
+Set-up (the kernel selftest's setup_veth.sh, made deterministic; see
+docs/kernel-gro-selftest.md section 1): two fresh namespaces with random names, a veth pair,
+``ethtool -K rx gro on`` (gives veth a NAPI instance), ``tso off gso off`` on the sender
+(``veth_skb_is_eligible_for_gro``), ``gro_flush_timeout`` (20 ms) and
+``napi_defer_hard_irqs`` (1) on the receiver. The first frame of a burst is polled at
+once; ``napi_complete_done`` then defers, keeps the held packet (it flushes only entries
+older than a jiffy) and masks veth's notifications, so the rest of the burst waits in the
+ptr_ring until the timer poll takes it in one go. Bursts carry at most ``budget`` (64)
+frames, so no poll is a full-budget poll (which flushes everything with HZ < 1000), and the
+pause between bursts (> 2 timeouts) lets the timer flush everything. One burst is therefore
+exactly one GRO window: the simulator gets the burst number of each frame as ``polls``.
+
+The receiver is an AF_PACKET socket bound to the receiving veth (packets after GRO, in the
+order the stack gets them). A second socket with PACKET_VNET_HDR reads each packet's
+``gso_size``/``gso_type`` (virtio_net_hdr_from_skb); it cannot describe tunnel GSO types
+(ipip), so for those the values are inferred (gso_size = first segment's payload).
+
+**Measured on this 6.18 kernel** (tests/test_kernel_replay.py::test_veth_gro_bucket_is_zero
+keeps checking it): the veth path delivers skbs without a hash (AF_PACKET injection sets
+none and veth computes none before ``napi_gro_receive``), so ``dev_gro_receive`` puts
+EVERY flow in GRO bucket 0. The selftest's ``capacity`` case with 16 flows in one burst
+shows it: flows 0..7 are evicted by flows 8..15 (``gro_flush_oldest``, bucket full at
+MAX_GRO_SKBS = 8) and never merge, flows 8..15 merge. So the simulator must run with
+``rss="none"`` (hash 0) for replay comparisons.
+
+Checksums: veth's receiver validates checksums in software (CHECKSUM_NONE, kernel-gro-spec
+section 10). With ``fix_checksums=True`` (default) frames cut by a snap length are padded to
+their wire length with zero payload and get their L4 checksum recomputed, offload-partial
+checksums are computed; a complete frame with a bad checksum is kept bad on purpose
+(``_wire.fix_frame``).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import struct
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from gropcap.errors import GropcapError
+from gropcap.replay import _wire
+from gropcap.replay._netns import VethPair, check_environment
+
+__all__ = ["replay", "ReplaySession", "KernelReplayResult", "DeliveredUnit",
+           "running_kernel", "split_bursts", "VIRTIO_TO_SKB_GSO"]
+
+PACKET_VNET_HDR = 15        # include/uapi/linux/if_packet.h
+PACKET_OUTGOING = 4         # sll_pkttype of frames the device sent
+ETH_P_ALL = 0x0003
+VNET_HDR_LEN = 10           # struct virtio_net_hdr
+VIRTIO_NET_HDR_GSO_NONE = 0
+VIRTIO_NET_HDR_GSO_ECN = 0x80
+# virtio gso types -> SKB_GSO_* bits (include/linux/skbuff.h)
+SKB_GSO_TCPV4 = 1 << 0
+SKB_GSO_TCP_ECN = 1 << 2
+SKB_GSO_TCPV6 = 1 << 4
+SKB_GSO_UDP_L4 = 1 << 16
+VIRTIO_TO_SKB_GSO = {1: SKB_GSO_TCPV4, 4: SKB_GSO_TCPV6, 5: SKB_GSO_UDP_L4}
+# the SKB_GSO bits a virtio header can show; compare only these against the simulator
+VISIBLE_GSO_BITS = SKB_GSO_TCPV4 | SKB_GSO_TCPV6 | SKB_GSO_UDP_L4 | SKB_GSO_TCP_ECN
+
+RECV_BUF = 65535 + 64 * 1024
+
+
+def running_kernel() -> tuple[int, int]:
+    """(major, minor) of the running kernel, from ``uname -r``."""
+    rel = os.uname().release
+    major, minor = rel.split(".")[:2]
+    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+
+
+def split_bursts(bursts: list[int] | None, n: int, budget: int = 64) -> list[int]:
+    """Burst number per frame, renumbered from 0, no burst longer than ``budget``.
+
+    ``None`` puts everything in one burst (then split by budget).
+
+    >>> split_bursts([0, 0, 0, 5, 5], 5, budget=2)
+    [0, 0, 1, 2, 2]
+    """
+    if bursts is None:
+        bursts = [0] * n
+    if len(bursts) != n:
+        raise GropcapError(f"{len(bursts)} burst numbers for {n} frames")
+    out, cur, size, prev = [], -1, 0, None
+    for b in bursts:
+        if b != prev or size >= budget:
+            cur += 1
+            size = 0
+            prev = b
+        out.append(cur)
+        size += 1
+    return out
+
+
+@dataclass
+class DeliveredUnit:
+    """One packet the receiving stack got, matched back to input frames.
+
+    ``indices``: input frame numbers it was built from (merged segments, in order);
+    ``first``/``last``/``count`` summarise them; ``payload_len`` is the L4 payload of the
+    delivered packet; ``gso_size``/``gso_type`` from the virtio header when the kernel could
+    describe it (``gso_known``), else inferred. ``matched`` is False for a delivered packet
+    that matches no input frame (then ``indices`` is empty).
+    """
+
+    indices: tuple[int, ...]
+    payload_len: int
+    gso_size: int
+    gso_type: int
+    gso_known: bool
+    length: int
+    matched: bool = True
+    data: bytes = field(default=b"", repr=False)   # the delivered packet as received
+
+    @property
+    def first(self) -> int:
+        return self.indices[0] if self.indices else -1
+
+    @property
+    def last(self) -> int:
+        return self.indices[-1] if self.indices else -1
+
+    @property
+    def count(self) -> int:
+        return len(self.indices)
+
+    def as_tuple(self) -> tuple[int, int, int, int, int, int]:
+        """(first, last, count, payload_len, gso_size, gso_type)."""
+        return (self.first, self.last, self.count, self.payload_len, self.gso_size,
+                self.gso_type)
+
+
+@dataclass
+class KernelReplayResult:
+    """What one replay sent and what the kernel delivered.
+
+    ``frames``: the frames actually injected (after padding / checksum repair);
+    ``actions``: per frame what ``fix_frame`` did; ``polls``: burst (= GRO window) number
+    per frame; ``units``: delivered packets in receive order; ``lost``: input frames never
+    delivered (dropped by the kernel); ``kernel``: (major, minor); ``release``: uname -r.
+    """
+
+    frames: list[bytes]
+    actions: list[str]
+    polls: list[int]
+    units: list[DeliveredUnit]
+    lost: list[int]
+    kernel: tuple[int, int]
+    release: str
+    config: dict = field(default_factory=dict)
+
+    def payload_sizes(self, stop_at_fin: bool = True) -> list[int]:
+        """Payload sizes of the matched deliveries in order, as gro.c's receiver counts them.
+
+        With ``stop_at_fin`` the list ends before the first delivered TCP FIN.
+        """
+        out = []
+        for u in self.units:
+            if not u.matched:
+                continue
+            if stop_at_fin:
+                p = _wire.parse(self.frames[u.last])
+                if p.l4_proto == 6 and p.flags & 0x01:
+                    break
+            out.append(u.payload_len)
+        return out
+
+    @property
+    def unmatched(self) -> list[DeliveredUnit]:
+        return [u for u in self.units if not u.matched]
+
+
+class _Matcher:
+    """Matches delivered packets to input frames: exact bytes first, else flow + seq range."""
+
+    def __init__(self, frames: list[bytes]):
+        self.frames = frames
+        self.parsed = [_wire.parse(f) for f in frames]
+        self.used = [False] * len(frames)
+        self.by_bytes: dict[bytes, list[int]] = defaultdict(list)
+        self.by_key: dict[tuple, list[int]] = defaultdict(list)
+        for i, (f, p) in enumerate(zip(frames, self.parsed)):
+            self.by_bytes[f].append(i)
+            if p.ok:
+                self.by_key[p.key].append(i)
+
+    def _take(self, idx: list[int]) -> tuple[int, ...]:
+        for i in idx:
+            self.used[i] = True
+        return tuple(idx)
+
+    def match(self, pkt: bytes) -> tuple[tuple[int, ...], int]:
+        """(input indices, payload_len) of a delivered packet; () when nothing matches."""
+        p = _wire.parse(pkt)
+        for i in self.by_bytes.get(pkt, ()):
+            if not self.used[i]:
+                return self._take([i]), max(self.parsed[i].payload_len, 0)
+        if not p.ok:
+            return (), max(p.payload_len, 0)
+        want = p.payload_len
+        cands = [i for i in self.by_key.get(p.key, ()) if not self.used[i]]
+        # the head: the first unused frame of the flow starting at the delivered seq
+        for start, i in enumerate(cands):
+            if self.parsed[i].seq == p.seq:
+                break
+        else:
+            return (), want
+        got, nxt, picked = 0, p.seq, []
+        for i in cands[start:]:
+            q = self.parsed[i]
+            if q.seq != nxt & 0xFFFFFFFF:
+                continue
+            picked.append(i)
+            got += q.payload_len
+            nxt = q.seq + q.payload_len
+            if got >= want or (p.l4_proto == 17 and len(picked) > 0 and got >= want):
+                break
+        if got != want or not picked:
+            return (), want
+        return self._take(picked), want
+
+
+def _vnet_parse(hdr: bytes) -> tuple[int, int]:
+    """(gso_size, SKB_GSO bits) from a little-endian struct virtio_net_hdr."""
+    _flags, gso_type, _hdr_len, gso_size, _cs, _co = struct.unpack("<BBHHHH", hdr[:10])
+    bits = VIRTIO_TO_SKB_GSO.get(gso_type & ~VIRTIO_NET_HDR_GSO_ECN, 0)
+    if gso_type & VIRTIO_NET_HDR_GSO_ECN:
+        bits |= SKB_GSO_TCP_ECN
+    return (gso_size if bits else 0), bits
+
+
+class ReplaySession:
+    """One veth pair in fresh namespaces, reused for many replays (reset by a pause).
+
+    >>> with ReplaySession() as s:                                  # doctest: +SKIP
+    ...     r = s.replay(frames, bursts)
+    """
+
+    def __init__(self, *, mtu: int = 65535, flush_timeout_ns: int = 20_000_000,
+                 defer: int = 1, budget: int = 64, pause_s: float | None = None):
+        self.mtu = mtu
+        self.flush_timeout_ns = int(flush_timeout_ns)
+        self.defer = int(defer)
+        self.budget = int(budget)
+        t = self.flush_timeout_ns / 1e9
+        # the timer poll runs at +T and re-arms once (defer) before it flushes all: > 2T
+        self.pause_s = pause_s if pause_s is not None else max(0.03, 3 * t + 0.01)
+        self.pair: VethPair | None = None
+        self.tx = self.rx = self.rxv = None
+
+    def __enter__(self) -> "ReplaySession":
+        self.pair = VethPair(mtu=self.mtu, flush_timeout_ns=self.flush_timeout_ns,
+                             defer=self.defer)
+        self.pair.__enter__()
+        try:
+            self.tx, self.tx_ifindex = self.pair.packet_socket("tx", proto=0,
+                                                               sndbuf=8 << 20)
+            self.rx, _ = self.pair.packet_socket("rx", proto=ETH_P_ALL, rcvbuf=32 << 20)
+            self.rxv, _ = self.pair.packet_socket("rx", proto=ETH_P_ALL, rcvbuf=32 << 20)
+            self.rxv.setsockopt(263, PACKET_VNET_HDR, 1)     # SOL_PACKET
+            for s in (self.rx, self.rxv):
+                s.setblocking(False)
+        except BaseException:
+            self.close()
+            raise
+        time.sleep(self.pause_s)
+        self._drain()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the sockets and delete the namespaces."""
+        for s in (self.tx, self.rx, self.rxv):
+            if s is not None:
+                s.close()
+        self.tx = self.rx = self.rxv = None
+        if self.pair is not None:
+            self.pair.close()
+            self.pair = None
+
+    def _recv_all(self, sock, vnet: bool) -> list[tuple[bytes, bytes]]:
+        out = []
+        buf = bytearray(RECV_BUF)
+        while True:
+            try:
+                n, addr = sock.recvfrom_into(buf)
+            except BlockingIOError:
+                break
+            if addr[2] == PACKET_OUTGOING:
+                continue
+            data = bytes(buf[:n])
+            if vnet:
+                out.append((data[:VNET_HDR_LEN], data[VNET_HDR_LEN:]))
+            else:
+                out.append((b"", data))
+        return out
+
+    def _drain(self) -> None:
+        for s in (self.rx, self.rxv):
+            self._recv_all(s, False)
+
+    def replay(self, frames: list[bytes], bursts: list[int] | None = None, *,
+               wire_lens: list[int] | None = None, fix_checksums: bool = True,
+               csum_not_ready: list[bool] | None = None) -> KernelReplayResult:
+        """Inject ``frames`` burst by burst and return what the receiver got after GRO."""
+        if self.tx is None:
+            raise GropcapError("replay session is not open (use it as a context manager)")
+        n = len(frames)
+        sent, actions = [], []
+        for i, f in enumerate(frames):
+            wl = wire_lens[i] if wire_lens is not None else None
+            cnr = bool(csum_not_ready[i]) if csum_not_ready is not None else False
+            g, act = _wire.fix_frame(bytes(f), wl, fix_checksums=fix_checksums,
+                                     csum_not_ready=cnr)
+            if len(g) > self.mtu + 14:
+                raise GropcapError(f"frame {i} is {len(g)} bytes, more than MTU {self.mtu}")
+            if len(g) < 14:
+                raise GropcapError(f"frame {i} is shorter than an Ethernet header")
+            sent.append(g)
+            actions.append(act)
+        polls = split_bursts(bursts, n, self.budget)
+        self._drain()
+        i = 0
+        while i < n:
+            j = i
+            while j < n and polls[j] == polls[i]:
+                j += 1
+            for k in range(i, j):
+                self.tx.send(sent[k])
+            time.sleep(self.pause_s)
+            i = j
+        got = self._collect(n)
+        return self._build_result(sent, actions, polls, got)
+
+    def _collect(self, n: int) -> tuple[list, list]:
+        plain, vnet = [], []
+        deadline = time.monotonic() + self.pause_s + 0.2
+        while True:
+            plain += self._recv_all(self.rx, False)
+            vnet += self._recv_all(self.rxv, True)
+            if time.monotonic() > deadline:
+                break
+            select.select([self.rx, self.rxv], [], [], 0.02)
+        return plain, vnet
+
+    def _build_result(self, sent, actions, polls, got) -> KernelReplayResult:
+        plain, vnet = got
+        m = _Matcher(sent)
+        units = []
+        vi = 0
+        for _h, data in plain:
+            gso_size, gso_type, known = 0, 0, False
+            # the vnet socket saw the same packets in the same order, minus those
+            # virtio_net_hdr_from_skb could not describe (dropped for that socket only)
+            for k in range(vi, min(vi + 4, len(vnet))):
+                if vnet[k][1] == data:
+                    gso_size, gso_type = _vnet_parse(vnet[k][0])
+                    known = True
+                    vi = k + 1
+                    break
+            idx, plen = m.match(data)
+            if idx and not known and len(idx) > 1:
+                gso_size = max(m.parsed[idx[0]].payload_len, 0)
+            units.append(DeliveredUnit(idx, plen, gso_size, gso_type, known, len(data),
+                                       matched=bool(idx), data=data))
+        lost = [i for i, u in enumerate(m.used) if not u]
+        rel = os.uname().release
+        cfg = {"flush_timeout_ns": self.flush_timeout_ns, "defer": self.defer,
+               "budget": self.budget, "mtu": self.mtu, "pause_s": self.pause_s}
+        return KernelReplayResult(sent, actions, polls, units, lost, running_kernel(), rel,
+                                  cfg)
+
+
+def replay(frames: list[bytes], bursts: list[int] | None = None, *, mtu: int = 65535,
+           flush_timeout_ns: int = 20_000_000, defer: int = 1, budget: int = 64,
+           wire_lens: list[int] | None = None, fix_checksums: bool = True,
+           csum_not_ready: list[bool] | None = None) -> KernelReplayResult:
+    """Replay ``frames`` through a fresh veth pair with GRO on; return what was delivered.
+
+    Parameters: ``frames`` complete Ethernet frames in order; ``bursts`` burst number per
+    frame (a pause longer than the flush timeout separates bursts; ``None`` = one burst;
+    bursts are split at ``budget`` frames); ``mtu`` of both veth ends; ``flush_timeout_ns``
+    and ``defer`` the receiver's gro_flush_timeout / napi_defer_hard_irqs; ``wire_lens``
+    original lengths of snapped frames (padded with zeros); ``fix_checksums`` checksum
+    policy (see the module docstring); ``csum_not_ready`` per frame: the capture says the
+    checksum was not computed yet (pcapng epb flag).
+
+    Needs Linux and root; raises :class:`GropcapError` otherwise. Namespaces are created
+    fresh and always removed.
+
+    >>> from gropcap.selftest_cases import CASES                   # doctest: +SKIP
+    >>> c = CASES["data_same"]                                      # doctest: +SKIP
+    >>> replay(c.frames("ipv4"), c.bursts("ipv4")).payload_sizes()  # doctest: +SKIP
+    [200]
+    """
+    check_environment()
+    with ReplaySession(mtu=mtu, flush_timeout_ns=flush_timeout_ns, defer=defer,
+                       budget=budget) as s:
+        return s.replay(frames, bursts, wire_lens=wire_lens, fix_checksums=fix_checksums,
+                        csum_not_ready=csum_not_ready)
