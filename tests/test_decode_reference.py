@@ -822,3 +822,18 @@ def test_empty_row_absent_values():
     assert set(r) == set(S.PACKET_COLUMNS)
     assert r["dsa_port"] == -1 and r["tcp_wscale"] == -1
     assert r["ip_src"] == bytes(16) and r["tcp_options"] == bytes(40)
+
+
+def test_declared_length_checked_before_capture():
+    # ihl 15 (60-byte header) in a 40-byte IPv4 packet, capture ends with the packet:
+    # malformed (BAD_IP_HEADER), not TRUNCATED
+    f = bytearray(ipv4(A4, B4, 6, tcp(1, 2)))
+    f[0] = 0x4F
+    assert dec(bytes(f), linktype=C.LINKTYPE_IPV4)["status"] == S.STATUS_BAD_IP_HEADER
+    # IPv6 destination options claiming 64 bytes in a 16-byte payload
+    f = ipv6(A6, B6, 6, b"", ext=bytes([59, 7]) + bytes(14), first_nh=60)
+    assert dec(f, linktype=C.LINKTYPE_IPV6)["status"] == S.STATUS_BAD_IP_HEADER
+    # the same header really 64 bytes long, capture cut inside it: TRUNCATED
+    f = ipv6(A6, B6, 6, b"", ext=bytes([59, 7]) + bytes(62), first_nh=60)
+    r = dec(f[:60], linktype=C.LINKTYPE_IPV6, wire_len=len(f))
+    assert r["status"] == S.STATUS_TRUNCATED and r["ip_ext_len"] == 0

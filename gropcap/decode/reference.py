@@ -316,9 +316,6 @@ class _FrameDecoder:
             raise _Stop(S.STATUS_BAD_IP_HEADER)
         ihl = (b[off] & 0x0F) * 4
         r["ip_hdr_len"] = ihl
-        if ihl < 20:
-            raise _Stop(S.STATUS_BAD_IP_HEADER)
-        self.need(off, ihl)
         tot_len = self.u16(off + 2)
         frag = self.u16(off + 6)
         r["ip_tos"] = b[off + 1]
@@ -333,10 +330,8 @@ class _FrameDecoder:
         r["ip_proto"] = proto
         r["ip_src"] = _V4MAPPED + b[off + 12:off + 16]
         r["ip_dst"] = _V4MAPPED + b[off + 16:off + 20]
-        # A header that checksums to 0xffff (including its checksum field) is valid.
-        r["ip_csum_ok"] = fold16(ones_sum(b[off:off + ihl])) == 0xFFFF
-        r["ip_ext_len"] = ihl - 20
-        r["ip_ext_digest"] = digest_or_zero(b[off + 20:off + ihl])
+        if ihl < 20:
+            raise _Stop(S.STATUS_BAD_IP_HEADER)
         length = tot_len
         if tot_len == 0 and self.wire - off > 0xFFFF:
             # BIG TCP / GSO super-packet: tot_len 0 means "the rest of the skb"
@@ -346,6 +341,11 @@ class _FrameDecoder:
             raise _Stop(S.STATUS_BAD_IP_HEADER)
         if off + length > self.wire:
             raise _Stop(S.STATUS_BAD_LENGTH)
+        self.need(off, ihl)                 # options
+        r["ip_ext_len"] = ihl - 20
+        r["ip_ext_digest"] = digest_or_zero(b[off + 20:off + ihl])
+        # A header that checksums to 0xffff (including its checksum field) is valid.
+        r["ip_csum_ok"] = fold16(ones_sum(b[off:off + ihl])) == 0xFFFF
         pseudo = ones_sum(b[off + 12:off + 20], proto)   # + L4 length, added per protocol
         nonfirst = (frag & C.IP_OFFMASK) != 0
         fragment = nonfirst or bool(frag & C.IP_MF)
@@ -388,10 +388,10 @@ class _FrameDecoder:
         try:
             while nh in C.IP6_EXT_WALK:
                 if nh == C.IPPROTO_FRAGMENT:
-                    self.need(cur, C.IP6_FRAG_HLEN)
                     hl = C.IP6_FRAG_HLEN
                     if cur + hl > end:
                         raise _Stop(S.STATUS_BAD_IP_HEADER)
+                    self.need(cur, hl)
                     mask |= C.IP6_EXT_FRAGMENT
                     fo = self.u16(cur + 2)
                     r["ip_frag_off"] = fo >> 3
@@ -403,11 +403,13 @@ class _FrameDecoder:
                         nonfirst = True   # the rest of the chain is in the first fragment
                         break
                     continue
+                if cur + 2 > end:
+                    raise _Stop(S.STATUS_BAD_IP_HEADER)
                 self.need(cur, 2)
                 hl = (b[cur + 1] + 1) * 8
-                self.need(cur, hl)
                 if cur + hl > end or cur + hl - off > 0xFFFF:   # ip_hdr_len is uint16
                     raise _Stop(S.STATUS_BAD_IP_HEADER)
+                self.need(cur, hl)
                 if nh == C.IPPROTO_HOPOPTS:
                     mask |= C.IP6_EXT_HOPOPTS
                 elif nh == C.IPPROTO_DSTOPTS:
@@ -417,7 +419,7 @@ class _FrameDecoder:
                     final_dst = self.routing_final_dst(cur, hl, final_dst)
                 nh = b[cur]
                 cur += hl
-            if nh in C.IP6_EXT_STOP_OTHER:
+            if nh in C.IP6_EXT_STOP_OTHER and not nonfirst:
                 mask |= C.IP6_EXT_OTHER
         finally:
             # fields of the chain walked so far, also when the walk stopped early
