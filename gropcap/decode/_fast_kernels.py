@@ -429,10 +429,11 @@ def _decode_one(f, cap, wire, lt, i, o, port_tun, port_fou, dsa_opt, layers):
                 if off + C.BRCM_TAG_LEN > cap:
                     status = S.STATUS_TRUNCATED
                     break
-                # brcm_tag_rcv_ll: source port in byte 3; a non-zero opcode is dropped
+                # brcm_tag_rcv_ll: source port in byte 3; a non-zero opcode or a reserved
+                # reason code is dropped
                 o.u8[K_DSA_TAG, i] = C.DSA_BRCM_PREPEND
                 o.i16[K_DSA_PORT, i] = f[off + 3] & C.BRCM_EG_PID_MASK
-                if f[off] >> C.BRCM_OPCODE_SHIFT:
+                if f[off] >> C.BRCM_OPCODE_SHIFT or f[off + 2] & C.BRCM_EG_RC_RSVD:
                     status = S.STATUS_BAD_L2_HEADER
                     break
                 off += C.BRCM_TAG_LEN
@@ -454,7 +455,7 @@ def _decode_one(f, cap, wire, lt, i, o, port_tun, port_fou, dsa_opt, layers):
                         break
                     o.u8[K_DSA_TAG, i] = C.DSA_BRCM
                     o.i16[K_DSA_PORT, i] = f[p + 3] & C.BRCM_EG_PID_MASK
-                    if f[p] >> C.BRCM_OPCODE_SHIFT:
+                    if f[p] >> C.BRCM_OPCODE_SHIFT or f[p + 2] & C.BRCM_EG_RC_RSVD:
                         status = S.STATUS_BAD_L2_HEADER
                         break
                     p += C.BRCM_TAG_LEN
@@ -950,6 +951,9 @@ def _decode_one(f, cap, wire, lt, i, o, port_tun, port_fou, dsa_opt, layers):
             b0 = f[off]
             if b0 & C.GPE_VER_MASK or not b0 & C.GPE_FLAG_P:
                 status = S.STATUS_BAD_TUNNEL_HEADER
+                break
+            if b0 & C.GPE_FLAG_O:           # vxlan_parse_gpe_proto: OAM is dropped
+                status = S.STATUS_UNSUPPORTED_ENCAP
                 break
             p = off + C.VXLAN_HLEN
             if np_ == C.GPE_NP_IPV4:
