@@ -21,7 +21,7 @@ def packets_table(analysis) -> pa.Table:
     ``reason``, ``rx_queue``, ``poll_id``; every other model adds the same columns prefixed
     with its name (``ideal_gro_seg``, ...).
     """
-    table = analysis.packets
+    table = analysis.decoded
     primary = analysis.primary_model
     cols = _model_columns(analysis.results[primary], "")
     for model, result in analysis.results.items():
@@ -54,7 +54,7 @@ def addr_text(raw: bytes, version: int) -> str:
 
 def flows_table(analysis) -> pa.Table:
     """One row per flow: keys, packets, super-packets and ratio per model, top reason."""
-    packets = analysis.packets
+    packets = analysis.decoded
     first_result = next(iter(analysis.results.values()))
     flow_id = first_result.flow_id
     n_flows = int(flow_id.max()) + 1 if len(flow_id) else 0
