@@ -75,6 +75,7 @@ FLUSH_FLAGS_FINAL = 72        # p existed, packet has URG/RST/SYN (cannot merge,
 FLUSH_ZERO_PAYLOAD = 73       # p existed, packet has no payload (pure ACK): p completed
 FLUSH_UDP_LARGER = 74         # udp_gro_receive_segment: datagram longer than the first
 FLUSH_HOP_LIMIT_FLOW = 75     # before 5.18: hop limit part of the IPv6 flow key (new entry)
+FLUSH_IP_RF = 76              # held p existed; the packet has the IPv4 reserved bit (skb flush)
 
 # --- what ended a super-packet other than the next packet of its flow --------------------
 END_PSH = 90                  # tcp_gro_receive: merged segment with PSH ends it
@@ -146,6 +147,7 @@ _TEXT = {
     FLUSH_ZERO_PAYLOAD: "no payload (pure ACK): ends the held packet, delivered after it",
     FLUSH_UDP_LARGER: "UDP datagram longer than the first of the super-packet",
     FLUSH_HOP_LIMIT_FLOW: "hop limit changed: before 5.18 a separate flow entry",
+    FLUSH_IP_RF: "IPv4 reserved bit set: ends the held packet, delivered after it",
     END_PSH: "PSH merged: the sender marked the end of a write, GRO pushes up",
     END_FIN: "FIN merged: end of the connection",
     END_SHORT_SEGMENT: "segment shorter than gso_size merged: ends the super-packet",

@@ -1,0 +1,1154 @@
+"""Reference GRO model: plain Python, written straight from the kernel (the test oracle).
+
+Layer: packet columns (``decode/schema.py``, Arrow) -> :class:`GroResult` (``gro/result.py``).
+The numba engine (``gro/engine.py``) implements the same contract and is held equal to this
+module bit for bit; ``docs/gro-model.md`` fixes what the kernel leaves to hardware and timing
+(RSS, buckets, NAPI polls, delivery order, reason precedence).
+
+One function per kernel function it mirrors (6.18 names; older behaviour is switched by
+``config.kernel``, a :class:`KernelProfile`):
+
+==============================  ==========================================================
+kernel                          here
+==============================  ==========================================================
+dev_gro_receive                 :meth:`GroNode.dev_gro_receive`
+gro_list_prepare                :func:`gro_list_prepare`  (L2 identity)
+vlan_gro_receive                :func:`vlan_gro_receive`
+inet_gro_receive                :func:`inet_gro_receive`
+ipv6_gro_receive                :func:`ipv6_gro_receive`
+gre_gro_receive / ipip / sit    :func:`tunnel_gro_receive`
+tcp4/6_gro_receive              :func:`tcp_csum_and_header`
+tcp_gro_receive                 :meth:`GroNode.tcp_gro_receive`
+inet_gro_flush / ipv6_gro_flush :func:`inet_gro_flush`, :func:`ipv6_gro_flush`
+  (+ flush_id era before 6.10)  :func:`flush_id_old`
+skb_gro_receive                 :func:`skb_gro_receive`
+gro_complete (+ tcp_gro_compl.) :func:`gro_complete`
+__gro_flush / gro_flush_oldest  :meth:`GroNode.gro_flush`
+napi_complete_done/__napi_poll  :class:`NapiQueue`
+==============================  ==========================================================
+
+Scope: Ethernet / VLAN / QinQ / DSA + IPv4 / IPv6 + TCP, natively aggregated GRE (flags
+K and C only), GRE-TEB, IPIP, SIT, ip6ip6 and ip4ip6 tunnels. UDP tunnels (VXLAN, Geneve)
+have no local tunnel socket in this model, so they are plain UDP without UDP GRO
+(``BYPASS_UDP_NO_GRO``); FOU/GUE and ERSPAN are delivered alone (``BYPASS_TUNNEL``).
+Packets arrive one segment each (pre-coalesced input is not modelled yet).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from gropcap import constants as C
+from gropcap import gso
+from gropcap.decode import schema as S
+from gropcap.errors import ConfigError
+from gropcap.gro import reasons as R
+from gropcap.gro.config import GroConfig, KernelProfile
+from gropcap.gro.flows import assign_flow_ids
+from gropcap.gro.result import GroResult
+from gropcap.gro.rss import gro_bucket, rss_hash, rx_queue
+
+__all__ = ["simulate", "GroNode", "HeldEntry", "Skb", "MAX_GRO_SKBS", "GRO_HASH_BUCKETS"]
+
+MAX_GRO_SKBS = 8          # net/core/gro.c: held packets per bucket
+GRO_HASH_BUCKETS = 8      # include/linux/netdevice.h (v4.18, 07d78363)
+GRO_LEGACY_MAX_SIZE = 65536   # include/linux/netdevice.h: the 64 KB limit before BIG TCP
+
+# tcp_gro_receive: flags never masked out of the flag word, and the final-flag list
+_TCP_FINAL = C.TCP_FLAG_URG | C.TCP_FLAG_PSH | C.TCP_FLAG_RST | C.TCP_FLAG_SYN | C.TCP_FLAG_FIN
+_TCP_NEVER_EQUAL = C.TCP_FLAG_SYN | C.TCP_FLAG_RST | C.TCP_FLAG_URG
+
+# Tunnels aggregated natively on the receiving device (no socket needed)
+_NATIVE_TUNNELS = (C.TUN_GRE, C.TUN_GRE_TEB, C.TUN_IPIP, C.TUN_SIT, C.TUN_IP6IP6,
+                   C.TUN_IP4IP6)
+_UDP_TUNNELS = (C.TUN_VXLAN, C.TUN_VXLAN_GPE, C.TUN_GENEVE)
+# inet_offloads / inet6_offloads with a gro_receive: TCP, UDP, GRE, IPIP (4), IPv6 (41)
+_L4_WITH_GRO = (C.IPPROTO_TCP, C.IPPROTO_UDP, C.IPPROTO_GRE, C.IPPROTO_IPIP, C.IPPROTO_IPV6)
+
+_FLUSH_OF_NOT_HELD = {R.NOT_HELD_LENGTH: R.FLUSH_LENGTH, R.NOT_HELD_IP_RF: R.FLUSH_IP_RF}
+
+
+# --- the packet as GRO sees it ------------------------------------------------------------
+
+@dataclass(slots=True)
+class IpHdr:
+    """One IP header of a packet (outermost first), the fields GRO reads."""
+
+    version: int
+    hdr_len: int
+    tot_len: int
+    src: bytes
+    dst: bytes
+    proto: int
+    ttl: int
+    tos: int
+    id: int
+    df: bool
+    mf: bool
+    rf: bool
+    frag_off: int
+    csum_ok: bool
+    flow_label: int
+    ext_mask: int
+    ext_len: int
+    ext_digest: int
+    gro_len: int      # skb_gro_len at this header: bytes from it to the end of the frame
+
+
+@dataclass(slots=True)
+class Skb:
+    """One received frame with the values the GRO chain computes from it."""
+
+    idx: int
+    status: int
+    hash: int
+    queue: int
+    bucket: int
+    dsa: bool
+    l2: tuple                 # gro_list_prepare + vlan_gro_receive identity
+    bad_tpid: bool            # a VLAN TPID without a packet_offload (0x9100)
+    ip: list                  # IpHdr, outermost first (two for a native tunnel)
+    tun_type: int
+    tun_flags: int
+    tun_key: tuple            # gre_gro_receive / eth_gro_receive identity
+    tun_csum_ok: bool
+    encap_depth: int
+    l4_proto: int
+    sport: int
+    dport: int
+    seq: int
+    ack: int
+    flags: int
+    doff: int
+    window: int
+    options: bytes
+    opt_len: int
+    l4_csum_state: int
+    payload_len: int          # column value (IP lengths)
+    len: int                  # skb_gro_len at TCP: payload incl. any trailer/padding
+    p_len: int                # skb->len counted from the outer network header (+VLAN tags)
+    ts_ns: int
+    key: tuple = ()           # full same-flow key (all layers), see Skb building
+    key_nohop: tuple = ()     # the same without IPv6 hop limits (FLUSH_HOP_LIMIT_FLOW)
+
+
+@dataclass(slots=True)
+class HeldEntry:
+    """A held super-packet ``p``: NAPI_GRO_CB(p) and the fields of its first packet."""
+
+    skb: Skb                  # first packet: its headers are p's headers
+    packets: list             # row numbers merged, in order
+    count: int                # NAPI_GRO_CB(p)->count
+    len: int                  # p->len
+    gro_len: int              # skb_gro_len(p): payload merged so far
+    gso_size: int             # skb_shinfo(p)->gso_size: payload of the first packet
+    age: int                  # NAPI_GRO_CB(p)->age (jiffy when held)
+    seq_no: int               # insertion order (oldest first when flushing an unlimited list)
+    bucket: int
+    flags_or: int = 0         # FIN|PSH ORed into p's header by merges
+    ip_fixedid: int = 0       # 6.10+: ip_fixedid (1 bit, 2 bits from 6.18)
+    is_atomic: bool = True    # before 6.10: NAPI_GRO_CB(p)->is_atomic
+
+
+@dataclass(slots=True)
+class SegDraft:
+    """A super-packet handed to the stack (before its seg_id / poll_id are known)."""
+
+    packets: list
+    count: int
+    payload_len: int
+    gso_size: int
+    gso_type: int
+    end_reason: int
+    queue: int
+
+
+@dataclass
+class Outcome:
+    """What ``dev_gro_receive`` did with one packet."""
+
+    completed: list = field(default_factory=list)  # (HeldEntry, end_reason), delivery order
+    kind: str = "held"         # "merged" | "delivered" | "held"
+    reason: int = R.NO_HELD_PACKET
+
+
+# --- building Skb objects from the table -----------------------------------------------------
+
+def _col(table: pa.Table, name: str) -> list:
+    return table.column(name).to_pylist()
+
+
+def _ip_layer(cols: dict, prefix: str, i: int, end: int) -> IpHdr:
+    off = cols[prefix + "offset"][i]
+    return IpHdr(
+        version=cols[prefix + "version"][i], hdr_len=cols[prefix + "hdr_len"][i],
+        tot_len=cols[prefix + "tot_len"][i], src=cols[prefix + "src"][i],
+        dst=cols[prefix + "dst"][i], proto=cols[prefix + "proto"][i],
+        ttl=cols[prefix + "ttl"][i], tos=cols[prefix + "tos"][i], id=cols[prefix + "id"][i],
+        df=cols[prefix + "df"][i], mf=cols[prefix + "mf"][i], rf=cols[prefix + "rf"][i],
+        frag_off=cols[prefix + "frag_off"][i], csum_ok=cols[prefix + "csum_ok"][i],
+        flow_label=cols[prefix + "flow_label"][i], ext_mask=cols[prefix + "ext_mask"][i],
+        ext_len=cols[prefix + "ext_len"][i], ext_digest=cols[prefix + "ext_digest"][i],
+        gro_len=end - off)
+
+
+def _ip_key(h: IpHdr, with_hop: bool) -> tuple:
+    """inet_gro_receive / ipv6_gro_receive same-flow fields of one header."""
+    if h.version == 4:
+        return (4, h.proto, h.src, h.dst)               # inet_gro_receive
+    # ipv6_gro_receive: version + flow label (first word & 0xF00FFFFF), addresses,
+    # nexthdr, extension-header bytes; hop limit too before 5.18 (6fc2f3832d36)
+    key = (6, h.flow_label, h.src, h.dst, h.proto, h.ext_mask, h.ext_len, h.ext_digest)
+    return key + (h.ttl,) if with_hop else key
+
+
+def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig) -> list[Skb]:
+    """One :class:`Skb` per row: the column values GRO reads, plus derived lengths/keys."""
+    names = ["status", "wire_len", "epb_flags", "iface", "ts_ns", "eth_dst", "eth_src",
+             "eth_type", "vlan_depth", "vlan_tpid0", "vlan_tci0", "vlan_tpid1", "vlan_tci1",
+             "dsa_tag", "dsa_port", "tun_type", "tun_flags", "tun_proto", "tun_key",
+             "tun_csum_ok", "encap_depth", "inner_eth_dst", "inner_eth_src",
+             "inner_eth_type", "l4_proto", "sport", "dport", "tcp_seq", "tcp_ack",
+             "tcp_flags", "tcp_doff", "tcp_window", "tcp_opt_len", "tcp_options",
+             "l4_csum_state", "payload_len", "l4_offset"]
+    for prefix in ("ip_", "outer_ip_"):
+        names += [f.name for f in S.PACKET_FIELDS if f.name.startswith(prefix)]
+    cols = {name: _col(table, name) for name in names}
+    profile = config.kernel
+    queues = config.queues if config.model == "napi" else 1
+    buckets = profile.hash_buckets
+    hop_key = not profile.ipv6_hop_limit_flush
+    out = []
+    for i in range(table.num_rows):
+        fcs = (cols["epb_flags"][i] & C.EPB_FLAG_FCS_LEN_MASK) >> C.EPB_FLAG_FCS_LEN_SHIFT
+        # The receiving NIC strips the FCS (rx-fcs off, the default); a captured FCS is
+        # not part of the skb. Everything else up to wire_len is (padding, trailers).
+        end = cols["wire_len"][i] - fcs
+        h = int(hashes[i])
+        layers = []
+        if cols["outer_ip_version"][i]:
+            layers.append(_ip_layer(cols, "outer_ip_", i, end))
+        if cols["ip_version"][i]:
+            layers.append(_ip_layer(cols, "ip_", i, end))
+        vlan_depth = cols["vlan_depth"][i]
+        vlan = (vlan_depth, cols["vlan_tpid0"][i], cols["vlan_tci0"][i],
+                cols["vlan_tpid1"][i], cols["vlan_tci1"][i])
+        tpids = [cols["eth_type"][i], cols["vlan_tpid0"][i], cols["vlan_tpid1"][i]]
+        bad_tpid = C.ETH_P_QINQ1 in tpids[:1 + min(vlan_depth, 2)]
+        l2 = (h if config.model == "napi" else 0, cols["iface"][i], cols["dsa_port"][i],
+              cols["eth_dst"][i], cols["eth_src"][i], cols["eth_type"][i], vlan)
+        tun_type = cols["tun_type"][i]
+        tun_flags = cols["tun_flags"][i]
+        if tun_type in (C.TUN_GRE, C.TUN_GRE_TEB):
+            # gre_gro_receive: flags word, protocol, key when K is set
+            tkey = (tun_type, tun_flags, cols["tun_proto"][i],
+                    cols["tun_key"][i] if tun_flags & C.GRE_KEY else 0)
+            if tun_type == C.TUN_GRE_TEB:   # eth_gro_receive on the inner Ethernet header
+                tkey += (cols["inner_eth_dst"][i], cols["inner_eth_src"][i],
+                         cols["inner_eth_type"][i])
+        else:
+            tkey = (tun_type,)
+        opt_len = cols["tcp_opt_len"][i]
+        doff = cols["tcp_doff"][i]
+        l4_len = 0
+        if layers:
+            inner = layers[-1]
+            # skb_gro_len after the TCP header: to the end of the frame, padding included
+            l4_len = inner.gro_len - inner.hdr_len - doff * 4
+        skb = Skb(
+            idx=i, status=cols["status"][i], hash=h,
+            queue=int(rx_queue(h, queues)) if queues > 1 else 0,
+            bucket=int(gro_bucket(h, buckets)) if config.model == "napi" else 0,
+            dsa=cols["dsa_tag"][i] != 0, l2=l2, bad_tpid=bad_tpid, ip=layers,
+            tun_type=tun_type, tun_flags=tun_flags, tun_key=tkey,
+            tun_csum_ok=cols["tun_csum_ok"][i], encap_depth=cols["encap_depth"][i],
+            l4_proto=cols["l4_proto"][i], sport=cols["sport"][i], dport=cols["dport"][i],
+            seq=cols["tcp_seq"][i], ack=cols["tcp_ack"][i], flags=cols["tcp_flags"][i],
+            doff=doff, window=cols["tcp_window"][i],
+            options=bytes(cols["tcp_options"][i][:opt_len]), opt_len=opt_len,
+            l4_csum_state=cols["l4_csum_state"][i], payload_len=cols["payload_len"][i],
+            len=max(l4_len, cols["payload_len"][i]),
+            # dev_gro_receive runs after eth_type_trans pulled the 14-byte MAC header; an
+            # in-band VLAN tag stays in skb->data and counts against gro_max_size
+            p_len=(layers[0].gro_len if layers else 0) + 4 * vlan_depth,
+            ts_ns=cols["ts_ns"][i])
+        ports = (skb.sport, skb.dport)
+        skb.key = (l2, tuple(_ip_key(x, hop_key) for x in layers), tkey, ports)
+        skb.key_nohop = (l2, tuple(_ip_key(x, False) for x in layers), tkey, ports)
+        out.append(skb)
+    return out
+
+
+# --- the per-layer receive functions ------------------------------------------------------
+
+def gro_list_prepare_and_l2(skb: Skb, profile: KernelProfile) -> int:
+    """dev_gro_receive / vlan_gro_receive bail-outs before any L3 handler; 0 when none.
+
+    A packet that bails is delivered at once and leaves held packets untouched.
+    """
+    if skb.dsa and not profile.dsa_gro:
+        # before e131a5634830 (v5.8) DSA user ports delivered with netif_receive_skb
+        return R.BYPASS_GRO_DISABLED
+    st = skb.status
+    if st in (S.STATUS_NOT_IP, S.STATUS_UNSUPPORTED_LINKTYPE):
+        return R.BYPASS_NOT_IP      # no packet_offload for the EtherType
+    if st == S.STATUS_BAD_L4_HEADER and skb.l4_proto == C.IPPROTO_TCP:
+        return R.BYPASS_TCP_HEADER  # tcp_gro_pull_header: doff*4 < 20 or not pullable
+    if st in (S.STATUS_UNSUPPORTED_ENCAP, S.STATUS_BAD_TUNNEL_HEADER,
+              S.STATUS_ENCAP_TOO_DEEP):
+        return R.BYPASS_TUNNEL      # gre_gro_receive refuses version/routing; nested tunnels
+    if st != S.STATUS_OK:
+        return R.BYPASS_DECODE
+    if skb.bad_tpid:
+        return R.BYPASS_NOT_IP      # vlan_gro_receive / dev_gro_receive: 0x9100 has no handler
+    if not skb.ip:
+        return R.BYPASS_NOT_IP
+    return 0
+
+
+def inet_gro_receive(h: IpHdr) -> int:
+    """inet_gro_receive bail-outs (``goto out``: packet delivered, p untouched); 0 if none."""
+    if h.proto not in _L4_WITH_GRO:
+        return R.BYPASS_NO_L4_OFFLOAD          # no inet_offloads[proto]->gro_receive
+    if h.hdr_len != 20:
+        return R.BYPASS_IP_OPTIONS             # *(u8 *)iph != 0x45
+    if h.mf or h.frag_off:
+        return R.BYPASS_IP_FRAGMENT            # ip_is_fragment
+    if not h.csum_ok:
+        return R.BYPASS_IP_CSUM                # ip_fast_csum(iph, 5)
+    return 0
+
+
+def ipv6_gro_receive(h: IpHdr) -> int:
+    """ipv6_gro_receive bail-outs; 0 if none.
+
+    ipv6_gro_pull_exthdrs skips headers whose inet6_offloads entry has
+    INET6_PROTO_GSO_EXTHDR: Routing, Destination Options and Hop-by-Hop (hbh_offload;
+    before it ipv6_gso_pull_exthdrs skipped NEXTHDR_HOP explicitly). A Fragment header or
+    AH/other header stops the walk with no gro_receive: the packet bails.
+    """
+    if h.ext_mask & (C.IP6_EXT_FRAGMENT | C.IP6_EXT_OTHER):
+        return R.BYPASS_IPV6_EXTHDR
+    if h.proto not in _L4_WITH_GRO:
+        return R.BYPASS_NO_L4_OFFLOAD
+    return 0
+
+
+def ip_skb_flush(h: IpHdr) -> int:
+    """The ``NAPI_GRO_CB(skb)->flush`` an IP header sets (no bail): NOT_HELD_* or 0.
+
+    inet_gro_receive: ``(u16)((tot_len ^ skb_gro_len) | (id_word & ~IP_DF))`` -> the IP
+    length differs from the bytes received (Ethernet padding, trailer) or the reserved bit
+    is set. ipv6_gro_receive: ``payload_len != skb_gro_len - 40``.
+    """
+    if h.version == 4:
+        if (h.tot_len ^ h.gro_len) & 0xFFFF:
+            return R.NOT_HELD_LENGTH
+        if h.rf:
+            return R.NOT_HELD_IP_RF
+        return 0
+    return R.NOT_HELD_LENGTH if h.tot_len != h.gro_len else 0
+
+
+def tunnel_gro_receive(skb: Skb, config: GroConfig) -> int:
+    """gre_gro_receive / ipip_gro_receive / sit_ip6ip6_gro_receive / udp tunnels: bail or 0."""
+    t = skb.tun_type
+    if t == C.TUN_NONE:
+        return 0
+    if t in _UDP_TUNNELS:
+        # udp_gro_receive: no local tunnel socket owns the port -> plain UDP, and UDP GRO
+        # (segment / fraglist) is off by default
+        return R.BYPASS_UDP_NO_GRO
+    if t not in _NATIVE_TUNNELS:
+        return R.BYPASS_TUNNEL      # ERSPAN (S flag / no handler), FOU/GUE (not modelled)
+    if skb.encap_depth > 1 or len(skb.ip) < 2:
+        return R.BYPASS_TUNNEL      # encap_mark: no GRO of tunnel in tunnel
+    if t in (C.TUN_GRE, C.TUN_GRE_TEB):
+        if skb.tun_flags & ~(C.GRE_KEY | C.GRE_CSUM) & 0xFFFF:
+            return R.BYPASS_TUNNEL  # gre_gro_receive: only K and C, version 0
+        if config.verify_checksums and skb.tun_flags & C.GRE_CSUM and not skb.tun_csum_ok:
+            return R.BYPASS_TUNNEL  # skb_gro_checksum_simple_validate
+    return 0
+
+
+def tcp_csum_and_header(skb: Skb, config: GroConfig, skb_flush: int) -> int:
+    """tcp4_gro_receive / tcp6_gro_receive + tcp_gro_pull_header bail-outs; 0 if none.
+
+    The checksum is validated only when no flush is pending ("don't bother verifying
+    checksum if we're going to flush anyway"). By default the NIC validated it
+    (CHECKSUM_UNNECESSARY); with ``verify_checksums`` a bad sum, or a CHECKSUM_PARTIAL one
+    captured on the sender, fails software validation; an unverifiable (cut) one passes.
+    """
+    if (config.verify_checksums and not skb_flush
+            and skb.l4_csum_state in (S.CSUM_BAD, S.CSUM_PARTIAL)):
+        return R.BYPASS_L4_CSUM
+    if skb.doff < 5:
+        return R.BYPASS_TCP_HEADER
+    return 0
+
+
+def _tos_reason(a: int, b: int, outer: bool) -> int:
+    if not ((a ^ b) & ~0x03):
+        return R.FLUSH_OUTER_ECN if outer else R.FLUSH_ECN
+    return R.FLUSH_OUTER_TOS if outer else R.FLUSH_TOS
+
+
+def inet_gro_flush(h: IpHdr, ph: IpHdr, p: HeldEntry, layer: int, encap: bool,
+                   profile: KernelProfile) -> int:
+    """inet_gro_flush (v6.10+): TTL, whole TOS byte, DF, then the IP ID rule; reason or 0.
+
+    ``layer`` 0 is the outer (or only) header, 1 the inner header of a tunnel. The ID mode
+    (fixed or incrementing) is decided on the second segment (count == 1) and sticks:
+    v6.10-6.17 one shared bit, fixed only with DF, the outer header with DF ignored;
+    v6.18 one bit per header, no DF condition.
+    """
+    outer = encap and layer == 0
+    if h.ttl != ph.ttl:
+        return R.FLUSH_OUTER_TTL if outer else R.FLUSH_TTL
+    if h.tos != ph.tos:
+        return _tos_reason(h.tos, ph.tos, outer)
+    if h.df != ph.df:
+        return R.FLUSH_OUTER_DF if outer else R.FLUSH_DF
+    ipid_offset = (h.id - ph.id) & 0xFFFF
+    count = p.count & 0xFFFF
+    if profile.two_bit_fixedid:
+        bit = 1 << layer
+        if count == 1 and ipid_offset == 0:
+            p.ip_fixedid |= bit
+        fixed = bool(p.ip_fixedid & bit)
+    else:
+        if outer and h.df:
+            return 0                # outer header with DF: its ID is ignored
+        if count == 1 and h.df and ipid_offset == 0:
+            p.ip_fixedid = 1
+        fixed = bool(p.ip_fixedid)
+    if ipid_offset != (0 if fixed else count):
+        return R.FLUSH_OUTER_IP_ID if outer else R.FLUSH_IP_ID
+    return 0
+
+
+def ipv6_gro_flush(h: IpHdr, ph: IpHdr, outer: bool, profile: KernelProfile) -> int:
+    """ipv6_gro_flush: traffic class byte (incl. ECN), hop limit from 5.18; reason or 0."""
+    if h.tos != ph.tos:
+        return _tos_reason(h.tos, ph.tos, outer)
+    if profile.ipv6_hop_limit_flush and h.ttl != ph.ttl:
+        return R.FLUSH_OUTER_TTL if outer else R.FLUSH_TTL
+    return 0
+
+
+def l3_flush_old(h: IpHdr, ph: IpHdr, outer: bool, profile: KernelProfile) -> int:
+    """Before v6.10 the IP layer loop ORed TTL/TOS/DF (IPv4) or TC/hop limit (IPv6) into
+    ``NAPI_GRO_CB(p)->flush``; reason or 0 (the ID part is :func:`flush_id_old`)."""
+    if h.version == 6:
+        return ipv6_gro_flush(h, ph, outer, profile)
+    if h.ttl != ph.ttl:
+        return R.FLUSH_OUTER_TTL if outer else R.FLUSH_TTL
+    if h.tos != ph.tos:
+        return _tos_reason(h.tos, ph.tos, outer)
+    if h.df != ph.df:
+        return R.FLUSH_OUTER_DF if outer else R.FLUSH_DF
+    return 0
+
+
+def flush_id_old(skb: Skb, p: HeldEntry, profile: KernelProfile) -> int:
+    """IP ID rule before v6.10, as tcp_gro_receive consumed ``NAPI_GRO_CB(p)->flush_id``.
+
+    v4.7-v6.9 (inet_gro_receive per header, outer first; N.is_atomic starts true, then is
+    the DF of the header just seen)::
+
+        fid = (u16)(N.id - p.id); if !p.is_atomic || !N.DF: fid = fid == p.count ? 0 : 0xFFFF
+        p.flush_id = fid if N.is_atomic else p.flush_id | fid     (IPv6: = 0 if N.is_atomic)
+        tcp: if flush_id == 1 && count == 1 && p.is_atomic: p.is_atomic = 0 (incrementing)
+
+    Before v4.7 only the innermost IPv4 ID is checked and must be p.id + count.
+    """
+    encap = len(skb.ip) > 1
+    if not profile.fixed_id_support:
+        h, ph = skb.ip[-1], p.skb.ip[-1]
+        if h.version == 4 and h.id != (ph.id + p.count) & 0xFFFF:
+            return R.FLUSH_IP_ID
+        return 0
+    n_atomic = True
+    flush_id = 0
+    culprit = -1
+    for layer, (h, ph) in enumerate(zip(skb.ip, p.skb.ip)):
+        if h.version == 4:
+            fid = (h.id - ph.id) & 0xFFFF
+            if not p.is_atomic or not h.df:
+                fid = 0 if fid == (p.count & 0xFFFF) else 0xFFFF
+            if n_atomic:
+                flush_id, culprit = fid, (layer if fid else -1)
+            else:
+                if fid and culprit < 0:
+                    culprit = layer
+                flush_id |= fid
+            n_atomic = h.df
+        else:
+            if n_atomic:
+                flush_id, culprit = 0, -1
+            n_atomic = True
+    if flush_id == 1 and p.count == 1 and p.is_atomic:
+        p.is_atomic = False         # second frame: the flow uses incrementing IDs
+        return 0
+    if flush_id:
+        return R.FLUSH_OUTER_IP_ID if encap and culprit == 0 else R.FLUSH_IP_ID
+    return 0
+
+
+def _is_atomic_of(skb: Skb) -> bool:
+    """NAPI_GRO_CB(skb)->is_atomic after the IP layers (before 6.10): DF of the last IPv4
+    header, true when the last IP header is IPv6."""
+    atomic = True
+    for h in skb.ip:
+        atomic = h.df if h.version == 4 else True
+    return atomic
+
+
+def _ts_offset(opts: bytes) -> int:
+    """Offset of the timestamp option in the option bytes, -1 when absent (RFC 7323)."""
+    i = 0
+    while i < len(opts):
+        kind = opts[i]
+        if kind == C.TCPOPT_EOL:
+            break
+        if kind == C.TCPOPT_NOP:
+            i += 1
+            continue
+        if i + 1 >= len(opts) or opts[i + 1] < 2:
+            break
+        if kind == C.TCPOPT_TIMESTAMP and opts[i + 1] == 10 and i + 10 <= len(opts):
+            return i
+        i += opts[i + 1]
+    return -1
+
+
+def _options_reason(a: bytes, b: bytes) -> int:
+    """tcp_gro_receive: any option byte differs -> FLUSH_TCP_TS when only TSval/TSecr do."""
+    if a == b:
+        return 0
+    ta, tb = _ts_offset(a), _ts_offset(b)
+    if ta >= 0 and ta == tb and len(a) == len(b):
+        if a[:ta + 2] + a[ta + 10:] == b[:tb + 2] + b[tb + 10:]:
+            return R.FLUSH_TCP_TS
+    return R.FLUSH_TCP_OPTIONS
+
+
+def _flag_word_reason(skb: Skb, p: HeldEntry, profile: KernelProfile) -> int:
+    """tcp_gro_receive: the 32-bit word doff|flags|window must match except FIN/PSH
+    (and CWR before 6.15, 4e4f7cefb130)."""
+    mask = ~(C.TCP_FLAG_FIN | C.TCP_FLAG_PSH)
+    if not profile.cwr_in_flag_word:
+        mask &= ~C.TCP_FLAG_CWR
+    ph = p.skb
+    diff = (skb.flags ^ (ph.flags | p.flags_or)) & mask
+    if diff & _TCP_NEVER_EQUAL:
+        return R.FLUSH_FLAGS_FINAL
+    if diff:
+        return R.FLUSH_TCP_FLAGS
+    if skb.doff != ph.doff:
+        return R.FLUSH_TCP_DOFF
+    if skb.window != ph.window:
+        return R.FLUSH_TCP_WINDOW
+    return 0
+
+
+def gro_max_size(config: GroConfig, outer_version: int) -> int:
+    """skb_gro_receive's limit: netif_get_gro_max_size, where BIG TCP is possible.
+
+    Before v5.16 there is no per-device knob (64 KB); above 64 KB only IPv6 from v5.19 and
+    IPv4 from v6.3 (GRO_LEGACY_MAX_SIZE check).
+    """
+    profile = config.kernel
+    if profile.version < (5, 16):
+        return GRO_LEGACY_MAX_SIZE
+    limit = config.max_size(outer_version)
+    big_ok = profile.version >= (5, 19) if outer_version == 6 else profile.big_tcp_ipv4
+    if limit > GRO_LEGACY_MAX_SIZE and not big_ok:
+        limit = GRO_LEGACY_MAX_SIZE
+    return limit
+
+
+def skb_gro_receive(p: HeldEntry, skb: Skb, skb_flush: int, config: GroConfig) -> int:
+    """skb_gro_receive: -E2BIG when ``p->len + len >= gro_max_size`` or the skb carries a
+    flush from a lower layer; reason or 0."""
+    if p.len + skb.len >= gro_max_size(config, p.skb.ip[0].version):
+        return R.FLUSH_SIZE_LIMIT
+    if skb_flush:
+        return _FLUSH_OF_NOT_HELD.get(skb_flush, R.FLUSH_LENGTH)
+    return 0
+
+
+def gro_complete(p: HeldEntry, end_reason: int, profile: KernelProfile,
+                 payload_len: list) -> SegDraft:
+    """gro_complete (+ inet/ipv6/tunnel/tcp completions): one super-packet for the stack.
+
+    ``count == 1``: a plain packet (gso_size 0, no GSO type). Otherwise gso_size is the
+    first packet's payload and gso_type comes from :func:`gropcap.gso.gso_type_for`
+    (tcp_gro_complete: CWR of the first header; tcp4_gro_complete: fixed-ID state).
+    """
+    payload = sum(payload_len[i] for i in p.packets)
+    if p.count == 1:
+        return SegDraft(list(p.packets), 1, payload, 0, 0, end_reason, p.skb.queue)
+    inner = p.skb.ip[-1]
+    fixed = (int(p.is_atomic) if profile.flush_id_era else p.ip_fixedid) \
+        if inner.version == 4 else 0
+    gtype = gso.gso_type_for(profile.version, inner.version, ip_fixedid=fixed,
+                             cwr=bool(p.skb.flags & C.TCP_FLAG_CWR),
+                             tun_type=p.skb.tun_type)
+    return SegDraft(list(p.packets), p.count, payload, p.gso_size, gtype, end_reason,
+                    p.skb.queue)
+
+
+# --- one GRO instance (a NAPI's gro_node, or the ideal unlimited list) -----------------------
+
+class GroNode:
+    """The held packets of one NAPI instance: ``GRO_HASH_BUCKETS`` lists of at most
+    ``MAX_GRO_SKBS`` entries (newest first), or one unlimited list (ideal model)."""
+
+    def __init__(self, config: GroConfig, unlimited: bool):
+        self.config = config
+        self.profile = config.kernel
+        self.unlimited = unlimited
+        nb = 1 if unlimited else self.profile.hash_buckets
+        self.buckets: list[list[HeldEntry]] = [[] for _ in range(nb)]
+        # ideal model: same-flow key -> entries newest first (the same answer as a scan)
+        self.index: dict[tuple, list[HeldEntry]] = {}
+        self.nohop: dict[tuple, int] = {}
+        self._seq = 0
+
+    # -- list handling
+    def any_held(self) -> bool:
+        """``gro_bitmask != 0``: something is held."""
+        if self.unlimited:
+            return bool(self.index)
+        return any(self.buckets)
+
+    def _candidates(self, skb: Skb) -> list[HeldEntry]:
+        """Entries still marked same_flow after every layer, in list order (newest first)."""
+        if self.unlimited:
+            return self.index.get(skb.key, [])
+        return [p for p in self.buckets[skb.bucket] if p.skb.key == skb.key]
+
+    def _hop_limit_twin(self, skb: Skb) -> bool:
+        """Before 5.18: an entry that differs from skb only in an IPv6 hop limit."""
+        if self.unlimited:
+            return self.nohop.get(skb.key_nohop, 0) > 0
+        return any(p.skb.key_nohop == skb.key_nohop for p in self.buckets[skb.bucket])
+
+    def _remove(self, p: HeldEntry) -> None:
+        if self.unlimited:
+            lst = self.index[p.skb.key]
+            lst.remove(p)
+            if not lst:
+                del self.index[p.skb.key]
+            self.nohop[p.skb.key_nohop] -= 1
+        else:
+            self.buckets[p.bucket].remove(p)
+
+    def _insert(self, p: HeldEntry) -> None:
+        if self.unlimited:
+            self.index.setdefault(p.skb.key, []).insert(0, p)
+            self.nohop[p.skb.key_nohop] = self.nohop.get(p.skb.key_nohop, 0) + 1
+        else:
+            self.buckets[p.bucket].insert(0, p)
+
+    # -- the receive path
+    def dev_gro_receive(self, skb: Skb, jiffy: int) -> Outcome:
+        """dev_gro_receive: run the chain, complete ``pp``, then merge / deliver / hold.
+
+        Delivery order inside: the completed ``pp`` first, then an evicted oldest entry
+        (``gro_flush_oldest``); a delivered packet comes after both.
+        """
+        cfg = self.config
+        out = Outcome()
+        bail = gro_list_prepare_and_l2(skb, self.profile)
+        skb_flush = 0
+        if not bail:
+            bail, skb_flush = self._network_layers(skb)
+        if not bail:
+            bail = tcp_csum_and_header(skb, cfg, skb_flush)
+        if bail:
+            out.kind, out.reason = "delivered", bail
+            return out
+        pp, pp_reason, kind, reason = self.tcp_gro_receive(skb, skb_flush)
+        if pp is not None:
+            self._remove(pp)
+            out.completed.append((pp, pp_reason))
+        out.kind, out.reason = kind, reason
+        if kind != "held":
+            return out
+        bucket = self.buckets[0 if self.unlimited else skb.bucket]
+        if not self.unlimited and len(bucket) >= MAX_GRO_SKBS:
+            oldest = bucket[-1]                        # gro_flush_oldest: list tail
+            self._remove(oldest)
+            out.completed.append((oldest, R.END_BUCKET_FULL))
+        self._seq += 1
+        entry = HeldEntry(skb=skb, packets=[skb.idx], count=1, len=skb.p_len,
+                          gro_len=skb.len, gso_size=skb.len, age=jiffy, seq_no=self._seq,
+                          bucket=skb.bucket, is_atomic=_is_atomic_of(skb))
+        self._insert(entry)
+        return out
+
+    def _network_layers(self, skb: Skb) -> tuple[int, int]:
+        """inet/ipv6_gro_receive for each IP header (outer first) and the tunnel layer.
+
+        Returns ``(bail, skb_flush)``: a BYPASS_* code, and the first NOT_HELD_* flush an
+        IP header set (length/padding, reserved bit).
+        """
+        skb_flush = 0
+        native = skb.tun_type in _NATIVE_TUNNELS and len(skb.ip) == 2
+        for layer, h in enumerate(skb.ip):
+            bail = inet_gro_receive(h) if h.version == 4 else ipv6_gro_receive(h)
+            if bail:
+                return bail, 0
+            skb_flush = skb_flush or ip_skb_flush(h)
+            if layer == 0 and skb.tun_type:
+                # the outer header passed: the tunnel layer decides (gre/ipip/sit/udp)
+                bail = tunnel_gro_receive(skb, self.config)
+                if bail or not native:
+                    return bail or R.BYPASS_TUNNEL, 0
+        if skb.l4_proto == C.IPPROTO_UDP:
+            return R.BYPASS_UDP_NO_GRO, 0   # udp4/6_gro_receive: no UDP GRO mode
+        if skb.l4_proto != C.IPPROTO_TCP:
+            return R.BYPASS_NO_L4_OFFLOAD, 0
+        return 0, skb_flush
+
+    def tcp_gro_receive(self, skb: Skb, skb_flush: int):
+        """tcp_gro_receive: find p (tcp_gro_lookup), run the flush checks, merge, decide.
+
+        Returns ``(pp, pp_end_reason, kind, packet_reason)``. The first true flush item
+        in kernel evaluation order is reported (docs/gro-model.md, "Reason precedence").
+        """
+        cands = self._candidates(skb)
+        p = cands[0] if cands else None       # first same_flow entry, newest first
+        length = skb.len
+        if p is None:
+            # out_check_final with mss = 1: len < 1 or URG/PSH/RST/SYN/FIN -> flush
+            reason = skb_flush or _not_held_reason(skb, length)
+            if reason:
+                return None, 0, "delivered", reason
+            if not self.profile.ipv6_hop_limit_flush and self._hop_limit_twin(skb):
+                return None, 0, "held", R.FLUSH_HOP_LIMIT_FLOW
+            return None, 0, "held", R.NO_HELD_PACKET
+        reason = self._pair_flush(p, skb, skb_flush)
+        if not reason:
+            reason = skb_gro_receive(p, skb, skb_flush, self.config)
+        if reason:
+            # not merged: p is completed (pp); the packet goes up now if it carries a flush
+            # of its own (lower layer, len < 1, final flags), else it becomes a new head
+            final = skb_flush or length < 1 or (skb.flags & _TCP_FINAL)
+            return p, reason, ("delivered" if final else "held"), reason
+        # merged (skb_gro_receive); FIN|PSH are ORed into p's header
+        p.count += 1
+        p.len += length
+        p.gro_len += length
+        p.packets.append(skb.idx)
+        p.flags_or |= skb.flags & (C.TCP_FLAG_FIN | C.TCP_FLAG_PSH)
+        end = _end_reason(skb, length, p.gso_size)
+        if end:
+            return p, end, "merged", R.MERGED
+        return None, 0, "merged", R.MERGED
+
+    def _pair_flush(self, p: HeldEntry, skb: Skb, skb_flush: int) -> int:
+        """The tcp_gro_receive flush items for the pair (p, skb), first true one, era order."""
+        profile = self.profile
+        encap = len(skb.ip) > 1
+        if profile.flush_id_era:
+            # before 6.10: NAPI_GRO_CB(p)->flush from the IP loops comes first
+            for layer, (h, ph) in enumerate(zip(skb.ip, p.skb.ip)):
+                r = l3_flush_old(h, ph, encap and layer == 0, profile)
+                if r:
+                    return r
+                f = ip_skb_flush(h)
+                if f:
+                    return _FLUSH_OF_NOT_HELD[f]
+        if skb.flags & C.TCP_FLAG_CWR:
+            return R.FLUSH_CWR
+        r = _flag_word_reason(skb, p, profile)
+        if r:
+            return r
+        if skb.ack != p.skb.ack:
+            return R.FLUSH_TCP_ACK
+        r = _options_reason(skb.options, p.skb.options)
+        if r:
+            return r
+        if profile.flush_id_era:
+            r = flush_id_old(skb, p, profile)
+        else:
+            r = 0
+            for layer, (h, ph) in enumerate(zip(skb.ip, p.skb.ip)):
+                r = (inet_gro_flush(h, ph, p, layer, encap, profile) if h.version == 4
+                     else ipv6_gro_flush(h, ph, encap and layer == 0, profile))
+                if r:
+                    break
+        if r:
+            return r
+        mss = p.gso_size
+        if ((skb.len - 1) & 0xFFFFFFFF) >= mss:      # unsigned: zero payload or larger
+            return R.FLUSH_ZERO_PAYLOAD if skb.len == 0 else R.FLUSH_PAYLOAD_LARGER
+        if (p.skb.seq + p.gro_len) & 0xFFFFFFFF != skb.seq:
+            return R.FLUSH_SEQ
+        return 0
+
+    # -- flushing
+    def gro_flush(self, old_only: bool, jiffy: int, reason_all: int = R.END_POLL,
+                  reason_old: int = R.END_POLL_OLD) -> list:
+        """__gro_flush: buckets in increasing index, each from its oldest entry; with
+        ``old_only`` a bucket's walk stops at the first entry held in this jiffy."""
+        out = []
+        if self.unlimited:
+            entries = sorted((e for lst in self.index.values() for e in lst),
+                             key=lambda e: e.seq_no)
+            for e in entries:
+                self._remove(e)
+                out.append((e, reason_all))
+            return out
+        for lst in self.buckets:
+            while lst:
+                e = lst[-1]
+                if old_only and e.age == jiffy:
+                    break
+                lst.pop()
+                out.append((e, reason_old if old_only else reason_all))
+        return out
+
+
+def _not_held_reason(skb: Skb, length: int) -> int:
+    """Why a packet with nothing to merge into is not held (out_check_final, mss = 1).
+
+    Precedence (docs/gro-model.md): SYN, RST, URG, FIN, PSH, then zero payload.
+    """
+    f = skb.flags
+    for bit, reason in ((C.TCP_FLAG_SYN, R.NOT_HELD_SYN), (C.TCP_FLAG_RST, R.NOT_HELD_RST),
+                        (C.TCP_FLAG_URG, R.NOT_HELD_URG), (C.TCP_FLAG_FIN, R.NOT_HELD_FIN),
+                        (C.TCP_FLAG_PSH, R.NOT_HELD_PSH)):
+        if f & bit:
+            return reason
+    if length < 1:
+        return R.NOT_HELD_ZERO_PAYLOAD
+    return 0
+
+
+def _end_reason(skb: Skb, length: int, mss: int) -> int:
+    """out_check_final after a merge: FIN, PSH, URG, then a segment shorter than gso_size."""
+    f = skb.flags
+    if f & C.TCP_FLAG_FIN:
+        return R.END_FIN
+    if f & C.TCP_FLAG_PSH:
+        return R.END_PSH
+    if f & C.TCP_FLAG_URG:
+        return R.END_URG
+    if length < mss:
+        return R.END_SHORT_SEGMENT
+    return 0
+
+
+# --- batch models -----------------------------------------------------------------------
+
+@dataclass
+class Poll:
+    """One NAPI poll of one queue: the packets it processed and what it delivered."""
+
+    time: int
+    queue: int
+    seq: int
+    packets: list = field(default_factory=list)
+    events: list = field(default_factory=list)   # SegDraft, delivery order
+    poll_id: int = -1
+
+
+class _Recorder:
+    """Turns dev_gro_receive outcomes into packet verdicts and SegDrafts."""
+
+    def __init__(self, n: int, profile: KernelProfile, payload_len: list):
+        self.profile = profile
+        self.payload_len = payload_len
+        self.reason = np.zeros(n, dtype=np.uint8)
+        self.seg_of: list = [None] * n
+
+    def receive(self, node: GroNode, skb: Skb, jiffy: int, events: list) -> None:
+        out = node.dev_gro_receive(skb, jiffy)
+        self.reason[skb.idx] = out.reason
+        for entry, why in out.completed:
+            self.complete(entry, why, events)
+        if out.kind == "delivered":
+            d = SegDraft([skb.idx], 1, self.payload_len[skb.idx], 0, 0, out.reason, skb.queue)
+            self.seg_of[skb.idx] = d
+            events.append(d)
+
+    def complete(self, entry: HeldEntry, why: int, events: list) -> None:
+        d = gro_complete(entry, why, self.profile, self.payload_len)
+        for i in d.packets:
+            self.seg_of[i] = d
+        events.append(d)
+
+    def flush(self, node: GroNode, old_only: bool, jiffy: int, events: list) -> None:
+        for entry, why in node.gro_flush(old_only, jiffy):
+            self.complete(entry, why, events)
+
+
+def _jiffy(t_ns: int, hz: int) -> int:
+    return t_ns * hz // 1_000_000_000
+
+
+class NapiQueue:
+    """NAPI polls of one RX queue inferred from arrival times (docs/gro-model.md).
+
+    Mirrors ``__napi_poll`` (full budget: flush all when HZ < 1000, else old entries) and
+    ``napi_complete_done`` (gro_flush_timeout / napi_defer_hard_irqs: partial flush, timer,
+    interrupt masked while the defer counter runs).
+    """
+
+    def __init__(self, queue: int, skbs: list, config: GroConfig, rec: _Recorder):
+        self.q = queue
+        self.skbs = skbs
+        self.cfg = config
+        self.rec = rec
+        self.node = GroNode(config, unlimited=False)
+        arr, t = [], None
+        for s in skbs:                        # timestamps going backwards: row order wins
+            t = s.ts_ns if t is None else max(t, s.ts_ns)
+            arr.append(t)
+        self.arr = arr
+        self.polls: list[Poll] = []
+
+    def _poll(self, time: int, batch: list) -> Poll:
+        poll = Poll(time=time, queue=self.q, seq=len(self.polls))
+        self.polls.append(poll)
+        j = _jiffy(time, self.cfg.hz)
+        for k in batch:
+            skb = self.skbs[k]
+            poll.packets.append(skb.idx)
+            self.rec.receive(self.node, skb, j, poll.events)
+        return poll
+
+    def _take_gap(self, k: int, start: int) -> list:
+        """Packets from k on: each joins while it arrives within poll_gap_ns of the previous
+        one (or of the poll start for packets already waiting), up to budget."""
+        cfg = self.cfg
+        batch = [k]
+        j = k + 1
+        while (j < len(self.arr) and len(batch) < cfg.budget
+               and self.arr[j] <= max(self.arr[j - 1], start) + cfg.poll_gap_ns):
+            batch.append(j)
+            j += 1
+        return batch
+
+    def _take_until(self, k: int, until: int) -> list:
+        batch = []
+        j = k
+        while j < len(self.arr) and len(batch) < self.cfg.budget and self.arr[j] <= until:
+            batch.append(j)
+            j += 1
+        return batch
+
+    def run(self) -> list[Poll]:
+        cfg = self.cfg
+        T, D = cfg.gro_flush_timeout_ns, cfg.napi_defer_hard_irqs
+        n = len(self.arr)
+        k = 0
+        timer = None          # pending hrtimer (ns)
+        masked = False        # interrupt masked: arrivals wait for the timer
+        defer = 0             # napi->defer_hard_irqs_count
+        cont = None           # after a full-budget poll: ("gap" | "timer", time)
+        while True:
+            if cont is not None:
+                kind, t0 = cont
+                cont = None
+                if k >= n:
+                    break
+                if kind == "timer" and self.arr[k] <= t0:
+                    batch, now = self._take_until(k, t0), t0
+                    was_timer = True
+                else:
+                    start = max(self.arr[k], t0)
+                    batch = self._take_gap(k, start)
+                    now = max(start, self.arr[batch[-1]])
+                    was_timer = False
+            elif timer is not None and (masked or k >= n or self.arr[k] >= timer):
+                now, timer = timer, None
+                batch = self._take_until(k, now)
+                was_timer = True
+                if not batch:
+                    # timer poll without work: no reload of the defer counter
+                    poll = self._poll(now, [])
+                    if defer > 0:
+                        defer -= 1
+                        self.rec.flush(self.node, True, _jiffy(now, cfg.hz), poll.events)
+                        timer = now + T
+                    else:
+                        self.rec.flush(self.node, False, _jiffy(now, cfg.hz), poll.events)
+                        masked = False
+                    continue
+            else:
+                if k >= n:
+                    break
+                timer = None       # an interrupt-driven poll replaces the pending timer
+                batch = self._take_gap(k, self.arr[k])
+                now = self.arr[batch[-1]]
+                was_timer = False
+            poll = self._poll(now, batch)
+            k += len(batch)
+            j = _jiffy(now, cfg.hz)
+            if len(batch) == cfg.budget:
+                # __napi_poll: "Flush too old packets. If HZ < 1000, flush all packets."
+                self.rec.flush(self.node, cfg.hz >= 1000, j, poll.events)
+                cont = ("timer" if was_timer else "gap", now)
+                continue
+            # napi_complete_done(work > 0)
+            timeout = T if self.node.any_held() else 0
+            defer = D
+            if defer > 0:
+                defer -= 1
+                timeout = T
+                masked = timeout != 0
+            else:
+                masked = False
+            self.rec.flush(self.node, timeout != 0, j, poll.events)
+            timer = now + timeout if timeout else None
+        if self.node.any_held():
+            last = self.polls[-1]
+            self.rec.flush(self.node, False, _jiffy(last.time, cfg.hz), last.events)
+        return self.polls
+
+
+# --- entry point -------------------------------------------------------------------------
+
+def _as_table(packets) -> pa.Table:
+    if isinstance(packets, pa.RecordBatch):
+        return pa.Table.from_batches([packets])
+    if isinstance(packets, pa.Table):
+        return packets
+    raise ConfigError(f"simulate() needs a pyarrow Table, got {type(packets).__name__}")
+
+
+def simulate(packets: pa.Table, config: GroConfig | None = None, *,
+             polls: np.ndarray | None = None) -> GroResult:
+    """Replay Linux GRO over a packet table and return every verdict and super-packet.
+
+    Parameters:
+        packets: table with :data:`gropcap.decode.schema.PACKET_SCHEMA` columns, rows in
+            capture order (a ``pyarrow.RecordBatch`` is accepted too).
+        config: kernel profile and receive model (:class:`GroConfig`); default 6.18 ideal.
+        polls: ``napi`` model only: one non-decreasing int64 per packet; packets with the
+            same value form one GRO window, flushed entirely at its end (live-kernel
+            replay with deferred flushes). ``poll_id`` is then the window's ordinal.
+
+    Returns:
+        :class:`GroResult` (contract in ``gropcap/gro/__init__.py``).
+
+    Example::
+
+        >>> from gropcap.decode.schema import empty_packet_table
+        >>> simulate(empty_packet_table(), GroConfig()).num_superpackets
+        0
+    """
+    config = config or GroConfig()
+    table = _as_table(packets)
+    n = table.num_rows
+    flow_id = assign_flow_ids(table)
+    payload_len = _col(table, "payload_len")
+    napi = config.model == "napi"
+    if polls is not None:
+        if not napi:
+            raise ConfigError("explicit polls need the napi model",
+                              hint="pass GroConfig(model='napi') with polls=")
+        polls = np.asarray(polls, dtype=np.int64)
+        if polls.shape != (n,):
+            raise ConfigError(f"polls has {polls.shape} values for {n} packets")
+        if n > 1 and np.any(np.diff(polls) < 0):
+            raise ConfigError("polls must be non-decreasing")
+    hashes = (rss_hash(table, config.rss_key, config.rss == "toeplitz") if napi
+              else np.zeros(n, dtype=np.uint32))
+    skbs = build_skbs(table, hashes, config)
+    rec = _Recorder(n, config.kernel, payload_len)
+    pkt_poll = np.full(n, -1, dtype=np.int64)
+    ordered: list[tuple[SegDraft, int]] = []
+
+    if not napi:
+        # ideal: one unlimited list, no poll boundaries; what is held at the end is
+        # flushed oldest first
+        node = GroNode(config, unlimited=True)
+        events: list = []
+        for skb in skbs:
+            rec.receive(node, skb, 0, events)
+        for entry, _ in node.gro_flush(False, 0):
+            rec.complete(entry, R.END_CAPTURE, events)
+        ordered = [(d, -1) for d in events]
+    elif polls is not None:
+        nodes: dict[int, GroNode] = {}
+        window = -1
+        last = None
+        events = []
+        for skb in skbs:
+            v = int(polls[skb.idx])
+            if v != last:
+                if last is not None:
+                    _flush_window(nodes, rec, events, window, ordered)
+                    events = []
+                window += 1
+                last = v
+            node = nodes.setdefault(skb.queue, GroNode(config, unlimited=False))
+            pkt_poll[skb.idx] = window
+            rec.receive(node, skb, 0, events)
+        if last is not None:
+            _flush_window(nodes, rec, events, window, ordered)
+    else:
+        per_queue: dict[int, list] = {}
+        for skb in skbs:
+            per_queue.setdefault(skb.queue, []).append(skb)
+        all_polls: list[Poll] = []
+        for q in sorted(per_queue):
+            all_polls += NapiQueue(q, per_queue[q], config, rec).run()
+        all_polls.sort(key=lambda p: (p.time, p.queue, p.seq))
+        for pid, poll in enumerate(all_polls):
+            for i in poll.packets:
+                pkt_poll[i] = pid
+            ordered += [(d, pid) for d in poll.events]
+
+    return _build_result(n, flow_id, rec, ordered, pkt_poll, skbs, napi)
+
+
+def _flush_window(nodes: dict, rec: _Recorder, events: list, window: int,
+                  ordered: list) -> None:
+    """End of an explicit GRO window: every queue flushes everything (END_POLL)."""
+    for q in sorted(nodes):
+        rec.flush(nodes[q], False, 0, events)
+    ordered += [(d, window) for d in events]
+
+
+def _build_result(n: int, flow_id: np.ndarray, rec: _Recorder, ordered: list,
+                  pkt_poll: np.ndarray, skbs: list, napi: bool) -> GroResult:
+    m = len(ordered)
+    seg = {name: np.zeros(m, dtype=np.int64) for name in
+           ("first", "last", "count", "payload", "gso_size", "gso_type", "end", "queue",
+            "poll")}
+    gro_seg = np.zeros(n, dtype=np.int64)
+    role = np.zeros(n, dtype=np.uint8)
+    for sid, (d, pid) in enumerate(ordered):
+        seg["first"][sid] = d.packets[0]
+        seg["last"][sid] = d.packets[-1]
+        seg["count"][sid] = d.count
+        seg["payload"][sid] = d.payload_len
+        seg["gso_size"][sid] = d.gso_size
+        seg["gso_type"][sid] = d.gso_type
+        seg["end"][sid] = d.end_reason
+        seg["queue"][sid] = d.queue
+        seg["poll"][sid] = pid
+        for k, i in enumerate(d.packets):
+            gro_seg[i] = sid
+            role[i] = R.ROLE_ALONE if d.count == 1 else (R.ROLE_HEAD if k == 0
+                                                         else R.ROLE_MERGED)
+    rx = np.array([s.queue for s in skbs], dtype=np.uint16) if napi \
+        else np.zeros(n, dtype=np.uint16)
+    return GroResult(
+        flow_id=flow_id, gro_seg=gro_seg, gro_role=role, reason=rec.reason,
+        rx_queue=rx, poll_id=pkt_poll,
+        seg_flow_id=flow_id[seg["first"]] if m else np.zeros(0, np.int64),
+        seg_first_packet=seg["first"], seg_last_packet=seg["last"],
+        seg_count=seg["count"], seg_payload_len=seg["payload"],
+        seg_gso_size=seg["gso_size"], seg_gso_type=seg["gso_type"],
+        seg_end_reason=seg["end"], seg_rx_queue=seg["queue"], seg_poll_id=seg["poll"])
