@@ -151,6 +151,26 @@ def parse(frame: bytes) -> Parsed:
                 else:
                     et = proto
                 continue
+            if ip.proto == C.IPPROTO_UDP and depth == 1:
+                # UDP tunnels on their IANA ports: VXLAN (RFC 7348), Geneve (RFC 8926)
+                sport, dport = struct.unpack_from("!HH", b, nxt)
+                if dport in (C.VXLAN_PORT, C.GENEVE_PORT):
+                    t = nxt + 8
+                    if dport == C.VXLAN_PORT:
+                        hl = C.VXLAN_HLEN
+                        inner_et = C.ETH_P_TEB
+                    else:
+                        hl = C.GENEVE_HLEN + (b[t] & 0x3F) * 4
+                        inner_et = struct.unpack_from("!H", b, t + 2)[0]
+                    key.append(("udptun", dport, bytes(b[t:t + hl])))
+                    off = t + hl
+                    if inner_et == C.ETH_P_TEB:
+                        key.append(("eth", bytes(b[off:off + 12])))
+                        et = struct.unpack_from("!H", b, off + 12)[0]
+                        off += 14
+                    else:
+                        et = inner_et
+                    continue
             break
         ip = r.ips[-1]
         l4 = ip.off + ip.hlen

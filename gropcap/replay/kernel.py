@@ -55,6 +55,10 @@ __all__ = ["replay", "ReplaySession", "KernelReplayResult", "DeliveredUnit",
 
 PACKET_VNET_HDR = 15        # include/uapi/linux/if_packet.h
 PACKET_OUTGOING = 4         # sll_pkttype of frames the device sent
+PACKET_AUXDATA = 8
+SOL_PACKET = 263
+TP_STATUS_VLAN_VALID = 1 << 4        # include/uapi/linux/if_packet.h
+TP_STATUS_VLAN_TPID_VALID = 1 << 6
 ETH_P_ALL = 0x0003
 VNET_HDR_LEN = 10           # struct virtio_net_hdr
 VIRTIO_NET_HDR_GSO_NONE = 0
@@ -266,8 +270,9 @@ class ReplaySession:
                                                                sndbuf=8 << 20)
             self.rx, _ = self.pair.packet_socket("rx", proto=ETH_P_ALL, rcvbuf=32 << 20)
             self.rxv, _ = self.pair.packet_socket("rx", proto=ETH_P_ALL, rcvbuf=32 << 20)
-            self.rxv.setsockopt(263, PACKET_VNET_HDR, 1)     # SOL_PACKET
+            self.rxv.setsockopt(SOL_PACKET, PACKET_VNET_HDR, 1)
             for s in (self.rx, self.rxv):
+                s.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
                 s.setblocking(False)
         except BaseException:
             self.close()
@@ -289,21 +294,33 @@ class ReplaySession:
             self.pair.close()
             self.pair = None
 
-    def _recv_all(self, sock, vnet: bool) -> list[tuple[bytes, bytes]]:
+    def _recv_all(self, sock, vnet: bool) -> list[tuple[bytes, bytes, bytes]]:
+        """Drain ``sock``: (vnet header, packet as received, packet with its VLAN tag).
+
+        The receive path moves an outer 802.1Q/802.1ad tag into skb metadata
+        (skb_vlan_untag); PACKET_AUXDATA reports it and it is put back in place so the
+        packet compares with the injected frame.
+        """
         out = []
-        buf = bytearray(RECV_BUF)
         while True:
             try:
-                n, addr = sock.recvfrom_into(buf)
+                data, anc, _flags, addr = sock.recvmsg(RECV_BUF, 256)
             except BlockingIOError:
                 break
             if addr[2] == PACKET_OUTGOING:
                 continue
-            data = bytes(buf[:n])
+            hdr = b""
             if vnet:
-                out.append((data[:VNET_HDR_LEN], data[VNET_HDR_LEN:]))
-            else:
-                out.append((b"", data))
+                hdr, data = data[:VNET_HDR_LEN], data[VNET_HDR_LEN:]
+            tagged = data
+            for level, typ, val in anc:
+                if level == SOL_PACKET and typ == PACKET_AUXDATA and len(val) >= 20:
+                    status, _l, _s, _m, _n, tci, tpid = struct.unpack_from("=IIIHHHH", val)
+                    if status & TP_STATUS_VLAN_VALID:
+                        if not status & TP_STATUS_VLAN_TPID_VALID:
+                            tpid = 0x8100
+                        tagged = data[:12] + struct.pack("!HH", tpid, tci) + data[12:]
+            out.append((hdr, data, tagged))
         return out
 
     def _drain(self) -> None:
@@ -359,12 +376,12 @@ class ReplaySession:
         m = _Matcher(sent)
         units = []
         vi = 0
-        for _h, data in plain:
+        for _h, raw, data in plain:
             gso_size, gso_type, known = 0, 0, False
             # the vnet socket saw the same packets in the same order, minus those
             # virtio_net_hdr_from_skb could not describe (dropped for that socket only)
             for k in range(vi, min(vi + 4, len(vnet))):
-                if vnet[k][1] == data:
+                if vnet[k][1] == raw:
                     gso_size, gso_type = _vnet_parse(vnet[k][0])
                     known = True
                     vi = k + 1
