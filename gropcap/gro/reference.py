@@ -223,10 +223,10 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig) -> list[S
     hop_key = not profile.ipv6_hop_limit_flush
     out = []
     for i in range(table.num_rows):
-        fcs = (cols["epb_flags"][i] & C.EPB_FLAG_FCS_LEN_MASK) >> C.EPB_FLAG_FCS_LEN_SHIFT
-        # The receiving NIC strips the FCS (rx-fcs off, the default); a captured FCS is
-        # not part of the skb. Everything else up to wire_len is (padding, trailers).
-        end = cols["wire_len"][i] - fcs
+        # The skb holds the whole frame as captured on the wire: Ethernet padding, any
+        # trailer and a captured FCS (epb_flags FCS length: the NIC kept it, rx-fcs on)
+        # all count as bytes received after the IP header (inet_gro_receive length check).
+        end = cols["wire_len"][i]
         h = int(hashes[i])
         layers = []
         if cols["outer_ip_version"][i]:
@@ -369,8 +369,10 @@ def tunnel_gro_receive(skb: Skb, config: GroConfig) -> int:
     if t in (C.TUN_GRE, C.TUN_GRE_TEB):
         if skb.tun_flags & ~(C.GRE_KEY | C.GRE_CSUM) & 0xFFFF:
             return R.BYPASS_TUNNEL  # gre_gro_receive: only K and C, version 0
-        if config.verify_checksums and skb.tun_flags & C.GRE_CSUM and not skb.tun_csum_ok:
-            return R.BYPASS_TUNNEL  # skb_gro_checksum_simple_validate
+        if skb.tun_flags & C.GRE_CSUM and not skb.tun_csum_ok:
+            # skb_gro_checksum_simple_validate: a GRE checksum is computed by the sender's
+            # stack, so a bad one is bad on the wire too (unlike offloaded TCP sums)
+            return R.BYPASS_TUNNEL
     return 0
 
 
