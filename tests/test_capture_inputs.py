@@ -192,3 +192,27 @@ def test_empty_compressed_capture(tmp_path):
     p.write_bytes(gzip.compress((tmp_path / "e.pcap").read_bytes()))
     info, b = read_capture(p)
     assert len(b) == 0 and info.format == "pcap" and info.compression == "gzip"
+
+
+@pytest.mark.parametrize("kind", ["zstd", "gzip", "xz"])
+def test_streaming_memory_bounded_on_extreme_ratio(tmp_path, kind):
+    """Zero-payload traffic compresses thousands-fold: one decompressor call must not
+    inflate the whole file (regression: zstd's decompressobj has no output limit)."""
+    import tracemalloc
+
+    n = 40_000
+    plain = tmp_path / "zeros.pcap"
+    write_pcap(plain, [bytes(1400)] * n, [0] * n)          # 56 MiB of nearly all zeros
+    p = tmp_path / "zeros.cmp"
+    p.write_bytes(COMPRESSORS[kind](plain.read_bytes()))
+    plain.unlink()
+    tracemalloc.start()
+    try:
+        count = 0
+        for _info, b in iter_batches(p, batch_records=1000):   # 1.4 MiB batches
+            count += len(b)
+        _cur, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert count == n
+    assert peak < 24 * 2**20, f"peak {peak >> 20} MiB for 1.4 MiB batches"

@@ -229,6 +229,7 @@ class Source:
 
 
 RAW_CHUNK = 1 << 16     # compressed bytes fed to the decompressor at a time
+MIN_FEED = 64           # smallest zstd input piece: RLE blocks give ~128 KiB per 4 bytes
 
 
 class _Decompressor:
@@ -244,6 +245,11 @@ class _Decompressor:
         self.kind = kind
         self.raw = raw
         self.pending = b""          # compressed bytes not yet given to the decompressor
+        self.ppos = 0               # ... starting at this index
+        # zstd has no output limit per call: feed it less input when it expands a lot, so
+        # one call returns about CHUNK bytes. Start small (RLE blocks expand 32768-fold)
+        # and at most double per call, so a jump in ratio costs a bounded burst.
+        self.feed = MIN_FEED if kind == "zstd" else RAW_CHUNK
         self.truncated = False
         self.trailing = 0
         self.done = False
@@ -261,10 +267,11 @@ class _Decompressor:
         raise ValueError(self.kind)
 
     def _input(self) -> bytes:
-        if self.pending:
-            data, self.pending = self.pending, b""
-            return data
-        return self.raw.read(RAW_CHUNK)
+        if self.ppos >= len(self.pending):
+            self.pending, self.ppos = self.raw.read(RAW_CHUNK), 0
+        data = self.pending[self.ppos:self.ppos + self.feed]
+        self.ppos += len(data)
+        return data
 
     def _needs_input(self) -> bool:
         if self.kind == "gzip":
@@ -290,6 +297,9 @@ class _Decompressor:
                 out = self.d.decompress(data or self.d.unconsumed_tail, n)
             elif self.kind == "zstd":
                 out = self.d.decompress(data)
+                ratio = len(out) // max(len(data), 1)
+                self.feed = max(MIN_FEED, min(RAW_CHUNK, 2 * self.feed,
+                                              CHUNK // max(ratio, 1)))
             else:
                 out = self.d.decompress(data, n)
             if self.d.eof:
@@ -301,7 +311,8 @@ class _Decompressor:
     _started = False
 
     def _next_member(self) -> None:
-        rest = self.d.unused_data
+        rest = self.d.unused_data + self.pending[self.ppos:]
+        self.pending, self.ppos = b"", 0
         while len(rest) < 6:
             more = self.raw.read(RAW_CHUNK)
             if not more:
@@ -315,7 +326,7 @@ class _Decompressor:
             self.trailing = len(rest)
             self.done = True
             return
-        self.pending = rest
+        self.pending, self.ppos = rest, 0
         self.d = self._new()
         self._started = False
 
