@@ -307,3 +307,17 @@ def test_fuzz_mutated_files_raise_only_capture_errors(tmp_path, which, cut, flip
     # whatever was accepted is internally consistent
     assert len(b.offset) == len(b.ts_ns) == info.records
     assert all(int(b.offset[i]) + int(b.cap_len[i]) <= len(b.buf) for i in range(len(b)))
+
+
+def test_iter_batches_yields_good_batches_before_the_error(tmp_path):
+    p = tmp_path / "late.pcap"
+    write_pcap(p, [b"r" * 30] * 10, list(range(10)))
+    data = bytearray(p.read_bytes())
+    tenth = 24 + 9 * (16 + 30)
+    struct.pack_into("<I", data, tenth + 8, 10**7)          # record 9 becomes absurd
+    p.write_bytes(bytes(data))
+    seen = []
+    with pytest.raises(CaptureError) as ei:
+        for _info, b in iter_batches(p, batch_records=3):
+            seen.append(len(b))
+    assert seen == [3, 3, 3] and ei.value.record == 9 and ei.value.offset == tenth

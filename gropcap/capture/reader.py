@@ -98,7 +98,13 @@ def _batches(path: str, batch_records: int | None, max_records: int | None, fast
             if max_records is not None:
                 want = min(want, max_records - total - len(cols))
             if want > 0:
-                pos, status = scanner.step(src.window, pos, win_base, src.eof, want, cols)
+                try:
+                    pos, status = scanner.step(src.window, pos, win_base, src.eof, want,
+                                               cols)
+                except CaptureError:
+                    if pending is not None:
+                        yield pending       # complete batches before the damage come first
+                    raise
             else:
                 status = LIMIT
             if status == NEED_MORE:
@@ -174,8 +180,8 @@ def iter_batches(path, *, batch_records: int = 65536, engine: str = "fast"
     Memory stays bounded by one batch. Each yielded ``CaptureInfo`` is a snapshot:
     ``records`` counts records up to and including that batch; the last one yielded is
     complete (final record count, warnings, sha256). A file with no records yields one
-    empty batch. Errors and ``engine`` as in :func:`read_capture`; records of earlier
-    batches have already been yielded when a corrupt record is met.
+    empty batch. Errors and ``engine`` as in :func:`read_capture`; when a corrupt record is
+    met, every complete batch before it has been yielded before the error is raised.
 
     >>> for info, batch in iter_batches("big.pcap.zst"):   # doctest: +SKIP
     ...     process(batch)
