@@ -18,6 +18,11 @@ Layer: capture. Walks the blocks of a pcapng file and appends one entry per pack
   one warning saying so.
 - Every other block type (name resolution, statistics, custom, decryption secrets,
   unknown) is skipped by its length.
+- ``CaptureInfo``: ``snaplen`` is interface 0's; ``ts_resolution_ns`` the finest
+  interface tick in whole ns (at least 1; 2^-20 s gives 953); ``byte_order`` the first
+  section's.
+- A packet longer than its interface's snaplen is kept without a warning: unlike pcap,
+  every block carries its length twice, so framing errors are caught by that instead.
 
 Corruption policy: a block whose total length is below 12, not a multiple of 4, above
 ``PCAPNG_MAX_BLOCK_LEN``, or whose trailing copy of the length differs, is a CaptureError
