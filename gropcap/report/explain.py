@@ -353,7 +353,8 @@ def explain_flow(analysis, flow: int, *, model: str | None = None,
             if detail:
                 lines.extend(textwrap.wrap(f"why: {detail}", width=80,
                                            initial_indent=" " * 18,
-                                           subsequent_indent=" " * 23))
+                                           subsequent_indent=" " * 23,
+                                           break_on_hyphens=False))
         # a packet delivered alone for its own reason needs no summary line
         alone_same = int(res.seg_count[s]) == 1 and int(res.seg_end_reason[s]) == code
         if int(res.seg_last_packet[s]) == i and not alone_same:
@@ -399,7 +400,7 @@ def reason_lines(codes, width: int = 80) -> list[str]:
         if r is None:
             continue
         out.extend(textwrap.wrap(f"{r.name}: {r.text}", width=width,
-                                 subsequent_indent="    "))
+                                 subsequent_indent="    ", break_on_hyphens=False))
     return out
 
 

@@ -160,7 +160,8 @@ def render_text(analysis, *, top_flows: int = 5, width: int = 80, color: bool = 
                       force_terminal=color, highlight=False)
     files = ", ".join(f["path"] for f in s["files"])
     console.print(f"gropcap {__version__}: kernel {s['kernel']}, {s['packets']} packets, "
-                  f"{s['wire_bytes']} bytes on the wire ({files})")
+                  f"{s['wire_bytes']} bytes on the wire")
+    console.print(f"capture: {files}")
     for f in s["files"]:
         for w in f["warnings"]:
             console.print(f"warning: {w}")
@@ -209,7 +210,8 @@ def render_text(analysis, *, top_flows: int = 5, width: int = 80, color: bool = 
     for name in ms["end_reasons"]:
         if name in codes:
             for line in textwrap.wrap(f"{name}: {codes[name].text}", width=width - 2,
-                                      initial_indent="  ", subsequent_indent="      "):
+                                      initial_indent="  ", subsequent_indent="      ",
+                                      break_on_hyphens=False):
                 console.print(line)
 
     flows = analysis.flows
