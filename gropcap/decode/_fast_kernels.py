@@ -546,18 +546,15 @@ def _decode_one(f, cap, wire, lt, i, o, port_tun, port_fou, dsa_opt, layers):
                 break
             v = f[off] >> 4
             o.u8[K_IP_VERSION, i] = v
+            if off > 0xFFFF:                 # reference where(): offsets are uint16
+                status = S.STATUS_UNSUPPORTED_ENCAP
+                break
             o.u16[K_IP_OFFSET, i] = off
             if v != 4:
                 status = S.STATUS_BAD_IP_HEADER
                 break
             ihl = np.int64(f[off] & 0x0F) * 4
             o.u16[K_IP_HDR_LEN, i] = ihl
-            if ihl < 20:
-                status = S.STATUS_BAD_IP_HEADER
-                break
-            if off + ihl > cap:
-                status = S.STATUS_TRUNCATED
-                break
             tot_len = _u16(f, off + 2)
             frag = _u16(f, off + 6)
             o.u8[K_IP_TOS, i] = f[off + 1]
@@ -572,10 +569,9 @@ def _decode_one(f, cap, wire, lt, i, o, port_tun, port_fou, dsa_opt, layers):
             o.u8[K_IP_PROTO, i] = proto
             _set_addr_v4(o, K_IP_SRC, i, f, off + 12)
             _set_addr_v4(o, K_IP_DST, i, f, off + 16)
-            # a header that checksums to 0xffff (including its checksum) is valid
-            o.u8[K_IP_CSUM_OK, i] = 1 if _fold16(_ones_sum(f, off, off + ihl, 0)) == 0xFFFF else 0
-            o.u16[K_IP_EXT_LEN, i] = ihl - 20
-            o.u64[K_IP_EXT_DIGEST, i] = _digest_or_zero(f, off + 20, off + ihl)
+            if ihl < 20:
+                status = S.STATUS_BAD_IP_HEADER
+                break
             length = tot_len
             if tot_len == 0 and wire - off > 0xFFFF:
                 length = wire - off          # BIG TCP (include/linux/ip.h iph_totlen)
@@ -585,6 +581,13 @@ def _decode_one(f, cap, wire, lt, i, o, port_tun, port_fou, dsa_opt, layers):
             if off + length > wire:
                 status = S.STATUS_BAD_LENGTH
                 break
+            if off + ihl > cap:              # options
+                status = S.STATUS_TRUNCATED
+                break
+            o.u16[K_IP_EXT_LEN, i] = ihl - 20
+            o.u64[K_IP_EXT_DIGEST, i] = _digest_or_zero(f, off + 20, off + ihl)
+            # a header that checksums to 0xffff (including its checksum) is valid
+            o.u8[K_IP_CSUM_OK, i] = 1 if _fold16(_ones_sum(f, off, off + ihl, 0)) == 0xFFFF else 0
             pseudo = _ones_sum(f, off + 12, off + 20, proto)
             nonfirst = (frag & C.IP_OFFMASK) != 0
             fragment = nonfirst or (frag & C.IP_MF) != 0
@@ -599,6 +602,9 @@ def _decode_one(f, cap, wire, lt, i, o, port_tun, port_fou, dsa_opt, layers):
                 break
             w0 = _u32(f, off)
             o.u8[K_IP_VERSION, i] = w0 >> 28
+            if off > 0xFFFF:                 # reference where()
+                status = S.STATUS_UNSUPPORTED_ENCAP
+                break
             o.u16[K_IP_OFFSET, i] = off
             if w0 >> 28 != 6:
                 status = S.STATUS_BAD_IP_HEADER
@@ -628,11 +634,11 @@ def _decode_one(f, cap, wire, lt, i, o, port_tun, port_fou, dsa_opt, layers):
             while (nh == C.IPPROTO_HOPOPTS or nh == C.IPPROTO_ROUTING
                    or nh == C.IPPROTO_DSTOPTS or nh == C.IPPROTO_FRAGMENT):
                 if nh == C.IPPROTO_FRAGMENT:
-                    if cur + C.IP6_FRAG_HLEN > cap:
-                        status = S.STATUS_TRUNCATED
-                        break
                     if cur + C.IP6_FRAG_HLEN > end:
                         status = S.STATUS_BAD_IP_HEADER
+                        break
+                    if cur + C.IP6_FRAG_HLEN > cap:
+                        status = S.STATUS_TRUNCATED
                         break
                     mask |= C.IP6_EXT_FRAGMENT
                     fo = _u16(f, cur + 2)
@@ -645,15 +651,18 @@ def _decode_one(f, cap, wire, lt, i, o, port_tun, port_fou, dsa_opt, layers):
                         nonfirst = True      # the rest of the chain is in the first fragment
                         break
                     continue
+                if cur + 2 > end:
+                    status = S.STATUS_BAD_IP_HEADER
+                    break
                 if cur + 2 > cap:
                     status = S.STATUS_TRUNCATED
                     break
                 hl = (np.int64(f[cur + 1]) + 1) * 8
+                if cur + hl > end or cur + hl - off > 0xFFFF:   # ip_hdr_len is uint16
+                    status = S.STATUS_BAD_IP_HEADER
+                    break
                 if cur + hl > cap:
                     status = S.STATUS_TRUNCATED
-                    break
-                if cur + hl > end:
-                    status = S.STATUS_BAD_IP_HEADER
                     break
                 if nh == C.IPPROTO_HOPOPTS:
                     mask |= C.IP6_EXT_HOPOPTS
@@ -671,7 +680,7 @@ def _decode_one(f, cap, wire, lt, i, o, port_tun, port_fou, dsa_opt, layers):
                             final_dst = cur + 8 + 16 * (naddr - 1)
                 nh = np.int64(f[cur])
                 cur += hl
-            if status == S.STATUS_OK and (nh == C.IPPROTO_AH or nh == 135 or nh == 139
+            if status == S.STATUS_OK and not nonfirst and (nh == C.IPPROTO_AH or nh == 135 or nh == 139
                                           or nh == 140):    # C.IP6_EXT_STOP_OTHER
                 mask |= C.IP6_EXT_OTHER
             # fields of the chain walked so far, also when the walk stopped early
@@ -705,7 +714,13 @@ def _decode_one(f, cap, wire, lt, i, o, port_tun, port_fou, dsa_opt, layers):
                 layers[nl] = LY_TCP
                 nl += 1
                 o.u8[K_L4_PROTO, i] = C.IPPROTO_TCP
+                if off > 0xFFFF:             # reference where()
+                    status = S.STATUS_UNSUPPORTED_ENCAP
+                    break
                 o.u16[K_L4_OFFSET, i] = off
+                if ln < 20:      # no room for a TCP header in the IP payload: malformed
+                    status = S.STATUS_BAD_L4_HEADER
+                    break
                 if off + 20 > cap:
                     status = S.STATUS_TRUNCATED
                     break
@@ -725,16 +740,16 @@ def _decode_one(f, cap, wire, lt, i, o, port_tun, port_fou, dsa_opt, layers):
                     status = S.STATUS_BAD_L4_HEADER
                     break
                 hl = doff * 4
+                o.u8[K_TCP_OPT_LEN, i] = hl - 20
+                if hl > ln:      # the header does not fit in the IP payload: malformed
+                    status = S.STATUS_BAD_L4_HEADER
+                    break
                 if off + hl > cap:
                     status = S.STATUS_TRUNCATED
                     break
-                o.u8[K_TCP_OPT_LEN, i] = hl - 20
                 for k in range(hl - 20):
                     o.opts[i, k] = f[off + 20 + k]
                 _tcp_options(o, i, f, off + 20, off + hl)
-                if hl > ln:
-                    status = S.STATUS_BAD_L4_HEADER
-                    break
                 o.u32[K_PAYLOAD_LEN, i] = ln - hl
                 if verify:
                     o.u8[K_L4_CSUM_STATE, i] = _csum_state(f, cap, field, off, ln, pseudo)
@@ -744,7 +759,13 @@ def _decode_one(f, cap, wire, lt, i, o, port_tun, port_fou, dsa_opt, layers):
                 layers[nl] = LY_UDP
                 nl += 1
                 o.u8[K_L4_PROTO, i] = C.IPPROTO_UDP
+                if off > 0xFFFF:             # reference where()
+                    status = S.STATUS_UNSUPPORTED_ENCAP
+                    break
                 o.u16[K_L4_OFFSET, i] = off
+                if ln < 8:       # no room for a UDP header in the IP payload: malformed
+                    status = S.STATUS_BAD_L4_HEADER
+                    break
                 if off + 8 > cap:
                     status = S.STATUS_TRUNCATED
                     break
@@ -757,9 +778,6 @@ def _decode_one(f, cap, wire, lt, i, o, port_tun, port_fou, dsa_opt, layers):
                 o.u16[K_L4_CSUM, i] = field
                 if fragment:
                     # the UDP length covers the reassembled datagram
-                    if ln < 8:
-                        status = S.STATUS_BAD_L4_HEADER
-                        break
                     o.u32[K_PAYLOAD_LEN, i] = ln - 8
                     break
                 # __udp4_lib_rcv: ulen > IP payload is short (dropped); smaller trims
@@ -776,6 +794,9 @@ def _decode_one(f, cap, wire, lt, i, o, port_tun, port_fou, dsa_opt, layers):
                     break
                 if depth >= C.MAX_ENCAP_DEPTH:
                     status = S.STATUS_ENCAP_TOO_DEEP
+                    break
+                if off + 8 > 0xFFFF:         # reference enter_tunnel -> where()
+                    status = S.STATUS_UNSUPPORTED_ENCAP
                     break
                 depth += 1
                 _enter_tunnel(o, i, depth, tt, off + 8)
@@ -799,6 +820,9 @@ def _decode_one(f, cap, wire, lt, i, o, port_tun, port_fou, dsa_opt, layers):
                 pass                  # first fragment of another protocol: other_l4 below
             elif proto == C.IPPROTO_GRE or proto == C.IPPROTO_IPIP or proto == C.IPPROTO_IPV6:
                 # reference carrier(): the tunnel's protocol seen as L4, then the tunnel
+                if off > 0xFFFF:             # reference where()
+                    status = S.STATUS_UNSUPPORTED_ENCAP
+                    break
                 o.u16[K_L4_OFFSET, i] = off
                 o.u32[K_PAYLOAD_LEN, i] = ln
                 if depth >= C.MAX_ENCAP_DEPTH:
@@ -824,6 +848,9 @@ def _decode_one(f, cap, wire, lt, i, o, port_tun, port_fou, dsa_opt, layers):
                 layers[nl] = LY_IPPROTO + proto
             nl += 1
             o.u8[K_L4_PROTO, i] = proto
+            if off > 0xFFFF:                 # reference where()
+                status = S.STATUS_UNSUPPORTED_ENCAP
+                break
             o.u16[K_L4_OFFSET, i] = off
             o.u32[K_PAYLOAD_LEN, i] = ln
             break
@@ -837,6 +864,9 @@ def _decode_one(f, cap, wire, lt, i, o, port_tun, port_fou, dsa_opt, layers):
             elif proto == C.IPPROTO_GRE:
                 if depth >= C.MAX_ENCAP_DEPTH:
                     status = S.STATUS_ENCAP_TOO_DEEP
+                    break
+                if off > 0xFFFF:             # reference enter_tunnel -> where()
+                    status = S.STATUS_UNSUPPORTED_ENCAP
                     break
                 depth += 1
                 _enter_tunnel(o, i, depth, C.TUN_GRE, off)
@@ -1034,6 +1064,9 @@ def _decode_one(f, cap, wire, lt, i, o, port_tun, port_fou, dsa_opt, layers):
                 o.u16[K_TUN_PROTO, i] = gproto
                 o.u16[K_TUN_OPT_LEN, i] = opt
             hl = C.GUE_HLEN + opt
+            if hl > ln:                     # optional fields longer than the UDP payload
+                status = S.STATUS_BAD_TUNNEL_HEADER
+                break
             if off + hl > cap:
                 status = S.STATUS_TRUNCATED
                 break
@@ -1041,9 +1074,6 @@ def _decode_one(f, cap, wire, lt, i, o, port_tun, port_fou, dsa_opt, layers):
                 o.u64[K_TUN_OPT_DIGEST, i] = _digest_or_zero(f, off + C.GUE_HLEN, off + hl)
             if b0 & C.GUE_FLAG_C:           # control message: carries no packet
                 status = S.STATUS_UNSUPPORTED_ENCAP
-                break
-            if hl > ln:
-                status = S.STATUS_BAD_TUNNEL_HEADER
                 break
             st, proto, off, ln = ST_IPTUN, gproto, off + hl, ln - hl
     return status, nl, depth
