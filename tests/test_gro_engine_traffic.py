@@ -82,3 +82,119 @@ def test_packet_table_builds_schema_table():
     assert t.column("tcp_seq").to_pylist() == [5, 7]
     assert t.column("ip_tot_len").to_pylist() == [20 + 20 + 1448, 40 + 20]
     assert t.column("wire_len").to_pylist() == [14 + 1488, 14 + 60]
+
+
+# --- random traffic for property tests (shared by the engine tests) --------------------
+
+def random_traffic(rng, n_packets: int = 200, n_flows: int = 4) -> list[dict]:
+    """Seeded random TCP traffic that exercises most GRO rules.
+
+    Several IPv4/IPv6 flows (some in VLANs), bulk segments in sequence with random
+    disturbances: PSH/FIN/SYN/RST/URG/CWR/ECE, pure ACKs, short and long segments, seq
+    gaps and reordering, ACK/window/TTL/TOS/ECN/DF changes, timestamp and SACK options,
+    fixed / incrementing / random IPv4 IDs, padding, IP options, fragments, bad checksums,
+    non-TCP packets, and timestamp gaps for the NAPI poll model.
+    """
+    flows = []
+    for f in range(n_flows):
+        v = 4 if rng.random() < 0.6 else 6
+        src = f"10.0.{f}.1" if v == 4 else f"fd00::{f}:1"
+        dst = f"10.9.{f}.2" if v == 4 else f"fd00::9:{f}"
+        flows.append(dict(v=v, src=src, dst=dst, sport=10000 + f, dport=443,
+                          seq=int(rng.integers(0, 2**32)), ack=int(rng.integers(0, 2**32)),
+                          id=int(rng.integers(0, 65536)),
+                          idmode=rng.choice(["inc", "fixed", "random"]),
+                          df=bool(rng.random() < 0.8), ts=int(rng.integers(0, 2**32)),
+                          vlan=int(rng.integers(1, 4095)) if rng.random() < 0.2 else 0,
+                          mss=int(rng.choice([1448, 1448, 1000, 536]))))
+    rows = []
+    t = 1_000_000_000
+    for _ in range(n_packets):
+        f = flows[int(rng.integers(0, n_flows))]
+        t += int(rng.choice([500, 2000, 10_000, 50_000, 300_000, 5_000_000],
+                            p=[0.4, 0.3, 0.15, 0.08, 0.05, 0.02]))
+        payload = f["mss"]
+        flags = 0x10
+        extra = {}
+        r = rng.random()
+        if r < 0.05:
+            payload = int(rng.integers(1, f["mss"]))
+        elif r < 0.07:
+            payload = f["mss"] + 100
+        elif r < 0.12:
+            payload = 0
+        x = rng.random()
+        if x < 0.05:
+            flags |= 0x08
+        elif x < 0.06:
+            flags |= 0x01
+        elif x < 0.065:
+            flags |= int(rng.choice([0x02, 0x04, 0x20]))
+        elif x < 0.08:
+            flags |= 0x80
+        elif x < 0.085:
+            flags |= 0x40
+        seq = f["seq"]
+        y = rng.random()
+        if y < 0.03:
+            seq = (seq + 1448 * int(rng.integers(1, 4))) & 0xFFFFFFFF   # gap
+        elif y < 0.05:
+            seq = (seq - f["mss"]) & 0xFFFFFFFF                        # retransmission
+        if rng.random() < 0.03:
+            f["ack"] = (f["ack"] + 1000) & 0xFFFFFFFF
+        window = 512 if rng.random() > 0.02 else 600
+        if rng.random() < 0.1:
+            f["ts"] = (f["ts"] + 1) & 0xFFFFFFFF
+        opts = b"\x01\x01\x08\x0a" + f["ts"].to_bytes(4, "big") + b"\x00\x00\x00\x07"
+        if rng.random() < 0.02:
+            opts += b"\x01\x01\x05\x0a" + bytes(8)   # SACK block
+        ttl = 64 if rng.random() > 0.02 else 63
+        tos = 0 if rng.random() > 0.02 else int(rng.choice([0x01, 0x03, 0x20]))
+        df = f["df"] if rng.random() > 0.01 else not f["df"]
+        mode = f["idmode"]
+        ip_id = f["id"] if mode == "fixed" else (
+            int(rng.integers(0, 65536)) if mode == "random" else f["id"])
+        if mode == "inc":
+            f["id"] = (f["id"] + 1) & 0xFFFF
+        z = rng.random()
+        if z < 0.01 and f["v"] == 4:
+            extra.update(ip_hdr_len=24)
+        elif z < 0.02 and f["v"] == 4:
+            extra.update(ip_mf=True)
+        elif z < 0.025:
+            extra.update(ip_csum_ok=False) if f["v"] == 4 else extra.update(
+                ip_ext_mask=0x08, ip_ext_len=8, ip_ext_digest=12345)
+        elif z < 0.035:
+            extra.update(l4_proto=17, ip_proto=17)
+        elif z < 0.045:
+            extra.update(l4_csum_state=int(rng.choice([2, 3])))
+        elif z < 0.05:
+            extra.update(ip_rf=True)
+        pad = 0
+        if payload < 6 and f["v"] == 4 and rng.random() < 0.7:
+            pad = 6 - payload
+        if f["vlan"]:
+            extra.update(eth_type=0x8100, vlan_depth=1, vlan_tpid0=0x8100,
+                         vlan_tci0=f["vlan"])
+        row = tcp_row(f["v"], f["src"], f["dst"], f["sport"], f["dport"], seq, payload,
+                      ack=f["ack"], flags=flags, ts_ns=t, ttl=ttl, tos=tos, ip_id=ip_id,
+                      df=df, window=window, options=opts, pad=pad,
+                      tcp_has_ts=True, tcp_tsval=f["ts"], tcp_tsecr=7, **extra)
+        if f["vlan"]:
+            row["ip_offset"] += 4
+            row["l4_offset"] += 4
+            row["wire_len"] += 4
+            row["cap_len"] += 4
+        if "ip_hdr_len" in extra:
+            row["ip_tot_len"] += 4
+            row["l4_offset"] += 4
+            row["wire_len"] += 4
+            row["cap_len"] += 4
+        rows.append(row)
+        if y >= 0.05 and payload > 0 and (flags & 0x02) == 0:
+            f["seq"] = (seq + payload) & 0xFFFFFFFF
+        # occasional reordering: swap with the previous row (same timestamps order kept)
+        if len(rows) > 2 and rng.random() < 0.02:
+            rows[-1], rows[-2] = rows[-2], rows[-1]
+            rows[-1]["ts_ns"], rows[-2]["ts_ns"] = rows[-2]["ts_ns"], rows[-1]["ts_ns"]
+    return rows

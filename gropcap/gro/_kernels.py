@@ -125,6 +125,7 @@ class Out(NamedTuple):
     s_end: np.ndarray
     s_queue: np.ndarray
     s_poll: np.ndarray
+    s_fixed: np.ndarray    # int64 ip_fixedid / is_atomic state at completion
     nseg: np.ndarray       # int64 [1]
 
 
@@ -159,6 +160,7 @@ def _complete(k, end, c, st, out, poll):
     gso = st.e_mss[k] if count > 1 else 0
     s = _emit(out, first, st.e_last[k], count, st.e_payload[k], gso, end, c.queue[first],
               poll)
+    out.s_fixed[s] = st.e_fixed[k]
     j = first
     while j >= 0:
         out.seg_of[j] = s

@@ -42,6 +42,7 @@ from gropcap.gro.reasons import (
     BYPASS_TCP_HEADER, BYPASS_TUNNEL, BYPASS_UDP_NO_GRO, NOT_HELD_IP_RF, NOT_HELD_LENGTH,
 )
 from gropcap.gro.result import GroResult
+from gropcap.gso import gso_type_for
 from gropcap.gro.rss import column_bytes, column_numpy, gro_bucket, rss_hash, rx_queue
 
 GRO_LEGACY_MAX_SIZE = 65536   # include/net/gro.h: limit without BIG TCP
@@ -76,6 +77,7 @@ class PreparedBatch:
 
     cols: K.Cols
     flow_id: np.ndarray
+    tun_type: np.ndarray
     n: int
 
 
@@ -292,7 +294,8 @@ def prepare(packets: pa.Table, config: GroConfig, *, polls=None) -> PreparedBatc
         out_tos=i32("outer_ip_tos"), out_df=i32("outer_ip_df"), out_id=i32("outer_ip_id"),
         poll_win=poll_win,
     )
-    return PreparedBatch(cols=cols, flow_id=assign_flow_ids(t), n=n)
+    return PreparedBatch(cols=cols, flow_id=assign_flow_ids(t),
+                         tun_type=g("tun_type", np.uint8), n=n)
 
 
 def _cfg(config: GroConfig, model: int) -> K.Cfg:
@@ -324,7 +327,7 @@ def _new_out(n: int) -> K.Out:
     z = lambda: np.zeros(n, np.int64)  # noqa: E731
     return K.Out(reason=np.zeros(n, np.uint8), role=np.zeros(n, np.uint8), seg_of=z(),
                  ppoll=z(), s_first=z(), s_last=z(), s_count=z(), s_payload=z(), s_gso=z(),
-                 s_end=z(), s_queue=z(), s_poll=z(), nseg=np.zeros(1, np.int64))
+                 s_end=z(), s_queue=z(), s_poll=z(), s_fixed=z(), nseg=np.zeros(1, np.int64))
 
 
 def run_prepared(batch: PreparedBatch, config: GroConfig, *, explicit_polls=False) -> GroResult:
@@ -359,28 +362,49 @@ def run_prepared(batch: PreparedBatch, config: GroConfig, *, explicit_polls=Fals
         seg_order = np.argsort(s_rank, kind="stable")
         new_id = np.empty(ns, np.int64)
         new_id[seg_order] = np.arange(ns)
-        return _pack(batch, out, seg_order, new_id[out.seg_of], s_rank[seg_order],
+        return _pack(batch, config, out, seg_order, new_id[out.seg_of], s_rank[seg_order],
                      rank[out.ppoll], c.queue)
     ns = int(out.nseg[0])
     ident = np.arange(ns)
     if model == K.MODEL_IDEAL:
-        return _pack(batch, out, ident, out.seg_of, np.full(ns, -1, np.int64),
+        return _pack(batch, config, out, ident, out.seg_of, np.full(ns, -1, np.int64),
                      np.full(n, -1, np.int64), np.zeros(n, np.int32))
-    return _pack(batch, out, ident, out.seg_of, out.s_poll[:ns], out.ppoll, c.queue)
+    return _pack(batch, config, out, ident, out.seg_of, out.s_poll[:ns], out.ppoll, c.queue)
 
 
-def _pack(batch, out, seg_order, gro_seg, seg_poll, pkt_poll, pkt_queue) -> GroResult:
+def _gso_types(batch, config, first, count, fixed) -> np.ndarray:
+    """gso_type of each super-packet (gso.gso_type_for; 0 for a single packet)."""
+    out = np.zeros(len(first), np.uint32)
+    multi = np.nonzero(count > 1)[0]
+    if not len(multi):
+        return out
+    c = batch.cols
+    f = first[multi]
+    combo = np.stack([c.in_v[f].astype(np.int64), fixed[multi],
+                      ((c.flags[f] & TCP_FLAG_CWR) != 0).astype(np.int64),
+                      batch.tun_type[f].astype(np.int64)], axis=1)
+    uniq, inv = np.unique(combo, axis=0, return_inverse=True)
+    vals = np.array([gso_type_for(config.kernel.version, int(v), ip_fixedid=int(fx),
+                                  cwr=bool(cw), tun_type=int(tt))
+                     for v, fx, cw, tt in uniq], dtype=np.uint32)
+    out[multi] = vals[inv.ravel()]
+    return out
+
+
+def _pack(batch, config, out, seg_order, gro_seg, seg_poll, pkt_poll, pkt_queue) -> GroResult:
     ns = int(out.nseg[0])
     sel = lambda a: a[:ns][seg_order]  # noqa: E731
     first = sel(out.s_first)
+    count = sel(out.s_count)
     flow = batch.flow_id
     return GroResult(
         flow_id=flow, gro_seg=gro_seg, gro_role=out.role, reason=out.reason,
         rx_queue=pkt_queue, poll_id=pkt_poll,
         seg_flow_id=flow[first] if ns else np.zeros(0, np.int64),
-        seg_first_packet=first, seg_last_packet=sel(out.s_last), seg_count=sel(out.s_count),
+        seg_first_packet=first, seg_last_packet=sel(out.s_last), seg_count=count,
         seg_payload_len=sel(out.s_payload), seg_gso_size=sel(out.s_gso),
-        seg_gso_type=np.zeros(ns, np.uint32), seg_end_reason=sel(out.s_end),
+        seg_gso_type=_gso_types(batch, config, first, count, sel(out.s_fixed)),
+        seg_end_reason=sel(out.s_end),
         seg_rx_queue=sel(out.s_queue) if batch.cols.queue.size else np.zeros(0),
         seg_poll_id=seg_poll,
     )
