@@ -97,8 +97,9 @@ def _scan(path: str, batch_records: int, window_bytes: int):
     try:
         st = os.fstat(fd)
         size = st.st_size
-        head = os.pread(fd, 8, 0) if size else b""
-        if not stat.S_ISREG(st.st_mode) or size == 0 or sniff_compression(head):
+        regular = stat.S_ISREG(st.st_mode)
+        head = os.pread(fd, 8, 0) if regular and size else b""
+        if not regular or size == 0 or sniff_compression(head):
             os.close(fd)
             fd = -1
             yield from iter_batches(path, batch_records=batch_records)
