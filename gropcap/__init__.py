@@ -8,7 +8,7 @@ capture/ (bytes -> RecordBatch) -> decode/ (RecordBatch -> packet columns, Arrow
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "analyze", "decode_files", "Analysis", "GroConfig", "KernelProfile",
-           "DecodeOptions"]
+           "DecodeOptions", "load"]
 
 
 def __getattr__(name):
@@ -19,6 +19,9 @@ def __getattr__(name):
     if name in ("GroConfig", "KernelProfile"):
         from gropcap.gro import config
         return getattr(config, name)
+    if name == "load":
+        from gropcap.io.load import load
+        return load
     if name == "DecodeOptions":
         from gropcap.decode.options import DecodeOptions
         return DecodeOptions
