@@ -83,24 +83,32 @@ def test_larger_segment_flushes_and_starts_new():
     assert names(res.seg_end_reason) == ["FLUSH_PAYLOAD_LARGER", "END_CAPTURE"]
 
 
-@pytest.mark.parametrize("flag,expect", [(0x02, "FLUSH_TCP_FLAGS"), (0x04, "FLUSH_TCP_FLAGS"),
-                                         (0x20, "FLUSH_TCP_FLAGS")])
+# a differing SYN/RST/URG in the flag word is reported as FLUSH_FLAGS_FINAL, ECE as a
+# plain flag change (docs/gro-model.md, reason precedence)
+@pytest.mark.parametrize("flag,expect", [(0x02, "FLUSH_FLAGS_FINAL"), (0x04, "FLUSH_FLAGS_FINAL"),
+                                         (0x20, "FLUSH_FLAGS_FINAL"), (0x40, "FLUSH_TCP_FLAGS")])
 def test_syn_rst_urg_complete_held_and_go_alone(flag, expect):
     rows = flow(3)
     rows[2]["tcp_flags"] |= flag
     res = run(rows)
-    # p completed first, then the packet itself delivered (never held)
+    # p completed first, then the packet itself: delivered when it carries a final flag,
+    # else held as a new head (ECE)
     assert res.seg_count.tolist() == [2, 1]
     assert res.seg_first_packet.tolist() == [0, 2]
-    assert names(res.seg_end_reason) == [expect, expect]
+    end = "END_CAPTURE" if flag == 0x40 else expect
+    assert names(res.seg_end_reason) == [expect, end]
 
 
 def test_pure_ack_completes_held():
-    rows = flow(2) + [tcp_row(4, "10.0.0.1", "10.0.0.2", 1000, 80, seq=1000 + 2 * MSS,
-                              payload=0, ip_id=102, ts_ns=5000, pad=6)]
+    ack = dict(seq=1000 + 2 * MSS, payload=0, ip_id=102, ts_ns=5000)
+    rows = flow(2) + [tcp_row(4, "10.0.0.1", "10.0.0.2", 1000, 80, **ack)]
     res = run(rows)
     assert names(res.reason) == ["NO_HELD_PACKET", "MERGED", "FLUSH_ZERO_PAYLOAD"]
     assert res.seg_count.tolist() == [2, 1]
+    # padded to 60 bytes: skb_gro_len at TCP is the 6 padding bytes, so (len - 1) >= mss
+    # and seq pass; skb_gro_receive refuses for the IP length flush
+    rows = flow(2) + [tcp_row(4, "10.0.0.1", "10.0.0.2", 1000, 80, pad=6, **ack)]
+    assert names(run(rows).reason) == ["NO_HELD_PACKET", "MERGED", "FLUSH_LENGTH"]
 
 
 def test_padding_alone_is_not_held_and_with_p_flushes():

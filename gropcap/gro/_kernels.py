@@ -24,11 +24,11 @@ from gropcap.constants import (
 from gropcap.gro.reasons import (
     END_BUCKET_FULL, END_CAPTURE, END_FIN, END_POLL, END_POLL_OLD, END_PSH,
     END_SHORT_SEGMENT, END_URG, FLUSH_CWR, FLUSH_DF, FLUSH_ECN, FLUSH_HOP_LIMIT_FLOW,
-    FLUSH_IP_ID, FLUSH_LENGTH, FLUSH_OUTER_DF, FLUSH_OUTER_ECN, FLUSH_OUTER_IP_ID,
+    FLUSH_FLAGS_FINAL, FLUSH_IP_ID, FLUSH_IP_RF, FLUSH_LENGTH, FLUSH_OUTER_DF, FLUSH_OUTER_ECN, FLUSH_OUTER_IP_ID,
     FLUSH_OUTER_TOS, FLUSH_OUTER_TTL, FLUSH_PAYLOAD_LARGER, FLUSH_SEQ, FLUSH_SIZE_LIMIT,
     FLUSH_TCP_ACK, FLUSH_TCP_DOFF, FLUSH_TCP_FLAGS, FLUSH_TCP_OPTIONS, FLUSH_TCP_TS,
     FLUSH_TCP_WINDOW, FLUSH_TOS, FLUSH_TTL, FLUSH_ZERO_PAYLOAD, MERGED, NO_HELD_PACKET,
-    NOT_HELD_FIN, NOT_HELD_PSH, NOT_HELD_RST, NOT_HELD_SYN, NOT_HELD_URG,
+    NOT_HELD_FIN, NOT_HELD_IP_RF, NOT_HELD_PSH, NOT_HELD_RST, NOT_HELD_SYN, NOT_HELD_URG,
     NOT_HELD_ZERO_PAYLOAD, ROLE_ALONE, ROLE_HEAD, ROLE_MERGED,
 )
 
@@ -55,7 +55,8 @@ class Cols(NamedTuple):
     pre: np.ndarray        # uint8 BYPASS_* code, 0 when the packet enters TCP GRO
     sfl_out: np.ndarray    # uint8 skb flush set by the outer IP layer (NOT_HELD_*), 0 none
     sfl_in: np.ndarray     # uint8 skb flush set by the inner / only IP layer
-    payload: np.ndarray    # int64 TCP payload bytes (skb_gro_len at L4)
+    payload: np.ndarray    # int64 TCP payload bytes (column payload_len: accounting)
+    tlen: np.ndarray       # int64 skb_gro_len at TCP: payload plus padding / trailer
     plen: np.ndarray       # int64 p->len if held: outer IP length + in-band VLAN tags
     limit: np.ndarray      # int64 size limit if this packet heads a super-packet
     seq: np.ndarray        # int64
@@ -98,7 +99,8 @@ class State(NamedTuple):
     e_first: np.ndarray    # int64 first packet row, -1 when nothing held
     e_last: np.ndarray     # int64
     e_count: np.ndarray    # int64 segments
-    e_payload: np.ndarray  # int64
+    e_payload: np.ndarray  # int64 sum of payload_len (accounting)
+    e_grolen: np.ndarray   # int64 skb_gro_len(p): sum of TCP lengths merged
     e_len: np.ndarray      # int64 p->len
     e_mss: np.ndarray      # int64 gso_size
     e_fixed: np.ndarray    # int64 ip_fixedid bits (6.10+) / is_atomic (4.7-6.9)
@@ -230,19 +232,23 @@ def _pair_checks(i, k, c, cfg, st):
                               FLUSH_OUTER_TTL, FLUSH_OUTER_TOS, FLUSH_OUTER_ECN,
                               FLUSH_OUTER_DF)
             if reason == 0 and c.sfl_out[i] != 0:
-                reason = FLUSH_LENGTH  # inet_gro_receive: NAPI_GRO_CB(p)->flush |= flush
+                # inet_gro_receive: NAPI_GRO_CB(p)->flush |= flush (N's length / RF)
+                reason = FLUSH_IP_RF if c.sfl_out[i] == NOT_HELD_IP_RF else FLUSH_LENGTH
         if reason == 0:
             reason = _ip_pair(c.in_v[i], c.in_ttl[i], c.in_tos[i], c.in_df[i],
                               c.in_ttl[p], c.in_tos[p], c.in_df[p], cfg.hop_flush,
                               FLUSH_TTL, FLUSH_TOS, FLUSH_ECN, FLUSH_DF)
             if reason == 0 and c.sfl_in[i] != 0:
-                reason = FLUSH_LENGTH
+                reason = FLUSH_IP_RF if c.sfl_in[i] == NOT_HELD_IP_RF else FLUSH_LENGTH
     # --- tcp_gro_receive: CWR, flag word, ack, options
     fl = c.flags[i]
     if reason == 0 and (fl & TCP_FLAG_CWR) != 0:
         reason = FLUSH_CWR
     if reason == 0:
-        if ((fl ^ c.flags[p]) & ~cfg.flag_mask) != 0:
+        diff = (fl ^ c.flags[p]) & ~cfg.flag_mask
+        if (diff & (TCP_FLAG_SYN | TCP_FLAG_RST | TCP_FLAG_URG)) != 0:
+            reason = FLUSH_FLAGS_FINAL     # never equal: a held p has none of them
+        elif diff != 0:
             reason = FLUSH_TCP_FLAGS
         elif c.doff[i] != c.doff[p]:
             reason = FLUSH_TCP_DOFF
@@ -256,12 +262,8 @@ def _pair_checks(i, k, c, cfg, st):
     r_id = 0
     if cfg.era == ERA_INNER_ID:
         # < 4.7: only the innermost IPv4 ID is checked, it must be p.id + count
-        if c.in_v[i] == 4:
-            if ((c.in_id[p] + count) & 0xFFFF) != c.in_id[i]:
-                r_id = FLUSH_IP_ID
-        elif c.out_v[i] == 4:
-            if ((c.out_id[p] + count) & 0xFFFF) != c.out_id[i]:
-                r_id = FLUSH_OUTER_IP_ID
+        if c.in_v[i] == 4 and ((c.in_id[p] + count) & 0xFFFF) != c.in_id[i]:
+            r_id = FLUSH_IP_ID
     elif cfg.era == ERA_FLUSH_ID:
         # inet_gro_receive (v4.7-v6.9) computes flush_id per IPv4 header, outer first;
         # N.is_atomic starts at 1 and becomes the DF of each IPv4 header (1 after IPv6).
@@ -357,30 +359,49 @@ def _pair_checks(i, k, c, cfg, st):
     if reason != 0:
         return reason
     # --- size of the new segment vs gso_size: (len - 1) >= mss, unsigned
-    ln = c.payload[i]
+    ln = c.tlen[i]
     if ln == 0:
         return FLUSH_ZERO_PAYLOAD
     if ln > st.e_mss[k]:
         return FLUSH_PAYLOAD_LARGER
     # --- sequence continuity: th2->seq + skb_gro_len(p) == th->seq
-    if ((c.seq[p] + st.e_payload[k]) & 0xFFFFFFFF) != c.seq[i]:
+    if ((c.seq[p] + st.e_grolen[k]) & 0xFFFFFFFF) != c.seq[i]:
         return FLUSH_SEQ
     return 0
 
 
 @numba.njit(cache=True, nogil=True)
-def _final_flags(fl, merged):
-    """out_check_final flag part: URG | PSH | RST | SYN | FIN, in that order."""
-    if fl & TCP_FLAG_URG:
-        return END_URG if merged else NOT_HELD_URG
-    if fl & TCP_FLAG_PSH:
-        return END_PSH if merged else NOT_HELD_PSH
-    if fl & TCP_FLAG_RST:
-        return NOT_HELD_RST
+def _not_held_reason(fl, ln):
+    """out_check_final with mss = 1 (nothing merged): why the packet is not held.
+
+    Precedence pinned in docs/gro-model.md: SYN, RST, URG, FIN, PSH, then zero payload.
+    """
     if fl & TCP_FLAG_SYN:
         return NOT_HELD_SYN
+    if fl & TCP_FLAG_RST:
+        return NOT_HELD_RST
+    if fl & TCP_FLAG_URG:
+        return NOT_HELD_URG
     if fl & TCP_FLAG_FIN:
-        return END_FIN if merged else NOT_HELD_FIN
+        return NOT_HELD_FIN
+    if fl & TCP_FLAG_PSH:
+        return NOT_HELD_PSH
+    if ln < 1:
+        return NOT_HELD_ZERO_PAYLOAD
+    return 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _end_reason(fl, ln, mss):
+    """out_check_final after a merge: FIN, PSH, URG, then len < gso_size."""
+    if fl & TCP_FLAG_FIN:
+        return END_FIN
+    if fl & TCP_FLAG_PSH:
+        return END_PSH
+    if fl & TCP_FLAG_URG:
+        return END_URG
+    if ln < mss:
+        return END_SHORT_SEGMENT
     return 0
 
 
@@ -395,55 +416,61 @@ def _receive(i, c, cfg, st, out, poll, age):
         _deliver(i, pre, c, out, poll)
         return
     k = c.key[i]
-    have_p = st.e_first[k] >= 0
-    ln = c.payload[i]
+    ln = c.tlen[i]
     fl = c.flags[i]
     sfl = c.sfl_out[i] if c.sfl_out[i] != 0 else c.sfl_in[i]
-    flush_reason = 0
-    merged = False
-    if have_p:
-        flush_reason = _pair_checks(i, k, c, cfg, st)
-        if flush_reason == 0:
-            # skb_gro_receive: -E2BIG when p->len + len >= gro_max_size or skb flush
-            if st.e_len[k] + ln >= c.limit[st.e_first[k]]:
-                flush_reason = FLUSH_SIZE_LIMIT
-            elif sfl != 0:
-                flush_reason = FLUSH_LENGTH
-        if flush_reason == 0:
-            st.nxt[st.e_last[k]] = i
-            st.e_last[k] = i
-            st.e_count[k] += 1
-            st.e_payload[k] += ln
-            st.e_len[k] += ln
-            merged = True
-    elif st.loose_held[c.loose[i]] > 0:
-        # before 5.18 the IPv6 hop limit was a flow key: the held entry of this flow
-        # stays, the packet starts a parallel one (ipv6_gro_receive, 6fc2f3832d36)
-        flush_reason = FLUSH_HOP_LIMIT_FLOW
-    # out_check_final: len < mss (mss = 1 when not merged), then URG/PSH/RST/SYN/FIN
-    if merged:
-        final = END_SHORT_SEGMENT if ln < st.e_mss[k] else _final_flags(fl, True)
+    if st.e_first[k] < 0:
+        # tcp_gro_receive, no p: out_check_final with mss = 1
+        r = sfl if sfl != 0 else _not_held_reason(fl, ln)
+        if r != 0:
+            out.reason[i] = r
+            _deliver(i, r, c, out, poll)
+            return
+        if st.loose_held[c.loose[i]] > 0:
+            # before 5.18 the IPv6 hop limit was a flow key: the held entry of this flow
+            # stays, the packet starts a parallel one (ipv6_gro_receive, 6fc2f3832d36)
+            _hold(i, k, FLUSH_HOP_LIMIT_FLOW, c, cfg, st, out, poll, age)
+        else:
+            _hold(i, k, NO_HELD_PACKET, c, cfg, st, out, poll, age)
+        return
+    flush_reason = _pair_checks(i, k, c, cfg, st)
+    if flush_reason == 0:
+        # skb_gro_receive: -E2BIG when p->len + len >= gro_max_size or skb flush
+        if st.e_len[k] + ln >= c.limit[st.e_first[k]]:
+            flush_reason = FLUSH_SIZE_LIMIT
+        elif sfl != 0:
+            flush_reason = FLUSH_IP_RF if sfl == NOT_HELD_IP_RF else FLUSH_LENGTH
+    q = c.queue[i]
+    if flush_reason == 0:
+        st.nxt[st.e_last[k]] = i
+        st.e_last[k] = i
+        st.e_count[k] += 1
+        st.e_payload[k] += c.payload[i]
+        st.e_grolen[k] += ln
+        st.e_len[k] += ln
         out.reason[i] = MERGED
-        if final != 0:
-            q = c.queue[i]
+        end = _end_reason(fl, ln, st.e_mss[k])
+        if end != 0:
             if cfg.model != MODEL_IDEAL:
                 _unlink(st, q, c.bucket[i], k)
-            _complete(k, final, c, st, out, poll)
+            _complete(k, end, c, st, out, poll)
         return
-    final = NOT_HELD_ZERO_PAYLOAD if ln < 1 else _final_flags(fl, False)
-    if have_p:
-        # pp = p: completed before the new packet is delivered or held
-        if cfg.model != MODEL_IDEAL:
-            _unlink(st, c.queue[i], c.bucket[i], k)
-        _complete(k, flush_reason, c, st, out, poll)
-    if sfl != 0 or final != 0:
-        r = flush_reason
-        if r == 0:
-            r = sfl if sfl != 0 else final
-        out.reason[i] = r
-        _deliver(i, r, c, out, poll)
+    # not merged: pp = p is completed before the packet is delivered or held
+    if cfg.model != MODEL_IDEAL:
+        _unlink(st, q, c.bucket[i], k)
+    _complete(k, flush_reason, c, st, out, poll)
+    if sfl != 0 or ln < 1 or (fl & (TCP_FLAG_URG | TCP_FLAG_PSH | TCP_FLAG_RST |
+                                    TCP_FLAG_SYN | TCP_FLAG_FIN)) != 0:
+        out.reason[i] = flush_reason
+        _deliver(i, flush_reason, c, out, poll)
         return
-    out.reason[i] = flush_reason if flush_reason != 0 else NO_HELD_PACKET
+    _hold(i, k, flush_reason, c, cfg, st, out, poll, age)
+
+
+@numba.njit(cache=True, nogil=True)
+def _hold(i, k, reason, c, cfg, st, out, poll, age):
+    """dev_gro_receive tail: hold packet i as a new entry (evict the oldest if full)."""
+    out.reason[i] = reason
     if cfg.model != MODEL_IDEAL:
         q = c.queue[i]
         b = c.bucket[i]
@@ -454,10 +481,12 @@ def _receive(i, c, cfg, st, out, poll, age):
             _complete(old, END_BUCKET_FULL, c, st, out, poll)
         st.tbl[q, b, st.tcnt[q, b]] = k
         st.tcnt[q, b] += 1
+    ln = c.tlen[i]
     st.e_first[k] = i
     st.e_last[k] = i
     st.e_count[k] = 1
-    st.e_payload[k] = ln
+    st.e_payload[k] = c.payload[i]
+    st.e_grolen[k] = ln
     st.e_len[k] = c.plen[i]
     st.e_mss[k] = ln            # dev_gro_receive: gso_size = skb_gro_len(skb)
     # is_atomic (4.7-6.9): DF of the innermost IPv4 header (IPv6: 1); 6.10+: bits cleared
@@ -546,125 +575,149 @@ def _jiffy(t, hz):
 
 
 @numba.njit(cache=True, nogil=True)
-def _process_poll(rows, j, cnt, q, c, cfg, st, out, poll, now):
-    """Run GRO over rows[j:j+cnt] in one poll at time ``now``."""
-    jf = _jiffy(now, cfg.hz)
-    for x in range(j, j + cnt):
-        _receive(rows[x], c, cfg, st, out, poll, jf)
+def _take_gap(arr, j, hi, start, budget, gap):
+    """Packets from j on: each joins while it arrives within ``gap`` of the previous one
+    (or of the poll start, for packets already waiting), up to ``budget``."""
+    cnt = 1
+    while cnt < budget and j + cnt < hi and \
+            arr[j + cnt] <= max(arr[j + cnt - 1], start) + gap:
+        cnt += 1
+    return cnt
 
 
 @numba.njit(cache=True, nogil=True)
-def _complete_done(q, c, cfg, st, out, poll, now, defer):
-    """napi_complete_done(work > 0): returns (masked, timer, defer)."""
-    timeout = cfg.timeout_ns if _held_any(q, st) else 0
-    defer = cfg.defer               # reloaded from napi_defer_hard_irqs
-    masked = False
-    if defer > 0:
-        defer -= 1
-        timeout = cfg.timeout_ns
-        masked = timeout != 0       # the IRQ stays masked, the timer polls next
-    jf = _jiffy(now, cfg.hz)
-    _flush_queue(q, c, st, out, poll, timeout != 0, jf, END_POLL, END_POLL_OLD)
-    timer = now + timeout if timeout != 0 else -1
-    return masked, timer, defer
+def _take_until(arr, j, hi, until, budget):
+    """Packets from j on that arrived by ``until``, at most ``budget``."""
+    cnt = 0
+    while cnt < budget and j + cnt < hi and arr[j + cnt] <= until:
+        cnt += 1
+    return cnt
 
 
 @numba.njit(cache=True, nogil=True)
-def run_napi(c, cfg, st, out, rows, qstart):
-    """napi model, polls inferred from timestamps (docs/gro-model.md "NAPI polls").
+def run_napi(c, cfg, st, out, rows, qstart, arr):
+    """napi model, polls inferred from arrival times (docs/gro-model.md "NAPI polls").
 
-    ``rows[qstart[q]:qstart[q+1]]`` are queue q's packets in row order. Polls get local
-    numbers in the order simulated (queue by queue); returns ``(npoll, p_time, p_queue)``
-    with each poll's time and queue so the caller can number them in time order.
+    ``rows[qstart[q]:qstart[q+1]]`` are queue q's packets in row order and ``arr`` their
+    arrival times (running maximum of ts_ns within the queue). Mirrors ``__napi_poll``
+    (full budget: flush all if HZ < 1000, else old entries; poll again at once) and
+    ``napi_complete_done`` (gro_flush_timeout / napi_defer_hard_irqs). Polls get local
+    numbers in simulation order; returns ``(npoll, p_time, p_queue)`` so the caller can
+    number them by (time, queue, order).
     """
     npoll = 0
     p_time = np.empty(max(16, rows.shape[0] + 16), np.int64)
     p_queue = np.empty(p_time.shape[0], np.int64)
     budget = cfg.budget
+    gap = cfg.gap_ns
+    T = cfg.timeout_ns
     for q in range(cfg.queues):
         lo = qstart[q]
         hi = qstart[q + 1]
         j = lo
-        masked = False
-        timer = -1
-        defer = 0
+        timer = -1            # pending hrtimer, -1 none
+        has_timer = False
+        masked = False        # interrupt masked: arrivals wait for the timer
+        defer = 0             # napi->defer_hard_irqs_count
+        cont = 0              # after a full-budget poll: 1 gap-rule, 2 timer continuation
+        cont_t = 0
         last_poll = -1
         last_time = 0
-        repoll = False       # previous poll used its whole budget
         while True:
-            if repoll:
+            was_timer = False
+            if cont != 0:
+                kind = cont
+                cont = 0
                 if j >= hi:
                     break
-                # __napi_poll repolls at once: the next packet at the later of its
-                # arrival and the current poll's time, then the gap rule
-                start = j
-                cnt = 1
-                while cnt < budget and j + cnt < hi and \
-                        c.ts[rows[j + cnt]] - c.ts[rows[j + cnt - 1]] <= cfg.gap_ns:
-                    cnt += 1
-                now = c.ts[rows[j + cnt - 1]]
-                if now < last_time:
-                    now = last_time
-            elif (not masked) and j < hi and (timer < 0 or c.ts[rows[j]] < timer):
-                # immediate poll: interrupt armed, the first waiting packet starts it
-                start = j
-                cnt = 1
-                while cnt < budget and j + cnt < hi and \
-                        c.ts[rows[j + cnt]] - c.ts[rows[j + cnt - 1]] <= cfg.gap_ns:
-                    cnt += 1
-                now = c.ts[rows[j + cnt - 1]]
-            elif timer >= 0:
-                # timer poll: the packets that arrived up to the timer, at most budget
+                if kind == 2 and arr[j] <= cont_t:
+                    cnt = _take_until(arr, j, hi, cont_t, budget)
+                    now = cont_t
+                    was_timer = True
+                else:
+                    start = max(arr[j], cont_t)
+                    cnt = _take_gap(arr, j, hi, start, budget, gap)
+                    now = max(start, arr[j + cnt - 1])
+            elif has_timer and (masked or j >= hi or arr[j] >= timer):
                 now = timer
-                timer = -1
-                start = j
-                cnt = 0
-                while cnt < budget and j + cnt < hi and c.ts[rows[j + cnt]] <= now:
-                    cnt += 1
+                has_timer = False
+                cnt = _take_until(arr, j, hi, now, budget)
+                was_timer = True
+                if cnt == 0:
+                    # timer poll without work: no reload of the defer counter
+                    poll = npoll
+                    npoll += 1
+                    p_time, p_queue = _record_poll(p_time, p_queue, poll, now, q)
+                    last_poll = poll
+                    last_time = now
+                    jf = _jiffy(now, cfg.hz)
+                    if defer > 0:
+                        defer -= 1
+                        _flush_queue(q, c, st, out, poll, True, jf, END_POLL, END_POLL_OLD)
+                        timer = now + T
+                        has_timer = True
+                    else:
+                        _flush_queue(q, c, st, out, poll, False, jf, END_POLL, END_POLL)
+                        masked = False
+                    continue
             else:
-                break
+                if j >= hi:
+                    break
+                has_timer = False    # an interrupt-driven poll replaces the pending timer
+                cnt = _take_gap(arr, j, hi, arr[j], budget, gap)
+                now = arr[j + cnt - 1]
             poll = npoll
             npoll += 1
-            if poll >= p_time.shape[0]:
-                grown = np.empty(p_time.shape[0] * 2, np.int64)
-                grown[:poll] = p_time[:poll]
-                p_time = grown
-                grown = np.empty(p_queue.shape[0] * 2, np.int64)
-                grown[:poll] = p_queue[:poll]
-                p_queue = grown
-            p_time[poll] = now
-            p_queue[poll] = q
+            p_time, p_queue = _record_poll(p_time, p_queue, poll, now, q)
             last_poll = poll
             last_time = now
-            _process_poll(rows, start, cnt, q, c, cfg, st, out, poll, now)
-            j = start + cnt
             jf = _jiffy(now, cfg.hz)
+            for x in range(j, j + cnt):
+                _receive(rows[x], c, cfg, st, out, poll, jf)
+            j += cnt
             if cnt == budget:
-                # __napi_poll, budget used up: flush old entries (all if HZ < 1000)
+                # __napi_poll: "Flush too old packets. If HZ < 1000, flush all packets."
                 if cfg.hz < 1000:
                     _flush_queue(q, c, st, out, poll, False, jf, END_POLL, END_POLL)
                 else:
                     _flush_queue(q, c, st, out, poll, True, jf, END_POLL, END_POLL_OLD)
-                repoll = True
+                cont = 2 if was_timer else 1
+                cont_t = now
                 continue
-            repoll = False
-            if cnt > 0:
-                masked, timer, defer = _complete_done(q, c, cfg, st, out, poll, now, defer)
+            # napi_complete_done(work > 0)
+            timeout = T if _held_any(q, st) else 0
+            defer = cfg.defer
+            if defer > 0:
+                defer -= 1
+                timeout = T
+                masked = timeout != 0
             else:
-                # timer poll without work: no reload of the defer counter
-                if defer > 0:
-                    defer -= 1
-                    _flush_queue(q, c, st, out, poll, True, jf, END_POLL, END_POLL_OLD)
-                    timer = now + cfg.timeout_ns
-                    masked = True
-                else:
-                    _flush_queue(q, c, st, out, poll, False, jf, END_POLL, END_POLL)
-                    timer = -1
-                    masked = False
-        # end of capture: anything still held goes up with the queue's last poll
-        if last_poll >= 0:
-            _flush_queue(q, c, st, out, last_poll, False, 0, END_POLL, END_POLL)
+                masked = False
+            _flush_queue(q, c, st, out, poll, timeout != 0, jf, END_POLL, END_POLL_OLD)
+            if timeout != 0:
+                timer = now + timeout
+                has_timer = True
+            else:
+                has_timer = False
+        # end of capture: anything still held goes up in the queue's last poll
+        if last_poll >= 0 and _held_any(q, st):
+            _flush_queue(q, c, st, out, last_poll, False, _jiffy(last_time, cfg.hz),
+                         END_POLL, END_POLL)
     return npoll, p_time[:npoll], p_queue[:npoll]
+
+
+@numba.njit(cache=True, nogil=True)
+def _record_poll(p_time, p_queue, poll, now, q):
+    if poll >= p_time.shape[0]:
+        grown = np.empty(p_time.shape[0] * 2, np.int64)
+        grown[:poll] = p_time[:poll]
+        p_time = grown
+        grown = np.empty(p_queue.shape[0] * 2, np.int64)
+        grown[:poll] = p_queue[:poll]
+        p_queue = grown
+    p_time[poll] = now
+    p_queue[poll] = q
+    return p_time, p_queue
 
 
 # --- column preparation helpers ---------------------------------------------------------

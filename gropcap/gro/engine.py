@@ -25,19 +25,22 @@ import numpy as np
 import pyarrow as pa
 
 from gropcap.constants import (
-    GRE_CSUM, GRE_KEY, IP6_EXT_FRAGMENT, IP6_EXT_OTHER, IPPROTO_GRE, IPPROTO_IPIP,
-    IPPROTO_IPV6, IPPROTO_TCP, IPPROTO_UDP, TCP_FLAG_CWR, TCP_FLAG_FIN, TCP_FLAG_PSH,
-    TUN_ERSPAN2, TUN_ERSPAN3, TUN_GENEVE, TUN_GRE, TUN_GRE_TEB, TUN_VXLAN_GPE,
+    ETH_P_QINQ1, GRE_CSUM, GRE_KEY, IP6_EXT_FRAGMENT, IP6_EXT_OTHER, IPPROTO_GRE,
+    IPPROTO_IPIP, IPPROTO_IPV6, IPPROTO_TCP, IPPROTO_UDP, TCP_FLAG_CWR, TCP_FLAG_FIN,
+    TCP_FLAG_PSH, TUN_GENEVE, TUN_GRE, TUN_GRE_TEB, TUN_IP4IP6, TUN_IP6IP6, TUN_IPIP,
+    TUN_SIT, TUN_VXLAN, TUN_VXLAN_GPE,
 )
 from gropcap.decode.schema import (
-    CSUM_BAD, CSUM_PARTIAL, PACKET_SCHEMA, STATUS_NOT_IP, STATUS_OK,
+    CSUM_BAD, CSUM_PARTIAL, PACKET_SCHEMA, STATUS_BAD_L4_HEADER, STATUS_BAD_TUNNEL_HEADER,
+    STATUS_ENCAP_TOO_DEEP, STATUS_NOT_IP, STATUS_OK, STATUS_UNSUPPORTED_ENCAP,
+    STATUS_UNSUPPORTED_LINKTYPE,
 )
 from gropcap.errors import ConfigError
 from gropcap.gro import _kernels as K
 from gropcap.gro.config import GroConfig
 from gropcap.gro.flows import assign_flow_ids
 from gropcap.gro.reasons import (
-    BYPASS_DECODE, BYPASS_IP_CSUM, BYPASS_IP_FRAGMENT, BYPASS_IP_OPTIONS,
+    BYPASS_DECODE, BYPASS_GRO_DISABLED, BYPASS_IP_CSUM, BYPASS_IP_FRAGMENT, BYPASS_IP_OPTIONS,
     BYPASS_IPV6_EXTHDR, BYPASS_L4_CSUM, BYPASS_NO_L4_OFFLOAD, BYPASS_NOT_IP,
     BYPASS_TCP_HEADER, BYPASS_TUNNEL, BYPASS_UDP_NO_GRO, NOT_HELD_IP_RF, NOT_HELD_LENGTH,
 )
@@ -50,6 +53,10 @@ GRO_LEGACY_MAX_SIZE = 65536   # include/net/gro.h: limit without BIG TCP
 # inet_offloads[] with a gro_receive (net/ipv4/af_inet.c, gre_offload.c, udp_offload.c);
 # inet6_offloads[] register the same protocols (ip6_offload.c): TCP, UDP, GRE, IPIP, IPv6.
 _L3_HANDLERS = (IPPROTO_TCP, IPPROTO_UDP, IPPROTO_GRE, IPPROTO_IPIP, IPPROTO_IPV6)
+# Tunnels aggregated natively on the receiving device; UDP tunnels need a local tunnel
+# socket, which this model does not have (plain UDP, no UDP GRO)
+_NATIVE_TUNNELS = (TUN_GRE, TUN_GRE_TEB, TUN_IPIP, TUN_SIT, TUN_IP6IP6, TUN_IP4IP6)
+_UDP_TUNNELS = (TUN_VXLAN, TUN_VXLAN_GPE, TUN_GENEVE)
 
 
 def _u8(a: np.ndarray) -> np.ndarray:
@@ -82,11 +89,13 @@ class PreparedBatch:
 
 
 def _pre_and_flush(t: pa.Table, config: GroConfig):
-    """Per-packet decisions that need no held packet (kernel evaluation order).
+    """Per-packet decisions that need no held packet, in the kernel's evaluation order
+    (precedence pinned in docs/gro-model.md, "Bypass precedence").
 
     Returns ``(pre, sfl_out, sfl_in)``: ``pre`` the BYPASS_* code of the first layer that
-    bails before L4 (0 = reaches tcp_gro_receive), ``sfl_*`` the skb flush an IP layer
-    sets (NOT_HELD_LENGTH for a length/padding mismatch, NOT_HELD_IP_RF for the evil bit).
+    bails before L4 (0 = reaches tcp_gro_receive), ``sfl_*`` the skb flush the outer /
+    inner IP header sets (NOT_HELD_LENGTH for a length/padding mismatch, NOT_HELD_IP_RF
+    for the reserved bit).
     """
     n = t.num_rows
     g = lambda name, dt=np.int64: column_numpy(t, name, dt)  # noqa: E731
@@ -97,13 +106,25 @@ def _pre_and_flush(t: pa.Table, config: GroConfig):
         pre[(pre == 0) & mask] = code
 
     wire = g("wire_len")
-    # dev_gro_receive: no packet_offload for skb->protocol (ARP, DSA ETH_P_XDSA, ...)
-    bail(status == STATUS_NOT_IP, BYPASS_NOT_IP)
+    if not config.kernel.dsa_gro:
+        # before e131a5634830 (v5.8) DSA user ports delivered with netif_receive_skb
+        bail(g("dsa_tag", np.uint8) != 0, BYPASS_GRO_DISABLED)
+    # dev_gro_receive: no packet_offload for skb->protocol; decode status
+    bail((status == STATUS_NOT_IP) | (status == STATUS_UNSUPPORTED_LINKTYPE), BYPASS_NOT_IP)
+    l4 = g("l4_proto", np.uint8)
+    bail((status == STATUS_BAD_L4_HEADER) & (l4 == IPPROTO_TCP), BYPASS_TCP_HEADER)
+    bail(np.isin(status, (STATUS_UNSUPPORTED_ENCAP, STATUS_BAD_TUNNEL_HEADER,
+                          STATUS_ENCAP_TOO_DEEP)), BYPASS_TUNNEL)
     bail(status != STATUS_OK, BYPASS_DECODE)
-    bail(g("dsa_tag", np.uint8) != 0, BYPASS_NOT_IP)
+    # vlan_gro_receive: TPID 0x9100 has no packet_offload
+    depth = g("vlan_depth", np.uint8)
+    bad_tpid = ((g("eth_type", np.uint16) == ETH_P_QINQ1)
+                | ((depth >= 1) & (g("vlan_tpid0", np.uint16) == ETH_P_QINQ1))
+                | ((depth >= 2) & (g("vlan_tpid1", np.uint16) == ETH_P_QINQ1)))
+    bail(bad_tpid, BYPASS_NOT_IP)
     in_v = g("ip_version", np.uint8)
     out_v = g("outer_ip_version", np.uint8)
-    bail(in_v == 0, BYPASS_NOT_IP)
+    bail((in_v == 0) & (out_v == 0), BYPASS_NOT_IP)
     sfl_out = np.zeros(n, np.uint8)
     sfl_in = np.zeros(n, np.uint8)
 
@@ -123,55 +144,56 @@ def _pre_and_flush(t: pa.Table, config: GroConfig):
         frag = g(prefix + "mf", np.bool_) | (g(prefix + "frag_off") != 0)
         bail(v4 & frag, BYPASS_IP_FRAGMENT)
         bail(v4 & ~g(prefix + "csum_ok", np.bool_), BYPASS_IP_CSUM)
-        # skb flush: tot_len != bytes from this header to the end of the frame (padding,
-        # trailer, FCS), or the reserved bit (inet_gro_receive; ipv6: payload_len)
+        # skb flush: IP length != bytes from this header to the end of the frame
+        # (padding, trailer, FCS): inet_gro_receive (u16 compare) / ipv6_gro_receive;
+        # else the IPv4 reserved bit
         tot = g(prefix + "tot_len")
-        off = g(prefix + "offset")
-        sfl[present & (tot != wire - off)] = NOT_HELD_LENGTH
+        got = wire - g(prefix + "offset")
+        bad_len = np.where(v == 4, ((tot ^ got) & 0xFFFF) != 0, tot != got)
+        sfl[(sfl == 0) & present & bad_len] = NOT_HELD_LENGTH
         sfl[(sfl == 0) & v4 & g(prefix + "rf", np.bool_)] = NOT_HELD_IP_RF
 
     enc = out_v != 0
+    # layer 0: the outer header of a tunnel, else the only one
     ip_layer("outer_ip_", enc, sfl_out)
-    # tunnel layer
+    ip_layer("ip_", ~enc & (in_v != 0), sfl_in)
+    # tunnel layer, right after the outer header (gre/ipip/sit/udp gro_receive)
     tun = g("tun_type", np.uint8)
     tflags = g("tun_flags", np.uint32)
+    has_tun = tun != 0
+    bail(has_tun & np.isin(tun, _UDP_TUNNELS), BYPASS_UDP_NO_GRO)   # no tunnel socket
+    bail(has_tun & ~np.isin(tun, _NATIVE_TUNNELS), BYPASS_TUNNEL)    # ERSPAN, FOU, GUE
     # "tunnels: Do not apply GRO to multiple layers of encapsulation" (encap_mark)
-    bail(enc & (g("encap_depth", np.uint8) > 1), BYPASS_TUNNEL)
-    gre = np.isin(tun, (TUN_GRE, TUN_GRE_TEB, TUN_ERSPAN2, TUN_ERSPAN3))
-    # gre_gro_receive: only K and C flags, version 0; no offload for ERSPAN; bad csum
+    bail(has_tun & ((g("encap_depth", np.uint8) > 1) | ~enc | (in_v == 0)), BYPASS_TUNNEL)
+    gre = (tun == TUN_GRE) | (tun == TUN_GRE_TEB)
+    # gre_gro_receive: only K and C flags, version 0; a bad GRE checksum
     bail(gre & ((tflags & (0xFFFF ^ (GRE_KEY | GRE_CSUM))) != 0), BYPASS_TUNNEL)
-    bail(np.isin(tun, (TUN_ERSPAN2, TUN_ERSPAN3)), BYPASS_TUNNEL)
-    bail(gre & ~g("tun_csum_ok", np.bool_), BYPASS_TUNNEL)
-    # geneve_gro_receive: version 0, OAM bit clear
-    geneve_bad = ((tflags >> 30) != 0) | (((tflags >> 23) & 1) != 0)
-    bail((tun == TUN_GENEVE) & geneve_bad, BYPASS_TUNNEL)
-    # vxlan_gpe_gro_receive: version 0, O bit clear
-    gpe_bad = (((tflags >> 28) & 3) != 0) | (((tflags >> 24) & 1) != 0)
-    bail((tun == TUN_VXLAN_GPE) & gpe_bad, BYPASS_TUNNEL)
-    ip_layer("ip_", in_v != 0, sfl_in)
-    l4 = g("l4_proto", np.uint8)
-    bail(l4 == IPPROTO_UDP, BYPASS_UDP_NO_GRO)     # no UDP GRO socket / forwarding
+    bail(gre & ((tflags & GRE_CSUM) != 0) & ~g("tun_csum_ok", np.bool_), BYPASS_TUNNEL)
+    # layer 1: the inner header of a native tunnel
+    ip_layer("ip_", enc & (in_v != 0), sfl_in)
+    bail(l4 == IPPROTO_UDP, BYPASS_UDP_NO_GRO)     # udp4/6_gro_receive: no UDP GRO mode
     bail(l4 != IPPROTO_TCP, BYPASS_NO_L4_OFFLOAD)
-    bail(g("tcp_doff", np.uint8) < 5, BYPASS_TCP_HEADER)   # tcp_gro_pull_header
     if config.verify_checksums:
         # tcp4/6_gro_receive: skb_gro_checksum_validate, skipped when already flushing
         cs = g("l4_csum_state", np.uint8)
         bail(((cs == CSUM_BAD) | (cs == CSUM_PARTIAL)) & (sfl_out == 0) & (sfl_in == 0),
              BYPASS_L4_CSUM)
+    bail(g("tcp_doff", np.uint8) < 5, BYPASS_TCP_HEADER)   # tcp_gro_pull_header
     return pre, sfl_out, sfl_in
 
 
 def _same_flow_keys(t: pa.Table, config: GroConfig, hash_: np.ndarray, use: np.ndarray):
     """Exact same-flow classes: every field some layer compares for ``same_flow``.
 
-    gro_list_prepare (hash, dev, MAC header), vlan_gro_receive (tags), inet/ipv6
-    (protocol, addresses; IPv6 flow label and extension bytes; hop limit before 5.18),
-    tunnel headers (gre/udp/vxlan/geneve), eth_gro_receive (inner MACs), TCP ports.
-    Returns ``(key, loose)``; ``loose`` omits the pre-5.18 hop limit.
+    gro_list_prepare (hash, dev, MAC header; DSA port), vlan_gro_receive (tags),
+    inet/ipv6_gro_receive (protocol, addresses; IPv6 flow label and extension bytes; hop
+    limit before 5.18), gre_gro_receive (flags, protocol, key when K), eth_gro_receive
+    (inner MACs of GRE-TEB), TCP ports (tcp_gro_lookup). Returns ``(key, loose)``;
+    ``loose`` omits the pre-5.18 hop limit.
     """
     g = lambda name, dt: column_numpy(t, name, dt)  # noqa: E731
     parts = [_u8(hash_)]
-    for name, dt in (("iface", np.uint16), ("linktype", np.uint16), ("eth_dst", np.uint64),
+    for name, dt in (("iface", np.uint16), ("dsa_port", np.int16), ("eth_dst", np.uint64),
                      ("eth_src", np.uint64), ("eth_type", np.uint16),
                      ("vlan_depth", np.uint8), ("vlan_tpid0", np.uint16),
                      ("vlan_tci0", np.uint16), ("vlan_tpid1", np.uint16),
@@ -179,25 +201,30 @@ def _same_flow_keys(t: pa.Table, config: GroConfig, hash_: np.ndarray, use: np.n
         parts.append(_u8(g(name, dt)))
     hops = []
     for p in ("outer_ip_", "ip_"):
-        for name, dt in (("version", np.uint8), ("proto", np.uint8),
-                         ("flow_label", np.uint32), ("ext_mask", np.uint8),
+        v = g(p + "version", np.uint8)
+        is6 = v == 6
+        parts.append(_u8(v))
+        parts.append(_u8(g(p + "proto", np.uint8)))
+        for name, dt in (("flow_label", np.uint32), ("ext_mask", np.uint8),
                          ("ext_len", np.uint16), ("ext_digest", np.uint64)):
-            parts.append(_u8(g(p + name, dt)))
+            parts.append(_u8(np.where(is6, g(p + name, dt), 0).astype(dt)))
         parts.append(column_bytes(t, p + "src"))
         parts.append(column_bytes(t, p + "dst"))
-        v = g(p + "version", np.uint8)
-        hops.append(np.where(v == 6, g(p + "ttl", np.uint8), 0).astype(np.uint8))
-    for name, dt in (("outer_l4_proto", np.uint8), ("outer_sport", np.uint16),
-                     ("outer_dport", np.uint16), ("tun_type", np.uint8),
-                     ("tun_flags", np.uint32), ("tun_proto", np.uint16),
-                     ("tun_key", np.uint32), ("tun_opt_len", np.uint16),
-                     ("tun_opt_digest", np.uint64), ("erspan_ver", np.uint8),
-                     ("erspan_session", np.uint16), ("inner_eth_dst", np.uint64),
-                     ("inner_eth_src", np.uint64), ("inner_eth_type", np.uint16),
-                     ("sport", np.uint16), ("dport", np.uint16)):
-        parts.append(_u8(g(name, dt)))
-    # udp_gro_receive: checksum presence of the outer UDP header must agree
-    parts.append(_u8((g("outer_udp_csum", np.uint16) != 0).astype(np.uint8)))
+        hops.append(np.where(is6, g(p + "ttl", np.uint8), 0).astype(np.uint8))
+    tun = g("tun_type", np.uint8)
+    tflags = g("tun_flags", np.uint32)
+    gre = (tun == TUN_GRE) | (tun == TUN_GRE_TEB)
+    teb = tun == TUN_GRE_TEB
+    parts.append(_u8(tun))
+    parts.append(_u8(np.where(gre, tflags, 0).astype(np.uint32)))
+    parts.append(_u8(np.where(gre, g("tun_proto", np.uint16), 0).astype(np.uint16)))
+    parts.append(_u8(np.where(gre & ((tflags & GRE_KEY) != 0), g("tun_key", np.uint32),
+                              0).astype(np.uint32)))
+    for name, dt in (("inner_eth_dst", np.uint64), ("inner_eth_src", np.uint64),
+                     ("inner_eth_type", np.uint16)):
+        parts.append(_u8(np.where(teb, g(name, dt), 0).astype(dt)))
+    parts.append(_u8(g("sport", np.uint16)))
+    parts.append(_u8(g("dport", np.uint16)))
     loose_mat = np.ascontiguousarray(np.concatenate(parts, axis=1))
     loose = K.dedup_rows(loose_mat, use)
     if config.kernel.ipv6_hop_limit_flush:
@@ -210,15 +237,13 @@ def _same_flow_keys(t: pa.Table, config: GroConfig, hash_: np.ndarray, use: np.n
 def _size_limit(t: pa.Table, config: GroConfig) -> np.ndarray:
     """skb_gro_receive limit for a super-packet headed by each packet.
 
-    netif_get_gro_max_size: ``skb->protocol`` IPv6 -> gro_max_size, anything else
-    (IPv4, or a VLAN TPID for in-band tagged frames) -> gro_ipv4_max_size (6.12+;
-    before, gro_max_size; before 5.16 fixed 64 KB). Above 64 KB only with BIG TCP
-    (IPv6 from 5.19, IPv4 from 6.3).
+    netif_get_gro_max_size by the outermost IP version (``config.max_size``); no
+    per-device knob before 5.16 (64 KB); above 64 KB only IPv6 from 5.19 and IPv4 from
+    6.3 (BIG TCP, GRO_LEGACY_MAX_SIZE check).
     """
     out_v = column_numpy(t, "outer_ip_version", np.uint8)
     in_v = column_numpy(t, "ip_version", np.uint8)
     v = np.where(out_v != 0, out_v, in_v)
-    is6 = (v == 6) & (column_numpy(t, "vlan_depth", np.uint8) == 0)
     kp = config.kernel
     if kp.version < (5, 16):
         return np.full(t.num_rows, GRO_LEGACY_MAX_SIZE, np.int64)
@@ -228,7 +253,7 @@ def _size_limit(t: pa.Table, config: GroConfig) -> np.ndarray:
         lim6 = GRO_LEGACY_MAX_SIZE
     if lim4 > GRO_LEGACY_MAX_SIZE and not kp.big_tcp_ipv4:
         lim4 = GRO_LEGACY_MAX_SIZE
-    return np.where(is6, lim6, lim4).astype(np.int64)
+    return np.where(v == 6, lim6, lim4).astype(np.int64)
 
 
 def _check_table(packets: pa.Table) -> None:
@@ -252,8 +277,10 @@ def prepare(packets: pa.Table, config: GroConfig, *, polls=None) -> PreparedBatc
     t = packets
     n = t.num_rows
     g = lambda name, dt=np.int64: column_numpy(t, name, dt)  # noqa: E731
-    hash_ = rss_hash(t, config.rss_key, enabled=config.rss == "toeplitz")
-    if config.model == "napi":
+    napi = config.model == "napi"
+    # the ideal model has no RSS: hash 0, one list
+    hash_ = rss_hash(t, config.rss_key, enabled=napi and config.rss == "toeplitz")
+    if napi:
         queue = rx_queue(hash_, config.queues).astype(np.int32)
         bucket = gro_bucket(hash_, config.kernel.hash_buckets).astype(np.int32)
     else:
@@ -270,8 +297,14 @@ def prepare(packets: pa.Table, config: GroConfig, *, polls=None) -> PreparedBatc
     optnots = K.dedup_rows(np.ascontiguousarray(K.zero_timestamps(opt_mat, opt_len)), use)
     out_v = g("outer_ip_version", np.int32)
     in_v = g("ip_version", np.int32)
-    outermost_tot = np.where(out_v != 0, g("outer_ip_tot_len"), g("ip_tot_len"))
-    plen = outermost_tot + 4 * g("vlan_depth")
+    wire = g("wire_len")
+    # p->len: bytes after the outermost IP header's offset (eth_type_trans pulled the
+    # MAC header; in-band VLAN tags stay in skb->data and count)
+    outermost_off = np.where(out_v != 0, g("outer_ip_offset"), g("ip_offset"))
+    plen = wire - outermost_off + 4 * g("vlan_depth")
+    # skb_gro_len at TCP: bytes after the innermost IP and TCP headers, padding included
+    payload = g("payload_len")
+    tlen = np.maximum(wire - g("ip_offset") - g("ip_hdr_len") - 4 * g("tcp_doff"), payload)
     if polls is None:
         poll_win = np.zeros(n, np.int64)
     else:
@@ -285,7 +318,7 @@ def prepare(packets: pa.Table, config: GroConfig, *, polls=None) -> PreparedBatc
     i32 = lambda name: g(name, np.int32)  # noqa: E731
     cols = K.Cols(
         key=key, loose=np.where(loose < 0, 0, loose), queue=queue, bucket=bucket,
-        ts=g("ts_ns"), pre=pre, sfl_out=sfl_out, sfl_in=sfl_in, payload=g("payload_len"),
+        ts=g("ts_ns"), pre=pre, sfl_out=sfl_out, sfl_in=sfl_in, payload=payload, tlen=tlen,
         plen=plen.astype(np.int64), limit=_size_limit(t, config), seq=g("tcp_seq"),
         ack=g("tcp_ack"), flags=i32("tcp_flags"), doff=i32("tcp_doff"),
         window=i32("tcp_window"), opt=opt, optnots=optnots,
@@ -315,6 +348,7 @@ def new_state(nkeys: int, nloose: int, n: int, queues: int, buckets: int) -> K.S
     z = lambda m: np.zeros(m, np.int64)  # noqa: E731
     return K.State(
         e_first=np.full(nk, -1, np.int64), e_last=z(nk), e_count=z(nk), e_payload=z(nk),
+        e_grolen=z(nk),
         e_len=z(nk), e_mss=z(nk), e_fixed=z(nk), e_age=z(nk), e_order=z(nk),
         loose_held=z(max(nloose, 1)), tbl=np.full((queues, buckets, K.MAX_GRO_SKBS), -1,
                                                    np.int64),
@@ -352,7 +386,12 @@ def run_prepared(batch: PreparedBatch, config: GroConfig, *, explicit_polls=Fals
     else:
         rows = np.argsort(c.queue, kind="stable").astype(np.int64)
         qstart = np.searchsorted(c.queue[rows], np.arange(config.queues + 1)).astype(np.int64)
-        _npoll, p_time, p_queue = K.run_napi(c, cfg, st, out, rows, qstart)
+        # arrival = running maximum of ts_ns within a queue (backwards stamps keep order)
+        arr = c.ts[rows].copy()
+        for q in range(config.queues):
+            seg = arr[qstart[q]:qstart[q + 1]]
+            np.maximum.accumulate(seg, out=seg)
+        _npoll, p_time, p_queue = K.run_napi(c, cfg, st, out, rows, qstart, arr)
         # polls of all queues in time order (ties: lower queue, then simulation order)
         order = np.lexsort((np.arange(len(p_time)), p_queue, p_time))
         rank = np.empty(len(order), np.int64)

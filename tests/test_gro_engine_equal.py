@@ -1,0 +1,92 @@
+"""fast == reference: the numba engine against the plain-Python reference model, bit for
+bit (every GroResult array), on generated traffic and on every sample capture."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gropcap.gro.config import GroConfig, KernelProfile
+from gropcap.gro.engine import simulate as fast_simulate
+from gropcap.gro.result import GroResult
+from test_gro_engine_traffic import packet_table, random_traffic
+
+reference = pytest.importorskip("gropcap.gro.reference",
+                                reason="gro/reference.py (the oracle) is not there yet")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SAMPLES = sorted(glob.glob(os.path.join(HERE, "..", "sample_pcaps", "*.pcap*")))
+KERNELS = ["4.4", "4.14", "5.4", "5.15", "6.1", "6.6", "6.12", "6.15", "6.18"]
+
+CONFIGS = [
+    GroConfig(),
+    GroConfig(model="napi"),
+    GroConfig(model="napi", queues=4),
+    GroConfig(model="napi", rss="none", budget=8, hz=1000),
+    GroConfig(model="napi", queues=2, budget=16, hz=250, poll_gap_ns=20_000),
+    GroConfig(model="napi", gro_flush_timeout_ns=200_000, napi_defer_hard_irqs=2),
+    GroConfig(model="napi", queues=3, gro_flush_timeout_ns=50_000, budget=4, hz=1000),
+    GroConfig(model="napi", gro_flush_timeout_ns=20_000, napi_defer_hard_irqs=0),
+    GroConfig(verify_checksums=True, gro_max_size=16384, gro_ipv4_max_size=20000),
+]
+
+
+def assert_same(fast: GroResult, ref: GroResult, what: str) -> None:
+    for name in GroResult.__dataclass_fields__:
+        a, b = getattr(fast, name), getattr(ref, name)
+        if not np.array_equal(a, b):
+            bad = np.nonzero(a != b)[0] if a.shape == b.shape else []
+            first = int(bad[0]) if len(bad) else None
+            raise AssertionError(
+                f"{what}: {name} differs (fast {a.shape} vs ref {b.shape}); first index "
+                f"{first}: fast={a[first] if first is not None else a[:10]} "
+                f"ref={b[first] if first is not None else b[:10]}")
+    assert fast.dtypes_equal(ref) if hasattr(fast, "dtypes_equal") else True
+
+
+def both(table, config, polls=None):
+    f = fast_simulate(table, config, polls=polls)
+    r = reference.simulate(table, config, polls=polls)
+    return f, r
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), flows=st.integers(1, 12),
+       kernel=st.sampled_from(KERNELS), cfg=st.sampled_from(CONFIGS))
+def test_equal_generated(seed, n, flows, kernel, cfg):
+    table = packet_table(random_traffic(np.random.default_rng(seed), n, flows))
+    config = cfg.replace(kernel=KernelProfile.parse(kernel))
+    f, r = both(table, config)
+    f.check_invariants(table.column("payload_len").to_numpy())
+    assert_same(f, r, f"seed={seed} n={n} flows={flows} kernel={kernel} {config}")
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 200), queues=st.integers(1, 3),
+       kernel=st.sampled_from(KERNELS), windows=st.integers(1, 20))
+def test_equal_explicit_polls(seed, n, queues, kernel, windows):
+    rng = np.random.default_rng(seed)
+    table = packet_table(random_traffic(rng, n, 5))
+    polls = np.sort(rng.integers(0, windows, n)).astype(np.int64)
+    config = GroConfig(model="napi", queues=queues, kernel=KernelProfile.parse(kernel))
+    f, r = both(table, config, polls)
+    assert_same(f, r, f"seed={seed} explicit polls")
+
+
+@pytest.mark.skipif(not SAMPLES, reason="no sample captures in sample_pcaps/")
+@pytest.mark.parametrize("path", SAMPLES, ids=os.path.basename)
+def test_equal_sample_captures(path):
+    from gropcap.pipeline import decode_files
+    table, _ = decode_files([path])
+    for cfg in (GroConfig(), GroConfig(model="napi", queues=4),
+                GroConfig(model="napi", gro_flush_timeout_ns=200_000,
+                          napi_defer_hard_irqs=10, kernel=KernelProfile.parse("6.6")),
+                GroConfig(kernel=KernelProfile.parse("4.14"), model="napi", rss="none")):
+        f, r = both(table, cfg)
+        f.check_invariants(table.column("payload_len").to_numpy())
+        assert_same(f, r, f"{os.path.basename(path)} {cfg.model} {cfg.kernel.name}")
