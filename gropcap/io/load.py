@@ -91,10 +91,10 @@ def load(directory) -> "Analysis":  # noqa: F821 - pipeline imported lazily
 
     directory = os.fspath(directory)
     paths = {name: os.path.join(directory, name) for name in FILES}
-    for name, path in paths.items():
-        if not os.path.isfile(path):
-            raise LoadError(f"{name} is missing", path=directory,
-                            hint="give a directory written by `gropcap analyze --out DIR`")
+    missing = [name for name, path in paths.items() if not os.path.isfile(path)]
+    if missing:
+        raise LoadError(f"missing {', '.join(missing)}", path=directory,
+                        hint="give a directory written by `gropcap analyze --out DIR`")
     try:
         packets = pq.read_table(paths["packets.parquet"])
         segs = pq.read_table(paths["superpackets.parquet"])
