@@ -408,3 +408,28 @@ def test_polls_need_napi_and_one_value_per_packet():
         simulate(t, config(model="napi"), polls=np.array([0]))
     with pytest.raises(ConfigError):
         simulate(t, config(model="napi"), polls=np.array([1, 0]))
+
+
+def test_bad_tcp_doff_bypasses():
+    bad = eth(ipv4("192.168.1.200", "192.168.1.100", 6,
+                   tcp(1500, 8000, seq=300, ack=100, payload=b"x" * 20, doff=4)))
+    assert _bypass(bad) == "BYPASS_TCP_HEADER"
+
+
+@pytest.mark.parametrize("outer,reason", [(dict(tos=0x01), "FLUSH_OUTER_ECN"),
+                                          (dict(tos=0x20), "FLUSH_OUTER_TOS"),
+                                          (dict(df=False), "FLUSH_OUTER_DF")])
+@pytest.mark.parametrize("kernel", [(6, 9), (6, 18)])
+def test_outer_header_pair_checks(outer, reason, kernel):
+    def ipip(off, **kw):
+        return eth(ipv4("10.0.0.1", "10.0.0.2", C.IPPROTO_IPIP, v4(off)[14:], **kw))
+    r, res = reasons_of([ipip(0), ipip(100, **outer)], kernel)
+    assert r == ["NO_HELD_PACKET", reason]
+
+
+def test_ipip_inner_checks_are_inner():
+    def ipip(off, **kw):
+        return eth(ipv4("10.0.0.1", "10.0.0.2", C.IPPROTO_IPIP, v4(off, **kw)[14:]))
+    assert reasons_of([ipip(0), ipip(100, ttl=3)])[0][1] == "FLUSH_TTL"
+    res, _ = run([ipip(0), ipip(100)])
+    assert res.seg_gso_type[0] & gso.SKB_GSO_IPXIP4
