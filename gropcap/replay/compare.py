@@ -40,7 +40,8 @@ class Difference:
     detail: str = ""
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "flow_id": self.flow_id, "kernel": [list(t) for t in self.kernel],
+        return {"kind": self.kind, "flow_id": self.flow_id,
+                "kernel": [list(t) for t in self.kernel],
                 "simulated": [list(t) for t in self.simulated], "detail": self.detail}
 
     def line(self) -> str:

@@ -29,6 +29,11 @@ shows it: flows 0..7 are evicted by flows 8..15 (``gro_flush_oldest``, bucket fu
 MAX_GRO_SKBS = 8) and never merge, flows 8..15 merge. So the simulator must run with
 ``rss="none"`` (hash 0) for replay comparisons.
 
+Also measured: this 6.18 build has ``CONFIG_VLAN_8021Q`` unset, so there is no
+``vlan_gro_receive`` and frames with an in-band 802.1Q/802.1ad tag pass GRO unmerged (the
+receive path still moves the outer tag into skb metadata; PACKET_AUXDATA gives it back and
+the harness re-inserts it before matching).
+
 Checksums: veth's receiver validates checksums in software (CHECKSUM_NONE, kernel-gro-spec
 section 10). With ``fix_checksums=True`` (default) frames cut by a snap length are padded to
 their wire length with zero payload and get their L4 checksum recomputed, offload-partial
@@ -40,7 +45,6 @@ from __future__ import annotations
 
 import os
 import select
-import socket
 import struct
 import time
 from collections import defaultdict
