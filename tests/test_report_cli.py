@@ -147,3 +147,28 @@ def test_compare_two_captures_and_bad_setting():
     assert d["metrics"]["ideal"]["superpackets"] == [9, 35]
     r = CliRunner().invoke(main, ["compare", GRE, "--set-b", "colour=blue"])
     assert r.exit_code == 2 and "KEY=VALUE" in r.output
+
+
+def test_warnings_pre_coalesced_and_cut_headers(tmp_path):
+    from craft import eth, ipv4, tcp
+
+    from gropcap.capture import write_pcap
+
+    t0 = 1_700_000_000_000_000_000
+    big = eth(ipv4("10.0.0.1", "10.0.0.2", 6, tcp(1000, 80, seq=1, payload=bytes(8000))))
+    frames = [big] + [eth(ipv4("10.0.0.1", "10.0.0.2", 6,
+                               tcp(1000, 80, seq=8001 + k * 1448, payload=bytes(1448))))
+                      for k in range(3)]
+    cut = frames[-1][:14 + 20 + 8]            # TCP header cut after 8 bytes
+    path = tmp_path / "gso.pcap"
+    write_pcap(str(path), frames + [cut], [t0 + k * 1000 for k in range(5)],
+               wire_lens=[len(f) for f in frames] + [len(frames[-1])])
+    out = " ".join(run("analyze", path, "--model", "ideal").split())
+    # an 8040-byte IP packet on a 1500-byte MTU link was coalesced before the capture
+    assert (f"warning: 1 frames are already coalesced (more IP bytes than a 1500-byte MTU, "
+            f"IPv4 total length 0 or the pcapng TSO flag; largest {len(big)} bytes)") in out
+    assert "warning: 1 frames are cut by the snap length inside their headers" in out
+    # good checksums everywhere (craft computes them) and one direction only
+    assert "pseudo-header sum" not in out
+    assert "warning: 1 of 1 TCP flows are seen in one direction only (e.g. flow 0, " \
+           "10.0.0.1:1000 > 10.0.0.2:80)" in out

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +23,9 @@ from gropcap.decode.schema import PACKET_COLUMNS, PACKET_SCHEMA
 from gropcap.errors import GropcapError
 from gropcap.gro.config import DEFAULT_RSS_KEY, GroConfig, KernelProfile
 from gropcap.gro.result import PACKET_RESULT_DTYPES, SEG_DTYPES, GroResult
+
+if TYPE_CHECKING:  # the pipeline imports the engines; load it only when called
+    from gropcap.pipeline import Analysis
 
 FILES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
 
@@ -69,7 +73,7 @@ def _result_from_tables(packets: pa.Table, segs: pa.Table, prefix: str) -> GroRe
     return GroResult(**kw)
 
 
-def load(directory) -> "Analysis":  # noqa: F821 - pipeline imported lazily
+def load(directory) -> Analysis:
     """Read ``packets.parquet``, ``superpackets.parquet`` and ``flows.parquet`` from a
     directory written by ``gropcap analyze --out DIR`` into an :class:`Analysis`.
 

@@ -85,11 +85,13 @@ def capture_warnings(analysis) -> list[str]:
         proto = flows.column("l4_proto").to_pylist()
         keys = list(zip(flows.column("src").to_pylist(), flows.column("sport").to_pylist(),
                         flows.column("dst").to_pylist(), flows.column("dport").to_pylist()))
-        present = {k for k, p in zip(keys, proto) if p == IPPROTO_TCP}
-        one_way = [i for i, (k, p) in enumerate(zip(keys, proto))
-                   if p == IPPROTO_TCP and (k[2], k[3], k[0], k[1]) not in present]
+        # TCP flows with ports (a header cut before the ports leaves them 0)
+        tcp = [bool(p == IPPROTO_TCP and (k[1] or k[3])) for k, p in zip(keys, proto)]
+        present = {k for k, t in zip(keys, tcp) if t}
+        one_way = [i for i, (k, t) in enumerate(zip(keys, tcp))
+                   if t and (k[2], k[3], k[0], k[1]) not in present]
         if one_way:
-            n_tcp = sum(1 for p in proto if p == IPPROTO_TCP)
+            n_tcp = sum(tcp)
             a, ap, b, bp = keys[one_way[0]]
             out.append(f"{len(one_way)} of {n_tcp} TCP flows are seen in one direction only "
                        f"(e.g. flow {one_way[0]}, {a}:{ap} > {b}:{bp}): a filtered, mirrored "
