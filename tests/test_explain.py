@@ -104,10 +104,10 @@ def test_explain_gre_bulk_flow_breaks_only_exact():
     body = text.splitlines()[4:]
     assert body[:5] == [
         "     0       0.000  287454020  1424 .            #0 head   NO_HELD_PACKET",
-        "                  = #0: 8 segments, 11392 bytes, gso_size 1424, ended by FLUSH_TCP_TS",
+        "        = #0: 8 segments, 11392 bytes, gso_size 1424, ended by FLUSH_TCP_TS",
         "     8      96.000  287465412  1424 .            #2 head   FLUSH_TCP_TS",
         "                  why: TSval 270544960 -> 270544961, TSecr 168496141 unchanged",
-        "                  = #2: 6 segments, 8544 bytes, gso_size 1424, ended by END_PSH",
+        "        = #2: 6 segments, 8544 bytes, gso_size 1424, ended by END_PSH",
     ]
     # the lost segment: 5 segments of 1424 merged from seq 287476804 -> expected next
     assert ("                  why: tcp_seq 287482500 -> 287485348, expected 287483924 (1424"
@@ -115,7 +115,7 @@ def test_explain_gre_bulk_flow_breaks_only_exact():
     assert "                       bytes missing: loss or reordering)" in body
     end = body.index("reasons:")
     assert body[end - 2:end] == [
-        "                  = #8: 8 segments, 10668 bytes, gso_size 1424, ended by END_PSH",
+        "        = #8: 8 segments, 10668 bytes, gso_size 1424, ended by END_PSH",
         "",
     ]
     assert body[end + 1:] == [
@@ -125,7 +125,7 @@ def test_explain_gre_bulk_flow_breaks_only_exact():
         "  FLUSH_SEQ: sequence gap: loss, reordering or retransmission",
         "  END_PSH: PSH merged: the sender marked the end of a write, GRO pushes up",
     ]
-    assert all(len(line) <= 80 for line in text.splitlines()[:-1] if "= #" not in line)
+    assert all(len(line) <= 80 for line in text.splitlines())
 
 
 def test_explain_full_walk_lists_every_packet_of_the_flow_once():
@@ -236,3 +236,15 @@ def test_flag_letters():
 
 
 C_ACK, C_PSH = 0x10, 0x08
+
+
+def test_napi_flush_names_poll_and_queue():
+    a = hand_analysis()
+    res = a.results["ideal"]
+    res.seg_end_reason[0] = R.END_POLL          # the first burst ended by a poll's end
+    res.seg_poll_id[0], res.seg_rx_queue[0] = 3, 1
+    text = explain_flow(a, 0, breaks_only=True)
+    assert text.splitlines()[5:7] == [
+        "        = #0: 8 segments, 11392 bytes, gso_size 1424, ended by END_POLL (poll 3,",
+        "            queue 1)"]
+    assert "  END_POLL: end of a NAPI poll: everything held is flushed" in text

@@ -311,7 +311,8 @@ def explain_flow(analysis, flow: int, *, model: str | None = None,
         Text, one line per packet (time relative to the flow's first packet, TCP sequence
         number, payload length, flags, super-packet and verdict), an indented ``why:`` line
         under each packet that ended a held super-packet or was not held, and a ``= #N``
-        line when a super-packet is complete.
+        line after the last packet of each super-packet (segments, bytes, gso_size, end
+        reason; the poll and RX queue when a NAPI flush ended it). Lines fit 80 columns.
 
     Example:
         >>> print(explain_flow(gropcap.analyze("x.pcap"), 0))   # doctest: +SKIP
@@ -388,8 +389,15 @@ def _seg_line(res, s: int) -> str:
     n = int(res.seg_count[s])
     end = reason_name(int(res.seg_end_reason[s]))
     size = f", gso_size {int(res.seg_gso_size[s])}" if n > 1 else ""
-    return (f"{'':>18}= #{s}: {n} segment{'s' if n != 1 else ''}, "
-            f"{int(res.seg_payload_len[s])} bytes{size}, ended by {end}")
+    where = ""
+    if int(res.seg_end_reason[s]) in (R.END_POLL, R.END_POLL_OLD, R.END_BUCKET_FULL) \
+            and int(res.seg_poll_id[s]) >= 0:
+        # napi model: which poll of which RX queue flushed it
+        where = f" (poll {int(res.seg_poll_id[s])}, queue {int(res.seg_rx_queue[s])})"
+    text = (f"= #{s}: {n} segment{'s' if n != 1 else ''}, "
+            f"{int(res.seg_payload_len[s])} bytes{size}, ended by {end}{where}")
+    return "\n".join(textwrap.wrap(text, width=80, initial_indent=" " * 8,
+                                    subsequent_indent=" " * 12, break_on_hyphens=False))
 
 
 def reason_lines(codes, width: int = 80) -> list[str]:
