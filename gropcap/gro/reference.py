@@ -12,11 +12,14 @@ One function per kernel function it mirrors (6.18 names; older behaviour is swit
 kernel                          here
 ==============================  ==========================================================
 dev_gro_receive                 :meth:`GroNode.dev_gro_receive`
-gro_list_prepare                :func:`gro_list_prepare`  (L2 identity)
-vlan_gro_receive                :func:`vlan_gro_receive`
-inet_gro_receive                :func:`inet_gro_receive`
-ipv6_gro_receive                :func:`ipv6_gro_receive`
-gre_gro_receive / ipip / sit    :func:`tunnel_gro_receive`
+gro_list_prepare                :func:`gro_list_prepare_key` (same flow), and the
+                                bail-outs of :func:`gro_list_prepare_and_l2`
+vlan_gro_receive                :func:`vlan_gro_receive_key`
+inet_gro_receive                :func:`inet_gro_receive` (bail), :func:`ip_key`,
+                                :func:`ip_skb_flush`
+ipv6_gro_receive                :func:`ipv6_gro_receive` (bail), :func:`ip_key`
+gre_gro_receive / ipip / sit    :func:`tunnel_gro_receive` (bail), :func:`tunnel_key`
+tcp_gro_lookup                  :func:`tcp_gro_lookup_key`
 tcp4/6_gro_receive              :func:`tcp_csum_and_header`
 tcp_gro_receive                 :meth:`GroNode.tcp_gro_receive`
 inet_gro_flush / ipv6_gro_flush :func:`inet_gro_flush`, :func:`ipv6_gro_flush`
@@ -195,14 +198,45 @@ def _ip_layer(cols: dict, prefix: str, i: int, end: int) -> IpHdr:
         gro_len=end - off)
 
 
-def _ip_key(h: IpHdr, with_hop: bool) -> tuple:
-    """inet_gro_receive / ipv6_gro_receive same-flow fields of one header."""
+# Same flow is decided layer by layer; a held p stays a candidate only while every layer
+# finds it equal. Each layer's compared fields are one key part; the whole key is their tuple
+# (so "first candidate in list order" is "first entry with an equal key").
+
+def gro_list_prepare_key(hash_: int, iface: int, dsa_port: int, eth_dst: int, eth_src: int,
+                         eth_type: int) -> tuple:
+    """gro_list_prepare: RX hash, device (interface; DSA user port), and the whole 14-byte
+    MAC header (compare_ether_header: destination, source, EtherType)."""
+    return (hash_, iface, dsa_port, eth_dst, eth_src, eth_type)
+
+
+def vlan_gro_receive_key(depth: int, tpid0: int, tci0: int, tpid1: int, tci1: int) -> tuple:
+    """vlan_gro_receive (0x8100 / 0x88A8, recursing for QinQ): compare_vlan_header, i.e.
+    TCI and encapsulated EtherType of every in-band tag."""
+    return (depth, tpid0, tci0, tpid1, tci1)
+
+
+def ip_key(h: IpHdr, with_hop: bool) -> tuple:
+    """inet_gro_receive / ipv6_gro_receive same-flow fields of one IP header."""
     if h.version == 4:
         return (4, h.proto, h.src, h.dst)               # inet_gro_receive
     # ipv6_gro_receive: version + flow label (first word & 0xF00FFFFF), addresses,
     # nexthdr, extension-header bytes; hop limit too before 5.18 (6fc2f3832d36)
     key = (6, h.flow_label, h.src, h.dst, h.proto, h.ext_mask, h.ext_len, h.ext_digest)
     return key + (h.ttl,) if with_hop else key
+
+
+def tunnel_key(tun_type: int, flags: int, proto: int, key: int, inner_eth: tuple) -> tuple:
+    """gre_gro_receive: the flags word, protocol and (with K) key; for GRE-TEB also
+    eth_gro_receive on the inner Ethernet header. IPIP/SIT/ip6ip6/ip4ip6 add nothing."""
+    if tun_type in (C.TUN_GRE, C.TUN_GRE_TEB):
+        k = (tun_type, flags, proto, key if flags & C.GRE_KEY else 0)
+        return k + inner_eth if tun_type == C.TUN_GRE_TEB else k
+    return (tun_type,)
+
+
+def tcp_gro_lookup_key(sport: int, dport: int) -> tuple:
+    """tcp_gro_lookup: the 32-bit source|dest port word."""
+    return (sport, dport)
 
 
 def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig) -> list[Skb]:
@@ -234,23 +268,18 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig) -> list[S
         if cols["ip_version"][i]:
             layers.append(_ip_layer(cols, "ip_", i, end))
         vlan_depth = cols["vlan_depth"][i]
-        vlan = (vlan_depth, cols["vlan_tpid0"][i], cols["vlan_tci0"][i],
-                cols["vlan_tpid1"][i], cols["vlan_tci1"][i])
         tpids = [cols["eth_type"][i], cols["vlan_tpid0"][i], cols["vlan_tpid1"][i]]
         bad_tpid = C.ETH_P_QINQ1 in tpids[:1 + min(vlan_depth, 2)]
-        l2 = (h if config.model == "napi" else 0, cols["iface"][i], cols["dsa_port"][i],
-              cols["eth_dst"][i], cols["eth_src"][i], cols["eth_type"][i], vlan)
+        l2 = (gro_list_prepare_key(h if config.model == "napi" else 0, cols["iface"][i],
+                                   cols["dsa_port"][i], cols["eth_dst"][i],
+                                   cols["eth_src"][i], cols["eth_type"][i]),
+              vlan_gro_receive_key(vlan_depth, cols["vlan_tpid0"][i], cols["vlan_tci0"][i],
+                                   cols["vlan_tpid1"][i], cols["vlan_tci1"][i]))
         tun_type = cols["tun_type"][i]
         tun_flags = cols["tun_flags"][i]
-        if tun_type in (C.TUN_GRE, C.TUN_GRE_TEB):
-            # gre_gro_receive: flags word, protocol, key when K is set
-            tkey = (tun_type, tun_flags, cols["tun_proto"][i],
-                    cols["tun_key"][i] if tun_flags & C.GRE_KEY else 0)
-            if tun_type == C.TUN_GRE_TEB:   # eth_gro_receive on the inner Ethernet header
-                tkey += (cols["inner_eth_dst"][i], cols["inner_eth_src"][i],
-                         cols["inner_eth_type"][i])
-        else:
-            tkey = (tun_type,)
+        tkey = tunnel_key(tun_type, tun_flags, cols["tun_proto"][i], cols["tun_key"][i],
+                          (cols["inner_eth_dst"][i], cols["inner_eth_src"][i],
+                           cols["inner_eth_type"][i]))
         opt_len = cols["tcp_opt_len"][i]
         doff = cols["tcp_doff"][i]
         l4_len = 0
@@ -275,9 +304,9 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig) -> list[S
             # in-band VLAN tag stays in skb->data and counts against gro_max_size
             p_len=(layers[0].gro_len if layers else 0) + 4 * vlan_depth,
             ts_ns=cols["ts_ns"][i])
-        ports = (skb.sport, skb.dport)
-        skb.key = (l2, tuple(_ip_key(x, hop_key) for x in layers), tkey, ports)
-        skb.key_nohop = (l2, tuple(_ip_key(x, False) for x in layers), tkey, ports)
+        ports = tcp_gro_lookup_key(skb.sport, skb.dport)
+        skb.key = (l2, tuple(ip_key(x, hop_key) for x in layers), tkey, ports)
+        skb.key_nohop = (l2, tuple(ip_key(x, False) for x in layers), tkey, ports)
         out.append(skb)
     return out
 
