@@ -199,3 +199,15 @@ def register(group: click.Group) -> None:
 
 
 __all__ = ["explain", "baseline", "compare", "register", "COMMANDS"]
+
+
+def _self_register() -> None:
+    """Importing this module registers its commands on gropcap.cli's ``main``, whichever of
+    the two modules is imported first (cli.py's own registration is then a no-op)."""
+    from gropcap import cli
+
+    if hasattr(cli, "main"):
+        register(cli.main)
+
+
+_self_register()
