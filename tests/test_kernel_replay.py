@@ -187,6 +187,48 @@ def test_command_refuses_without_root(monkeypatch, tmp_path):
     assert r.exit_code == 1 and "needs root" in r.output and "Traceback" not in r.output
 
 
+def _fake_replay(split_first: bool):
+    """A stand-in for kernel.replay: delivers what the simulator predicts (or splits one)."""
+    from gropcap.replay import kernel
+    from gropcap.replay.compare import simulate_replay
+
+    def fake(frames, bursts=None, **kw):
+        sent = [_wire.fix_frame(f, w)[0] for f, w in zip(frames, kw["wire_lens"])]
+        r = KernelReplayResult(sent, ["kept"] * len(sent), split_bursts(bursts, len(sent)),
+                               [], [], (6, 18), "6.18-fake", {})
+        _p, sim = simulate_replay(r, kernel=(6, 18))
+        units = []
+        for a, b, c, pl, g, t in zip(sim.seg_first_packet, sim.seg_last_packet, sim.seg_count,
+                                     sim.seg_payload_len, sim.seg_gso_size, sim.seg_gso_type):
+            idx = tuple(range(int(a), int(b) + 1))
+            if split_first and c > 1 and not units:
+                units += [DeliveredUnit((i,), 0, 0, 0, False, 0) for i in idx]
+                continue
+            units.append(DeliveredUnit(idx, int(pl), int(g), int(t), True, 0))
+        r.units = units
+        return r
+    return kernel, fake
+
+
+@pytest.mark.parametrize("split_first", [False, True])
+def test_command_output_and_exit_code(monkeypatch, tmp_path, split_first):
+    from gropcap.replay.command import kernel_replay
+    kernel, fake = _fake_replay(split_first)
+    monkeypatch.setattr(kernel, "replay", fake)
+    p = tmp_path / "psh.pcap"
+    ST.write_case_pcap(p, "flags_psh", "ipv4")
+    r = CliRunner().invoke(kernel_replay, [str(p), "--kernel", "6.18"])
+    if not split_first:
+        assert r.exit_code == 0, r.output
+        assert r.output.strip() == f"{p}: kernel 6.18: 3/3 super-packets agree"
+    else:
+        assert r.exit_code == 1
+        lines = r.output.strip().splitlines()
+        assert lines[0] == (f"{p}: kernel 6.18: 2/5 super-packets agree "
+                            "(global delivery order differs)")
+        assert lines[1].startswith("  flow: flow 0: kernel #0:0B #1:0B #2:0B | simulator #0-2x3")
+
+
 # ------------------------------------------------------------------ root: the live kernel
 @pytest.fixture(scope="module")
 def session():
@@ -334,5 +376,40 @@ def test_namespaces_removed_after_session():
     from gropcap.replay.kernel import ReplaySession
     with ReplaySession() as s:
         names = (s.pair.ns_tx, s.pair.ns_rx)
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not any(n in listed for n in names)
+
+
+@pytest.mark.root
+@live
+def test_namespaces_removed_on_error_and_sigterm():
+    import signal
+    import sys
+    import time
+
+    from gropcap.replay.kernel import ReplaySession
+    with pytest.raises(RuntimeError):
+        with ReplaySession() as s:
+            names = (s.pair.ns_tx, s.pair.ns_rx)
+            raise RuntimeError("boom")
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not any(n in listed for n in names)
+    code = ("import time\nfrom gropcap.replay.kernel import ReplaySession\n"
+            "with ReplaySession() as s:\n"
+            "    print(s.pair.ns_tx, s.pair.ns_rx, flush=True)\n"
+            "    time.sleep(60)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                         cwd=os.path.join(os.path.dirname(__file__), ".."))
+    try:
+        names = p.stdout.readline().split()
+        assert len(names) == 2
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert all(n in listed for n in names)
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    time.sleep(0.1)
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not any(n in listed for n in names)
