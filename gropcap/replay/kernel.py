@@ -18,14 +18,15 @@ exactly one GRO window: the simulator gets the burst number of each frame as ``p
 
 The receiver is an AF_PACKET socket bound to the receiving veth (packets after GRO, in the
 order the stack gets them). A second socket with PACKET_VNET_HDR reads each packet's
-``gso_size``/``gso_type`` (virtio_net_hdr_from_skb); it cannot describe tunnel GSO types
-(ipip), so for those the values are inferred (gso_size = first segment's payload).
+``gso_size``/``gso_type`` (virtio_net_hdr_from_skb; on 6.18 it describes TCP over IPv4,
+IPv6 and IPIP). A packet it cannot describe is dropped for that socket only; its values are
+then inferred (gso_size = first segment's payload) and ``gso_known`` is False.
 
 **Measured on this 6.18 kernel** (tests/test_kernel_replay.py::test_veth_gro_bucket_is_zero
-keeps checking it): the veth path delivers skbs without a hash (AF_PACKET injection sets
-none and veth computes none before ``napi_gro_receive``), so ``dev_gro_receive`` puts
-EVERY flow in GRO bucket 0. The selftest's ``capacity`` case with 16 flows in one burst
-shows it: flows 0..7 are evicted by flows 8..15 (``gro_flush_oldest``, bucket full at
+keeps checking it): every flow lands in the SAME GRO bucket. The skbs reach
+``napi_gro_receive`` without a hash (AF_PACKET injection sets none, veth computes none, and
+``dev_gro_receive`` reads the raw ``skb->hash``), so the bucket is 0 for all flows. The
+selftest's ``capacity`` case with 16 flows in one burst shows it: flows 0..7 are evicted by flows 8..15 (``gro_flush_oldest``, bucket full at
 MAX_GRO_SKBS = 8) and never merge, flows 8..15 merge. So the simulator must run with
 ``rss="none"`` (hash 0) for replay comparisons.
 
