@@ -26,8 +26,9 @@ then inferred (gso_size = first segment's payload) and ``gso_known`` is False.
 keeps checking it): every flow lands in the SAME GRO bucket. The skbs reach
 ``napi_gro_receive`` without a hash (AF_PACKET injection sets none, veth computes none, and
 ``dev_gro_receive`` reads the raw ``skb->hash``), so the bucket is 0 for all flows. The
-selftest's ``capacity`` case with 16 flows in one burst shows it: flows 0..7 are evicted by flows 8..15 (``gro_flush_oldest``, bucket full at
-MAX_GRO_SKBS = 8) and never merge, flows 8..15 merge. So the simulator must run with
+selftest's ``capacity`` case with 16 flows in one burst shows it: flows 0..7 are evicted
+by flows 8..15 (``gro_flush_oldest``, bucket full at MAX_GRO_SKBS = 8) and never merge,
+flows 8..15 merge. So the simulator must run with
 ``rss="none"`` (hash 0) for replay comparisons.
 
 Also measured: this 6.18 build has ``CONFIG_VLAN_8021Q`` unset, so there is no
