@@ -382,12 +382,22 @@ def _big(n_full, mss=4056, last=None, version=4):
     return fr
 
 
-def test_per_family_max_size_from_6_12():
+def test_per_family_max_size_from_6_3():
+    """b1a78b9b9886 (v6.3): gro_ipv4_max_size for p->protocol != IPv6."""
     frames = _big(10)
     kw = dict(gro_max_size=65536, gro_ipv4_max_size=16384)
-    assert seg_sizes(run(frames, (6, 11), **kw)[0]) == [10 * 4056]
-    res, _ = run(frames, (6, 12), **kw)
+    assert seg_sizes(run(frames, (6, 2), **kw)[0]) == [10 * 4056]
+    res, _ = run(frames, (6, 3), **kw)
     assert res.seg_count[0] == 4 and res.reason[4] == R.FLUSH_SIZE_LIMIT
+
+
+def test_vlan_tagged_ipv6_takes_the_ipv4_limit():
+    """p->protocol of an in-band tagged frame is 0x8100, not ETH_P_IPV6."""
+    kw = dict(gro_max_size=65536, gro_ipv4_max_size=16384)
+    plain = _big(10, mss=4036, version=6)
+    tagged = [eth(f[14:], etype=C.ETH_P_IPV6, vlans=[(C.ETH_P_8021Q, 5)]) for f in plain]
+    assert run(plain, (6, 18), **kw)[0].seg_count[0] == 10
+    assert run(tagged, (6, 18), **kw)[0].seg_count[0] == 4
 
 
 def test_big_tcp_ipv6_from_5_19_and_no_knob_before_5_16():
@@ -396,6 +406,11 @@ def test_big_tcp_ipv6_from_5_19_and_no_knob_before_5_16():
     assert run(frames, (5, 18), gro_max_size=131072)[0].seg_count[0] == 16
     assert run(frames, (5, 15), gro_max_size=8192)[0].seg_count[0] == 16
     assert run(frames, (5, 16), gro_max_size=8192)[0].seg_count[0] == 2
+    # v5.19-v6.2: above 64 KB only when TCP follows the IPv6 header directly
+    ext = ext_opts(C.IPPROTO_TCP)
+    with_ext = [v6(4036 * k, 4036, ext=ext, first_nh=C.IPPROTO_DSTOPTS) for k in range(20)]
+    assert run(with_ext, (6, 2), gro_max_size=131072)[0].seg_count[0] == 16
+    assert run(with_ext, (6, 3), gro_max_size=131072)[0].seg_count[0] == 20
 
 
 # --- configuration errors -------------------------------------------------------------------------

@@ -108,8 +108,10 @@ class KernelProfile:
 
     @property
     def per_family_max_size(self) -> bool:
-        """netif_get_gro_max_size (v6.12): IPv6 uses gro_max_size, others gro_ipv4_max_size."""
-        return self.version >= (6, 12)
+        """b1a78b9b9886 "net: add support for ipv4 big tcp" (v6.3): skb_gro_receive takes
+        gro_max_size when p->protocol is IPv6, else gro_ipv4_max_size (kept by the later
+        netif_get_gro_max_size helper). Before v6.3 gro_max_size applies to all."""
+        return self.version >= (6, 3)
 
     @property
     def dsa_gro(self) -> bool:
@@ -174,7 +176,9 @@ class GroConfig:
         return dataclasses.replace(self, **changes)
 
     def max_size(self, ip_version: int) -> int:
-        """netif_get_gro_max_size: the limit for a packet whose outer IP version is given."""
+        """netif_get_gro_max_size: the limit for a packet whose ``skb->protocol`` is IPv6
+        (``ip_version == 6``) or anything else (IPv4, and in-band VLAN-tagged frames, whose
+        skb->protocol is 0x8100)."""
         if not self.kernel.per_family_max_size:
             return self.gro_max_size
         return self.gro_max_size if ip_version == 6 else self.gro_ipv4_max_size

@@ -113,6 +113,7 @@ class Skb:
     dsa: bool
     l2: tuple                 # gro_list_prepare + vlan_gro_receive identity
     bad_tpid: bool            # a VLAN TPID without a packet_offload (0x9100)
+    vlan_depth: int           # in-band VLAN tags (skb->protocol is then 0x8100)
     ip: list                  # IpHdr, outermost first (two for a native tunnel)
     tun_type: int
     tun_flags: int
@@ -291,7 +292,8 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig) -> list[S
             idx=i, status=cols["status"][i], hash=h,
             queue=int(rx_queue(h, queues)) if queues > 1 else 0,
             bucket=int(gro_bucket(h, buckets)) if config.model == "napi" else 0,
-            dsa=cols["dsa_tag"][i] != 0, l2=l2, bad_tpid=bad_tpid, ip=layers,
+            dsa=cols["dsa_tag"][i] != 0, l2=l2, bad_tpid=bad_tpid, vlan_depth=vlan_depth,
+            ip=layers,
             tun_type=tun_type, tun_flags=tun_flags, tun_key=tkey,
             tun_csum_ok=cols["tun_csum_ok"][i], encap_depth=cols["encap_depth"][i],
             l4_proto=cols["l4_proto"][i], sport=cols["sport"][i], dport=cols["dport"][i],
@@ -586,26 +588,38 @@ def _flag_word_reason(skb: Skb, p: HeldEntry, profile: KernelProfile) -> int:
     return 0
 
 
-def gro_max_size(config: GroConfig, outer_version: int) -> int:
-    """skb_gro_receive's limit: netif_get_gro_max_size, where BIG TCP is possible.
+def gro_max_size(config: GroConfig, p: HeldEntry) -> int:
+    """skb_gro_receive's limit for p: netif_get_gro_max_size and the BIG TCP conditions.
 
-    Before v5.16 there is no per-device knob (64 KB); above 64 KB only IPv6 from v5.19 and
-    IPv4 from v6.3 (GRO_LEGACY_MAX_SIZE check).
+    * before v5.16 no per-device knob: GRO_MAX_SIZE (64 KB);
+    * ``p->protocol == ETH_P_IPV6`` -> gro_max_size, else (v6.3+) gro_ipv4_max_size; an
+      in-band VLAN tag makes p->protocol 0x8100, so such frames take the IPv4 limit;
+    * at or above GRO_LEGACY_MAX_SIZE (BIG TCP): v5.19-v6.2 only for p->protocol IPv6 whose
+      next header is TCP directly (no extension header, no tunnel); from v6.3 any TCP
+      (``p->encapsulation`` is not set on received packets).
     """
     profile = config.kernel
     if profile.version < (5, 16):
         return GRO_LEGACY_MAX_SIZE
-    limit = config.max_size(outer_version)
-    big_ok = profile.version >= (5, 19) if outer_version == 6 else profile.big_tcp_ipv4
-    if limit > GRO_LEGACY_MAX_SIZE and not big_ok:
-        limit = GRO_LEGACY_MAX_SIZE
+    outer = p.skb.ip[0]
+    proto_v6 = outer.version == 6 and p.skb.vlan_depth == 0
+    limit = config.max_size(6 if proto_v6 else 4)
+    if limit > GRO_LEGACY_MAX_SIZE:
+        if profile.big_tcp_ipv4:
+            big_ok = True
+        elif profile.version >= (5, 19):
+            big_ok = proto_v6 and len(p.skb.ip) == 1 and outer.ext_len == 0
+        else:
+            big_ok = False
+        if not big_ok:
+            limit = GRO_LEGACY_MAX_SIZE
     return limit
 
 
 def skb_gro_receive(p: HeldEntry, skb: Skb, skb_flush: int, config: GroConfig) -> int:
     """skb_gro_receive: -E2BIG when ``p->len + len >= gro_max_size`` or the skb carries a
     flush from a lower layer; reason or 0."""
-    if p.len + skb.len >= gro_max_size(config, p.skb.ip[0].version):
+    if p.len + skb.len >= gro_max_size(config, p):
         return R.FLUSH_SIZE_LIMIT
     if skb_flush:
         return _FLUSH_OF_NOT_HELD.get(skb_flush, R.FLUSH_LENGTH)
