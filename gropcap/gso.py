@@ -139,3 +139,103 @@ def gso_segs(payload_len: int, gso_size: int) -> int:
     if gso_size <= 0:
         return 1
     return max(1, -(-int(payload_len) // int(gso_size)))
+
+
+# --- input captured after GRO/TSO: frames that are already GSO super-packets ----------------
+
+GSO_SIZE_NONE = 0       # not a coalesced frame
+GSO_SIZE_FROM_SYN = 1   # MSS option of the peer's SYN (minus this segment's option bytes)
+GSO_SIZE_FROM_FLOW = 2  # most common payload of the flow's single segments
+GSO_SIZE_FROM_MTU = 3   # mtu minus this frame's headers (1448 IPv4 / 1428 IPv6 with TS)
+
+
+class CoalescedInput:
+    """Which frames of a capture are already coalesced and how many segments each holds.
+
+    Attributes (numpy arrays, one value per packet row):
+        is_gso: bool, the frame is a GSO/GRO super-packet (pcapng epb_flags
+            TCP_SEG_OFFLOAD, IPv4 total length 0 / IPv6 payload length 0 on a data frame, or
+            an outermost IP packet longer than the MTU).
+        gso_size: int32 inferred segment payload (0 where not coalesced).
+        segs: int32 ``ceil(payload / gso_size)`` (1 where not coalesced).
+        source: uint8 ``GSO_SIZE_*``: where gso_size came from.
+    """
+
+    def __init__(self, is_gso, gso_size, segs, source):
+        self.is_gso, self.gso_size, self.segs, self.source = is_gso, gso_size, segs, source
+
+    @property
+    def num_coalesced(self) -> int:
+        return int(self.is_gso.sum())
+
+
+def coalesced_input(packets, mtu: int = 1500) -> CoalescedInput:
+    """Detect frames captured after TSO/GRO and infer their gso_size and segment count.
+
+    ``packets`` is a PACKET_SCHEMA table. gso_size per frame, first that applies: the MSS
+    option of a SYN sent the other way (what the receiver allowed), else of a SYN of the
+    same direction, minus the frame's TCP option bytes; else the most common payload among
+    the direction's single (not coalesced) data segments, largest on ties; else ``mtu``
+    minus the frame's headers from the outermost IP header through TCP.
+
+    >>> from gropcap.decode.schema import empty_packet_table
+    >>> coalesced_input(empty_packet_table()).num_coalesced
+    0
+    """
+    import numpy as np
+
+    from gropcap import constants as C
+    from gropcap.decode.schema import STATUS_OK
+
+    n = packets.num_rows
+    col = {name: packets.column(name).to_pylist() for name in (
+        "status", "epb_flags", "l4_proto", "payload_len", "tcp_flags", "tcp_mss",
+        "tcp_doff", "ip_src", "ip_dst", "sport", "dport", "ip_version", "ip_tot_len",
+        "ip_offset", "outer_ip_version", "outer_ip_tot_len", "outer_ip_offset",
+        "l4_offset")}
+    is_gso = np.zeros(n, dtype=bool)
+    for i in range(n):
+        if (col["status"][i] != STATUS_OK or col["l4_proto"][i] != C.IPPROTO_TCP
+                or col["payload_len"][i] == 0):
+            continue
+        enc = col["outer_ip_version"][i] != 0
+        v = col["outer_ip_version"][i] if enc else col["ip_version"][i]
+        tot = col["outer_ip_tot_len"][i] if enc else col["ip_tot_len"][i]
+        is_gso[i] = bool(col["epb_flags"][i] & C.EPB_FLAG_TCP_SEG_OFFLOAD
+                         or (v == 4 and tot == 0) or (v == 6 and tot == 40)
+                         or tot > mtu)
+    key = [(col["ip_src"][i], col["ip_dst"][i], col["sport"][i], col["dport"][i])
+           for i in range(n)]
+    syn_mss: dict = {}
+    sizes: dict = {}
+    for i in range(n):
+        if col["l4_proto"][i] != C.IPPROTO_TCP or col["status"][i] != STATUS_OK:
+            continue
+        if col["tcp_flags"][i] & C.TCP_FLAG_SYN and col["tcp_mss"][i]:
+            syn_mss.setdefault(key[i], col["tcp_mss"][i])
+        elif not is_gso[i] and col["payload_len"][i] > 0:
+            d = sizes.setdefault(key[i], {})
+            d[col["payload_len"][i]] = d.get(col["payload_len"][i], 0) + 1
+    gso_size = np.zeros(n, dtype=np.int32)
+    segs = np.ones(n, dtype=np.int32)
+    source = np.zeros(n, dtype=np.uint8)
+    for i in np.flatnonzero(is_gso):
+        k = key[i]
+        opt = col["tcp_doff"][i] * 4 - 20
+        rev = (k[1], k[0], k[3], k[2])
+        mss = syn_mss.get(rev) or syn_mss.get(k)
+        if mss and mss - opt > 0:
+            size, src = mss - opt, GSO_SIZE_FROM_SYN
+        elif sizes.get(k):
+            size = max(sizes[k].items(), key=lambda kv: (kv[1], kv[0]))[0]
+            src = GSO_SIZE_FROM_FLOW
+        else:
+            first = col["outer_ip_offset"][i] if col["outer_ip_version"][i] else \
+                col["ip_offset"][i]
+            size = mtu - (col["l4_offset"][i] + col["tcp_doff"][i] * 4 - first)
+            src = GSO_SIZE_FROM_MTU
+        size = max(int(size), 1)
+        gso_size[i] = size
+        segs[i] = gso_segs(col["payload_len"][i], size)
+        source[i] = src
+    return CoalescedInput(is_gso, gso_size, segs, source)

@@ -64,3 +64,52 @@ def test_segments_and_names():
 
 def test_doctests():
     assert doctest.testmod(gso).failed == 0
+
+
+# --- coalesced input (captured after TSO/GRO) ---------------------------------------------
+
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+
+from craft import make_batch, tcp_ts  # noqa: E402
+from test_gro_reference import frames_table, v4, v6  # noqa: E402
+
+from gropcap import constants as C  # noqa: E402
+from gropcap.decode.reference import decode_batch  # noqa: E402
+
+
+def test_big_frame_takes_mtu_default():
+    t = frames_table([v4(0, 3 * 1448, options=tcp_ts(1, 2)), v4(5000, 0)])
+    ci = gso.coalesced_input(t)
+    assert ci.is_gso.tolist() == [True, False]
+    assert ci.gso_size.tolist() == [1448, 0] and ci.segs.tolist() == [3, 1]
+    assert ci.source.tolist() == [gso.GSO_SIZE_FROM_MTU, gso.GSO_SIZE_NONE]
+    t6 = frames_table([v6(0, 2 * 1428 + 5, options=tcp_ts(1, 2))])
+    ci = gso.coalesced_input(t6)
+    assert ci.gso_size.tolist() == [1428] and ci.segs.tolist() == [3]
+
+
+def test_peer_syn_mss_wins():
+    from craft import eth, ipv4, tcp
+    syn_ack = eth(ipv4("192.168.1.100", "192.168.1.200", 6,
+                       tcp(8000, 1500, flags=C.TCP_FLAG_SYN | C.TCP_FLAG_ACK,
+                           options=b"\x02\x04\x05\x00")))          # MSS 1280
+    t = frames_table([syn_ack, v4(0, 4000, options=tcp_ts(1, 2))])
+    ci = gso.coalesced_input(t)
+    assert ci.gso_size.tolist() == [0, 1280 - 12] and ci.segs.tolist() == [1, 4]
+    assert ci.source[1] == gso.GSO_SIZE_FROM_SYN
+
+
+def test_flow_mode_and_pcapng_flag():
+    frames = [v4(0, 1000), v4(1000, 1000), v4(2000, 900), v4(2900, 2500)]
+    batch = make_batch(frames)
+    flags = np.zeros(4, np.uint32)
+    flags[2] = C.EPB_FLAG_TCP_SEG_OFFLOAD
+    # (RecordBatch overrides __len__, so NamedTuple._replace cannot rebuild it)
+    fields = {f: getattr(batch, f) for f in batch._fields}
+    fields["epb_flags"] = flags
+    t = pa.Table.from_batches([decode_batch(type(batch)(**fields))])
+    ci = gso.coalesced_input(t)
+    assert ci.is_gso.tolist() == [False, False, True, True]
+    assert ci.gso_size.tolist() == [0, 0, 1000, 1000] and ci.segs.tolist() == [1, 1, 1, 3]
+    assert ci.source.tolist()[2:] == [gso.GSO_SIZE_FROM_FLOW] * 2
