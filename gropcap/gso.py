@@ -20,7 +20,7 @@ from __future__ import annotations
 SKB_GSO_TCPV4 = 1 << 0
 SKB_GSO_DODGY = 1 << 1
 SKB_GSO_TCP_ECN = 1 << 2            # the TCP segment has CWR set (before v6.15 from GRO)
-SKB_GSO_TCP_FIXEDID_LEGACY = 1 << 3  # SKB_GSO_TCP_FIXEDID v4.7..v6.17; __SKB_GSO_TCP_FIXEDID in 6.18
+SKB_GSO_TCP_FIXEDID_LEGACY = 1 << 3  # SKB_GSO_TCP_FIXEDID 4.7-6.17; __SKB_GSO_TCP_FIXEDID 6.18
 SKB_GSO_TCPV6 = 1 << 4
 SKB_GSO_FCOE = 1 << 5
 SKB_GSO_GRE = 1 << 6

@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from craft import (addr16, dsa_tag, eth, eth_with_tag, ext_frag, ext_opts, ext_routing,  # noqa: F401
-                   gre, ipv4, ipv6, make_batch, tcp, tcp_ts, udp, vxlan)
+from craft import (dsa_tag, eth, eth_with_tag, ext_frag, ext_opts, ext_routing, gre, ipv4,
+                   make_batch, tcp, tcp_ts, udp, vxlan)
 from test_gro_reference import config, names, run, seg_packets, seg_sizes, v4, v6
 
 from gropcap import constants as C
