@@ -172,3 +172,10 @@ def test_warnings_pre_coalesced_and_cut_headers(tmp_path):
     assert "pseudo-header sum" not in out
     assert "warning: 1 of 1 TCP flows are seen in one direction only (e.g. flow 0, " \
            "10.0.0.1:1000 > 10.0.0.2:80)" in out
+
+
+def test_ipv6_endpoints_are_bracketed_not_eaten_as_markup():
+    out = run("analyze", os.path.join(SAMPLES, "crafted_ip6ip6.pcap"), "--model", "ideal")
+    flat = " ".join(out.split())
+    assert "0 [2001:db8:1::1]:40000 > [2001:db8:1::2]:5201 32" in flat
+    assert all(len(line) <= 80 for line in out.splitlines())

@@ -273,7 +273,7 @@ def render_check(result: CheckResult, width: int = 80) -> str:
     from rich.table import Table
 
     buf = io.StringIO()
-    console = Console(file=buf, width=width, color_system=None, highlight=False)
+    console = Console(file=buf, width=width, color_system=None, highlight=False, markup=False)
     pct = f"{result.tolerance * 100:g}%"
     if result.status == "mismatch":
         console.print("baseline mismatch: the captures or the configuration differ from the "

@@ -75,7 +75,7 @@ def render_compare(a, b, *, labels=("A", "B"), width: int = 80, color: bool = Fa
     d = compare_dict(a, b)
     buf = io.StringIO()
     console = Console(file=buf, width=width, color_system="auto" if color else None,
-                      force_terminal=color, highlight=False)
+                      force_terminal=color, highlight=False, markup=False)
     la, lb = labels
     for lab, side in ((la, d["a"]), (lb, d["b"])):
         console.print(f"{lab}: {', '.join(side['files'])} (kernel {side['config']['kernel']})")

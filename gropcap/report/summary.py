@@ -143,6 +143,11 @@ def summary_dict(analysis) -> dict:
     }
 
 
+def _ep(addr: str, port: int) -> str:
+    """``a.b.c.d:port`` or ``[v6]:port``."""
+    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+
+
 def render_text(analysis, *, top_flows: int = 5, width: int = 80, color: bool = False) -> str:
     """The terminal report as text (rich tables, no colour unless asked)."""
     from functools import partial
@@ -159,7 +164,7 @@ def render_text(analysis, *, top_flows: int = 5, width: int = 80, color: bool = 
     s = summary_dict(analysis)
     buf = io.StringIO()
     console = Console(file=buf, width=width, color_system="auto" if color else None,
-                      force_terminal=color, highlight=False)
+                      force_terminal=color, highlight=False, markup=False)
     files = ", ".join(f["path"] for f in s["files"])
     console.print(f"gropcap {__version__}: kernel {s['kernel']}, {s['packets']} packets, "
                   f"{s['wire_bytes']} bytes on the wire")
@@ -232,7 +237,7 @@ def render_text(analysis, *, top_flows: int = 5, width: int = 80, color: bool = 
         dp = flows.column("dport").to_pylist()
         top = flows.column(f"{primary}_top_reason").to_pylist()
         for i in order.tolist():
-            ends = f"{src[i]}:{sp[i]} > {dst[i]}:{dp[i]}" if src[i] else "(not IP)"
+            ends = f"{_ep(src[i], sp[i])} > {_ep(dst[i], dp[i])}" if src[i] else "(not IP)"
             t.add_row(str(i), ends, str(int(pk[i])), f"{ratio[i]:.2f}", top[i])
         console.print()
         console.print(t)
