@@ -89,3 +89,23 @@ def test_no_pyplot_state_is_touched(analysis):
     plot_segments(analysis)
     assert "matplotlib.pyplot" not in sys.modules or \
         not __import__("matplotlib.pyplot").pyplot.get_fignums()
+
+
+@pytest.mark.parametrize("ext", ["png", "svg"])
+def test_cli_analyze_plot_option(tmp_path, ext):
+    from click.testing import CliRunner
+
+    from gropcap.cli import main
+    from test_explain import GRE
+
+    if "plot" not in [p.name for p in main.commands["analyze"].params]:
+        pytest.skip("`gropcap analyze --plot` is not wired into cli.py yet")
+    out = tmp_path / f"r.{ext}"
+    r = CliRunner().invoke(main, ["analyze", GRE, "--plot", str(out)])
+    assert r.exit_code == 0, r.output
+    if ext == "png":
+        with Image.open(out) as im:
+            assert im.size == (900, 1300)
+            assert len(np.unique(np.asarray(im.convert("L")))) > 20
+    else:
+        assert "Aggregation ratio over time" in out.read_text()
