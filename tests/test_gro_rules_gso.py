@@ -113,3 +113,69 @@ def test_flow_mode_and_pcapng_flag():
     assert ci.is_gso.tolist() == [False, False, True, True]
     assert ci.gso_size.tolist() == [0, 0, 1000, 1000] and ci.segs.tolist() == [1, 1, 1, 3]
     assert ci.source.tolist()[2:] == [gso.GSO_SIZE_FROM_FLOW] * 2
+
+
+# --- coalesced frames arriving as TCP GSO skbs (opt-in: simulate(coalesced=...)) -------------
+
+from test_gro_reference import config, names  # noqa: E402
+
+from gropcap.gro.reference import simulate  # noqa: E402
+
+
+def _run_gso(frames, coalesced=True):
+    t = frames_table(frames)
+    res = simulate(t, config(), coalesced=coalesced)
+    ci = gso.coalesced_input(t) if coalesced is True else coalesced
+    # the contract's invariants with segments instead of packets
+    assert int(res.seg_count.sum()) == int(ci.segs.sum())
+    assert int(res.seg_payload_len.sum()) == int(t.column("payload_len").to_numpy().sum())
+    multi = res.seg_count > 1
+    gs, cnt = res.seg_gso_size[multi].astype(int), res.seg_count[multi].astype(int)
+    assert ((gs * (cnt - 1) < res.seg_payload_len[multi])
+            & (res.seg_payload_len[multi] <= gs * cnt)).all()
+    return res
+
+
+TS = tcp_ts(1, 2)
+
+
+def test_coalesced_frame_is_held_and_merges_with_following_segments():
+    # the next frame's IP ID must be p.id + count (the fixed-ID decision is taken only
+    # at count == 1, which a coalesced head never has)
+    res = _run_gso([v4(0, 3 * 1448, options=TS), v4(3 * 1448, 1448, options=TS, ident=3)])
+    assert res.seg_count.tolist() == [4] and res.seg_gso_size.tolist() == [1448]
+    assert names(res.reason) == ["NO_HELD_PACKET", "MERGED"]
+    res = _run_gso([v4(0, 3 * 1448, options=TS), v4(3 * 1448, 1448, options=TS, ident=0)])
+    assert names(res.reason) == ["NO_HELD_PACKET", "FLUSH_IP_ID"]
+
+
+def test_coalesced_frame_with_short_tail_goes_up_at_once():
+    res = _run_gso([v4(0, 3 * 1448 - 100, options=TS), v4(3 * 1448 - 100, 1448, options=TS)])
+    assert names(res.reason) == ["NOT_HELD_GSO_SHORT", "NO_HELD_PACKET"]
+    assert res.seg_count.tolist() == [3, 1] and res.seg_gso_size.tolist() == [1448, 0]
+    assert res.seg_gso_type[0] & gso.SKB_GSO_TCPV4
+
+
+def test_coalesced_frame_merges_onto_a_single_segment():
+    res = _run_gso([v4(0, 1448, options=TS, ident=0), v4(1448, 2 * 1448, options=TS, ident=1),
+                    v4(3 * 1448, 500, options=TS, ident=3)])
+    assert res.seg_count.tolist() == [4] and res.seg_payload_len.tolist() == [3 * 1448 + 500]
+    assert names(res.seg_end_reason) == ["END_SHORT_SEGMENT"]
+
+
+def test_coalesced_frame_with_other_gso_size_is_refused():
+    t = frames_table([v4(0, 1000, options=TS), v4(1000, 2 * 1448, options=TS)])
+    ci = gso.CoalescedInput(np.array([False, True]), np.array([0, 1448], np.int32),
+                            np.array([1, 2], np.int32), np.array([0, 3], np.uint8))
+    res = _run_gso([v4(0, 1000, options=TS), v4(1000, 2 * 1448, options=TS)], ci)
+    assert names(res.reason) == ["NO_HELD_PACKET", "FLUSH_GSO_SIZE"]
+    assert res.seg_count.tolist() == [1, 2]
+    assert t.num_rows == 2
+
+
+def test_without_coalesced_the_contract_holds():
+    t = frames_table([v4(0, 3 * 1448, options=TS), v4(3 * 1448, 1448, options=TS)])
+    res = simulate(t, config())
+    res.check_invariants(t.column("payload_len").to_numpy())
+    # the big frame is then one plain segment: its payload becomes gso_size
+    assert res.seg_count.tolist() == [2] and res.seg_gso_size.tolist() == [3 * 1448]

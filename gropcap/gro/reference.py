@@ -135,6 +135,8 @@ class Skb:
     len: int                  # skb_gro_len at TCP: payload incl. any trailer/padding
     p_len: int                # skb->len counted from the outer network header (+VLAN tags)
     ts_ns: int
+    gso_segs: int = 1         # NAPI_GRO_CB(skb)->count: > 1 for a frame captured coalesced
+    gso_size: int = 0         # skb_shinfo(skb)->gso_size of such a frame (0: plain segment)
     key: tuple = ()           # full same-flow key (all layers), see Skb building
     key_nohop: tuple = ()     # the same without IPv6 hop limits (FLUSH_HOP_LIMIT_FLOW)
 
@@ -240,8 +242,13 @@ def tcp_gro_lookup_key(sport: int, dport: int) -> tuple:
     return (sport, dport)
 
 
-def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig) -> list[Skb]:
-    """One :class:`Skb` per row: the column values GRO reads, plus derived lengths/keys."""
+def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig,
+               coalesced=None) -> list[Skb]:
+    """One :class:`Skb` per row: the column values GRO reads, plus derived lengths/keys.
+
+    ``coalesced``: a :class:`gropcap.gso.CoalescedInput`; its frames arrive as TCP GSO
+    skbs (count = segs, gso_size as inferred).
+    """
     names = ["status", "wire_len", "epb_flags", "iface", "ts_ns", "eth_dst", "eth_src",
              "eth_type", "vlan_depth", "vlan_tpid0", "vlan_tci0", "vlan_tpid1", "vlan_tci1",
              "dsa_tag", "dsa_port", "tun_type", "tun_flags", "tun_proto", "tun_key",
@@ -309,6 +316,9 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig) -> list[S
         ports = tcp_gro_lookup_key(skb.sport, skb.dport)
         skb.key = (l2, tuple(ip_key(x, hop_key) for x in layers), tkey, ports)
         skb.key_nohop = (l2, tuple(ip_key(x, False) for x in layers), tkey, ports)
+        if coalesced is not None and coalesced.is_gso[i]:
+            skb.gso_segs = int(coalesced.segs[i])
+            skb.gso_size = int(coalesced.gso_size[i])
         out.append(skb)
     return out
 
@@ -731,8 +741,10 @@ class GroNode:
             self._remove(oldest)
             out.completed.append((oldest, R.END_BUCKET_FULL))
         self._seq += 1
-        entry = HeldEntry(skb=skb, packets=[skb.idx], count=1, len=skb.p_len,
-                          gro_len=skb.len, gso_size=skb.len, age=jiffy, seq_no=self._seq,
+        # dev_gro_receive: a plain skb's gso_size becomes its payload; a GSO skb keeps its own
+        entry = HeldEntry(skb=skb, packets=[skb.idx], count=skb.gso_segs, len=skb.p_len,
+                          gro_len=skb.len, gso_size=skb.gso_size or skb.len, age=jiffy,
+                          seq_no=self._seq,
                           bucket=skb.bucket, is_atomic=_is_atomic_of(skb))
         self._insert(entry)
         return out
@@ -772,7 +784,7 @@ class GroNode:
         length = skb.len
         if p is None:
             # out_check_final with mss = 1: len < 1 or URG/PSH/RST/SYN/FIN -> flush
-            reason = skb_flush or _not_held_reason(skb, length)
+            reason = skb_flush or _not_held_reason(skb, length) or _gso_short(skb)
             if reason:
                 return None, 0, "delivered", reason
             if not self.profile.ipv6_hop_limit_flush and self._hop_limit_twin(skb):
@@ -784,15 +796,18 @@ class GroNode:
         if reason:
             # not merged: p is completed (pp); the packet goes up now if it carries a flush
             # of its own (lower layer, len < 1, final flags), else it becomes a new head
-            final = skb_flush or length < 1 or (skb.flags & _TCP_FINAL)
+            final = (skb_flush or (skb.flags & _TCP_FINAL)
+                     or (_gso_short(skb) if skb.gso_size else length < 1))
             return p, reason, ("delivered" if final else "held"), reason
         # merged (skb_gro_receive); FIN|PSH are ORed into p's header
-        p.count += 1
+        p.count += skb.gso_segs
         p.len += length
         p.gro_len += length
         p.packets.append(skb.idx)
         p.flags_or |= skb.flags & (C.TCP_FLAG_FIN | C.TCP_FLAG_PSH)
         end = _end_reason(skb, length, p.gso_size)
+        if not end and _gso_short(skb):
+            end = R.END_SHORT_SEGMENT
         if end:
             return p, end, "merged", R.MERGED
         return None, 0, "merged", R.MERGED
@@ -832,7 +847,10 @@ class GroNode:
         if r:
             return r
         mss = p.gso_size
-        if ((skb.len - 1) & 0xFFFFFFFF) >= mss:      # unsigned: zero payload or larger
+        if skb.gso_size:
+            if skb.gso_size != mss:                 # a GSO skb must carry p's gso_size
+                return R.FLUSH_GSO_SIZE
+        elif ((skb.len - 1) & 0xFFFFFFFF) >= mss:    # unsigned: zero payload or larger
             return R.FLUSH_ZERO_PAYLOAD if skb.len == 0 else R.FLUSH_PAYLOAD_LARGER
         if (p.skb.seq + p.gro_len) & 0xFFFFFFFF != skb.seq:
             return R.FLUSH_SEQ
@@ -874,6 +892,13 @@ def _not_held_reason(skb: Skb, length: int) -> int:
             return reason
     if length < 1:
         return R.NOT_HELD_ZERO_PAYLOAD
+    return 0
+
+
+def _gso_short(skb: Skb) -> int:
+    """out_check_final for a GSO skb: ``len != count * gso_size`` flushes."""
+    if skb.gso_size and skb.len != skb.gso_segs * skb.gso_size:
+        return R.NOT_HELD_GSO_SHORT
     return 0
 
 
@@ -920,7 +945,14 @@ class _Recorder:
         for entry, why in out.completed:
             self.complete(entry, why, events)
         if out.kind == "delivered":
-            d = SegDraft([skb.idx], 1, self.payload_len[skb.idx], 0, 0, out.reason, skb.queue)
+            segs = skb.gso_segs
+            gtype = 0
+            if segs > 1:    # a coalesced frame goes up as the TCP GSO packet it is
+                gtype = gso.gso_type_for(self.profile.version, skb.ip[-1].version,
+                                         cwr=bool(skb.flags & C.TCP_FLAG_CWR),
+                                         tun_type=skb.tun_type if len(skb.ip) > 1 else 0)
+            d = SegDraft([skb.idx], segs, self.payload_len[skb.idx],
+                         skb.gso_size if segs > 1 else 0, gtype, out.reason, skb.queue)
             self.seg_of[skb.idx] = d
             events.append(d)
 
@@ -1071,7 +1103,7 @@ def _as_table(packets) -> pa.Table:
 
 
 def simulate(packets: pa.Table, config: GroConfig | None = None, *,
-             polls: np.ndarray | None = None) -> GroResult:
+             polls: np.ndarray | None = None, coalesced=None) -> GroResult:
     """Replay Linux GRO over a packet table and return every verdict and super-packet.
 
     Parameters:
@@ -1081,6 +1113,11 @@ def simulate(packets: pa.Table, config: GroConfig | None = None, *,
         polls: ``napi`` model only: one non-decreasing int64 per packet; packets with the
             same value form one GRO window, flushed entirely at its end (live-kernel
             replay with deferred flushes). ``poll_id`` is then the window's ordinal.
+        coalesced: opt-in, not part of the shared engine contract yet: a
+            :class:`gropcap.gso.CoalescedInput` (or ``True`` to detect with
+            :func:`gropcap.gso.coalesced_input`). Its frames arrive as TCP GSO skbs of
+            ``segs`` segments, so a super-packet's ``count`` is the sum of its packets'
+            segments and ``sum(count)`` exceeds the number of packets.
 
     Returns:
         :class:`GroResult` (contract in ``gropcap/gro/__init__.py``).
@@ -1108,7 +1145,9 @@ def simulate(packets: pa.Table, config: GroConfig | None = None, *,
             raise ConfigError("polls must be non-decreasing")
     hashes = (rss_hash(table, config.rss_key, config.rss == "toeplitz") if napi
               else np.zeros(n, dtype=np.uint32))
-    skbs = build_skbs(table, hashes, config)
+    if coalesced is True:
+        coalesced = gso.coalesced_input(table)
+    skbs = build_skbs(table, hashes, config, coalesced)
     rec = _Recorder(n, config.kernel, payload_len)
     pkt_poll = np.full(n, -1, dtype=np.int64)
     ordered: list[tuple[SegDraft, int]] = []
