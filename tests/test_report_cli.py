@@ -181,3 +181,15 @@ def test_ipv6_endpoints_are_bracketed_not_eaten_as_markup():
     i = lines.index(["0", "[2001:db8:1::1]:40000", ">", "32", "5.33", "FLUSH_TCP_TS"])
     assert lines[i + 1] == ["[2001:db8:1::2]:5201"]
     assert all(len(line) <= 80 for line in out.splitlines())
+
+
+def test_explain_names_the_gre_flag_that_stops_gro():
+    # sample_pcaps/README.md: GRE with sequence numbers, which the kernel does not aggregate
+    out = run("explain", os.path.join(SAMPLES, "crafted_gre_seq.pcap"), "--flow", "0",
+              "--breaks-only")
+    lines = out.splitlines()
+    assert lines[1] == ("model napi, kernel 6.18: 32 packets -> 32 super-packets, "
+                        "aggregation ratio 1.00")
+    assert lines[4].split()[-2:] == ["alone", "BYPASS_TUNNEL"]
+    assert lines[5] == "                  why: GRE sequence (S) set: gre_gro_receive takes only K and C"
+    assert out.count("why: GRE sequence (S) set") == 32

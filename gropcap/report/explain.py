@@ -30,7 +30,8 @@ _COLS = ("ts_ns", "wire_len", "cap_len", "encap", "status", "ip_version", "ip_of
          "outer_ip_offset", "outer_ip_tot_len", "outer_ip_ttl", "outer_ip_tos", "outer_ip_id",
          "outer_ip_df", "l4_proto", "tcp_seq", "tcp_ack", "tcp_flags", "tcp_doff",
          "tcp_window", "tcp_opt_len", "tcp_options", "tcp_has_ts", "tcp_tsval", "tcp_tsecr",
-         "tcp_sack_blocks", "udp_len", "payload_len", "l4_csum_state")
+         "tcp_sack_blocks", "udp_len", "payload_len", "l4_csum_state", "tun_type",
+         "tun_flags", "ip_hdr_len", "ip_mf", "ip_frag_off", "ip_proto")
 
 _FLAG_LETTERS = ((C.TCP_FLAG_SYN, "S"), (C.TCP_FLAG_FIN, "F"), (C.TCP_FLAG_RST, "R"),
                  (C.TCP_FLAG_PSH, "P"), (C.TCP_FLAG_ACK, "."), (C.TCP_FLAG_URG, "U"),
@@ -38,6 +39,10 @@ _FLAG_LETTERS = ((C.TCP_FLAG_SYN, "S"), (C.TCP_FLAG_FIN, "F"), (C.TCP_FLAG_RST, 
 _FLAG_NAMES = ((C.TCP_FLAG_FIN, "FIN"), (C.TCP_FLAG_SYN, "SYN"), (C.TCP_FLAG_RST, "RST"),
                (C.TCP_FLAG_PSH, "PSH"), (C.TCP_FLAG_ACK, "ACK"), (C.TCP_FLAG_URG, "URG"),
                (C.TCP_FLAG_ECE, "ECE"), (C.TCP_FLAG_CWR, "CWR"), (C.TCP_FLAG_AE, "AE"))
+_GRE_FLAGS = ((C.GRE_CSUM, "checksum (C)"), (C.GRE_ROUTING, "routing (R)"),
+              (C.GRE_KEY, "key (K)"), (C.GRE_SEQ, "sequence (S)"),
+              (C.GRE_STRICT, "strict source route"), (C.GRE_REC, "recursion"),
+              (C.GRE_ACK, "ack (A)"))
 _ECN = {0: "Not-ECT", 1: "ECT(1)", 2: "ECT(0)", 3: "CE"}
 
 
@@ -255,6 +260,35 @@ def _length_detail(v, i: int) -> str:
            f"end of the frame ({have - int(v[pre + 'tot_len'][i])} bytes of padding/trailer)"
 
 
+def _bypass_detail(v, i: int, code: int) -> str | None:
+    """The field that made a packet skip GRO (the packet alone decides these)."""
+    from gropcap.decode.schema import STATUS_NAMES
+
+    if code == R.BYPASS_TUNNEL:
+        t, word = v["tun_type"][i], v["tun_flags"][i]
+        name = C.TUN_NAMES.get(t, str(t))
+        if t in (C.TUN_GRE, C.TUN_GRE_TEB, C.TUN_ERSPAN2, C.TUN_ERSPAN3):
+            # gre_gro_receive: any flag other than K and C, or version != 0, bails
+            bad = [n for bit, n in _GRE_FLAGS if word & bit and bit not in (C.GRE_KEY,
+                                                                             C.GRE_CSUM)]
+            if word & C.GRE_VERSION:
+                bad.append(f"version {word & C.GRE_VERSION}")
+            if bad:
+                return f"GRE {', '.join(bad)} set: gre_gro_receive takes only K and C"
+        return f"{name} header word 0x{word:08x}"
+    if code == R.BYPASS_IP_OPTIONS:
+        return f"IPv4 header {v['ip_hdr_len'][i]} bytes (20 without options)"
+    if code == R.BYPASS_IP_FRAGMENT:
+        return f"MF {int(v['ip_mf'][i])}, fragment offset {v['ip_frag_off'][i] * 8} bytes"
+    if code == R.BYPASS_L4_CSUM:
+        return f"TCP/UDP checksum state {v['l4_csum_state'][i]} (2 = bad)"
+    if code == R.BYPASS_DECODE:
+        return f"decode status {STATUS_NAMES.get(v['status'][i], v['status'][i])}"
+    if code == R.BYPASS_NO_L4_OFFLOAD:
+        return f"IP protocol {v['ip_proto'][i]}"
+    return None
+
+
 def _break_detail(v, h: _Held | None, i: int, code: int, config) -> str | None:
     """One line naming the field behind reason ``code`` for packet row ``i``."""
     if code in (R.NOT_HELD_LENGTH, R.FLUSH_LENGTH):
@@ -264,6 +298,9 @@ def _break_detail(v, h: _Held | None, i: int, code: int, config) -> str | None:
         return f"flags {flag_names(v['tcp_flags'][i])}"
     if code == R.NOT_HELD_ZERO_PAYLOAD:
         return f"payload_len 0, flags {flag_names(v['tcp_flags'][i])}"
+    bypass = _bypass_detail(v, i, code)
+    if bypass:
+        return bypass
     if h is None:
         return None
     if code == R.FLUSH_SIZE_LIMIT:
