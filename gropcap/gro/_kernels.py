@@ -24,7 +24,8 @@ from gropcap.constants import (
 from gropcap.gro.reasons import (
     END_BUCKET_FULL, END_CAPTURE, END_FIN, END_POLL, END_POLL_OLD, END_PSH,
     END_SHORT_SEGMENT, END_URG, FLUSH_CWR, FLUSH_DF, FLUSH_ECN, FLUSH_HOP_LIMIT_FLOW,
-    FLUSH_FLAGS_FINAL, FLUSH_IP_ID, FLUSH_IP_RF, FLUSH_LENGTH, FLUSH_OUTER_DF, FLUSH_OUTER_ECN, FLUSH_OUTER_IP_ID,
+    FLUSH_FLAGS_FINAL, FLUSH_IP_ID, FLUSH_IP_RF, FLUSH_LENGTH, FLUSH_OUTER_DF,
+    FLUSH_OUTER_ECN, FLUSH_OUTER_IP_ID,
     FLUSH_OUTER_TOS, FLUSH_OUTER_TTL, FLUSH_PAYLOAD_LARGER, FLUSH_SEQ, FLUSH_SIZE_LIMIT,
     FLUSH_TCP_ACK, FLUSH_TCP_DOFF, FLUSH_TCP_FLAGS, FLUSH_TCP_OPTIONS, FLUSH_TCP_TS,
     FLUSH_TCP_WINDOW, FLUSH_TOS, FLUSH_TTL, FLUSH_ZERO_PAYLOAD, MERGED, NO_HELD_PACKET,
@@ -131,7 +132,7 @@ class Out(NamedTuple):
     nseg: np.ndarray       # int64 [1]
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _emit(out, first, last, count, payload, gso, end, queue, poll):
     s = out.nseg[0]
     out.s_first[s] = first
@@ -146,7 +147,7 @@ def _emit(out, first, last, count, payload, gso, end, queue, poll):
     return s
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _deliver(i, reason, c, out, poll):
     """A packet goes up alone at once (GRO_NORMAL)."""
     s = _emit(out, i, i, 1, c.payload[i], 0, reason, c.queue[i], poll)
@@ -154,7 +155,7 @@ def _deliver(i, reason, c, out, poll):
     out.role[i] = ROLE_ALONE
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _complete(k, end, c, st, out, poll):
     """gro_complete: the held entry of key k goes up (count == 1 -> gso_size 0)."""
     first = st.e_first[k]
@@ -174,7 +175,7 @@ def _complete(k, end, c, st, out, poll):
     st.loose_held[c.loose[first]] -= 1
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _unlink(st, q, b, k):
     n = st.tcnt[q, b]
     pos = -1
@@ -190,7 +191,7 @@ def _unlink(st, q, b, k):
     st.tcnt[q, b] = n - 1
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _ip_pair(v, ttl, tos, df, ttl2, tos2, df2, hop_flush, r_ttl, r_tos, r_ecn, r_df):
     """inet_gro_flush / ipv6_gro_flush, the part shared by every era: TTL, TOS, DF.
 
@@ -212,7 +213,7 @@ def _ip_pair(v, ttl, tos, df, ttl2, tos2, df2, hop_flush, r_ttl, r_tos, r_ecn, r
     return 0
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _pair_checks(i, k, c, cfg, st):
     """tcp_gro_receive flush items for packet i against held entry k, in kernel order.
 
@@ -370,7 +371,7 @@ def _pair_checks(i, k, c, cfg, st):
     return 0
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _not_held_reason(fl, ln):
     """out_check_final with mss = 1 (nothing merged): why the packet is not held.
 
@@ -391,7 +392,7 @@ def _not_held_reason(fl, ln):
     return 0
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _end_reason(fl, ln, mss):
     """out_check_final after a merge: FIN, PSH, URG, then len < gso_size."""
     if fl & TCP_FLAG_FIN:
@@ -405,7 +406,7 @@ def _end_reason(fl, ln, mss):
     return 0
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _receive(i, c, cfg, st, out, poll, age):
     """dev_gro_receive for packet i: bypass, merge, complete pp, hold or deliver."""
     out.ppoll[i] = poll
@@ -467,7 +468,7 @@ def _receive(i, c, cfg, st, out, poll, age):
     _hold(i, k, flush_reason, c, cfg, st, out, poll, age)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _hold(i, k, reason, c, cfg, st, out, poll, age):
     """dev_gro_receive tail: hold packet i as a new entry (evict the oldest if full)."""
     out.reason[i] = reason
@@ -500,7 +501,7 @@ def _hold(i, k, reason, c, cfg, st, out, poll, age):
     st.loose_held[c.loose[i]] += 1
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _flush_queue(q, c, st, out, poll, old_only, jiffy, end_all, end_old):
     """__gro_flush: buckets in index order, oldest entry first; a partial flush stops a
     bucket's walk at the first entry held in the current jiffy."""
@@ -513,7 +514,7 @@ def _flush_queue(q, c, st, out, poll, old_only, jiffy, end_all, end_old):
             _complete(k, end_old if old_only else end_all, c, st, out, poll)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _held_any(q, st):
     for b in range(st.tcnt.shape[1]):
         if st.tcnt[q, b] > 0:
@@ -521,14 +522,14 @@ def _held_any(q, st):
     return False
 
 
-@numba.njit(cache=True, nogil=True)
-def run_ideal(c, cfg, st, out, flush_end):
-    """Ideal model: every packet in row order, one unlimited table, no polls."""
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def run_ideal(c, cfg, st, out):
+    """Ideal model: every packet in row order, one unlimited table, no polls.
+
+    The end-of-capture flush is :func:`flush_ideal` (separate: it allocates)."""
     n = c.key.shape[0]
     for i in range(n):
         _receive(i, c, cfg, st, out, -1, 0)
-    if flush_end:
-        flush_ideal(c, st, out)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -552,7 +553,7 @@ def flush_ideal(c, st, out):
         _complete(keys[idx[x]], END_CAPTURE, c, st, out, -1)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def run_windows(c, cfg, st, out):
     """napi model with explicit GRO windows (kernel replay): each run of equal
     ``poll_win`` values is one window; its end flushes all queues (END_POLL)."""
@@ -594,20 +595,21 @@ def _take_until(arr, j, hi, until, budget):
     return cnt
 
 
-@numba.njit(cache=True, nogil=True)
-def run_napi(c, cfg, st, out, rows, qstart, arr):
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def run_napi(c, cfg, st, out, rows, qstart, arr, p_time, p_queue):
     """napi model, polls inferred from arrival times (docs/gro-model.md "NAPI polls").
 
     ``rows[qstart[q]:qstart[q+1]]`` are queue q's packets in row order and ``arr`` their
     arrival times (running maximum of ts_ns within the queue). Mirrors ``__napi_poll``
     (full budget: flush all if HZ < 1000, else old entries; poll again at once) and
     ``napi_complete_done`` (gro_flush_timeout / napi_defer_hard_irqs). Polls get local
-    numbers in simulation order; returns ``(npoll, p_time, p_queue)`` so the caller can
-    number them by (time, queue, order).
+    numbers in simulation order and their time and queue go to ``p_time``/``p_queue`` so
+    the caller can number them by (time, queue, order). Returns the number of polls, or
+    -1 when ``p_time`` is too small (the caller retries with more room; no allocation
+    here keeps the kernel free of reference counting).
     """
     npoll = 0
-    p_time = np.empty(max(16, rows.shape[0] + 16), np.int64)
-    p_queue = np.empty(p_time.shape[0], np.int64)
+    cap = p_time.shape[0]
     budget = cfg.budget
     gap = cfg.gap_ns
     T = cfg.timeout_ns
@@ -647,7 +649,10 @@ def run_napi(c, cfg, st, out, rows, qstart, arr):
                     # timer poll without work: no reload of the defer counter
                     poll = npoll
                     npoll += 1
-                    p_time, p_queue = _record_poll(p_time, p_queue, poll, now, q)
+                    if poll >= cap:
+                        return -1
+                    p_time[poll] = now
+                    p_queue[poll] = q
                     last_poll = poll
                     last_time = now
                     jf = _jiffy(now, cfg.hz)
@@ -668,7 +673,10 @@ def run_napi(c, cfg, st, out, rows, qstart, arr):
                 now = arr[j + cnt - 1]
             poll = npoll
             npoll += 1
-            p_time, p_queue = _record_poll(p_time, p_queue, poll, now, q)
+            if poll >= cap:
+                return -1
+            p_time[poll] = now
+            p_queue[poll] = q
             last_poll = poll
             last_time = now
             jf = _jiffy(now, cfg.hz)
@@ -703,21 +711,7 @@ def run_napi(c, cfg, st, out, rows, qstart, arr):
         if last_poll >= 0 and _held_any(q, st):
             _flush_queue(q, c, st, out, last_poll, False, _jiffy(last_time, cfg.hz),
                          END_POLL, END_POLL)
-    return npoll, p_time[:npoll], p_queue[:npoll]
-
-
-@numba.njit(cache=True, nogil=True)
-def _record_poll(p_time, p_queue, poll, now, q):
-    if poll >= p_time.shape[0]:
-        grown = np.empty(p_time.shape[0] * 2, np.int64)
-        grown[:poll] = p_time[:poll]
-        p_time = grown
-        grown = np.empty(p_queue.shape[0] * 2, np.int64)
-        grown[:poll] = p_queue[:poll]
-        p_queue = grown
-    p_time[poll] = now
-    p_queue[poll] = q
-    return p_time, p_queue
+    return npoll
 
 
 # --- column preparation helpers ---------------------------------------------------------
@@ -771,8 +765,9 @@ def dedup_rows(mat, use):
 
 @numba.njit(cache=True, nogil=True)
 def zero_timestamps(opts, opt_len):
-    """Copy of the TCP option bytes with the TSval/TSecr of a timestamp option zeroed
-    (to tell a timestamp-only difference from other option changes)."""
+    """Copy of the TCP option bytes with the TSval/TSecr of the first timestamp option
+    zeroed: two option areas that differ only there differ "only in TSval/TSecr"
+    (FLUSH_TCP_TS), as docs/gro-model.md pins it."""
     out = opts.copy()
     for r in range(opts.shape[0]):
         x = 0
@@ -792,5 +787,6 @@ def zero_timestamps(opts, opt_len):
             if kind == 8 and ln == 10:
                 for y in range(x + 2, x + 10):
                     out[r, y] = 0
+                break            # the first timestamp option only
             x += ln
     return out

@@ -380,7 +380,8 @@ def run_prepared(batch: PreparedBatch, config: GroConfig, *, explicit_polls=Fals
     st = new_state(nkeys, nloose, n, config.queues, cfg.buckets)
     out = _new_out(n)
     if model == K.MODEL_IDEAL:
-        K.run_ideal(c, cfg, st, out, True)
+        K.run_ideal(c, cfg, st, out)
+        K.flush_ideal(c, st, out)
     elif model == K.MODEL_WINDOWS:
         K.run_windows(c, cfg, st, out)
     else:
@@ -391,7 +392,19 @@ def run_prepared(batch: PreparedBatch, config: GroConfig, *, explicit_polls=Fals
         for q in range(config.queues):
             seg = arr[qstart[q]:qstart[q + 1]]
             np.maximum.accumulate(seg, out=seg)
-        _npoll, p_time, p_queue = K.run_napi(c, cfg, st, out, rows, qstart, arr)
+        # polls: one per packet at most with work, plus timer polls without work
+        cap = 2 * n + 16
+        while True:
+            p_time = np.empty(cap, np.int64)
+            p_queue = np.empty(cap, np.int64)
+            npoll = K.run_napi(c, cfg, st, out, rows, qstart, arr, p_time, p_queue)
+            if npoll >= 0:
+                break
+            cap *= 2 + config.napi_defer_hard_irqs
+            st = new_state(nkeys, nloose, n, config.queues, cfg.buckets)
+            out = _new_out(n)
+        p_time = p_time[:npoll]
+        p_queue = p_queue[:npoll]
         # polls of all queues in time order (ties: lower queue, then simulation order)
         order = np.lexsort((np.arange(len(p_time)), p_queue, p_time))
         rank = np.empty(len(order), np.int64)
@@ -412,21 +425,31 @@ def run_prepared(batch: PreparedBatch, config: GroConfig, *, explicit_polls=Fals
 
 
 def _gso_types(batch, config, first, count, fixed) -> np.ndarray:
-    """gso_type of each super-packet (gso.gso_type_for; 0 for a single packet)."""
+    """gso_type of each super-packet (gso.gso_type_for; 0 for a single packet).
+
+    gso_type_for depends on (innermost IP version, fixed-ID bits, CWR, tunnel type) only:
+    evaluated once per combination through a small table.
+    """
     out = np.zeros(len(first), np.uint32)
     multi = np.nonzero(count > 1)[0]
     if not len(multi):
         return out
     c = batch.cols
     f = first[multi]
-    combo = np.stack([c.in_v[f].astype(np.int64), fixed[multi],
-                      ((c.flags[f] & TCP_FLAG_CWR) != 0).astype(np.int64),
-                      batch.tun_type[f].astype(np.int64)], axis=1)
-    uniq, inv = np.unique(combo, axis=0, return_inverse=True)
-    vals = np.array([gso_type_for(config.kernel.version, int(v), ip_fixedid=int(fx),
-                                  cwr=bool(cw), tun_type=int(tt))
-                     for v, fx, cw, tt in uniq], dtype=np.uint32)
-    out[multi] = vals[inv.ravel()]
+    v6 = (c.in_v[f] == 6).astype(np.int64)
+    fx = fixed[multi].astype(np.int64) & 3
+    cwr = ((c.flags[f] & TCP_FLAG_CWR) != 0).astype(np.int64)
+    tun = batch.tun_type[f].astype(np.int64) & 15
+    code = ((v6 * 4 + fx) * 2 + cwr) * 16 + tun
+    table = np.empty(2 * 4 * 2 * 16, np.uint32)
+    for v in range(2):
+        for x in range(4):
+            for cw in range(2):
+                for tt in range(16):
+                    table[((v * 4 + x) * 2 + cw) * 16 + tt] = gso_type_for(
+                        config.kernel.version, 6 if v else 4,
+                        ip_fixedid=0 if v else x, cwr=bool(cw), tun_type=tt)
+    out[multi] = table[code]
     return out
 
 

@@ -1,0 +1,176 @@
+"""Speed of the numba GRO engine alone, on synthetic traffic (no capture file needed).
+
+Builds ``--packets`` rows of interleaved TCP bulk flows (IPv4 and IPv6, PSH every few
+segments, pure ACKs, occasional sequence gaps and timestamp changes) directly as a
+PACKET_SCHEMA Arrow table, then measures, after warming the JIT on a small table:
+
+- ``prepare``: Arrow -> numpy extraction and per-packet derivations (bypass codes, exact
+  same-flow classes, option classes) - reported, not part of the engine figure;
+- ``engine``: the kernels (``run_prepared``: held-entry table, NAPI polls, packing the
+  GroResult), for the ideal and the napi model;
+- ``reference``: the plain-Python model on the first ``--reference-packets`` rows, for the
+  ratio.
+
+Invariant checked in every run: GroResult.check_invariants (every packet in exactly one
+super-packet, payload conserved) and fast == reference on the reference subset.
+
+    python benchmarks/bench_gro.py --packets 1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from gropcap.decode.schema import PACKET_SCHEMA  # noqa: E402
+from gropcap.gro.config import GroConfig  # noqa: E402
+from gropcap.gro.engine import prepare, run_prepared  # noqa: E402
+
+
+def synthetic_table(n: int, flows: int = 64, seed: int = 1) -> pa.Table:
+    """n frames of ``flows`` interleaved bulk TCP flows as a PACKET_SCHEMA table."""
+    rng = np.random.default_rng(seed)
+    fl = rng.integers(0, flows, n)
+    v6 = (fl % 3) == 0
+    mss = 1448
+    kind = rng.random(n)
+    payload = np.where(kind < 0.08, 0, mss).astype(np.int64)       # pure ACKs
+    psh = (kind > 0.92) & (payload > 0)
+    # per-flow sequence numbers: cumulative payload within each flow
+    order = np.argsort(fl, kind="stable")
+    seq = np.zeros(n, np.int64)
+    pay_sorted = payload[order]
+    fl_sorted = fl[order]
+    cum = np.cumsum(pay_sorted) - pay_sorted
+    starts = np.searchsorted(fl_sorted, np.arange(flows))
+    base = np.zeros(flows, np.int64)
+    base[:] = cum[np.minimum(starts, n - 1)]
+    seq[order] = cum - base[fl_sorted]
+    seq += (fl * 7919) % 1000
+    gap = rng.random(n) < 0.002
+    seq = (seq + np.where(gap, mss, 0)) & 0xFFFFFFFF
+    tsval = (np.arange(n) // 2000).astype(np.int64)
+    ip_hdr = np.where(v6, 40, 20)
+    opt = np.zeros((n, 40), np.uint8)
+    opt[:, 0] = 1
+    opt[:, 1] = 1
+    opt[:, 2] = 8
+    opt[:, 3] = 10
+    opt[:, 4:8] = tsval.astype(">u4").view(np.uint8).reshape(n, 4)
+    tot = ip_hdr + 32 + payload
+    wire = 14 + tot
+    src = np.zeros((n, 16), np.uint8)
+    dst = np.zeros((n, 16), np.uint8)
+    src[~v6, 10:12] = 0xFF
+    dst[~v6, 10:12] = 0xFF
+    src[~v6, 12] = 10
+    dst[~v6, 12] = 10
+    src[~v6, 15] = (fl[~v6] + 1).astype(np.uint8)
+    dst[~v6, 15] = 200
+    src[v6, 0] = 0xFD
+    dst[v6, 0] = 0xFD
+    src[v6, 15] = (fl[v6] + 1).astype(np.uint8)
+    dst[v6, 15] = 200
+    ts = 1_000_000_000 + np.cumsum(rng.choice([300, 1000, 5000, 200_000], n,
+                                              p=[0.6, 0.3, 0.09, 0.01]))
+    vals = dict(
+        ts_ns=ts, cap_len=wire, wire_len=wire, linktype=np.ones(n), eth_type=np.where(
+            v6, 0x86DD, 0x0800), eth_src=np.full(n, 0x020000000001),
+        eth_dst=np.full(n, 0x020000000002), dsa_port=np.full(n, -1),
+        ip_version=np.where(v6, 6, 4), ip_offset=np.full(n, 14), ip_hdr_len=ip_hdr,
+        ip_tot_len=tot, ip_proto=np.full(n, 6), ip_ttl=np.full(n, 64),
+        ip_id=np.where(v6, 0, 0), ip_df=~v6, ip_csum_ok=np.ones(n, bool),
+        l4_proto=np.full(n, 6), l4_offset=14 + ip_hdr, sport=10000 + fl,
+        dport=np.full(n, 443), tcp_seq=seq, tcp_ack=np.full(n, 12345),
+        tcp_flags=np.where(psh, 0x18, 0x10), tcp_doff=np.full(n, 8),
+        tcp_window=np.full(n, 512), tcp_opt_len=np.full(n, 12), tcp_wscale=np.full(n, -1),
+        tcp_has_ts=np.ones(n, bool), tcp_tsval=tsval, l4_csum_state=np.ones(n),
+        payload_len=payload, encap_depth=np.zeros(n))
+    arrays = []
+    for f in PACKET_SCHEMA:
+        t = f.type
+        if f.name in ("ip_src", "ip_dst"):
+            m = src if f.name == "ip_src" else dst
+            arrays.append(pa.FixedSizeBinaryArray.from_buffers(
+                t, n, [None, pa.py_buffer(np.ascontiguousarray(m).tobytes())]))
+        elif f.name == "tcp_options":
+            arrays.append(pa.FixedSizeBinaryArray.from_buffers(
+                t, n, [None, pa.py_buffer(np.ascontiguousarray(opt).tobytes())]))
+        elif pa.types.is_fixed_size_binary(t):
+            arrays.append(pa.FixedSizeBinaryArray.from_buffers(
+                t, n, [None, pa.py_buffer(bytes(n * t.byte_width))]))
+        elif pa.types.is_dictionary(t):
+            arrays.append(pa.DictionaryArray.from_arrays(
+                pa.array(np.zeros(n, np.int32)), pa.array(["eth/ip/tcp"])))
+        elif f.name in vals:
+            arrays.append(pa.array(np.asarray(vals[f.name]).astype(t.to_pandas_dtype())))
+        else:
+            arrays.append(pa.array(np.zeros(n, t.to_pandas_dtype())))
+    return pa.Table.from_arrays(arrays, schema=PACKET_SCHEMA)
+
+
+def best_of(fn, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--packets", type=int, default=1_000_000)
+    ap.add_argument("--reference-packets", type=int, default=20_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args(argv)
+    from gropcap.gro import reference
+
+    t0 = time.perf_counter()
+    table = synthetic_table(args.packets)
+    build_s = time.perf_counter() - t0
+    payload = table.column("payload_len").to_numpy()
+    configs = {"ideal": GroConfig(), "napi": GroConfig(model="napi", queues=4)}
+    # warm the JIT (compiles or loads the on-disk cache) on a small table
+    small = table.slice(0, 2000)
+    for cfg in configs.values():
+        run_prepared(prepare(small, cfg), cfg)
+    out = {"packets": args.packets, "build_s": round(build_s, 3)}
+    for name, cfg in configs.items():
+        prep_s = best_of(lambda: prepare(table, cfg), 1)
+        batch = prepare(table, cfg)
+        res = run_prepared(batch, cfg)
+        res.check_invariants(payload)
+        eng_s = best_of(lambda: run_prepared(batch, cfg), args.repeat)
+        # reference on a prefix, fast on the same prefix: equal and timed
+        sub = table.slice(0, args.reference_packets)
+        t1 = time.perf_counter()
+        ref = reference.simulate(sub, cfg)
+        ref_s = time.perf_counter() - t1
+        sub_batch = prepare(sub, cfg)
+        assert run_prepared(sub_batch, cfg).equals(ref), f"fast != reference ({name})"
+        out[name] = {
+            "prepare_s": round(prep_s, 3),
+            "prepare_pps": round(args.packets / prep_s),
+            "engine_s": round(eng_s, 4),
+            "engine_pps": round(args.packets / eng_s),
+            "reference_pps": round(args.reference_packets / ref_s),
+            "engine_vs_reference": round((args.packets / eng_s)
+                                         / (args.reference_packets / ref_s), 1),
+            "superpackets": int(res.num_superpackets),
+            "aggregation": round(args.packets / res.num_superpackets, 2),
+        }
+    print(json.dumps(out, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    main()
