@@ -102,17 +102,32 @@ class Out(NamedTuple):
     opts: np.ndarray   # (n, 40) uint8: tcp_options
 
 
+def _pool_zeros(shape, dtype) -> np.ndarray:
+    """A zeroed array in Arrow's memory pool (reused across batches: no fresh page faults)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    buf = pa.allocate_buffer(max(nbytes, 1))
+    arr = np.frombuffer(buf, dtype=np.uint8)[:nbytes].view(dtype).reshape(shape)
+    arr.fill(0)
+    return arr
+
+
 def alloc_out(n: int) -> Out:
-    """Zeroed matrices for ``n`` records, with the non-zero "absent" values preset."""
+    """Zeroed matrices for ``n`` records, with the non-zero "absent" values preset.
+
+    They live in Arrow's memory pool and become the Arrow columns without a copy; touching
+    freshly mapped pages costs more than decoding, and the pool hands back the memory of
+    batches the consumer has dropped.
+    """
     arrs = {}
     for g in GROUPS:
         k = len(GROUP_COLUMNS[g])
         if g == "addr":
-            arrs[g] = np.zeros((k, n, 16), dtype=np.uint8)
+            arrs[g] = _pool_zeros((k, n, 16), np.uint8)
         elif g == "opts":
-            arrs[g] = np.zeros((n, C.TCP_MAX_OPTLEN), dtype=np.uint8)
+            arrs[g] = _pool_zeros((n, C.TCP_MAX_OPTLEN), np.uint8)
         else:
-            arrs[g] = np.zeros((k, n), dtype=GROUP_DTYPE[g])
+            arrs[g] = _pool_zeros((k, n), GROUP_DTYPE[g])
     arrs["i16"][LAYOUT["dsa_port"][1]] = -1     # reference empty_row: -1 = no DSA port
     arrs["i8"][LAYOUT["tcp_wscale"][1]] = -1    # -1 = option absent
     return Out(**arrs)
@@ -172,7 +187,7 @@ def _mac(f, off):
     return np.uint64((_u16(f, off) << 32) | _u32(f, off + 2))
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _ones_sum(f, lo, hi, start):
     """digest.ones_sum over f[lo:hi]: big-endian words, odd byte padded with zero."""
     s = np.int64(start)
@@ -192,7 +207,7 @@ def _fold16(s):
     return s
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _digest_or_zero(f, lo, hi):
     """digest.digest_or_zero: FNV-1a 64 of f[lo:hi], 0 for an empty range."""
     if hi <= lo:
@@ -203,21 +218,19 @@ def _digest_or_zero(f, lo, hi):
     return h
 
 
-@njit(cache=True)
-def _set_addr(o, row, i, f, off):
+@njit(cache=True, inline="always")
+def _set_addr(addr, row, i, f, off):
     for k in range(16):
-        o.addr[row, i, k] = f[off + k]
+        addr[row, i, k] = f[off + k]
 
 
-@njit(cache=True)
-def _set_addr_v4(o, row, i, f, off):
-    # IPv4-mapped IPv6 (::ffff:a.b.c.d), schema convention
-    for k in range(10):
-        o.addr[row, i, k] = 0
-    o.addr[row, i, 10] = 0xFF
-    o.addr[row, i, 11] = 0xFF
+@njit(cache=True, inline="always")
+def _set_addr_v4(addr, row, i, f, off):
+    # IPv4-mapped IPv6 (::ffff:a.b.c.d), schema convention; the rest is already zero
+    addr[row, i, 10] = 0xFF
+    addr[row, i, 11] = 0xFF
     for k in range(4):
-        o.addr[row, i, 12 + k] = f[off + k]
+        addr[row, i, 12 + k] = f[off + k]
 
 
 @njit(cache=True)
@@ -276,8 +289,12 @@ def _csum_state(f, cap, field, off, seglen, pseudo):
 
 
 @njit(cache=True)
-def _tcp_options(o, i, f, lo, hi):
-    """tcp_parse_options as the reference reads it: a malformed option ends parsing."""
+def _tcp_options(f, lo, hi):
+    """tcp_parse_options as the reference reads it: a malformed option ends parsing.
+
+    Returns (mss, wscale, sack_perm, sack_blocks, has_ts, tsval, tsecr), absent = 0 / -1.
+    """
+    mss, wscale, sack_perm, sack_blocks, has_ts, tsval, tsecr = 0, -1, 0, 0, 0, 0, 0
     p = lo
     while p < hi:
         kind = f[p]
@@ -292,794 +309,37 @@ def _tcp_options(o, i, f, lo, hi):
         if size < 2 or p + size > hi:       # "silly options"
             break
         if kind == C.TCPOPT_MSS and size == 4:
-            o.u16[K_TCP_MSS, i] = _u16(f, p + 2)
+            mss = _u16(f, p + 2)
         elif kind == C.TCPOPT_WSCALE and size == 3:
-            o.i8[K_TCP_WSCALE, i] = min(np.int64(f[p + 2]), C.TCP_MAX_WSCALE)
+            wscale = min(np.int64(f[p + 2]), C.TCP_MAX_WSCALE)
         elif kind == C.TCPOPT_SACK_PERM and size == 2:
-            o.u8[K_TCP_SACK_PERM, i] = 1
+            sack_perm = 1
         elif kind == C.TCPOPT_SACK and size >= 10 and (size - 2) % 8 == 0:
-            o.u8[K_TCP_SACK_BLOCKS, i] = (size - 2) // 8
+            sack_blocks = (size - 2) // 8
         elif kind == C.TCPOPT_TIMESTAMP and size == 10:
-            o.u8[K_TCP_HAS_TS, i] = 1
-            o.u32[K_TCP_TSVAL, i] = _u32(f, p + 2)
-            o.u32[K_TCP_TSECR, i] = _u32(f, p + 6)
+            has_ts = 1
+            tsval = _u32(f, p + 2)
+            tsecr = _u32(f, p + 6)
         p += size
+    return mss, wscale, sack_perm, sack_blocks, has_ts, tsval, tsecr
 
 
 @njit(cache=True)
-def _add_vlan(o, i, tpid, tci, outer):
+def _add_vlan(u8, u16, i, tpid, tci, outer):
     """reference add_vlan: the first two tags of the outer Ethernet are recorded."""
     if not outer:
         return
-    d = np.int64(o.u8[K_VLAN_DEPTH, i])
+    d = np.int64(u8[K_VLAN_DEPTH, i])
     if d == 0:
-        o.u16[K_VLAN_TPID0, i] = tpid
-        o.u16[K_VLAN_TCI0, i] = tci
+        u16[K_VLAN_TPID0, i] = tpid
+        u16[K_VLAN_TCI0, i] = tci
     elif d == 1:
-        o.u16[K_VLAN_TPID1, i] = tpid
-        o.u16[K_VLAN_TCI1, i] = tci
-    o.u8[K_VLAN_DEPTH, i] = min(d + 1, 255)
+        u16[K_VLAN_TPID1, i] = tpid
+        u16[K_VLAN_TCI1, i] = tci
+    u8[K_VLAN_DEPTH, i] = min(d + 1, 255)
 
 
-@njit(cache=True)
-def _decode_one(f, cap, wire, lt, i, o, port_tun, port_fou, dsa_opt, layers):
-    """Decode frame ``f`` (``cap`` bytes) into row ``i``; returns (status, layers, depth).
-
-    Mirrors reference._FrameDecoder.run. ``layers`` receives the layer codes; a count
-    above MAX_LAYERS means the list overflowed (the caller falls back to the reference).
-    """
-    nl = 0
-    depth = 0
-    status = S.STATUS_OK
-    st = ST_LINK
-    off = 0
-    ln = 0
-    etype = 0
-    outer = True
-    dsa_kind = 0
-    ipver = 0
-    proto = 0
-    pseudo = 0
-    fragment = False
-    nonfirst = False
-    aux = 0
-    while st != ST_DONE:
-        if nl > MAX_LAYERS - 4:          # a state appends at most 3 layers
-            nl = MAX_LAYERS + 1          # overflow: caller decodes this frame in Python
-            break
-        if st == ST_LINK:
-            if lt == C.LINKTYPE_ETHERNET:
-                st, off, dsa_kind = ST_ETHER, 0, dsa_opt
-            elif lt == C.LINKTYPE_DSA_TAG_BRCM:
-                st, off, dsa_kind = ST_ETHER, 0, C.DSA_BRCM
-            elif lt == C.LINKTYPE_DSA_TAG_BRCM_PREPEND:
-                st, off, dsa_kind = ST_ETHER, 0, C.DSA_BRCM_PREPEND
-            elif lt == C.LINKTYPE_DSA_TAG_DSA:
-                st, off, dsa_kind = ST_ETHER, 0, C.DSA_DSA
-            elif lt == C.LINKTYPE_DSA_TAG_EDSA:
-                st, off, dsa_kind = ST_ETHER, 0, C.DSA_EDSA
-            elif (lt == C.LINKTYPE_RAW or lt == C.LINKTYPE_RAW_OPENBSD
-                  or lt == C.LINKTYPE_RAW_BSDOS):
-                if cap < 1:
-                    status = S.STATUS_TRUNCATED
-                    break
-                v = f[0] >> 4
-                if v == 4:
-                    st, off = ST_IPV4, 0
-                elif v == 6:
-                    st, off = ST_IPV6, 0
-                else:
-                    status = S.STATUS_BAD_IP_HEADER
-                    break
-            elif lt == C.LINKTYPE_IPV4:
-                st, off = ST_IPV4, 0
-            elif lt == C.LINKTYPE_IPV6:
-                st, off = ST_IPV6, 0
-            elif lt == C.LINKTYPE_NULL or lt == C.LINKTYPE_LOOP:
-                # BSD loopback: AF family, host-endian (NULL) or big-endian (LOOP)
-                layers[nl] = LY_NULL if lt == C.LINKTYPE_NULL else LY_LOOP
-                nl += 1
-                if cap < 4:
-                    status = S.STATUS_TRUNCATED
-                    break
-                be = _u32(f, 0)
-                af = be
-                if lt == C.LINKTYPE_NULL:
-                    le = (np.int64(f[0]) | (np.int64(f[1]) << 8) | (np.int64(f[2]) << 16)
-                          | (np.int64(f[3]) << 24))
-                    af = le if le <= 0xFFFF else be
-                if af == C.NULL_AF_INET:
-                    st, off = ST_IPV4, 4
-                elif af == 24 or af == 28 or af == 30:     # C.NULL_AF_INET6
-                    st, off = ST_IPV6, 4
-                else:
-                    status = S.STATUS_NOT_IP
-                    break
-            elif lt == C.LINKTYPE_LINUX_SLL:
-                layers[nl] = LY_SLL
-                nl += 1
-                if cap < C.SLL_HLEN:
-                    status = S.STATUS_TRUNCATED
-                    break
-                if _u16(f, 2) == C.ARPHRD_ETHER and _u16(f, 4) == 6:
-                    o.u64[K_ETH_SRC, i] = _mac(f, 6)
-                etype = _u16(f, 14)
-                o.u16[K_ETH_TYPE, i] = etype
-                st, off, outer = ST_VLANS, C.SLL_HLEN, True
-            elif lt == C.LINKTYPE_LINUX_SLL2:
-                layers[nl] = LY_SLL2
-                nl += 1
-                if cap < C.SLL2_HLEN:
-                    status = S.STATUS_TRUNCATED
-                    break
-                if _u16(f, 8) == C.ARPHRD_ETHER and f[11] == 6:
-                    o.u64[K_ETH_SRC, i] = _mac(f, 12)
-                etype = _u16(f, 0)
-                o.u16[K_ETH_TYPE, i] = etype
-                st, off, outer = ST_VLANS, C.SLL2_HLEN, True
-            else:
-                status = S.STATUS_UNSUPPORTED_LINKTYPE
-                break
-
-        elif st == ST_ETHER:
-            # reference ether(): optional DSA tag (net/dsa/tag_brcm.c, tag_dsa.c), VLANs
-            if dsa_kind == C.DSA_BRCM_PREPEND:
-                layers[nl] = LY_DSA
-                nl += 1
-                if off + C.BRCM_TAG_LEN > cap:
-                    status = S.STATUS_TRUNCATED
-                    break
-                # brcm_tag_rcv_ll: source port in byte 3; a non-zero opcode or a reserved
-                # reason code is dropped
-                o.u8[K_DSA_TAG, i] = C.DSA_BRCM_PREPEND
-                o.i16[K_DSA_PORT, i] = f[off + 3] & C.BRCM_EG_PID_MASK
-                if f[off] >> C.BRCM_OPCODE_SHIFT or f[off + 2] & C.BRCM_EG_RC_RSVD:
-                    status = S.STATUS_BAD_L2_HEADER
-                    break
-                off += C.BRCM_TAG_LEN
-            layers[nl] = LY_ETH
-            nl += 1
-            if off + 12 > cap:
-                status = S.STATUS_TRUNCATED
-                break
-            o.u64[K_ETH_DST, i] = _mac(f, off)
-            o.u64[K_ETH_SRC, i] = _mac(f, off + 6)
-            p = off + 12
-            synth = -1
-            if dsa_kind == C.DSA_BRCM or dsa_kind == C.DSA_DSA or dsa_kind == C.DSA_EDSA:
-                layers[nl] = LY_DSA
-                nl += 1
-                if dsa_kind == C.DSA_BRCM:
-                    if p + C.BRCM_TAG_LEN > cap:
-                        status = S.STATUS_TRUNCATED
-                        break
-                    o.u8[K_DSA_TAG, i] = C.DSA_BRCM
-                    o.i16[K_DSA_PORT, i] = f[p + 3] & C.BRCM_EG_PID_MASK
-                    if f[p] >> C.BRCM_OPCODE_SHIFT or f[p + 2] & C.BRCM_EG_RC_RSVD:
-                        status = S.STATUS_BAD_L2_HEADER
-                        break
-                    p += C.BRCM_TAG_LEN
-                else:
-                    hl = C.DSA_HLEN if dsa_kind == C.DSA_DSA else C.EDSA_HLEN
-                    if p + hl > cap:
-                        status = S.STATUS_TRUNCATED
-                        break
-                    o.u8[K_DSA_TAG, i] = dsa_kind
-                    t = p
-                    if dsa_kind == C.DSA_EDSA:
-                        if _u16(f, p) != C.ETH_P_EDSA:      # tag_dsa.c edsa_rcv
-                            status = S.STATUS_BAD_L2_HEADER
-                            break
-                        t = p + 4
-                    # tag_dsa.c dsa_rcv_ll: port in byte 1; only TO_CPU/FORWARD accepted
-                    b0, b1, b2, b3 = f[t], f[t + 1], f[t + 2], f[t + 3]
-                    o.i16[K_DSA_PORT, i] = (b1 >> 3) & 0x1F
-                    cmd = b0 >> 6
-                    if cmd != C.DSA_CMD_TO_CPU and cmd != C.DSA_CMD_FORWARD:
-                        status = S.STATUS_BAD_L2_HEADER
-                        break
-                    if b0 & C.DSA_VLAN_TAG:
-                        hi = np.int64(b2) & 0xEF
-                        if b1 & C.DSA_CFI_BIT:     # CFI moves back to its 802.1Q place
-                            hi |= 0x10
-                        synth = (hi << 8) | np.int64(b3)
-                    p += hl
-            if p + 2 > cap:
-                status = S.STATUS_TRUNCATED
-                break
-            etype = _u16(f, p)
-            if synth >= 0:
-                # dsa_rcv_ll: a tagged DSA frame becomes an 802.1Q-tagged frame
-                o.u16[K_ETH_TYPE, i] = C.ETH_P_8021Q
-                layers[nl] = LY_VLAN
-                nl += 1
-                _add_vlan(o, i, C.ETH_P_8021Q, synth, True)
-            else:
-                o.u16[K_ETH_TYPE, i] = etype
-            st, off, outer = ST_VLANS, p + 2, True
-
-        elif st == ST_INNER_ETH:
-            # Ethernet inside a tunnel (TEB, ERSPAN, VXLAN, Geneve, GPE)
-            layers[nl] = LY_ETH
-            nl += 1
-            if off + C.ETH_HLEN > cap:
-                status = S.STATUS_TRUNCATED
-                break
-            etype = _u16(f, off + 12)
-            if depth == 1:
-                o.u64[K_INNER_ETH_DST, i] = _mac(f, off)
-                o.u64[K_INNER_ETH_SRC, i] = _mac(f, off + 6)
-                o.u16[K_INNER_ETH_TYPE, i] = etype
-            st, off, outer = ST_VLANS, off + C.ETH_HLEN, False
-
-        elif st == ST_VLANS:
-            # 802.1Q / 802.1ad / 0x9100 tags, then IPv4 / IPv6
-            while etype == C.ETH_P_8021Q or etype == C.ETH_P_8021AD or etype == C.ETH_P_QINQ1:
-                if off + 4 > cap:
-                    status = S.STATUS_TRUNCATED
-                    break
-                if nl > MAX_LAYERS - 2:
-                    break
-                layers[nl] = LY_VLAN
-                nl += 1
-                _add_vlan(o, i, etype, _u16(f, off), outer)
-                etype = _u16(f, off + 2)
-                off += 4
-            if status != S.STATUS_OK:
-                break
-            if etype == C.ETH_P_IP:
-                st = ST_IPV4
-            elif etype == C.ETH_P_IPV6:
-                st = ST_IPV6
-            elif nl > MAX_LAYERS - 2:
-                continue                      # overflow, handled at the loop top
-            else:
-                status = S.STATUS_NOT_IP
-                break
-
-        elif st == ST_IPV4:
-            # IPv4 header (RFC 791)
-            layers[nl] = LY_IPV4
-            nl += 1
-            if off + 20 > cap:
-                status = S.STATUS_TRUNCATED
-                break
-            v = f[off] >> 4
-            o.u8[K_IP_VERSION, i] = v
-            if off > 0xFFFF:                 # reference where(): offsets are uint16
-                status = S.STATUS_UNSUPPORTED_ENCAP
-                break
-            o.u16[K_IP_OFFSET, i] = off
-            if v != 4:
-                status = S.STATUS_BAD_IP_HEADER
-                break
-            ihl = np.int64(f[off] & 0x0F) * 4
-            o.u16[K_IP_HDR_LEN, i] = ihl
-            tot_len = _u16(f, off + 2)
-            frag = _u16(f, off + 6)
-            o.u8[K_IP_TOS, i] = f[off + 1]
-            o.u32[K_IP_TOT_LEN, i] = tot_len
-            o.u16[K_IP_ID, i] = _u16(f, off + 4)
-            o.u8[K_IP_RF, i] = 1 if frag & C.IP_RF else 0
-            o.u8[K_IP_DF, i] = 1 if frag & C.IP_DF else 0
-            o.u8[K_IP_MF, i] = 1 if frag & C.IP_MF else 0
-            o.u16[K_IP_FRAG_OFF, i] = frag & C.IP_OFFMASK
-            o.u8[K_IP_TTL, i] = f[off + 8]
-            proto = np.int64(f[off + 9])
-            o.u8[K_IP_PROTO, i] = proto
-            _set_addr_v4(o, K_IP_SRC, i, f, off + 12)
-            _set_addr_v4(o, K_IP_DST, i, f, off + 16)
-            if ihl < 20:
-                status = S.STATUS_BAD_IP_HEADER
-                break
-            length = tot_len
-            if tot_len == 0 and wire - off > 0xFFFF:
-                length = wire - off          # BIG TCP (include/linux/ip.h iph_totlen)
-            if length < ihl:
-                status = S.STATUS_BAD_IP_HEADER
-                break
-            if off + length > wire:
-                status = S.STATUS_BAD_LENGTH
-                break
-            if off + ihl > cap:              # options
-                status = S.STATUS_TRUNCATED
-                break
-            o.u16[K_IP_EXT_LEN, i] = ihl - 20
-            o.u64[K_IP_EXT_DIGEST, i] = _digest_or_zero(f, off + 20, off + ihl)
-            # a header that checksums to 0xffff (including its checksum) is valid
-            o.u8[K_IP_CSUM_OK, i] = 1 if _fold16(_ones_sum(f, off, off + ihl, 0)) == 0xFFFF else 0
-            pseudo = _ones_sum(f, off + 12, off + 20, proto)
-            nonfirst = (frag & C.IP_OFFMASK) != 0
-            fragment = nonfirst or (frag & C.IP_MF) != 0
-            st, ipver, off, ln = ST_IPPAY, 4, off + ihl, length - ihl
-
-        elif st == ST_IPV6:
-            # IPv6 header (RFC 8200) and its extension-header chain
-            layers[nl] = LY_IPV6
-            nl += 1
-            if off + C.IP6_HLEN > cap:
-                status = S.STATUS_TRUNCATED
-                break
-            w0 = _u32(f, off)
-            o.u8[K_IP_VERSION, i] = w0 >> 28
-            if off > 0xFFFF:                 # reference where()
-                status = S.STATUS_UNSUPPORTED_ENCAP
-                break
-            o.u16[K_IP_OFFSET, i] = off
-            if w0 >> 28 != 6:
-                status = S.STATUS_BAD_IP_HEADER
-                break
-            plen = _u16(f, off + 4)
-            nh = np.int64(f[off + 6])
-            o.u8[K_IP_TOS, i] = (w0 >> 20) & 0xFF
-            o.u32[K_IP_FLOW_LABEL, i] = w0 & 0xFFFFF
-            o.u32[K_IP_TOT_LEN, i] = C.IP6_HLEN + plen
-            o.u8[K_IP_TTL, i] = f[off + 7]
-            _set_addr(o, K_IP_SRC, i, f, off + 8)
-            _set_addr(o, K_IP_DST, i, f, off + 24)
-            o.u8[K_IP_CSUM_OK, i] = 1
-            o.u16[K_IP_HDR_LEN, i] = C.IP6_HLEN
-            o.u8[K_IP_PROTO, i] = nh
-            length = plen
-            if plen == 0 and wire - off - C.IP6_HLEN > 0xFFFF:
-                length = wire - off - C.IP6_HLEN    # BIG TCP (ipv6_payload_len)
-            if off + C.IP6_HLEN + length > wire:
-                status = S.STATUS_BAD_LENGTH
-                break
-            end = off + C.IP6_HLEN + length
-            cur = off + C.IP6_HLEN
-            mask = 0
-            final_dst = off + 24
-            nonfirst = False
-            while (nh == C.IPPROTO_HOPOPTS or nh == C.IPPROTO_ROUTING
-                   or nh == C.IPPROTO_DSTOPTS or nh == C.IPPROTO_FRAGMENT):
-                if nh == C.IPPROTO_FRAGMENT:
-                    if cur + C.IP6_FRAG_HLEN > end:
-                        status = S.STATUS_BAD_IP_HEADER
-                        break
-                    if cur + C.IP6_FRAG_HLEN > cap:
-                        status = S.STATUS_TRUNCATED
-                        break
-                    mask |= C.IP6_EXT_FRAGMENT
-                    fo = _u16(f, cur + 2)
-                    o.u16[K_IP_FRAG_OFF, i] = fo >> 3
-                    o.u8[K_IP_MF, i] = fo & 1
-                    o.u16[K_IP_ID, i] = 0
-                    nh = np.int64(f[cur])
-                    cur += C.IP6_FRAG_HLEN
-                    if fo >> 3:
-                        nonfirst = True      # the rest of the chain is in the first fragment
-                        break
-                    continue
-                if cur + 2 > end:
-                    status = S.STATUS_BAD_IP_HEADER
-                    break
-                if cur + 2 > cap:
-                    status = S.STATUS_TRUNCATED
-                    break
-                hl = (np.int64(f[cur + 1]) + 1) * 8
-                if cur + hl > end or cur + hl - off > 0xFFFF:   # ip_hdr_len is uint16
-                    status = S.STATUS_BAD_IP_HEADER
-                    break
-                if cur + hl > cap:
-                    status = S.STATUS_TRUNCATED
-                    break
-                if nh == C.IPPROTO_HOPOPTS:
-                    mask |= C.IP6_EXT_HOPOPTS
-                elif nh == C.IPPROTO_DSTOPTS:
-                    mask |= C.IP6_EXT_DSTOPTS
-                else:
-                    mask |= C.IP6_EXT_ROUTING
-                    # RFC 8200 8.1: the pseudo-header uses the final destination
-                    rtype, segleft = f[cur + 2], f[cur + 3]
-                    naddr = (hl - 8) // 16
-                    if segleft != 0 and naddr != 0:
-                        if rtype == C.IPV6_SRCRT_TYPE_4:
-                            final_dst = cur + 8
-                        elif rtype == 0 or rtype == 2:
-                            final_dst = cur + 8 + 16 * (naddr - 1)
-                nh = np.int64(f[cur])
-                cur += hl
-            if status == S.STATUS_OK and not nonfirst and (nh == C.IPPROTO_AH or nh == 135 or nh == 139
-                                          or nh == 140):    # C.IP6_EXT_STOP_OTHER
-                mask |= C.IP6_EXT_OTHER
-            # fields of the chain walked so far, also when the walk stopped early
-            o.u8[K_IP_PROTO, i] = nh
-            o.u8[K_IP_EXT_MASK, i] = mask
-            o.u16[K_IP_EXT_LEN, i] = cur - off - C.IP6_HLEN
-            o.u16[K_IP_HDR_LEN, i] = cur - off
-            o.u64[K_IP_EXT_DIGEST, i] = _digest_or_zero(f, off + C.IP6_HLEN, cur)
-            if status != S.STATUS_OK:
-                break
-            pseudo = _ones_sum(f, off + 8, off + 24, nh)
-            pseudo = _ones_sum(f, final_dst, final_dst + 16, pseudo)
-            fragment = (mask & C.IP6_EXT_FRAGMENT) != 0
-            st, ipver, proto, off, ln = ST_IPPAY, 6, nh, cur, end - cur
-
-        elif st == ST_IPPAY:
-            # reference ip_payload: dispatch on the IP protocol
-            o.u8[K_L4_PROTO, i] = proto
-            is_tcp = proto == C.IPPROTO_TCP
-            is_udp = proto == C.IPPROTO_UDP
-            if fragment:
-                layers[nl] = LY_FRAG
-                nl += 1
-                if nonfirst:
-                    o.u16[K_L4_OFFSET, i] = 0
-                    o.u32[K_PAYLOAD_LEN, i] = ln
-                    break
-            verify = not fragment
-            if is_tcp:
-                # TCP header (RFC 9293 3.1) and options (tcp_parse_options)
-                layers[nl] = LY_TCP
-                nl += 1
-                o.u8[K_L4_PROTO, i] = C.IPPROTO_TCP
-                if off > 0xFFFF:             # reference where()
-                    status = S.STATUS_UNSUPPORTED_ENCAP
-                    break
-                o.u16[K_L4_OFFSET, i] = off
-                if ln < 20:      # no room for a TCP header in the IP payload: malformed
-                    status = S.STATUS_BAD_L4_HEADER
-                    break
-                if off + 20 > cap:
-                    status = S.STATUS_TRUNCATED
-                    break
-                o.u16[K_SPORT, i] = _u16(f, off)
-                o.u16[K_DPORT, i] = _u16(f, off + 2)
-                o.u32[K_TCP_SEQ, i] = _u32(f, off + 4)
-                o.u32[K_TCP_ACK, i] = _u32(f, off + 8)
-                doff = np.int64(f[off + 12] >> 4)
-                o.u8[K_TCP_DOFF, i] = doff
-                # AE is the low bit of the reserved nibble (kernel TCP_FLAG_AE)
-                o.u16[K_TCP_FLAGS, i] = ((np.int64(f[off + 12]) & 1) << 8) | np.int64(f[off + 13])
-                o.u16[K_TCP_WINDOW, i] = _u16(f, off + 14)
-                field = _u16(f, off + 16)
-                o.u16[K_L4_CSUM, i] = field
-                o.u16[K_TCP_URG_PTR, i] = _u16(f, off + 18)
-                if doff < 5:
-                    status = S.STATUS_BAD_L4_HEADER
-                    break
-                hl = doff * 4
-                o.u8[K_TCP_OPT_LEN, i] = hl - 20
-                if hl > ln:      # the header does not fit in the IP payload: malformed
-                    status = S.STATUS_BAD_L4_HEADER
-                    break
-                if off + hl > cap:
-                    status = S.STATUS_TRUNCATED
-                    break
-                for k in range(hl - 20):
-                    o.opts[i, k] = f[off + 20 + k]
-                _tcp_options(o, i, f, off + 20, off + hl)
-                o.u32[K_PAYLOAD_LEN, i] = ln - hl
-                if verify:
-                    o.u8[K_L4_CSUM_STATE, i] = _csum_state(f, cap, field, off, ln, pseudo)
-                break
-            elif is_udp:
-                # UDP header (RFC 768); a UDP tunnel port continues into the tunnel
-                layers[nl] = LY_UDP
-                nl += 1
-                o.u8[K_L4_PROTO, i] = C.IPPROTO_UDP
-                if off > 0xFFFF:             # reference where()
-                    status = S.STATUS_UNSUPPORTED_ENCAP
-                    break
-                o.u16[K_L4_OFFSET, i] = off
-                if ln < 8:       # no room for a UDP header in the IP payload: malformed
-                    status = S.STATUS_BAD_L4_HEADER
-                    break
-                if off + 8 > cap:
-                    status = S.STATUS_TRUNCATED
-                    break
-                dport = _u16(f, off + 2)
-                ulen = _u16(f, off + 4)
-                field = _u16(f, off + 6)
-                o.u16[K_SPORT, i] = _u16(f, off)
-                o.u16[K_DPORT, i] = dport
-                o.u16[K_UDP_LEN, i] = ulen
-                o.u16[K_L4_CSUM, i] = field
-                if fragment:
-                    # the UDP length covers the reassembled datagram
-                    o.u32[K_PAYLOAD_LEN, i] = ln - 8
-                    break
-                # __udp4_lib_rcv: ulen > IP payload is short (dropped); smaller trims
-                if ulen < 8 or ulen > ln:
-                    status = S.STATUS_BAD_L4_HEADER
-                    break
-                o.u32[K_PAYLOAD_LEN, i] = ulen - 8
-                if field == 0:
-                    o.u8[K_L4_CSUM_STATE, i] = S.CSUM_ZERO
-                else:
-                    o.u8[K_L4_CSUM_STATE, i] = _csum_state(f, cap, field, off, ulen, pseudo)
-                tt = port_tun[dport]
-                if tt == C.TUN_NONE:
-                    break
-                if depth >= C.MAX_ENCAP_DEPTH:
-                    status = S.STATUS_ENCAP_TOO_DEEP
-                    break
-                if off + 8 > 0xFFFF:         # reference enter_tunnel -> where()
-                    status = S.STATUS_UNSUPPORTED_ENCAP
-                    break
-                depth += 1
-                _enter_tunnel(o, i, depth, tt, off + 8)
-                inner, inner_len = off + 8, ulen - 8
-                if tt == C.TUN_VXLAN:
-                    st, off = ST_VXLAN, inner
-                elif tt == C.TUN_VXLAN_GPE:
-                    st, off = ST_GPE, inner
-                elif tt == C.TUN_GENEVE:
-                    st, off = ST_GENEVE, inner
-                elif tt == C.TUN_FOU:
-                    layers[nl] = LY_FOU
-                    nl += 1
-                    if depth == 1:
-                        o.u16[K_TUN_PROTO, i] = port_fou[dport]
-                    st, proto, off, ln = ST_IPTUN, np.int64(port_fou[dport]), inner, inner_len
-                else:
-                    st, off, ln = ST_GUE, inner, inner_len
-                continue
-            if fragment:
-                pass                  # first fragment of another protocol: other_l4 below
-            elif proto == C.IPPROTO_GRE or proto == C.IPPROTO_IPIP or proto == C.IPPROTO_IPV6:
-                # reference carrier(): the tunnel's protocol seen as L4, then the tunnel
-                if off > 0xFFFF:             # reference where()
-                    status = S.STATUS_UNSUPPORTED_ENCAP
-                    break
-                o.u16[K_L4_OFFSET, i] = off
-                o.u32[K_PAYLOAD_LEN, i] = ln
-                if depth >= C.MAX_ENCAP_DEPTH:
-                    status = S.STATUS_ENCAP_TOO_DEEP
-                    break
-                depth += 1
-                if proto == C.IPPROTO_GRE:
-                    _enter_tunnel(o, i, depth, C.TUN_GRE, off)
-                    st = ST_GRE
-                elif proto == C.IPPROTO_IPIP:
-                    _enter_tunnel(o, i, depth, C.TUN_IPIP if ipver == 4 else C.TUN_IP4IP6, off)
-                    st = ST_IPV4
-                else:
-                    _enter_tunnel(o, i, depth, C.TUN_SIT if ipver == 4 else C.TUN_IP6IP6, off)
-                    st = ST_IPV6
-                continue
-            # other_l4: no header decoded, payload_len is the IP payload
-            if proto == C.IPPROTO_ICMP:
-                layers[nl] = LY_ICMP
-            elif proto == C.IPPROTO_ICMPV6:
-                layers[nl] = LY_ICMPV6
-            else:
-                layers[nl] = LY_IPPROTO + proto
-            nl += 1
-            o.u8[K_L4_PROTO, i] = proto
-            if off > 0xFFFF:                 # reference where()
-                status = S.STATUS_UNSUPPORTED_ENCAP
-                break
-            o.u16[K_L4_OFFSET, i] = off
-            o.u32[K_PAYLOAD_LEN, i] = ln
-            break
-
-        elif st == ST_IPTUN:
-            # reference ip_in_tunnel: IP protocol carried directly by FOU/GUE
-            if proto == C.IPPROTO_IPIP:
-                st = ST_IPV4
-            elif proto == C.IPPROTO_IPV6:
-                st = ST_IPV6
-            elif proto == C.IPPROTO_GRE:
-                if depth >= C.MAX_ENCAP_DEPTH:
-                    status = S.STATUS_ENCAP_TOO_DEEP
-                    break
-                if off > 0xFFFF:             # reference enter_tunnel -> where()
-                    status = S.STATUS_UNSUPPORTED_ENCAP
-                    break
-                depth += 1
-                _enter_tunnel(o, i, depth, C.TUN_GRE, off)
-                st = ST_GRE
-            else:
-                status = S.STATUS_UNSUPPORTED_ENCAP
-                break
-
-        elif st == ST_GRE:
-            # GRE header (RFC 2784/2890; gre_parse_header)
-            layers[nl] = LY_GRE
-            nl += 1
-            if off + C.GRE_HLEN > cap:
-                status = S.STATUS_TRUNCATED
-                break
-            flags = _u16(f, off)
-            gproto = _u16(f, off + 2)
-            if depth == 1:
-                o.u32[K_TUN_FLAGS, i] = flags
-                o.u16[K_TUN_PROTO, i] = gproto
-            # gre_parse_header: version != 0 (PPTP) and routing are refused
-            if flags & (C.GRE_VERSION | C.GRE_ROUTING):
-                status = S.STATUS_UNSUPPORTED_ENCAP
-                break
-            hl = C.GRE_HLEN
-            if flags & C.GRE_CSUM:
-                hl += 4
-            if flags & C.GRE_KEY:
-                hl += 4
-            if flags & C.GRE_SEQ:
-                hl += 4
-            if off + hl > cap:
-                status = S.STATUS_TRUNCATED
-                break
-            p = off + C.GRE_HLEN
-            if flags & C.GRE_CSUM:
-                if off + ln <= cap and depth == 1:   # verifiable with the whole packet only
-                    ok = _fold16(_ones_sum(f, off, off + ln, 0)) == 0xFFFF
-                    o.u8[K_TUN_CSUM_OK, i] = 1 if ok else 0
-                p += 4
-            if flags & C.GRE_KEY:
-                if depth == 1:
-                    o.u32[K_TUN_KEY, i] = _u32(f, p)
-                p += 4
-            if flags & C.GRE_SEQ:
-                if depth == 1:
-                    o.u32[K_TUN_SEQ, i] = _u32(f, p)
-                p += 4
-            if gproto == C.ETH_P_IP:
-                st, off = ST_IPV4, p
-            elif gproto == C.ETH_P_IPV6:
-                st, off = ST_IPV6, p
-            elif gproto == C.ETH_P_TEB:
-                if depth == 1:
-                    o.u8[K_TUN_TYPE, i] = C.TUN_GRE_TEB
-                st, off = ST_INNER_ETH, p
-            elif gproto == C.ETH_P_ERSPAN:
-                if depth == 1:
-                    o.u8[K_TUN_TYPE, i] = C.TUN_ERSPAN2
-                st, off, aux = ST_ERSPAN, p, C.ERSPAN_V1
-            elif gproto == C.ETH_P_ERSPAN2:
-                if depth == 1:
-                    o.u8[K_TUN_TYPE, i] = C.TUN_ERSPAN3
-                st, off, aux = ST_ERSPAN, p, C.ERSPAN_V2
-            else:
-                status = S.STATUS_UNSUPPORTED_ENCAP
-                break
-
-        elif st == ST_ERSPAN:
-            # ERSPAN type II (ver 1) / III (ver 2) header (include/net/erspan.h)
-            layers[nl] = LY_ERSPAN2 if aux == C.ERSPAN_V1 else LY_ERSPAN3
-            nl += 1
-            hl = C.ERSPAN2_HLEN if aux == C.ERSPAN_V1 else C.ERSPAN3_HLEN
-            if off + hl > cap:
-                status = S.STATUS_TRUNCATED
-                break
-            ver = f[off] >> 4
-            if depth == 1:
-                o.u8[K_ERSPAN_VER, i] = ver
-                o.u16[K_ERSPAN_SESSION, i] = _u16(f, off + 2) & C.ERSPAN_SESSION_MASK
-            if ver != aux:
-                status = S.STATUS_BAD_TUNNEL_HEADER
-                break
-            if aux == C.ERSPAN_V2 and f[off + 11] & 0x01:     # O: platform subheader
-                hl += C.ERSPAN3_PLATFORM_LEN
-                if off + hl > cap:
-                    status = S.STATUS_TRUNCATED
-                    break
-            st, off = ST_INNER_ETH, off + hl
-
-        elif st == ST_VXLAN or st == ST_GPE:
-            layers[nl] = LY_VXLAN if st == ST_VXLAN else LY_GPE
-            nl += 1
-            if off + C.VXLAN_HLEN > cap:
-                status = S.STATUS_TRUNCATED
-                break
-            w0 = _u32(f, off)
-            if depth == 1:
-                o.u32[K_TUN_FLAGS, i] = w0
-                o.u32[K_TUN_KEY, i] = _u32(f, off + 4)
-            if st == ST_VXLAN:
-                # RFC 7348; vxlan_rcv: no valid VNI -> dropped
-                if not w0 & C.VXLAN_FLAG_I:
-                    status = S.STATUS_BAD_TUNNEL_HEADER
-                    break
-                st, off = ST_INNER_ETH, off + C.VXLAN_HLEN
-                continue
-            # VXLAN-GPE: vxlan_parse_gpe_proto
-            np_ = w0 & 0xFF
-            if depth == 1:
-                o.u16[K_TUN_PROTO, i] = np_
-            b0 = f[off]
-            if b0 & C.GPE_VER_MASK or not b0 & C.GPE_FLAG_P:
-                status = S.STATUS_BAD_TUNNEL_HEADER
-                break
-            if b0 & C.GPE_FLAG_O:           # vxlan_parse_gpe_proto: OAM is dropped
-                status = S.STATUS_UNSUPPORTED_ENCAP
-                break
-            p = off + C.VXLAN_HLEN
-            if np_ == C.GPE_NP_IPV4:
-                st, off = ST_IPV4, p
-            elif np_ == C.GPE_NP_IPV6:
-                st, off = ST_IPV6, p
-            elif np_ == C.GPE_NP_ETHERNET:
-                st, off = ST_INNER_ETH, p
-            else:
-                status = S.STATUS_UNSUPPORTED_ENCAP
-                break
-
-        elif st == ST_GENEVE:
-            # Geneve header (RFC 8926 3.4) with its options (digested)
-            layers[nl] = LY_GENEVE
-            nl += 1
-            if off + C.GENEVE_HLEN > cap:
-                status = S.STATUS_TRUNCATED
-                break
-            opt_len = np.int64(f[off] & 0x3F) * 4
-            gproto = _u16(f, off + 2)
-            if depth == 1:
-                o.u32[K_TUN_FLAGS, i] = _u32(f, off)
-                o.u32[K_TUN_KEY, i] = _u32(f, off + 4)
-                o.u16[K_TUN_PROTO, i] = gproto
-                o.u16[K_TUN_OPT_LEN, i] = opt_len
-            if f[off] >> 6 != 0:            # geneve_udp_encap_recv: version must be 0
-                status = S.STATUS_BAD_TUNNEL_HEADER
-                break
-            hl = C.GENEVE_HLEN + opt_len
-            if off + hl > cap:
-                status = S.STATUS_TRUNCATED
-                break
-            if depth == 1:
-                o.u64[K_TUN_OPT_DIGEST, i] = _digest_or_zero(f, off + C.GENEVE_HLEN, off + hl)
-            p = off + hl
-            if gproto == C.ETH_P_TEB:
-                st, off = ST_INNER_ETH, p
-            elif gproto == C.ETH_P_IP:
-                st, off = ST_IPV4, p
-            elif gproto == C.ETH_P_IPV6:
-                st, off = ST_IPV6, p
-            else:
-                status = S.STATUS_UNSUPPORTED_ENCAP
-                break
-
-        elif st == ST_GUE:
-            # GUE (fou.c gue_udp_recv): version 0 header, or version 1 = direct IP
-            layers[nl] = LY_GUE
-            nl += 1
-            if off + C.GUE_HLEN > cap:
-                status = S.STATUS_TRUNCATED
-                break
-            b0 = np.int64(f[off])
-            if depth == 1:
-                o.u32[K_TUN_FLAGS, i] = _u32(f, off)
-            ver = b0 >> 6
-            if ver == 1:
-                nib = b0 >> 4
-                if nib == 4:
-                    if depth == 1:
-                        o.u16[K_TUN_PROTO, i] = C.IPPROTO_IPIP
-                    st = ST_IPV4
-                elif nib == 6:
-                    if depth == 1:
-                        o.u16[K_TUN_PROTO, i] = C.IPPROTO_IPV6
-                    st = ST_IPV6
-                else:
-                    status = S.STATUS_BAD_TUNNEL_HEADER
-                    break
-                continue
-            if ver != 0:
-                status = S.STATUS_BAD_TUNNEL_HEADER
-                break
-            gproto = np.int64(f[off + 1])
-            opt = (b0 & C.GUE_HLEN_MASK) * 4
-            if depth == 1:
-                o.u16[K_TUN_PROTO, i] = gproto
-                o.u16[K_TUN_OPT_LEN, i] = opt
-            hl = C.GUE_HLEN + opt
-            if hl > ln:                     # optional fields longer than the UDP payload
-                status = S.STATUS_BAD_TUNNEL_HEADER
-                break
-            if off + hl > cap:
-                status = S.STATUS_TRUNCATED
-                break
-            if depth == 1:
-                o.u64[K_TUN_OPT_DIGEST, i] = _digest_or_zero(f, off + C.GUE_HLEN, off + hl)
-            if b0 & C.GUE_FLAG_C:           # control message: carries no packet
-                status = S.STATUS_UNSUPPORTED_ENCAP
-                break
-            st, proto, off, ln = ST_IPTUN, gproto, off + hl, ln - hl
-    return status, nl, depth
-
-
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _hash_layers(layers, nl):
     h = _FNV_OFFSET
     for k in range(nl):
@@ -1088,7 +348,7 @@ def _hash_layers(layers, nl):
 
 
 @njit(cache=True)
-def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status, encap_depth,
+def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap_depth,
                   encap_idx, port_tun, port_fou, dsa_opt, tab_key, tab_val, dict_seq,
                   dict_len):
     """Decode every record; returns (number of encap strings, -1 on dictionary overflow).
@@ -1096,6 +356,10 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status, encap_dep
     ``encap_idx[i]`` is the index of record i's layer list in ``dict_seq``/``dict_len``
     (first-occurrence order, as ``pyarrow.dictionary_encode`` numbers strings), or -1 when
     the frame must be decoded by the reference (layer list overflow).
+
+    The per-frame state machine is written inline in the record loop on purpose: arrays
+    passed across a function boundary are reference-counted (atomic operations) on every
+    call, which cost more than the decoding itself.
     """
     n = offset.shape[0]
     nbuf = buf.shape[0]
@@ -1115,9 +379,765 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status, encap_dep
             cap = nbuf - lo
         f = buf[lo:lo + cap]
         wire = max(np.int64(wire_len[i]), cap)
-        stt, nl, depth = _decode_one(f, cap, wire, np.int64(linktype[i]), i, o, port_tun,
-                                     port_fou, dsa_opt, layers)
-        status[i] = stt
+        lt = np.int64(linktype[i])
+        # --- one frame: mirrors reference._FrameDecoder.run (see the module docstring) ---
+        nl = 0
+        depth = 0
+        status = S.STATUS_OK
+        st = ST_LINK
+        off = 0
+        ln = 0
+        etype = 0
+        outer = True
+        dsa_kind = 0
+        ipver = 0
+        proto = 0
+        pseudo = 0
+        fragment = False
+        nonfirst = False
+        aux = 0
+        while st != ST_DONE:
+            if nl > MAX_LAYERS - 4:          # a state appends at most 3 layers
+                nl = MAX_LAYERS + 1          # overflow: caller decodes this frame in Python
+                break
+            if st == ST_LINK:
+                if lt == C.LINKTYPE_ETHERNET:
+                    st, off, dsa_kind = ST_ETHER, 0, dsa_opt
+                elif lt == C.LINKTYPE_DSA_TAG_BRCM:
+                    st, off, dsa_kind = ST_ETHER, 0, C.DSA_BRCM
+                elif lt == C.LINKTYPE_DSA_TAG_BRCM_PREPEND:
+                    st, off, dsa_kind = ST_ETHER, 0, C.DSA_BRCM_PREPEND
+                elif lt == C.LINKTYPE_DSA_TAG_DSA:
+                    st, off, dsa_kind = ST_ETHER, 0, C.DSA_DSA
+                elif lt == C.LINKTYPE_DSA_TAG_EDSA:
+                    st, off, dsa_kind = ST_ETHER, 0, C.DSA_EDSA
+                elif (lt == C.LINKTYPE_RAW or lt == C.LINKTYPE_RAW_OPENBSD
+                      or lt == C.LINKTYPE_RAW_BSDOS):
+                    if cap < 1:
+                        status = S.STATUS_TRUNCATED
+                        break
+                    v = f[0] >> 4
+                    if v == 4:
+                        st, off = ST_IPV4, 0
+                    elif v == 6:
+                        st, off = ST_IPV6, 0
+                    else:
+                        status = S.STATUS_BAD_IP_HEADER
+                        break
+                elif lt == C.LINKTYPE_IPV4:
+                    st, off = ST_IPV4, 0
+                elif lt == C.LINKTYPE_IPV6:
+                    st, off = ST_IPV6, 0
+                elif lt == C.LINKTYPE_NULL or lt == C.LINKTYPE_LOOP:
+                    # BSD loopback: AF family, host-endian (NULL) or big-endian (LOOP)
+                    layers[nl] = LY_NULL if lt == C.LINKTYPE_NULL else LY_LOOP
+                    nl += 1
+                    if cap < 4:
+                        status = S.STATUS_TRUNCATED
+                        break
+                    be = _u32(f, 0)
+                    af = be
+                    if lt == C.LINKTYPE_NULL:
+                        le = (np.int64(f[0]) | (np.int64(f[1]) << 8) | (np.int64(f[2]) << 16)
+                              | (np.int64(f[3]) << 24))
+                        af = le if le <= 0xFFFF else be
+                    if af == C.NULL_AF_INET:
+                        st, off = ST_IPV4, 4
+                    elif af == 24 or af == 28 or af == 30:     # C.NULL_AF_INET6
+                        st, off = ST_IPV6, 4
+                    else:
+                        status = S.STATUS_NOT_IP
+                        break
+                elif lt == C.LINKTYPE_LINUX_SLL:
+                    layers[nl] = LY_SLL
+                    nl += 1
+                    if cap < C.SLL_HLEN:
+                        status = S.STATUS_TRUNCATED
+                        break
+                    if _u16(f, 2) == C.ARPHRD_ETHER and _u16(f, 4) == 6:
+                        o.u64[K_ETH_SRC, i] = _mac(f, 6)
+                    etype = _u16(f, 14)
+                    o.u16[K_ETH_TYPE, i] = etype
+                    st, off, outer = ST_VLANS, C.SLL_HLEN, True
+                elif lt == C.LINKTYPE_LINUX_SLL2:
+                    layers[nl] = LY_SLL2
+                    nl += 1
+                    if cap < C.SLL2_HLEN:
+                        status = S.STATUS_TRUNCATED
+                        break
+                    if _u16(f, 8) == C.ARPHRD_ETHER and f[11] == 6:
+                        o.u64[K_ETH_SRC, i] = _mac(f, 12)
+                    etype = _u16(f, 0)
+                    o.u16[K_ETH_TYPE, i] = etype
+                    st, off, outer = ST_VLANS, C.SLL2_HLEN, True
+                else:
+                    status = S.STATUS_UNSUPPORTED_LINKTYPE
+                    break
+
+            elif st == ST_ETHER:
+                # reference ether(): optional DSA tag (net/dsa/tag_brcm.c, tag_dsa.c), VLANs
+                if dsa_kind == C.DSA_BRCM_PREPEND:
+                    layers[nl] = LY_DSA
+                    nl += 1
+                    if off + C.BRCM_TAG_LEN > cap:
+                        status = S.STATUS_TRUNCATED
+                        break
+                    # brcm_tag_rcv_ll: source port in byte 3; a non-zero opcode or a reserved
+                    # reason code is dropped
+                    o.u8[K_DSA_TAG, i] = C.DSA_BRCM_PREPEND
+                    o.i16[K_DSA_PORT, i] = f[off + 3] & C.BRCM_EG_PID_MASK
+                    if f[off] >> C.BRCM_OPCODE_SHIFT or f[off + 2] & C.BRCM_EG_RC_RSVD:
+                        status = S.STATUS_BAD_L2_HEADER
+                        break
+                    off += C.BRCM_TAG_LEN
+                layers[nl] = LY_ETH
+                nl += 1
+                if off + 12 > cap:
+                    status = S.STATUS_TRUNCATED
+                    break
+                o.u64[K_ETH_DST, i] = _mac(f, off)
+                o.u64[K_ETH_SRC, i] = _mac(f, off + 6)
+                p = off + 12
+                synth = -1
+                if dsa_kind == C.DSA_BRCM or dsa_kind == C.DSA_DSA or dsa_kind == C.DSA_EDSA:
+                    layers[nl] = LY_DSA
+                    nl += 1
+                    if dsa_kind == C.DSA_BRCM:
+                        if p + C.BRCM_TAG_LEN > cap:
+                            status = S.STATUS_TRUNCATED
+                            break
+                        o.u8[K_DSA_TAG, i] = C.DSA_BRCM
+                        o.i16[K_DSA_PORT, i] = f[p + 3] & C.BRCM_EG_PID_MASK
+                        if f[p] >> C.BRCM_OPCODE_SHIFT or f[p + 2] & C.BRCM_EG_RC_RSVD:
+                            status = S.STATUS_BAD_L2_HEADER
+                            break
+                        p += C.BRCM_TAG_LEN
+                    else:
+                        hl = C.DSA_HLEN if dsa_kind == C.DSA_DSA else C.EDSA_HLEN
+                        if p + hl > cap:
+                            status = S.STATUS_TRUNCATED
+                            break
+                        o.u8[K_DSA_TAG, i] = dsa_kind
+                        t = p
+                        if dsa_kind == C.DSA_EDSA:
+                            if _u16(f, p) != C.ETH_P_EDSA:      # tag_dsa.c edsa_rcv
+                                status = S.STATUS_BAD_L2_HEADER
+                                break
+                            t = p + 4
+                        # tag_dsa.c dsa_rcv_ll: port in byte 1; only TO_CPU/FORWARD accepted
+                        b0, b1, b2, b3 = f[t], f[t + 1], f[t + 2], f[t + 3]
+                        o.i16[K_DSA_PORT, i] = (b1 >> 3) & 0x1F
+                        cmd = b0 >> 6
+                        if cmd != C.DSA_CMD_TO_CPU and cmd != C.DSA_CMD_FORWARD:
+                            status = S.STATUS_BAD_L2_HEADER
+                            break
+                        if b0 & C.DSA_VLAN_TAG:
+                            hi = np.int64(b2) & 0xEF
+                            if b1 & C.DSA_CFI_BIT:     # CFI moves back to its 802.1Q place
+                                hi |= 0x10
+                            synth = (hi << 8) | np.int64(b3)
+                        p += hl
+                if p + 2 > cap:
+                    status = S.STATUS_TRUNCATED
+                    break
+                etype = _u16(f, p)
+                if synth >= 0:
+                    # dsa_rcv_ll: a tagged DSA frame becomes an 802.1Q-tagged frame
+                    o.u16[K_ETH_TYPE, i] = C.ETH_P_8021Q
+                    layers[nl] = LY_VLAN
+                    nl += 1
+                    _add_vlan(o.u8, o.u16, i, C.ETH_P_8021Q, synth, True)
+                else:
+                    o.u16[K_ETH_TYPE, i] = etype
+                st, off, outer = ST_VLANS, p + 2, True
+
+            elif st == ST_INNER_ETH:
+                # Ethernet inside a tunnel (TEB, ERSPAN, VXLAN, Geneve, GPE)
+                layers[nl] = LY_ETH
+                nl += 1
+                if off + C.ETH_HLEN > cap:
+                    status = S.STATUS_TRUNCATED
+                    break
+                etype = _u16(f, off + 12)
+                if depth == 1:
+                    o.u64[K_INNER_ETH_DST, i] = _mac(f, off)
+                    o.u64[K_INNER_ETH_SRC, i] = _mac(f, off + 6)
+                    o.u16[K_INNER_ETH_TYPE, i] = etype
+                st, off, outer = ST_VLANS, off + C.ETH_HLEN, False
+
+            elif st == ST_VLANS:
+                # 802.1Q / 802.1ad / 0x9100 tags, then IPv4 / IPv6
+                while etype == C.ETH_P_8021Q or etype == C.ETH_P_8021AD or etype == C.ETH_P_QINQ1:
+                    if off + 4 > cap:
+                        status = S.STATUS_TRUNCATED
+                        break
+                    if nl > MAX_LAYERS - 2:
+                        break
+                    layers[nl] = LY_VLAN
+                    nl += 1
+                    _add_vlan(o.u8, o.u16, i, etype, _u16(f, off), outer)
+                    etype = _u16(f, off + 2)
+                    off += 4
+                if status != S.STATUS_OK:
+                    break
+                if etype == C.ETH_P_IP:
+                    st = ST_IPV4
+                elif etype == C.ETH_P_IPV6:
+                    st = ST_IPV6
+                elif nl > MAX_LAYERS - 2:
+                    continue                      # overflow, handled at the loop top
+                else:
+                    status = S.STATUS_NOT_IP
+                    break
+
+            elif st == ST_IPV4:
+                # IPv4 header (RFC 791)
+                layers[nl] = LY_IPV4
+                nl += 1
+                if off + 20 > cap:
+                    status = S.STATUS_TRUNCATED
+                    break
+                v = f[off] >> 4
+                o.u8[K_IP_VERSION, i] = v
+                if off > 0xFFFF:                 # reference where(): offsets are uint16
+                    status = S.STATUS_UNSUPPORTED_ENCAP
+                    break
+                o.u16[K_IP_OFFSET, i] = off
+                if v != 4:
+                    status = S.STATUS_BAD_IP_HEADER
+                    break
+                ihl = np.int64(f[off] & 0x0F) * 4
+                o.u16[K_IP_HDR_LEN, i] = ihl
+                tot_len = _u16(f, off + 2)
+                frag = _u16(f, off + 6)
+                o.u8[K_IP_TOS, i] = f[off + 1]
+                o.u32[K_IP_TOT_LEN, i] = tot_len
+                o.u16[K_IP_ID, i] = _u16(f, off + 4)
+                o.u8[K_IP_RF, i] = 1 if frag & C.IP_RF else 0
+                o.u8[K_IP_DF, i] = 1 if frag & C.IP_DF else 0
+                o.u8[K_IP_MF, i] = 1 if frag & C.IP_MF else 0
+                o.u16[K_IP_FRAG_OFF, i] = frag & C.IP_OFFMASK
+                o.u8[K_IP_TTL, i] = f[off + 8]
+                proto = np.int64(f[off + 9])
+                o.u8[K_IP_PROTO, i] = proto
+                _set_addr_v4(o.addr, K_IP_SRC, i, f, off + 12)
+                _set_addr_v4(o.addr, K_IP_DST, i, f, off + 16)
+                if ihl < 20:
+                    status = S.STATUS_BAD_IP_HEADER
+                    break
+                length = tot_len
+                if tot_len == 0 and wire - off > 0xFFFF:
+                    length = wire - off          # BIG TCP (include/linux/ip.h iph_totlen)
+                if length < ihl:
+                    status = S.STATUS_BAD_IP_HEADER
+                    break
+                if off + length > wire:
+                    status = S.STATUS_BAD_LENGTH
+                    break
+                if off + ihl > cap:              # options
+                    status = S.STATUS_TRUNCATED
+                    break
+                o.u16[K_IP_EXT_LEN, i] = ihl - 20
+                o.u64[K_IP_EXT_DIGEST, i] = _digest_or_zero(f, off + 20, off + ihl)
+                # a header that checksums to 0xffff (including its checksum) is valid
+                o.u8[K_IP_CSUM_OK, i] = 1 if _fold16(_ones_sum(f, off, off + ihl, 0)) == 0xFFFF else 0
+                pseudo = _ones_sum(f, off + 12, off + 20, proto)
+                nonfirst = (frag & C.IP_OFFMASK) != 0
+                fragment = nonfirst or (frag & C.IP_MF) != 0
+                st, ipver, off, ln = ST_IPPAY, 4, off + ihl, length - ihl
+
+            elif st == ST_IPV6:
+                # IPv6 header (RFC 8200) and its extension-header chain
+                layers[nl] = LY_IPV6
+                nl += 1
+                if off + C.IP6_HLEN > cap:
+                    status = S.STATUS_TRUNCATED
+                    break
+                w0 = _u32(f, off)
+                o.u8[K_IP_VERSION, i] = w0 >> 28
+                if off > 0xFFFF:                 # reference where()
+                    status = S.STATUS_UNSUPPORTED_ENCAP
+                    break
+                o.u16[K_IP_OFFSET, i] = off
+                if w0 >> 28 != 6:
+                    status = S.STATUS_BAD_IP_HEADER
+                    break
+                plen = _u16(f, off + 4)
+                nh = np.int64(f[off + 6])
+                o.u8[K_IP_TOS, i] = (w0 >> 20) & 0xFF
+                o.u32[K_IP_FLOW_LABEL, i] = w0 & 0xFFFFF
+                o.u32[K_IP_TOT_LEN, i] = C.IP6_HLEN + plen
+                o.u8[K_IP_TTL, i] = f[off + 7]
+                _set_addr(o.addr, K_IP_SRC, i, f, off + 8)
+                _set_addr(o.addr, K_IP_DST, i, f, off + 24)
+                o.u8[K_IP_CSUM_OK, i] = 1
+                o.u16[K_IP_HDR_LEN, i] = C.IP6_HLEN
+                o.u8[K_IP_PROTO, i] = nh
+                length = plen
+                if plen == 0 and wire - off - C.IP6_HLEN > 0xFFFF:
+                    length = wire - off - C.IP6_HLEN    # BIG TCP (ipv6_payload_len)
+                if off + C.IP6_HLEN + length > wire:
+                    status = S.STATUS_BAD_LENGTH
+                    break
+                end = off + C.IP6_HLEN + length
+                cur = off + C.IP6_HLEN
+                mask = 0
+                final_dst = off + 24
+                nonfirst = False
+                while (nh == C.IPPROTO_HOPOPTS or nh == C.IPPROTO_ROUTING
+                       or nh == C.IPPROTO_DSTOPTS or nh == C.IPPROTO_FRAGMENT):
+                    if nh == C.IPPROTO_FRAGMENT:
+                        if cur + C.IP6_FRAG_HLEN > end:
+                            status = S.STATUS_BAD_IP_HEADER
+                            break
+                        if cur + C.IP6_FRAG_HLEN > cap:
+                            status = S.STATUS_TRUNCATED
+                            break
+                        mask |= C.IP6_EXT_FRAGMENT
+                        fo = _u16(f, cur + 2)
+                        o.u16[K_IP_FRAG_OFF, i] = fo >> 3
+                        o.u8[K_IP_MF, i] = fo & 1
+                        o.u16[K_IP_ID, i] = 0
+                        nh = np.int64(f[cur])
+                        cur += C.IP6_FRAG_HLEN
+                        if fo >> 3:
+                            nonfirst = True      # the rest of the chain is in the first fragment
+                            break
+                        continue
+                    if cur + 2 > end:
+                        status = S.STATUS_BAD_IP_HEADER
+                        break
+                    if cur + 2 > cap:
+                        status = S.STATUS_TRUNCATED
+                        break
+                    hl = (np.int64(f[cur + 1]) + 1) * 8
+                    if cur + hl > end or cur + hl - off > 0xFFFF:   # ip_hdr_len is uint16
+                        status = S.STATUS_BAD_IP_HEADER
+                        break
+                    if cur + hl > cap:
+                        status = S.STATUS_TRUNCATED
+                        break
+                    if nh == C.IPPROTO_HOPOPTS:
+                        mask |= C.IP6_EXT_HOPOPTS
+                    elif nh == C.IPPROTO_DSTOPTS:
+                        mask |= C.IP6_EXT_DSTOPTS
+                    else:
+                        mask |= C.IP6_EXT_ROUTING
+                        # RFC 8200 8.1: the pseudo-header uses the final destination
+                        rtype, segleft = f[cur + 2], f[cur + 3]
+                        naddr = (hl - 8) // 16
+                        if segleft != 0 and naddr != 0:
+                            if rtype == C.IPV6_SRCRT_TYPE_4:
+                                final_dst = cur + 8
+                            elif rtype == 0 or rtype == 2:
+                                final_dst = cur + 8 + 16 * (naddr - 1)
+                    nh = np.int64(f[cur])
+                    cur += hl
+                if status == S.STATUS_OK and not nonfirst and (nh == C.IPPROTO_AH or nh == 135 or nh == 139
+                                              or nh == 140):    # C.IP6_EXT_STOP_OTHER
+                    mask |= C.IP6_EXT_OTHER
+                # fields of the chain walked so far, also when the walk stopped early
+                o.u8[K_IP_PROTO, i] = nh
+                o.u8[K_IP_EXT_MASK, i] = mask
+                o.u16[K_IP_EXT_LEN, i] = cur - off - C.IP6_HLEN
+                o.u16[K_IP_HDR_LEN, i] = cur - off
+                o.u64[K_IP_EXT_DIGEST, i] = _digest_or_zero(f, off + C.IP6_HLEN, cur)
+                if status != S.STATUS_OK:
+                    break
+                pseudo = _ones_sum(f, off + 8, off + 24, nh)
+                pseudo = _ones_sum(f, final_dst, final_dst + 16, pseudo)
+                fragment = (mask & C.IP6_EXT_FRAGMENT) != 0
+                st, ipver, proto, off, ln = ST_IPPAY, 6, nh, cur, end - cur
+
+            elif st == ST_IPPAY:
+                # reference ip_payload: dispatch on the IP protocol
+                o.u8[K_L4_PROTO, i] = proto
+                is_tcp = proto == C.IPPROTO_TCP
+                is_udp = proto == C.IPPROTO_UDP
+                if fragment:
+                    layers[nl] = LY_FRAG
+                    nl += 1
+                    if nonfirst:
+                        o.u16[K_L4_OFFSET, i] = 0
+                        o.u32[K_PAYLOAD_LEN, i] = ln
+                        break
+                verify = not fragment
+                if is_tcp:
+                    # TCP header (RFC 9293 3.1) and options (tcp_parse_options)
+                    layers[nl] = LY_TCP
+                    nl += 1
+                    o.u8[K_L4_PROTO, i] = C.IPPROTO_TCP
+                    if off > 0xFFFF:             # reference where()
+                        status = S.STATUS_UNSUPPORTED_ENCAP
+                        break
+                    o.u16[K_L4_OFFSET, i] = off
+                    if ln < 20:      # no room for a TCP header in the IP payload: malformed
+                        status = S.STATUS_BAD_L4_HEADER
+                        break
+                    if off + 20 > cap:
+                        status = S.STATUS_TRUNCATED
+                        break
+                    o.u16[K_SPORT, i] = _u16(f, off)
+                    o.u16[K_DPORT, i] = _u16(f, off + 2)
+                    o.u32[K_TCP_SEQ, i] = _u32(f, off + 4)
+                    o.u32[K_TCP_ACK, i] = _u32(f, off + 8)
+                    doff = np.int64(f[off + 12] >> 4)
+                    o.u8[K_TCP_DOFF, i] = doff
+                    # AE is the low bit of the reserved nibble (kernel TCP_FLAG_AE)
+                    o.u16[K_TCP_FLAGS, i] = ((np.int64(f[off + 12]) & 1) << 8) | np.int64(f[off + 13])
+                    o.u16[K_TCP_WINDOW, i] = _u16(f, off + 14)
+                    field = _u16(f, off + 16)
+                    o.u16[K_L4_CSUM, i] = field
+                    o.u16[K_TCP_URG_PTR, i] = _u16(f, off + 18)
+                    if doff < 5:
+                        status = S.STATUS_BAD_L4_HEADER
+                        break
+                    hl = doff * 4
+                    o.u8[K_TCP_OPT_LEN, i] = hl - 20
+                    if hl > ln:      # the header does not fit in the IP payload: malformed
+                        status = S.STATUS_BAD_L4_HEADER
+                        break
+                    if off + hl > cap:
+                        status = S.STATUS_TRUNCATED
+                        break
+                    for k in range(hl - 20):
+                        o.opts[i, k] = f[off + 20 + k]
+                    if hl > 20:
+                        mss, wsc, sp, sb, hts, tsv, tse = _tcp_options(f, off + 20, off + hl)
+                        o.u16[K_TCP_MSS, i] = mss
+                        o.i8[K_TCP_WSCALE, i] = wsc
+                        o.u8[K_TCP_SACK_PERM, i] = sp
+                        o.u8[K_TCP_SACK_BLOCKS, i] = sb
+                        o.u8[K_TCP_HAS_TS, i] = hts
+                        o.u32[K_TCP_TSVAL, i] = tsv
+                        o.u32[K_TCP_TSECR, i] = tse
+                    o.u32[K_PAYLOAD_LEN, i] = ln - hl
+                    if verify:
+                        o.u8[K_L4_CSUM_STATE, i] = _csum_state(f, cap, field, off, ln, pseudo)
+                    break
+                elif is_udp:
+                    # UDP header (RFC 768); a UDP tunnel port continues into the tunnel
+                    layers[nl] = LY_UDP
+                    nl += 1
+                    o.u8[K_L4_PROTO, i] = C.IPPROTO_UDP
+                    if off > 0xFFFF:             # reference where()
+                        status = S.STATUS_UNSUPPORTED_ENCAP
+                        break
+                    o.u16[K_L4_OFFSET, i] = off
+                    if ln < 8:       # no room for a UDP header in the IP payload: malformed
+                        status = S.STATUS_BAD_L4_HEADER
+                        break
+                    if off + 8 > cap:
+                        status = S.STATUS_TRUNCATED
+                        break
+                    dport = _u16(f, off + 2)
+                    ulen = _u16(f, off + 4)
+                    field = _u16(f, off + 6)
+                    o.u16[K_SPORT, i] = _u16(f, off)
+                    o.u16[K_DPORT, i] = dport
+                    o.u16[K_UDP_LEN, i] = ulen
+                    o.u16[K_L4_CSUM, i] = field
+                    if fragment:
+                        # the UDP length covers the reassembled datagram
+                        o.u32[K_PAYLOAD_LEN, i] = ln - 8
+                        break
+                    # __udp4_lib_rcv: ulen > IP payload is short (dropped); smaller trims
+                    if ulen < 8 or ulen > ln:
+                        status = S.STATUS_BAD_L4_HEADER
+                        break
+                    o.u32[K_PAYLOAD_LEN, i] = ulen - 8
+                    if field == 0:
+                        o.u8[K_L4_CSUM_STATE, i] = S.CSUM_ZERO
+                    else:
+                        o.u8[K_L4_CSUM_STATE, i] = _csum_state(f, cap, field, off, ulen, pseudo)
+                    tt = port_tun[dport]
+                    if tt == C.TUN_NONE:
+                        break
+                    if depth >= C.MAX_ENCAP_DEPTH:
+                        status = S.STATUS_ENCAP_TOO_DEEP
+                        break
+                    if off + 8 > 0xFFFF:         # reference enter_tunnel -> where()
+                        status = S.STATUS_UNSUPPORTED_ENCAP
+                        break
+                    depth += 1
+                    _enter_tunnel(o, i, depth, tt, off + 8)
+                    inner, inner_len = off + 8, ulen - 8
+                    if tt == C.TUN_VXLAN:
+                        st, off = ST_VXLAN, inner
+                    elif tt == C.TUN_VXLAN_GPE:
+                        st, off = ST_GPE, inner
+                    elif tt == C.TUN_GENEVE:
+                        st, off = ST_GENEVE, inner
+                    elif tt == C.TUN_FOU:
+                        layers[nl] = LY_FOU
+                        nl += 1
+                        if depth == 1:
+                            o.u16[K_TUN_PROTO, i] = port_fou[dport]
+                        st, proto, off, ln = ST_IPTUN, np.int64(port_fou[dport]), inner, inner_len
+                    else:
+                        st, off, ln = ST_GUE, inner, inner_len
+                    continue
+                if fragment:
+                    pass                  # first fragment of another protocol: other_l4 below
+                elif proto == C.IPPROTO_GRE or proto == C.IPPROTO_IPIP or proto == C.IPPROTO_IPV6:
+                    # reference carrier(): the tunnel's protocol seen as L4, then the tunnel
+                    if off > 0xFFFF:             # reference where()
+                        status = S.STATUS_UNSUPPORTED_ENCAP
+                        break
+                    o.u16[K_L4_OFFSET, i] = off
+                    o.u32[K_PAYLOAD_LEN, i] = ln
+                    if depth >= C.MAX_ENCAP_DEPTH:
+                        status = S.STATUS_ENCAP_TOO_DEEP
+                        break
+                    depth += 1
+                    if proto == C.IPPROTO_GRE:
+                        _enter_tunnel(o, i, depth, C.TUN_GRE, off)
+                        st = ST_GRE
+                    elif proto == C.IPPROTO_IPIP:
+                        _enter_tunnel(o, i, depth, C.TUN_IPIP if ipver == 4 else C.TUN_IP4IP6, off)
+                        st = ST_IPV4
+                    else:
+                        _enter_tunnel(o, i, depth, C.TUN_SIT if ipver == 4 else C.TUN_IP6IP6, off)
+                        st = ST_IPV6
+                    continue
+                # other_l4: no header decoded, payload_len is the IP payload
+                if proto == C.IPPROTO_ICMP:
+                    layers[nl] = LY_ICMP
+                elif proto == C.IPPROTO_ICMPV6:
+                    layers[nl] = LY_ICMPV6
+                else:
+                    layers[nl] = LY_IPPROTO + proto
+                nl += 1
+                o.u8[K_L4_PROTO, i] = proto
+                if off > 0xFFFF:                 # reference where()
+                    status = S.STATUS_UNSUPPORTED_ENCAP
+                    break
+                o.u16[K_L4_OFFSET, i] = off
+                o.u32[K_PAYLOAD_LEN, i] = ln
+                break
+
+            elif st == ST_IPTUN:
+                # reference ip_in_tunnel: IP protocol carried directly by FOU/GUE
+                if proto == C.IPPROTO_IPIP:
+                    st = ST_IPV4
+                elif proto == C.IPPROTO_IPV6:
+                    st = ST_IPV6
+                elif proto == C.IPPROTO_GRE:
+                    if depth >= C.MAX_ENCAP_DEPTH:
+                        status = S.STATUS_ENCAP_TOO_DEEP
+                        break
+                    if off > 0xFFFF:             # reference enter_tunnel -> where()
+                        status = S.STATUS_UNSUPPORTED_ENCAP
+                        break
+                    depth += 1
+                    _enter_tunnel(o, i, depth, C.TUN_GRE, off)
+                    st = ST_GRE
+                else:
+                    status = S.STATUS_UNSUPPORTED_ENCAP
+                    break
+
+            elif st == ST_GRE:
+                # GRE header (RFC 2784/2890; gre_parse_header)
+                layers[nl] = LY_GRE
+                nl += 1
+                if off + C.GRE_HLEN > cap:
+                    status = S.STATUS_TRUNCATED
+                    break
+                flags = _u16(f, off)
+                gproto = _u16(f, off + 2)
+                if depth == 1:
+                    o.u32[K_TUN_FLAGS, i] = flags
+                    o.u16[K_TUN_PROTO, i] = gproto
+                # gre_parse_header: version != 0 (PPTP) and routing are refused
+                if flags & (C.GRE_VERSION | C.GRE_ROUTING):
+                    status = S.STATUS_UNSUPPORTED_ENCAP
+                    break
+                hl = C.GRE_HLEN
+                if flags & C.GRE_CSUM:
+                    hl += 4
+                if flags & C.GRE_KEY:
+                    hl += 4
+                if flags & C.GRE_SEQ:
+                    hl += 4
+                if off + hl > cap:
+                    status = S.STATUS_TRUNCATED
+                    break
+                p = off + C.GRE_HLEN
+                if flags & C.GRE_CSUM:
+                    if off + ln <= cap and depth == 1:   # verifiable with the whole packet only
+                        ok = _fold16(_ones_sum(f, off, off + ln, 0)) == 0xFFFF
+                        o.u8[K_TUN_CSUM_OK, i] = 1 if ok else 0
+                    p += 4
+                if flags & C.GRE_KEY:
+                    if depth == 1:
+                        o.u32[K_TUN_KEY, i] = _u32(f, p)
+                    p += 4
+                if flags & C.GRE_SEQ:
+                    if depth == 1:
+                        o.u32[K_TUN_SEQ, i] = _u32(f, p)
+                    p += 4
+                if gproto == C.ETH_P_IP:
+                    st, off = ST_IPV4, p
+                elif gproto == C.ETH_P_IPV6:
+                    st, off = ST_IPV6, p
+                elif gproto == C.ETH_P_TEB:
+                    if depth == 1:
+                        o.u8[K_TUN_TYPE, i] = C.TUN_GRE_TEB
+                    st, off = ST_INNER_ETH, p
+                elif gproto == C.ETH_P_ERSPAN:
+                    if depth == 1:
+                        o.u8[K_TUN_TYPE, i] = C.TUN_ERSPAN2
+                    st, off, aux = ST_ERSPAN, p, C.ERSPAN_V1
+                elif gproto == C.ETH_P_ERSPAN2:
+                    if depth == 1:
+                        o.u8[K_TUN_TYPE, i] = C.TUN_ERSPAN3
+                    st, off, aux = ST_ERSPAN, p, C.ERSPAN_V2
+                else:
+                    status = S.STATUS_UNSUPPORTED_ENCAP
+                    break
+
+            elif st == ST_ERSPAN:
+                # ERSPAN type II (ver 1) / III (ver 2) header (include/net/erspan.h)
+                layers[nl] = LY_ERSPAN2 if aux == C.ERSPAN_V1 else LY_ERSPAN3
+                nl += 1
+                hl = C.ERSPAN2_HLEN if aux == C.ERSPAN_V1 else C.ERSPAN3_HLEN
+                if off + hl > cap:
+                    status = S.STATUS_TRUNCATED
+                    break
+                ver = f[off] >> 4
+                if depth == 1:
+                    o.u8[K_ERSPAN_VER, i] = ver
+                    o.u16[K_ERSPAN_SESSION, i] = _u16(f, off + 2) & C.ERSPAN_SESSION_MASK
+                if ver != aux:
+                    status = S.STATUS_BAD_TUNNEL_HEADER
+                    break
+                if aux == C.ERSPAN_V2 and f[off + 11] & 0x01:     # O: platform subheader
+                    hl += C.ERSPAN3_PLATFORM_LEN
+                    if off + hl > cap:
+                        status = S.STATUS_TRUNCATED
+                        break
+                st, off = ST_INNER_ETH, off + hl
+
+            elif st == ST_VXLAN or st == ST_GPE:
+                layers[nl] = LY_VXLAN if st == ST_VXLAN else LY_GPE
+                nl += 1
+                if off + C.VXLAN_HLEN > cap:
+                    status = S.STATUS_TRUNCATED
+                    break
+                w0 = _u32(f, off)
+                if depth == 1:
+                    o.u32[K_TUN_FLAGS, i] = w0
+                    o.u32[K_TUN_KEY, i] = _u32(f, off + 4)
+                if st == ST_VXLAN:
+                    # RFC 7348; vxlan_rcv: no valid VNI -> dropped
+                    if not w0 & C.VXLAN_FLAG_I:
+                        status = S.STATUS_BAD_TUNNEL_HEADER
+                        break
+                    st, off = ST_INNER_ETH, off + C.VXLAN_HLEN
+                    continue
+                # VXLAN-GPE: vxlan_parse_gpe_proto
+                np_ = w0 & 0xFF
+                if depth == 1:
+                    o.u16[K_TUN_PROTO, i] = np_
+                b0 = f[off]
+                if b0 & C.GPE_VER_MASK or not b0 & C.GPE_FLAG_P:
+                    status = S.STATUS_BAD_TUNNEL_HEADER
+                    break
+                if b0 & C.GPE_FLAG_O:           # vxlan_parse_gpe_proto: OAM is dropped
+                    status = S.STATUS_UNSUPPORTED_ENCAP
+                    break
+                p = off + C.VXLAN_HLEN
+                if np_ == C.GPE_NP_IPV4:
+                    st, off = ST_IPV4, p
+                elif np_ == C.GPE_NP_IPV6:
+                    st, off = ST_IPV6, p
+                elif np_ == C.GPE_NP_ETHERNET:
+                    st, off = ST_INNER_ETH, p
+                else:
+                    status = S.STATUS_UNSUPPORTED_ENCAP
+                    break
+
+            elif st == ST_GENEVE:
+                # Geneve header (RFC 8926 3.4) with its options (digested)
+                layers[nl] = LY_GENEVE
+                nl += 1
+                if off + C.GENEVE_HLEN > cap:
+                    status = S.STATUS_TRUNCATED
+                    break
+                opt_len = np.int64(f[off] & 0x3F) * 4
+                gproto = _u16(f, off + 2)
+                if depth == 1:
+                    o.u32[K_TUN_FLAGS, i] = _u32(f, off)
+                    o.u32[K_TUN_KEY, i] = _u32(f, off + 4)
+                    o.u16[K_TUN_PROTO, i] = gproto
+                    o.u16[K_TUN_OPT_LEN, i] = opt_len
+                if f[off] >> 6 != 0:            # geneve_udp_encap_recv: version must be 0
+                    status = S.STATUS_BAD_TUNNEL_HEADER
+                    break
+                hl = C.GENEVE_HLEN + opt_len
+                if off + hl > cap:
+                    status = S.STATUS_TRUNCATED
+                    break
+                if depth == 1:
+                    o.u64[K_TUN_OPT_DIGEST, i] = _digest_or_zero(f, off + C.GENEVE_HLEN, off + hl)
+                p = off + hl
+                if gproto == C.ETH_P_TEB:
+                    st, off = ST_INNER_ETH, p
+                elif gproto == C.ETH_P_IP:
+                    st, off = ST_IPV4, p
+                elif gproto == C.ETH_P_IPV6:
+                    st, off = ST_IPV6, p
+                else:
+                    status = S.STATUS_UNSUPPORTED_ENCAP
+                    break
+
+            elif st == ST_GUE:
+                # GUE (fou.c gue_udp_recv): version 0 header, or version 1 = direct IP
+                layers[nl] = LY_GUE
+                nl += 1
+                if off + C.GUE_HLEN > cap:
+                    status = S.STATUS_TRUNCATED
+                    break
+                b0 = np.int64(f[off])
+                if depth == 1:
+                    o.u32[K_TUN_FLAGS, i] = _u32(f, off)
+                ver = b0 >> 6
+                if ver == 1:
+                    nib = b0 >> 4
+                    if nib == 4:
+                        if depth == 1:
+                            o.u16[K_TUN_PROTO, i] = C.IPPROTO_IPIP
+                        st = ST_IPV4
+                    elif nib == 6:
+                        if depth == 1:
+                            o.u16[K_TUN_PROTO, i] = C.IPPROTO_IPV6
+                        st = ST_IPV6
+                    else:
+                        status = S.STATUS_BAD_TUNNEL_HEADER
+                        break
+                    continue
+                if ver != 0:
+                    status = S.STATUS_BAD_TUNNEL_HEADER
+                    break
+                gproto = np.int64(f[off + 1])
+                opt = (b0 & C.GUE_HLEN_MASK) * 4
+                if depth == 1:
+                    o.u16[K_TUN_PROTO, i] = gproto
+                    o.u16[K_TUN_OPT_LEN, i] = opt
+                hl = C.GUE_HLEN + opt
+                if hl > ln:                     # optional fields longer than the UDP payload
+                    status = S.STATUS_BAD_TUNNEL_HEADER
+                    break
+                if off + hl > cap:
+                    status = S.STATUS_TRUNCATED
+                    break
+                if depth == 1:
+                    o.u64[K_TUN_OPT_DIGEST, i] = _digest_or_zero(f, off + C.GUE_HLEN, off + hl)
+                if b0 & C.GUE_FLAG_C:           # control message: carries no packet
+                    status = S.STATUS_UNSUPPORTED_ENCAP
+                    break
+                st, proto, off, ln = ST_IPTUN, gproto, off + hl, ln - hl
+        status_out[i] = status
         encap_depth[i] = depth
         if nl > MAX_LAYERS:
             encap_idx[i] = -1
