@@ -191,5 +191,5 @@ def test_explain_names_the_gre_flag_that_stops_gro():
     assert lines[1] == ("model napi, kernel 6.18: 32 packets -> 32 super-packets, "
                         "aggregation ratio 1.00")
     assert lines[4].split()[-2:] == ["alone", "BYPASS_TUNNEL"]
-    assert lines[5] == "                  why: GRE sequence (S) set: gre_gro_receive takes only K and C"
+    assert lines[5] == " " * 18 + "why: GRE sequence (S) set: gre_gro_receive takes only K and C"
     assert out.count("why: GRE sequence (S) set") == 32
