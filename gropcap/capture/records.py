@@ -28,7 +28,12 @@ class RecordBatch(NamedTuple):
     file_offset: np.ndarray  # uint64: byte offset of the record header in the (decompressed) file
 
     def __len__(self) -> int:
+        # the number of records, not of fields; _replace below does not rely on it
         return len(self.offset)
+
+    def _replace(self, **changes) -> "RecordBatch":
+        """A copy with some arrays replaced (NamedTuple's own _replace checks len())."""
+        return RecordBatch(*[changes.pop(f, getattr(self, f)) for f in self._fields])
 
     def frame(self, i: int) -> bytes:
         """The captured bytes of record ``i``."""
