@@ -31,14 +31,18 @@ class RecordBatch(NamedTuple):
         # the number of records, not of fields; _replace below does not rely on it
         return len(self.offset)
 
-    def _replace(self, **changes) -> "RecordBatch":
-        """A copy with some arrays replaced (NamedTuple's own _replace checks len())."""
-        return RecordBatch(*[changes.pop(f, getattr(self, f)) for f in self._fields])
-
     def frame(self, i: int) -> bytes:
         """The captured bytes of record ``i``."""
         o = int(self.offset[i])
         return bytes(self.buf[o:o + int(self.cap_len[i])])
+
+
+def _replace(self: RecordBatch, **changes) -> RecordBatch:
+    """A copy with some arrays replaced (NamedTuple's own _replace checks len())."""
+    return RecordBatch(*[changes.pop(f, getattr(self, f)) for f in self._fields])
+
+
+RecordBatch._replace = _replace  # typing.NamedTuple forbids defining it in the class body
 
 
 @dataclass
