@@ -65,7 +65,7 @@ def capture_warnings(analysis) -> list[str]:
         out.append(f"{int(pre.sum())} frames are already coalesced (more IP bytes than a "
                    f"{MTU_IP_BYTES}-byte MTU, IPv4 total length 0 or the pcapng TSO flag; "
                    f"largest {largest} bytes): captured after GRO/TSO or on a jumbo MTU, "
-                   f"they count as arriving GSO packets")
+                   f"so the capture does not show the segments on the wire")
     partial = col("l4_csum_state") == CSUM_PARTIAL
     if partial.any():
         out.append(f"{int(partial.sum())} TCP/UDP checksums hold only the pseudo-header sum "
