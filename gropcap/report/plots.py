@@ -27,8 +27,12 @@ _MODEL_COLOURS = {"ideal": "tab:blue", "napi": "tab:orange"}
 
 
 def _figure(figsize=(8, 4.5)):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ConfigError("plots need matplotlib, which is not installed",
+                          hint="pip install matplotlib") from None
 
     fig = Figure(figsize=figsize, dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
