@@ -314,7 +314,7 @@ def test_gso_size_and_type():
 @pytest.mark.parametrize("seed", range(6))
 def test_invariants_random_traffic(seed):
     rng = np.random.default_rng(seed)
-    t = packet_table(random_traffic(rng, 400, 1 + seed))
+    t = packet_table(random_traffic(rng, 400, 1 + seed, tunnels=seed % 2 == 1))
     payload = t.column("payload_len").to_numpy()
     for cfg in (GroConfig(), GroConfig(kernel=KernelProfile.parse("4.4")),
                 GroConfig(model="napi", queues=3, budget=8, hz=1000),
@@ -326,3 +326,21 @@ def test_invariants_random_traffic(seed):
         assert np.all(res.seg_first_packet <= res.seg_last_packet)
         if cfg.model == "napi":
             assert np.all(np.diff(res.seg_poll_id) >= 0)
+
+
+@pytest.mark.parametrize("version,merges", [("6.18", False), ("6.12", True), ("6.1", True)])
+def test_outer_ip_id_random_with_df(version, merges):
+    # GRE with random outer IDs and outer DF: ignored before 6.18, must be fixed or
+    # incrementing from 6.18 ("net: gso: restore outer ip ids correctly")
+    from test_gro_engine_traffic import encapsulate
+    rows = []
+    for i, r in enumerate(flow(4)):
+        outer = dict(src={4: "192.0.2.1"}, dst={4: "198.51.100.1"}, ttl=64, tos=0,
+                     id=(i * 7919 + 13) & 0xFFFF, df=True, flow_label=0, key=1,
+                     csum_ok=True)
+        rows.append(encapsulate(r, "gre", outer))
+    res = run(rows, kernel(version))
+    if merges:
+        assert res.seg_count.tolist() == [4]
+    else:
+        assert names(res.reason)[1] == "FLUSH_OUTER_IP_ID"

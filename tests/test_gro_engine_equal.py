@@ -54,11 +54,11 @@ def both(table, config, polls=None):
     return f, r
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), flows=st.integers(1, 12),
-       kernel=st.sampled_from(KERNELS), cfg=st.sampled_from(CONFIGS))
-def test_equal_generated(seed, n, flows, kernel, cfg):
-    table = packet_table(random_traffic(np.random.default_rng(seed), n, flows))
+       kernel=st.sampled_from(KERNELS), cfg=st.sampled_from(CONFIGS), tunnels=st.booleans())
+def test_equal_generated(seed, n, flows, kernel, cfg, tunnels):
+    table = packet_table(random_traffic(np.random.default_rng(seed), n, flows, tunnels))
     config = cfg.replace(kernel=KernelProfile.parse(kernel))
     f, r = both(table, config)
     f.check_invariants(table.column("payload_len").to_numpy())
@@ -70,7 +70,7 @@ def test_equal_generated(seed, n, flows, kernel, cfg):
        kernel=st.sampled_from(KERNELS), windows=st.integers(1, 20))
 def test_equal_explicit_polls(seed, n, queues, kernel, windows):
     rng = np.random.default_rng(seed)
-    table = packet_table(random_traffic(rng, n, 5))
+    table = packet_table(random_traffic(rng, n, 5, tunnels=True))
     polls = np.sort(rng.integers(0, windows, n)).astype(np.int64)
     config = GroConfig(model="napi", queues=queues, kernel=KernelProfile.parse(kernel))
     f, r = both(table, config, polls)

@@ -86,14 +86,79 @@ def test_packet_table_builds_schema_table():
 
 # --- random traffic for property tests (shared by the engine tests) --------------------
 
-def random_traffic(rng, n_packets: int = 200, n_flows: int = 4) -> list[dict]:
+# tunnel kinds for random traffic: (tun_type, outer IP version, GRE flags word, overhead)
+TUNNELS = {
+    "gre": (1, 4, 0x0000), "gre_key": (1, 4, 0x2000), "gre_csum": (1, 4, 0x8000),
+    "gre_seq": (1, 4, 0x1000), "gretap": (2, 4, 0x2000), "ipip": (5, 4, 0),
+    "sit": (6, 4, 0), "ip6ip6": (7, 6, 0), "ip4ip6": (8, 6, 0), "ip6gre": (1, 6, 0x2000),
+    "vxlan": (9, 4, 0x08000000),
+}
+
+
+def encapsulate(row: dict, kind: str, outer: dict) -> dict:
+    """Wrap a tcp_row in an outer IP header and tunnel header (column values only).
+
+    ``outer``: src, dst, ttl, tos, id, df, flow_label, key, csum_ok.
+    """
+    tun_type, ov, flags = TUNNELS[kind]
+    inner_v = row["ip_version"]
+    off = row["ip_offset"]                       # where the outer header now starts
+    ohl = 20 if ov == 4 else 40
+    if tun_type in (1, 2):
+        over = 4 + 4 * (bool(flags & 0x8000) + bool(flags & 0x2000) + bool(flags & 0x1000))
+        if tun_type == 2:
+            over += 14
+        proto = 47
+    elif tun_type == 9:
+        over = 8 + 8 + 14
+        proto = 17
+    else:
+        over = 0
+        proto = 4 if inner_v == 4 else 41
+    shift = ohl + over
+    inner_tot = row["ip_tot_len"]
+    row = dict(row)
+    row["ip_offset"] += shift
+    row["l4_offset"] += shift
+    row["wire_len"] += shift
+    row["cap_len"] += shift
+    row.update(
+        outer_ip_version=ov, outer_ip_offset=off, outer_ip_hdr_len=ohl,
+        outer_ip_tot_len=ohl + over + inner_tot, outer_ip_src=addr16(outer["src"][ov]),
+        outer_ip_dst=addr16(outer["dst"][ov]), outer_ip_proto=proto,
+        outer_ip_ttl=outer["ttl"], outer_ip_tos=outer["tos"],
+        outer_ip_id=outer["id"] if ov == 4 else 0, outer_ip_df=outer["df"] and ov == 4,
+        outer_ip_csum_ok=True, outer_ip_flow_label=outer["flow_label"] if ov == 6 else 0,
+        tun_type=tun_type, tun_offset=off + ohl, tun_flags=flags, encap_depth=1,
+        encap=f"eth/ipv{ov}/{kind}/ipv{inner_v}/tcp",
+        eth_type=0x0800 if ov == 4 else 0x86DD,
+    )
+    if tun_type in (1, 2):
+        row.update(tun_proto=0x6558 if tun_type == 2 else (0x0800 if inner_v == 4 else 0x86DD),
+                   tun_key=outer["key"] if flags & 0x2000 else 0,
+                   tun_csum_ok=outer["csum_ok"] if flags & 0x8000 else True)
+    if tun_type == 2:
+        row.update(inner_eth_dst=0x0A0000000002, inner_eth_src=0x0A0000000001,
+                   inner_eth_type=0x0800 if inner_v == 4 else 0x86DD)
+    if tun_type == 9:
+        row.update(outer_l4_proto=17, outer_sport=40000 + outer["key"] % 1000,
+                   outer_dport=4789, outer_udp_len=8 + 8 + 14 + inner_tot, tun_key=outer["key"] << 8,
+                   inner_eth_dst=0x0A0000000002, inner_eth_src=0x0A0000000001,
+                   inner_eth_type=0x0800 if inner_v == 4 else 0x86DD)
+    return row
+
+
+def random_traffic(rng, n_packets: int = 200, n_flows: int = 4,
+                   tunnels: bool = False) -> list[dict]:
     """Seeded random TCP traffic that exercises most GRO rules.
 
     Several IPv4/IPv6 flows (some in VLANs), bulk segments in sequence with random
     disturbances: PSH/FIN/SYN/RST/URG/CWR/ECE, pure ACKs, short and long segments, seq
     gaps and reordering, ACK/window/TTL/TOS/ECN/DF changes, timestamp and SACK options,
     fixed / incrementing / random IPv4 IDs, padding, IP options, fragments, bad checksums,
-    non-TCP packets, and timestamp gaps for the NAPI poll model.
+    non-TCP packets, and timestamp gaps for the NAPI poll model. With ``tunnels`` some
+    flows run inside GRE / IPIP / SIT / ip6ip6 / ip4ip6 / GRE-TEB / VXLAN with their own
+    outer TTL/TOS/DF/ID behaviour (fixed, incrementing or random outer IDs).
     """
     flows = []
     for f in range(n_flows):
@@ -106,7 +171,14 @@ def random_traffic(rng, n_packets: int = 200, n_flows: int = 4) -> list[dict]:
                           idmode=rng.choice(["inc", "fixed", "random"]),
                           df=bool(rng.random() < 0.8), ts=int(rng.integers(0, 2**32)),
                           vlan=int(rng.integers(1, 4095)) if rng.random() < 0.2 else 0,
-                          mss=int(rng.choice([1448, 1448, 1000, 536]))))
+                          mss=int(rng.choice([1448, 1448, 1000, 536])),
+                          tun=(str(rng.choice(list(TUNNELS))) if tunnels and rng.random() < 0.6
+                               else ""),
+                          oid=int(rng.integers(0, 65536)),
+                          oidmode=rng.choice(["inc", "fixed", "random"]),
+                          odf=bool(rng.random() < 0.6), key=int(rng.integers(1, 5)),
+                          osrc={4: f"192.0.2.{f + 1}", 6: f"2001:db8::{f + 1}"},
+                          odst={4: "198.51.100.1", 6: "2001:db8::ffff"}))
     rows = []
     t = 1_000_000_000
     for _ in range(n_packets):
@@ -190,6 +262,18 @@ def random_traffic(rng, n_packets: int = 200, n_flows: int = 4) -> list[dict]:
             row["l4_offset"] += 4
             row["wire_len"] += 4
             row["cap_len"] += 4
+        if f["tun"]:
+            omode = f["oidmode"]
+            oid = f["oid"] if omode != "random" else int(rng.integers(0, 65536))
+            if omode == "inc":
+                f["oid"] = (f["oid"] + 1) & 0xFFFF
+            outer = dict(src=f["osrc"], dst=f["odst"],
+                         ttl=64 if rng.random() > 0.02 else 60,
+                         tos=0 if rng.random() > 0.02 else 0x02,
+                         id=oid, df=f["odf"] if rng.random() > 0.01 else not f["odf"],
+                         flow_label=0 if rng.random() > 0.01 else 7, key=f["key"],
+                         csum_ok=rng.random() > 0.02)
+            row = encapsulate(row, f["tun"], outer)
         rows.append(row)
         if y >= 0.05 and payload > 0 and (flags & 0x02) == 0:
             f["seq"] = (seq + payload) & 0xFFFFFFFF
