@@ -125,6 +125,8 @@ def find_flows(flows, spec: int | FlowSpec | str) -> list[int]:
     if isinstance(spec, str):
         spec = parse_flow_spec(spec)
     n = flows.num_rows
+    if n == 0:
+        raise ConfigError("the capture holds no packets, so no flows")
     if isinstance(spec, int):
         if not 0 <= spec < n:
             raise ConfigError(f"no flow {spec}", hint=f"flow ids run from 0 to {n - 1}")
