@@ -202,9 +202,11 @@ def decode(files, output, force, **kw):
 @click.option("--force", is_flag=True, help="Replace existing output files.")
 @click.option("--engine", type=click.Choice(["fast", "reference"]), default="fast",
               show_default=True, help="GRO engine (numba, or the plain-Python oracle).")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="Write the report plots to FILE.png or FILE.svg.")
 @_gro_options
 @_decode_options
-def analyze(files, model, fmt, out_dir, force, engine, **kw):
+def analyze(files, model, fmt, out_dir, force, engine, plot, **kw):
     """Simulate GRO over captures and summarise how far it aggregates and why it stops."""
     from gropcap.io.parquet import write_analysis
     from gropcap.pipeline import analyze as run
@@ -216,11 +218,11 @@ def analyze(files, model, fmt, out_dir, force, engine, **kw):
     analysis = run(list(files), config, models=models, decode_options=options, engine=engine)
     if out_dir:
         write_analysis(analysis, out_dir, force=force)
+    if plot:
+        from gropcap.report.plots import save_plots
+        save_plots(analysis, plot)
     if fmt == "json":
-        s = analysis.summary()
-        out = {"kernel": s["kernel"], "models": s["models"], "packets": s["packets"],
-               "files": s["files"], "status": s["status"], "gropcap": s["gropcap"]}
-        click.echo(json.dumps(out, indent=2))
+        click.echo(json.dumps(analysis.summary(), indent=2))
     else:
         click.echo(render_text(analysis, color=sys.stdout.isatty()), nl=False)
 
@@ -232,9 +234,12 @@ def _register_optional():
     except ImportError:  # pragma: no cover - layer not installed
         return
     main.add_command(kernel_replay, name="kernel-replay")
+    from gropcap.report.commands import register
+    register(main)
 
 
-_register_optional()
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
+if __name__ == "__main__":  # pragma: no cover - `python -m gropcap.cli`
+    from gropcap.cli import main as _main  # the importable module, with every command
+    _main()
+else:
+    _register_optional()

@@ -1,0 +1,5 @@
+"""``python -m gropcap`` runs the command line."""
+
+from gropcap.cli import main
+
+main()
