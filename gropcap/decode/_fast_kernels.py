@@ -188,10 +188,11 @@ def _mac(f, off):
 
 
 @njit(cache=True, inline="always")
-def _ones_sum(f, lo, hi, start):
-    """digest.ones_sum over f[lo:hi]: big-endian words, odd byte padded with zero."""
+def _ones_sum(f, base, lo, hi, start):
+    """digest.ones_sum over f[base + lo : base + hi]: big-endian words, odd byte padded."""
     s = np.int64(start)
-    p = lo
+    p = base + lo
+    hi = base + hi
     while p + 1 < hi:
         s += (np.int64(f[p]) << 8) | np.int64(f[p + 1])
         p += 2
@@ -208,12 +209,12 @@ def _fold16(s):
 
 
 @njit(cache=True, inline="always")
-def _digest_or_zero(f, lo, hi):
-    """digest.digest_or_zero: FNV-1a 64 of f[lo:hi], 0 for an empty range."""
+def _digest_or_zero(f, base, lo, hi):
+    """digest.digest_or_zero: FNV-1a 64 of f[base + lo : base + hi], 0 for an empty range."""
     if hi <= lo:
         return _U64_ZERO
     h = _FNV_OFFSET
-    for p in range(lo, hi):
+    for p in range(base + lo, base + hi):
         h = (h ^ np.uint64(f[p])) * _FNV_PRIME
     return h
 
@@ -273,13 +274,13 @@ def _enter_tunnel(o, i, depth, tun_type, off):
     o.i8[K_TCP_WSCALE, i] = -1
 
 
-@njit(cache=True)
-def _csum_state(f, cap, field, off, seglen, pseudo):
+@njit(cache=True, inline="always")
+def _csum_state(f, base, cap, field, off, seglen, pseudo):
     """reference l4_csum_state: GOOD/BAD need the whole segment; PARTIAL = pseudo sum only."""
     pf = _fold16(pseudo + seglen)
     full = False
     if off + seglen <= cap:
-        total = _fold16(_ones_sum(f, off, off + seglen, pseudo + seglen))
+        total = _fold16(_ones_sum(f, base, off, off + seglen, pseudo + seglen))
         if total == 0xFFFF:
             return S.CSUM_GOOD
         full = True
@@ -288,8 +289,8 @@ def _csum_state(f, cap, field, off, seglen, pseudo):
     return S.CSUM_BAD if full else S.CSUM_UNKNOWN
 
 
-@njit(cache=True)
-def _tcp_options(f, lo, hi):
+@njit(cache=True, inline="always")
+def _tcp_options(b, base, lo, hi):
     """tcp_parse_options as the reference reads it: a malformed option ends parsing.
 
     Returns (mss, wscale, sack_perm, sack_blocks, has_ts, tsval, tsecr), absent = 0 / -1.
@@ -297,7 +298,7 @@ def _tcp_options(f, lo, hi):
     mss, wscale, sack_perm, sack_blocks, has_ts, tsval, tsecr = 0, -1, 0, 0, 0, 0, 0
     p = lo
     while p < hi:
-        kind = f[p]
+        kind = b[base + p]
         if kind == C.TCPOPT_EOL:
             break
         if kind == C.TCPOPT_NOP:
@@ -305,21 +306,21 @@ def _tcp_options(f, lo, hi):
             continue
         if p + 1 >= hi:
             break
-        size = np.int64(f[p + 1])
+        size = np.int64(b[base + p + 1])
         if size < 2 or p + size > hi:       # "silly options"
             break
         if kind == C.TCPOPT_MSS and size == 4:
-            mss = _u16(f, p + 2)
+            mss = _u16(b, base + p + 2)
         elif kind == C.TCPOPT_WSCALE and size == 3:
-            wscale = min(np.int64(f[p + 2]), C.TCP_MAX_WSCALE)
+            wscale = min(np.int64(b[base + p + 2]), C.TCP_MAX_WSCALE)
         elif kind == C.TCPOPT_SACK_PERM and size == 2:
             sack_perm = 1
         elif kind == C.TCPOPT_SACK and size >= 10 and (size - 2) % 8 == 0:
             sack_blocks = (size - 2) // 8
         elif kind == C.TCPOPT_TIMESTAMP and size == 10:
             has_ts = 1
-            tsval = _u32(f, p + 2)
-            tsecr = _u32(f, p + 6)
+            tsval = _u32(b, base + p + 2)
+            tsecr = _u32(b, base + p + 6)
         p += size
     return mss, wscale, sack_perm, sack_blocks, has_ts, tsval, tsecr
 
@@ -363,6 +364,8 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
     """
     n = offset.shape[0]
     nbuf = buf.shape[0]
+    # bound once: reading a field of ``o`` inside the loop costs a refcount round trip
+    u8, i8, u16, i16, u32, u64, addr, opts = o
     layers = np.zeros(MAX_LAYERS + 2, dtype=np.uint16)
     tmask = tab_key.shape[0] - 1
     ndict = 0
@@ -377,7 +380,6 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
             lo = 0
         elif lo + cap > nbuf:
             cap = nbuf - lo
-        f = buf[lo:lo + cap]
         wire = max(np.int64(wire_len[i]), cap)
         lt = np.int64(linktype[i])
         # --- one frame: mirrors reference._FrameDecoder.run (see the module docstring) ---
@@ -416,7 +418,7 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                     if cap < 1:
                         status = S.STATUS_TRUNCATED
                         break
-                    v = f[0] >> 4
+                    v = buf[lo + 0] >> 4
                     if v == 4:
                         st, off = ST_IPV4, 0
                     elif v == 6:
@@ -435,11 +437,11 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                     if cap < 4:
                         status = S.STATUS_TRUNCATED
                         break
-                    be = _u32(f, 0)
+                    be = _u32(buf, lo + 0)
                     af = be
                     if lt == C.LINKTYPE_NULL:
-                        le = (np.int64(f[0]) | (np.int64(f[1]) << 8) | (np.int64(f[2]) << 16)
-                              | (np.int64(f[3]) << 24))
+                        le = (np.int64(buf[lo + 0]) | (np.int64(buf[lo + 1]) << 8) | (np.int64(buf[lo + 2]) << 16)
+                              | (np.int64(buf[lo + 3]) << 24))
                         af = le if le <= 0xFFFF else be
                     if af == C.NULL_AF_INET:
                         st, off = ST_IPV4, 4
@@ -454,10 +456,10 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                     if cap < C.SLL_HLEN:
                         status = S.STATUS_TRUNCATED
                         break
-                    if _u16(f, 2) == C.ARPHRD_ETHER and _u16(f, 4) == 6:
-                        o.u64[K_ETH_SRC, i] = _mac(f, 6)
-                    etype = _u16(f, 14)
-                    o.u16[K_ETH_TYPE, i] = etype
+                    if _u16(buf, lo + 2) == C.ARPHRD_ETHER and _u16(buf, lo + 4) == 6:
+                        u64[K_ETH_SRC, i] = _mac(buf, lo + 6)
+                    etype = _u16(buf, lo + 14)
+                    u16[K_ETH_TYPE, i] = etype
                     st, off, outer = ST_VLANS, C.SLL_HLEN, True
                 elif lt == C.LINKTYPE_LINUX_SLL2:
                     layers[nl] = LY_SLL2
@@ -465,10 +467,10 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                     if cap < C.SLL2_HLEN:
                         status = S.STATUS_TRUNCATED
                         break
-                    if _u16(f, 8) == C.ARPHRD_ETHER and f[11] == 6:
-                        o.u64[K_ETH_SRC, i] = _mac(f, 12)
-                    etype = _u16(f, 0)
-                    o.u16[K_ETH_TYPE, i] = etype
+                    if _u16(buf, lo + 8) == C.ARPHRD_ETHER and buf[lo + 11] == 6:
+                        u64[K_ETH_SRC, i] = _mac(buf, lo + 12)
+                    etype = _u16(buf, lo + 0)
+                    u16[K_ETH_TYPE, i] = etype
                     st, off, outer = ST_VLANS, C.SLL2_HLEN, True
                 else:
                     status = S.STATUS_UNSUPPORTED_LINKTYPE
@@ -484,9 +486,9 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                         break
                     # brcm_tag_rcv_ll: source port in byte 3; a non-zero opcode or a reserved
                     # reason code is dropped
-                    o.u8[K_DSA_TAG, i] = C.DSA_BRCM_PREPEND
-                    o.i16[K_DSA_PORT, i] = f[off + 3] & C.BRCM_EG_PID_MASK
-                    if f[off] >> C.BRCM_OPCODE_SHIFT or f[off + 2] & C.BRCM_EG_RC_RSVD:
+                    u8[K_DSA_TAG, i] = C.DSA_BRCM_PREPEND
+                    i16[K_DSA_PORT, i] = buf[lo + off + 3] & C.BRCM_EG_PID_MASK
+                    if buf[lo + off] >> C.BRCM_OPCODE_SHIFT or buf[lo + off + 2] & C.BRCM_EG_RC_RSVD:
                         status = S.STATUS_BAD_L2_HEADER
                         break
                     off += C.BRCM_TAG_LEN
@@ -495,8 +497,8 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                 if off + 12 > cap:
                     status = S.STATUS_TRUNCATED
                     break
-                o.u64[K_ETH_DST, i] = _mac(f, off)
-                o.u64[K_ETH_SRC, i] = _mac(f, off + 6)
+                u64[K_ETH_DST, i] = _mac(buf, lo + off)
+                u64[K_ETH_SRC, i] = _mac(buf, lo + off + 6)
                 p = off + 12
                 synth = -1
                 if dsa_kind == C.DSA_BRCM or dsa_kind == C.DSA_DSA or dsa_kind == C.DSA_EDSA:
@@ -506,9 +508,9 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                         if p + C.BRCM_TAG_LEN > cap:
                             status = S.STATUS_TRUNCATED
                             break
-                        o.u8[K_DSA_TAG, i] = C.DSA_BRCM
-                        o.i16[K_DSA_PORT, i] = f[p + 3] & C.BRCM_EG_PID_MASK
-                        if f[p] >> C.BRCM_OPCODE_SHIFT or f[p + 2] & C.BRCM_EG_RC_RSVD:
+                        u8[K_DSA_TAG, i] = C.DSA_BRCM
+                        i16[K_DSA_PORT, i] = buf[lo + p + 3] & C.BRCM_EG_PID_MASK
+                        if buf[lo + p] >> C.BRCM_OPCODE_SHIFT or buf[lo + p + 2] & C.BRCM_EG_RC_RSVD:
                             status = S.STATUS_BAD_L2_HEADER
                             break
                         p += C.BRCM_TAG_LEN
@@ -517,16 +519,16 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                         if p + hl > cap:
                             status = S.STATUS_TRUNCATED
                             break
-                        o.u8[K_DSA_TAG, i] = dsa_kind
+                        u8[K_DSA_TAG, i] = dsa_kind
                         t = p
                         if dsa_kind == C.DSA_EDSA:
-                            if _u16(f, p) != C.ETH_P_EDSA:      # tag_dsa.c edsa_rcv
+                            if _u16(buf, lo + p) != C.ETH_P_EDSA:      # tag_dsa.c edsa_rcv
                                 status = S.STATUS_BAD_L2_HEADER
                                 break
                             t = p + 4
                         # tag_dsa.c dsa_rcv_ll: port in byte 1; only TO_CPU/FORWARD accepted
-                        b0, b1, b2, b3 = f[t], f[t + 1], f[t + 2], f[t + 3]
-                        o.i16[K_DSA_PORT, i] = (b1 >> 3) & 0x1F
+                        b0, b1, b2, b3 = buf[lo + t], buf[lo + t + 1], buf[lo + t + 2], buf[lo + t + 3]
+                        i16[K_DSA_PORT, i] = (b1 >> 3) & 0x1F
                         cmd = b0 >> 6
                         if cmd != C.DSA_CMD_TO_CPU and cmd != C.DSA_CMD_FORWARD:
                             status = S.STATUS_BAD_L2_HEADER
@@ -540,15 +542,15 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                 if p + 2 > cap:
                     status = S.STATUS_TRUNCATED
                     break
-                etype = _u16(f, p)
+                etype = _u16(buf, lo + p)
                 if synth >= 0:
                     # dsa_rcv_ll: a tagged DSA frame becomes an 802.1Q-tagged frame
-                    o.u16[K_ETH_TYPE, i] = C.ETH_P_8021Q
+                    u16[K_ETH_TYPE, i] = C.ETH_P_8021Q
                     layers[nl] = LY_VLAN
                     nl += 1
-                    _add_vlan(o.u8, o.u16, i, C.ETH_P_8021Q, synth, True)
+                    _add_vlan(u8, u16, i, C.ETH_P_8021Q, synth, True)
                 else:
-                    o.u16[K_ETH_TYPE, i] = etype
+                    u16[K_ETH_TYPE, i] = etype
                 st, off, outer = ST_VLANS, p + 2, True
 
             elif st == ST_INNER_ETH:
@@ -558,11 +560,11 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                 if off + C.ETH_HLEN > cap:
                     status = S.STATUS_TRUNCATED
                     break
-                etype = _u16(f, off + 12)
+                etype = _u16(buf, lo + off + 12)
                 if depth == 1:
-                    o.u64[K_INNER_ETH_DST, i] = _mac(f, off)
-                    o.u64[K_INNER_ETH_SRC, i] = _mac(f, off + 6)
-                    o.u16[K_INNER_ETH_TYPE, i] = etype
+                    u64[K_INNER_ETH_DST, i] = _mac(buf, lo + off)
+                    u64[K_INNER_ETH_SRC, i] = _mac(buf, lo + off + 6)
+                    u16[K_INNER_ETH_TYPE, i] = etype
                 st, off, outer = ST_VLANS, off + C.ETH_HLEN, False
 
             elif st == ST_VLANS:
@@ -575,8 +577,8 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                         break
                     layers[nl] = LY_VLAN
                     nl += 1
-                    _add_vlan(o.u8, o.u16, i, etype, _u16(f, off), outer)
-                    etype = _u16(f, off + 2)
+                    _add_vlan(u8, u16, i, etype, _u16(buf, lo + off), outer)
+                    etype = _u16(buf, lo + off + 2)
                     off += 4
                 if status != S.STATUS_OK:
                     break
@@ -597,31 +599,31 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                 if off + 20 > cap:
                     status = S.STATUS_TRUNCATED
                     break
-                v = f[off] >> 4
-                o.u8[K_IP_VERSION, i] = v
+                v = buf[lo + off] >> 4
+                u8[K_IP_VERSION, i] = v
                 if off > 0xFFFF:                 # reference where(): offsets are uint16
                     status = S.STATUS_UNSUPPORTED_ENCAP
                     break
-                o.u16[K_IP_OFFSET, i] = off
+                u16[K_IP_OFFSET, i] = off
                 if v != 4:
                     status = S.STATUS_BAD_IP_HEADER
                     break
-                ihl = np.int64(f[off] & 0x0F) * 4
-                o.u16[K_IP_HDR_LEN, i] = ihl
-                tot_len = _u16(f, off + 2)
-                frag = _u16(f, off + 6)
-                o.u8[K_IP_TOS, i] = f[off + 1]
-                o.u32[K_IP_TOT_LEN, i] = tot_len
-                o.u16[K_IP_ID, i] = _u16(f, off + 4)
-                o.u8[K_IP_RF, i] = 1 if frag & C.IP_RF else 0
-                o.u8[K_IP_DF, i] = 1 if frag & C.IP_DF else 0
-                o.u8[K_IP_MF, i] = 1 if frag & C.IP_MF else 0
-                o.u16[K_IP_FRAG_OFF, i] = frag & C.IP_OFFMASK
-                o.u8[K_IP_TTL, i] = f[off + 8]
-                proto = np.int64(f[off + 9])
-                o.u8[K_IP_PROTO, i] = proto
-                _set_addr_v4(o.addr, K_IP_SRC, i, f, off + 12)
-                _set_addr_v4(o.addr, K_IP_DST, i, f, off + 16)
+                ihl = np.int64(buf[lo + off] & 0x0F) * 4
+                u16[K_IP_HDR_LEN, i] = ihl
+                tot_len = _u16(buf, lo + off + 2)
+                frag = _u16(buf, lo + off + 6)
+                u8[K_IP_TOS, i] = buf[lo + off + 1]
+                u32[K_IP_TOT_LEN, i] = tot_len
+                u16[K_IP_ID, i] = _u16(buf, lo + off + 4)
+                u8[K_IP_RF, i] = 1 if frag & C.IP_RF else 0
+                u8[K_IP_DF, i] = 1 if frag & C.IP_DF else 0
+                u8[K_IP_MF, i] = 1 if frag & C.IP_MF else 0
+                u16[K_IP_FRAG_OFF, i] = frag & C.IP_OFFMASK
+                u8[K_IP_TTL, i] = buf[lo + off + 8]
+                proto = np.int64(buf[lo + off + 9])
+                u8[K_IP_PROTO, i] = proto
+                _set_addr_v4(addr, K_IP_SRC, i, buf, lo + off + 12)
+                _set_addr_v4(addr, K_IP_DST, i, buf, lo + off + 16)
                 if ihl < 20:
                     status = S.STATUS_BAD_IP_HEADER
                     break
@@ -637,11 +639,11 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                 if off + ihl > cap:              # options
                     status = S.STATUS_TRUNCATED
                     break
-                o.u16[K_IP_EXT_LEN, i] = ihl - 20
-                o.u64[K_IP_EXT_DIGEST, i] = _digest_or_zero(f, off + 20, off + ihl)
+                u16[K_IP_EXT_LEN, i] = ihl - 20
+                u64[K_IP_EXT_DIGEST, i] = _digest_or_zero(buf, lo, off + 20, off + ihl)
                 # a header that checksums to 0xffff (including its checksum) is valid
-                o.u8[K_IP_CSUM_OK, i] = 1 if _fold16(_ones_sum(f, off, off + ihl, 0)) == 0xFFFF else 0
-                pseudo = _ones_sum(f, off + 12, off + 20, proto)
+                u8[K_IP_CSUM_OK, i] = 1 if _fold16(_ones_sum(buf, lo, off, off + ihl, 0)) == 0xFFFF else 0
+                pseudo = _ones_sum(buf, lo, off + 12, off + 20, proto)
                 nonfirst = (frag & C.IP_OFFMASK) != 0
                 fragment = nonfirst or (frag & C.IP_MF) != 0
                 st, ipver, off, ln = ST_IPPAY, 4, off + ihl, length - ihl
@@ -653,26 +655,26 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                 if off + C.IP6_HLEN > cap:
                     status = S.STATUS_TRUNCATED
                     break
-                w0 = _u32(f, off)
-                o.u8[K_IP_VERSION, i] = w0 >> 28
+                w0 = _u32(buf, lo + off)
+                u8[K_IP_VERSION, i] = w0 >> 28
                 if off > 0xFFFF:                 # reference where()
                     status = S.STATUS_UNSUPPORTED_ENCAP
                     break
-                o.u16[K_IP_OFFSET, i] = off
+                u16[K_IP_OFFSET, i] = off
                 if w0 >> 28 != 6:
                     status = S.STATUS_BAD_IP_HEADER
                     break
-                plen = _u16(f, off + 4)
-                nh = np.int64(f[off + 6])
-                o.u8[K_IP_TOS, i] = (w0 >> 20) & 0xFF
-                o.u32[K_IP_FLOW_LABEL, i] = w0 & 0xFFFFF
-                o.u32[K_IP_TOT_LEN, i] = C.IP6_HLEN + plen
-                o.u8[K_IP_TTL, i] = f[off + 7]
-                _set_addr(o.addr, K_IP_SRC, i, f, off + 8)
-                _set_addr(o.addr, K_IP_DST, i, f, off + 24)
-                o.u8[K_IP_CSUM_OK, i] = 1
-                o.u16[K_IP_HDR_LEN, i] = C.IP6_HLEN
-                o.u8[K_IP_PROTO, i] = nh
+                plen = _u16(buf, lo + off + 4)
+                nh = np.int64(buf[lo + off + 6])
+                u8[K_IP_TOS, i] = (w0 >> 20) & 0xFF
+                u32[K_IP_FLOW_LABEL, i] = w0 & 0xFFFFF
+                u32[K_IP_TOT_LEN, i] = C.IP6_HLEN + plen
+                u8[K_IP_TTL, i] = buf[lo + off + 7]
+                _set_addr(addr, K_IP_SRC, i, buf, lo + off + 8)
+                _set_addr(addr, K_IP_DST, i, buf, lo + off + 24)
+                u8[K_IP_CSUM_OK, i] = 1
+                u16[K_IP_HDR_LEN, i] = C.IP6_HLEN
+                u8[K_IP_PROTO, i] = nh
                 length = plen
                 if plen == 0 and wire - off - C.IP6_HLEN > 0xFFFF:
                     length = wire - off - C.IP6_HLEN    # BIG TCP (ipv6_payload_len)
@@ -694,11 +696,11 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                             status = S.STATUS_TRUNCATED
                             break
                         mask |= C.IP6_EXT_FRAGMENT
-                        fo = _u16(f, cur + 2)
-                        o.u16[K_IP_FRAG_OFF, i] = fo >> 3
-                        o.u8[K_IP_MF, i] = fo & 1
-                        o.u16[K_IP_ID, i] = 0
-                        nh = np.int64(f[cur])
+                        fo = _u16(buf, lo + cur + 2)
+                        u16[K_IP_FRAG_OFF, i] = fo >> 3
+                        u8[K_IP_MF, i] = fo & 1
+                        u16[K_IP_ID, i] = 0
+                        nh = np.int64(buf[lo + cur])
                         cur += C.IP6_FRAG_HLEN
                         if fo >> 3:
                             nonfirst = True      # the rest of the chain is in the first fragment
@@ -710,7 +712,7 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                     if cur + 2 > cap:
                         status = S.STATUS_TRUNCATED
                         break
-                    hl = (np.int64(f[cur + 1]) + 1) * 8
+                    hl = (np.int64(buf[lo + cur + 1]) + 1) * 8
                     if cur + hl > end or cur + hl - off > 0xFFFF:   # ip_hdr_len is uint16
                         status = S.STATUS_BAD_IP_HEADER
                         break
@@ -724,76 +726,76 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                     else:
                         mask |= C.IP6_EXT_ROUTING
                         # RFC 8200 8.1: the pseudo-header uses the final destination
-                        rtype, segleft = f[cur + 2], f[cur + 3]
+                        rtype, segleft = buf[lo + cur + 2], buf[lo + cur + 3]
                         naddr = (hl - 8) // 16
                         if segleft != 0 and naddr != 0:
                             if rtype == C.IPV6_SRCRT_TYPE_4:
                                 final_dst = cur + 8
                             elif rtype == 0 or rtype == 2:
                                 final_dst = cur + 8 + 16 * (naddr - 1)
-                    nh = np.int64(f[cur])
+                    nh = np.int64(buf[lo + cur])
                     cur += hl
                 if status == S.STATUS_OK and not nonfirst and (nh == C.IPPROTO_AH or nh == 135 or nh == 139
                                               or nh == 140):    # C.IP6_EXT_STOP_OTHER
                     mask |= C.IP6_EXT_OTHER
                 # fields of the chain walked so far, also when the walk stopped early
-                o.u8[K_IP_PROTO, i] = nh
-                o.u8[K_IP_EXT_MASK, i] = mask
-                o.u16[K_IP_EXT_LEN, i] = cur - off - C.IP6_HLEN
-                o.u16[K_IP_HDR_LEN, i] = cur - off
-                o.u64[K_IP_EXT_DIGEST, i] = _digest_or_zero(f, off + C.IP6_HLEN, cur)
+                u8[K_IP_PROTO, i] = nh
+                u8[K_IP_EXT_MASK, i] = mask
+                u16[K_IP_EXT_LEN, i] = cur - off - C.IP6_HLEN
+                u16[K_IP_HDR_LEN, i] = cur - off
+                u64[K_IP_EXT_DIGEST, i] = _digest_or_zero(buf, lo, off + C.IP6_HLEN, cur)
                 if status != S.STATUS_OK:
                     break
-                pseudo = _ones_sum(f, off + 8, off + 24, nh)
-                pseudo = _ones_sum(f, final_dst, final_dst + 16, pseudo)
+                pseudo = _ones_sum(buf, lo, off + 8, off + 24, nh)
+                pseudo = _ones_sum(buf, lo, final_dst, final_dst + 16, pseudo)
                 fragment = (mask & C.IP6_EXT_FRAGMENT) != 0
                 st, ipver, proto, off, ln = ST_IPPAY, 6, nh, cur, end - cur
 
             elif st == ST_IPPAY:
                 # reference ip_payload: dispatch on the IP protocol
-                o.u8[K_L4_PROTO, i] = proto
+                u8[K_L4_PROTO, i] = proto
                 is_tcp = proto == C.IPPROTO_TCP
                 is_udp = proto == C.IPPROTO_UDP
                 if fragment:
                     layers[nl] = LY_FRAG
                     nl += 1
                     if nonfirst:
-                        o.u16[K_L4_OFFSET, i] = 0
-                        o.u32[K_PAYLOAD_LEN, i] = ln
+                        u16[K_L4_OFFSET, i] = 0
+                        u32[K_PAYLOAD_LEN, i] = ln
                         break
                 verify = not fragment
                 if is_tcp:
                     # TCP header (RFC 9293 3.1) and options (tcp_parse_options)
                     layers[nl] = LY_TCP
                     nl += 1
-                    o.u8[K_L4_PROTO, i] = C.IPPROTO_TCP
+                    u8[K_L4_PROTO, i] = C.IPPROTO_TCP
                     if off > 0xFFFF:             # reference where()
                         status = S.STATUS_UNSUPPORTED_ENCAP
                         break
-                    o.u16[K_L4_OFFSET, i] = off
+                    u16[K_L4_OFFSET, i] = off
                     if ln < 20:      # no room for a TCP header in the IP payload: malformed
                         status = S.STATUS_BAD_L4_HEADER
                         break
                     if off + 20 > cap:
                         status = S.STATUS_TRUNCATED
                         break
-                    o.u16[K_SPORT, i] = _u16(f, off)
-                    o.u16[K_DPORT, i] = _u16(f, off + 2)
-                    o.u32[K_TCP_SEQ, i] = _u32(f, off + 4)
-                    o.u32[K_TCP_ACK, i] = _u32(f, off + 8)
-                    doff = np.int64(f[off + 12] >> 4)
-                    o.u8[K_TCP_DOFF, i] = doff
+                    u16[K_SPORT, i] = _u16(buf, lo + off)
+                    u16[K_DPORT, i] = _u16(buf, lo + off + 2)
+                    u32[K_TCP_SEQ, i] = _u32(buf, lo + off + 4)
+                    u32[K_TCP_ACK, i] = _u32(buf, lo + off + 8)
+                    doff = np.int64(buf[lo + off + 12] >> 4)
+                    u8[K_TCP_DOFF, i] = doff
                     # AE is the low bit of the reserved nibble (kernel TCP_FLAG_AE)
-                    o.u16[K_TCP_FLAGS, i] = ((np.int64(f[off + 12]) & 1) << 8) | np.int64(f[off + 13])
-                    o.u16[K_TCP_WINDOW, i] = _u16(f, off + 14)
-                    field = _u16(f, off + 16)
-                    o.u16[K_L4_CSUM, i] = field
-                    o.u16[K_TCP_URG_PTR, i] = _u16(f, off + 18)
+                    u16[K_TCP_FLAGS, i] = ((np.int64(buf[lo + off + 12]) & 1) << 8) | np.int64(buf[lo + off + 13])
+                    u16[K_TCP_WINDOW, i] = _u16(buf, lo + off + 14)
+                    field = _u16(buf, lo + off + 16)
+                    u16[K_L4_CSUM, i] = field
+                    u16[K_TCP_URG_PTR, i] = _u16(buf, lo + off + 18)
                     if doff < 5:
                         status = S.STATUS_BAD_L4_HEADER
                         break
                     hl = doff * 4
-                    o.u8[K_TCP_OPT_LEN, i] = hl - 20
+                    u8[K_TCP_OPT_LEN, i] = hl - 20
                     if hl > ln:      # the header does not fit in the IP payload: malformed
                         status = S.STATUS_BAD_L4_HEADER
                         break
@@ -801,55 +803,55 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                         status = S.STATUS_TRUNCATED
                         break
                     for k in range(hl - 20):
-                        o.opts[i, k] = f[off + 20 + k]
+                        opts[i, k] = buf[lo + off + 20 + k]
                     if hl > 20:
-                        mss, wsc, sp, sb, hts, tsv, tse = _tcp_options(f, off + 20, off + hl)
-                        o.u16[K_TCP_MSS, i] = mss
-                        o.i8[K_TCP_WSCALE, i] = wsc
-                        o.u8[K_TCP_SACK_PERM, i] = sp
-                        o.u8[K_TCP_SACK_BLOCKS, i] = sb
-                        o.u8[K_TCP_HAS_TS, i] = hts
-                        o.u32[K_TCP_TSVAL, i] = tsv
-                        o.u32[K_TCP_TSECR, i] = tse
-                    o.u32[K_PAYLOAD_LEN, i] = ln - hl
+                        mss, wsc, sp, sb, hts, tsv, tse = _tcp_options(buf, lo, off + 20, off + hl)
+                        u16[K_TCP_MSS, i] = mss
+                        i8[K_TCP_WSCALE, i] = wsc
+                        u8[K_TCP_SACK_PERM, i] = sp
+                        u8[K_TCP_SACK_BLOCKS, i] = sb
+                        u8[K_TCP_HAS_TS, i] = hts
+                        u32[K_TCP_TSVAL, i] = tsv
+                        u32[K_TCP_TSECR, i] = tse
+                    u32[K_PAYLOAD_LEN, i] = ln - hl
                     if verify:
-                        o.u8[K_L4_CSUM_STATE, i] = _csum_state(f, cap, field, off, ln, pseudo)
+                        u8[K_L4_CSUM_STATE, i] = _csum_state(buf, lo, cap, field, off, ln, pseudo)
                     break
                 elif is_udp:
                     # UDP header (RFC 768); a UDP tunnel port continues into the tunnel
                     layers[nl] = LY_UDP
                     nl += 1
-                    o.u8[K_L4_PROTO, i] = C.IPPROTO_UDP
+                    u8[K_L4_PROTO, i] = C.IPPROTO_UDP
                     if off > 0xFFFF:             # reference where()
                         status = S.STATUS_UNSUPPORTED_ENCAP
                         break
-                    o.u16[K_L4_OFFSET, i] = off
+                    u16[K_L4_OFFSET, i] = off
                     if ln < 8:       # no room for a UDP header in the IP payload: malformed
                         status = S.STATUS_BAD_L4_HEADER
                         break
                     if off + 8 > cap:
                         status = S.STATUS_TRUNCATED
                         break
-                    dport = _u16(f, off + 2)
-                    ulen = _u16(f, off + 4)
-                    field = _u16(f, off + 6)
-                    o.u16[K_SPORT, i] = _u16(f, off)
-                    o.u16[K_DPORT, i] = dport
-                    o.u16[K_UDP_LEN, i] = ulen
-                    o.u16[K_L4_CSUM, i] = field
+                    dport = _u16(buf, lo + off + 2)
+                    ulen = _u16(buf, lo + off + 4)
+                    field = _u16(buf, lo + off + 6)
+                    u16[K_SPORT, i] = _u16(buf, lo + off)
+                    u16[K_DPORT, i] = dport
+                    u16[K_UDP_LEN, i] = ulen
+                    u16[K_L4_CSUM, i] = field
                     if fragment:
                         # the UDP length covers the reassembled datagram
-                        o.u32[K_PAYLOAD_LEN, i] = ln - 8
+                        u32[K_PAYLOAD_LEN, i] = ln - 8
                         break
                     # __udp4_lib_rcv: ulen > IP payload is short (dropped); smaller trims
                     if ulen < 8 or ulen > ln:
                         status = S.STATUS_BAD_L4_HEADER
                         break
-                    o.u32[K_PAYLOAD_LEN, i] = ulen - 8
+                    u32[K_PAYLOAD_LEN, i] = ulen - 8
                     if field == 0:
-                        o.u8[K_L4_CSUM_STATE, i] = S.CSUM_ZERO
+                        u8[K_L4_CSUM_STATE, i] = S.CSUM_ZERO
                     else:
-                        o.u8[K_L4_CSUM_STATE, i] = _csum_state(f, cap, field, off, ulen, pseudo)
+                        u8[K_L4_CSUM_STATE, i] = _csum_state(buf, lo, cap, field, off, ulen, pseudo)
                     tt = port_tun[dport]
                     if tt == C.TUN_NONE:
                         break
@@ -872,7 +874,7 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                         layers[nl] = LY_FOU
                         nl += 1
                         if depth == 1:
-                            o.u16[K_TUN_PROTO, i] = port_fou[dport]
+                            u16[K_TUN_PROTO, i] = port_fou[dport]
                         st, proto, off, ln = ST_IPTUN, np.int64(port_fou[dport]), inner, inner_len
                     else:
                         st, off, ln = ST_GUE, inner, inner_len
@@ -884,8 +886,8 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                     if off > 0xFFFF:             # reference where()
                         status = S.STATUS_UNSUPPORTED_ENCAP
                         break
-                    o.u16[K_L4_OFFSET, i] = off
-                    o.u32[K_PAYLOAD_LEN, i] = ln
+                    u16[K_L4_OFFSET, i] = off
+                    u32[K_PAYLOAD_LEN, i] = ln
                     if depth >= C.MAX_ENCAP_DEPTH:
                         status = S.STATUS_ENCAP_TOO_DEEP
                         break
@@ -908,12 +910,12 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                 else:
                     layers[nl] = LY_IPPROTO + proto
                 nl += 1
-                o.u8[K_L4_PROTO, i] = proto
+                u8[K_L4_PROTO, i] = proto
                 if off > 0xFFFF:                 # reference where()
                     status = S.STATUS_UNSUPPORTED_ENCAP
                     break
-                o.u16[K_L4_OFFSET, i] = off
-                o.u32[K_PAYLOAD_LEN, i] = ln
+                u16[K_L4_OFFSET, i] = off
+                u32[K_PAYLOAD_LEN, i] = ln
                 break
 
             elif st == ST_IPTUN:
@@ -943,11 +945,11 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                 if off + C.GRE_HLEN > cap:
                     status = S.STATUS_TRUNCATED
                     break
-                flags = _u16(f, off)
-                gproto = _u16(f, off + 2)
+                flags = _u16(buf, lo + off)
+                gproto = _u16(buf, lo + off + 2)
                 if depth == 1:
-                    o.u32[K_TUN_FLAGS, i] = flags
-                    o.u16[K_TUN_PROTO, i] = gproto
+                    u32[K_TUN_FLAGS, i] = flags
+                    u16[K_TUN_PROTO, i] = gproto
                 # gre_parse_header: version != 0 (PPTP) and routing are refused
                 if flags & (C.GRE_VERSION | C.GRE_ROUTING):
                     status = S.STATUS_UNSUPPORTED_ENCAP
@@ -965,16 +967,16 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                 p = off + C.GRE_HLEN
                 if flags & C.GRE_CSUM:
                     if off + ln <= cap and depth == 1:   # verifiable with the whole packet only
-                        ok = _fold16(_ones_sum(f, off, off + ln, 0)) == 0xFFFF
-                        o.u8[K_TUN_CSUM_OK, i] = 1 if ok else 0
+                        ok = _fold16(_ones_sum(buf, lo, off, off + ln, 0)) == 0xFFFF
+                        u8[K_TUN_CSUM_OK, i] = 1 if ok else 0
                     p += 4
                 if flags & C.GRE_KEY:
                     if depth == 1:
-                        o.u32[K_TUN_KEY, i] = _u32(f, p)
+                        u32[K_TUN_KEY, i] = _u32(buf, lo + p)
                     p += 4
                 if flags & C.GRE_SEQ:
                     if depth == 1:
-                        o.u32[K_TUN_SEQ, i] = _u32(f, p)
+                        u32[K_TUN_SEQ, i] = _u32(buf, lo + p)
                     p += 4
                 if gproto == C.ETH_P_IP:
                     st, off = ST_IPV4, p
@@ -982,15 +984,15 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                     st, off = ST_IPV6, p
                 elif gproto == C.ETH_P_TEB:
                     if depth == 1:
-                        o.u8[K_TUN_TYPE, i] = C.TUN_GRE_TEB
+                        u8[K_TUN_TYPE, i] = C.TUN_GRE_TEB
                     st, off = ST_INNER_ETH, p
                 elif gproto == C.ETH_P_ERSPAN:
                     if depth == 1:
-                        o.u8[K_TUN_TYPE, i] = C.TUN_ERSPAN2
+                        u8[K_TUN_TYPE, i] = C.TUN_ERSPAN2
                     st, off, aux = ST_ERSPAN, p, C.ERSPAN_V1
                 elif gproto == C.ETH_P_ERSPAN2:
                     if depth == 1:
-                        o.u8[K_TUN_TYPE, i] = C.TUN_ERSPAN3
+                        u8[K_TUN_TYPE, i] = C.TUN_ERSPAN3
                     st, off, aux = ST_ERSPAN, p, C.ERSPAN_V2
                 else:
                     status = S.STATUS_UNSUPPORTED_ENCAP
@@ -1004,14 +1006,14 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                 if off + hl > cap:
                     status = S.STATUS_TRUNCATED
                     break
-                ver = f[off] >> 4
+                ver = buf[lo + off] >> 4
                 if depth == 1:
-                    o.u8[K_ERSPAN_VER, i] = ver
-                    o.u16[K_ERSPAN_SESSION, i] = _u16(f, off + 2) & C.ERSPAN_SESSION_MASK
+                    u8[K_ERSPAN_VER, i] = ver
+                    u16[K_ERSPAN_SESSION, i] = _u16(buf, lo + off + 2) & C.ERSPAN_SESSION_MASK
                 if ver != aux:
                     status = S.STATUS_BAD_TUNNEL_HEADER
                     break
-                if aux == C.ERSPAN_V2 and f[off + 11] & 0x01:     # O: platform subheader
+                if aux == C.ERSPAN_V2 and buf[lo + off + 11] & 0x01:     # O: platform subheader
                     hl += C.ERSPAN3_PLATFORM_LEN
                     if off + hl > cap:
                         status = S.STATUS_TRUNCATED
@@ -1024,10 +1026,10 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                 if off + C.VXLAN_HLEN > cap:
                     status = S.STATUS_TRUNCATED
                     break
-                w0 = _u32(f, off)
+                w0 = _u32(buf, lo + off)
                 if depth == 1:
-                    o.u32[K_TUN_FLAGS, i] = w0
-                    o.u32[K_TUN_KEY, i] = _u32(f, off + 4)
+                    u32[K_TUN_FLAGS, i] = w0
+                    u32[K_TUN_KEY, i] = _u32(buf, lo + off + 4)
                 if st == ST_VXLAN:
                     # RFC 7348; vxlan_rcv: no valid VNI -> dropped
                     if not w0 & C.VXLAN_FLAG_I:
@@ -1038,8 +1040,8 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                 # VXLAN-GPE: vxlan_parse_gpe_proto
                 np_ = w0 & 0xFF
                 if depth == 1:
-                    o.u16[K_TUN_PROTO, i] = np_
-                b0 = f[off]
+                    u16[K_TUN_PROTO, i] = np_
+                b0 = buf[lo + off]
                 if b0 & C.GPE_VER_MASK or not b0 & C.GPE_FLAG_P:
                     status = S.STATUS_BAD_TUNNEL_HEADER
                     break
@@ -1064,14 +1066,14 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                 if off + C.GENEVE_HLEN > cap:
                     status = S.STATUS_TRUNCATED
                     break
-                opt_len = np.int64(f[off] & 0x3F) * 4
-                gproto = _u16(f, off + 2)
+                opt_len = np.int64(buf[lo + off] & 0x3F) * 4
+                gproto = _u16(buf, lo + off + 2)
                 if depth == 1:
-                    o.u32[K_TUN_FLAGS, i] = _u32(f, off)
-                    o.u32[K_TUN_KEY, i] = _u32(f, off + 4)
-                    o.u16[K_TUN_PROTO, i] = gproto
-                    o.u16[K_TUN_OPT_LEN, i] = opt_len
-                if f[off] >> 6 != 0:            # geneve_udp_encap_recv: version must be 0
+                    u32[K_TUN_FLAGS, i] = _u32(buf, lo + off)
+                    u32[K_TUN_KEY, i] = _u32(buf, lo + off + 4)
+                    u16[K_TUN_PROTO, i] = gproto
+                    u16[K_TUN_OPT_LEN, i] = opt_len
+                if buf[lo + off] >> 6 != 0:            # geneve_udp_encap_recv: version must be 0
                     status = S.STATUS_BAD_TUNNEL_HEADER
                     break
                 hl = C.GENEVE_HLEN + opt_len
@@ -1079,7 +1081,7 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                     status = S.STATUS_TRUNCATED
                     break
                 if depth == 1:
-                    o.u64[K_TUN_OPT_DIGEST, i] = _digest_or_zero(f, off + C.GENEVE_HLEN, off + hl)
+                    u64[K_TUN_OPT_DIGEST, i] = _digest_or_zero(buf, lo, off + C.GENEVE_HLEN, off + hl)
                 p = off + hl
                 if gproto == C.ETH_P_TEB:
                     st, off = ST_INNER_ETH, p
@@ -1098,19 +1100,19 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                 if off + C.GUE_HLEN > cap:
                     status = S.STATUS_TRUNCATED
                     break
-                b0 = np.int64(f[off])
+                b0 = np.int64(buf[lo + off])
                 if depth == 1:
-                    o.u32[K_TUN_FLAGS, i] = _u32(f, off)
+                    u32[K_TUN_FLAGS, i] = _u32(buf, lo + off)
                 ver = b0 >> 6
                 if ver == 1:
                     nib = b0 >> 4
                     if nib == 4:
                         if depth == 1:
-                            o.u16[K_TUN_PROTO, i] = C.IPPROTO_IPIP
+                            u16[K_TUN_PROTO, i] = C.IPPROTO_IPIP
                         st = ST_IPV4
                     elif nib == 6:
                         if depth == 1:
-                            o.u16[K_TUN_PROTO, i] = C.IPPROTO_IPV6
+                            u16[K_TUN_PROTO, i] = C.IPPROTO_IPV6
                         st = ST_IPV6
                     else:
                         status = S.STATUS_BAD_TUNNEL_HEADER
@@ -1119,11 +1121,11 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                 if ver != 0:
                     status = S.STATUS_BAD_TUNNEL_HEADER
                     break
-                gproto = np.int64(f[off + 1])
+                gproto = np.int64(buf[lo + off + 1])
                 opt = (b0 & C.GUE_HLEN_MASK) * 4
                 if depth == 1:
-                    o.u16[K_TUN_PROTO, i] = gproto
-                    o.u16[K_TUN_OPT_LEN, i] = opt
+                    u16[K_TUN_PROTO, i] = gproto
+                    u16[K_TUN_OPT_LEN, i] = opt
                 hl = C.GUE_HLEN + opt
                 if hl > ln:                     # optional fields longer than the UDP payload
                     status = S.STATUS_BAD_TUNNEL_HEADER
@@ -1132,7 +1134,7 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                     status = S.STATUS_TRUNCATED
                     break
                 if depth == 1:
-                    o.u64[K_TUN_OPT_DIGEST, i] = _digest_or_zero(f, off + C.GUE_HLEN, off + hl)
+                    u64[K_TUN_OPT_DIGEST, i] = _digest_or_zero(buf, lo, off + C.GUE_HLEN, off + hl)
                 if b0 & C.GUE_FLAG_C:           # control message: carries no packet
                     status = S.STATUS_UNSUPPORTED_ENCAP
                     break
