@@ -200,8 +200,9 @@ def test_bad_arguments():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
 def test_windows_are_released_while_streaming(tmp_path):
-    # 4 MB file, 64 KiB windows: while a consumer keeps only the current batch, at most a
-    # couple of windows of the file are mapped at any time (bounded memory, any file size)
+    # 4 MB file, 64 KiB windows: while a consumer keeps only the current batch, a few
+    # windows at most are mapped at any time (the current one, one being hashed), never
+    # the ~64 the file spans: memory is bounded whatever the file size
     p = tmp_path / "stream.pcap"
     frames = [bytes([i % 251]) * 1000 for i in range(4000)]
     write_pcap(p, frames, list(range(4000)))
@@ -214,7 +215,7 @@ def test_windows_are_released_while_streaming(tmp_path):
         peak = max(peak, len(maps))
         del batch
     assert n == 4000
-    assert 1 <= peak <= 3
+    assert 1 <= peak <= 5
 
 
 def _seed_files(tmp_path):

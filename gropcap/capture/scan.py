@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import mmap
+import threading
+from concurrent.futures import ThreadPoolExecutor
 import os
 import stat
 from collections.abc import Iterator
@@ -38,6 +40,7 @@ __all__ = ["iter_scan_batches", "WINDOW_BYTES"]
 WINDOW_BYTES = 64 << 20          # bytes mapped beyond the current batch's start
 _GRAN = mmap.ALLOCATIONGRANULARITY
 _HASH_CHUNK = 8 << 20
+_HASH_BACKLOG = 2                # batches queued for hashing at most
 
 
 class _Window:
@@ -110,10 +113,52 @@ def _scan(path: str, batch_records: int, window_bytes: int):
             os.close(fd)
 
 
+class _Hasher:
+    """sha256 of the file, fed in order by one worker thread.
+
+    hashlib releases the GIL on large inputs, so hashing (about as costly as the scan
+    itself) overlaps with decoding when a second core is free; with one core it costs
+    the same as hashing inline.
+    """
+
+    def __init__(self):
+        self.sha = hashlib.sha256()
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="gropcap-sha256")
+        self.pending = []
+        self.lock = threading.Lock()
+
+    def update(self, mm, lo: int, hi: int) -> None:
+        """Hash ``mm[lo:hi]`` (the mapping stays alive until it is hashed)."""
+        self.pending = [f for f in self.pending if not f.done()]
+        while len(self.pending) >= _HASH_BACKLOG:     # bounded: windows wait to be hashed
+            self.pending.pop(0).result()
+        self.pending.append(self.pool.submit(self._update, mm, lo, hi))
+
+    def _update(self, mm, lo, hi):
+        with memoryview(mm) as mv:
+            self.sha.update(mv[lo:hi])
+
+    def hexdigest(self) -> str:
+        for f in self.pending:
+            f.result()
+        self.pool.shutdown(wait=True)
+        return self.sha.hexdigest()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
 def _scan_mapped(path, fd, size, head, batch_records, window_bytes):
+    hasher = _Hasher()
+    try:
+        yield from _scan_hashed(path, fd, size, head, batch_records, window_bytes, hasher)
+    finally:
+        hasher.close()
+
+
+def _scan_hashed(path, fd, size, head, batch_records, window_bytes, hasher):
     info = CaptureInfo(path=path, compression="")
     scanner = _scanner(path, head, info, "", True)
-    sha = hashlib.sha256()
     hashed = 0                   # file bytes hashed so far
     win = _Window(fd, size, 0, window_bytes)
     lo = 0                       # file offset where the current batch's bytes start
@@ -142,8 +187,7 @@ def _scan_mapped(path, fd, size, head, batch_records, window_bytes):
             cols = Columns()
         # hash what the scan has passed, from the mapping already in memory
         if pos > hashed:
-            with memoryview(win.mm) as mv:
-                sha.update(mv[hashed - win.base:pos - win.base])
+            hasher.update(win.mm, hashed - win.base, pos - win.base)
             hashed = pos
         if done:
             break
@@ -151,15 +195,17 @@ def _scan_mapped(path, fd, size, head, batch_records, window_bytes):
         if win.end - pos < window_bytes // 2 and not win.eof:
             win = _Window(fd, size, pos, window_bytes)
     del win
-    while hashed < size:      # bytes after a cut record, or never reached
+    for f in hasher.pending:      # the worker is done with the windows after this
+        f.result()
+    while hashed < size:          # bytes after a cut record, or never reached
         chunk = os.pread(fd, min(_HASH_CHUNK, size - hashed), hashed)
         if not chunk:
             break
-        sha.update(chunk)
+        hasher.sha.update(chunk)
         hashed += len(chunk)
     if isinstance(scanner, PcapngScanner):
         scanner.finish()
-    info.sha256 = sha.hexdigest()
+    info.sha256 = hasher.hexdigest()
     info.records = total
     if pending is not None:
         yield _snapshot(info), pending[1]
