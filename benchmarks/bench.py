@@ -1,0 +1,314 @@
+"""Measure gropcap's throughput on one capture, in one run, and keep the result per commit.
+
+Stages (each in its own process, so each has its own peak RSS and a warm JIT cache):
+
+- ``reference_decode``: reference record scan + reference (struct/dpkt-path) decoder on the
+  first ``--reference-packets`` records (it is slow; packets/s extrapolate).
+- ``fast_decode``: windowed mmap scan (``capture.scan``) + numba decoder over the whole
+  file; also the decoder alone. Invariant: one row per record, and the fast table equals
+  the reference table on the reference subset.
+- ``gro_engine``: the numba GRO engine alone (``gro.engine.simulate``) on the decoded
+  table, ideal and napi models. Invariant: every packet accounted for, counts in = out.
+- ``analyze_fast``: decode + both GRO models through the library with the fast decoder
+  (``pipeline.analyze(decoder="fast")`` when the pipeline offers it, else the same
+  composition by hand). Invariant: packets out = records.
+- ``analyze_cli``: ``gropcap analyze FILE --format json`` end to end, as a user runs it
+  (whatever decoder the CLI defaults to). Invariant: exit 0, packet count = records.
+- ``warm_start``: a fresh interpreter importing and warming the fast kernels from the
+  on-disk numba cache (start-up cost of a second run).
+
+JIT compilation happens before timing in every stage (warm-up on a small batch). Ratios
+are against the reference decode measured in the same run. Every stage reports wall-clock
+(``pps``) and CPU-time (``pps_cpu``) rates: on a shared machine the CPU-time rate is the
+one-core figure, the wall-clock one shows contention.
+
+    python benchmarks/bench.py /tmp/bench.pcap              # writes results/<sha>.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+STAGES = ("reference_decode", "fast_decode", "gro_engine", "analyze_fast", "analyze_cli",
+          "warm_start")
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _fast_table(path, keep=True):
+    """(table or None, records, timings) via windowed scan + fast decode, streaming."""
+    import pyarrow as pa
+
+    from gropcap.capture.scan import iter_scan_batches
+    from gropcap.decode import fast
+    from gropcap.decode.schema import PACKET_SCHEMA
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    dec = cdec = 0.0
+    parts, n = [], 0
+    for _info, batch in iter_scan_batches(path):
+        t1, c1 = time.perf_counter(), time.thread_time()
+        out = fast.decode_batch(batch)
+        dec += time.perf_counter() - t1
+        cdec += time.thread_time() - c1
+        if keep:
+            parts.append(out)
+        n += len(batch)
+        del out, batch
+    total, ctotal = time.perf_counter() - t0, time.process_time() - c0
+    table = pa.Table.from_batches(parts, schema=PACKET_SCHEMA) if keep else None
+    return table, n, {"seconds": total, "cpu_seconds": ctotal, "decode_seconds": dec,
+                      "decode_cpu_seconds": cdec}
+
+
+def stage_reference_decode(path, args):
+    from gropcap.capture import read_capture
+    from gropcap.decode import reference
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    info, batch = read_capture(path, max_records=args.reference_packets, engine="reference")
+    t1, c1 = time.perf_counter(), time.process_time()
+    table = reference.decode_batch(batch)
+    t2, c2 = time.perf_counter(), time.process_time()
+    n = len(batch)
+    assert table.num_rows == n
+    nbytes = int(batch.cap_len.sum()) + 16 * n
+    return {"packets": n, "seconds": t2 - t0, "pps": n / (t2 - t0),
+            "cpu_seconds": c2 - c0, "pps_cpu": n / (c2 - c0),
+            "mb_per_s": nbytes / (t2 - t0) / 1e6, "scan_seconds": t1 - t0,
+            "decode_pps": n / (t2 - t1), "decode_pps_cpu": n / (c2 - c1),
+            "peak_rss_mb": _peak_rss_mb()}
+
+
+def stage_fast_decode(path, args):
+    from gropcap.capture import read_capture
+    from gropcap.decode import fast, reference
+
+    fast.warm_up()
+    # correctness first: fast == reference on the reference subset
+    _i, sub = read_capture(path, max_records=min(args.reference_packets, 50_000))
+    assert fast.decode_batch(sub).equals(reference.decode_batch(sub)), "fast != reference"
+    _t, n, tm = _fast_table(path, keep=False)       # streaming: batches are dropped
+    size = os.path.getsize(path)
+    assert n == _count_records(path)
+    return {"packets": n, "seconds": tm["seconds"], "pps": n / tm["seconds"],
+            "cpu_seconds": tm["cpu_seconds"], "pps_cpu": n / tm["cpu_seconds"],
+            "mb_per_s": size / tm["seconds"] / 1e6,
+            "decode_only_pps": n / tm["decode_seconds"],
+            "decode_only_pps_cpu": n / tm["decode_cpu_seconds"],
+            "peak_rss_mb": _peak_rss_mb()}
+
+
+def stage_gro_engine(path, args):
+    import numpy as np
+
+    from gropcap.gro import engine
+    from gropcap.gro.config import GroConfig
+
+    table, n, _tm = _fast_table(path)
+    small = table.slice(0, 2000)
+    out = {"packets": n}
+    payload = table.column("payload_len").to_numpy().astype(np.int64)
+    for model in ("ideal", "napi"):
+        cfg = GroConfig().replace(model=model)
+        engine.simulate(small, cfg)                      # warm the JIT
+        t0, c0 = time.perf_counter(), time.process_time()
+        res = engine.simulate(table, cfg)
+        dt, ct = time.perf_counter() - t0, time.process_time() - c0
+        res.check_invariants(payload)                    # every packet accounted for
+        assert res.num_packets == n
+        out[model] = {"seconds": dt, "pps": n / dt, "cpu_seconds": ct, "pps_cpu": n / ct,
+                      "superpackets": res.num_superpackets,
+                      "aggregation_ratio": n / max(res.num_superpackets, 1)}
+    out["flows"] = int(len(np.unique(res.flow_id)))
+    out["pps"] = min(out["ideal"]["pps"], out["napi"]["pps"])
+    out["pps_cpu"] = min(out["ideal"]["pps_cpu"], out["napi"]["pps_cpu"])
+    out["peak_rss_mb"] = _peak_rss_mb()
+    return out
+
+
+def stage_analyze_fast(path, args):
+    from gropcap import pipeline
+    from gropcap.gro.config import MODELS, GroConfig
+
+    size = os.path.getsize(path)
+    if "fast" in getattr(pipeline, "DECODERS", ()):
+        pipeline.analyze(path, decoder="fast")                # warm (tiny cost vs run)
+        t0, c0 = time.perf_counter(), time.process_time()
+        a = pipeline.analyze(path, decoder="fast")
+        dt, ct = time.perf_counter() - t0, time.process_time() - c0
+        n = a.packets.num_rows
+        how = "pipeline.analyze(decoder='fast')"
+    else:
+        from gropcap.decode import fast
+        fast.warm_up()
+        from gropcap.gro import engine
+        with_small = _fast_table_small(path)
+        for m in MODELS:
+            engine.simulate(with_small, GroConfig().replace(model=m))    # warm the JIT
+        t0, c0 = time.perf_counter(), time.process_time()
+        table, n, _tm = _fast_table(path)
+        results = {m: pipeline.simulate(table, GroConfig().replace(model=m)) for m in MODELS}
+        dt, ct = time.perf_counter() - t0, time.process_time() - c0
+        assert all(r.num_packets == n for r in results.values())
+        how = "scan.iter_scan_batches + fast.decode_batch + pipeline.simulate (both models)"
+    return {"packets": n, "seconds": dt, "pps": n / dt, "cpu_seconds": ct, "pps_cpu": n / ct,
+            "mb_per_s": size / dt / 1e6, "how": how, "peak_rss_mb": _peak_rss_mb()}
+
+
+def _fast_table_small(path, n=2000):
+    from gropcap.capture import read_capture
+    from gropcap.decode import fast
+    import pyarrow as pa
+    _i, b = read_capture(path, max_records=n)
+    return pa.Table.from_batches([fast.decode_batch(b)])
+
+
+def run_cli(path, records):
+    """``gropcap analyze --format json`` in a child; wall time and that child's peak RSS."""
+    cmd = [sys.executable, "-m", "gropcap.cli", "analyze", path, "--format", "json"]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    out, err = proc.stdout.read(), proc.stderr.read()
+    _pid, status, ru = os.wait4(proc.pid, 0)
+    dt = time.perf_counter() - t0
+    code = os.waitstatus_to_exitcode(status)
+    cpu = ru.ru_utime + ru.ru_stime
+    res = {"seconds": dt, "cpu_seconds": cpu, "exit_code": code,
+           "peak_rss_mb": ru.ru_maxrss / 1024.0}
+    if code == 0:
+        summary = json.loads(out)
+        res["summary_packets"] = _find_packets(summary)
+        res["pps"] = records / dt
+        res["pps_cpu"] = records / cpu
+        res["mb_per_s"] = os.path.getsize(path) / dt / 1e6
+    else:
+        res["stderr"] = err.decode(errors="replace")[-500:]
+    return res
+
+
+def _find_packets(summary):
+    """The packet count in the JSON summary (its top-level ``packets`` or ``input``)."""
+    for key in ("packets", "records", "frames"):
+        v = summary.get(key)
+        if isinstance(v, int):
+            return v
+        if isinstance(v, dict):
+            for k2 in ("total", "count", "packets"):
+                if isinstance(v.get(k2), int):
+                    return v[k2]
+    return None
+
+
+def stage_warm_start(path, args):
+    code = ("import time; t=time.perf_counter(); from gropcap.decode import fast; "
+            "fast.warm_up(); from gropcap.capture.scan import iter_scan_batches; "
+            "print(time.perf_counter()-t)")
+    secs = []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             cwd=ROOT, check=True)
+        secs.append({"process_seconds": time.perf_counter() - t0,
+                     "import_and_warm_seconds": float(out.stdout.strip())})
+    return {"second_run": secs[-1], "first_run": secs[0]}
+
+
+def _child(stage, path, args):
+    fn = globals()["stage_" + stage]
+    print(json.dumps(fn(path, args)))
+
+
+def _git(*a):
+    try:
+        return subprocess.run(["git", *a], capture_output=True, text=True, cwd=ROOT,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("capture")
+    ap.add_argument("--reference-packets", type=int, default=100_000)
+    ap.add_argument("--stages", default=",".join(STAGES))
+    ap.add_argument("--out", help="result JSON (default benchmarks/results/<sha>.json)")
+    ap.add_argument("--cli-limit", type=int, default=300_000,
+                    help="skip analyze_cli above this many records while the CLI has no "
+                         "fast decoder")
+    ap.add_argument("--force-cli", action="store_true")
+    ap.add_argument("--stage", help=argparse.SUPPRESS)     # internal: run one stage here
+    args = ap.parse_args(argv)
+    path = os.path.abspath(args.capture)
+    if args.stage:
+        _child(args.stage, path, args)
+        return 0
+    records = _count_records(path)
+    stages = [s for s in args.stages.split(",") if s]
+    res = {}
+    for stage in stages:
+        print(f"[bench] {stage} ...", file=sys.stderr, flush=True)
+        if stage == "analyze_cli":
+            from gropcap import pipeline
+            if ("fast" not in getattr(pipeline, "DECODERS", ()) and records > args.cli_limit
+                    and not args.force_cli):
+                res[stage] = {"skipped": f"the CLI still decodes with the reference path; "
+                              f"{records} records would take many minutes (see "
+                              f"analyze_fast; --force-cli runs it anyway)"}
+            else:
+                res[stage] = run_cli(path, records)
+        else:
+            cmd = [sys.executable, os.path.abspath(__file__), path, "--stage", stage,
+                   "--reference-packets", str(args.reference_packets)]
+            p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+            if p.returncode:
+                res[stage] = {"error": p.stderr[-2000:]}
+            else:
+                res[stage] = json.loads(p.stdout.strip().splitlines()[-1])
+        print(f"[bench] {stage}: {json.dumps(res[stage])[:300]}", file=sys.stderr, flush=True)
+    ref_pps = res.get("reference_decode", {}).get("pps")
+    ref_cpu = res.get("reference_decode", {}).get("pps_cpu")
+    ratios = {}
+    for stage in ("fast_decode", "analyze_fast", "analyze_cli"):
+        st = res.get(stage, {})
+        if ref_pps and st.get("pps"):
+            ratios[f"{stage}_vs_reference_decode"] = st["pps"] / ref_pps
+        if ref_cpu and st.get("pps_cpu"):
+            ratios[f"{stage}_vs_reference_decode_cpu"] = st["pps_cpu"] / ref_cpu
+    sha = _git("rev-parse", "--short", "HEAD") or "unknown"
+    doc = {
+        "commit": sha, "commit_full": _git("rev-parse", "HEAD"),
+        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {"python": platform.python_version(), "platform": platform.platform(),
+                    "cpu_count": os.cpu_count(), "processor": platform.processor()},
+        "capture": {"path": path, "bytes": os.path.getsize(path), "records": records},
+        "stages": res, "ratios": ratios,
+    }
+    out = args.out or os.path.join(HERE, "results", f"{sha}.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as fh:
+        json.dump(doc, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    print(out)
+    return 0
+
+
+def _count_records(path):
+    from gropcap.capture.scan import iter_scan_batches
+    return sum(len(b) for _i, b in iter_scan_batches(path))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
