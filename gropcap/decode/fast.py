@@ -185,11 +185,18 @@ def decode_batch(batch: RecordBatch, options: DecodeOptions = DEFAULT_OPTIONS, *
 
 
 def warm_up() -> None:
-    """Compile (or load from the on-disk cache) the kernels on a one-frame batch."""
+    """Compile (or load from the on-disk cache) the kernels on a one-frame batch.
+
+    Both buffer kinds are warmed: writable (in-memory batches) and read-only (views of a
+    memory-mapped capture), which numba compiles separately.
+    """
     z = np.zeros(1, dtype=np.int64)
-    batch = RecordBatch(buf=np.zeros(64, dtype=np.uint8), offset=z, cap_len=np.full(1, 64,
-                        np.uint32), wire_len=np.full(1, 64, np.uint32), ts_ns=z,
-                        linktype=np.ones(1, np.uint16), iface=np.zeros(1, np.uint16),
-                        epb_flags=np.zeros(1, np.uint32), record=np.zeros(1, np.uint64),
-                        file_offset=np.zeros(1, np.uint64))
-    decode_batch(batch)
+    for writable in (True, False):
+        buf = np.zeros(64, dtype=np.uint8)
+        buf.setflags(write=writable)
+        batch = RecordBatch(buf=buf, offset=z, cap_len=np.full(1, 64, np.uint32),
+                            wire_len=np.full(1, 64, np.uint32), ts_ns=z,
+                            linktype=np.ones(1, np.uint16), iface=np.zeros(1, np.uint16),
+                            epb_flags=np.zeros(1, np.uint32), record=np.zeros(1, np.uint64),
+                            file_offset=np.zeros(1, np.uint64))
+        decode_batch(batch)
