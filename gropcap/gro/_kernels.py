@@ -8,7 +8,15 @@ the batch models follow docs/gro-model.md.
 
 State arrays are indexed by *GRO key* (an exact same-flow class computed by engine.py: at
 most one held entry per key exists at any time, because a packet that finds its key held
-either merges into it or completes it first).
+either merges into it or completes it first). A held entry keeps a copy of the header
+fields of its first packet (p's headers), so the state never refers back to an earlier
+batch: it crosses batch and process boundaries as plain arrays.
+
+Every packet gets an *instance* number: the super-packet it belongs to (a held entry's
+instance, or a fresh one when delivered alone). engine.py maps instances to seg_ids once
+the delivery order is known. Hot helpers are ``inline="always"`` and ``_nrt=False``:
+passing a few dozen arrays through nested calls (and reference counting them) would cost
+more than the GRO rules themselves.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from gropcap.gro.reasons import (
     FLUSH_TCP_ACK, FLUSH_TCP_DOFF, FLUSH_TCP_FLAGS, FLUSH_TCP_OPTIONS, FLUSH_TCP_TS,
     FLUSH_TCP_WINDOW, FLUSH_TOS, FLUSH_TTL, FLUSH_ZERO_PAYLOAD, MERGED, NO_HELD_PACKET,
     NOT_HELD_FIN, NOT_HELD_IP_RF, NOT_HELD_PSH, NOT_HELD_RST, NOT_HELD_SYN, NOT_HELD_URG,
-    NOT_HELD_ZERO_PAYLOAD, ROLE_ALONE, ROLE_HEAD, ROLE_MERGED,
+    NOT_HELD_ZERO_PAYLOAD,
 )
 
 MAX_GRO_SKBS = 8          # net/core/gro.c: held entries per bucket
@@ -47,26 +55,26 @@ MODEL_WINDOWS = 2         # napi with explicit polls= windows
 
 
 class Cols(NamedTuple):
-    """Per-packet inputs, all length n (prepared and validated by engine.py)."""
+    """Per-packet inputs of one batch, all length n (prepared by engine.py)."""
+    row: np.ndarray        # int64 global packet row
     key: np.ndarray        # int64 exact same-flow class (-1: bypass packet)
     loose: np.ndarray      # int64 class without the IPv6 hop limit (pre-5.18 reason only)
     queue: np.ndarray      # int32 RX queue
     bucket: np.ndarray     # int32 GRO hash bucket
-    ts: np.ndarray         # int64 arrival ns
     pre: np.ndarray        # uint8 BYPASS_* code, 0 when the packet enters TCP GRO
     sfl_out: np.ndarray    # uint8 skb flush set by the outer IP layer (NOT_HELD_*), 0 none
     sfl_in: np.ndarray     # uint8 skb flush set by the inner / only IP layer
     payload: np.ndarray    # int64 TCP payload bytes (column payload_len: accounting)
     tlen: np.ndarray       # int64 skb_gro_len at TCP: payload plus padding / trailer
-    plen: np.ndarray       # int64 p->len if held: outer IP length + in-band VLAN tags
+    plen: np.ndarray       # int64 p->len if held: bytes after the outer IP offset + tags
     limit: np.ndarray      # int64 size limit if this packet heads a super-packet
     seq: np.ndarray        # int64
     ack: np.ndarray        # int64
     flags: np.ndarray      # int32 9 TCP flag bits
     doff: np.ndarray       # int32
     window: np.ndarray     # int32
-    opt: np.ndarray        # int64 class of the option bytes
-    optnots: np.ndarray    # int64 class of the option bytes with TSval/TSecr zeroed
+    opt: np.ndarray        # uint64 [n, 6] option bytes + length (48 bytes)
+    optnots: np.ndarray    # uint64 [n, 6] the same with TSval/TSecr zeroed
     in_v: np.ndarray       # int32 inner (only) IP version
     in_ttl: np.ndarray     # int32
     in_tos: np.ndarray     # int32
@@ -77,6 +85,8 @@ class Cols(NamedTuple):
     out_tos: np.ndarray
     out_df: np.ndarray
     out_id: np.ndarray
+    gcode: np.ndarray      # int64 (innermost v6, CWR, tun_type) code for gso_type
+    flow: np.ndarray       # int64 flow_id
     poll_win: np.ndarray   # int64 explicit poll window per packet (MODEL_WINDOWS)
 
 
@@ -96,8 +106,12 @@ class Cfg(NamedTuple):
 
 
 class State(NamedTuple):
-    """Held-entry table (indexed by GRO key) plus per-packet chains; crosses batches."""
-    e_first: np.ndarray    # int64 first packet row, -1 when nothing held
+    """Held-entry table indexed by GRO key (p's counters and header copy) and counters.
+
+    ``e_first`` is -1 for a key with nothing held. Grows with the number of keys; never
+    with the number of packets.
+    """
+    e_first: np.ndarray    # int64 first packet row (global), -1 when nothing held
     e_last: np.ndarray     # int64
     e_count: np.ndarray    # int64 segments
     e_payload: np.ndarray  # int64 sum of payload_len (accounting)
@@ -107,20 +121,54 @@ class State(NamedTuple):
     e_fixed: np.ndarray    # int64 ip_fixedid bits (6.10+) / is_atomic (4.7-6.9)
     e_age: np.ndarray      # int64 jiffy of the poll that held it
     e_order: np.ndarray    # int64 hold serial (oldest first in the ideal model flush)
+    e_inst: np.ndarray     # int64 instance (super-packet) number
+    e_queue: np.ndarray    # int64
+    e_limit: np.ndarray    # int64
+    e_loose: np.ndarray    # int64
+    e_gcode: np.ndarray    # int64
+    e_flow: np.ndarray     # int64
+    e_seq: np.ndarray      # int64 p's header copy from here on
+    e_ack: np.ndarray
+    e_flags: np.ndarray
+    e_doff: np.ndarray
+    e_window: np.ndarray
+    e_opt: np.ndarray      # uint64 [nkeys, 6]
+    e_optnots: np.ndarray  # uint64 [nkeys, 6]
+    e_in_ttl: np.ndarray
+    e_in_tos: np.ndarray
+    e_in_df: np.ndarray
+    e_in_id: np.ndarray
+    e_out_ttl: np.ndarray
+    e_out_tos: np.ndarray
+    e_out_df: np.ndarray
+    e_out_id: np.ndarray
     loose_held: np.ndarray  # int64 held entries per loose key
     tbl: np.ndarray        # int64 [queues, buckets, 8] keys, oldest first
     tcnt: np.ndarray       # int64 [queues, buckets]
-    nxt: np.ndarray        # int64 per packet: next packet of its super-packet, -1 last
-    serial: np.ndarray     # int64 [1] hold counter
+    ctr: np.ndarray        # int64 [4]: hold serial, next instance, next poll, spare
+    qs: np.ndarray         # int64 [queues, QS_N] NAPI scheduler state per queue
+    win: np.ndarray        # int64 [3] explicit windows: current value, open, ordinal
+
+
+# per-queue NAPI scheduler state (State.qs columns)
+QS_TIMER = 0        # pending hrtimer time
+QS_HAS_TIMER = 1
+QS_MASKED = 2       # interrupt masked: arrivals wait for the timer
+QS_DEFER = 3        # napi->defer_hard_irqs_count
+QS_CONT = 4         # after a full-budget poll: 1 gap-rule, 2 timer continuation
+QS_CONT_T = 5
+QS_LAST_POLL = 6    # global number of the queue's last poll, -1 none
+QS_LAST_TIME = 7
+QS_NEXT = 8         # out: first unprocessed position in the queue's rows
+QS_N = 9
 
 
 class Out(NamedTuple):
-    """Outputs: per packet, then super-packets in queue-local delivery order."""
+    """Outputs of one call: per packet of the batch, then super-packets in emission order."""
     reason: np.ndarray     # uint8 per packet
-    role: np.ndarray       # uint8 per packet
-    seg_of: np.ndarray     # int64 per packet: local super-packet row
-    ppoll: np.ndarray      # int64 per packet: local poll index
-    s_first: np.ndarray    # int64 [n] super-packet rows
+    inst: np.ndarray       # int64 per packet: instance (super-packet) number
+    ppoll: np.ndarray      # int64 per packet: poll number (-1 ideal, -2 not processed)
+    s_first: np.ndarray    # int64 super-packets (global rows)
     s_last: np.ndarray
     s_count: np.ndarray
     s_payload: np.ndarray
@@ -129,11 +177,14 @@ class Out(NamedTuple):
     s_queue: np.ndarray
     s_poll: np.ndarray
     s_fixed: np.ndarray    # int64 ip_fixedid / is_atomic state at completion
+    s_inst: np.ndarray
+    s_gcode: np.ndarray
+    s_flow: np.ndarray
     nseg: np.ndarray       # int64 [1]
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
-def _emit(out, first, last, count, payload, gso, end, queue, poll):
+def _emit(out, first, last, count, payload, gso, end, queue, poll, fixed, inst, gcode, flow):
     s = out.nseg[0]
     out.s_first[s] = first
     out.s_last[s] = last
@@ -143,36 +194,32 @@ def _emit(out, first, last, count, payload, gso, end, queue, poll):
     out.s_end[s] = end
     out.s_queue[s] = queue
     out.s_poll[s] = poll
+    out.s_fixed[s] = fixed
+    out.s_inst[s] = inst
+    out.s_gcode[s] = gcode
+    out.s_flow[s] = flow
     out.nseg[0] = s + 1
-    return s
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
-def _deliver(i, reason, c, out, poll):
+def _deliver(i, reason, c, st, out, poll):
     """A packet goes up alone at once (GRO_NORMAL)."""
-    s = _emit(out, i, i, 1, c.payload[i], 0, reason, c.queue[i], poll)
-    out.seg_of[i] = s
-    out.role[i] = ROLE_ALONE
+    inst = st.ctr[1]
+    st.ctr[1] = inst + 1
+    out.inst[i] = inst
+    _emit(out, c.row[i], c.row[i], 1, c.payload[i], 0, reason, c.queue[i], poll, 0, inst,
+          c.gcode[i], c.flow[i])
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
-def _complete(k, end, c, st, out, poll):
+def _complete(k, end, st, out, poll):
     """gro_complete: the held entry of key k goes up (count == 1 -> gso_size 0)."""
-    first = st.e_first[k]
     count = st.e_count[k]
     gso = st.e_mss[k] if count > 1 else 0
-    s = _emit(out, first, st.e_last[k], count, st.e_payload[k], gso, end, c.queue[first],
-              poll)
-    out.s_fixed[s] = st.e_fixed[k]
-    j = first
-    while j >= 0:
-        out.seg_of[j] = s
-        out.role[j] = ROLE_ALONE if count == 1 else (ROLE_HEAD if j == first else ROLE_MERGED)
-        nj = st.nxt[j]
-        st.nxt[j] = -1
-        j = nj
+    _emit(out, st.e_first[k], st.e_last[k], count, st.e_payload[k], gso, end, st.e_queue[k],
+          poll, st.e_fixed[k], st.e_inst[k], st.e_gcode[k], st.e_flow[k])
     st.e_first[k] = -1
-    st.loose_held[c.loose[first]] -= 1
+    st.loose_held[st.e_loose[k]] -= 1
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
@@ -221,7 +268,6 @@ def _pair_checks(i, k, c, cfg, st):
     skb_gro_receive). Mutates the entry's fixed-ID state exactly as the kernel does, even
     when another item flushes (the kernel ORs every item).
     """
-    p = st.e_first[k]
     count = st.e_count[k]
     reason = 0
     # --- 4.7-6.9 and older: p->flush was filled in the L3 loop (inet_gro_receive /
@@ -229,7 +275,7 @@ def _pair_checks(i, k, c, cfg, st):
     if cfg.era <= ERA_FLUSH_ID:
         if c.out_v[i] != 0:
             reason = _ip_pair(c.out_v[i], c.out_ttl[i], c.out_tos[i], c.out_df[i],
-                              c.out_ttl[p], c.out_tos[p], c.out_df[p], cfg.hop_flush,
+                              st.e_out_ttl[k], st.e_out_tos[k], st.e_out_df[k], cfg.hop_flush,
                               FLUSH_OUTER_TTL, FLUSH_OUTER_TOS, FLUSH_OUTER_ECN,
                               FLUSH_OUTER_DF)
             if reason == 0 and c.sfl_out[i] != 0:
@@ -237,7 +283,7 @@ def _pair_checks(i, k, c, cfg, st):
                 reason = FLUSH_IP_RF if c.sfl_out[i] == NOT_HELD_IP_RF else FLUSH_LENGTH
         if reason == 0:
             reason = _ip_pair(c.in_v[i], c.in_ttl[i], c.in_tos[i], c.in_df[i],
-                              c.in_ttl[p], c.in_tos[p], c.in_df[p], cfg.hop_flush,
+                              st.e_in_ttl[k], st.e_in_tos[k], st.e_in_df[k], cfg.hop_flush,
                               FLUSH_TTL, FLUSH_TOS, FLUSH_ECN, FLUSH_DF)
             if reason == 0 and c.sfl_in[i] != 0:
                 reason = FLUSH_IP_RF if c.sfl_in[i] == NOT_HELD_IP_RF else FLUSH_LENGTH
@@ -246,24 +292,34 @@ def _pair_checks(i, k, c, cfg, st):
     if reason == 0 and (fl & TCP_FLAG_CWR) != 0:
         reason = FLUSH_CWR
     if reason == 0:
-        diff = (fl ^ c.flags[p]) & ~cfg.flag_mask
+        diff = (fl ^ st.e_flags[k]) & ~cfg.flag_mask
         if (diff & (TCP_FLAG_SYN | TCP_FLAG_RST | TCP_FLAG_URG)) != 0:
             reason = FLUSH_FLAGS_FINAL     # never equal: a held p has none of them
         elif diff != 0:
             reason = FLUSH_TCP_FLAGS
-        elif c.doff[i] != c.doff[p]:
+        elif c.doff[i] != st.e_doff[k]:
             reason = FLUSH_TCP_DOFF
-        elif c.window[i] != c.window[p]:
+        elif c.window[i] != st.e_window[k]:
             reason = FLUSH_TCP_WINDOW
-    if reason == 0 and c.ack[i] != c.ack[p]:
+    if reason == 0 and c.ack[i] != st.e_ack[k]:
         reason = FLUSH_TCP_ACK
-    if reason == 0 and c.opt[i] != c.opt[p]:
-        reason = FLUSH_TCP_TS if c.optnots[i] == c.optnots[p] else FLUSH_TCP_OPTIONS
+    if reason == 0:
+        same = True
+        for w in range(6):
+            if c.opt[i, w] != st.e_opt[k, w]:
+                same = False
+                break
+        if not same:
+            reason = FLUSH_TCP_TS
+            for w in range(6):
+                if c.optnots[i, w] != st.e_optnots[k, w]:
+                    reason = FLUSH_TCP_OPTIONS
+                    break
     # --- IP ID (and, from 6.10, all L3 pair checks): gro_receive_network_flush
     r_id = 0
     if cfg.era == ERA_INNER_ID:
         # < 4.7: only the innermost IPv4 ID is checked, it must be p.id + count
-        if c.in_v[i] == 4 and ((c.in_id[p] + count) & 0xFFFF) != c.in_id[i]:
+        if c.in_v[i] == 4 and ((st.e_in_id[k] + count) & 0xFFFF) != c.in_id[i]:
             r_id = FLUSH_IP_ID
     elif cfg.era == ERA_FLUSH_ID:
         # inet_gro_receive (v4.7-v6.9) computes flush_id per IPv4 header, outer first;
@@ -278,12 +334,12 @@ def _pair_checks(i, k, c, cfg, st):
                 if v == 0:
                     continue
                 nid = c.out_id[i]
-                pid = c.out_id[p]
+                pid = st.e_out_id[k]
                 ndf = c.out_df[i]
             else:
                 v = c.in_v[i]
                 nid = c.in_id[i]
-                pid = c.in_id[p]
+                pid = st.e_in_id[k]
                 ndf = c.in_df[i]
             if v == 6:
                 if n_atomic:
@@ -315,22 +371,22 @@ def _pair_checks(i, k, c, cfg, st):
                 v = c.out_v[i]
                 if v == 0:
                     continue
-                r = _ip_pair(v, c.out_ttl[i], c.out_tos[i], c.out_df[i], c.out_ttl[p],
-                             c.out_tos[p], c.out_df[p], cfg.hop_flush, FLUSH_OUTER_TTL,
+                r = _ip_pair(v, c.out_ttl[i], c.out_tos[i], c.out_df[i], st.e_out_ttl[k],
+                             st.e_out_tos[k], st.e_out_df[k], cfg.hop_flush, FLUSH_OUTER_TTL,
                              FLUSH_OUTER_TOS, FLUSH_OUTER_ECN, FLUSH_OUTER_DF)
                 nid = c.out_id[i]
-                pid = c.out_id[p]
+                pid = st.e_out_id[k]
                 ndf = c.out_df[i]
                 outer = True
                 bit = 1
                 rid = FLUSH_OUTER_IP_ID
             else:
                 v = c.in_v[i]
-                r = _ip_pair(v, c.in_ttl[i], c.in_tos[i], c.in_df[i], c.in_ttl[p],
-                             c.in_tos[p], c.in_df[p], cfg.hop_flush, FLUSH_TTL, FLUSH_TOS,
+                r = _ip_pair(v, c.in_ttl[i], c.in_tos[i], c.in_df[i], st.e_in_ttl[k],
+                             st.e_in_tos[k], st.e_in_df[k], cfg.hop_flush, FLUSH_TTL, FLUSH_TOS,
                              FLUSH_ECN, FLUSH_DF)
                 nid = c.in_id[i]
-                pid = c.in_id[p]
+                pid = st.e_in_id[k]
                 ndf = c.in_df[i]
                 outer = False
                 bit = 2 if c.out_v[i] != 0 else 1
@@ -366,7 +422,7 @@ def _pair_checks(i, k, c, cfg, st):
     if ln > st.e_mss[k]:
         return FLUSH_PAYLOAD_LARGER
     # --- sequence continuity: th2->seq + skb_gro_len(p) == th->seq
-    if ((c.seq[p] + st.e_grolen[k]) & 0xFFFFFFFF) != c.seq[i]:
+    if ((st.e_seq[k] + st.e_grolen[k]) & 0xFFFFFFFF) != c.seq[i]:
         return FLUSH_SEQ
     return 0
 
@@ -414,7 +470,7 @@ def _receive(i, c, cfg, st, out, poll, age):
     if pre != 0:
         # a layer bailed before L4: delivered now, the flow's held entry untouched
         out.reason[i] = pre
-        _deliver(i, pre, c, out, poll)
+        _deliver(i, pre, c, st, out, poll)
         return
     k = c.key[i]
     ln = c.tlen[i]
@@ -425,7 +481,7 @@ def _receive(i, c, cfg, st, out, poll, age):
         r = sfl if sfl != 0 else _not_held_reason(fl, ln)
         if r != 0:
             out.reason[i] = r
-            _deliver(i, r, c, out, poll)
+            _deliver(i, r, c, st, out, poll)
             return
         if st.loose_held[c.loose[i]] > 0:
             # before 5.18 the IPv6 hop limit was a flow key: the held entry of this flow
@@ -437,33 +493,33 @@ def _receive(i, c, cfg, st, out, poll, age):
     flush_reason = _pair_checks(i, k, c, cfg, st)
     if flush_reason == 0:
         # skb_gro_receive: -E2BIG when p->len + len >= gro_max_size or skb flush
-        if st.e_len[k] + ln >= c.limit[st.e_first[k]]:
+        if st.e_len[k] + ln >= st.e_limit[k]:
             flush_reason = FLUSH_SIZE_LIMIT
         elif sfl != 0:
             flush_reason = FLUSH_IP_RF if sfl == NOT_HELD_IP_RF else FLUSH_LENGTH
     q = c.queue[i]
     if flush_reason == 0:
-        st.nxt[st.e_last[k]] = i
-        st.e_last[k] = i
+        st.e_last[k] = c.row[i]
         st.e_count[k] += 1
         st.e_payload[k] += c.payload[i]
         st.e_grolen[k] += ln
         st.e_len[k] += ln
         out.reason[i] = MERGED
+        out.inst[i] = st.e_inst[k]
         end = _end_reason(fl, ln, st.e_mss[k])
         if end != 0:
             if cfg.model != MODEL_IDEAL:
                 _unlink(st, q, c.bucket[i], k)
-            _complete(k, end, c, st, out, poll)
+            _complete(k, end, st, out, poll)
         return
     # not merged: pp = p is completed before the packet is delivered or held
     if cfg.model != MODEL_IDEAL:
         _unlink(st, q, c.bucket[i], k)
-    _complete(k, flush_reason, c, st, out, poll)
+    _complete(k, flush_reason, st, out, poll)
     if sfl != 0 or ln < 1 or (fl & (TCP_FLAG_URG | TCP_FLAG_PSH | TCP_FLAG_RST |
                                     TCP_FLAG_SYN | TCP_FLAG_FIN)) != 0:
         out.reason[i] = flush_reason
-        _deliver(i, flush_reason, c, out, poll)
+        _deliver(i, flush_reason, c, st, out, poll)
         return
     _hold(i, k, flush_reason, c, cfg, st, out, poll, age)
 
@@ -479,12 +535,16 @@ def _hold(i, k, reason, c, cfg, st, out, poll, age):
             # gro_flush_oldest: the tail (oldest) entry of the bucket goes up first
             old = st.tbl[q, b, 0]
             _unlink(st, q, b, old)
-            _complete(old, END_BUCKET_FULL, c, st, out, poll)
+            _complete(old, END_BUCKET_FULL, st, out, poll)
         st.tbl[q, b, st.tcnt[q, b]] = k
         st.tcnt[q, b] += 1
     ln = c.tlen[i]
-    st.e_first[k] = i
-    st.e_last[k] = i
+    inst = st.ctr[1]
+    st.ctr[1] = inst + 1
+    out.inst[i] = inst
+    st.e_inst[k] = inst
+    st.e_first[k] = c.row[i]
+    st.e_last[k] = c.row[i]
     st.e_count[k] = 1
     st.e_payload[k] = c.payload[i]
     st.e_grolen[k] = ln
@@ -496,13 +556,35 @@ def _hold(i, k, reason, c, cfg, st, out, poll, age):
     else:
         st.e_fixed[k] = 0
     st.e_age[k] = age
-    st.e_order[k] = st.serial[0]
-    st.serial[0] += 1
+    st.e_order[k] = st.ctr[0]
+    st.ctr[0] += 1
+    st.e_queue[k] = c.queue[i]
+    st.e_limit[k] = c.limit[i]
+    st.e_loose[k] = c.loose[i]
+    st.e_gcode[k] = c.gcode[i]
+    st.e_flow[k] = c.flow[i]
+    # p's headers: the first packet's (tcp_gro_receive compares against them)
+    st.e_seq[k] = c.seq[i]
+    st.e_ack[k] = c.ack[i]
+    st.e_flags[k] = c.flags[i]
+    st.e_doff[k] = c.doff[i]
+    st.e_window[k] = c.window[i]
+    for w in range(6):
+        st.e_opt[k, w] = c.opt[i, w]
+        st.e_optnots[k, w] = c.optnots[i, w]
+    st.e_in_ttl[k] = c.in_ttl[i]
+    st.e_in_tos[k] = c.in_tos[i]
+    st.e_in_df[k] = c.in_df[i]
+    st.e_in_id[k] = c.in_id[i]
+    st.e_out_ttl[k] = c.out_ttl[i]
+    st.e_out_tos[k] = c.out_tos[i]
+    st.e_out_df[k] = c.out_df[i]
+    st.e_out_id[k] = c.out_id[i]
     st.loose_held[c.loose[i]] += 1
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def _flush_queue(q, c, st, out, poll, old_only, jiffy, end_all, end_old):
+def _flush_queue(q, st, out, poll, old_only, jiffy, end_all, end_old):
     """__gro_flush: buckets in index order, oldest entry first; a partial flush stops a
     bucket's walk at the first entry held in the current jiffy."""
     for b in range(st.tcnt.shape[1]):
@@ -511,7 +593,7 @@ def _flush_queue(q, c, st, out, poll, old_only, jiffy, end_all, end_old):
             if old_only and st.e_age[k] == jiffy:
                 break
             _unlink(st, q, b, k)
-            _complete(k, end_old if old_only else end_all, c, st, out, poll)
+            _complete(k, end_old if old_only else end_all, st, out, poll)
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
@@ -527,55 +609,48 @@ def run_ideal(c, cfg, st, out):
     """Ideal model: every packet in row order, one unlimited table, no polls.
 
     The end-of-capture flush is :func:`flush_ideal` (separate: it allocates)."""
-    n = c.key.shape[0]
-    for i in range(n):
+    for i in range(c.key.shape[0]):
         _receive(i, c, cfg, st, out, -1, 0)
 
 
 @numba.njit(cache=True, nogil=True)
-def flush_ideal(c, st, out):
+def flush_ideal(st, out):
     """End of capture in the ideal model: held entries oldest first (END_CAPTURE)."""
-    nk = st.e_first.shape[0]
-    cnt = 0
-    for k in range(nk):
-        if st.e_first[k] >= 0:
-            cnt += 1
-    keys = np.empty(cnt, np.int64)
-    orders = np.empty(cnt, np.int64)
-    x = 0
-    for k in range(nk):
-        if st.e_first[k] >= 0:
-            keys[x] = k
-            orders[x] = st.e_order[k]
-            x += 1
-    idx = np.argsort(orders)
-    for x in range(cnt):
-        _complete(keys[idx[x]], END_CAPTURE, c, st, out, -1)
+    keys = np.nonzero(st.e_first >= 0)[0]
+    order = np.argsort(st.e_order[keys])
+    for x in range(order.shape[0]):
+        _complete(keys[order[x]], END_CAPTURE, st, out, -1)
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def run_windows(c, cfg, st, out):
+def run_windows(c, cfg, st, out, final):
     """napi model with explicit GRO windows (kernel replay): each run of equal
-    ``poll_win`` values is one window; its end flushes all queues (END_POLL)."""
+    ``poll_win`` values is one window; its end flushes all queues (END_POLL). A window
+    still open at the end of a non-final batch stays open (``st.win``)."""
     n = c.key.shape[0]
-    poll = -1
-    i = 0
-    while i < n:
+    for i in range(n):
         w = c.poll_win[i]
-        poll += 1
-        while i < n and c.poll_win[i] == w:
-            _receive(i, c, cfg, st, out, poll, 0)
-            i += 1
+        if st.win[1] == 0 or w != st.win[0]:
+            if st.win[1] != 0:
+                for q in range(cfg.queues):
+                    _flush_queue(q, st, out, st.win[2], False, 0, END_POLL, END_POLL)
+                st.win[2] += 1
+            st.win[0] = w
+            st.win[1] = 1
+        _receive(i, c, cfg, st, out, st.win[2], 0)
+    if final and st.win[1] != 0:
         for q in range(cfg.queues):
-            _flush_queue(q, c, st, out, poll, False, 0, END_POLL, END_POLL)
+            _flush_queue(q, st, out, st.win[2], False, 0, END_POLL, END_POLL)
+        st.win[1] = 0
+        st.win[2] += 1
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _jiffy(t, hz):
     return (t * hz) // 1000000000
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _take_gap(arr, j, hi, start, budget, gap):
     """Packets from j on: each joins while it arrives within ``gap`` of the previous one
     (or of the poll start, for packets already waiting), up to ``budget``."""
@@ -586,7 +661,7 @@ def _take_gap(arr, j, hi, start, budget, gap):
     return cnt
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _take_until(arr, j, hi, until, budget):
     """Packets from j on that arrived by ``until``, at most ``budget``."""
     cnt = 0
@@ -596,19 +671,23 @@ def _take_until(arr, j, hi, until, budget):
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def run_napi(c, cfg, st, out, rows, qstart, arr, p_time, p_queue):
+def run_napi(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final):
     """napi model, polls inferred from arrival times (docs/gro-model.md "NAPI polls").
 
-    ``rows[qstart[q]:qstart[q+1]]`` are queue q's packets in row order and ``arr`` their
+    ``rows[qstart[q]:qstart[q+1]]`` are queue q's packets in row order, ``arr`` their
     arrival times (running maximum of ts_ns within the queue). Mirrors ``__napi_poll``
     (full budget: flush all if HZ < 1000, else old entries; poll again at once) and
-    ``napi_complete_done`` (gro_flush_timeout / napi_defer_hard_irqs). Polls get local
-    numbers in simulation order and their time and queue go to ``p_time``/``p_queue`` so
-    the caller can number them by (time, queue, order). Returns the number of polls, or
-    -1 when ``p_time`` is too small (the caller retries with more room; no allocation
-    here keeps the kernel free of reference counting).
+    ``napi_complete_done`` (gro_flush_timeout / napi_defer_hard_irqs).
+
+    Streaming: unless ``final``, a queue stops before any decision that depends on
+    packets not given yet (a poll that could still grow, a timer racing the next
+    arrival) and records in ``st.qs[q, QS_NEXT]`` the first position it did not process;
+    the caller passes those packets again with the next batch. A queue also stops when
+    ``p_time`` is nearly full. Polls are numbered globally (``st.ctr[2]``); their time and
+    queue go to ``p_time``/``p_queue`` (index = number - first number of this call).
+    Returns the number of polls recorded.
     """
-    npoll = 0
+    base = st.ctr[2]
     cap = p_time.shape[0]
     budget = cfg.budget
     gap = cfg.gap_ns
@@ -617,68 +696,73 @@ def run_napi(c, cfg, st, out, rows, qstart, arr, p_time, p_queue):
         lo = qstart[q]
         hi = qstart[q + 1]
         j = lo
-        timer = -1            # pending hrtimer, -1 none
-        has_timer = False
-        masked = False        # interrupt masked: arrivals wait for the timer
-        defer = 0             # napi->defer_hard_irqs_count
-        cont = 0              # after a full-budget poll: 1 gap-rule, 2 timer continuation
-        cont_t = 0
-        last_poll = -1
-        last_time = 0
+        qs = st.qs
         while True:
+            if st.ctr[2] - base + 2 > cap:
+                break                       # poll buffer full: resume in the next call
             was_timer = False
+            cont = qs[q, QS_CONT]
             if cont != 0:
-                kind = cont
-                cont = 0
                 if j >= hi:
+                    if final:
+                        qs[q, QS_CONT] = 0
                     break
-                if kind == 2 and arr[j] <= cont_t:
+                cont_t = qs[q, QS_CONT_T]
+                if cont == 2 and arr[j] <= cont_t:
                     cnt = _take_until(arr, j, hi, cont_t, budget)
+                    if cnt < budget and j + cnt >= hi and not final:
+                        break               # more packets may have arrived by cont_t
                     now = cont_t
                     was_timer = True
                 else:
                     start = max(arr[j], cont_t)
                     cnt = _take_gap(arr, j, hi, start, budget, gap)
+                    if cnt < budget and j + cnt >= hi and not final:
+                        break               # the poll could still grow
                     now = max(start, arr[j + cnt - 1])
-            elif has_timer and (masked or j >= hi or arr[j] >= timer):
-                now = timer
-                has_timer = False
+                qs[q, QS_CONT] = 0
+            elif qs[q, QS_HAS_TIMER] != 0 and (qs[q, QS_MASKED] != 0 or j >= hi
+                                               or arr[j] >= qs[q, QS_TIMER]):
+                if j >= hi and not final:
+                    break                   # the next arrival may come before the timer
+                now = qs[q, QS_TIMER]
                 cnt = _take_until(arr, j, hi, now, budget)
+                if cnt < budget and j + cnt >= hi and not final:
+                    break                   # more packets may have arrived by the timer
+                qs[q, QS_HAS_TIMER] = 0
                 was_timer = True
                 if cnt == 0:
                     # timer poll without work: no reload of the defer counter
-                    poll = npoll
-                    npoll += 1
-                    if poll >= cap:
-                        return -1
-                    p_time[poll] = now
-                    p_queue[poll] = q
-                    last_poll = poll
-                    last_time = now
+                    poll = st.ctr[2]
+                    st.ctr[2] += 1
+                    p_time[poll - base] = now
+                    p_queue[poll - base] = q
+                    qs[q, QS_LAST_POLL] = poll
+                    qs[q, QS_LAST_TIME] = now
                     jf = _jiffy(now, cfg.hz)
-                    if defer > 0:
-                        defer -= 1
-                        _flush_queue(q, c, st, out, poll, True, jf, END_POLL, END_POLL_OLD)
-                        timer = now + T
-                        has_timer = True
+                    if qs[q, QS_DEFER] > 0:
+                        qs[q, QS_DEFER] -= 1
+                        _flush_queue(q, st, out, poll, True, jf, END_POLL, END_POLL_OLD)
+                        qs[q, QS_TIMER] = now + T
+                        qs[q, QS_HAS_TIMER] = 1
                     else:
-                        _flush_queue(q, c, st, out, poll, False, jf, END_POLL, END_POLL)
-                        masked = False
+                        _flush_queue(q, st, out, poll, False, jf, END_POLL, END_POLL)
+                        qs[q, QS_MASKED] = 0
                     continue
             else:
                 if j >= hi:
                     break
-                has_timer = False    # an interrupt-driven poll replaces the pending timer
                 cnt = _take_gap(arr, j, hi, arr[j], budget, gap)
+                if cnt < budget and j + cnt >= hi and not final:
+                    break                   # the poll could still grow
+                qs[q, QS_HAS_TIMER] = 0     # an interrupt-driven poll replaces the timer
                 now = arr[j + cnt - 1]
-            poll = npoll
-            npoll += 1
-            if poll >= cap:
-                return -1
-            p_time[poll] = now
-            p_queue[poll] = q
-            last_poll = poll
-            last_time = now
+            poll = st.ctr[2]
+            st.ctr[2] += 1
+            p_time[poll - base] = now
+            p_queue[poll - base] = q
+            qs[q, QS_LAST_POLL] = poll
+            qs[q, QS_LAST_TIME] = now
             jf = _jiffy(now, cfg.hz)
             for x in range(j, j + cnt):
                 _receive(rows[x], c, cfg, st, out, poll, jf)
@@ -686,11 +770,11 @@ def run_napi(c, cfg, st, out, rows, qstart, arr, p_time, p_queue):
             if cnt == budget:
                 # __napi_poll: "Flush too old packets. If HZ < 1000, flush all packets."
                 if cfg.hz < 1000:
-                    _flush_queue(q, c, st, out, poll, False, jf, END_POLL, END_POLL)
+                    _flush_queue(q, st, out, poll, False, jf, END_POLL, END_POLL)
                 else:
-                    _flush_queue(q, c, st, out, poll, True, jf, END_POLL, END_POLL_OLD)
-                cont = 2 if was_timer else 1
-                cont_t = now
+                    _flush_queue(q, st, out, poll, True, jf, END_POLL, END_POLL_OLD)
+                qs[q, QS_CONT] = 2 if was_timer else 1
+                qs[q, QS_CONT_T] = now
                 continue
             # napi_complete_done(work > 0)
             timeout = T if _held_any(q, st) else 0
@@ -698,20 +782,28 @@ def run_napi(c, cfg, st, out, rows, qstart, arr, p_time, p_queue):
             if defer > 0:
                 defer -= 1
                 timeout = T
-                masked = timeout != 0
+                qs[q, QS_MASKED] = 1 if timeout != 0 else 0
             else:
-                masked = False
-            _flush_queue(q, c, st, out, poll, timeout != 0, jf, END_POLL, END_POLL_OLD)
+                qs[q, QS_MASKED] = 0
+            qs[q, QS_DEFER] = defer
+            _flush_queue(q, st, out, poll, timeout != 0, jf, END_POLL, END_POLL_OLD)
             if timeout != 0:
-                timer = now + timeout
-                has_timer = True
+                qs[q, QS_TIMER] = now + timeout
+                qs[q, QS_HAS_TIMER] = 1
             else:
-                has_timer = False
-        # end of capture: anything still held goes up in the queue's last poll
-        if last_poll >= 0 and _held_any(q, st):
-            _flush_queue(q, c, st, out, last_poll, False, _jiffy(last_time, cfg.hz),
-                         END_POLL, END_POLL)
-    return npoll
+                qs[q, QS_HAS_TIMER] = 0
+        qs[q, QS_NEXT] = j
+    return st.ctr[2] - base
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def napi_finish(st, out):
+    """End of capture (after a final run_napi): what is still held goes up with
+    END_POLL in its queue's last poll."""
+    for q in range(st.qs.shape[0]):
+        if st.qs[q, QS_LAST_POLL] >= 0 and _held_any(q, st):
+            _flush_queue(q, st, out, st.qs[q, QS_LAST_POLL],
+                         False, 0, END_POLL, END_POLL)
 
 
 # --- column preparation helpers ---------------------------------------------------------

@@ -12,14 +12,23 @@ sets an skb flush, the exact same-flow class), and hands plain arrays to the ker
 
 Public API::
 
-    simulate(packets, config, *, polls=None) -> GroResult
-    prepare(packets, config, *, polls=None) -> PreparedBatch   # columns only (benchmarks)
-    run_prepared(batch, config) -> GroResult
+    simulate(packets, config, *, polls=None) -> GroResult          # one table
+    simulate_batch(packets, config, state=None, *, final=False, polls=None)
+        -> (BatchResult, EngineState)                              # streaming
+    assemble(parts, config) -> GroResult                           # BatchResults -> result
+    prepare(packets, config, state, ...) / run_prepared(...)       # benchmarks
+
+Streaming: the GRO state (held entries with a copy of their first packet's headers, the
+8x8 tables, NAPI timers, key dictionaries) lives in an :class:`EngineState` that pickles;
+a capture can be fed batch by batch in capture order with memory bounded by the number of
+flows. Per-packet verdicts of a batch come back in a :class:`BatchResult`; seg ids and
+NAPI poll ids are global orderings, so :func:`assemble` numbers them once all batches
+are in (the result is per packet anyway).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -38,11 +47,12 @@ from gropcap.decode.schema import (
 from gropcap.errors import ConfigError
 from gropcap.gro import _kernels as K
 from gropcap.gro.config import GroConfig
-from gropcap.gro.flows import assign_flow_ids
+from gropcap.gro.flows import flow_key_matrix
 from gropcap.gro.reasons import (
     BYPASS_DECODE, BYPASS_GRO_DISABLED, BYPASS_IP_CSUM, BYPASS_IP_FRAGMENT, BYPASS_IP_OPTIONS,
     BYPASS_IPV6_EXTHDR, BYPASS_L4_CSUM, BYPASS_NO_L4_OFFLOAD, BYPASS_NOT_IP,
     BYPASS_TCP_HEADER, BYPASS_TUNNEL, BYPASS_UDP_NO_GRO, NOT_HELD_IP_RF, NOT_HELD_LENGTH,
+    ROLE_ALONE, ROLE_HEAD, ROLE_MERGED,
 )
 from gropcap.gro.result import GroResult
 from gropcap.gso import gso_type_for
@@ -76,16 +86,6 @@ def _era(config: GroConfig) -> int:
     if kp.two_bit_fixedid:
         return K.ERA_TWO_BIT
     return K.ERA_ONE_BIT
-
-
-@dataclass
-class PreparedBatch:
-    """Arrays the kernels read, extracted from one packet table (see ``prepare``)."""
-
-    cols: K.Cols
-    flow_id: np.ndarray
-    tun_type: np.ndarray
-    n: int
 
 
 def _pre_and_flush(t: pa.Table, config: GroConfig):
@@ -182,7 +182,7 @@ def _pre_and_flush(t: pa.Table, config: GroConfig):
     return pre, sfl_out, sfl_in
 
 
-def _same_flow_keys(t: pa.Table, config: GroConfig, hash_: np.ndarray, use: np.ndarray):
+def _same_flow_keys(t: pa.Table, config: GroConfig, hash_: np.ndarray):
     """Exact same-flow classes: every field some layer compares for ``same_flow``.
 
     gro_list_prepare (hash, dev, MAC header; DSA port), vlan_gro_receive (tags),
@@ -226,12 +226,11 @@ def _same_flow_keys(t: pa.Table, config: GroConfig, hash_: np.ndarray, use: np.n
     parts.append(_u8(g("sport", np.uint16)))
     parts.append(_u8(g("dport", np.uint16)))
     loose_mat = np.ascontiguousarray(np.concatenate(parts, axis=1))
-    loose = K.dedup_rows(loose_mat, use)
     if config.kernel.ipv6_hop_limit_flush:
-        return loose, loose
+        return loose_mat, loose_mat
     key_mat = np.ascontiguousarray(np.concatenate([loose_mat] + [h[:, None] for h in hops],
                                                   axis=1))
-    return K.dedup_rows(key_mat, use), loose
+    return key_mat, loose_mat
 
 
 def _size_limit(t: pa.Table, config: GroConfig) -> np.ndarray:
@@ -256,24 +255,154 @@ def _size_limit(t: pa.Table, config: GroConfig) -> np.ndarray:
     return np.where(v == 6, lim6, lim4).astype(np.int64)
 
 
-def _check_table(packets: pa.Table) -> None:
+def _check_table(packets) -> pa.Table:
+    if isinstance(packets, pa.RecordBatch):
+        packets = pa.Table.from_batches([packets])
+    if not isinstance(packets, pa.Table):
+        raise ConfigError(f"simulate() needs a pyarrow Table, got {type(packets).__name__}")
     missing = [f.name for f in PACKET_SCHEMA if f.name not in packets.column_names]
     if missing:
         raise ConfigError(f"packet table lacks columns {missing[:5]}",
                           hint="pass a table with decode.schema.PACKET_SCHEMA")
+    return packets
 
 
-def prepare(packets: pa.Table, config: GroConfig, *, polls=None) -> PreparedBatch:
-    """Extract and derive the kernel input arrays from a packet table.
+def _cfg(config: GroConfig, model: int) -> K.Cfg:
+    kp = config.kernel
+    mask = TCP_FLAG_FIN | TCP_FLAG_PSH
+    if not kp.cwr_in_flag_word:
+        mask |= TCP_FLAG_CWR
+    return K.Cfg(model=model, era=_era(config), hop_flush=kp.ipv6_hop_limit_flush,
+                 flag_mask=mask, queues=config.queues, buckets=kp.hash_buckets,
+                 budget=config.budget, gap_ns=config.poll_gap_ns, hz=config.hz,
+                 timeout_ns=config.gro_flush_timeout_ns, defer=config.napi_defer_hard_irqs)
 
-    Parameters:
-        packets: PACKET_SCHEMA table, rows in capture order.
-        config: the GroConfig (kernel profile decides keys and eras).
-        polls: optional int64 per-packet GRO window numbers (non-decreasing).
 
-    Returns a :class:`PreparedBatch` for :func:`run_prepared`.
+def _model(config: GroConfig, explicit_polls: bool) -> int:
+    if config.model == "ideal":
+        return K.MODEL_IDEAL
+    return K.MODEL_WINDOWS if explicit_polls else K.MODEL_NAPI
+
+
+# --- state ---------------------------------------------------------------------------------
+
+_STATE_INT_FIELDS = [f for f in K.State._fields
+                     if f.startswith("e_") and f not in ("e_opt", "e_optnots")]
+
+
+def _new_kernel_state(nkeys: int, nloose: int, queues: int, buckets: int) -> K.State:
+    nk = max(nkeys, 1)
+    arrays = {}
+    for f in _STATE_INT_FIELDS:
+        arrays[f] = np.full(nk, -1, np.int64) if f == "e_first" else np.zeros(nk, np.int64)
+    arrays["e_opt"] = np.zeros((nk, 6), np.uint64)
+    arrays["e_optnots"] = np.zeros((nk, 6), np.uint64)
+    qs = np.zeros((queues, K.QS_N), np.int64)
+    qs[:, K.QS_LAST_POLL] = -1
+    return K.State(
+        **arrays, loose_held=np.zeros(max(nloose, 1), np.int64),
+        tbl=np.full((queues, buckets, K.MAX_GRO_SKBS), -1, np.int64),
+        tcnt=np.zeros((queues, buckets), np.int64), ctr=np.zeros(4, np.int64), qs=qs,
+        win=np.zeros(3, np.int64))
+
+
+def _grow(st: K.State, nkeys: int, nloose: int) -> K.State:
+    """The same state with room for ``nkeys`` keys and ``nloose`` loose keys."""
+    cur = st.e_first.shape[0]
+    changes = {}
+    if nkeys > cur:
+        new = max(nkeys, 2 * cur)
+        for f in _STATE_INT_FIELDS + ["e_opt", "e_optnots"]:
+            a = getattr(st, f)
+            fill = -1 if f == "e_first" else 0
+            grown = np.full((new,) + a.shape[1:], fill, a.dtype)
+            grown[:cur] = a
+            changes[f] = grown
+    if nloose > st.loose_held.shape[0]:
+        grown = np.zeros(max(nloose, 2 * st.loose_held.shape[0]), np.int64)
+        grown[:st.loose_held.shape[0]] = st.loose_held
+        changes["loose_held"] = grown
+    return st._replace(**changes) if changes else st
+
+
+@dataclass
+class EngineState:
+    """Everything the engine carries from one batch to the next (picklable).
+
+    ``kernel``: held entries and counters (numpy arrays); ``*_ids``: global numbering of
+    same-flow keys and flows (bytes -> id, grows with flows, not packets); ``pending``:
+    packets of a NAPI queue whose poll could not be decided yet (re-fed with the next
+    batch); ``q_maxts``: running maximum of arrival times per queue.
     """
-    _check_table(packets)
+
+    config_json: str
+    model: int
+    kernel: K.State
+    key_ids: dict = field(default_factory=dict)
+    loose_ids: dict = field(default_factory=dict)
+    flow_ids: dict = field(default_factory=dict)
+    row_base: int = 0
+    pending: K.Cols | None = None
+    pending_arr: np.ndarray | None = None
+    q_maxts: np.ndarray | None = None
+    finished: bool = False
+
+    @classmethod
+    def new(cls, config: GroConfig, explicit_polls: bool = False) -> "EngineState":
+        """Empty state for ``config`` (``explicit_polls``: windows given by ``polls=``)."""
+        model = _model(config, explicit_polls)
+        queues = config.queues if model != K.MODEL_IDEAL else 1
+        buckets = config.kernel.hash_buckets if model != K.MODEL_IDEAL else 1
+        st = _new_kernel_state(64, 64, queues, buckets)
+        return cls(config_json=config.to_json(), model=model, kernel=st,
+                   q_maxts=np.full(queues, np.iinfo(np.int64).min, np.int64))
+
+
+@dataclass
+class BatchResult:
+    """Partial results of one :func:`simulate_batch` call (global row numbers).
+
+    ``row_start``/``flow_id``/``rx_queue``: the rows fed in this call (contiguous);
+    ``p_*``: verdicts of the rows processed in this call (some rows of a NAPI queue may be
+    processed in a later call); ``s_*``: super-packets in emission order; ``poll_*``:
+    NAPI polls numbered from ``poll_base`` in simulation order (time and queue).
+    """
+
+    row_start: int
+    flow_id: np.ndarray
+    rx_queue: np.ndarray
+    p_row: np.ndarray
+    p_reason: np.ndarray
+    p_inst: np.ndarray
+    p_poll: np.ndarray
+    segs: dict
+    poll_base: int
+    poll_time: np.ndarray
+    poll_queue: np.ndarray
+
+
+def _global_ids(mat: np.ndarray, use: np.ndarray, table: dict) -> np.ndarray:
+    """Exact classes of the rows of ``mat`` (where ``use``), numbered through ``table``
+    (row bytes -> id, first appearance first; shared across batches)."""
+    local = K.dedup_rows(mat, use)
+    nid = int(local.max()) + 1 if len(local) else 0
+    if nid == 0:
+        return local
+    valid = np.nonzero(local >= 0)[0]
+    reps = np.empty(nid, np.int64)
+    reps[local[valid][::-1]] = valid[::-1]          # first occurrence of each class
+    mapping = np.empty(nid, np.int64)
+    for x in range(nid):
+        mapping[x] = table.setdefault(mat[reps[x]].tobytes(), len(table))
+    out = np.full(len(local), -1, np.int64)
+    out[valid] = mapping[local[valid]]
+    return out
+
+
+def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
+            polls=None) -> tuple[K.Cols, np.ndarray]:
+    """Extract and derive the kernel input arrays of one batch (rows numbered from
+    ``state.row_base``); returns ``(cols, ts_ns)``. Updates the key dictionaries."""
     t = packets
     n = t.num_rows
     g = lambda name, dt=np.int64: column_numpy(t, name, dt)  # noqa: E731
@@ -288,13 +417,15 @@ def prepare(packets: pa.Table, config: GroConfig, *, polls=None) -> PreparedBatc
         bucket = np.zeros(n, np.int32)
     pre, sfl_out, sfl_in = _pre_and_flush(t, config)
     use = pre == 0
-    key, loose = _same_flow_keys(t, config, hash_, use)
+    key_mat, loose_mat = _same_flow_keys(t, config, hash_)
+    key = _global_ids(key_mat, use, state.key_ids)
+    loose = key if loose_mat is key_mat else _global_ids(loose_mat, use, state.loose_ids)
     opts = column_bytes(t, "tcp_options")
     opt_len = g("tcp_opt_len", np.int64)
-    opt_mat = np.ascontiguousarray(np.concatenate([opts, _u8(opt_len.astype(np.uint8))],
-                                                  axis=1))
-    opt = K.dedup_rows(opt_mat, use)
-    optnots = K.dedup_rows(np.ascontiguousarray(K.zero_timestamps(opt_mat, opt_len)), use)
+    opt_mat = np.zeros((n, 48), np.uint8)
+    opt_mat[:, :40] = opts
+    opt_mat[:, 40] = opt_len.astype(np.uint8)
+    optnots = K.zero_timestamps(opt_mat, opt_len)
     out_v = g("outer_ip_version", np.int32)
     in_v = g("ip_version", np.int32)
     wire = g("wire_len")
@@ -305,6 +436,13 @@ def prepare(packets: pa.Table, config: GroConfig, *, polls=None) -> PreparedBatc
     # skb_gro_len at TCP: bytes after the innermost IP and TCP headers, padding included
     payload = g("payload_len")
     tlen = np.maximum(wire - g("ip_offset") - g("ip_hdr_len") - 4 * g("tcp_doff"), payload)
+    flags = g("tcp_flags", np.int32)
+    tun = g("tun_type", np.int64)
+    gcode = ((in_v == 6).astype(np.int64) * 2 + ((flags & TCP_FLAG_CWR) != 0)) * 16 \
+        + (tun & 15)
+    flow_mat = flow_key_matrix(t)
+    flow = _global_ids(flow_mat, np.ones(n, np.bool_), state.flow_ids) if n else \
+        np.zeros(0, np.int64)
     if polls is None:
         poll_win = np.zeros(n, np.int64)
     else:
@@ -312,182 +450,270 @@ def prepare(packets: pa.Table, config: GroConfig, *, polls=None) -> PreparedBatc
         if poll_win.shape != (n,):
             raise ConfigError(f"polls has shape {poll_win.shape}, expected ({n},)",
                               hint="give one poll/window number per packet")
-        if n > 1 and np.any(np.diff(poll_win) < 0):
+        prev = state.kernel.win[0] if state.kernel.win[1] else None
+        if (n > 1 and np.any(np.diff(poll_win) < 0)) or \
+                (n and prev is not None and poll_win[0] < prev):
             raise ConfigError("polls must be non-decreasing",
                               hint="number GRO windows in capture order")
     i32 = lambda name: g(name, np.int32)  # noqa: E731
     cols = K.Cols(
+        row=np.arange(state.row_base, state.row_base + n, dtype=np.int64),
         key=key, loose=np.where(loose < 0, 0, loose), queue=queue, bucket=bucket,
-        ts=g("ts_ns"), pre=pre, sfl_out=sfl_out, sfl_in=sfl_in, payload=payload, tlen=tlen,
+        pre=pre, sfl_out=sfl_out, sfl_in=sfl_in, payload=payload, tlen=tlen,
         plen=plen.astype(np.int64), limit=_size_limit(t, config), seq=g("tcp_seq"),
-        ack=g("tcp_ack"), flags=i32("tcp_flags"), doff=i32("tcp_doff"),
-        window=i32("tcp_window"), opt=opt, optnots=optnots,
+        ack=g("tcp_ack"), flags=flags, doff=i32("tcp_doff"), window=i32("tcp_window"),
+        opt=opt_mat.view(np.uint64), optnots=np.ascontiguousarray(optnots).view(np.uint64),
         in_v=in_v, in_ttl=i32("ip_ttl"), in_tos=i32("ip_tos"), in_df=i32("ip_df"),
         in_id=i32("ip_id"), out_v=out_v, out_ttl=i32("outer_ip_ttl"),
         out_tos=i32("outer_ip_tos"), out_df=i32("outer_ip_df"), out_id=i32("outer_ip_id"),
-        poll_win=poll_win,
+        gcode=gcode, flow=flow, poll_win=poll_win,
     )
-    return PreparedBatch(cols=cols, flow_id=assign_flow_ids(t),
-                         tun_type=g("tun_type", np.uint8), n=n)
+    return cols, g("ts_ns")
 
 
-def _cfg(config: GroConfig, model: int) -> K.Cfg:
-    kp = config.kernel
-    mask = TCP_FLAG_FIN | TCP_FLAG_PSH
-    if not kp.cwr_in_flag_word:
-        mask |= TCP_FLAG_CWR
-    return K.Cfg(model=model, era=_era(config), hop_flush=kp.ipv6_hop_limit_flush,
-                 flag_mask=mask, queues=config.queues, buckets=kp.hash_buckets,
-                 budget=config.budget, gap_ns=config.poll_gap_ns, hz=config.hz,
-                 timeout_ns=config.gro_flush_timeout_ns, defer=config.napi_defer_hard_irqs)
-
-
-def new_state(nkeys: int, nloose: int, n: int, queues: int, buckets: int) -> K.State:
-    """Empty held-entry table for ``nkeys`` GRO keys and ``n`` packets."""
-    nk = max(nkeys, 1)
+def _new_out(n: int, nseg: int) -> K.Out:
     z = lambda m: np.zeros(m, np.int64)  # noqa: E731
-    return K.State(
-        e_first=np.full(nk, -1, np.int64), e_last=z(nk), e_count=z(nk), e_payload=z(nk),
-        e_grolen=z(nk),
-        e_len=z(nk), e_mss=z(nk), e_fixed=z(nk), e_age=z(nk), e_order=z(nk),
-        loose_held=z(max(nloose, 1)), tbl=np.full((queues, buckets, K.MAX_GRO_SKBS), -1,
-                                                   np.int64),
-        tcnt=np.zeros((queues, buckets), np.int64), nxt=np.full(n, -1, np.int64),
-        serial=z(1),
-    )
+    return K.Out(reason=np.zeros(n, np.uint8), inst=z(n), ppoll=np.full(n, -2, np.int64),
+                 s_first=z(nseg), s_last=z(nseg), s_count=z(nseg), s_payload=z(nseg),
+                 s_gso=z(nseg), s_end=z(nseg), s_queue=z(nseg), s_poll=z(nseg),
+                 s_fixed=z(nseg), s_inst=z(nseg), s_gcode=z(nseg), s_flow=z(nseg),
+                 nseg=np.zeros(1, np.int64))
 
 
-def _new_out(n: int) -> K.Out:
-    z = lambda: np.zeros(n, np.int64)  # noqa: E731
-    return K.Out(reason=np.zeros(n, np.uint8), role=np.zeros(n, np.uint8), seg_of=z(),
-                 ppoll=z(), s_first=z(), s_last=z(), s_count=z(), s_payload=z(), s_gso=z(),
-                 s_end=z(), s_queue=z(), s_poll=z(), s_fixed=z(), nseg=np.zeros(1, np.int64))
+def _concat_cols(a: K.Cols | None, b: K.Cols) -> K.Cols:
+    if a is None or len(a.row) == 0:
+        return b
+    return K.Cols(*[np.concatenate([x, y]) for x, y in zip(a, b)])
 
 
-def run_prepared(batch: PreparedBatch, config: GroConfig, *, explicit_polls=False) -> GroResult:
-    """Run the kernels over a prepared batch (one batch, flushed at the end)."""
-    c = batch.cols
-    n = batch.n
-    if config.model == "ideal":
-        model = K.MODEL_IDEAL
-    elif explicit_polls:
-        model = K.MODEL_WINDOWS
+def _take_cols(c: K.Cols, idx: np.ndarray) -> K.Cols:
+    return K.Cols(*[np.ascontiguousarray(x[idx]) for x in c])
+
+
+_SEG_FIELDS = ("first", "last", "count", "payload", "gso", "end", "queue", "poll", "fixed",
+               "inst", "gcode", "flow")
+
+
+def run_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineState,
+                 final: bool) -> tuple[dict, list, list]:
+    """Run the kernels on prepared columns (advancing ``state``).
+
+    Returns ``(verdicts, seg_parts, poll_parts)``: per processed packet arrays and the
+    super-packets / polls emitted, in order.
+    """
+    cfg = _cfg(config, state.model)
+    st = state.kernel
+    nheld = int(np.count_nonzero(st.e_first >= 0))
+    verdicts = {"row": [], "reason": [], "inst": [], "poll": []}
+    segs: list = []
+    polls: list = []
+
+    def collect(c, out):
+        done = out.ppoll != -2
+        verdicts["row"].append(c.row[done])
+        verdicts["reason"].append(out.reason[done])
+        verdicts["inst"].append(out.inst[done])
+        verdicts["poll"].append(out.ppoll[done])
+        ns = int(out.nseg[0])
+        segs.append({f: getattr(out, "s_" + f)[:ns].copy() for f in _SEG_FIELDS})
+
+    if state.model == K.MODEL_IDEAL:
+        # at most two super-packets per packet (pp, then the packet), plus the final flush
+        out = _new_out(len(cols.row), 3 * len(cols.row) + nheld + 16)
+        K.run_ideal(cols, cfg, st, out)
+        if final:
+            K.flush_ideal(st, out)
+        collect(cols, out)
+    elif state.model == K.MODEL_WINDOWS:
+        out = _new_out(len(cols.row), 3 * len(cols.row) + nheld + 16)
+        K.run_windows(cols, cfg, st, out, final)
+        collect(cols, out)
     else:
-        model = K.MODEL_NAPI
-    cfg = _cfg(config, model)
-    nkeys = int(c.key.max()) + 1 if n else 0
-    nloose = int(c.loose.max()) + 1 if n else 0
-    st = new_state(nkeys, nloose, n, config.queues, cfg.buckets)
-    out = _new_out(n)
-    if model == K.MODEL_IDEAL:
-        K.run_ideal(c, cfg, st, out)
-        K.flush_ideal(c, st, out)
-    elif model == K.MODEL_WINDOWS:
-        K.run_windows(c, cfg, st, out)
-    else:
-        rows = np.argsort(c.queue, kind="stable").astype(np.int64)
-        qstart = np.searchsorted(c.queue[rows], np.arange(config.queues + 1)).astype(np.int64)
+        c = _concat_cols(state.pending, cols)
+        arr_new = ts.copy()
+        queues = config.queues
         # arrival = running maximum of ts_ns within a queue (backwards stamps keep order)
-        arr = c.ts[rows].copy()
-        for q in range(config.queues):
-            seg = arr[qstart[q]:qstart[q + 1]]
-            np.maximum.accumulate(seg, out=seg)
-        # polls: one per packet at most with work, plus timer polls without work
-        cap = 2 * n + 16
+        for q in range(queues):
+            sel = np.nonzero(cols.queue == q)[0]
+            if len(sel):
+                run = np.maximum.accumulate(np.maximum(arr_new[sel], state.q_maxts[q]))
+                arr_new[sel] = run
+                state.q_maxts[q] = run[-1]
+        arr_all = arr_new if state.pending is None else np.concatenate(
+            [state.pending_arr, arr_new])
         while True:
+            n = len(c.row)
+            rows = np.argsort(c.queue, kind="stable").astype(np.int64)
+            qstart = np.searchsorted(c.queue[rows], np.arange(queues + 1)).astype(np.int64)
+            arr = np.ascontiguousarray(arr_all[rows])
+            cap = 2 * n + 4 * (config.napi_defer_hard_irqs + 2) * queues + 64
             p_time = np.empty(cap, np.int64)
             p_queue = np.empty(cap, np.int64)
-            npoll = K.run_napi(c, cfg, st, out, rows, qstart, arr, p_time, p_queue)
-            if npoll >= 0:
+            out = _new_out(n, 3 * n + int(np.count_nonzero(st.e_first >= 0)) + 16)
+            base = int(st.ctr[2])
+            npoll = K.run_napi(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final)
+            left = np.concatenate([rows[st.qs[q, K.QS_NEXT]:qstart[q + 1]]
+                                   for q in range(queues)]) if queues else rows[:0]
+            busy = final and bool(np.any(st.qs[:, K.QS_HAS_TIMER] != 0)
+                                  | np.any(st.qs[:, K.QS_CONT] != 0))
+            if final and not len(left) and not busy:
+                K.napi_finish(st, out)
+            collect(c, out)
+            polls.append((base, p_time[:npoll].copy(), p_queue[:npoll].copy()))
+            left = np.sort(left)
+            if not final or (not len(left) and not busy):
+                state.pending = _take_cols(c, left) if len(left) else None
+                state.pending_arr = arr_all[left] if len(left) else None
                 break
-            cap *= 2 + config.napi_defer_hard_irqs
-            st = new_state(nkeys, nloose, n, config.queues, cfg.buckets)
-            out = _new_out(n)
-        p_time = p_time[:npoll]
-        p_queue = p_queue[:npoll]
-        # polls of all queues in time order (ties: lower queue, then simulation order)
-        order = np.lexsort((np.arange(len(p_time)), p_queue, p_time))
+            c = _take_cols(c, left)
+            arr_all = arr_all[left]
+    return verdicts, segs, polls
+
+
+def simulate_batch(packets: pa.Table, config: GroConfig, state: EngineState | None = None,
+                   *, final: bool = False, polls=None) -> tuple[BatchResult, EngineState]:
+    """Run GRO over the next batch of a capture, carrying the state across batches.
+
+    Parameters:
+        packets: the next rows of the capture (PACKET_SCHEMA), in capture order.
+        config: the GroConfig; must be the same for every batch of a capture.
+        state: what the previous call returned (None for the first batch).
+        final: True for the last batch: flushes what is held (END_CAPTURE / END_POLL).
+        polls: explicit GRO windows for these rows (napi model, see :func:`simulate`).
+
+    Returns ``(BatchResult, EngineState)``; :func:`assemble` turns the list of results
+    into the capture's GroResult.
+
+    >>> # st = None; parts = []
+    >>> # for i, b in enumerate(batches):
+    >>> #     part, st = simulate_batch(b, cfg, st, final=i == len(batches) - 1)
+    >>> #     parts.append(part)
+    >>> # result = assemble(parts, cfg)
+    """
+    packets = _check_table(packets)
+    if polls is not None and config.model != "napi":
+        raise ConfigError("explicit polls need the napi model",
+                          hint="pass GroConfig(model='napi') with polls=")
+    if state is None:
+        state = EngineState.new(config, explicit_polls=polls is not None)
+    elif state.config_json != config.to_json():
+        raise ConfigError("simulate_batch: config differs from the one the state was made with")
+    if state.finished:
+        raise ConfigError("simulate_batch: the capture was already finished (final=True)")
+    if (polls is not None) != (state.model == K.MODEL_WINDOWS):
+        raise ConfigError("polls= must be given for every batch or for none")
+    cols, ts = prepare(packets, config, state, polls)
+    n = len(cols.row)
+    state.kernel = _grow(state.kernel, len(state.key_ids), max(len(state.loose_ids),
+                                                             len(state.key_ids)))
+    row_start = state.row_base
+    state.row_base += n
+    verdicts, segs, poll_parts = run_prepared(cols, ts, config, state, final)
+    if final:
+        state.finished = True
+    cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)  # noqa
+    seg = {f: cat([s[f] for s in segs]) for f in _SEG_FIELDS}
+    if poll_parts:
+        poll_base = poll_parts[0][0]
+        p_time = cat([p[1] for p in poll_parts])
+        p_queue = cat([p[2] for p in poll_parts])
+    else:
+        poll_base, p_time, p_queue = int(state.kernel.ctr[2]), np.zeros(0, np.int64), \
+            np.zeros(0, np.int64)
+    napi = config.model == "napi"
+    return BatchResult(
+        row_start=row_start, flow_id=cols.flow,
+        rx_queue=cols.queue.astype(np.uint16) if napi else np.zeros(n, np.uint16),
+        p_row=cat(verdicts["row"]), p_reason=cat(verdicts["reason"]).astype(np.uint8),
+        p_inst=cat(verdicts["inst"]), p_poll=cat(verdicts["poll"]), segs=seg,
+        poll_base=poll_base, poll_time=p_time, poll_queue=p_queue), state
+
+
+def _gso_table(config: GroConfig) -> np.ndarray:
+    """gso_type by (gcode, fixed bits): gso.gso_type_for over every combination."""
+    table = np.zeros((2 * 2 * 16, 4), np.uint32)
+    for v6 in range(2):
+        for cwr in range(2):
+            for tun in range(16):
+                for fx in range(4):
+                    table[(v6 * 2 + cwr) * 16 + tun, fx] = gso_type_for(
+                        config.kernel.version, 6 if v6 else 4,
+                        ip_fixedid=0 if v6 else fx, cwr=bool(cwr), tun_type=tun)
+    return table
+
+
+def assemble(parts: list[BatchResult], config: GroConfig) -> GroResult:
+    """Number super-packets (delivery order) and polls once every batch is in.
+
+    The napi model's delivery order is the order of polls by (time, queue, order within
+    the queue) across all queues (docs/gro-model.md), which needs every poll.
+    """
+    n = sum(len(p.flow_id) for p in parts)
+    cat = lambda xs, dt=np.int64: (np.concatenate(xs).astype(dt) if xs  # noqa: E731
+                                   else np.zeros(0, dt))
+    flow_id = cat([p.flow_id for p in parts])
+    rx = cat([p.rx_queue for p in parts], np.uint16)
+    p_row = cat([p.p_row for p in parts])
+    reason = np.zeros(n, np.uint8)
+    inst = np.zeros(n, np.int64)
+    pkt_poll = np.full(n, -1, np.int64)
+    reason[p_row] = cat([p.p_reason for p in parts], np.uint8)
+    inst[p_row] = cat([p.p_inst for p in parts])
+    pkt_poll[p_row] = cat([p.p_poll for p in parts])
+    seg = {f: cat([p.segs[f] for p in parts]) for f in _SEG_FIELDS}
+    m = len(seg["first"])
+    napi_inferred = config.model == "napi" and any(len(p.poll_time) for p in parts)
+    if napi_inferred:
+        p_time = cat([p.poll_time for p in parts])
+        p_queue = cat([p.poll_queue for p in parts])
+        number = np.arange(len(p_time), dtype=np.int64)   # global poll numbers from 0
+        order = np.lexsort((number, p_queue, p_time))
         rank = np.empty(len(order), np.int64)
         rank[order] = np.arange(len(order))
-        ns = int(out.nseg[0])
-        s_rank = rank[out.s_poll[:ns]]
+        s_rank = rank[seg["poll"]] if m else np.zeros(0, np.int64)
         seg_order = np.argsort(s_rank, kind="stable")
-        new_id = np.empty(ns, np.int64)
-        new_id[seg_order] = np.arange(ns)
-        return _pack(batch, config, out, seg_order, new_id[out.seg_of], s_rank[seg_order],
-                     rank[out.ppoll], c.queue)
-    ns = int(out.nseg[0])
-    ident = np.arange(ns)
-    if model == K.MODEL_IDEAL:
-        return _pack(batch, config, out, ident, out.seg_of, np.full(ns, -1, np.int64),
-                     np.full(n, -1, np.int64), np.zeros(n, np.int32))
-    return _pack(batch, config, out, ident, out.seg_of, out.s_poll[:ns], out.ppoll, c.queue)
-
-
-def _gso_types(batch, config, first, count, fixed) -> np.ndarray:
-    """gso_type of each super-packet (gso.gso_type_for; 0 for a single packet).
-
-    gso_type_for depends on (innermost IP version, fixed-ID bits, CWR, tunnel type) only:
-    evaluated once per combination through a small table.
-    """
-    out = np.zeros(len(first), np.uint32)
-    multi = np.nonzero(count > 1)[0]
-    if not len(multi):
-        return out
-    c = batch.cols
-    f = first[multi]
-    v6 = (c.in_v[f] == 6).astype(np.int64)
-    fx = fixed[multi].astype(np.int64) & 3
-    cwr = ((c.flags[f] & TCP_FLAG_CWR) != 0).astype(np.int64)
-    tun = batch.tun_type[f].astype(np.int64) & 15
-    code = ((v6 * 4 + fx) * 2 + cwr) * 16 + tun
-    table = np.empty(2 * 4 * 2 * 16, np.uint32)
-    for v in range(2):
-        for x in range(4):
-            for cw in range(2):
-                for tt in range(16):
-                    table[((v * 4 + x) * 2 + cw) * 16 + tt] = gso_type_for(
-                        config.kernel.version, 6 if v else 4,
-                        ip_fixedid=0 if v else x, cwr=bool(cw), tun_type=tt)
-    out[multi] = table[code]
-    return out
-
-
-def _pack(batch, config, out, seg_order, gro_seg, seg_poll, pkt_poll, pkt_queue) -> GroResult:
-    ns = int(out.nseg[0])
-    sel = lambda a: a[:ns][seg_order]  # noqa: E731
-    first = sel(out.s_first)
-    count = sel(out.s_count)
-    flow = batch.flow_id
+        seg_poll = s_rank[seg_order]
+        pkt_poll = rank[pkt_poll] if n else pkt_poll
+    else:
+        seg_order = np.arange(m)
+        seg_poll = seg["poll"] if config.model == "napi" else np.full(m, -1, np.int64)
+    s = {f: seg[f][seg_order] for f in _SEG_FIELDS}
+    seg_of_inst = np.zeros(int(s["inst"].max()) + 1 if m else 0, np.int64)
+    seg_of_inst[s["inst"]] = np.arange(m)
+    gro_seg = seg_of_inst[inst] if n else np.zeros(0, np.int64)
+    cnt = s["count"][gro_seg] if n else np.zeros(0, np.int64)
+    rows = np.arange(n, dtype=np.int64)
+    role = np.where(cnt == 1, ROLE_ALONE,
+                    np.where(rows == s["first"][gro_seg] if n else rows == 0, ROLE_HEAD,
+                             ROLE_MERGED)).astype(np.uint8)
+    gso_type = np.zeros(m, np.uint32)
+    if m:
+        multi = s["count"] > 1
+        gso_type[multi] = _gso_table(config)[s["gcode"][multi], s["fixed"][multi] & 3]
     return GroResult(
-        flow_id=flow, gro_seg=gro_seg, gro_role=out.role, reason=out.reason,
-        rx_queue=pkt_queue, poll_id=pkt_poll,
-        seg_flow_id=flow[first] if ns else np.zeros(0, np.int64),
-        seg_first_packet=first, seg_last_packet=sel(out.s_last), seg_count=count,
-        seg_payload_len=sel(out.s_payload), seg_gso_size=sel(out.s_gso),
-        seg_gso_type=_gso_types(batch, config, first, count, sel(out.s_fixed)),
-        seg_end_reason=sel(out.s_end),
-        seg_rx_queue=sel(out.s_queue) if batch.cols.queue.size else np.zeros(0),
-        seg_poll_id=seg_poll,
-    )
+        flow_id=flow_id, gro_seg=gro_seg, gro_role=role, reason=reason, rx_queue=rx,
+        poll_id=pkt_poll, seg_flow_id=s["flow"], seg_first_packet=s["first"],
+        seg_last_packet=s["last"], seg_count=s["count"], seg_payload_len=s["payload"],
+        seg_gso_size=s["gso"], seg_gso_type=gso_type, seg_end_reason=s["end"],
+        seg_rx_queue=s["queue"], seg_poll_id=seg_poll)
 
 
-def simulate(packets: pa.Table, config: GroConfig, *, polls=None) -> GroResult:
+def simulate(packets: pa.Table, config: GroConfig | None = None, *, polls=None) -> GroResult:
     """Replay Linux GRO over a packet table; the numba twin of ``reference.simulate``.
 
     Parameters:
         packets: table with ``decode.schema.PACKET_SCHEMA`` (rows in capture order).
-        config: kernel profile and receive model (``GroConfig``).
+        config: kernel profile and receive model (``GroConfig``; default 6.18, ideal).
         polls: optional int64 array, one non-decreasing GRO window number per packet
             (``napi`` model only): each window is one poll flushed at its end
             (docs/gro-model.md, "Explicit batches").
 
     Returns a :class:`GroResult` (per-packet verdicts, super-packets in delivery order).
 
-    >>> # res = simulate(table, GroConfig(model="napi", queues=4)); res.seg_count.sum()
+    >>> from gropcap.decode.schema import empty_packet_table
+    >>> simulate(empty_packet_table(), GroConfig()).num_superpackets
+    0
     """
-    if polls is not None and config.model != "napi":
-        raise ConfigError("polls= needs the napi model",
-                          hint="use GroConfig(model='napi') with explicit polls")
-    batch = prepare(packets, config, polls=polls)
-    return run_prepared(batch, config, explicit_polls=polls is not None)
+    config = config or GroConfig()
+    part, _ = simulate_batch(packets, config, None, final=True, polls=polls)
+    return assemble([part], config)
