@@ -5,9 +5,10 @@ segments, pure ACKs, occasional sequence gaps and timestamp changes) directly as
 PACKET_SCHEMA Arrow table, then measures, after warming the JIT on a small table:
 
 - ``prepare``: Arrow -> numpy extraction and per-packet derivations (bypass codes, exact
-  same-flow classes, option classes) - reported, not part of the engine figure;
-- ``engine``: the kernels (``run_prepared``: held-entry table, NAPI polls, packing the
-  GroResult), for the ideal and the napi model;
+  same-flow classes, flow ids) - reported, not part of the engine figure;
+- ``engine``: the kernels alone (``run_prepared``: held-entry table, NAPI polls) on the
+  prepared arrays, for the ideal and the napi model; ``engine+assemble`` adds numbering
+  the super-packets and packing the GroResult;
 - ``reference``: the plain-Python model on the first ``--reference-packets`` rows, for the
   ratio.
 
@@ -32,7 +33,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gropcap.decode.schema import PACKET_SCHEMA  # noqa: E402
 from gropcap.gro.config import GroConfig  # noqa: E402
-from gropcap.gro.engine import prepare, run_prepared  # noqa: E402
+from gropcap.gro.engine import (  # noqa: E402
+    BatchResult, EngineState, assemble, prepare, run_prepared, simulate,
+)
 
 
 def synthetic_table(n: int, flows: int = 64, seed: int = 1) -> pa.Table:
@@ -142,26 +145,54 @@ def main(argv=None) -> dict:
     # warm the JIT (compiles or loads the on-disk cache) on a small table
     small = table.slice(0, 2000)
     for cfg in configs.values():
-        run_prepared(prepare(small, cfg), cfg)
+        simulate(small, cfg)
     out = {"packets": args.packets, "build_s": round(build_s, 3)}
     for name, cfg in configs.items():
-        prep_s = best_of(lambda: prepare(table, cfg), 1)
-        batch = prepare(table, cfg)
-        res = run_prepared(batch, cfg)
+        t1 = time.perf_counter()
+        state = EngineState.new(cfg)
+        cols, ts = prepare(table, cfg, state)
+        prep_s = time.perf_counter() - t1
+        eng = []
+        asm = []
+        for _ in range(args.repeat):
+            st = EngineState.new(cfg)
+            st.key_ids, st.loose_ids, st.flow_ids = state.key_ids, state.loose_ids, \
+                state.flow_ids
+            from gropcap.gro.engine import _grow
+            st.kernel = _grow(st.kernel, len(st.key_ids), len(st.key_ids))
+            st.row_base = len(cols.row)
+            t1 = time.perf_counter()
+            verdicts, segs, polls = run_prepared(cols, ts, cfg, st, True)
+            eng.append(time.perf_counter() - t1)
+            t1 = time.perf_counter()
+            cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64)  # noqa
+            part = BatchResult(
+                row_start=0, flow_id=cols.flow, rx_queue=cols.queue.astype(np.uint16),
+                p_row=cat(verdicts["row"]), p_reason=cat(verdicts["reason"]),
+                p_inst=cat(verdicts["inst"]), p_poll=cat(verdicts["poll"]),
+                segs={f: cat([x[f] for x in segs]) for f in segs[0]}, poll_base=0,
+                poll_time=cat([p[1] for p in polls]), poll_queue=cat([p[2] for p in polls]))
+            res = assemble([part], cfg)
+            asm.append(time.perf_counter() - t1 + eng[-1])
         res.check_invariants(payload)
-        eng_s = best_of(lambda: run_prepared(batch, cfg), args.repeat)
+        assert res.equals(simulate(table, cfg)), "run_prepared path != simulate"
+        eng_s = min(eng)
         # reference on a prefix, fast on the same prefix: equal and timed
         sub = table.slice(0, args.reference_packets)
         t1 = time.perf_counter()
         ref = reference.simulate(sub, cfg)
         ref_s = time.perf_counter() - t1
-        sub_batch = prepare(sub, cfg)
-        assert run_prepared(sub_batch, cfg).equals(ref), f"fast != reference ({name})"
+        t1 = time.perf_counter()
+        fast_sub = simulate(sub, cfg)
+        fast_sub_s = time.perf_counter() - t1
+        assert fast_sub.equals(ref), f"fast != reference ({name})"
         out[name] = {
             "prepare_s": round(prep_s, 3),
             "prepare_pps": round(args.packets / prep_s),
             "engine_s": round(eng_s, 4),
             "engine_pps": round(args.packets / eng_s),
+            "engine_assemble_pps": round(args.packets / min(asm)),
+            "simulate_subset_pps": round(args.reference_packets / fast_sub_s),
             "reference_pps": round(args.reference_packets / ref_s),
             "engine_vs_reference": round((args.packets / eng_s)
                                          / (args.reference_packets / ref_s), 1),

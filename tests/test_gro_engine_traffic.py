@@ -142,7 +142,8 @@ def encapsulate(row: dict, kind: str, outer: dict) -> dict:
                    inner_eth_type=0x0800 if inner_v == 4 else 0x86DD)
     if tun_type == 9:
         row.update(outer_l4_proto=17, outer_sport=40000 + outer["key"] % 1000,
-                   outer_dport=4789, outer_udp_len=8 + 8 + 14 + inner_tot, tun_key=outer["key"] << 8,
+                   outer_dport=4789, outer_udp_len=8 + 8 + 14 + inner_tot,
+                   tun_key=outer["key"] << 8,
                    inner_eth_dst=0x0A0000000002, inner_eth_src=0x0A0000000001,
                    inner_eth_type=0x0800 if inner_v == 4 else 0x86DD)
     return row

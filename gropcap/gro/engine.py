@@ -472,11 +472,13 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
 
 
 def _new_out(n: int, nseg: int) -> K.Out:
-    z = lambda m: np.zeros(m, np.int64)  # noqa: E731
-    return K.Out(reason=np.zeros(n, np.uint8), inst=z(n), ppoll=np.full(n, -2, np.int64),
-                 s_first=z(nseg), s_last=z(nseg), s_count=z(nseg), s_payload=z(nseg),
-                 s_gso=z(nseg), s_end=z(nseg), s_queue=z(nseg), s_poll=z(nseg),
-                 s_fixed=z(nseg), s_inst=z(nseg), s_gcode=z(nseg), s_flow=z(nseg),
+    # np.empty: every super-packet slot is written before it is read (nseg counts them),
+    # and per-packet slots are read only where ppoll says the packet was processed
+    e = lambda m: np.empty(m, np.int64)  # noqa: E731
+    return K.Out(reason=np.empty(n, np.uint8), inst=e(n), ppoll=np.full(n, -2, np.int64),
+                 s_first=e(nseg), s_last=e(nseg), s_count=e(nseg), s_payload=e(nseg),
+                 s_gso=e(nseg), s_end=e(nseg), s_queue=e(nseg), s_poll=e(nseg),
+                 s_fixed=e(nseg), s_inst=e(nseg), s_gcode=e(nseg), s_flow=e(nseg),
                  nseg=np.zeros(1, np.int64))
 
 
@@ -510,12 +512,18 @@ def run_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineS
 
     def collect(c, out):
         done = out.ppoll != -2
-        verdicts["row"].append(c.row[done])
-        verdicts["reason"].append(out.reason[done])
-        verdicts["inst"].append(out.inst[done])
-        verdicts["poll"].append(out.ppoll[done])
+        if done.all():
+            verdicts["row"].append(c.row)
+            verdicts["reason"].append(out.reason)
+            verdicts["inst"].append(out.inst)
+            verdicts["poll"].append(out.ppoll)
+        else:
+            verdicts["row"].append(c.row[done])
+            verdicts["reason"].append(out.reason[done])
+            verdicts["inst"].append(out.inst[done])
+            verdicts["poll"].append(out.ppoll[done])
         ns = int(out.nseg[0])
-        segs.append({f: getattr(out, "s_" + f)[:ns].copy() for f in _SEG_FIELDS})
+        segs.append({f: getattr(out, "s_" + f)[:ns] for f in _SEG_FIELDS})
 
     if state.model == K.MODEL_IDEAL:
         # at most two super-packets per packet (pp, then the packet), plus the final flush
