@@ -96,18 +96,20 @@ def stage_fast_decode(path, args):
     from gropcap.decode import fast, reference
 
     fast.warm_up()
-    # correctness first: fast == reference on the reference subset
+    _t, n, tm = _fast_table(path, keep=False)       # streaming: batches are dropped
+    rss = _peak_rss_mb()
+    size = os.path.getsize(path)
+    # correctness (after the RSS reading: the reference reader maps the whole file):
+    # fast == reference on the reference subset, one row per record
     _i, sub = read_capture(path, max_records=min(args.reference_packets, 50_000))
     assert fast.decode_batch(sub).equals(reference.decode_batch(sub)), "fast != reference"
-    _t, n, tm = _fast_table(path, keep=False)       # streaming: batches are dropped
-    size = os.path.getsize(path)
     assert n == _count_records(path)
     return {"packets": n, "seconds": tm["seconds"], "pps": n / tm["seconds"],
             "cpu_seconds": tm["cpu_seconds"], "pps_cpu": n / tm["cpu_seconds"],
             "mb_per_s": size / tm["seconds"] / 1e6,
             "decode_only_pps": n / tm["decode_seconds"],
             "decode_only_pps_cpu": n / tm["decode_cpu_seconds"],
-            "peak_rss_mb": _peak_rss_mb()}
+            "peak_rss_mb": rss}
 
 
 def stage_gro_engine(path, args):
@@ -190,6 +192,7 @@ def run_cli(path, records):
     if code == 0:
         summary = json.loads(out)
         res["summary_packets"] = _find_packets(summary)
+        res["invariant_ok"] = res["summary_packets"] == records
         res["pps"] = records / dt
         res["pps_cpu"] = records / cpu
         res["mb_per_s"] = os.path.getsize(path) / dt / 1e6
