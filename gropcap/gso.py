@@ -55,6 +55,8 @@ GSO_TYPE_NAMES = {
 # Tunnel completions (gre_gro_complete, ipip_gro_complete, sit_gro_complete,
 # ip6ip6_gro_complete, ip4ip6_gro_complete), keyed by constants.TUN_* codes.
 _TUN_GRE, _TUN_GRE_TEB, _TUN_IPIP, _TUN_SIT, _TUN_IP6IP6, _TUN_IP4IP6 = 1, 2, 5, 6, 7, 8
+_TUN_VXLAN, _TUN_VXLAN_GPE, _TUN_GENEVE, _TUN_FOU, _TUN_GUE = 9, 10, 11, 12, 13
+_UDP_TUNS = (_TUN_VXLAN, _TUN_VXLAN_GPE, _TUN_GENEVE, _TUN_FOU, _TUN_GUE)
 
 
 def fixedid_bits(kernel_version: tuple[int, int], ip_fixedid: int) -> int:
@@ -78,7 +80,8 @@ def fixedid_bits(kernel_version: tuple[int, int], ip_fixedid: int) -> int:
 
 
 def gso_type_for(kernel_version: tuple[int, int], inner_ip_version: int, *,
-                 ip_fixedid: int = 0, cwr: bool = False, tun_type: int = 0) -> int:
+                 ip_fixedid: int = 0, cwr: bool = False, tun_type: int = 0,
+                 udp_csum: bool | None = None, inner_tun_type: int = 0) -> int:
     """``skb_shinfo(skb)->gso_type`` of a completed TCP super-packet (count > 1).
 
     Parameters:
@@ -91,7 +94,11 @@ def gso_type_for(kernel_version: tuple[int, int], inner_ip_version: int, *,
         tun_type: ``constants.TUN_*`` of a natively aggregated tunnel: GRE/GRE-TEB ->
             ``SKB_GSO_GRE`` (``gre_gro_complete`` assigns it; the C flag does not add
             ``SKB_GSO_GRE_CSUM``), IPIP/SIT -> ``SKB_GSO_IPXIP4``, ip6ip6/ip4ip6 ->
-            ``SKB_GSO_IPXIP6``.
+            ``SKB_GSO_IPXIP6``; a UDP tunnel (VXLAN, VXLAN-GPE, Geneve, FOU, GUE)
+            aggregated through its socket -> ``SKB_GSO_UDP_TUNNEL_CSUM`` when the outer
+            checksum is non-zero (``udp_csum``), else ``SKB_GSO_UDP_TUNNEL``
+            (udp_gro_complete assigns it), and FOU/GUE then add the bits of the IP protocol
+            they carry (``inner_tun_type``: IPIP/SIT).
 
     >>> hex(gso_type_for((6, 18), 4, ip_fixedid=1))
     '0x40000001'
@@ -99,8 +106,12 @@ def gso_type_for(kernel_version: tuple[int, int], inner_ip_version: int, *,
     True
     """
     t = 0
+    if tun_type in _UDP_TUNS:
+        # udp_gro_complete: assignment before the inner completions OR their bits
+        t = SKB_GSO_UDP_TUNNEL_CSUM if udp_csum else SKB_GSO_UDP_TUNNEL
+        tun_type = inner_tun_type
     if tun_type in (_TUN_GRE, _TUN_GRE_TEB):
-        t = SKB_GSO_GRE                      # gre_gro_complete: assignment, outer first
+        t = t | SKB_GSO_GRE if t else SKB_GSO_GRE   # gre_gro_complete (outermost: assigns)
     elif tun_type in (_TUN_IPIP, _TUN_SIT):
         t |= SKB_GSO_IPXIP4                  # ipip_gro_complete / sit_gro_complete
     elif tun_type in (_TUN_IP6IP6, _TUN_IP4IP6):

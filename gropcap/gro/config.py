@@ -118,8 +118,78 @@ class KernelProfile:
         """e131a5634830 (v5.8): DSA user ports run GRO through gro_cells."""
         return self.version >= (5, 8)
 
+    @property
+    def ip6gre_gro_cells(self) -> bool:
+        """"net: ipv6/gre: Add GRO support" (Eran Ben Elisha, net-next early 2018, v4.17 by
+        merge window): ip6gre / ip6gretap / ip6erspan call gro_cells_init; before it
+        gro_cells_receive fell back to netif_rx (no GRO on those devices)."""
+        return self.version >= (4, 17)
+
+    @property
+    def strip_tunnel_gso_on_decap(self) -> bool:
+        """b311341e0bd9 "tunnels: Remove encapsulation offloads on decap" (v4.6): the
+        NETIF_F_GSO_ENCAP_ALL bits are cleared from gso_type when a tunnel is pulled."""
+        return self.version >= (4, 6)
+
+    @property
+    def encap_mark(self) -> bool:
+        """v4.6 "tunnels: Do not apply GRO to multiple layers of encapsulation"."""
+        return self.version >= (4, 6)
+
+    @property
+    def udp_gro_socket(self) -> bool:
+        """v5.0: UDP_GRO socket option (udp_gro_receive_segment)."""
+        return self.version >= (5, 0)
+
+    @property
+    def udp_gro_fraglist(self) -> bool:
+        """v5.6: NETIF_F_GRO_FRAGLIST (rx-gro-list) for UDP."""
+        return self.version >= (5, 6)
+
+    @property
+    def udp_gro_forwarding(self) -> bool:
+        """v5.12: NETIF_F_GRO_UDP_FWD (rx-udp-gro-forwarding)."""
+        return self.version >= (5, 12)
+
 
 MODELS = ("ideal", "napi")
+
+# --udp-gro: udp_gro_receive's modes (net/ipv4/udp_offload.c)
+UDP_GRO_MODES = ("off", "socket", "forward", "fraglist")
+# --udp-tunnel KIND:PORT: UDP tunnel sockets with a gro_receive hook
+UDP_TUNNEL_KINDS = ("vxlan", "vxlan-gpe", "geneve", "fou", "gue")
+
+
+def parse_udp_tunnels(text) -> tuple[tuple[str, int], ...]:
+    """``"vxlan:4789,geneve:6081"`` (or pairs) -> ``(("vxlan", 4789), ("geneve", 6081))``.
+
+    >>> parse_udp_tunnels("vxlan:4789")
+    (('vxlan', 4789),)
+    """
+    if not text:
+        return ()
+    items = text.split(",") if isinstance(text, str) else list(text)
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            kind, sep, port = item.strip().partition(":")
+            if not sep:
+                raise ConfigError(f"udp tunnel {item!r} is not KIND:PORT",
+                                  hint="e.g. vxlan:4789,geneve:6081")
+        else:
+            kind, port = item
+        kind = str(kind).strip().lower()
+        if kind not in UDP_TUNNEL_KINDS:
+            raise ConfigError(f"unknown udp tunnel kind {kind!r}",
+                              hint=f"use one of {', '.join(UDP_TUNNEL_KINDS)}")
+        try:
+            port = int(port)
+        except ValueError:
+            raise ConfigError(f"udp tunnel port {port!r} is not a number") from None
+        if not 0 < port < 65536:
+            raise ConfigError(f"udp tunnel port {port} out of range 1..65535")
+        out.append((kind, port))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -142,7 +212,16 @@ class GroConfig:
         poll_gap_ns: a gap longer than this between two frames of one queue ends a poll.
         hz: CONFIG_HZ; with HZ < 1000 a full-budget poll flushes everything.
         gro_flush_timeout_ns / napi_defer_hard_irqs: deferred flush (sysfs knobs).
-        poll_ids: for kernel replay: explicit poll boundaries instead of inference.
+        native_gro: GRO on the receiving device (``ethtool -K dev gro off`` ->
+            netif_elide_gro: every frame skips GRO).
+        tunnel_gro: the gro_cells second stage after decapsulation (tunnel, ERSPAN and DSA
+            user devices): ``None`` not modelled (one stage; DSA user-port GRO folded into
+            it), ``True`` modelled with GRO on those devices, ``False`` modelled with GRO
+            off on them (gro_cells_receive falls back to netif_rx).
+        udp_tunnels: ``(("vxlan", 4789), ...)``: local UDP tunnel sockets with a
+            gro_receive hook; VXLAN/Geneve/FOU/GUE on other ports are plain UDP.
+        udp_gro: ``off`` | ``socket`` (UDP_GRO socket option) | ``forward``
+            (rx-udp-gro-forwarding) | ``fraglist`` (rx-gro-list).
     """
 
     kernel: KernelProfile = field(default_factory=lambda: KernelProfile(NEWEST_KERNEL))
@@ -158,8 +237,16 @@ class GroConfig:
     hz: int = 250
     gro_flush_timeout_ns: int = 0
     napi_defer_hard_irqs: int = 0
+    native_gro: bool = True
+    tunnel_gro: bool | None = None
+    udp_tunnels: tuple = ()
+    udp_gro: str = "off"
 
     def __post_init__(self):
+        object.__setattr__(self, "udp_tunnels", parse_udp_tunnels(self.udp_tunnels))
+        if self.udp_gro not in UDP_GRO_MODES:
+            raise ConfigError(f"unknown udp_gro mode {self.udp_gro!r}",
+                              hint=f"use one of {UDP_GRO_MODES}")
         if self.model not in MODELS:
             raise ConfigError(f"unknown model {self.model!r}", hint=f"use one of {MODELS}")
         if self.rss not in ("toeplitz", "none"):
@@ -187,7 +274,12 @@ class GroConfig:
         d = dataclasses.asdict(self)
         d["kernel"] = self.kernel.name
         d["rss_key"] = self.rss_key.hex()
+        d["udp_tunnels"] = ",".join(f"{k}:{p}" for k, p in self.udp_tunnels)
         return d
+
+    def udp_tunnel_socket(self, kind: str, port: int) -> bool:
+        """A local tunnel socket of ``kind`` listens on UDP ``port``."""
+        return (kind, port) in self.udp_tunnels
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)

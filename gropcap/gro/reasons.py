@@ -48,6 +48,8 @@ NOT_HELD_LENGTH = 36          # inet_gro_receive/ipv6_gro_receive: IP length != 
 NOT_HELD_IP_RF = 37           # inet_gro_receive: reserved ("evil") bit set
 NOT_HELD_GSO = 38             # dev_gro_receive: arriving GSO skb that is not plain TCP GSO
 NOT_HELD_GSO_SHORT = 39       # tcp_gro_receive: arriving TCP GSO skb, len != count * gso_size
+NOT_HELD_UDP_ZERO_CSUM = 40   # udp_gro_receive_segment: zero UDP checksum ("symmetry with GSO")
+NOT_HELD_UDP_LENGTH = 41      # udp_gro_receive_segment: uh->len <= 8 or != skb_gro_len
 
 # --- a held packet of the flow existed and the pair check refused the merge --------------
 FLUSH_CWR = 50                # tcp_gro_receive: th->cwr
@@ -121,6 +123,8 @@ _TEXT = {
     NOT_HELD_LENGTH: "IP length differs from the bytes received (Ethernet padding, trailer)",
     NOT_HELD_IP_RF: "IPv4 reserved bit set",
     NOT_HELD_GSO: "arrived as a non-TCP GSO packet",
+    NOT_HELD_UDP_ZERO_CSUM: "UDP checksum 0: UDP GRO refuses it (for symmetry with GSO)",
+    NOT_HELD_UDP_LENGTH: "UDP length differs from the bytes received (padding) or no payload",
     NOT_HELD_GSO_SHORT: "arrived coalesced (captured after TSO/GRO) with a short last "
                         "segment: delivered at once",
     FLUSH_CWR: "CWR set: a CWR segment never merges onto a held one",

@@ -31,10 +31,15 @@ napi_complete_done/__napi_poll  :class:`NapiQueue`
 ==============================  ==========================================================
 
 Scope: Ethernet / VLAN / QinQ / DSA + IPv4 / IPv6 + TCP, natively aggregated GRE (flags
-K and C only), GRE-TEB, IPIP, SIT, ip6ip6 and ip4ip6 tunnels. UDP tunnels (VXLAN, Geneve)
-have no local tunnel socket in this model, so they are plain UDP without UDP GRO
-(``BYPASS_UDP_NO_GRO``); FOU/GUE and ERSPAN are delivered alone (``BYPASS_TUNNEL``).
-Packets arrive one segment each (pre-coalesced input is not modelled yet).
+K and C only), GRE-TEB, IPIP, SIT, ip6ip6 and ip4ip6 tunnels. UDP tunnels (VXLAN, VXLAN-GPE,
+Geneve, FOU, GUE) are aggregated natively only when ``config.udp_tunnels`` names a local
+tunnel socket on their port (udp_gro_receive tunnel branch); otherwise they are plain UDP.
+Plain UDP follows ``config.udp_gro`` (udp_gro_receive_segment: socket UDP_GRO, forwarding,
+fraglist). ERSPAN is delivered alone (``BYPASS_TUNNEL``). The gro_cells second stage after
+decapsulation is :mod:`gropcap.gro.stages`, which runs :func:`simulate` again over a derived
+table of arriving GSO packets (``coalesced=``).
+
+Features the numba engine does not have: see :func:`needs_reference`.
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ from gropcap.gro.flows import assign_flow_ids
 from gropcap.gro.result import GroResult
 from gropcap.gro.rss import gro_bucket, rss_hash, rx_queue
 
-__all__ = ["simulate", "GroNode", "HeldEntry", "Skb", "MAX_GRO_SKBS", "GRO_HASH_BUCKETS"]
+__all__ = ["simulate", "needs_reference", "GroNode", "HeldEntry", "Skb", "MAX_GRO_SKBS", "GRO_HASH_BUCKETS"]
 
 MAX_GRO_SKBS = 8          # net/core/gro.c: held packets per bucket
 GRO_HASH_BUCKETS = 8      # include/linux/netdevice.h (v4.18, 07d78363)
@@ -68,6 +73,10 @@ _TCP_NEVER_EQUAL = C.TCP_FLAG_SYN | C.TCP_FLAG_RST | C.TCP_FLAG_URG
 _NATIVE_TUNNELS = (C.TUN_GRE, C.TUN_GRE_TEB, C.TUN_IPIP, C.TUN_SIT, C.TUN_IP6IP6,
                    C.TUN_IP4IP6)
 _UDP_TUNNELS = (C.TUN_VXLAN, C.TUN_VXLAN_GPE, C.TUN_GENEVE)
+# UDP tunnels whose socket has a gro_receive hook (vxlan, geneve, fou, gue), by config name
+_UDP_TUNNEL_KIND = {C.TUN_VXLAN: "vxlan", C.TUN_VXLAN_GPE: "vxlan-gpe",
+                    C.TUN_GENEVE: "geneve", C.TUN_FOU: "fou", C.TUN_GUE: "gue"}
+UDP_GRO_CNT_MAX = 64      # include/net/udp.h: segments per UDP GRO packet
 # inet_offloads / inet6_offloads with a gro_receive: TCP, UDP, GRE, IPIP (4), IPv6 (41)
 _L4_WITH_GRO = (C.IPPROTO_TCP, C.IPPROTO_UDP, C.IPPROTO_GRE, C.IPPROTO_IPIP, C.IPPROTO_IPV6)
 
@@ -135,6 +144,11 @@ class Skb:
     len: int                  # skb_gro_len at TCP: payload incl. any trailer/padding
     p_len: int                # skb->len counted from the outer network header (+VLAN tags)
     ts_ns: int
+    udp_sock: bool = False    # a local UDP tunnel socket owns the outer port (tunnel GRO)
+    udp_csum: int = 0         # outer UDP checksum field of a UDP tunnel (0: none)
+    udp_len: int = 0          # plain UDP: uh->len
+    udp_gro_len: int = 0      # plain UDP: skb_gro_len at the UDP header
+    flist: bool = False       # NAPI_GRO_CB(skb)->is_flist (UDP fraglist mode)
     gso_segs: int = 1         # NAPI_GRO_CB(skb)->count: > 1 for a frame captured coalesced
     gso_size: int = 0         # skb_shinfo(skb)->gso_size of such a frame (0: plain segment)
     key: tuple = ()           # full same-flow key (all layers), see Skb building
@@ -237,6 +251,27 @@ def tunnel_key(tun_type: int, flags: int, proto: int, key: int, inner_eth: tuple
     return (tun_type,)
 
 
+def udp_tunnel_key(tun_type: int, sport: int, dport: int, csum: int, flags: int, key: int,
+                   proto: int, opt_len: int, opt_digest: int, inner_eth: tuple) -> tuple:
+    """udp_gro_receive (tunnel branch): outer ports equal and checksum presence equal
+    (``!uh->check ^ !uh2->check``); then vxlan_gro_prepare_receive (flags word and
+    VNI word), geneve_gro_receive (the whole header with options: first word, VNI word,
+    option bytes), gue_gro_receive (base word and optional fields) and, for inner
+    Ethernet (VXLAN, Geneve 0x6558), eth_gro_receive."""
+    k = (tun_type, sport, dport, csum != 0)
+    if tun_type == C.TUN_VXLAN:
+        k += (flags, key) + inner_eth
+    elif tun_type == C.TUN_VXLAN_GPE:
+        k += (flags, key)
+    elif tun_type == C.TUN_GENEVE:
+        k += (flags, key, opt_len, opt_digest)
+        if proto == C.ETH_P_TEB:
+            k += inner_eth
+    elif tun_type == C.TUN_GUE:
+        k += (flags, opt_len, opt_digest)
+    return k
+
+
 def tcp_gro_lookup_key(sport: int, dport: int) -> tuple:
     """tcp_gro_lookup: the 32-bit source|dest port word."""
     return (sport, dport)
@@ -255,7 +290,8 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig,
              "tun_csum_ok", "encap_depth", "inner_eth_dst", "inner_eth_src",
              "inner_eth_type", "l4_proto", "sport", "dport", "tcp_seq", "tcp_ack",
              "tcp_flags", "tcp_doff", "tcp_window", "tcp_opt_len", "tcp_options",
-             "l4_csum_state", "payload_len", "l4_offset"]
+             "l4_csum_state", "payload_len", "l4_offset", "outer_sport", "outer_dport",
+             "outer_udp_csum", "tun_opt_len", "tun_opt_digest", "udp_len", "l4_csum"]
     for prefix in ("ip_", "outer_ip_"):
         names += [f.name for f in S.PACKET_FIELDS if f.name.startswith(prefix)]
     cols = {name: _col(table, name) for name in names}
@@ -263,6 +299,7 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig,
     queues = config.queues if config.model == "napi" else 1
     buckets = profile.hash_buckets
     hop_key = not profile.ipv6_hop_limit_flush
+    flist = udp_mode(config) == "fraglist"
     out = []
     for i in range(table.num_rows):
         # The skb holds the whole frame as captured on the wire: Ethernet padding, any
@@ -285,16 +322,29 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig,
                                    cols["vlan_tpid1"][i], cols["vlan_tci1"][i]))
         tun_type = cols["tun_type"][i]
         tun_flags = cols["tun_flags"][i]
-        tkey = tunnel_key(tun_type, tun_flags, cols["tun_proto"][i], cols["tun_key"][i],
-                          (cols["inner_eth_dst"][i], cols["inner_eth_src"][i],
-                           cols["inner_eth_type"][i]))
+        inner_eth = (cols["inner_eth_dst"][i], cols["inner_eth_src"][i],
+                     cols["inner_eth_type"][i])
+        udp_sock = (tun_type in _UDP_TUNNEL_KIND and config.udp_tunnel_socket(
+            _UDP_TUNNEL_KIND[tun_type], cols["outer_dport"][i]))
+        if udp_sock:
+            tkey = udp_tunnel_key(tun_type, cols["outer_sport"][i], cols["outer_dport"][i],
+                                  cols["outer_udp_csum"][i], tun_flags, cols["tun_key"][i],
+                                  cols["tun_proto"][i], cols["tun_opt_len"][i],
+                                  cols["tun_opt_digest"][i], inner_eth)
+        else:
+            tkey = tunnel_key(tun_type, tun_flags, cols["tun_proto"][i], cols["tun_key"][i],
+                              inner_eth)
         opt_len = cols["tcp_opt_len"][i]
         doff = cols["tcp_doff"][i]
         l4_len = 0
+        udp_gro_len = 0
         if layers:
             inner = layers[-1]
             # skb_gro_len after the TCP header: to the end of the frame, padding included
             l4_len = inner.gro_len - inner.hdr_len - doff * 4
+            if cols["l4_proto"][i] == C.IPPROTO_UDP:
+                udp_gro_len = inner.gro_len - inner.hdr_len    # from the UDP header on
+                l4_len = udp_gro_len - 8
         skb = Skb(
             idx=i, status=cols["status"][i], hash=h,
             queue=int(rx_queue(h, queues)) if queues > 1 else 0,
@@ -312,7 +362,11 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig,
             # dev_gro_receive runs after eth_type_trans pulled the 14-byte MAC header; an
             # in-band VLAN tag stays in skb->data and counts against gro_max_size
             p_len=(layers[0].gro_len if layers else 0) + 4 * vlan_depth,
-            ts_ns=cols["ts_ns"][i])
+            ts_ns=cols["ts_ns"][i], udp_sock=bool(udp_sock),
+            udp_csum=(cols["outer_udp_csum"][i] if tun_type in _UDP_TUNNEL_KIND
+                      else cols["l4_csum"][i]),
+            udp_len=cols["udp_len"][i], udp_gro_len=udp_gro_len,
+            flist=flist and cols["l4_proto"][i] == C.IPPROTO_UDP)
         ports = tcp_gro_lookup_key(skb.sport, skb.dport)
         skb.key = (l2, tuple(ip_key(x, hop_key) for x in layers), tkey, ports)
         skb.key_nohop = (l2, tuple(ip_key(x, False) for x in layers), tkey, ports)
@@ -325,11 +379,20 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig,
 
 # --- the per-layer receive functions ------------------------------------------------------
 
-def gro_list_prepare_and_l2(skb: Skb, profile: KernelProfile) -> int:
+def gro_list_prepare_and_l2(skb: Skb, profile: KernelProfile,
+                            config: GroConfig | None = None) -> int:
     """dev_gro_receive / vlan_gro_receive bail-outs before any L3 handler; 0 when none.
 
     A packet that bails is delivered at once and leaves held packets untouched.
+    With ``config.native_gro`` off every frame bails (netif_elide_gro). With the gro_cells
+    stage modelled (``config.tunnel_gro`` not None) a DSA-tagged frame on the conduit bails
+    (eth_type_trans gives ETH_P_XDSA, which has no packet_offload); its GRO happens on the
+    user port (:mod:`gropcap.gro.stages`).
     """
+    if config is not None and not config.native_gro:
+        return R.BYPASS_GRO_DISABLED    # dev_gro_receive: netif_elide_gro
+    if skb.dsa and config is not None and config.tunnel_gro is not None:
+        return R.BYPASS_NOT_IP          # ETH_P_XDSA on the conduit: no packet_offload
     if skb.dsa and not profile.dsa_gro:
         # before e131a5634830 (v5.8) DSA user ports delivered with netif_receive_skb
         return R.BYPASS_GRO_DISABLED
@@ -399,6 +462,8 @@ def tunnel_gro_receive(skb: Skb, config: GroConfig) -> int:
     t = skb.tun_type
     if t == C.TUN_NONE:
         return 0
+    if skb.udp_sock:
+        return udp_tunnel_gro_receive(skb, config)
     if t in _UDP_TUNNELS:
         # udp_gro_receive: no local tunnel socket owns the port -> plain UDP, and UDP GRO
         # (segment / fraglist) is off by default
@@ -415,6 +480,41 @@ def tunnel_gro_receive(skb: Skb, config: GroConfig) -> int:
             # stack, so a bad one is bad on the wire too (unlike offloaded TCP sums)
             return R.BYPASS_TUNNEL
     return 0
+
+
+def udp_tunnel_gro_receive(skb: Skb, config: GroConfig) -> int:
+    """udp_gro_receive, tunnel branch (a local socket with gro_receive owns the port), and
+    the tunnel's own gro_receive; bail code or 0.
+
+    * encap_mark (v4.6): no tunnel inside a tunnel; FOU/GUE clear it (fou_gro_receive /
+      gue_gro_receive), but the decoder keeps only the outer tunnel's header, so a GRE
+      inside FOU (flags unknown) is not aggregated here;
+    * the outer checksum: a non-zero one must be validated; by default the NIC did
+      (CHECKSUM_UNNECESSARY), gropcap does not recompute it;
+    * vxlan_gpe: version 0, O bit clear; geneve_gro_receive: version 0, O (OAM) bit clear.
+    """
+    t = skb.tun_type
+    if len(skb.ip) < 2 or (skb.encap_depth > 1 and config.kernel.encap_mark):
+        return R.BYPASS_TUNNEL
+    if t == C.TUN_VXLAN_GPE:
+        b0 = (skb.tun_flags >> 24) & 0xFF
+        if b0 & C.GPE_VER_MASK or b0 & C.GPE_FLAG_O:
+            return R.BYPASS_TUNNEL
+    elif t == C.TUN_GENEVE:
+        if skb.tun_flags >> 30 or (skb.tun_flags >> 16) & C.GENEVE_FLAG_O:
+            return R.BYPASS_TUNNEL
+    return 0
+
+
+def udp_mode(config: GroConfig) -> str:
+    """The UDP GRO mode in force for plain UDP (udp_gro_receive, first branch); ``off``
+    when the configured mode is newer than the kernel."""
+    mode, prof = config.udp_gro, config.kernel
+    if (mode == "socket" and not prof.udp_gro_socket
+            or mode == "forward" and not prof.udp_gro_forwarding
+            or mode == "fraglist" and not prof.udp_gro_fraglist):
+        return "off"
+    return mode
 
 
 def tcp_csum_and_header(skb: Skb, config: GroConfig, skb_flush: int) -> int:
@@ -648,13 +748,33 @@ def gro_complete(p: HeldEntry, end_reason: int, profile: KernelProfile,
     if p.count == 1:
         return SegDraft(list(p.packets), 1, payload, 0, 0, end_reason, p.skb.queue)
     inner = p.skb.ip[-1]
+    if p.skb.l4_proto == C.IPPROTO_UDP and not p.skb.udp_sock:
+        # udp_gro_complete_segment: SKB_GSO_UDP_L4; skb_gro_receive_list: | FRAGLIST
+        gtype = gso.SKB_GSO_UDP_L4
+        if p.skb.flist:
+            gtype |= gso.SKB_GSO_FRAGLIST
+        return SegDraft(list(p.packets), p.count, payload, p.gso_size, gtype, end_reason,
+                        p.skb.queue)
     fixed = (int(p.is_atomic) if profile.flush_id_era else p.ip_fixedid) \
         if inner.version == 4 else 0
     gtype = gso.gso_type_for(profile.version, inner.version, ip_fixedid=fixed,
                              cwr=bool(p.skb.flags & C.TCP_FLAG_CWR),
-                             tun_type=p.skb.tun_type)
+                             tun_type=p.skb.tun_type,
+                             udp_csum=bool(p.skb.udp_csum) if p.skb.udp_sock else None,
+                             inner_tun_type=_fou_inner_tun(p.skb))
     return SegDraft(list(p.packets), p.count, payload, p.gso_size, gtype, end_reason,
                     p.skb.queue)
+
+
+def _fou_inner_tun(skb: Skb) -> int:
+    """FOU/GUE carry an IP protocol whose gro_complete adds its own bits
+    (ipip_gro_complete / sit_gro_complete / ip6ip6 / ip4ip6)."""
+    if skb.tun_type not in (C.TUN_FOU, C.TUN_GUE) or len(skb.ip) < 2:
+        return 0
+    outer4, inner4 = skb.ip[0].version == 4, skb.ip[1].version == 4
+    if outer4:
+        return C.TUN_IPIP if inner4 else C.TUN_SIT
+    return C.TUN_IP4IP6 if inner4 else C.TUN_IP6IP6
 
 
 # --- one GRO instance (a NAPI's gro_node, or the ideal unlimited list) -----------------------
@@ -719,16 +839,23 @@ class GroNode:
         """
         cfg = self.config
         out = Outcome()
-        bail = gro_list_prepare_and_l2(skb, self.profile)
+        bail = gro_list_prepare_and_l2(skb, self.profile, cfg)
         skb_flush = 0
         if not bail:
             bail, skb_flush = self._network_layers(skb)
-        if not bail:
+        if not bail and skb.l4_proto == C.IPPROTO_UDP and not skb.udp_sock:
+            if (cfg.verify_checksums and not skb_flush
+                    and skb.l4_csum_state in (S.CSUM_BAD, S.CSUM_PARTIAL)):
+                bail = R.BYPASS_L4_CSUM      # udp4_gro_receive: checksum_validate_zero_check
+        elif not bail:
             bail = tcp_csum_and_header(skb, cfg, skb_flush)
         if bail:
             out.kind, out.reason = "delivered", bail
             return out
-        pp, pp_reason, kind, reason = self.tcp_gro_receive(skb, skb_flush)
+        if skb.l4_proto == C.IPPROTO_UDP and not skb.udp_sock:
+            pp, pp_reason, kind, reason = self.udp_gro_receive_segment(skb, skb_flush)
+        else:
+            pp, pp_reason, kind, reason = self.tcp_gro_receive(skb, skb_flush)
         if pp is not None:
             self._remove(pp)
             out.completed.append((pp, pp_reason))
@@ -756,7 +883,7 @@ class GroNode:
         IP header set (length/padding, reserved bit).
         """
         skb_flush = 0
-        native = skb.tun_type in _NATIVE_TUNNELS and len(skb.ip) == 2
+        native = (skb.tun_type in _NATIVE_TUNNELS or skb.udp_sock) and len(skb.ip) == 2
         for layer, h in enumerate(skb.ip):
             bail = inet_gro_receive(h) if h.version == 4 else ipv6_gro_receive(h)
             if bail:
@@ -765,10 +892,18 @@ class GroNode:
             if layer == 0 and skb.tun_type:
                 # the outer header passed: the tunnel layer decides (gre/ipip/sit/udp)
                 bail = tunnel_gro_receive(skb, self.config)
+                if (bail == R.BYPASS_UDP_NO_GRO and udp_mode(self.config) != "off"
+                        and skb.udp_csum == 0):
+                    # udp_gro_receive_segment on the outer UDP header: checksum 0 refused
+                    # (a no-socket tunnel with a checksum would be aggregated as plain UDP
+                    # on its outer header: not modelled, delivered alone)
+                    return R.NOT_HELD_UDP_ZERO_CSUM, 0
                 if bail or not native:
                     return bail or R.BYPASS_TUNNEL, 0
         if skb.l4_proto == C.IPPROTO_UDP:
-            return R.BYPASS_UDP_NO_GRO, 0   # udp4/6_gro_receive: no UDP GRO mode
+            if udp_mode(self.config) == "off":
+                return R.BYPASS_UDP_NO_GRO, 0   # udp_gro_receive: "no GRO"
+            return 0, skb_flush
         if skb.l4_proto != C.IPPROTO_TCP:
             return R.BYPASS_NO_L4_OFFLOAD, 0
         return 0, skb_flush
@@ -811,6 +946,63 @@ class GroNode:
         if end:
             return p, end, "merged", R.MERGED
         return None, 0, "merged", R.MERGED
+
+    def udp_gro_receive_segment(self, skb: Skb, skb_flush: int):
+        """udp_gro_receive_segment (segment and fraglist modes); same return shape as
+        :meth:`tcp_gro_receive`.
+
+        A zero checksum or a UDP length that differs from the bytes received flushes the
+        datagram (p untouched). With p: the L3 checks (v6.9+: gro_receive_network_flush)
+        and a datagram longer than p's first complete p and start a new head; otherwise it
+        merges, and p completes at once when this datagram was shorter than the first or
+        p reached UDP_GRO_CNT_MAX segments.
+        """
+        if skb.udp_csum == 0:
+            return None, 0, "delivered", R.NOT_HELD_UDP_ZERO_CSUM
+        if skb.udp_len <= 8 or skb.udp_len != skb.udp_gro_len:
+            return None, 0, "delivered", R.NOT_HELD_UDP_LENGTH
+        cands = self._candidates(skb)
+        p = cands[0] if cands else None
+        if p is None:
+            if skb_flush:
+                return None, 0, "delivered", skb_flush
+            return None, 0, "held", R.NO_HELD_PACKET
+        flush = self._l3_pair_flush(p, skb) if self.profile.udp_l3_checks else 0
+        if skb.udp_len > p.skb.udp_len:
+            return p, R.FLUSH_UDP_LARGER, "held", R.FLUSH_UDP_LARGER
+        if flush:
+            return p, flush, "held", flush
+        r = skb_gro_receive(p, skb, skb_flush, self.config)
+        if r:
+            return p, r, ("delivered" if skb_flush else "held"), r
+        p.count += 1
+        p.len += skb.len
+        p.gro_len += skb.len
+        p.packets.append(skb.idx)
+        if skb.udp_len != p.skb.udp_len:
+            return p, R.END_SHORT_SEGMENT, "merged", R.MERGED
+        if p.count >= UDP_GRO_CNT_MAX:
+            return p, R.END_UDP_MAX_SEGS, "merged", R.MERGED
+        return None, 0, "merged", R.MERGED
+
+    def _l3_pair_flush(self, p: HeldEntry, skb: Skb) -> int:
+        """The IP-header pair checks alone, era order: before 6.10 the IP loop's
+        ``NAPI_GRO_CB(p)->flush`` then flush_id; from 6.10 inet_gro_flush /
+        ipv6_gro_flush per header (gro_receive_network_flush)."""
+        profile = self.profile
+        encap = len(skb.ip) > 1
+        if profile.flush_id_era:
+            for layer, (h, ph) in enumerate(zip(skb.ip, p.skb.ip)):
+                r = l3_flush_old(h, ph, encap and layer == 0, profile)
+                if r:
+                    return r
+            return flush_id_old(skb, p, profile)
+        for layer, (h, ph) in enumerate(zip(skb.ip, p.skb.ip)):
+            r = (inet_gro_flush(h, ph, p, layer, encap, profile) if h.version == 4
+                 else ipv6_gro_flush(h, ph, encap and layer == 0, profile))
+            if r:
+                return r
+        return 0
 
     def _pair_flush(self, p: HeldEntry, skb: Skb, skb_flush: int) -> int:
         """The tcp_gro_receive flush items for the pair (p, skb), first true one, era order."""
@@ -1103,7 +1295,8 @@ def _as_table(packets) -> pa.Table:
 
 
 def simulate(packets: pa.Table, config: GroConfig | None = None, *,
-             polls: np.ndarray | None = None, coalesced=None) -> GroResult:
+             polls: np.ndarray | None = None, coalesced=None,
+             hashes: np.ndarray | None = None) -> GroResult:
     """Replay Linux GRO over a packet table and return every verdict and super-packet.
 
     Parameters:
@@ -1118,6 +1311,9 @@ def simulate(packets: pa.Table, config: GroConfig | None = None, *,
             :func:`gropcap.gso.coalesced_input`). Its frames arrive as TCP GSO skbs of
             ``segs`` segments, so a super-packet's ``count`` is the sum of its packets'
             segments and ``sum(count)`` exceeds the number of packets.
+        hashes: ``napi`` model only: the RX hash per packet (``skb->hash``) instead of the
+            Toeplitz hash of the headers (the gro_cells stage passes what decapsulation
+            left: 0, or the outer L4 hash).
 
     Returns:
         :class:`GroResult` (contract in ``gropcap/gro/__init__.py``).
@@ -1143,8 +1339,13 @@ def simulate(packets: pa.Table, config: GroConfig | None = None, *,
             raise ConfigError(f"polls has {polls.shape} values for {n} packets")
         if n > 1 and np.any(np.diff(polls) < 0):
             raise ConfigError("polls must be non-decreasing")
-    hashes = (rss_hash(table, config.rss_key, config.rss == "toeplitz") if napi
-              else np.zeros(n, dtype=np.uint32))
+    if hashes is not None and napi:
+        hashes = np.asarray(hashes, dtype=np.uint32)
+        if hashes.shape != (n,):
+            raise ConfigError(f"hashes has {hashes.shape} values for {n} packets")
+    else:
+        hashes = (rss_hash(table, config.rss_key, config.rss == "toeplitz") if napi
+                  else np.zeros(n, dtype=np.uint32))
     if coalesced is True:
         coalesced = gso.coalesced_input(table)
     skbs = build_skbs(table, hashes, config, coalesced)
@@ -1194,6 +1395,23 @@ def simulate(packets: pa.Table, config: GroConfig | None = None, *,
             ordered += [(d, pid) for d in poll.events]
 
     return _build_result(n, flow_id, rec, ordered, pkt_poll, skbs, napi)
+
+
+def needs_reference(config: GroConfig) -> bool:
+    """True when ``config`` uses a rule only this reference model implements, so a caller
+    must run :func:`simulate` here instead of the numba engine (``gro/engine.py``).
+
+    Those rules: UDP GRO (``udp_gro != "off"``), UDP tunnel sockets (``udp_tunnels``),
+    GRO off on the receiving device (``native_gro`` False) and the gro_cells second stage
+    (``tunnel_gro`` not None, which also changes DSA handling on the conduit).
+
+    >>> needs_reference(GroConfig())
+    False
+    >>> needs_reference(GroConfig(udp_tunnels="vxlan:4789"))
+    True
+    """
+    return bool(config.udp_gro != "off" or config.udp_tunnels or not config.native_gro
+                or config.tunnel_gro is not None)
 
 
 def _flush_window(nodes: dict, rec: _Recorder, events: list, window: int,
