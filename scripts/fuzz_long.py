@@ -41,8 +41,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-MODES = ("capture", "capture+gro", "deep_nesting", "random_frames")
-MODE_WEIGHTS = (70, 8, 11, 11)
+MODES = ("capture", "capture+gro", "compressed", "deep_nesting", "random_frames")
+MODE_WEIGHTS = (62, 8, 8, 11, 11)
+_EXT = {"gzip": ".gz", "zstd": ".zst", "xz": ".xz", "bzip2": ".bz2"}
 
 
 # --- worker -------------------------------------------------------------------------------
@@ -95,9 +96,15 @@ class Worker:
         H, rng = self.H, self.rng
         mode = rng.choices(MODES, MODE_WEIGHTS)[0]
         self.counts[mode] += 1
-        if mode.startswith("capture"):
+        if mode.startswith("capture") or mode == "compressed":
             name = rng.choice(self.names)
             data = H.mutate(self.seeds[name], rng, *self.meta[name])
+            if mode == "compressed":      # damage the capture, then compress it
+                kind = rng.choice(H.COMPRESSORS)
+                data = H.compress(data, kind)
+                if rng.random() < 0.3:    # and sometimes cut the compressed stream
+                    data = data[:rng.randrange(len(data) + 1)]
+                name = name.split(".")[0] + ".pcap" + _EXT[kind]
             self._current(mode, name, data)
             try:
                 out = H.check_capture_bytes(data, self.scratch, name, gro=mode.endswith("gro"),
@@ -159,7 +166,10 @@ class Worker:
 def _atheris_worker(workdir: Path, seed: int) -> None:
     import atheris
 
-    with atheris.instrument_imports(include=["gropcap"]):
+    # numba compiles from bytecode: its modules must not be instrumented
+    with atheris.instrument_imports(include=["gropcap"], exclude=[
+            "gropcap.capture.fast", "gropcap.decode._fast_kernels", "gropcap.gro._kernels",
+            "gropcap.gro.rss"]):
         import gropcap.capture.pcap  # noqa: F401
         import gropcap.capture.pcapng  # noqa: F401
         import gropcap.decode.reference  # noqa: F401
@@ -237,6 +247,12 @@ def supervise(args) -> dict:
             time.sleep(1)
             if proc.poll() is not None:
                 why = f"worker exited with status {proc.returncode}"
+                if not (workdir / "current.bin").exists():
+                    # died before its first input: a set-up problem, not a finding
+                    print(f"fuzz_long: worker failed to start ({why}); stopping",
+                          file=sys.stderr)
+                    deadline = 0
+                    why = ""
                 break
             cur = workdir / "current.bin"
             if cur.exists():

@@ -480,6 +480,7 @@ def generated_seeds() -> dict[str, bytes]:
             p = os.path.join(d, name)
             make(p)
             out[name] = Path(p).read_bytes()
+    out["gen_opb_custom.pcapng"] = _opb_custom_file(frames[:6])
     out["gen.pcap.gz"] = gzip.compress(out["gen.pcap"], mtime=0)
     try:
         import zstandard
@@ -487,6 +488,45 @@ def generated_seeds() -> dict[str, bytes]:
     except ImportError:
         pass
     return out
+
+
+def _opb_custom_file(frames) -> bytes:
+    """pcapng with obsolete packet blocks (type 2), a custom block, a name resolution
+    block and an interface statistics block between the packets."""
+    from gropcap.capture.writer import pcapng_block, pcapng_options
+
+    shb = pcapng_block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
+    idb = pcapng_block(1, struct.pack("<HHI", 1, 0, 0) + pcapng_options([(9, b"\x09")]))
+    out = [shb, idb]
+    for i, f in enumerate(frames):
+        ts = 1_700_000_000_000_000_000 + i
+        body = struct.pack("<HHIIII", 0, 0, ts >> 32, ts & 0xFFFFFFFF, len(f), len(f)) + f
+        body += bytes(-len(f) % 4) + pcapng_options([(2, struct.pack("<I", i))])
+        out.append(pcapng_block(2, body))
+        if i == 2:
+            out.append(pcapng_block(0x40000BAD, struct.pack("<I", 32473) + b"custom"))
+            out.append(pcapng_block(4, struct.pack("<HH", 1, 8) + bytes([10, 0, 0, 1]) +
+                                    b"abc\0" + bytes(4)))
+            out.append(pcapng_block(5, struct.pack("<III", 0, 0, 0)))
+    return b"".join(out)
+
+
+COMPRESSORS = ("gzip", "zstd", "xz", "bzip2")
+
+
+def compress(data: bytes, kind: str) -> bytes:
+    """``data`` compressed as ``kind`` (one of COMPRESSORS)."""
+    import bz2
+    import lzma
+
+    if kind == "gzip":
+        return gzip.compress(data, mtime=0)
+    if kind == "xz":
+        return lzma.compress(data)
+    if kind == "bzip2":
+        return bz2.compress(data)
+    import zstandard
+    return zstandard.ZstdCompressor().compress(data)
 
 
 def all_seeds(max_records: int = 24) -> dict[str, bytes]:
