@@ -80,7 +80,8 @@ UDP_GRO_CNT_MAX = 64      # include/net/udp.h: segments per UDP GRO packet
 # inet_offloads / inet6_offloads with a gro_receive: TCP, UDP, GRE, IPIP (4), IPv6 (41)
 _L4_WITH_GRO = (C.IPPROTO_TCP, C.IPPROTO_UDP, C.IPPROTO_GRE, C.IPPROTO_IPIP, C.IPPROTO_IPV6)
 
-_FLUSH_OF_NOT_HELD = {R.NOT_HELD_LENGTH: R.FLUSH_LENGTH, R.NOT_HELD_IP_RF: R.FLUSH_IP_RF}
+_FLUSH_OF_NOT_HELD = {R.NOT_HELD_LENGTH: R.FLUSH_LENGTH, R.NOT_HELD_IP_RF: R.FLUSH_IP_RF,
+                      R.NOT_HELD_FRAG_LIST: R.FLUSH_FRAG_LIST}
 
 
 # --- the packet as GRO sees it ------------------------------------------------------------
@@ -149,6 +150,8 @@ class Skb:
     udp_len: int = 0          # plain UDP: uh->len
     udp_gro_len: int = 0      # plain UDP: skb_gro_len at the UDP header
     flist: bool = False       # NAPI_GRO_CB(skb)->is_flist (UDP fraglist mode)
+    elide: bool = False       # the receiving device has GRO off (netif_elide_gro)
+    frag_list: bool = False   # an arriving GRO packet that carries a frag_list
     gso_segs: int = 1         # NAPI_GRO_CB(skb)->count: > 1 for a frame captured coalesced
     gso_size: int = 0         # skb_shinfo(skb)->gso_size of such a frame (0: plain segment)
     key: tuple = ()           # full same-flow key (all layers), see Skb building
@@ -278,7 +281,7 @@ def tcp_gro_lookup_key(sport: int, dport: int) -> tuple:
 
 
 def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig,
-               coalesced=None) -> list[Skb]:
+               coalesced=None, no_gro=None) -> list[Skb]:
     """One :class:`Skb` per row: the column values GRO reads, plus derived lengths/keys.
 
     ``coalesced``: a :class:`gropcap.gso.CoalescedInput`; its frames arrive as TCP GSO
@@ -373,6 +376,10 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig,
         if coalesced is not None and coalesced.is_gso[i]:
             skb.gso_segs = int(coalesced.segs[i])
             skb.gso_size = int(coalesced.gso_size[i])
+            fl = getattr(coalesced, "frag_list", None)
+            skb.frag_list = bool(fl[i]) if fl is not None else False
+        if no_gro is not None:
+            skb.elide = bool(no_gro[i])
         out.append(skb)
     return out
 
@@ -389,7 +396,7 @@ def gro_list_prepare_and_l2(skb: Skb, profile: KernelProfile,
     (eth_type_trans gives ETH_P_XDSA, which has no packet_offload); its GRO happens on the
     user port (:mod:`gropcap.gro.stages`).
     """
-    if config is not None and not config.native_gro:
+    if skb.elide or (config is not None and not config.native_gro):
         return R.BYPASS_GRO_DISABLED    # dev_gro_receive: netif_elide_gro
     if skb.dsa and config is not None and config.tunnel_gro is not None:
         return R.BYPASS_NOT_IP          # ETH_P_XDSA on the conduit: no packet_offload
@@ -900,6 +907,8 @@ class GroNode:
                     return R.NOT_HELD_UDP_ZERO_CSUM, 0
                 if bail or not native:
                     return bail or R.BYPASS_TUNNEL, 0
+        if skb.frag_list:
+            skb_flush = skb_flush or R.NOT_HELD_FRAG_LIST   # flush = skb_has_frag_list
         if skb.l4_proto == C.IPPROTO_UDP:
             if udp_mode(self.config) == "off":
                 return R.BYPASS_UDP_NO_GRO, 0   # udp_gro_receive: "no GRO"
@@ -1296,7 +1305,8 @@ def _as_table(packets) -> pa.Table:
 
 def simulate(packets: pa.Table, config: GroConfig | None = None, *,
              polls: np.ndarray | None = None, coalesced=None,
-             hashes: np.ndarray | None = None) -> GroResult:
+             hashes: np.ndarray | None = None,
+             no_gro: np.ndarray | None = None) -> GroResult:
     """Replay Linux GRO over a packet table and return every verdict and super-packet.
 
     Parameters:
@@ -1314,6 +1324,8 @@ def simulate(packets: pa.Table, config: GroConfig | None = None, *,
         hashes: ``napi`` model only: the RX hash per packet (``skb->hash``) instead of the
             Toeplitz hash of the headers (the gro_cells stage passes what decapsulation
             left: 0, or the outer L4 hash).
+        no_gro: bool per packet: its receiving device has GRO off (netif_elide_gro), as
+            for gro_cells devices without cells (ip6gre before v4.17) or DSA before v5.8.
 
     Returns:
         :class:`GroResult` (contract in ``gropcap/gro/__init__.py``).
@@ -1348,7 +1360,7 @@ def simulate(packets: pa.Table, config: GroConfig | None = None, *,
                   else np.zeros(n, dtype=np.uint32))
     if coalesced is True:
         coalesced = gso.coalesced_input(table)
-    skbs = build_skbs(table, hashes, config, coalesced)
+    skbs = build_skbs(table, hashes, config, coalesced, no_gro)
     rec = _Recorder(n, config.kernel, payload_len)
     pkt_poll = np.full(n, -1, dtype=np.int64)
     ordered: list[tuple[SegDraft, int]] = []

@@ -73,14 +73,23 @@ class GroResult:
         return all(np.array_equal(getattr(self, f.name), getattr(other, f.name))
                    for f in fields(self))
 
-    def check_invariants(self, payload_len: np.ndarray) -> None:
-        """Raise AssertionError unless every packet is accounted for exactly once."""
+    def check_invariants(self, payload_len: np.ndarray, segments=None) -> None:
+        """Raise AssertionError unless every packet is accounted for exactly once.
+
+        ``segments``: for input that arrives as GSO packets (the gro_cells stage, frames
+        captured coalesced), the segments each input row stands for; then
+        ``sum(count) == sum(segments)`` and each super-packet's count is the sum of its
+        rows' segments.
+        """
         n = self.num_packets
-        assert int(self.seg_count.sum()) == n, "sum(count) != packets"
+        seg_in = (np.ones(n, np.int64) if segments is None
+                  else np.asarray(segments, np.int64))
+        assert int(self.seg_count.sum()) == int(seg_in.sum()), "sum(count) != segments in"
         assert int(self.seg_payload_len.sum()) == int(np.asarray(payload_len, np.int64).sum()), \
             "payload bytes not conserved"
         if n:
-            counts = np.bincount(self.gro_seg, minlength=self.num_superpackets)
+            counts = np.bincount(self.gro_seg, weights=seg_in,
+                                 minlength=self.num_superpackets).astype(np.int64)
             assert np.array_equal(counts, self.seg_count), "gro_seg disagrees with count"
             assert np.array_equal(self.flow_id[self.seg_first_packet], self.seg_flow_id)
             assert np.array_equal(self.flow_id, self.seg_flow_id[self.gro_seg]), \

@@ -1,0 +1,314 @@
+"""The gro_cells second stage: GRO again on the device that decapsulates.
+
+Layer: packet columns + the first stage's :class:`GroResult` -> a derived packet table ->
+the same ``simulate()`` -> one :class:`StageResult` per stage.
+
+The kernel (docs/kernel-gro-spec.md section 5): native GRO runs on the receiving device's
+NAPI (``gro/reference.py``). After that, a tunnel driver strips the outer headers and hands
+the inner packet to its own per-CPU gro_cells NAPI (``gro_cells_receive``): ``ip_tunnel_rcv``
+(gre, gretap, ipip, sit, erspan), ``__ip6_tnl_rcv`` (ip6gre, ip6gretap, ip6erspan, ip6tnl),
+vxlan and geneve; a DSA conduit hands each untagged frame to the user port's gro_cells
+(``dsa_switch_rcv``, v5.8). So the second stage is GRO over a *derived* table: one row per
+first-stage super-packet that a tunnel/DSA device receives, with the inner headers in the
+outer position, arriving as a TCP GSO packet (``count`` = gso_segs, ``gso_size``) when the
+first stage merged it, the tunnel GSO bits stripped (``iptunnel_pull_offloads``).
+
+Model of that NAPI (``gro_cell_poll``, weight 64): every inner packet the lower device
+produced in one of its polls is GRO'd together and flushed at the end (the lower poll ids
+become explicit windows); ``skb->hash`` is cleared on decapsulation unless it was an L4
+hash (``skb_clear_hash_if_not_l4``): GRE/IPIP/DSA rows land in bucket 0, UDP tunnels keep
+the outer Toeplitz hash. A first-stage packet of more than ``MAX_SKB_FRAGS`` segments
+carries a frag_list and is never merged again (``dev_gro_receive``: ``flush =
+skb_has_frag_list``). Devices without cells (ip6gre family before v4.17, DSA before v5.8,
+``tunnel_gro=False``) deliver with ``netif_rx``: their rows skip GRO.
+
+The numba engine needs nothing new for stage 2 except GSO input; until it has it, stage 2
+always runs the reference engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from gropcap import constants as C
+from gropcap.decode import schema as S
+from gropcap.gro.config import GroConfig
+from gropcap.gro.result import GroResult
+
+__all__ = ["StageResult", "simulate_stages", "gro_cells_input", "stages_summary",
+           "MAX_SKB_FRAGS", "DECAP_TUNNELS"]
+
+MAX_SKB_FRAGS = 17        # include/linux/skbuff.h (CONFIG_MAX_SKB_FRAGS default)
+
+# Tunnels whose device decapsulates through gro_cells (ip_tunnel_rcv, __ip6_tnl_rcv,
+# vxlan_rcv, geneve_rx). VXLAN/Geneve only with a tunnel socket (a vxlan/geneve device).
+DECAP_TUNNELS = (C.TUN_GRE, C.TUN_GRE_TEB, C.TUN_ERSPAN2, C.TUN_ERSPAN3, C.TUN_IPIP,
+                 C.TUN_SIT, C.TUN_IP6IP6, C.TUN_IP4IP6, C.TUN_VXLAN, C.TUN_VXLAN_GPE,
+                 C.TUN_GENEVE)
+_UDP_KIND = {C.TUN_VXLAN: "vxlan", C.TUN_VXLAN_GPE: "vxlan-gpe", C.TUN_GENEVE: "geneve"}
+# the ip6_gre.c devices: gro_cells only from "net: ipv6/gre: Add GRO support" (v4.17)
+_IP6GRE_FAMILY = (C.TUN_GRE, C.TUN_GRE_TEB, C.TUN_ERSPAN2, C.TUN_ERSPAN3)
+# inner Ethernet header after decapsulation (ARPHRD_ETHER devices)
+_INNER_ETH = (C.TUN_GRE_TEB, C.TUN_ERSPAN2, C.TUN_ERSPAN3, C.TUN_VXLAN)
+_DEVICE_BASE = 0x8000     # iface numbers of the modelled gro_cells devices
+
+_TUN_COLS = ("tun_type", "tun_offset", "tun_flags", "tun_proto", "tun_key", "tun_seq",
+             "tun_opt_len", "tun_opt_digest", "erspan_ver", "erspan_session",
+             "inner_eth_dst", "inner_eth_src", "inner_eth_type", "outer_l4_proto",
+             "outer_sport", "outer_dport", "outer_udp_len", "outer_udp_csum", "vlan_depth",
+             "vlan_tpid0", "vlan_tci0", "vlan_tpid1", "vlan_tci1", "encap_depth")
+
+
+@dataclass
+class StageResult:
+    """One GRO stage.
+
+    Attributes:
+        name: ``"native"`` (the receiving device) or ``"gro_cells"`` (tunnel / ERSPAN /
+            DSA user devices after decapsulation).
+        table: the rows this stage received (PACKET_SCHEMA): the capture for ``native``,
+            the derived table for ``gro_cells``.
+        result: the stage's :class:`GroResult` over ``table``.
+        segments: wire segments each input row stands for (1 for the capture).
+        source_seg: ``gro_cells`` only: the native super-packet each row is.
+        device: ``gro_cells`` only: the device number (``iface``) of each row.
+        gro: ``gro_cells`` only: the row's device runs GRO (False: netif_rx).
+    """
+
+    name: str
+    table: pa.Table
+    result: GroResult
+    segments: np.ndarray
+    source_seg: np.ndarray | None = None
+    device: np.ndarray | None = None
+    gro: np.ndarray | None = None
+
+    @property
+    def packets_in(self) -> int:
+        return self.table.num_rows
+
+    @property
+    def superpackets_out(self) -> int:
+        return self.result.num_superpackets
+
+    def check_invariants(self) -> None:
+        """:meth:`GroResult.check_invariants` with this stage's input segments."""
+        self.result.check_invariants(self.table.column("payload_len").to_numpy(),
+                                     segments=self.segments)
+
+
+def _decap_kind(cols: dict, i: int, config: GroConfig) -> int:
+    """The tunnel type a gro_cells device decapsulates for row i, -1 for DSA, 0 none."""
+    if cols["status"][i] != S.STATUS_OK:
+        return 0
+    if cols["dsa_tag"][i]:
+        return -1
+    t = cols["tun_type"][i]
+    if t not in DECAP_TUNNELS or cols["encap_depth"][i] != 1 or not cols["ip_version"][i]:
+        return 0
+    if t in _UDP_KIND and not config.udp_tunnel_socket(_UDP_KIND[t], cols["outer_dport"][i]):
+        return 0       # no vxlan/geneve device: plain UDP for the stack
+    return t
+
+
+def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig):
+    """The derived table the gro_cells devices receive.
+
+    Returns ``(table, segments, source_seg, device, gro, coalesced, hashes, polls)``;
+    ``table`` is empty when nothing is decapsulated. ``coalesced`` is the
+    :class:`gropcap.gso.CoalescedInput` describing rows that arrive as GSO packets (with a
+    ``frag_list`` array), ``hashes`` the skb->hash left after decapsulation, ``polls`` the
+    lower device's poll of each row (napi model).
+    """
+    from gropcap.gso import CoalescedInput
+
+    names = ("status", "dsa_tag", "tun_type", "encap_depth", "ip_version",
+             "outer_dport", "outer_ip_version", "iface", "dsa_port", "outer_ip_src",
+             "outer_ip_dst", "tun_key")
+    cols = {k: packets.column(k).to_pylist() for k in names}
+    first = native.seg_first_packet
+    kinds = np.array([_decap_kind(cols, int(i), config) for i in first], dtype=np.int16)
+    sel = np.flatnonzero(kinds != 0)
+    rows = first[sel]
+    tab = packets.take(pa.array(rows, pa.int64()))
+    n = len(rows)
+    count = native.seg_count[sel].astype(np.int64)
+    payload = native.seg_payload_len[sel].astype(np.int64)
+    kind = kinds[sel]
+
+    # device identity: one tunnel device per (type, outer addresses, key); a user port per
+    # (conduit, port). Numbered in order of first appearance.
+    dev_ids: dict = {}
+    device = np.zeros(n, dtype=np.uint16)
+    gro = np.zeros(n, dtype=bool)
+    prof = config.kernel
+    for j, i in enumerate(rows):
+        i = int(i)
+        k = int(kind[j])
+        if k == -1:
+            ident = ("dsa", cols["iface"][i], cols["dsa_port"][i])
+            has_cells = prof.dsa_gro            # e131a5634830 (v5.8)
+        else:
+            ident = (k, cols["outer_ip_src"][i], cols["outer_ip_dst"][i], cols["tun_key"][i])
+            has_cells = not (k in _IP6GRE_FAMILY and cols["outer_ip_version"][i] == 6
+                             and not prof.ip6gre_gro_cells)
+        device[j] = _DEVICE_BASE + dev_ids.setdefault(ident, len(dev_ids))
+        gro[j] = bool(config.tunnel_gro) and has_cells
+
+    # PSH/FIN of merged segments were ORed into the head (tcp_gro_receive)
+    flags = packets.column("tcp_flags").to_numpy().astype(np.int64)
+    or_flags = np.zeros(native.num_superpackets, dtype=np.int64)
+    np.bitwise_or.at(or_flags, native.gro_seg, flags & (C.TCP_FLAG_FIN | C.TCP_FLAG_PSH))
+    last_ts = packets.column("ts_ns").to_numpy()[native.seg_last_packet[sel]] if n else \
+        np.zeros(0, np.int64)
+
+    def col(name):
+        return tab.column(name).to_numpy(zero_copy_only=False).copy()
+
+    tunnelled = kind > 0
+    eth_inner = np.isin(kind, _INNER_ETH)
+    ip_version = col("ip_version")
+    ip_off_old = col("ip_offset").astype(np.int64)
+    ip_off = np.where(tunnelled, np.where(eth_inner, 14, 0), ip_off_old)
+    shift = ip_off_old - ip_off
+    hdr = col("ip_hdr_len").astype(np.int64)
+    doff = col("tcp_doff").astype(np.int64)
+    is_udp = col("l4_proto") == C.IPPROTO_UDP
+    l4_hdr = np.where(is_udp, 8, doff * 4)
+    gso_unit = count > 1
+    tot_len = np.where(gso_unit, hdr + l4_hdr + payload, col("ip_tot_len").astype(np.int64))
+    # single packets: ip_rcv trimmed the outer packet to its IP length before the tunnel
+    # driver ran, so only bytes inside the outer packet reach the device
+    outer_end = col("outer_ip_offset").astype(np.int64) + col("outer_ip_tot_len")
+    wire = col("wire_len").astype(np.int64)
+    inner_bytes = np.where(tunnelled, np.minimum(outer_end, wire) - ip_off_old,
+                           wire - ip_off_old)
+    inner_bytes = np.where(gso_unit, tot_len, inner_bytes)
+    new_wire = ip_off + inner_bytes
+    new_cap = np.minimum(np.maximum(col("cap_len").astype(np.int64) - shift, 0), new_wire)
+
+    changes: dict[str, np.ndarray] = {
+        "iface": device, "ts_ns": last_ts.astype(np.int64),
+        "wire_len": new_wire, "cap_len": new_cap,
+        "ip_offset": ip_off, "l4_offset": col("l4_offset").astype(np.int64) - shift,
+        "ip_tot_len": tot_len, "payload_len": payload,
+        "tcp_flags": col("tcp_flags").astype(np.int64) | or_flags[native.gro_seg[rows]]
+        if n else col("tcp_flags"),
+        "dsa_tag": np.zeros(n), "dsa_port": np.full(n, -1),
+        "ip_csum_ok": np.where(gso_unit, True, col("ip_csum_ok")),
+        "l4_csum_state": np.where(gso_unit, S.CSUM_GOOD, col("l4_csum_state")),
+    }
+    for name in ("eth_dst", "eth_src", "eth_type"):
+        inner = col("inner_" + name)
+        if name == "eth_type":
+            plain = np.where(ip_version == 6, C.ETH_P_IPV6, C.ETH_P_IP)
+        else:
+            plain = np.zeros(n, dtype=np.uint64)
+        changes[name] = np.where(tunnelled, np.where(eth_inner, inner, plain), col(name))
+    for name in _TUN_COLS:
+        base = col(name)
+        changes[name] = np.where(tunnelled, np.zeros_like(base), base)
+    for f in S.PACKET_FIELDS:
+        if f.name.startswith("outer_ip_") and f.type == S.ADDR:
+            vals = tab.column(f.name).to_pylist()
+            changes[f.name] = pa.array([bytes(16) if t else v
+                                        for t, v in zip(tunnelled, vals)], S.ADDR)
+        elif f.name.startswith("outer_ip_"):
+            base = col(f.name)
+            changes[f.name] = np.where(tunnelled, np.zeros_like(base), base)
+    arrays = []
+    for f in S.PACKET_FIELDS:
+        if isinstance(changes.get(f.name), pa.Array):
+            arrays.append(changes[f.name])
+        elif f.name in changes:
+            arrays.append(pa.array(np.asarray(changes[f.name]).astype(
+                f.type.to_pandas_dtype()), f.type))
+        else:
+            arrays.append(tab.column(f.name).combine_chunks() if n
+                          else pa.array([], f.type))
+    derived = pa.Table.from_arrays(arrays, schema=S.PACKET_SCHEMA)
+
+    gso_size = native.seg_gso_size[sel].astype(np.int32)
+    co = CoalescedInput(is_gso=gso_unit, gso_size=np.where(gso_unit, gso_size, 0),
+                        segs=count.astype(np.int32), source=np.zeros(n, np.uint8))
+    co.frag_list = count > MAX_SKB_FRAGS
+    # skb_clear_hash_if_not_l4: the NIC's hash of a UDP tunnel is an L4 (outer 4-tuple)
+    # hash and survives; GRE/IPIP hashes are L3 and DSA conduits set none -> bucket 0
+    hashes = np.zeros(n, dtype=np.uint32)
+    udp = np.isin(kind, list(_UDP_KIND))
+    if udp.any() and config.rss == "toeplitz":
+        from gropcap.gro.rss import rss_hash
+        hashes[udp] = rss_hash(tab, config.rss_key, True)[udp]
+    polls = native.seg_poll_id[sel].astype(np.int64)
+    return derived, count, sel.astype(np.int64), device, gro, co, hashes, polls
+
+
+def simulate_stages(packets: pa.Table, config: GroConfig, *,
+                    native: GroResult | None = None) -> list[StageResult]:
+    """Native GRO, then (when ``config.tunnel_gro`` is not None) the gro_cells stage.
+
+    Parameters:
+        packets: PACKET_SCHEMA table in capture order.
+        config: :class:`GroConfig`; ``tunnel_gro`` None runs the native stage only.
+        native: a first-stage result already computed for ``config`` (any engine that
+            implements the config, see :func:`gropcap.gro.reference.needs_reference`);
+            computed with the reference engine when None.
+
+    Returns:
+        ``[native]`` or ``[native, gro_cells]`` :class:`StageResult` objects.
+
+    Example::
+
+        >>> from gropcap.decode.schema import empty_packet_table
+        >>> [s.name for s in simulate_stages(empty_packet_table(), GroConfig(tunnel_gro=True))]
+        ['native', 'gro_cells']
+    """
+    from gropcap.gro.reference import simulate
+
+    if native is None:
+        native = simulate(packets, config)
+    out = [StageResult("native", packets, native, np.ones(packets.num_rows, np.int64))]
+    if config.tunnel_gro is None:
+        return out
+    derived, segs, src, device, gro, co, hashes, polls = gro_cells_input(packets, native,
+                                                                         config)
+    # gro_cells NAPI: one cell per CPU (queue 0 here: each lower poll is its own window)
+    cfg2 = config.replace(native_gro=True, tunnel_gro=None, udp_tunnels=(), queues=1)
+    napi = config.model == "napi"
+    res = simulate(derived, cfg2, coalesced=co, no_gro=~gro,
+                   polls=polls if napi else None, hashes=hashes if napi else None)
+    out.append(StageResult("gro_cells", derived, res, segs, source_seg=src, device=device,
+                           gro=gro))
+    return out
+
+
+def stages_summary(stages: list[StageResult]) -> dict:
+    """Per stage: rows in, segments in, super-packets out, ratio; and what the stack gets.
+
+    ``delivered`` counts what reaches the stack: native super-packets that no gro_cells
+    device took, plus the gro_cells super-packets.
+
+    >>> from gropcap.decode.schema import empty_packet_table
+    >>> stages_summary(simulate_stages(empty_packet_table(), GroConfig()))["delivered"]
+    0
+    """
+    d: dict = {"stages": {}}
+    for s in stages:
+        segs = int(np.asarray(s.segments).sum())
+        out = s.superpackets_out
+        d["stages"][s.name] = {
+            "packets_in": s.packets_in, "segments_in": segs, "superpackets_out": out,
+            "ratio": round(segs / out, 4) if out else 0.0,
+            "largest": int(s.result.seg_count.max()) if out else 0}
+    delivered = stages[0].superpackets_out
+    if len(stages) > 1:
+        delivered += stages[1].superpackets_out - stages[1].packets_in
+        d["stages"]["gro_cells"]["devices"] = int(len(np.unique(stages[1].device)))
+        d["stages"]["gro_cells"]["rows_without_gro"] = int((~stages[1].gro).sum())
+    wire = stages[0].packets_in
+    d["delivered"] = int(delivered)
+    d["overall_ratio"] = round(wire / delivered, 4) if delivered else 0.0
+    return d
