@@ -15,7 +15,6 @@ import random
 import struct
 import sys
 
-import numpy as np
 import pytest
 import zstandard
 from hypothesis import HealthCheck, given, settings
@@ -241,3 +240,13 @@ def test_damaged_files_same_as_reference(tmp_path, which, cut, flips, batch, win
     p = tmp_path / "fuzz.bin"
     p.write_bytes(bytes(data[:cut]))
     assert_same(p, batch, windows=(window,))
+
+
+def test_batches_before_a_corrupt_record_are_yielded_first(tmp_path):
+    # regression: the reference reader yields its held-back batch before raising
+    data = bytearray(_seed_files(tmp_path)[1])
+    data[204] = 0                                   # second EPB's length field -> 0
+    p = tmp_path / "cut.pcapng"
+    p.write_bytes(bytes(data[:208]))
+    res = assert_same(p, batch_records=1, windows=(1, 4096))
+    assert len(res) == 2 and len(res[0][2]) == 1 and res[1][1] == "CaptureError"

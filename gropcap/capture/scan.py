@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import mmap
-import threading
 from concurrent.futures import ThreadPoolExecutor
 import os
 import stat
@@ -34,6 +33,7 @@ from gropcap.capture.compress import sniff_compression
 from gropcap.capture.pcapng import PcapngScanner
 from gropcap.capture.reader import _scanner, _snapshot, iter_batches
 from gropcap.capture.records import CaptureInfo, RecordBatch
+from gropcap.errors import CaptureError
 
 __all__ = ["iter_scan_batches", "WINDOW_BYTES"]
 
@@ -125,7 +125,6 @@ class _Hasher:
         self.sha = hashlib.sha256()
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="gropcap-sha256")
         self.pending = []
-        self.lock = threading.Lock()
 
     def update(self, mm, lo: int, hi: int) -> None:
         """Hash ``mm[lo:hi]`` (the mapping stays alive until it is hashed)."""
@@ -168,7 +167,12 @@ def _scan_hashed(path, fd, size, head, batch_records, window_bytes, hasher):
     pending = None               # hold one batch back so the last yielded has final info
     while True:
         want = batch_records - len(cols)
-        rel, status = scanner.step(win.mm, pos - win.base, win.base, win.eof, want, cols)
+        try:
+            rel, status = scanner.step(win.mm, pos - win.base, win.base, win.eof, want, cols)
+        except CaptureError:
+            if pending is not None:
+                yield pending       # complete batches before the damage come first
+            raise
         pos = win.base + rel
         if status == NEED_MORE:
             # The window ends inside a record: map again from the batch start, far

@@ -58,9 +58,107 @@ for _f in S.PACKET_FIELDS:
     _g = _group_of(_f.type)
     LAYOUT[_f.name] = (_g, len(GROUP_COLUMNS[_g]))
     GROUP_COLUMNS[_g].append(_f.name)
-    # K_<COLUMN>: compile-time constant row index for the kernels
-    globals()["K_" + _f.name.upper()] = LAYOUT[_f.name][1]
 del _f, _g
+
+# K_<COLUMN>: the row of each column in its group's matrix, as compile-time constants for
+# the kernels (grouped: u8 incl. bools, i8, u16, i16, u32, u64, addr, opts). Checked
+# against LAYOUT right below, so a schema change cannot silently misplace a column.
+K_STATUS = 0
+K_ENCAP_DEPTH = 1
+K_VLAN_DEPTH = 2
+K_DSA_TAG = 3
+K_OUTER_IP_VERSION = 4
+K_OUTER_IP_PROTO = 5
+K_OUTER_IP_TTL = 6
+K_OUTER_IP_TOS = 7
+K_OUTER_IP_DF = 8
+K_OUTER_IP_MF = 9
+K_OUTER_IP_RF = 10
+K_OUTER_IP_CSUM_OK = 11
+K_OUTER_IP_EXT_MASK = 12
+K_OUTER_L4_PROTO = 13
+K_TUN_TYPE = 14
+K_TUN_CSUM_OK = 15
+K_ERSPAN_VER = 16
+K_IP_VERSION = 17
+K_IP_PROTO = 18
+K_IP_TTL = 19
+K_IP_TOS = 20
+K_IP_DF = 21
+K_IP_MF = 22
+K_IP_RF = 23
+K_IP_CSUM_OK = 24
+K_IP_EXT_MASK = 25
+K_L4_PROTO = 26
+K_TCP_DOFF = 27
+K_TCP_OPT_LEN = 28
+K_TCP_SACK_PERM = 29
+K_TCP_SACK_BLOCKS = 30
+K_TCP_HAS_TS = 31
+K_L4_CSUM_STATE = 32
+K_TCP_WSCALE = 0
+K_ETH_TYPE = 0
+K_VLAN_TPID0 = 1
+K_VLAN_TCI0 = 2
+K_VLAN_TPID1 = 3
+K_VLAN_TCI1 = 4
+K_OUTER_IP_OFFSET = 5
+K_OUTER_IP_HDR_LEN = 6
+K_OUTER_IP_ID = 7
+K_OUTER_IP_FRAG_OFF = 8
+K_OUTER_IP_EXT_LEN = 9
+K_OUTER_SPORT = 10
+K_OUTER_DPORT = 11
+K_OUTER_UDP_LEN = 12
+K_OUTER_UDP_CSUM = 13
+K_TUN_OFFSET = 14
+K_TUN_PROTO = 15
+K_TUN_OPT_LEN = 16
+K_ERSPAN_SESSION = 17
+K_INNER_ETH_TYPE = 18
+K_IP_OFFSET = 19
+K_IP_HDR_LEN = 20
+K_IP_ID = 21
+K_IP_FRAG_OFF = 22
+K_IP_EXT_LEN = 23
+K_L4_OFFSET = 24
+K_SPORT = 25
+K_DPORT = 26
+K_TCP_FLAGS = 27
+K_TCP_WINDOW = 28
+K_TCP_URG_PTR = 29
+K_TCP_MSS = 30
+K_UDP_LEN = 31
+K_L4_CSUM = 32
+K_DSA_PORT = 0
+K_OUTER_IP_TOT_LEN = 0
+K_OUTER_IP_FLOW_LABEL = 1
+K_TUN_FLAGS = 2
+K_TUN_KEY = 3
+K_TUN_SEQ = 4
+K_IP_TOT_LEN = 5
+K_IP_FLOW_LABEL = 6
+K_TCP_SEQ = 7
+K_TCP_ACK = 8
+K_TCP_TSVAL = 9
+K_TCP_TSECR = 10
+K_PAYLOAD_LEN = 11
+K_ETH_DST = 0
+K_ETH_SRC = 1
+K_OUTER_IP_EXT_DIGEST = 2
+K_TUN_OPT_DIGEST = 3
+K_INNER_ETH_DST = 4
+K_INNER_ETH_SRC = 5
+K_IP_EXT_DIGEST = 6
+K_OUTER_IP_SRC = 0
+K_OUTER_IP_DST = 1
+K_IP_SRC = 2
+K_IP_DST = 3
+K_TCP_OPTIONS = 0
+
+for _name, (_g, _row) in LAYOUT.items():
+    assert globals()["K_" + _name.upper()] == _row, f"K_{_name.upper()} != {_row} ({_g})"
+del _name, _g, _row
 
 
 def _pairs(names, group):
