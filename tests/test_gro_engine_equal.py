@@ -33,6 +33,8 @@ CONFIGS = [
     GroConfig(model="napi", queues=3, gro_flush_timeout_ns=50_000, budget=4, hz=1000),
     GroConfig(model="napi", gro_flush_timeout_ns=20_000, napi_defer_hard_irqs=0),
     GroConfig(verify_checksums=True, gro_max_size=16384, gro_ipv4_max_size=20000),
+    GroConfig(gro_max_size=20000, gro_ipv4_max_size=9000),
+    GroConfig(model="napi", gro_max_size=200000, gro_ipv4_max_size=100000),
 ]
 
 
@@ -89,3 +91,24 @@ def test_equal_sample_captures(path):
         f, r = both(table, cfg)
         f.check_invariants(table.column("payload_len").to_numpy())
         assert_same(f, r, f"{os.path.basename(path)} {cfg.model} {cfg.kernel.name}")
+
+
+@pytest.mark.parametrize("kernel", ["5.15", "6.1", "6.6", "6.18"])
+@pytest.mark.parametrize("v,vlan", [(4, False), (6, False), (6, True)])
+def test_equal_size_limits_long_flows(kernel, v, vlan):
+    # one long in-sequence flow: the per-family and BIG TCP limits decide where it ends
+    from test_gro_engine_traffic import tcp_row
+    rows = []
+    for i in range(200):
+        r = tcp_row(v, "10.0.0.1" if v == 4 else "fd00::1",
+                    "10.0.0.2" if v == 4 else "fd00::2", 1, 2, seq=i * 1448, ip_id=i,
+                    ts_ns=i * 100)
+        if vlan:
+            r.update(eth_type=0x8100, vlan_depth=1, vlan_tpid0=0x8100, vlan_tci0=5)
+        rows.append(r)
+    table = packet_table(rows)
+    for cfg in (GroConfig(gro_max_size=200000, gro_ipv4_max_size=100000),
+                GroConfig(gro_max_size=30000, gro_ipv4_max_size=50000)):
+        cfg = cfg.replace(kernel=KernelProfile.parse(kernel))
+        f, r = both(table, cfg)
+        assert_same(f, r, f"size limits {kernel} v{v} vlan={vlan}")

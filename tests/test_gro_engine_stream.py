@@ -92,3 +92,10 @@ def test_misuse_is_refused():
     with pytest.raises(ConfigError):
         simulate_batch(table, GroConfig(model="napi"), state)    # another config
     assert isinstance(EngineState.new(GroConfig()), EngineState)
+
+
+def test_configs_only_the_reference_implements_are_refused():
+    table = packet_table(random_traffic(np.random.default_rng(2), 10, 2))
+    for cfg in (GroConfig(udp_tunnels="vxlan:4789"), GroConfig(native_gro=False)):
+        with pytest.raises(ConfigError):
+            simulate(table, cfg)

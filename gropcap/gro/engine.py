@@ -236,23 +236,27 @@ def _same_flow_keys(t: pa.Table, config: GroConfig, hash_: np.ndarray):
 def _size_limit(t: pa.Table, config: GroConfig) -> np.ndarray:
     """skb_gro_receive limit for a super-packet headed by each packet.
 
-    netif_get_gro_max_size by the outermost IP version (``config.max_size``); no
-    per-device knob before 5.16 (64 KB); above 64 KB only IPv6 from 5.19 and IPv4 from
-    6.3 (BIG TCP, GRO_LEGACY_MAX_SIZE check).
+    netif_get_gro_max_size: ``p->protocol`` IPv6 -> gro_max_size, anything else (IPv4, or
+    the TPID of an in-band VLAN-tagged frame) -> gro_ipv4_max_size (``config.max_size``);
+    no per-device knob before 5.16 (64 KB). At or above 64 KB (BIG TCP): from 6.3 any
+    TCP; 5.19-6.2 only p->protocol IPv6 with TCP right after a plain IPv6 header.
     """
     out_v = column_numpy(t, "outer_ip_version", np.uint8)
     in_v = column_numpy(t, "ip_version", np.uint8)
-    v = np.where(out_v != 0, out_v, in_v)
+    enc = out_v != 0
+    v = np.where(enc, out_v, in_v)
     kp = config.kernel
     if kp.version < (5, 16):
         return np.full(t.num_rows, GRO_LEGACY_MAX_SIZE, np.int64)
-    lim6 = config.max_size(6)
-    lim4 = config.max_size(4)
-    if lim6 > GRO_LEGACY_MAX_SIZE and kp.version < (5, 19):
-        lim6 = GRO_LEGACY_MAX_SIZE
-    if lim4 > GRO_LEGACY_MAX_SIZE and not kp.big_tcp_ipv4:
-        lim4 = GRO_LEGACY_MAX_SIZE
-    return np.where(v == 6, lim6, lim4).astype(np.int64)
+    proto_v6 = (v == 6) & (column_numpy(t, "vlan_depth", np.uint8) == 0)
+    limit = np.where(proto_v6, config.max_size(6), config.max_size(4)).astype(np.int64)
+    if kp.big_tcp_ipv4:
+        big_ok = np.ones(t.num_rows, np.bool_)
+    elif kp.version >= (5, 19):
+        big_ok = proto_v6 & ~enc & (column_numpy(t, "ip_ext_len", np.int64) == 0)
+    else:
+        big_ok = np.zeros(t.num_rows, np.bool_)
+    return np.where((limit > GRO_LEGACY_MAX_SIZE) & ~big_ok, GRO_LEGACY_MAX_SIZE, limit)
 
 
 def _check_table(packets) -> pa.Table:
@@ -599,6 +603,11 @@ def simulate_batch(packets: pa.Table, config: GroConfig, state: EngineState | No
     >>> # result = assemble(parts, cfg)
     """
     packets = _check_table(packets)
+    from gropcap.gro.reference import needs_reference
+    if needs_reference(config):
+        raise ConfigError("the numba engine does not implement this configuration "
+                          "(UDP GRO, UDP tunnel sockets, GRO off, or the gro_cells stage)",
+                          hint="run gropcap.gro.reference.simulate (engine='reference')")
     if polls is not None and config.model != "napi":
         raise ConfigError("explicit polls need the napi model",
                           hint="pass GroConfig(model='napi') with polls=")
