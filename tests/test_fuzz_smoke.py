@@ -53,7 +53,7 @@ def test_seeds_cover_every_sample_and_pass_unmutated(tmp_path):
     assert gen.statuses.get("ENCAP_TOO_DEEP") == 2
 
 
-@_ci(400)
+@_ci(1200)
 @given(name=st.sampled_from(SEED_NAMES), rng=st.randoms(use_true_random=False))
 def test_fuzz_mutated_captures(tmp_path, name, rng):
     spans, fields = _META[name]
@@ -61,7 +61,7 @@ def test_fuzz_mutated_captures(tmp_path, name, rng):
     H.check_capture_bytes(data, tmp_path, name)
 
 
-@_ci(80)
+@_ci(300)
 @given(name=st.sampled_from(SEED_NAMES), rng=st.randoms(use_true_random=False),
        kind=st.sampled_from(H.COMPRESSORS), cut=st.floats(0.0, 1.0))
 def test_fuzz_mutated_then_compressed(tmp_path, name, rng, kind, cut):
@@ -73,7 +73,7 @@ def test_fuzz_mutated_then_compressed(tmp_path, name, rng, kind, cut):
     H.check_capture_bytes(data, tmp_path, "fuzz.pcap." + kind)
 
 
-@_ci(150)
+@_ci(300)
 @given(name=st.sampled_from([n for n in SEED_NAMES if n.endswith(".pcapng")]),
        picks=st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(H.HOSTILE_U32)),
                       min_size=1, max_size=3))
@@ -87,7 +87,7 @@ def test_fuzz_pcapng_bad_block_lengths(tmp_path, name, picks):
     H.check_capture_bytes(bytes(data), tmp_path, name)
 
 
-@_ci(150)
+@_ci(300)
 @given(name=st.sampled_from([n for n in SEED_NAMES if n.endswith(".pcap")]),
        rec=st.integers(0, 30), which=st.sampled_from([8, 12]),
        value=st.sampled_from(H.HOSTILE_U32))
@@ -125,7 +125,7 @@ def test_fuzz_random_frames(lt, frames, extra, dsa):
     H.check_batch(batch, opts, gro=True, what=f"random frames linktype {lt}")
 
 
-@_ci(60)
+@_ci(100)
 @given(rng=st.randoms(use_true_random=False))
 def test_fuzz_mutated_frames_with_gro(rng):
     """Frames of a real TCP capture with header bytes damaged: GRO still loses nothing."""
