@@ -444,3 +444,37 @@ def test_fixed_size_binary_columns_are_zero_padded():
     assert got.column("tcp_mss")[0].as_py() == 1460
     assert got.column("encap")[0].as_py() == "eth/ipv4/tcp"
     assert pa.types.is_dictionary(got.schema.field("encap").type)
+
+
+def _dst_chain(count: int, last_nh: int) -> bytes:
+    """``count`` destination-options headers of 2048 bytes each (hdr ext len 255)."""
+    out = b""
+    for k in range(count):
+        nh = last_nh if k == count - 1 else C.IPPROTO_DSTOPTS
+        out += bytes([nh, 255]) + bytes(2046)
+    return out
+
+
+def test_giant_frames_with_headers_beyond_64k():
+    # BIG TCP lengths (IPv6 payload length 0) and 62 KiB extension chains put headers past
+    # offset 65535, where the uint16 offset columns end: both decoders stop the same way
+    t = _tcp(payload=b"")
+    frames, wires = [], []
+    for outer_count, inner_count in ((31, 31), (20, 5)):
+        inner = struct.pack("!IHBB", 6 << 28, 0, C.IPPROTO_DSTOPTS, 64) + bytes(32) + \
+            _dst_chain(inner_count, C.IPPROTO_TCP) + t
+        outer = struct.pack("!IHBB", 6 << 28, 0, C.IPPROTO_DSTOPTS, 64) + bytes(32) + \
+            _dst_chain(outer_count, C.IPPROTO_IPV6) + inner
+        frame = K.eth(outer, etype=C.ETH_P_IPV6)
+        frames.append(frame)
+        wires.append(len(frame) + 70000)     # payload > 64 KiB: length 0 is "the rest"
+    # a chain longer than the uint16 header length allows
+    too_long = struct.pack("!IHBB", 6 << 28, 0, C.IPPROTO_DSTOPTS, 64) + bytes(32) + \
+        _dst_chain(33, C.IPPROTO_TCP) + t
+    frames.append(K.eth(too_long, etype=C.ETH_P_IPV6))
+    wires.append(len(frames[-1]) + 100)
+    ref = assert_same(K.make_batch(frames, wire_lens=wires))
+    status = ref.column("status").to_pylist()
+    assert status == [S.STATUS_UNSUPPORTED_ENCAP, S.STATUS_OK, S.STATUS_BAD_IP_HEADER]
+    assert ref.column("l4_offset")[1].as_py() > 50000
+    assert ref.column("ip_offset")[0].as_py() > 60000          # inner IPv6 still recorded
