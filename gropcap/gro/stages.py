@@ -276,7 +276,10 @@ def simulate_stages(packets: pa.Table, config: GroConfig, *,
     derived, segs, src, device, gro, co, hashes, polls = gro_cells_input(packets, native,
                                                                          config)
     # gro_cells NAPI: one cell per CPU (queue 0 here: each lower poll is its own window)
-    cfg2 = config.replace(native_gro=True, tunnel_gro=None, udp_tunnels=(), queues=1)
+    # and the tunnel device's own gro_max_size: the default (netif_set_gro_max_size is per
+    # device; the physical device's setting does not carry over)
+    cfg2 = config.replace(native_gro=True, tunnel_gro=None, udp_tunnels=(), queues=1,
+                          gro_max_size=65536, gro_ipv4_max_size=65536)
     napi = config.model == "napi"
     res = simulate(derived, cfg2, coalesced=co, no_gro=~gro,
                    polls=polls if napi else None, hashes=hashes if napi else None)
