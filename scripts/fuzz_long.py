@@ -13,7 +13,8 @@ from outside, which catches what the worker cannot report itself:
 - a crash (segfault, abort) or exit: the input being checked is saved;
 - memory: the worker is killed when its resident set exceeds ``--max-rss-mb``.
 
-The worker restarts with the next seed after each of these. Findings land in
+The worker restarts with the next seed after each of these. ``--replay FILE`` checks one
+saved finding again (exit 1 while it still breaks an invariant). Findings land in
 ``WORKDIR/findings/`` as ``<kind>-<n>.<ext>`` with a ``.txt`` note; copy the ones that
 are real bugs into ``tests/fuzz/corpus/`` (``tests/test_regressions_fuzz.py`` replays
 them). At the end ``WORKDIR/summary.json`` holds the counts (inputs tried per mode,
@@ -138,11 +139,21 @@ class Worker:
                     del f[rng.randrange(len(f) + 1):]
                 frames.append(bytes(f))
                 lts.append(rng.choice(lts_all) if rng.random() < 0.2 else 1)
-        blob = b"".join(len(f).to_bytes(4, "little") + bytes([lt & 0xFF]) + f
-                        for f, lt in zip(frames, lts))
+        # wire lengths below, at and far above the captured length; a DSA tag sometimes
+        wires = [max(0, min(len(f) + rng.choice((0, 0, 0, -4, 1, 60, 1500, 70000)),
+                            2**32 - 1)) for f in frames]
+        options = H.FUZZ_OPTIONS
+        if rng.random() < 0.2:
+            from gropcap.decode.options import DecodeOptions
+
+            options = DecodeOptions(dsa_tag=rng.choice(("dsa", "edsa", "brcm", "brcm-prepend")),
+                                    gue_ports=(6080,), fou_ports=((5555, 4), (5556, 41)))
+        blob = b"".join(len(f).to_bytes(4, "little") + bytes([lt & 0xFF]) +
+                        w.to_bytes(4, "little") + f for f, lt, w in zip(frames, lts, wires))
         self._current(mode, mode + ".frames", blob)
         try:
-            st = H.check_batch(make_batch(frames, linktype=lts), gro=True, what=mode)
+            st = H.check_batch(make_batch(frames, linktype=lts, wire_lens=wires), options,
+                               gro=True, what=f"{mode} ({options.dsa_tag or 'no'} DSA tag)")
         except H.InvariantError as e:
             self._finding("invariant", mode + ".frames", blob, str(e))
             return
@@ -297,6 +308,32 @@ def supervise(args) -> dict:
     return summary
 
 
+def replay(path: str) -> int:
+    """Check one saved input again (a capture file, or a ``.frames`` blob of frames)."""
+    from tests.craft import make_batch
+    from tests.fuzz import harness as H
+
+    data = Path(path).read_bytes()
+    try:
+        if path.endswith(".frames"):
+            frames, lts, wires, p = [], [], [], 0
+            while p + 9 <= len(data):
+                n = int.from_bytes(data[p:p + 4], "little")
+                lts.append(data[p + 4])
+                wires.append(int.from_bytes(data[p + 5:p + 9], "little"))
+                frames.append(data[p + 9:p + 9 + n])
+                p += 9 + n
+            st = H.check_batch(make_batch(frames, linktype=lts, wire_lens=wires), gro=True)
+            print(f"ok: {len(frames)} frames, statuses {st}")
+        else:
+            out = H.check_capture_file(path, gro=True)
+            print(f"ok: {out.records} records, statuses {out.statuses}, error {out.error!r}")
+    except H.InvariantError as e:
+        print(f"INVARIANT BROKEN: {e}")
+        return 1
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=30.0, help="wall-clock budget")
@@ -312,8 +349,12 @@ def main(argv=None) -> int:
                     help="worker resident memory limit")
     ap.add_argument("--atheris", action="store_true",
                     help="coverage-guided mutation with atheris (pip install atheris)")
+    ap.add_argument("--replay", metavar="FILE",
+                    help="check one saved finding again and exit (1 if still broken)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.replay:
+        return replay(args.replay)
     if args.worker:
         os.environ.setdefault("PYTHONHASHSEED", "0")
         wd = Path(args.workdir)
