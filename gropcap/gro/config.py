@@ -153,6 +153,8 @@ class KernelProfile:
 
 
 MODELS = ("ideal", "napi")
+_OPTIONAL_DEFAULTS = {"native_gro": True, "tunnel_gro": None, "udp_tunnels": "",
+                      "udp_gro": "off"}
 
 # --udp-gro: udp_gro_receive's modes (net/ipv4/udp_offload.c)
 UDP_GRO_MODES = ("off", "socket", "forward", "fraglist")
@@ -275,6 +277,11 @@ class GroConfig:
         d["kernel"] = self.kernel.name
         d["rss_key"] = self.rss_key.hex()
         d["udp_tunnels"] = ",".join(f"{k}:{p}" for k, p in self.udp_tunnels)
+        # the receive-path switches added with the gro_cells stage appear only when set, so
+        # configurations (and baselines) recorded before them compare equal
+        for key, default in _OPTIONAL_DEFAULTS.items():
+            if d[key] == default:
+                del d[key]
         return d
 
     def udp_tunnel_socket(self, kind: str, port: int) -> bool:
