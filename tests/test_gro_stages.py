@@ -211,3 +211,22 @@ def test_seed_cases_numbers_have_the_seed_direction():
     b = seed_cases.run_side(p, cfg("4.17", model="napi", native_gro=False, tunnel_gro=True),
                             None)
     assert b["delivered"] < a["delivered"] == a["packets"]
+
+
+def test_compare_shows_stages_side_by_side():
+    from click.testing import CliRunner
+
+    from gropcap.cli import main
+    import gropcap.report.commands  # noqa: F401  (registers compare)
+    import json
+
+    r = CliRunner().invoke(main, ["compare", os.path.join(SAMPLES, "crafted_erspan2.pcap"),
+                                  "--engine", "reference", "--model", "napi", "--format",
+                                  "json", "--set-a", "tunnel_gro=false",
+                                  "--set-b", "tunnel_gro=true"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["config_diff"]["tunnel_gro"] == [False, True]
+    st = d["metrics"]["napi"]["stages"]
+    assert st["gro_cells_in"] == [35, 35]
+    assert st["delivered"][0] == 35 and st["delivered"][1] < 35

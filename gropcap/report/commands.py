@@ -143,6 +143,9 @@ def _apply_settings(config, settings, option: str):
                 changes[key] = KernelProfile.parse(value)
             elif key == "rss_key":
                 changes[key] = bytes.fromhex(value.replace(":", ""))
+            elif key == "tunnel_gro":
+                v = value.strip().lower()
+                changes[key] = None if v in ("none", "") else v in ("1", "true", "yes", "on")
             elif isinstance(default, bool):
                 changes[key] = value.lower() in ("1", "true", "yes", "on")
             elif isinstance(default, int):

@@ -23,6 +23,22 @@ def _describe(analysis) -> dict:
             "config": analysis.config.to_dict()}
 
 
+def _stages(analysis, model: str) -> dict | None:
+    """Per-stage numbers when the configuration models the gro_cells stage
+    (``tunnel_gro`` set): the stage runs here over the analysis' first-stage result."""
+    if getattr(analysis.config, "tunnel_gro", None) is None or model not in analysis.results:
+        return None
+    from gropcap.gro.stages import simulate_stages, stages_summary
+
+    st = simulate_stages(analysis.decoded, analysis.config.replace(model=model),
+                         native=analysis.results[model])
+    d = stages_summary(st)
+    cells = d["stages"].get("gro_cells", {})
+    return {"native_out": d["stages"]["native"]["superpackets_out"],
+            "gro_cells_in": cells.get("packets_in"), "gro_cells_out": cells.get("superpackets_out"),
+            "delivered": d["delivered"], "overall_ratio": d["overall_ratio"]}
+
+
 def compare_dict(a, b) -> dict:
     """``{"a": {...}, "b": {...}, "config_diff": {key: [a, b]}, "metrics": {model: {...}}}``.
 
@@ -44,6 +60,11 @@ def compare_dict(a, b) -> dict:
         ra, rb = xa.get("end_reasons", {}), xb.get("end_reasons", {})
         names = sorted(set(ra) | set(rb), key=lambda r: (-max(ra.get(r, 0), rb.get(r, 0)), r))
         row["end_reasons"] = {r: [ra.get(r, 0), rb.get(r, 0)] for r in names}
+        sa, sb = _stages(a, model), _stages(b, model)
+        if sa or sb:
+            row["stages"] = {k: [(sa or {}).get(k), (sb or {}).get(k)]
+                             for k in ("native_out", "gro_cells_in", "gro_cells_out",
+                                       "delivered", "overall_ratio")}
         metrics[model] = row
     return {"a": da, "b": db, "config_diff": diff, "metrics": metrics}
 
@@ -94,6 +115,8 @@ def render_compare(a, b, *, labels=("A", "B"), width: int = 80, color: bool = Fa
         for key, name in _ROWS:
             x, y = row[key]
             t.add_row(name, _fmt(x), _fmt(y), _change(x, y))
+        for key, (x, y) in row.get("stages", {}).items():
+            t.add_row(f"stage: {key.replace('_', ' ')}", _fmt(x), _fmt(y), _change(x, y))
         for r, (x, y) in row["end_reasons"].items():
             t.add_row(f"ended by {r}", str(x), str(y), _change(x, y))
         console.print()
