@@ -72,13 +72,21 @@ def decode_files(paths, options: DecodeOptions | None = None, *,
 
 def simulate(packets: pa.Table, config: GroConfig, *, engine: str = "fast",
              polls=None) -> GroResult:
-    """Run one GRO engine (``"fast"`` numba or ``"reference"`` plain Python)."""
-    if engine == "reference":
-        from gropcap.gro.reference import simulate as run
-    elif engine == "fast":
-        from gropcap.gro.engine import simulate as run
-    else:
+    """Run one GRO engine (``"fast"`` numba or ``"reference"`` plain Python).
+
+    Configurations that use a receive-path feature only the reference model implements
+    (``gro.reference.needs_reference``: UDP GRO modes, UDP tunnel sockets, ...) run on the
+    reference model even when ``engine="fast"``; the results are the same by definition of
+    the reference, only slower.
+    """
+    from gropcap.gro.reference import needs_reference
+
+    if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r}", hint=f"use one of {ENGINES}")
+    if engine == "reference" or needs_reference(config):
+        from gropcap.gro.reference import simulate as run
+    else:
+        from gropcap.gro.engine import simulate as run
     return run(packets, config, polls=polls)
 
 
