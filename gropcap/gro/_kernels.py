@@ -222,23 +222,24 @@ def _complete(k, end, st, out, poll):
     st.loose_held[st.e_loose[k]] -= 1
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
-def _unlink(st, q, b, k):
-    n = st.tcnt[q, b]
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def _unlink(tbl, tcnt, q, b, k):
+    """Remove key k from bucket (q, b), keeping the others oldest first."""
+    n = tcnt[q, b]
     pos = -1
     for x in range(n):
-        if st.tbl[q, b, x] == k:
+        if tbl[q, b, x] == k:
             pos = x
             break
     if pos < 0:
         return
     for x in range(pos, n - 1):
-        st.tbl[q, b, x] = st.tbl[q, b, x + 1]
-    st.tbl[q, b, n - 1] = -1
-    st.tcnt[q, b] = n - 1
+        tbl[q, b, x] = tbl[q, b, x + 1]
+    tbl[q, b, n - 1] = -1
+    tcnt[q, b] = n - 1
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _ip_pair(v, ttl, tos, df, ttl2, tos2, df2, hop_flush, r_ttl, r_tos, r_ecn, r_df):
     """inet_gro_flush / ipv6_gro_flush, the part shared by every era: TTL, TOS, DF.
 
@@ -427,7 +428,7 @@ def _pair_checks(i, k, c, cfg, st):
     return 0
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _not_held_reason(fl, ln):
     """out_check_final with mss = 1 (nothing merged): why the packet is not held.
 
@@ -448,7 +449,7 @@ def _not_held_reason(fl, ln):
     return 0
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _end_reason(fl, ln, mss):
     """out_check_final after a merge: FIN, PSH, URG, then len < gso_size."""
     if fl & TCP_FLAG_FIN:
@@ -509,12 +510,12 @@ def _receive(i, c, cfg, st, out, poll, age):
         end = _end_reason(fl, ln, st.e_mss[k])
         if end != 0:
             if cfg.model != MODEL_IDEAL:
-                _unlink(st, q, c.bucket[i], k)
+                _unlink(st.tbl, st.tcnt, q, c.bucket[i], k)
             _complete(k, end, st, out, poll)
         return
     # not merged: pp = p is completed before the packet is delivered or held
     if cfg.model != MODEL_IDEAL:
-        _unlink(st, q, c.bucket[i], k)
+        _unlink(st.tbl, st.tcnt, q, c.bucket[i], k)
     _complete(k, flush_reason, st, out, poll)
     if sfl != 0 or ln < 1 or (fl & (TCP_FLAG_URG | TCP_FLAG_PSH | TCP_FLAG_RST |
                                     TCP_FLAG_SYN | TCP_FLAG_FIN)) != 0:
@@ -534,7 +535,7 @@ def _hold(i, k, reason, c, cfg, st, out, poll, age):
         if st.tcnt[q, b] >= MAX_GRO_SKBS:
             # gro_flush_oldest: the tail (oldest) entry of the bucket goes up first
             old = st.tbl[q, b, 0]
-            _unlink(st, q, b, old)
+            _unlink(st.tbl, st.tcnt, q, b, old)
             _complete(old, END_BUCKET_FULL, st, out, poll)
         st.tbl[q, b, st.tcnt[q, b]] = k
         st.tcnt[q, b] += 1
@@ -592,7 +593,7 @@ def _flush_queue(q, st, out, poll, old_only, jiffy, end_all, end_old):
             k = st.tbl[q, b, 0]
             if old_only and st.e_age[k] == jiffy:
                 break
-            _unlink(st, q, b, k)
+            _unlink(st.tbl, st.tcnt, q, b, k)
             _complete(k, end_old if old_only else end_all, st, out, poll)
 
 
@@ -604,15 +605,6 @@ def _held_any(q, st):
     return False
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False)
-def run_ideal(c, cfg, st, out):
-    """Ideal model: every packet in row order, one unlimited table, no polls.
-
-    The end-of-capture flush is :func:`flush_ideal` (separate: it allocates)."""
-    for i in range(c.key.shape[0]):
-        _receive(i, c, cfg, st, out, -1, 0)
-
-
 @numba.njit(cache=True, nogil=True)
 def flush_ideal(st, out):
     """End of capture in the ideal model: held entries oldest first (END_CAPTURE)."""
@@ -620,29 +612,6 @@ def flush_ideal(st, out):
     order = np.argsort(st.e_order[keys])
     for x in range(order.shape[0]):
         _complete(keys[order[x]], END_CAPTURE, st, out, -1)
-
-
-@numba.njit(cache=True, nogil=True, _nrt=False)
-def run_windows(c, cfg, st, out, final):
-    """napi model with explicit GRO windows (kernel replay): each run of equal
-    ``poll_win`` values is one window; its end flushes all queues (END_POLL). A window
-    still open at the end of a non-final batch stays open (``st.win``)."""
-    n = c.key.shape[0]
-    for i in range(n):
-        w = c.poll_win[i]
-        if st.win[1] == 0 or w != st.win[0]:
-            if st.win[1] != 0:
-                for q in range(cfg.queues):
-                    _flush_queue(q, st, out, st.win[2], False, 0, END_POLL, END_POLL)
-                st.win[2] += 1
-            st.win[0] = w
-            st.win[1] = 1
-        _receive(i, c, cfg, st, out, st.win[2], 0)
-    if final and st.win[1] != 0:
-        for q in range(cfg.queues):
-            _flush_queue(q, st, out, st.win[2], False, 0, END_POLL, END_POLL)
-        st.win[1] = 0
-        st.win[2] += 1
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
@@ -671,102 +640,141 @@ def _take_until(arr, j, hi, until, budget):
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def run_napi(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final):
-    """napi model, polls inferred from arrival times (docs/gro-model.md "NAPI polls").
+def run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final):
+    """Run GRO over one batch in the configured batch model (one ``_receive`` site, so
+    the rule code is compiled once).
 
-    ``rows[qstart[q]:qstart[q+1]]`` are queue q's packets in row order, ``arr`` their
-    arrival times (running maximum of ts_ns within the queue). Mirrors ``__napi_poll``
-    (full budget: flush all if HZ < 1000, else old entries; poll again at once) and
-    ``napi_complete_done`` (gro_flush_timeout / napi_defer_hard_irqs).
+    ``rows[qstart[q]:qstart[q+1]]``: packets of queue q in row order (ideal and explicit
+    windows: one "queue" holding every packet in row order); ``arr``: their arrival
+    times (running maximum of ts_ns within the queue).
 
-    Streaming: unless ``final``, a queue stops before any decision that depends on
-    packets not given yet (a poll that could still grow, a timer racing the next
-    arrival) and records in ``st.qs[q, QS_NEXT]`` the first position it did not process;
-    the caller passes those packets again with the next batch. A queue also stops when
-    ``p_time`` is nearly full. Polls are numbered globally (``st.ctr[2]``); their time and
-    queue go to ``p_time``/``p_queue`` (index = number - first number of this call).
-    Returns the number of polls recorded.
+    * ideal: every packet in row order, one unlimited table, no polls (the end-of-capture
+      flush is :func:`flush_ideal`).
+    * explicit windows (kernel replay): each run of equal ``poll_win`` values is one
+      window; its end flushes all queues (END_POLL). A window still open at the end of a
+      non-final batch stays open (``st.win``).
+    * napi, polls inferred (docs/gro-model.md "NAPI polls"): mirrors ``__napi_poll``
+      (full budget: flush all if HZ < 1000, else old entries; poll again at once) and
+      ``napi_complete_done`` (gro_flush_timeout / napi_defer_hard_irqs). Streaming:
+      unless ``final``, a queue stops before any decision that depends on packets not
+      given yet (a poll that could still grow, a timer racing the next arrival) and
+      records in ``st.qs[q, QS_NEXT]`` the first position it did not process; the caller
+      passes those packets again with the next batch. A queue also stops when ``p_time``
+      is nearly full. Polls are numbered globally (``st.ctr[2]``); their time and queue
+      go to ``p_time``/``p_queue`` (index = number - first number of this call).
+
+    Returns the number of polls recorded (napi), else 0.
     """
     base = st.ctr[2]
     cap = p_time.shape[0]
     budget = cfg.budget
     gap = cfg.gap_ns
     T = cfg.timeout_ns
-    for q in range(cfg.queues):
+    napi = cfg.model == MODEL_NAPI
+    nq = cfg.queues if napi else 1
+    qs = st.qs
+    for q in range(nq):
         lo = qstart[q]
         hi = qstart[q + 1]
         j = lo
-        qs = st.qs
         while True:
-            if st.ctr[2] - base + 2 > cap:
-                break                       # poll buffer full: resume in the next call
+            # --- the next run of packets [j, j + cnt) to receive, and its poll
             was_timer = False
-            cont = qs[q, QS_CONT]
-            if cont != 0:
+            poll = -1
+            jf = 0
+            cnt = 0
+            now = 0
+            if cfg.model == MODEL_IDEAL:
                 if j >= hi:
-                    if final:
-                        qs[q, QS_CONT] = 0
                     break
-                cont_t = qs[q, QS_CONT_T]
-                if cont == 2 and arr[j] <= cont_t:
-                    cnt = _take_until(arr, j, hi, cont_t, budget)
+                cnt = hi - j
+            elif cfg.model == MODEL_WINDOWS:
+                if j >= hi:
+                    break
+                w = c.poll_win[rows[j]]
+                if st.win[1] != 0 and w != st.win[0]:
+                    for fq in range(cfg.queues):
+                        _flush_queue(fq, st, out, st.win[2], False, 0, END_POLL, END_POLL)
+                    st.win[2] += 1
+                    st.win[1] = 0
+                st.win[0] = w
+                st.win[1] = 1
+                cnt = 1
+                while j + cnt < hi and c.poll_win[rows[j + cnt]] == w:
+                    cnt += 1
+                poll = st.win[2]
+            else:
+                if st.ctr[2] - base + 2 > cap:
+                    break                   # poll buffer full: resume in the next call
+                cont = qs[q, QS_CONT]
+                if cont != 0:
+                    if j >= hi:
+                        if final:
+                            qs[q, QS_CONT] = 0
+                        break
+                    cont_t = qs[q, QS_CONT_T]
+                    if cont == 2 and arr[j] <= cont_t:
+                        cnt = _take_until(arr, j, hi, cont_t, budget)
+                        if cnt < budget and j + cnt >= hi and not final:
+                            break           # more packets may have arrived by cont_t
+                        now = cont_t
+                        was_timer = True
+                    else:
+                        start = max(arr[j], cont_t)
+                        cnt = _take_gap(arr, j, hi, start, budget, gap)
+                        if cnt < budget and j + cnt >= hi and not final:
+                            break           # the poll could still grow
+                        now = max(start, arr[j + cnt - 1])
+                    qs[q, QS_CONT] = 0
+                elif qs[q, QS_HAS_TIMER] != 0 and (qs[q, QS_MASKED] != 0 or j >= hi
+                                                   or arr[j] >= qs[q, QS_TIMER]):
+                    if j >= hi and not final:
+                        break               # the next arrival may come before the timer
+                    now = qs[q, QS_TIMER]
+                    cnt = _take_until(arr, j, hi, now, budget)
                     if cnt < budget and j + cnt >= hi and not final:
-                        break               # more packets may have arrived by cont_t
-                    now = cont_t
+                        break               # more packets may have arrived by the timer
+                    qs[q, QS_HAS_TIMER] = 0
                     was_timer = True
+                    if cnt == 0:
+                        # timer poll without work: no reload of the defer counter
+                        poll = st.ctr[2]
+                        st.ctr[2] += 1
+                        p_time[poll - base] = now
+                        p_queue[poll - base] = q
+                        qs[q, QS_LAST_POLL] = poll
+                        qs[q, QS_LAST_TIME] = now
+                        jf = _jiffy(now, cfg.hz)
+                        if qs[q, QS_DEFER] > 0:
+                            qs[q, QS_DEFER] -= 1
+                            _flush_queue(q, st, out, poll, True, jf, END_POLL, END_POLL_OLD)
+                            qs[q, QS_TIMER] = now + T
+                            qs[q, QS_HAS_TIMER] = 1
+                        else:
+                            _flush_queue(q, st, out, poll, False, jf, END_POLL, END_POLL)
+                            qs[q, QS_MASKED] = 0
+                        continue
                 else:
-                    start = max(arr[j], cont_t)
-                    cnt = _take_gap(arr, j, hi, start, budget, gap)
+                    if j >= hi:
+                        break
+                    cnt = _take_gap(arr, j, hi, arr[j], budget, gap)
                     if cnt < budget and j + cnt >= hi and not final:
                         break               # the poll could still grow
-                    now = max(start, arr[j + cnt - 1])
-                qs[q, QS_CONT] = 0
-            elif qs[q, QS_HAS_TIMER] != 0 and (qs[q, QS_MASKED] != 0 or j >= hi
-                                               or arr[j] >= qs[q, QS_TIMER]):
-                if j >= hi and not final:
-                    break                   # the next arrival may come before the timer
-                now = qs[q, QS_TIMER]
-                cnt = _take_until(arr, j, hi, now, budget)
-                if cnt < budget and j + cnt >= hi and not final:
-                    break                   # more packets may have arrived by the timer
-                qs[q, QS_HAS_TIMER] = 0
-                was_timer = True
-                if cnt == 0:
-                    # timer poll without work: no reload of the defer counter
-                    poll = st.ctr[2]
-                    st.ctr[2] += 1
-                    p_time[poll - base] = now
-                    p_queue[poll - base] = q
-                    qs[q, QS_LAST_POLL] = poll
-                    qs[q, QS_LAST_TIME] = now
-                    jf = _jiffy(now, cfg.hz)
-                    if qs[q, QS_DEFER] > 0:
-                        qs[q, QS_DEFER] -= 1
-                        _flush_queue(q, st, out, poll, True, jf, END_POLL, END_POLL_OLD)
-                        qs[q, QS_TIMER] = now + T
-                        qs[q, QS_HAS_TIMER] = 1
-                    else:
-                        _flush_queue(q, st, out, poll, False, jf, END_POLL, END_POLL)
-                        qs[q, QS_MASKED] = 0
-                    continue
-            else:
-                if j >= hi:
-                    break
-                cnt = _take_gap(arr, j, hi, arr[j], budget, gap)
-                if cnt < budget and j + cnt >= hi and not final:
-                    break                   # the poll could still grow
-                qs[q, QS_HAS_TIMER] = 0     # an interrupt-driven poll replaces the timer
-                now = arr[j + cnt - 1]
-            poll = st.ctr[2]
-            st.ctr[2] += 1
-            p_time[poll - base] = now
-            p_queue[poll - base] = q
-            qs[q, QS_LAST_POLL] = poll
-            qs[q, QS_LAST_TIME] = now
-            jf = _jiffy(now, cfg.hz)
+                    qs[q, QS_HAS_TIMER] = 0  # an interrupt-driven poll replaces the timer
+                    now = arr[j + cnt - 1]
+                poll = st.ctr[2]
+                st.ctr[2] += 1
+                p_time[poll - base] = now
+                p_queue[poll - base] = q
+                qs[q, QS_LAST_POLL] = poll
+                qs[q, QS_LAST_TIME] = now
+                jf = _jiffy(now, cfg.hz)
+            # --- dev_gro_receive for each packet of the run
             for x in range(j, j + cnt):
                 _receive(rows[x], c, cfg, st, out, poll, jf)
             j += cnt
+            if not napi:
+                continue
             if cnt == budget:
                 # __napi_poll: "Flush too old packets. If HZ < 1000, flush all packets."
                 if cfg.hz < 1000:
@@ -793,12 +801,17 @@ def run_napi(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final):
             else:
                 qs[q, QS_HAS_TIMER] = 0
         qs[q, QS_NEXT] = j
+    if cfg.model == MODEL_WINDOWS and final and st.win[1] != 0:
+        for fq in range(cfg.queues):
+            _flush_queue(fq, st, out, st.win[2], False, 0, END_POLL, END_POLL)
+        st.win[1] = 0
+        st.win[2] += 1
     return st.ctr[2] - base
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
 def napi_finish(st, out):
-    """End of capture (after a final run_napi): what is still held goes up with
+    """End of capture (after a final napi-model run): what is still held goes up with
     END_POLL in its queue's last poll."""
     for q in range(st.qs.shape[0]):
         if st.qs[q, QS_LAST_POLL] >= 0 and _held_any(q, st):

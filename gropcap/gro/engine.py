@@ -529,16 +529,15 @@ def run_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineS
         ns = int(out.nseg[0])
         segs.append({f: getattr(out, "s_" + f)[:ns] for f in _SEG_FIELDS})
 
-    if state.model == K.MODEL_IDEAL:
-        # at most two super-packets per packet (pp, then the packet), plus the final flush
-        out = _new_out(len(cols.row), 3 * len(cols.row) + nheld + 16)
-        K.run_ideal(cols, cfg, st, out)
-        if final:
+    if state.model in (K.MODEL_IDEAL, K.MODEL_WINDOWS):
+        n = len(cols.row)
+        # at most two super-packets per packet (pp, then the packet), plus the flushes
+        out = _new_out(n, 3 * n + nheld + 16)
+        one = np.zeros(1, np.int64)
+        K.run(cols, cfg, st, out, np.arange(n, dtype=np.int64),
+              np.array([0, n], np.int64), one, one, one, final)
+        if final and state.model == K.MODEL_IDEAL:
             K.flush_ideal(st, out)
-        collect(cols, out)
-    elif state.model == K.MODEL_WINDOWS:
-        out = _new_out(len(cols.row), 3 * len(cols.row) + nheld + 16)
-        K.run_windows(cols, cfg, st, out, final)
         collect(cols, out)
     else:
         c = _concat_cols(state.pending, cols)
@@ -563,7 +562,7 @@ def run_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineS
             p_queue = np.empty(cap, np.int64)
             out = _new_out(n, 3 * n + int(np.count_nonzero(st.e_first >= 0)) + 16)
             base = int(st.ctr[2])
-            npoll = K.run_napi(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final)
+            npoll = K.run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final)
             left = np.concatenate([rows[st.qs[q, K.QS_NEXT]:qstart[q + 1]]
                                    for q in range(queues)]) if queues else rows[:0]
             busy = final and bool(np.any(st.qs[:, K.QS_HAS_TIMER] != 0)
