@@ -69,7 +69,7 @@ class VethPair:
     """
 
     def __init__(self, *, mtu: int = 65535, flush_timeout_ns: int = 20_000_000,
-                 defer: int = 1, prefix: str = "gropcap"):
+                 defer: int = 1, prefix: str = "gropcap", udp_tunnels=()):
         tag = secrets.token_hex(4)
         self.ns_tx = f"{prefix}-tx-{tag}"
         self.ns_rx = f"{prefix}-rx-{tag}"
@@ -78,6 +78,10 @@ class VethPair:
         self.mtu = int(mtu)
         self.flush_timeout_ns = int(flush_timeout_ns)
         self.defer = int(defer)
+        # UDP tunnel devices in the receiver namespace: their sockets give udp_gro_receive
+        # a gro_receive hook for the port (("vxlan", 4789), ("vxlan-gpe", 4790))
+        self.udp_tunnels = tuple(udp_tunnels)
+        self.tunnel_devs: list[str] = []
         self._created: list[str] = []
         self._old_handlers: dict[int, object] = {}
 
@@ -144,6 +148,29 @@ class VethPair:
         self.set_rx_sysfs("napi_defer_hard_irqs", self.defer)
         for ns, dev in ((self.ns_tx, self.dev_tx), (self.ns_rx, self.dev_rx)):
             _run(["ip", "-n", ns, "link", "set", "dev", dev, "up"])
+        for k, (kind, port) in enumerate(self.udp_tunnels):
+            self.add_udp_tunnel(kind, int(port), f"gtun{k}")
+
+    def add_udp_tunnel(self, kind: str, port: int, name: str) -> None:
+        """Create and bring up a UDP tunnel device in the receiver namespace; bringing it
+        up opens its UDP socket (vxlan_sock_add), which is what GRO looks up."""
+        if kind == "vxlan":
+            spec = ["type", "vxlan", "external", "dstport", str(port)]
+        elif kind == "vxlan-gpe":
+            spec = ["type", "vxlan", "gpe", "external", "dstport", str(port)]
+        elif kind == "geneve":
+            spec = ["type", "geneve", "external", "dstport", str(port)]
+        else:
+            raise GropcapError(f"replay cannot create a {kind!r} tunnel socket",
+                               hint="vxlan, vxlan-gpe and geneve devices are supported")
+        p = subprocess.run(["ip", "-n", self.ns_rx, "link", "add", name] + spec,
+                           capture_output=True)
+        if p.returncode != 0:
+            raise GropcapError(f"cannot create a {kind} device: "
+                               + p.stderr.decode(errors="replace").strip(),
+                               hint="the kernel may lack the module")
+        _run(["ip", "-n", self.ns_rx, "link", "set", "dev", name, "up"])
+        self.tunnel_devs.append(name)
 
     def set_rx_sysfs(self, attr: str, value: int) -> None:
         """Write /sys/class/net/<rx dev>/<attr> inside the receiver namespace."""

@@ -152,13 +152,19 @@ def parse(frame: bytes) -> Parsed:
                     et = proto
                 continue
             if ip.proto == C.IPPROTO_UDP and depth == 1:
-                # UDP tunnels on their IANA ports: VXLAN (RFC 7348), Geneve (RFC 8926)
+                # UDP tunnels on their IANA ports: VXLAN (RFC 7348), Geneve (RFC 8926),
+                # VXLAN-GPE (draft-ietf-nvo3-vxlan-gpe)
                 sport, dport = struct.unpack_from("!HH", b, nxt)
-                if dport in (C.VXLAN_PORT, C.GENEVE_PORT):
+                if dport in (C.VXLAN_PORT, C.GENEVE_PORT, C.VXLAN_GPE_PORT):
                     t = nxt + 8
                     if dport == C.VXLAN_PORT:
                         hl = C.VXLAN_HLEN
                         inner_et = C.ETH_P_TEB
+                    elif dport == C.VXLAN_GPE_PORT:
+                        # VXLAN-GPE next protocol (byte 3): 1 IPv4, 2 IPv6, 3 Ethernet
+                        hl = C.VXLAN_HLEN
+                        inner_et = {1: C.ETH_P_IP, 2: C.ETH_P_IPV6,
+                                    3: C.ETH_P_TEB}.get(b[t + 3], 0)
                     else:
                         hl = C.GENEVE_HLEN + (b[t] & 0x3F) * 4
                         inner_et = struct.unpack_from("!H", b, t + 2)[0]

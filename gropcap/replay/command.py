@@ -81,14 +81,26 @@ def _default_kernel() -> str:
 @click.option("--no-fix-checksums", is_flag=True,
               help="Inject frames as captured (no padding checksum repair).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per file.")
-def kernel_replay(files, kernel, burst, flush_timeout_us, engine, no_fix_checksums, as_json):
+@click.option("--udp-tunnel", "udp_tunnel", default="", metavar="KIND:PORT[,...]",
+              help="Create these UDP tunnel devices in the receiving namespace (vxlan, "
+                   "vxlan-gpe, geneve), so their ports are aggregated as tunnels; the "
+                   "simulator gets the same sockets.")
+def kernel_replay(files, kernel, burst, flush_timeout_us, engine, no_fix_checksums, as_json,
+                  udp_tunnel):
     """Replay capture FILES through this machine's kernel GRO (veth, root) and compare
     the super-packets it builds with the simulator's."""
     from gropcap.capture import read_capture
     from gropcap.replay.compare import compare, simulate_replay
     from gropcap.replay.kernel import replay
 
+    from gropcap.errors import ConfigError
+    from gropcap.gro.config import parse_udp_tunnels
+
     kernel = kernel or _default_kernel()
+    try:
+        tunnels = parse_udp_tunnels(udp_tunnel)
+    except ConfigError as e:
+        raise click.BadParameter(e.one_line(), param_hint="--udp-tunnel") from None
     all_ok = True
     try:
         for path in files:
@@ -98,7 +110,8 @@ def kernel_replay(files, kernel, burst, flush_timeout_us, engine, no_fix_checksu
                 raise GropcapError(f"{path}: no replayable (Ethernet or IP) frames")
             bursts = [i // burst for i in range(len(frames))]
             res = replay(frames, bursts, wire_lens=wires, fix_checksums=not no_fix_checksums,
-                         csum_not_ready=cnr, flush_timeout_ns=flush_timeout_us * 1000)
+                         csum_not_ready=cnr, flush_timeout_ns=flush_timeout_us * 1000,
+                         udp_tunnels=tunnels)
             packets, sim = simulate_replay(res, kernel=kernel, engine=engine)
             rep = compare(packets, res, sim)
             all_ok &= rep.ok

@@ -215,7 +215,7 @@ def simulate_replay(kernel_result: KernelReplayResult, *, kernel=None, engine: s
     Configuration mirrors the veth set-up: ``model="napi"``, ``rss="none"`` (veth delivers
     without a hash: every flow in GRO bucket 0, see ``gropcap.replay.kernel``), software
     checksum validation (veth: CHECKSUM_NONE), the replay's budget, flush timeout and
-    deferral. ``kernel`` defaults to the running kernel. Returns ``(packets, GroResult)``.
+    deferral, the UDP tunnel devices it created. ``kernel`` defaults to the running kernel. Returns ``(packets, GroResult)``.
     """
     from gropcap.gro.config import GroConfig, KernelProfile
 
@@ -229,6 +229,7 @@ def simulate_replay(kernel_result: KernelReplayResult, *, kernel=None, engine: s
     config = GroConfig(kernel=KernelProfile.parse(kernel or kernel_result.kernel), model="napi",
                        rss="none", verify_checksums=True, budget=int(cfg.get("budget", 64)),
                        gro_flush_timeout_ns=int(cfg.get("flush_timeout_ns", 20_000_000)),
-                       napi_defer_hard_irqs=int(cfg.get("defer", 1)))
+                       napi_defer_hard_irqs=int(cfg.get("defer", 1)),
+                       udp_tunnels=cfg.get("udp_tunnels", ""))
     polls = np.asarray(kernel_result.polls, dtype=np.int64)
     return packets, simulate(packets, config, polls=polls)

@@ -256,8 +256,10 @@ class ReplaySession:
     """
 
     def __init__(self, *, mtu: int = 65535, flush_timeout_ns: int = 20_000_000,
-                 defer: int = 1, budget: int = 64, pause_s: float | None = None):
+                 defer: int = 1, budget: int = 64, pause_s: float | None = None,
+                 udp_tunnels=()):
         self.mtu = mtu
+        self.udp_tunnels = tuple(udp_tunnels)
         self.flush_timeout_ns = int(flush_timeout_ns)
         self.defer = int(defer)
         self.budget = int(budget)
@@ -269,7 +271,7 @@ class ReplaySession:
 
     def __enter__(self) -> "ReplaySession":
         self.pair = VethPair(mtu=self.mtu, flush_timeout_ns=self.flush_timeout_ns,
-                             defer=self.defer)
+                             defer=self.defer, udp_tunnels=self.udp_tunnels)
         self.pair.__enter__()
         try:
             self.tx, self.tx_ifindex = self.pair.packet_socket("tx", proto=0,
@@ -400,7 +402,8 @@ class ReplaySession:
         lost = [i for i, u in enumerate(m.used) if not u]
         rel = os.uname().release
         cfg = {"flush_timeout_ns": self.flush_timeout_ns, "defer": self.defer,
-               "budget": self.budget, "mtu": self.mtu, "pause_s": self.pause_s}
+               "budget": self.budget, "mtu": self.mtu, "pause_s": self.pause_s,
+               "udp_tunnels": ",".join(f"{k}:{p}" for k, p in self.udp_tunnels)}
         return KernelReplayResult(sent, actions, polls, units, lost, running_kernel(), rel,
                                   cfg)
 
@@ -408,7 +411,7 @@ class ReplaySession:
 def replay(frames: list[bytes], bursts: list[int] | None = None, *, mtu: int = 65535,
            flush_timeout_ns: int = 20_000_000, defer: int = 1, budget: int = 64,
            wire_lens: list[int] | None = None, fix_checksums: bool = True,
-           csum_not_ready: list[bool] | None = None) -> KernelReplayResult:
+           csum_not_ready: list[bool] | None = None, udp_tunnels=()) -> KernelReplayResult:
     """Replay ``frames`` through a fresh veth pair with GRO on; return what was delivered.
 
     Parameters: ``frames`` complete Ethernet frames in order; ``bursts`` burst number per
@@ -417,7 +420,9 @@ def replay(frames: list[bytes], bursts: list[int] | None = None, *, mtu: int = 6
     and ``defer`` the receiver's gro_flush_timeout / napi_defer_hard_irqs; ``wire_lens``
     original lengths of snapped frames (padded with zeros); ``fix_checksums`` checksum
     policy (see the module docstring); ``csum_not_ready`` per frame: the capture says the
-    checksum was not computed yet (pcapng epb flag).
+    checksum was not computed yet (pcapng epb flag); ``udp_tunnels`` ``(("vxlan", 4789),
+    ...)`` tunnel devices created in the receiver namespace (their sockets make GRO
+    aggregate those ports as tunnels).
 
     Needs Linux and root; raises :class:`GropcapError` otherwise. Namespaces are created
     fresh and always removed.
@@ -429,6 +434,6 @@ def replay(frames: list[bytes], bursts: list[int] | None = None, *, mtu: int = 6
     """
     check_environment()
     with ReplaySession(mtu=mtu, flush_timeout_ns=flush_timeout_ns, defer=defer,
-                       budget=budget) as s:
+                       budget=budget, udp_tunnels=udp_tunnels) as s:
         return s.replay(frames, bursts, wire_lens=wire_lens, fix_checksums=fix_checksums,
                         csum_not_ready=csum_not_ready)
