@@ -69,6 +69,10 @@ def _run_kernel(batch: RecordBatch, options: DecodeOptions):
     n = len(batch.offset)
     tun, fou = _port_tables(options)
     buf = batch.buf
+    if buf.flags.writeable:
+        # one compiled signature for every caller: mmap windows are read-only anyway
+        buf = buf.view()
+        buf.setflags(write=False)
     offset = _contig(batch.offset, np.int64)
     cap_len = _contig(batch.cap_len, np.uint32)
     wire_len = _contig(batch.wire_len, np.uint32)
@@ -185,18 +189,11 @@ def decode_batch(batch: RecordBatch, options: DecodeOptions = DEFAULT_OPTIONS, *
 
 
 def warm_up() -> None:
-    """Compile (or load from the on-disk cache) the kernels on a one-frame batch.
-
-    Both buffer kinds are warmed: writable (in-memory batches) and read-only (views of a
-    memory-mapped capture), which numba compiles separately.
-    """
+    """Compile (or load from the on-disk cache) the kernels on a one-frame batch."""
     z = np.zeros(1, dtype=np.int64)
-    for writable in (True, False):
-        buf = np.zeros(64, dtype=np.uint8)
-        buf.setflags(write=writable)
-        batch = RecordBatch(buf=buf, offset=z, cap_len=np.full(1, 64, np.uint32),
-                            wire_len=np.full(1, 64, np.uint32), ts_ns=z,
-                            linktype=np.ones(1, np.uint16), iface=np.zeros(1, np.uint16),
-                            epb_flags=np.zeros(1, np.uint32), record=np.zeros(1, np.uint64),
-                            file_offset=np.zeros(1, np.uint64))
-        decode_batch(batch)
+    batch = RecordBatch(buf=np.zeros(64, dtype=np.uint8), offset=z,
+                        cap_len=np.full(1, 64, np.uint32), wire_len=np.full(1, 64, np.uint32),
+                        ts_ns=z, linktype=np.ones(1, np.uint16), iface=np.zeros(1, np.uint16),
+                        epb_flags=np.zeros(1, np.uint32), record=np.zeros(1, np.uint64),
+                        file_offset=np.zeros(1, np.uint64))
+    decode_batch(batch)
