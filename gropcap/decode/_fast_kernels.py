@@ -228,7 +228,7 @@ def alloc_out(n: int) -> Out:
     return Out(**arrs)
 
 
-CLEAR_CHUNK = 4096        # records cleared ahead of decoding (fits in L2 with its output)
+CLEAR_CHUNK = 1024        # records cleared ahead of decoding (fits in L2 with its output)
 
 
 # --- encapsulation layer codes (the "encap" column is "/".join of their names) ----------
