@@ -42,8 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-MODES = ("capture", "capture+gro", "compressed", "deep_nesting", "random_frames")
-MODE_WEIGHTS = (62, 8, 8, 11, 11)
+MODES = ("capture", "capture+gro", "compressed", "pipeline", "deep_nesting", "random_frames")
+MODE_WEIGHTS = (56, 8, 8, 6, 11, 11)
 _EXT = {"gzip": ".gz", "zstd": ".zst", "xz": ".xz", "bzip2": ".bz2"}
 
 
@@ -97,6 +97,18 @@ class Worker:
         H, rng = self.H, self.rng
         mode = rng.choices(MODES, MODE_WEIGHTS)[0]
         self.counts[mode] += 1
+        if mode == "pipeline":            # the whole user path: analyze .. Parquet
+            name = rng.choice(self.names)
+            data = H.mutate(self.seeds[name], rng, *self.meta[name])
+            self._current(mode, name, data)
+            p = self.scratch / name
+            p.write_bytes(data)
+            try:
+                if H.check_pipeline(p, rng, outdir=self.scratch) < 0:
+                    self.refused += 1
+            except H.InvariantError as e:
+                self._finding("invariant", name, data, str(e))
+            return
         if mode.startswith("capture") or mode == "compressed":
             name = rng.choice(self.names)
             data = H.mutate(self.seeds[name], rng, *self.meta[name])

@@ -148,6 +148,17 @@ def test_fuzz_mutated_frames_with_gro(rng):
     assert sum(statuses.values()) == len(batch)
 
 
+@_ci(30)
+@given(name=st.sampled_from(SEED_NAMES), rng=st.randoms(use_true_random=False))
+def test_fuzz_whole_pipeline(tmp_path, name, rng):
+    """analyze -> summary -> text report -> explain -> baseline -> Parquet on damaged
+    captures: a located error or a report that counts every record."""
+    data = H.mutate(SEEDS[name], rng, *_META[name])
+    p = tmp_path / name
+    p.write_bytes(data)
+    H.check_pipeline(p, rng, outdir=tmp_path)
+
+
 def test_vlan_flood_is_one_row_with_a_status():
     """Thousands of stacked VLAN tags: one row, decoded by both decoders, no recursion."""
     batch = make_batch([H.vlan_flood_frame(4000), H.vlan_flood_frame(3)])

@@ -366,6 +366,50 @@ def check_capture_file(path, *, options: DecodeOptions = FUZZ_OPTIONS, gro: bool
     return out
 
 
+def check_pipeline(path, rng: random.Random | None = None, outdir=None) -> int:
+    """The whole user path on one file: analyze, summary, text report, tables, explain,
+    baseline, Parquet output. Only a located GropcapError may escape; the summary counts
+    every record (invariant 3 end to end). Returns the packets analysed (-1: refused)."""
+    import tempfile
+
+    from gropcap.gro.config import GroConfig
+    from gropcap.io.parquet import write_analysis
+    from gropcap.pipeline import analyze
+    from gropcap.report.baseline import check_baseline, make_baseline
+    from gropcap.report.explain import explain_flow
+    from gropcap.report.summary import render_text
+
+    warm_up()
+    rng = rng or random.Random(0)
+    path = os.fspath(path)
+    config = GroConfig(queues=rng.choice((1, 4)), budget=rng.choice((1, 8, 64)))
+    engine = rng.choice(("fast", "reference"))
+    try:
+        a = analyze(path, config, engine=engine)
+        s = a.summary()
+        render_text(a, color=False)
+        nflows = a.flows.num_rows
+        for fid in range(min(2, nflows)):
+            explain_flow(a, fid)
+        check_baseline(make_baseline([a]), [a])
+        with tempfile.TemporaryDirectory(dir=outdir) as d:
+            write_analysis(a, d, force=True)
+    except GropcapError as e:
+        if e.path is None and not isinstance(e, CaptureError):
+            _fail("error location", f"pipeline: {type(e).__name__} without a path: "
+                                    f"{e.one_line()}")
+        return -1
+    except Exception as e:                      # noqa: BLE001
+        _fail("foreign exception", f"pipeline ({engine} engine) raised "
+                                   f"{type(e).__name__}: {e}")
+    records = sum(i.records for i in a.infos)
+    if s["packets"] != records or sum(s["status"].values()) != records \
+            or a.packets.num_rows != records:
+        _fail("nothing lost", f"pipeline: {records} records, summary {s['packets']} packets, "
+                              f"statuses {s['status']}, {a.packets.num_rows} rows")
+    return records
+
+
 def _prefix_frames(path: str, k: int) -> list[bytes]:
     """The first ``k`` frames of a possibly damaged file, read record by record."""
     if k == 0:
