@@ -94,6 +94,12 @@ def _make_decode_options(vxlan_ports, geneve_ports, vxlan_gpe_ports, fou_ports, 
         raise click.BadParameter(e.one_line()) from None
 
 
+_decoder_option = click.option(
+    "--decoder", type=click.Choice(["fast", "reference"]), default="fast", show_default=True,
+    help="Capture reader and header decoder: numba over a memory map, or the plain-Python "
+         "reference (identical tables).")
+
+
 def _gro_options(f):
     opts = [
         click.option("--kernel", default=None, metavar="X.Y",
@@ -166,8 +172,9 @@ def _split(kw: dict, keys) -> dict:
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Parquet file to write the packet table to.")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
+@_decoder_option
 @_decode_options
-def decode(files, output, force, **kw):
+def decode(files, output, force, decoder, **kw):
     """Decode captures into a packet table (Parquet), one row per frame."""
     import dataclasses
 
@@ -175,7 +182,7 @@ def decode(files, output, force, **kw):
     from gropcap.pipeline import decode_files
 
     options = _make_decode_options(**_split(kw, _DECODE_KEYS))
-    table, infos = decode_files(list(files), options)
+    table, infos = decode_files(list(files), options, decoder=decoder)
     for info in infos:
         for w in info.warnings:
             click.echo(f"gropcap: warning: {w}", err=True)
@@ -204,9 +211,10 @@ def decode(files, output, force, **kw):
               show_default=True, help="GRO engine (numba, or the plain-Python oracle).")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="Write the report plots to FILE.png or FILE.svg.")
+@_decoder_option
 @_gro_options
 @_decode_options
-def analyze(files, model, fmt, out_dir, force, engine, plot, **kw):
+def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, **kw):
     """Simulate GRO over captures and summarise how far it aggregates and why it stops."""
     from gropcap.io.parquet import write_analysis
     from gropcap.pipeline import analyze as run
@@ -215,7 +223,8 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, **kw):
     options = _make_decode_options(**_split(kw, _DECODE_KEYS))
     config = _make_gro_config(**_split(kw, _GRO_KEYS))
     models = ("ideal", "napi") if model == "both" else (model,)
-    analysis = run(list(files), config, models=models, decode_options=options, engine=engine)
+    analysis = run(list(files), config, models=models, decode_options=options, engine=engine,
+                   decoder=decoder)
     if out_dir:
         write_analysis(analysis, out_dir, force=force)
     if plot:

@@ -30,19 +30,20 @@ from gropcap.errors import ConfigError
 from gropcap.gro.config import MODELS, GroConfig
 from gropcap.gro.result import GroResult
 
-DECODERS = ("reference",)
+DECODERS = ("fast", "reference")
 ENGINES = ("reference", "fast")
 
 
 def decode_files(paths, options: DecodeOptions | None = None, *,
-                 decoder: str = "reference") -> tuple[pa.Table, list[CaptureInfo]]:
+                 decoder: str = "fast") -> tuple[pa.Table, list[CaptureInfo]]:
     """Read and decode capture files (and directories) into one packet table.
 
     Args:
         paths: a path or a list of files/directories; directories are expanded in sorted
             order to the captures they hold.
         options: decoder options (UDP tunnel ports, DSA tag); defaults when None.
-        decoder: ``"reference"`` (dpkt).
+        decoder: ``"fast"`` (numba scan and decode over a windowed memory map) or
+            ``"reference"`` (the plain-Python reader and decoder); identical tables.
 
     Returns:
         ``(packets, infos)``: the table (:data:`PACKET_SCHEMA`, one row per record, files
@@ -51,7 +52,14 @@ def decode_files(paths, options: DecodeOptions | None = None, *,
     """
     if decoder not in DECODERS:
         raise ConfigError(f"unknown decoder {decoder!r}", hint=f"use one of {DECODERS}")
-    from gropcap.decode.reference import decode_batch
+    if decoder == "fast":
+        from gropcap.capture.scan import iter_scan_batches as batches_of
+        from gropcap.decode.fast import decode_batch
+    else:
+        from gropcap.decode.reference import decode_batch
+
+        def batches_of(path):
+            return iter_batches(path, engine="reference")
 
     options = options or DecodeOptions()
     if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
@@ -61,7 +69,7 @@ def decode_files(paths, options: DecodeOptions | None = None, *,
     infos: list[CaptureInfo] = []
     for file_index, path in enumerate(files):
         info = None
-        for info, batch in iter_batches(path):
+        for info, batch in batches_of(path):
             if len(batch):
                 batches.append(decode_batch(batch, options, file_index=file_index))
         infos.append(info)
@@ -178,7 +186,7 @@ class Analysis:
 
 def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             decode_options: DecodeOptions | None = None, engine: str = "fast",
-            decoder: str = "reference") -> Analysis:
+            decoder: str = "fast") -> Analysis:
     """Decode captures and run GRO under each model.
 
     Args:

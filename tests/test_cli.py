@@ -158,3 +158,13 @@ def test_directory_input(tmp_path):
     single = json.loads(run("analyze", REAL, "--format", "json", "--model", "ideal").stdout)
     assert s["packets"] == 2 * single["packets"]
     assert [os.path.basename(f["path"]) for f in s["files"]] == ["a.pcap", "b.pcap"]
+
+
+@pytest.mark.parametrize("name", ["real_ipv4.pcap", "crafted_gre_key.pcap",
+                                  "crafted_two_ifaces.pcapng"])
+def test_fast_and_reference_decoders_give_the_same_analysis(name):
+    path = os.path.join(SAMPLES, name)
+    fast = json.loads(run("analyze", path, "--format", "json").stdout)
+    ref = json.loads(run("analyze", path, "--format", "json", "--decoder", "reference").stdout)
+    assert fast == ref
+    assert fast["packets"] > 0
