@@ -32,10 +32,7 @@ IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
 def cli(*args, **kw):
     """Run the CLI in a fresh interpreter: exit code, stdout, stderr."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), NUMBA_CACHE_DIR=os.environ.get(
-        "NUMBA_CACHE_DIR", ""))
-    if not env["NUMBA_CACHE_DIR"]:
-        del env["NUMBA_CACHE_DIR"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.run([*kw.pop("prefix", []), sys.executable, "-m", "gropcap.cli",
                         *map(str, args)], capture_output=True, text=True, cwd=ROOT, env=env,
                        timeout=600, **kw)
