@@ -77,3 +77,31 @@ def test_corpus_is_reproducible(tmp_path):
     for name, (data, expect) in built.items():
         assert (CORPUS / name).read_bytes() == data, name
         assert MANIFEST[name] == json.loads(json.dumps(expect)), name
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_corpus_input_through_the_cli(tmp_path, name):
+    """``gropcap analyze`` on each hostile input: a report (exit 0) or one located error
+    line (exit 1), never a traceback; the JSON summary counts every record."""
+    from click.testing import CliRunner
+
+    from gropcap.cli import main
+
+    expect = CASES[name]
+    path = CORPUS / name
+    r = CliRunner().invoke(main, ["analyze", str(path), "--format", "json", "--out",
+                                  str(tmp_path / "out")])
+    assert isinstance(r.exception, (SystemExit, type(None))), r.exception
+    if "error" in expect:
+        assert r.exit_code == 1
+        errors = [ln for ln in r.output.splitlines() if ln.startswith("gropcap: error:")]
+        assert len(errors) == 1 and str(path) in errors[0], r.output
+        assert not (tmp_path / "out").exists()
+        return
+    assert r.exit_code == 0, r.output
+    text = r.output[r.output.index("{"):]
+    summary = json.loads(text)
+    if "records" in expect:
+        assert summary["packets"] == expect["records"]
+    if "status" in expect:
+        assert summary["status"] == expect["status"]
