@@ -114,8 +114,16 @@ def _decap_kind(cols: dict, i: int, config: GroConfig) -> int:
     return t
 
 
-def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig):
+def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig, *,
+                    frag_list_segs: int = MAX_SKB_FRAGS, split_end_flush: bool = False):
     """The derived table the gro_cells devices receive.
+
+    ``frag_list_segs``: a native super-packet of more segments carries a frag_list
+    (MAX_SKB_FRAGS for drivers whose skbs hold one page fragment per segment; 1 for skbs
+    with a kmalloc'd linear head, e.g. veth fed by a packet socket, where
+    skb_gro_receive chains every merged skb on the frag_list). ``split_end_flush``: the
+    units still held at the end of an explicit window (END_POLL) reach the cell in a
+    later poll (the deferred timer flush of the live replay), so in a window of their own.
 
     Returns ``(table, segments, source_seg, device, gro, coalesced, hashes, polls)``;
     ``table`` is empty when nothing is decapsulated. ``coalesced`` is the
@@ -234,7 +242,7 @@ def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig):
     gso_size = native.seg_gso_size[sel].astype(np.int32)
     co = CoalescedInput(is_gso=gso_unit, gso_size=np.where(gso_unit, gso_size, 0),
                         segs=count.astype(np.int32), source=np.zeros(n, np.uint8))
-    co.frag_list = count > MAX_SKB_FRAGS
+    co.frag_list = count > frag_list_segs
     # skb_clear_hash_if_not_l4: the NIC's hash of a UDP tunnel is an L4 (outer 4-tuple)
     # hash and survives; GRE/IPIP hashes are L3 and DSA conduits set none -> bucket 0
     hashes = np.zeros(n, dtype=np.uint32)
@@ -243,11 +251,15 @@ def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig):
         from gropcap.gro.rss import rss_hash
         hashes[udp] = rss_hash(tab, config.rss_key, True)[udp]
     polls = native.seg_poll_id[sel].astype(np.int64)
+    if split_end_flush:
+        from gropcap.gro import reasons as R
+        polls = polls * 2 + (native.seg_end_reason[sel] == R.END_POLL)
     return derived, count, sel.astype(np.int64), device, gro, co, hashes, polls
 
 
 def simulate_stages(packets: pa.Table, config: GroConfig, *,
-                    native: GroResult | None = None) -> list[StageResult]:
+                    native: GroResult | None = None, frag_list_segs: int = MAX_SKB_FRAGS,
+                    split_end_flush: bool = False) -> list[StageResult]:
     """Native GRO, then (when ``config.tunnel_gro`` is not None) the gro_cells stage.
 
     Parameters:
@@ -256,6 +268,8 @@ def simulate_stages(packets: pa.Table, config: GroConfig, *,
         native: a first-stage result already computed for ``config`` (any engine that
             implements the config, see :func:`gropcap.gro.reference.needs_reference`);
             computed with the reference engine when None.
+        frag_list_segs, split_end_flush: see :func:`gro_cells_input` (receiver details
+            the live veth replay needs).
 
     Returns:
         ``[native]`` or ``[native, gro_cells]`` :class:`StageResult` objects.
@@ -273,8 +287,9 @@ def simulate_stages(packets: pa.Table, config: GroConfig, *,
     out = [StageResult("native", packets, native, np.ones(packets.num_rows, np.int64))]
     if config.tunnel_gro is None:
         return out
-    derived, segs, src, device, gro, co, hashes, polls = gro_cells_input(packets, native,
-                                                                         config)
+    derived, segs, src, device, gro, co, hashes, polls = gro_cells_input(
+        packets, native, config, frag_list_segs=frag_list_segs,
+        split_end_flush=split_end_flush)
     # gro_cells NAPI: one cell per CPU (queue 0 here: each lower poll is its own window)
     # and the tunnel device's own gro_max_size: the default (netif_set_gro_max_size is per
     # device; the physical device's setting does not carry over)
