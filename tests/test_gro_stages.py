@@ -213,6 +213,23 @@ def test_seed_cases_numbers_have_the_seed_direction():
     assert b["delivered"] < a["delivered"] == a["packets"]
 
 
+def test_compare_runs_reference_for_reference_only_rules():
+    """compare with the default (fast) engine: a side using native_gro=false must still
+    get its rule (the fast engine lacks it, so that side runs the reference)."""
+    from click.testing import CliRunner
+
+    from gropcap.cli import main
+    import gropcap.report.commands  # noqa: F401
+    import json
+
+    r = CliRunner().invoke(main, ["compare", os.path.join(SAMPLES, "crafted_gre.pcap"),
+                                  "--model", "ideal", "--format", "json",
+                                  "--set-b", "native_gro=false"])
+    assert r.exit_code == 0, r.output
+    m = json.loads(r.output)["metrics"]["ideal"]
+    assert m["superpackets"] == [9, 35]
+
+
 def test_compare_shows_stages_side_by_side():
     from click.testing import CliRunner
 

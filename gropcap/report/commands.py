@@ -183,8 +183,13 @@ def compare(a, b, set_a, set_b, model, fmt, engine, **kw):
     models = ("ideal", "napi") if model == "both" else (model,)
     cfg_a = _apply_settings(config, set_a, "--set-a")
     cfg_b = _apply_settings(config, set_b, "--set-b")
-    ra = analyze(a, cfg_a, models=models, decode_options=options, engine=engine)
-    rb = analyze(b or a, cfg_b, models=models, decode_options=options, engine=engine)
+    from gropcap.gro.reference import needs_reference
+
+    # rules only the reference model has (UDP GRO, tunnel sockets, stage switches)
+    eng_a = "reference" if needs_reference(cfg_a) else engine
+    eng_b = "reference" if needs_reference(cfg_b) else engine
+    ra = analyze(a, cfg_a, models=models, decode_options=options, engine=eng_a)
+    rb = analyze(b or a, cfg_b, models=models, decode_options=options, engine=eng_b)
     if fmt == "json":
         click.echo(json.dumps(compare_dict(ra, rb), indent=2))
     else:
