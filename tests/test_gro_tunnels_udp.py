@@ -8,7 +8,6 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gropcap import constants as C
 from gropcap import gso
 from gropcap.decode.reference import decode_batch
 from gropcap.gro import reasons as R

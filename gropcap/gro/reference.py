@@ -59,7 +59,8 @@ from gropcap.gro.flows import assign_flow_ids
 from gropcap.gro.result import GroResult
 from gropcap.gro.rss import gro_bucket, rss_hash, rx_queue
 
-__all__ = ["simulate", "needs_reference", "GroNode", "HeldEntry", "Skb", "MAX_GRO_SKBS", "GRO_HASH_BUCKETS"]
+__all__ = ["simulate", "needs_reference", "GroNode", "HeldEntry", "Skb", "MAX_GRO_SKBS",
+           "GRO_HASH_BUCKETS"]
 
 MAX_GRO_SKBS = 8          # net/core/gro.c: held packets per bucket
 GRO_HASH_BUCKETS = 8      # include/linux/netdevice.h (v4.18, 07d78363)
