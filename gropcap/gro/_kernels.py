@@ -822,33 +822,31 @@ def napi_finish(st, out):
 # --- column preparation helpers ---------------------------------------------------------
 
 @numba.njit(cache=True, nogil=True)
-def _row_hash(mat, r):
-    h = np.uint64(14695981039346656037)
-    for x in range(mat.shape[1]):
-        h = (h ^ np.uint64(mat[r, x])) * np.uint64(1099511628211)
-    return h
-
-
-@numba.njit(cache=True, nogil=True)
-def dedup_rows(mat, use):
-    """Exact equivalence classes of the rows of a uint8 matrix (rows with ``use``).
+def dedup_columns(mat, use):
+    """Exact equivalence classes of the columns of a (words, n) uint64 matrix: column r
+    is packet r's key (only packets with ``use``).
 
     Returns int64 ids numbered by first appearance (-1 where ``use`` is False): an open
-    addressing table on an FNV-1a row hash, every hit confirmed byte by byte.
+    addressing table on a 64-bit multiplicative hash of the words, every hit confirmed
+    word by word.
     """
-    n = mat.shape[0]
-    w = mat.shape[1]
+    w = mat.shape[0]
+    n = mat.shape[1]
     ids = np.full(n, -1, np.int64)
     size = 16
     while size < 2 * n:
         size *= 2
-    slots = np.full(size, -1, np.int64)      # representative row
+    slots = np.full(size, -1, np.int64)      # representative packet of each class
     mask = np.uint64(size - 1)
     nid = 0
     for r in range(n):
         if not use[r]:
             continue
-        pos = _row_hash(mat, r) & mask
+        h = np.uint64(14695981039346656037)
+        for x in range(w):
+            h = (h ^ mat[x, r]) * np.uint64(1099511628211)
+            h ^= h >> np.uint64(29)
+        pos = h & mask
         while True:
             rep = slots[pos]
             if rep < 0:
@@ -858,7 +856,7 @@ def dedup_rows(mat, use):
                 break
             same = True
             for x in range(w):
-                if mat[rep, x] != mat[r, x]:
+                if mat[x, rep] != mat[x, r]:
                     same = False
                     break
             if same:

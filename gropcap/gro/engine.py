@@ -47,7 +47,7 @@ from gropcap.decode.schema import (
 from gropcap.errors import ConfigError
 from gropcap.gro import _kernels as K
 from gropcap.gro.config import GroConfig
-from gropcap.gro.flows import flow_key_matrix
+from gropcap.gro.flows import FLOW_KEY_COLUMNS, flow_key_matrix
 from gropcap.gro.reasons import (
     BYPASS_DECODE, BYPASS_GRO_DISABLED, BYPASS_IP_CSUM, BYPASS_IP_FRAGMENT, BYPASS_IP_OPTIONS,
     BYPASS_IPV6_EXTHDR, BYPASS_L4_CSUM, BYPASS_NO_L4_OFFLOAD, BYPASS_NOT_IP,
@@ -182,55 +182,101 @@ def _pre_and_flush(t: pa.Table, config: GroConfig):
     return pre, sfl_out, sfl_in
 
 
+def _addr_words(t: pa.Table, name: str) -> list[np.ndarray]:
+    """A 16-byte address column as two uint64 words per row."""
+    w = np.ascontiguousarray(column_bytes(t, name)).view(np.uint64)
+    return [w[:, 0], w[:, 1]]
+
+
+def _pack_words(words: list[np.ndarray]) -> np.ndarray:
+    """uint64 word columns -> one (len(words), n) matrix: column r is packet r's key."""
+    return np.stack([np.ascontiguousarray(w, dtype=np.uint64) for w in words])
+
+
 def _same_flow_keys(t: pa.Table, config: GroConfig, hash_: np.ndarray):
     """Exact same-flow classes: every field some layer compares for ``same_flow``.
 
     gro_list_prepare (hash, dev, MAC header; DSA port), vlan_gro_receive (tags),
     inet/ipv6_gro_receive (protocol, addresses; IPv6 flow label and extension bytes; hop
     limit before 5.18), gre_gro_receive (flags, protocol, key when K), eth_gro_receive
-    (inner MACs of GRE-TEB), TCP ports (tcp_gro_lookup). Returns ``(key, loose)``;
-    ``loose`` omits the pre-5.18 hop limit.
+    (inner MACs of GRE-TEB), TCP ports (tcp_gro_lookup). Each field is packed into
+    uint64 words at its full width (an injective packing, so equal rows <=> equal
+    fields). Returns the matrices ``(key_mat, loose_mat)``; ``loose`` omits the pre-5.18
+    hop limit.
     """
-    g = lambda name, dt: column_numpy(t, name, dt)  # noqa: E731
-    parts = [_u8(hash_)]
-    for name, dt in (("iface", np.uint16), ("dsa_port", np.int16), ("eth_dst", np.uint64),
-                     ("eth_src", np.uint64), ("eth_type", np.uint16),
-                     ("vlan_depth", np.uint8), ("vlan_tpid0", np.uint16),
-                     ("vlan_tci0", np.uint16), ("vlan_tpid1", np.uint16),
-                     ("vlan_tci1", np.uint16)):
-        parts.append(_u8(g(name, dt)))
+    u = lambda name: column_numpy(t, name, np.uint64)  # noqa: E731
+    dsa_port = column_numpy(t, "dsa_port", np.int64) & 0xFFFF
+    words = [
+        hash_.astype(np.uint64) | (u("iface") << np.uint64(32))
+        | (dsa_port.astype(np.uint64) << np.uint64(48)),
+        u("eth_dst") | (u("eth_type") << np.uint64(48)),
+        u("eth_src") | (u("vlan_depth") << np.uint64(48)),
+        u("vlan_tpid0") | (u("vlan_tci0") << np.uint64(16)) | (u("vlan_tpid1") << np.uint64(32))
+        | (u("vlan_tci1") << np.uint64(48)),
+    ]
+    zero = np.uint64(0)
     hops = []
     for p in ("outer_ip_", "ip_"):
-        v = g(p + "version", np.uint8)
+        v = u(p + "version")
         is6 = v == 6
-        parts.append(_u8(v))
-        parts.append(_u8(g(p + "proto", np.uint8)))
-        for name, dt in (("flow_label", np.uint32), ("ext_mask", np.uint8),
-                         ("ext_len", np.uint16), ("ext_digest", np.uint64)):
-            parts.append(_u8(np.where(is6, g(p + name, dt), 0).astype(dt)))
-        parts.append(column_bytes(t, p + "src"))
-        parts.append(column_bytes(t, p + "dst"))
-        hops.append(np.where(is6, g(p + "ttl", np.uint8), 0).astype(np.uint8))
-    tun = g("tun_type", np.uint8)
-    tflags = g("tun_flags", np.uint32)
+        words.append(v | (u(p + "proto") << np.uint64(8))
+                     | (np.where(is6, u(p + "ext_mask"), zero) << np.uint64(16))
+                     | (np.where(is6, u(p + "ext_len"), zero) << np.uint64(24)))
+        words.append(np.where(is6, u(p + "flow_label"), zero))
+        words.append(np.where(is6, u(p + "ext_digest"), zero))
+        words += _addr_words(t, p + "src") + _addr_words(t, p + "dst")
+        hops.append(np.where(is6, u(p + "ttl"), zero))
+    tun = u("tun_type")
+    tflags = u("tun_flags")
     gre = (tun == TUN_GRE) | (tun == TUN_GRE_TEB)
     teb = tun == TUN_GRE_TEB
-    parts.append(_u8(tun))
-    parts.append(_u8(np.where(gre, tflags, 0).astype(np.uint32)))
-    parts.append(_u8(np.where(gre, g("tun_proto", np.uint16), 0).astype(np.uint16)))
-    parts.append(_u8(np.where(gre & ((tflags & GRE_KEY) != 0), g("tun_key", np.uint32),
-                              0).astype(np.uint32)))
-    for name, dt in (("inner_eth_dst", np.uint64), ("inner_eth_src", np.uint64),
-                     ("inner_eth_type", np.uint16)):
-        parts.append(_u8(np.where(teb, g(name, dt), 0).astype(dt)))
-    parts.append(_u8(g("sport", np.uint16)))
-    parts.append(_u8(g("dport", np.uint16)))
-    loose_mat = np.ascontiguousarray(np.concatenate(parts, axis=1))
+    words.append(tun | (np.where(gre, tflags, zero) << np.uint64(8)))
+    words.append(np.where(gre, u("tun_proto"), zero)
+                 | (np.where(gre & ((tflags & np.uint64(GRE_KEY)) != 0), u("tun_key"), zero)
+                    << np.uint64(16)))
+    words.append(np.where(teb, u("inner_eth_dst"), zero)
+                 | (np.where(teb, u("inner_eth_type"), zero) << np.uint64(48)))
+    words.append(np.where(teb, u("inner_eth_src"), zero))
+    words.append(u("sport") | (u("dport") << np.uint64(16)))
+    loose_mat = _pack_words(words)
     if config.kernel.ipv6_hop_limit_flush:
         return loose_mat, loose_mat
-    key_mat = np.ascontiguousarray(np.concatenate([loose_mat] + [h[:, None] for h in hops],
-                                                  axis=1))
-    return key_mat, loose_mat
+    return _pack_words(words + [hops[0] | (hops[1] << np.uint64(8))]), loose_mat
+
+
+_FLOW_PACKED = {"ip_version", "l4_proto", "outer_ip_version", "tun_type", "tun_key", "sport",
+                "dport", "outer_sport", "outer_dport", "vlan_tci0", "vlan_tci1", "dsa_port",
+                "iface", "eth_src", "eth_type", "eth_dst", "ip_src", "ip_dst",
+                "outer_ip_src", "outer_ip_dst"}
+
+
+def _bytes_as_words(mat: np.ndarray) -> np.ndarray:
+    """(n, bytes) uint8 key matrix -> (words, n) uint64 (zero-padded to 8 bytes)."""
+    n, w = mat.shape
+    padded = np.zeros((n, (w + 7) // 8 * 8), np.uint8)
+    padded[:, :w] = mat
+    return np.ascontiguousarray(padded.view(np.uint64).T)
+
+
+def _flow_keys(t: pa.Table) -> np.ndarray:
+    """flows.FLOW_KEY_COLUMNS packed injectively into uint64 words (same classes, hence
+    the same first-appearance numbering as flows.assign_flow_ids)."""
+    u = lambda name: column_numpy(t, name, np.uint64)  # noqa: E731
+    dsa_port = (column_numpy(t, "dsa_port", np.int64) & 0xFFFF).astype(np.uint64)
+    words = [
+        u("ip_version") | (u("l4_proto") << np.uint64(8))
+        | (u("outer_ip_version") << np.uint64(16)) | (u("tun_type") << np.uint64(24))
+        | (u("tun_key") << np.uint64(32)),
+        u("sport") | (u("dport") << np.uint64(16)) | (u("outer_sport") << np.uint64(32))
+        | (u("outer_dport") << np.uint64(48)),
+        u("vlan_tci0") | (u("vlan_tci1") << np.uint64(16)) | (dsa_port << np.uint64(32))
+        | (u("iface") << np.uint64(48)),
+        u("eth_src") | (u("eth_type") << np.uint64(48)),
+        u("eth_dst"),
+    ]
+    for name in ("ip_src", "ip_dst", "outer_ip_src", "outer_ip_dst"):
+        words += _addr_words(t, name)
+    return _pack_words(words)
 
 
 def _size_limit(t: pa.Table, config: GroConfig) -> np.ndarray:
@@ -386,18 +432,20 @@ class BatchResult:
 
 
 def _global_ids(mat: np.ndarray, use: np.ndarray, table: dict) -> np.ndarray:
-    """Exact classes of the rows of ``mat`` (where ``use``), numbered through ``table``
-    (row bytes -> id, first appearance first; shared across batches)."""
-    local = K.dedup_rows(mat, use)
+    """Exact classes of the packets' keys (column r of the (words, n) ``mat``, where
+    ``use``), numbered through ``table`` (key bytes -> id, first appearance first; shared
+    across batches)."""
+    local = K.dedup_columns(mat, use)
     nid = int(local.max()) + 1 if len(local) else 0
     if nid == 0:
         return local
     valid = np.nonzero(local >= 0)[0]
     reps = np.empty(nid, np.int64)
     reps[local[valid][::-1]] = valid[::-1]          # first occurrence of each class
+    keys = np.ascontiguousarray(mat[:, reps].T)
     mapping = np.empty(nid, np.int64)
     for x in range(nid):
-        mapping[x] = table.setdefault(mat[reps[x]].tobytes(), len(table))
+        mapping[x] = table.setdefault(keys[x].tobytes(), len(table))
     out = np.full(len(local), -1, np.int64)
     out[valid] = mapping[local[valid]]
     return out
@@ -444,7 +492,9 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
     tun = g("tun_type", np.int64)
     gcode = ((in_v == 6).astype(np.int64) * 2 + ((flags & TCP_FLAG_CWR) != 0)) * 16 \
         + (tun & 15)
-    flow_mat = flow_key_matrix(t)
+    # flow ids: the fast packing when it covers exactly flows.FLOW_KEY_COLUMNS
+    flow_mat = _flow_keys(t) if set(FLOW_KEY_COLUMNS) == _FLOW_PACKED else \
+        _bytes_as_words(flow_key_matrix(t))
     flow = _global_ids(flow_mat, np.ones(n, np.bool_), state.flow_ids) if n else \
         np.zeros(0, np.int64)
     if polls is None:
