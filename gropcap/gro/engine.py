@@ -69,14 +69,6 @@ _NATIVE_TUNNELS = (TUN_GRE, TUN_GRE_TEB, TUN_IPIP, TUN_SIT, TUN_IP6IP6, TUN_IP4I
 _UDP_TUNNELS = (TUN_VXLAN, TUN_VXLAN_GPE, TUN_GENEVE)
 
 
-def _u8(a: np.ndarray) -> np.ndarray:
-    """A fixed-width numpy column as an (n, itemsize) uint8 matrix for the key."""
-    a = np.ascontiguousarray(a)
-    if a.dtype == np.bool_:
-        a = a.astype(np.uint8)
-    return a.view(np.uint8).reshape(len(a), a.dtype.itemsize)
-
-
 def _era(config: GroConfig) -> int:
     kp = config.kernel
     if not kp.fixed_id_support:
