@@ -126,6 +126,17 @@ def _gro_options(f):
                      show_default=True, help="gro_max_size (IPv6; all families before 6.12)."),
         click.option("--gro-ipv4-max-size", type=click.IntRange(1, 524288), default=65536,
                      show_default=True, help="gro_ipv4_max_size (BIG TCP for IPv4)."),
+        click.option("--udp-tunnel", "udp_tunnels", multiple=True, metavar="KIND:PORT[,...]",
+                     help="A local UDP tunnel socket owns PORT (vxlan, vxlan-gpe, geneve, fou, "
+                          "gue), so native GRO goes through the tunnel; e.g. vxlan:4789."),
+        click.option("--udp-gro", type=click.Choice(["off", "socket", "forward", "fraglist"]),
+                     default="off", show_default=True,
+                     help="UDP GRO: UDP_GRO socket, rx-udp-gro-forwarding or rx-gro-list."),
+        click.option("--native-gro/--no-native-gro", default=True, show_default=True,
+                     help="GRO on the receiving device (ethtool -K DEV gro on|off)."),
+        click.option("--tunnel-gro/--no-tunnel-gro", default=None,
+                     help="Model the gro_cells stage on tunnel/ERSPAN/DSA devices after "
+                          "decapsulation, with GRO on or off there (default: not modelled)."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -134,7 +145,8 @@ def _gro_options(f):
 
 def _make_gro_config(kernel, verify_checksums, rss, rss_key, queues, budget, poll_gap_us, hz,
                      gro_flush_timeout_us, napi_defer_hard_irqs, gro_max_size,
-                     gro_ipv4_max_size):
+                     gro_ipv4_max_size, udp_tunnels=(), udp_gro="off", native_gro=True,
+                     tunnel_gro=None):
     from gropcap.gro.config import GroConfig, KernelProfile
 
     kw = {}
@@ -149,7 +161,9 @@ def _make_gro_config(kernel, verify_checksums, rss, rss_key, queues, budget, pol
                          poll_gap_ns=int(poll_gap_us * 1000), hz=hz,
                          gro_flush_timeout_ns=int(gro_flush_timeout_us * 1000),
                          napi_defer_hard_irqs=napi_defer_hard_irqs, gro_max_size=gro_max_size,
-                         gro_ipv4_max_size=gro_ipv4_max_size, **kw)
+                         gro_ipv4_max_size=gro_ipv4_max_size,
+                         udp_tunnels=",".join(udp_tunnels), udp_gro=udp_gro,
+                         native_gro=native_gro, tunnel_gro=tunnel_gro, **kw)
     except ConfigError as e:
         raise click.BadParameter(e.one_line()) from None
 
@@ -158,7 +172,7 @@ _DECODE_KEYS = ("vxlan_ports", "geneve_ports", "vxlan_gpe_ports", "fou_ports", "
                 "dsa_tag")
 _GRO_KEYS = ("kernel", "verify_checksums", "rss", "rss_key", "queues", "budget", "poll_gap_us",
              "hz", "gro_flush_timeout_us", "napi_defer_hard_irqs", "gro_max_size",
-             "gro_ipv4_max_size")
+             "gro_ipv4_max_size", "udp_tunnels", "udp_gro", "native_gro", "tunnel_gro")
 
 
 def _split(kw: dict, keys) -> dict:
@@ -211,10 +225,19 @@ def decode(files, output, force, decoder, **kw):
               show_default=True, help="GRO engine (numba, or the plain-Python oracle).")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="Write the report plots to FILE.png or FILE.svg.")
+@click.option("--egress", "egress_scenario", type=click.Choice(["encap", "decap"]),
+              default=None, help="Account for egress segmentation: forwarded still "
+                                 "encapsulated, or decapsulated then forwarded.")
+@click.option("--egress-features", default="tso,tx-tcp6-segmentation", show_default=True,
+              help="Egress device offloads (ethtool names: tso, tx-tcp6-segmentation, "
+                   "tx-gre-segmentation, tx-udp_tnl-segmentation, ...).")
+@click.option("--egress-mtu", type=click.IntRange(68, 65535), default=None,
+              help="Egress MTU (default: every segment fits).")
 @_decoder_option
 @_gro_options
 @_decode_options
-def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, **kw):
+def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_scenario,
+            egress_features, egress_mtu, **kw):
     """Simulate GRO over captures and summarise how far it aggregates and why it stops."""
     from gropcap.io.parquet import write_analysis
     from gropcap.pipeline import analyze as run
@@ -223,8 +246,12 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, **kw):
     options = _make_decode_options(**_split(kw, _DECODE_KEYS))
     config = _make_gro_config(**_split(kw, _GRO_KEYS))
     models = ("ideal", "napi") if model == "both" else (model,)
+    egress = None
+    if egress_scenario or egress_mtu:
+        from gropcap.pipeline import EgressOptions
+        egress = EgressOptions(egress_scenario or "encap", egress_features, egress_mtu)
     analysis = run(list(files), config, models=models, decode_options=options, engine=engine,
-                   decoder=decoder)
+                   decoder=decoder, egress=egress)
     if out_dir:
         write_analysis(analysis, out_dir, force=force)
     if plot:

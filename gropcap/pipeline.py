@@ -118,12 +118,16 @@ class Analysis:
     """
 
     def __init__(self, packets: pa.Table, infos: list[CaptureInfo], config: GroConfig,
-                 results: dict[str, GroResult], decode_options: DecodeOptions | None = None):
+                 results: dict[str, GroResult], decode_options: DecodeOptions | None = None,
+                 stages: dict | None = None, egress: "EgressOptions | None" = None):
         self.decoded = packets
         self.infos = list(infos)
         self.config = config
         self.results = dict(results)
         self.decode_options = decode_options or DecodeOptions()
+        # {model: [StageResult, ...]} when the gro_cells stage is modelled (tunnel_gro set)
+        self.stages = dict(stages or {})
+        self.egress_options = egress
         self._cache: dict = {}
 
     def __repr__(self) -> str:
@@ -164,6 +168,32 @@ class Analysis:
             self._cache["flows"] = flows_table(self)
         return self._cache["flows"]
 
+    def egress(self) -> dict:
+        """Egress accounting per model (``gso.egress`` totals) for :attr:`egress_options`.
+
+        The super-packets that reach the stack (after the gro_cells stage when it is
+        modelled) leave through the egress device: segments, hardware vs software.
+        """
+        from gropcap.gso import egress, egress_headers
+
+        opts = self.egress_options
+        if opts is None:
+            return {}
+        out = {}
+        for model, result in self.results.items():
+            stages = self.stages.get(model)
+            table, res = (stages[-1].table, stages[-1].result) if stages else \
+                (self.decoded, result)
+            hdr_len, df, ip_hdr_len = egress_headers(table, res.seg_first_packet,
+                                                     opts.scenario)
+            r = egress(res.seg_count, res.seg_gso_size, res.seg_gso_type, res.seg_payload_len,
+                       scenario=opts.scenario, features=opts.features,
+                       kernel_version=self.config.kernel.version, hdr_len=hdr_len, df=df,
+                       ip_hdr_len=ip_hdr_len, mtu=opts.mtu)
+            out[model] = {"scenario": opts.scenario, "features": opts.feature_text,
+                          "mtu": opts.mtu, **r.totals()}
+        return out
+
     def summary(self) -> dict:
         """The JSON summary (`gropcap analyze --format json`)."""
         from gropcap.report.summary import summary_dict
@@ -184,9 +214,25 @@ class Analysis:
         }
 
 
+@dataclasses.dataclass(frozen=True)
+class EgressOptions:
+    """Where the super-packets leave: ``scenario`` ``"encap"`` (forwarded still
+    encapsulated) or ``"decap"`` (decapsulated, then forwarded), the egress device's
+    offload features (``"tso,tx-gre-segmentation"``), and its MTU (None: segments fit)."""
+
+    scenario: str = "encap"
+    feature_text: str = "tso,tx-tcp6-segmentation"
+    mtu: int | None = None
+
+    @property
+    def features(self) -> int:
+        from gropcap.gso import parse_features
+        return parse_features(self.feature_text)
+
+
 def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             decode_options: DecodeOptions | None = None, engine: str = "fast",
-            decoder: str = "fast") -> Analysis:
+            decoder: str = "fast", egress: EgressOptions | None = None) -> Analysis:
     """Decode captures and run GRO under each model.
 
     Args:
@@ -196,6 +242,11 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         models: which batch models to run (``"ideal"``, ``"napi"``).
         decode_options: decoder options.
         engine: ``"fast"`` (numba) or ``"reference"``.
+        decoder: ``"fast"`` or ``"reference"``.
+        egress: also account for egress segmentation (:class:`EgressOptions`).
+
+    When ``config.tunnel_gro`` is not None the gro_cells second stage runs too
+    (``gro.stages.simulate_stages``), per model.
 
     Returns:
         An :class:`Analysis`.
@@ -212,8 +263,15 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             raise ConfigError(f"unknown model {m!r}", hint=f"use one of {MODELS}")
     packets, infos = decode_files(paths, decode_options, decoder=decoder)
     results = {m: simulate(packets, config.replace(model=m), engine=engine) for m in models}
+    stages = {}
+    if config.tunnel_gro is not None:
+        from gropcap.gro.stages import simulate_stages
+        stages = {m: simulate_stages(packets, config.replace(model=m), native=results[m])
+                  for m in models}
+    if egress is not None:
+        egress.features  # validate the feature names before any work is reported
     return Analysis(packets=packets, infos=infos, config=config, results=results,
-                    decode_options=decode_options)
+                    decode_options=decode_options, stages=stages, egress=egress)
 
 
 def file_sha256(path: str) -> str:

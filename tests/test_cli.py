@@ -168,3 +168,38 @@ def test_fast_and_reference_decoders_give_the_same_analysis(name):
     ref = json.loads(run("analyze", path, "--format", "json", "--decoder", "reference").stdout)
     assert fast == ref
     assert fast["packets"] > 0
+
+
+def test_tunnel_gro_stage_and_egress_in_json():
+    """ERSPAN: native GRO refuses the sequence flag, the gro_cells stage aggregates."""
+    path = os.path.join(SAMPLES, "crafted_erspan2.pcap")
+    s = json.loads(run("analyze", path, "--format", "json", "--model", "napi",
+                       "--tunnel-gro", "--egress", "decap", "--egress-features", "tso").stdout)
+    native = s["models"]["napi"]
+    assert native["superpackets_out"] == native["packets_in"]       # nothing merged natively
+    st = s["stages"]["napi"]
+    assert st["stages"]["native"]["superpackets_out"] == s["packets"]
+    cells = st["stages"]["gro_cells"]
+    assert cells["segments_in"] == s["packets"]
+    assert cells["superpackets_out"] < cells["packets_in"]
+    assert st["delivered"] == cells["superpackets_out"]
+    e = s["egress"]["napi"]
+    # every super-packet becomes as many segments as it was built from
+    assert e["segments"] == s["packets"]
+    assert e["superpackets"] == st["delivered"]
+    assert e["hardware_segments"] + e["software_segments"] <= e["segments"]
+    off = json.loads(run("analyze", path, "--format", "json", "--model", "napi",
+                         "--no-tunnel-gro").stdout)
+    assert off["stages"]["napi"]["delivered"] == s["packets"]
+
+
+def test_udp_tunnel_socket_option_changes_vxlan_aggregation():
+    path = os.path.join(SAMPLES, "real_vxlan.pcap")
+    plain = json.loads(run("analyze", path, "--format", "json", "--model", "ideal").stdout)
+    sock = json.loads(run("analyze", path, "--format", "json", "--model", "ideal",
+                          "--udp-tunnel", "vxlan:4789").stdout)
+    assert plain["models"]["ideal"]["merged_packets"] == 0     # plain UDP: no GRO
+    assert sock["models"]["ideal"]["merged_packets"] > 0
+    assert "BYPASS_UDP_NO_GRO" in plain["models"]["ideal"]["reasons"]
+    r = CliRunner().invoke(main, ["analyze", path, "--udp-tunnel", "bogus:1"])
+    assert r.exit_code == 2

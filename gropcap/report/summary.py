@@ -140,7 +140,19 @@ def summary_dict(analysis) -> dict:
         "models": {m: model_summary(r) for m, r in analysis.results.items()},
         "encapsulations": encap_summary(analysis),
         "warnings": capture_warnings(analysis),
+        **_stage_and_egress(analysis),
     }
+
+
+def _stage_and_egress(analysis) -> dict:
+    """``stages`` (per model, when the gro_cells stage is modelled) and ``egress``."""
+    out = {}
+    if getattr(analysis, "stages", None):
+        from gropcap.gro.stages import stages_summary
+        out["stages"] = {m: stages_summary(st) for m, st in analysis.stages.items()}
+    if getattr(analysis, "egress_options", None) is not None:
+        out["egress"] = analysis.egress()
+    return out
 
 
 def _ep(addr: str, port: int) -> str:
@@ -189,6 +201,31 @@ def render_text(analysis, *, top_flows: int = 5, width: int = 80, color: bool = 
                   f"{ms['aggregation_ratio']:.2f}", str(ms["largest_superpacket"]))
     console.print()
     console.print(t)
+
+    if "stages" in s:
+        t = Table(title="GRO stages (segments in, super-packets out)")
+        for col in ("model", "stage", "rows in", "segments in", "out", "ratio"):
+            t.add_column(col, justify="left" if col in ("model", "stage") else "right")
+        for m, st in s["stages"].items():
+            for name, row in st["stages"].items():
+                t.add_row(m, name, str(row["packets_in"]), str(row["segments_in"]),
+                          str(row["superpackets_out"]), f"{row['ratio']:.2f}")
+            t.add_row(m, "to the stack", "", str(s["packets"]), str(st["delivered"]),
+                      f"{st['overall_ratio']:.2f}")
+        console.print()
+        console.print(t)
+
+    if "egress" in s:
+        t = Table(title="Egress segmentation")
+        for col in ("model", "scenario", "super-packets", "segments", "hardware", "software",
+                    "dropped"):
+            t.add_column(col, justify="left" if col in ("model", "scenario") else "right")
+        for m, e in s["egress"].items():
+            t.add_row(m, e["scenario"], str(e["superpackets"]), str(e["segments"]),
+                      str(e["hardware_segments"]), str(e["software_segments"]),
+                      str(e["dropped"]))
+        console.print()
+        console.print(t)
 
     if len(s["encapsulations"]) > 0:
         t = Table(title="Per encapsulation")
