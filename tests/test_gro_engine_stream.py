@@ -96,6 +96,6 @@ def test_misuse_is_refused():
 
 def test_configs_only_the_reference_implements_are_refused():
     table = packet_table(random_traffic(np.random.default_rng(2), 10, 2))
-    for cfg in (GroConfig(udp_tunnels="vxlan:4789"), GroConfig(native_gro=False)):
+    for cfg in (GroConfig(udp_tunnels="vxlan:4789"), GroConfig(udp_gro="forward")):
         with pytest.raises(ConfigError):
             simulate(table, cfg)

@@ -38,8 +38,9 @@ def run(frames, config):
 
 @pytest.mark.parametrize("kw,expected", [
     ({}, False), ({"udp_gro": "forward"}, True), ({"udp_tunnels": "geneve:6081"}, True),
-    ({"native_gro": False}, True), ({"tunnel_gro": True}, True),
-    ({"tunnel_gro": False}, True), ({"queues": 4, "model": "napi"}, False)])
+    ({"native_gro": False}, False), ({"tunnel_gro": True}, False),
+    ({"tunnel_gro": False}, False), ({"vlan_gro": False}, False),
+    ({"queues": 4, "model": "napi"}, False)])
 def test_needs_reference(kw, expected):
     assert needs_reference(GroConfig(**kw)) is expected
 

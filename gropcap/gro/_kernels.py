@@ -34,10 +34,11 @@ from gropcap.gro.reasons import (
     END_SHORT_SEGMENT, END_URG, FLUSH_CWR, FLUSH_DF, FLUSH_ECN, FLUSH_HOP_LIMIT_FLOW,
     FLUSH_FLAGS_FINAL, FLUSH_IP_ID, FLUSH_IP_RF, FLUSH_LENGTH, FLUSH_OUTER_DF,
     FLUSH_OUTER_ECN, FLUSH_OUTER_IP_ID,
+    FLUSH_FRAG_LIST, FLUSH_GSO_SIZE,
     FLUSH_OUTER_TOS, FLUSH_OUTER_TTL, FLUSH_PAYLOAD_LARGER, FLUSH_SEQ, FLUSH_SIZE_LIMIT,
     FLUSH_TCP_ACK, FLUSH_TCP_DOFF, FLUSH_TCP_FLAGS, FLUSH_TCP_OPTIONS, FLUSH_TCP_TS,
     FLUSH_TCP_WINDOW, FLUSH_TOS, FLUSH_TTL, FLUSH_ZERO_PAYLOAD, MERGED, NO_HELD_PACKET,
-    NOT_HELD_FIN, NOT_HELD_IP_RF, NOT_HELD_PSH, NOT_HELD_RST, NOT_HELD_SYN, NOT_HELD_URG,
+    NOT_HELD_FIN, NOT_HELD_FRAG_LIST, NOT_HELD_GSO_SHORT, NOT_HELD_IP_RF, NOT_HELD_PSH, NOT_HELD_RST, NOT_HELD_SYN, NOT_HELD_URG,
     NOT_HELD_ZERO_PAYLOAD,
 )
 
@@ -88,6 +89,10 @@ class Cols(NamedTuple):
     gcode: np.ndarray      # int64 (innermost v6, CWR, tun_type) code for gso_type
     flow: np.ndarray       # int64 flow_id
     poll_win: np.ndarray   # int64 explicit poll window per packet (MODEL_WINDOWS)
+    segs: np.ndarray       # int64 NAPI_GRO_CB(skb)->count on arrival: gso_segs of a frame
+    #                        that arrives as a GSO packet (captured coalesced, gro_cells), 1
+    gsz: np.ndarray        # int64 skb_shinfo(skb)->gso_size of such a frame, 0 otherwise
+    sfl_fl: np.ndarray     # uint8 NOT_HELD_FRAG_LIST when it carries a frag_list, else 0
 
 
 class Cfg(NamedTuple):
@@ -203,12 +208,14 @@ def _emit(out, first, last, count, payload, gso, end, queue, poll, fixed, inst, 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _deliver(i, reason, c, st, out, poll):
-    """A packet goes up alone at once (GRO_NORMAL)."""
+    """A packet goes up alone at once (GRO_NORMAL); a frame that arrived as a GSO packet
+    goes up as the TCP GSO packet it is (count = its segments, its gso_size)."""
     inst = st.ctr[1]
     st.ctr[1] = inst + 1
     out.inst[i] = inst
-    _emit(out, c.row[i], c.row[i], 1, c.payload[i], 0, reason, c.queue[i], poll, 0, inst,
-          c.gcode[i], c.flow[i])
+    segs = c.segs[i]
+    _emit(out, c.row[i], c.row[i], segs, c.payload[i], c.gsz[i] if segs > 1 else 0, reason,
+          c.queue[i], poll, 0, inst, c.gcode[i], c.flow[i])
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
@@ -416,11 +423,15 @@ def _pair_checks(i, k, c, cfg, st):
         reason = r_id
     if reason != 0:
         return reason
-    # --- size of the new segment vs gso_size: (len - 1) >= mss, unsigned
+    # --- size of the new segment vs gso_size: (len - 1) >= mss, unsigned; an arriving
+    # GSO skb must instead carry p's gso_size (tcp_gro_receive: skb_is_gso branch)
     ln = c.tlen[i]
-    if ln == 0:
+    if c.gsz[i] != 0:
+        if c.gsz[i] != st.e_mss[k]:
+            return FLUSH_GSO_SIZE
+    elif ln == 0:
         return FLUSH_ZERO_PAYLOAD
-    if ln > st.e_mss[k]:
+    elif ln > st.e_mss[k]:
         return FLUSH_PAYLOAD_LARGER
     # --- sequence continuity: th2->seq + skb_gro_len(p) == th->seq
     if ((st.e_seq[k] + st.e_grolen[k]) & 0xFFFFFFFF) != c.seq[i]:
@@ -463,6 +474,24 @@ def _end_reason(fl, ln, mss):
     return 0
 
 
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def _gso_short(ln, segs, gsz):
+    """out_check_final for an arriving GSO skb: ``len != count * gso_size`` flushes."""
+    if gsz != 0 and ln != segs * gsz:
+        return NOT_HELD_GSO_SHORT
+    return 0
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def _sfl_flush(sfl):
+    """skb_gro_receive refusing p because the skb carries a flush of its own."""
+    if sfl == NOT_HELD_IP_RF:
+        return FLUSH_IP_RF
+    if sfl == NOT_HELD_FRAG_LIST:
+        return FLUSH_FRAG_LIST
+    return FLUSH_LENGTH
+
+
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _receive(i, c, cfg, st, out, poll, age):
     """dev_gro_receive for packet i: bypass, merge, complete pp, hold or deliver."""
@@ -477,9 +506,15 @@ def _receive(i, c, cfg, st, out, poll, age):
     ln = c.tlen[i]
     fl = c.flags[i]
     sfl = c.sfl_out[i] if c.sfl_out[i] != 0 else c.sfl_in[i]
+    if sfl == 0:
+        sfl = c.sfl_fl[i]          # dev_gro_receive: flush = skb_has_frag_list(skb)
+    segs = c.segs[i]
+    gsz = c.gsz[i]
     if st.e_first[k] < 0:
-        # tcp_gro_receive, no p: out_check_final with mss = 1
+        # tcp_gro_receive, no p: out_check_final with mss = 1 (GSO skb: len vs count*size)
         r = sfl if sfl != 0 else _not_held_reason(fl, ln)
+        if r == 0:
+            r = _gso_short(ln, segs, gsz)
         if r != 0:
             out.reason[i] = r
             _deliver(i, r, c, st, out, poll)
@@ -497,17 +532,19 @@ def _receive(i, c, cfg, st, out, poll, age):
         if st.e_len[k] + ln >= st.e_limit[k]:
             flush_reason = FLUSH_SIZE_LIMIT
         elif sfl != 0:
-            flush_reason = FLUSH_IP_RF if sfl == NOT_HELD_IP_RF else FLUSH_LENGTH
+            flush_reason = _sfl_flush(sfl)
     q = c.queue[i]
     if flush_reason == 0:
         st.e_last[k] = c.row[i]
-        st.e_count[k] += 1
+        st.e_count[k] += segs
         st.e_payload[k] += c.payload[i]
         st.e_grolen[k] += ln
         st.e_len[k] += ln
         out.reason[i] = MERGED
         out.inst[i] = st.e_inst[k]
         end = _end_reason(fl, ln, st.e_mss[k])
+        if end == 0 and _gso_short(ln, segs, gsz) != 0:
+            end = END_SHORT_SEGMENT
         if end != 0:
             if cfg.model != MODEL_IDEAL:
                 _unlink(st.tbl, st.tcnt, q, c.bucket[i], k)
@@ -517,7 +554,8 @@ def _receive(i, c, cfg, st, out, poll, age):
     if cfg.model != MODEL_IDEAL:
         _unlink(st.tbl, st.tcnt, q, c.bucket[i], k)
     _complete(k, flush_reason, st, out, poll)
-    if sfl != 0 or ln < 1 or (fl & (TCP_FLAG_URG | TCP_FLAG_PSH | TCP_FLAG_RST |
+    short = _gso_short(ln, segs, gsz) != 0 if gsz != 0 else ln < 1
+    if sfl != 0 or short or (fl & (TCP_FLAG_URG | TCP_FLAG_PSH | TCP_FLAG_RST |
                                     TCP_FLAG_SYN | TCP_FLAG_FIN)) != 0:
         out.reason[i] = flush_reason
         _deliver(i, flush_reason, c, st, out, poll)
@@ -546,11 +584,12 @@ def _hold(i, k, reason, c, cfg, st, out, poll, age):
     st.e_inst[k] = inst
     st.e_first[k] = c.row[i]
     st.e_last[k] = c.row[i]
-    st.e_count[k] = 1
+    st.e_count[k] = c.segs[i]
     st.e_payload[k] = c.payload[i]
     st.e_grolen[k] = ln
     st.e_len[k] = c.plen[i]
-    st.e_mss[k] = ln            # dev_gro_receive: gso_size = skb_gro_len(skb)
+    # dev_gro_receive: a plain skb's gso_size becomes skb_gro_len(skb); a GSO skb keeps its own
+    st.e_mss[k] = c.gsz[i] if c.gsz[i] != 0 else ln
     # is_atomic (4.7-6.9): DF of the innermost IPv4 header (IPv6: 1); 6.10+: bits cleared
     if cfg.era == ERA_FLUSH_ID:
         st.e_fixed[k] = c.in_df[i] if c.in_v[i] == 4 else 1

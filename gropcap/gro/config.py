@@ -154,7 +154,7 @@ class KernelProfile:
 
 MODELS = ("ideal", "napi")
 _OPTIONAL_DEFAULTS = {"native_gro": True, "tunnel_gro": None, "udp_tunnels": "",
-                      "udp_gro": "off"}
+                      "udp_gro": "off", "vlan_gro": True}
 
 # --udp-gro: udp_gro_receive's modes (net/ipv4/udp_offload.c)
 UDP_GRO_MODES = ("off", "socket", "forward", "fraglist")
@@ -224,6 +224,9 @@ class GroConfig:
             gro_receive hook; VXLAN/Geneve/FOU/GUE on other ports are plain UDP.
         udp_gro: ``off`` | ``socket`` (UDP_GRO socket option) | ``forward``
             (rx-udp-gro-forwarding) | ``fraglist`` (rx-gro-list).
+        vlan_gro: the kernel has vlan_gro_receive (CONFIG_VLAN_8021Q, vlan_core.c's
+            vlan_offload_init). ``False``: in-band 802.1Q / 802.1ad frames skip GRO
+            (BYPASS_NO_VLAN_GRO), as on kernels built without 802.1Q support.
     """
 
     kernel: KernelProfile = field(default_factory=lambda: KernelProfile(NEWEST_KERNEL))
@@ -243,6 +246,7 @@ class GroConfig:
     tunnel_gro: bool | None = None
     udp_tunnels: tuple = ()
     udp_gro: str = "off"
+    vlan_gro: bool = True
 
     def __post_init__(self):
         object.__setattr__(self, "udp_tunnels", parse_udp_tunnels(self.udp_tunnels))

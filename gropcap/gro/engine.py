@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from gropcap.constants import (
-    ETH_P_QINQ1, GRE_CSUM, GRE_KEY, IP6_EXT_FRAGMENT, IP6_EXT_OTHER, IPPROTO_GRE,
+    ETH_P_8021AD, ETH_P_8021Q, ETH_P_QINQ1, GRE_CSUM, GRE_KEY, IP6_EXT_FRAGMENT, IP6_EXT_OTHER, IPPROTO_GRE,
     IPPROTO_IPIP, IPPROTO_IPV6, IPPROTO_TCP, IPPROTO_UDP, TCP_FLAG_CWR, TCP_FLAG_FIN,
     TCP_FLAG_PSH, TUN_GENEVE, TUN_GRE, TUN_GRE_TEB, TUN_IP4IP6, TUN_IP6IP6, TUN_IPIP,
     TUN_SIT, TUN_VXLAN, TUN_VXLAN_GPE,
@@ -50,8 +50,9 @@ from gropcap.gro.config import GroConfig
 from gropcap.gro.flows import FLOW_KEY_COLUMNS, flow_key_matrix
 from gropcap.gro.reasons import (
     BYPASS_DECODE, BYPASS_GRO_DISABLED, BYPASS_IP_CSUM, BYPASS_IP_FRAGMENT, BYPASS_IP_OPTIONS,
-    BYPASS_IPV6_EXTHDR, BYPASS_L4_CSUM, BYPASS_NO_L4_OFFLOAD, BYPASS_NOT_IP,
-    BYPASS_TCP_HEADER, BYPASS_TUNNEL, BYPASS_UDP_NO_GRO, NOT_HELD_IP_RF, NOT_HELD_LENGTH,
+    BYPASS_IPV6_EXTHDR, BYPASS_L4_CSUM, BYPASS_NO_L4_OFFLOAD, BYPASS_NO_VLAN_GRO, BYPASS_NOT_IP,
+    BYPASS_TCP_HEADER, BYPASS_TUNNEL, BYPASS_UDP_NO_GRO, NOT_HELD_FRAG_LIST, NOT_HELD_IP_RF,
+    NOT_HELD_LENGTH,
     ROLE_ALONE, ROLE_HEAD, ROLE_MERGED,
 )
 from gropcap.gro.result import GroResult
@@ -80,9 +81,12 @@ def _era(config: GroConfig) -> int:
     return K.ERA_ONE_BIT
 
 
-def _pre_and_flush(t: pa.Table, config: GroConfig):
+def _pre_and_flush(t: pa.Table, config: GroConfig, no_gro=None, sfl_fl=None):
     """Per-packet decisions that need no held packet, in the kernel's evaluation order
     (precedence pinned in docs/gro-model.md, "Bypass precedence").
+
+    ``no_gro``: bool per row, its device has GRO off; ``sfl_fl``: the frag_list flush of
+    rows that arrive as GSO packets (only used to skip checksum validation).
 
     Returns ``(pre, sfl_out, sfl_in)``: ``pre`` the BYPASS_* code of the first layer that
     bails before L4 (0 = reaches tcp_gro_receive), ``sfl_*`` the skb flush the outer /
@@ -98,9 +102,24 @@ def _pre_and_flush(t: pa.Table, config: GroConfig):
         pre[(pre == 0) & mask] = code
 
     wire = g("wire_len")
+    # dev_gro_receive: netif_elide_gro (GRO off on the receiving device)
+    if not config.native_gro:
+        bail(np.ones(n, np.bool_), BYPASS_GRO_DISABLED)
+    if no_gro is not None:
+        bail(np.asarray(no_gro, np.bool_), BYPASS_GRO_DISABLED)
+    dsa = g("dsa_tag", np.uint8) != 0
+    if config.tunnel_gro is not None:
+        # gro_cells stage modelled: eth_type_trans gives ETH_P_XDSA on the conduit, which
+        # has no packet_offload; the user port's gro_cells runs GRO (gro/stages.py)
+        bail(dsa, BYPASS_NOT_IP)
     if not config.kernel.dsa_gro:
         # before e131a5634830 (v5.8) DSA user ports delivered with netif_receive_skb
-        bail(g("dsa_tag", np.uint8) != 0, BYPASS_GRO_DISABLED)
+        bail(dsa, BYPASS_GRO_DISABLED)
+    if not config.vlan_gro:
+        # kernel without CONFIG_VLAN_8021Q: vlan_offload_init (vlan_core.c) never ran, so
+        # dev_gro_receive finds no packet_offload for an in-band 0x8100 / 0x88A8 tag
+        et = g("eth_type", np.uint16)
+        bail((et == ETH_P_8021Q) | (et == ETH_P_8021AD), BYPASS_NO_VLAN_GRO)
     # dev_gro_receive: no packet_offload for skb->protocol; decode status
     bail((status == STATUS_NOT_IP) | (status == STATUS_UNSUPPORTED_LINKTYPE), BYPASS_NOT_IP)
     l4 = g("l4_proto", np.uint8)
@@ -168,8 +187,10 @@ def _pre_and_flush(t: pa.Table, config: GroConfig):
     if config.verify_checksums:
         # tcp4/6_gro_receive: skb_gro_checksum_validate, skipped when already flushing
         cs = g("l4_csum_state", np.uint8)
-        bail(((cs == CSUM_BAD) | (cs == CSUM_PARTIAL)) & (sfl_out == 0) & (sfl_in == 0),
-             BYPASS_L4_CSUM)
+        flushing = (sfl_out != 0) | (sfl_in != 0)
+        if sfl_fl is not None:
+            flushing |= sfl_fl != 0
+        bail(((cs == CSUM_BAD) | (cs == CSUM_PARTIAL)) & ~flushing, BYPASS_L4_CSUM)
     bail(g("tcp_doff", np.uint8) < 5, BYPASS_TCP_HEADER)   # tcp_gro_pull_header
     return pre, sfl_out, sfl_in
 
@@ -443,23 +464,51 @@ def _global_ids(mat: np.ndarray, use: np.ndarray, table: dict) -> np.ndarray:
     return out
 
 
+def _gso_input(n: int, coalesced) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(segs, gso_size, frag_list flush) per row from a gso.CoalescedInput (or None)."""
+    segs = np.ones(n, np.int64)
+    gsz = np.zeros(n, np.int64)
+    sfl_fl = np.zeros(n, np.uint8)
+    if coalesced is None:
+        return segs, gsz, sfl_fl
+    is_gso = np.asarray(coalesced.is_gso, np.bool_)
+    if is_gso.shape != (n,):
+        raise ConfigError(f"coalesced describes {is_gso.shape[0]} rows for {n} packets")
+    segs[is_gso] = np.asarray(coalesced.segs, np.int64)[is_gso]
+    gsz[is_gso] = np.asarray(coalesced.gso_size, np.int64)[is_gso]
+    fl = getattr(coalesced, "frag_list", None)
+    if fl is not None:
+        sfl_fl[is_gso & np.asarray(fl, np.bool_)] = NOT_HELD_FRAG_LIST
+    return segs, gsz, sfl_fl
+
+
 def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
-            polls=None) -> tuple[K.Cols, np.ndarray]:
+            polls=None, *, coalesced=None, hashes=None,
+            no_gro=None) -> tuple[K.Cols, np.ndarray]:
     """Extract and derive the kernel input arrays of one batch (rows numbered from
-    ``state.row_base``); returns ``(cols, ts_ns)``. Updates the key dictionaries."""
+    ``state.row_base``); returns ``(cols, ts_ns)``. Updates the key dictionaries.
+    ``coalesced`` / ``hashes`` / ``no_gro``: see :func:`simulate`."""
     t = packets
     n = t.num_rows
     g = lambda name, dt=np.int64: column_numpy(t, name, dt)  # noqa: E731
     napi = config.model == "napi"
     # the ideal model has no RSS: hash 0, one list
-    hash_ = rss_hash(t, config.rss_key, enabled=napi and config.rss == "toeplitz")
+    if napi and hashes is not None:
+        hash_ = np.ascontiguousarray(np.asarray(hashes, np.uint32))
+        if hash_.shape != (n,):
+            raise ConfigError(f"hashes has {hash_.shape} values for {n} packets")
+    else:
+        hash_ = rss_hash(t, config.rss_key, enabled=napi and config.rss == "toeplitz")
+    if no_gro is not None and np.shape(no_gro) != (n,):
+        raise ConfigError(f"no_gro has {np.shape(no_gro)} values for {n} packets")
+    segs, gsz, sfl_fl = _gso_input(n, coalesced)
     if napi:
         queue = rx_queue(hash_, config.queues).astype(np.int32)
         bucket = gro_bucket(hash_, config.kernel.hash_buckets).astype(np.int32)
     else:
         queue = np.zeros(n, np.int32)
         bucket = np.zeros(n, np.int32)
-    pre, sfl_out, sfl_in = _pre_and_flush(t, config)
+    pre, sfl_out, sfl_in = _pre_and_flush(t, config, no_gro, sfl_fl)
     use = pre == 0
     key_mat, loose_mat = _same_flow_keys(t, config, hash_)
     key = _global_ids(key_mat, use, state.key_ids)
@@ -512,7 +561,7 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
         in_v=in_v, in_ttl=i32("ip_ttl"), in_tos=i32("ip_tos"), in_df=i32("ip_df"),
         in_id=i32("ip_id"), out_v=out_v, out_ttl=i32("outer_ip_ttl"),
         out_tos=i32("outer_ip_tos"), out_df=i32("outer_ip_df"), out_id=i32("outer_ip_id"),
-        gcode=gcode, flow=flow, poll_win=poll_win,
+        gcode=gcode, flow=flow, poll_win=poll_win, segs=segs, gsz=gsz, sfl_fl=sfl_fl,
     )
     return cols, g("ts_ns")
 
@@ -624,7 +673,8 @@ def run_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineS
 
 
 def simulate_batch(packets: pa.Table, config: GroConfig, state: EngineState | None = None,
-                   *, final: bool = False, polls=None) -> tuple[BatchResult, EngineState]:
+                   *, final: bool = False, polls=None, coalesced=None, hashes=None,
+                   no_gro=None) -> tuple[BatchResult, EngineState]:
     """Run GRO over the next batch of a capture, carrying the state across batches.
 
     Parameters:
@@ -633,6 +683,7 @@ def simulate_batch(packets: pa.Table, config: GroConfig, state: EngineState | No
         state: what the previous call returned (None for the first batch).
         final: True for the last batch: flushes what is held (END_CAPTURE / END_POLL).
         polls: explicit GRO windows for these rows (napi model, see :func:`simulate`).
+        coalesced, hashes, no_gro: per row of this batch, see :func:`simulate`.
 
     Returns ``(BatchResult, EngineState)``; :func:`assemble` turns the list of results
     into the capture's GroResult.
@@ -647,7 +698,7 @@ def simulate_batch(packets: pa.Table, config: GroConfig, state: EngineState | No
     from gropcap.gro.reference import needs_reference
     if needs_reference(config):
         raise ConfigError("the numba engine does not implement this configuration "
-                          "(UDP GRO, UDP tunnel sockets, GRO off, or the gro_cells stage)",
+                          "(UDP GRO or UDP tunnel sockets)",
                           hint="run gropcap.gro.reference.simulate (engine='reference')")
     if polls is not None and config.model != "napi":
         raise ConfigError("explicit polls need the napi model",
@@ -660,7 +711,11 @@ def simulate_batch(packets: pa.Table, config: GroConfig, state: EngineState | No
         raise ConfigError("simulate_batch: the capture was already finished (final=True)")
     if (polls is not None) != (state.model == K.MODEL_WINDOWS):
         raise ConfigError("polls= must be given for every batch or for none")
-    cols, ts = prepare(packets, config, state, polls)
+    if coalesced is True:
+        from gropcap.gso import coalesced_input
+        coalesced = coalesced_input(packets)
+    cols, ts = prepare(packets, config, state, polls, coalesced=coalesced, hashes=hashes,
+                       no_gro=no_gro)
     n = len(cols.row)
     state.kernel = _grow(state.kernel, len(state.key_ids), max(len(state.loose_ids),
                                                              len(state.key_ids)))
@@ -756,7 +811,8 @@ def assemble(parts: list[BatchResult], config: GroConfig) -> GroResult:
         seg_rx_queue=s["queue"], seg_poll_id=seg_poll)
 
 
-def simulate(packets: pa.Table, config: GroConfig | None = None, *, polls=None) -> GroResult:
+def simulate(packets: pa.Table, config: GroConfig | None = None, *, polls=None,
+             coalesced=None, hashes=None, no_gro=None) -> GroResult:
     """Replay Linux GRO over a packet table; the numba twin of ``reference.simulate``.
 
     Parameters:
@@ -765,6 +821,13 @@ def simulate(packets: pa.Table, config: GroConfig | None = None, *, polls=None) 
         polls: optional int64 array, one non-decreasing GRO window number per packet
             (``napi`` model only): each window is one poll flushed at its end
             (docs/gro-model.md, "Explicit batches").
+        coalesced: a :class:`gropcap.gso.CoalescedInput` (or ``True``: detect with
+            :func:`gropcap.gso.coalesced_input`): its frames arrive as TCP GSO skbs of
+            ``segs`` segments and ``gso_size`` (count = segs; FLUSH_GSO_SIZE,
+            NOT_HELD_GSO_SHORT; a ``frag_list`` row is never merged), as in the reference.
+        hashes: ``napi`` model only: ``skb->hash`` per packet instead of the Toeplitz
+            hash of the headers (the gro_cells stage).
+        no_gro: bool per packet: its device has GRO off (BYPASS_GRO_DISABLED).
 
     Returns a :class:`GroResult` (per-packet verdicts, super-packets in delivery order).
 
@@ -773,5 +836,6 @@ def simulate(packets: pa.Table, config: GroConfig | None = None, *, polls=None) 
     0
     """
     config = config or GroConfig()
-    part, _ = simulate_batch(packets, config, None, final=True, polls=polls)
+    part, _ = simulate_batch(packets, config, None, final=True, polls=polls,
+                             coalesced=coalesced, hashes=hashes, no_gro=no_gro)
     return assemble([part], config)

@@ -35,6 +35,8 @@ BYPASS_L4_CSUM = 18           # tcp4/6_gro_receive: skb_gro_checksum_validate fa
 BYPASS_TCP_HEADER = 19        # tcp_gro_pull_header: doff*4 < sizeof(tcphdr)
 BYPASS_TUNNEL = 20            # gre/udp tunnel gro_receive refused (flags, nested, OAM, ...)
 BYPASS_UDP_NO_GRO = 21        # udp_gro_receive: no UDP GRO for this socket/device
+BYPASS_NO_VLAN_GRO = 22       # dev_gro_receive: kernel without CONFIG_VLAN_8021Q has no
+                              # packet_offload for 0x8100 / 0x88A8 (no vlan_gro_receive)
 
 # --- not held: the packet goes up at once (skb flush), no held packet of its flow -------
 NOT_HELD_ZERO_PAYLOAD = 30    # tcp_gro_receive out_check_final: len < mss with mss = 1
@@ -117,6 +119,8 @@ _TEXT = {
     BYPASS_TCP_HEADER: "TCP data offset below 5",
     BYPASS_TUNNEL: "tunnel header GRO refuses (GRE seq/routing flags, nested tunnel, OAM)",
     BYPASS_UDP_NO_GRO: "UDP without a GRO mode for it (UDP GRO off): delivered alone",
+    BYPASS_NO_VLAN_GRO: "VLAN-tagged frame on a kernel built without 802.1Q support "
+                        "(no VLAN GRO): delivered alone",
     NOT_HELD_ZERO_PAYLOAD: "no payload (pure ACK): never held",
     NOT_HELD_SYN: "SYN set: never held",
     NOT_HELD_RST: "RST set: never held",

@@ -125,6 +125,7 @@ class Skb:
     l2: tuple                 # gro_list_prepare + vlan_gro_receive identity
     bad_tpid: bool            # a VLAN TPID without a packet_offload (0x9100)
     vlan_depth: int           # in-band VLAN tags (skb->protocol is then 0x8100)
+    eth_type: int             # the frame's EtherType (its TPID when tagged in band)
     ip: list                  # IpHdr, outermost first (two for a native tunnel)
     tun_type: int
     tun_flags: int
@@ -354,6 +355,7 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig,
             queue=int(rx_queue(h, queues)) if queues > 1 else 0,
             bucket=int(gro_bucket(h, buckets)) if config.model == "napi" else 0,
             dsa=cols["dsa_tag"][i] != 0, l2=l2, bad_tpid=bad_tpid, vlan_depth=vlan_depth,
+            eth_type=cols["eth_type"][i],
             ip=layers,
             tun_type=tun_type, tun_flags=tun_flags, tun_key=tkey,
             tun_csum_ok=cols["tun_csum_ok"][i], encap_depth=cols["encap_depth"][i],
@@ -404,6 +406,11 @@ def gro_list_prepare_and_l2(skb: Skb, profile: KernelProfile,
     if skb.dsa and not profile.dsa_gro:
         # before e131a5634830 (v5.8) DSA user ports delivered with netif_receive_skb
         return R.BYPASS_GRO_DISABLED
+    if (config is not None and not config.vlan_gro
+            and skb.eth_type in (C.ETH_P_8021Q, C.ETH_P_8021AD)):
+        # no CONFIG_VLAN_8021Q: vlan_offload_init (vlan_core.c) registered no
+        # packet_offload for 0x8100 / 0x88A8, so dev_gro_receive has no handler
+        return R.BYPASS_NO_VLAN_GRO
     st = skb.status
     if st in (S.STATUS_NOT_IP, S.STATUS_UNSUPPORTED_LINKTYPE):
         return R.BYPASS_NOT_IP      # no packet_offload for the EtherType
@@ -1317,8 +1324,7 @@ def simulate(packets: pa.Table, config: GroConfig | None = None, *,
         polls: ``napi`` model only: one non-decreasing int64 per packet; packets with the
             same value form one GRO window, flushed entirely at its end (live-kernel
             replay with deferred flushes). ``poll_id`` is then the window's ordinal.
-        coalesced: opt-in, not part of the shared engine contract yet: a
-            :class:`gropcap.gso.CoalescedInput` (or ``True`` to detect with
+        coalesced: a :class:`gropcap.gso.CoalescedInput` (or ``True`` to detect with
             :func:`gropcap.gso.coalesced_input`). Its frames arrive as TCP GSO skbs of
             ``segs`` segments, so a super-packet's ``count`` is the sum of its packets'
             segments and ``sum(count)`` exceeds the number of packets.
@@ -1414,17 +1420,18 @@ def needs_reference(config: GroConfig) -> bool:
     """True when ``config`` uses a rule only this reference model implements, so a caller
     must run :func:`simulate` here instead of the numba engine (``gro/engine.py``).
 
-    Those rules: UDP GRO (``udp_gro != "off"``), UDP tunnel sockets (``udp_tunnels``),
-    GRO off on the receiving device (``native_gro`` False) and the gro_cells second stage
-    (``tunnel_gro`` not None, which also changes DSA handling on the conduit).
+    Those rules: UDP GRO (``udp_gro != "off"``) and UDP tunnel sockets (``udp_tunnels``).
+    GRO off on the device (``native_gro``, ``no_gro=``), the DSA conduit of the gro_cells
+    stage (``tunnel_gro``), VLAN GRO (``vlan_gro``) and arriving GSO packets
+    (``coalesced=``, ``hashes=``) are in both engines, so the gro_cells stage
+    (:mod:`gropcap.gro.stages`) runs on the numba engine too.
 
     >>> needs_reference(GroConfig())
     False
     >>> needs_reference(GroConfig(udp_tunnels="vxlan:4789"))
     True
     """
-    return bool(config.udp_gro != "off" or config.udp_tunnels or not config.native_gro
-                or config.tunnel_gro is not None)
+    return bool(config.udp_gro != "off" or config.udp_tunnels)
 
 
 def _flush_window(nodes: dict, rec: _Recorder, events: list, window: int,

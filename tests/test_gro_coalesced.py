@@ -1,0 +1,156 @@
+"""Input that arrives as GSO packets (captured after TSO/GRO, or the gro_cells stage):
+numba engine == reference bit for bit, the segment invariants, and the pipeline turning
+it on by itself for a capture of TSO-sized frames."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gropcap import gso
+from gropcap.gro import reasons as R
+from gropcap.gro import reference
+from gropcap.gro.config import GroConfig, KernelProfile
+from gropcap.gro.engine import simulate as fast_simulate
+from test_gro_engine_equal import CONFIGS, KERNELS, assert_same
+from test_gro_engine_traffic import packet_table, random_traffic, tcp_row
+
+
+def random_coalesced(rng, table, share: float = 0.3) -> gso.CoalescedInput:
+    """Mark a random share of the data segments as arriving GSO packets: gso_size mostly
+    a divisor-ish of the payload (so count*gso_size == len or not), sometimes another
+    flow's size; some carry a frag_list."""
+    n = table.num_rows
+    pay = table.column("payload_len").to_numpy().astype(np.int64)
+    l4 = table.column("l4_proto").to_numpy()
+    is_gso = (rng.random(n) < share) & (pay > 1) & (l4 == 6)
+    size = np.zeros(n, np.int32)
+    segs = np.ones(n, np.int32)
+    for i in np.flatnonzero(is_gso):
+        k = int(rng.integers(2, 5))
+        s = int(pay[i]) // k if rng.random() < 0.7 else int(rng.choice([536, 1000, 1448]))
+        s = max(s, 1)
+        size[i] = s
+        segs[i] = gso.gso_segs(int(pay[i]), s)
+    co = gso.CoalescedInput(is_gso, size, segs, np.where(is_gso, 3, 0).astype(np.uint8))
+    co.frag_list = is_gso & (rng.random(n) < 0.1)
+    return co
+
+
+def run_both(table, config, **kw):
+    f = fast_simulate(table, config, **kw)
+    r = reference.simulate(table, config, **kw)
+    return f, r
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 250), flows=st.integers(1, 10),
+       kernel=st.sampled_from(KERNELS), cfg=st.sampled_from(CONFIGS), tunnels=st.booleans(),
+       extras=st.booleans())
+def test_equal_with_gso_input(seed, n, flows, kernel, cfg, tunnels, extras):
+    rng = np.random.default_rng(seed)
+    table = packet_table(random_traffic(rng, n, flows, tunnels))
+    config = cfg.replace(kernel=KernelProfile.parse(kernel))
+    co = random_coalesced(rng, table)
+    kw = {"coalesced": co}
+    if extras:
+        # what the gro_cells stage passes: the RX hash left after decapsulation and rows
+        # whose device has no cells
+        kw["hashes"] = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+        kw["no_gro"] = rng.random(n) < 0.1
+    f, r = run_both(table, config, **kw)
+    f.check_invariants(table.column("payload_len").to_numpy(), segments=co.segs)
+    assert_same(f, r, f"seed={seed} n={n} kernel={kernel} {config} extras={extras}")
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 150), windows=st.integers(1, 15))
+def test_equal_with_gso_input_explicit_windows(seed, n, windows):
+    rng = np.random.default_rng(seed)
+    table = packet_table(random_traffic(rng, n, 5, tunnels=True))
+    polls = np.sort(rng.integers(0, windows, n)).astype(np.int64)
+    co = random_coalesced(rng, table, 0.5)
+    f, r = run_both(table, GroConfig(model="napi", queues=2), polls=polls, coalesced=co,
+                    hashes=np.zeros(n, np.uint32))
+    f.check_invariants(table.column("payload_len").to_numpy(), segments=co.segs)
+    assert_same(f, r, f"seed={seed} windows")
+
+
+def _tso_flow(mss=1448, chunks=(3, 3, 1, 2, 5), tail=700):
+    """One IPv4 flow captured after TSO: super-frames of ``k`` segments (IPv4 total
+    length above the MTU), plain single segments between them, a short tail."""
+    rows, seq, ip_id, t = [], 0, 0, 1_000_000
+    for k in chunks:
+        rows.append(tcp_row(4, "10.0.0.1", "10.0.0.2", 40000, 5201, seq=seq, payload=k * mss,
+                            ip_id=ip_id, ts_ns=t))
+        seq += k * mss
+        ip_id += k
+        t += 1000
+    rows.append(tcp_row(4, "10.0.0.1", "10.0.0.2", 40000, 5201, seq=seq, payload=tail,
+                        ip_id=ip_id, ts_ns=t))
+    return rows
+
+
+@pytest.mark.parametrize("model", ["ideal", "napi"])
+@pytest.mark.parametrize("kernel", ["4.14", "6.6", "6.18"])
+def test_tso_frames_detected_and_equal(model, kernel):
+    table = packet_table(_tso_flow())
+    co = gso.coalesced_input(table)
+    # every super-frame (IP length above the MTU) is detected; gso_size is the flow's most
+    # common single segment, the largest on ties (1448 and the 700-byte tail: once each)
+    assert co.is_gso.tolist() == [True, True, False, True, True, False]
+    assert co.gso_size[co.is_gso].tolist() == [1448] * 4
+    assert co.segs.tolist() == [3, 3, 1, 2, 5, 1]
+    config = GroConfig(model=model, kernel=KernelProfile.parse(kernel))
+    f, r = run_both(table, config, coalesced=co)
+    assert_same(f, r, f"tso {model} {kernel}")
+    f.check_invariants(table.column("payload_len").to_numpy(), segments=co.segs)
+    # 3+3+1+2+5 segments + tail: all continue the same sequence, so GRO merges them
+    assert int(f.seg_count.sum()) == 3 + 3 + 1 + 2 + 5 + 1
+
+
+def test_gso_size_mismatch_and_short_gso_in_numba():
+    # head: 3 x 1000 bytes; a GSO frame of gso_size 1448 is refused (FLUSH_GSO_SIZE); a GSO
+    # frame whose length is not count * gso_size, with nothing held, goes up at once
+    # (NOT_HELD_GSO_SHORT; another flow here)
+    rows = [tcp_row(4, "10.0.0.1", "10.0.0.2", 1, 2, seq=0, payload=3000, ip_id=0),
+            tcp_row(4, "10.0.0.1", "10.0.0.2", 1, 2, seq=3000, payload=2 * 1448, ip_id=3),
+            tcp_row(4, "10.0.0.1", "10.0.0.2", 3, 2, seq=0, payload=1500, ip_id=5)]
+    table = packet_table(rows)
+    co = gso.CoalescedInput(np.array([True, True, True]), np.array([1000, 1448, 1000]),
+                            np.array([3, 2, 2]), np.array([3, 3, 3], np.uint8))
+    f = fast_simulate(table, GroConfig(), coalesced=co)
+    assert f.reason.tolist() == [R.NO_HELD_PACKET, R.FLUSH_GSO_SIZE, R.NOT_HELD_GSO_SHORT]
+    # delivery order: the short frame at once, then the two held ones at the end
+    assert f.seg_first_packet.tolist() == [0, 2, 1]
+    assert f.seg_count.tolist() == [3, 2, 2]
+    assert f.seg_gso_size.tolist() == [1000, 1000, 1448]
+    f.check_invariants(table.column("payload_len").to_numpy(), segments=co.segs)
+
+
+def test_frag_list_row_never_merges_in_numba():
+    rows = [tcp_row(4, "10.0.0.1", "10.0.0.2", 1, 2, seq=0, payload=1448, ip_id=0),
+            tcp_row(4, "10.0.0.1", "10.0.0.2", 1, 2, seq=1448, payload=2 * 1448, ip_id=1),
+            tcp_row(4, "10.0.0.1", "10.0.0.2", 1, 2, seq=3 * 1448, payload=2 * 1448,
+                    ip_id=3)]
+    table = packet_table(rows)
+    co = gso.CoalescedInput(np.array([False, True, True]), np.array([0, 1448, 1448]),
+                            np.array([1, 2, 2]), np.zeros(3, np.uint8))
+    co.frag_list = np.array([False, True, False])
+    f = fast_simulate(table, GroConfig(), coalesced=co)
+    assert f.reason.tolist() == [R.NO_HELD_PACKET, R.FLUSH_FRAG_LIST, R.NO_HELD_PACKET]
+    assert f.seg_count.tolist() == [1, 2, 2]
+
+
+def test_no_gro_rows_bypass_in_numba():
+    rows = [tcp_row(4, "10.0.0.1", "10.0.0.2", 1, 2, seq=i * 1448, ip_id=i) for i in range(4)]
+    table = packet_table(rows)
+    f = fast_simulate(table, GroConfig(), no_gro=np.array([False, False, True, False]))
+    # the bypassing row overtakes the held entry; the next one finds a gap (its IP ID is
+    # checked before the sequence)
+    assert f.reason.tolist() == [R.NO_HELD_PACKET, R.MERGED, R.BYPASS_GRO_DISABLED,
+                                 R.FLUSH_IP_ID]
+    f = fast_simulate(table, GroConfig(native_gro=False))
+    assert set(f.reason.tolist()) == {R.BYPASS_GRO_DISABLED}
