@@ -73,13 +73,17 @@ def test_no_shell_and_fixed_program_names():
                 bad.append(f"{where} shell=")
         if name in ("getoutput", "getstatusoutput"):
             bad.append(f"{where} {name} runs a shell")
-        if node.args and isinstance(node.args[0], ast.List):
-            first = node.args[0].elts[0] if node.args[0].elts else None
+        head = node.args[0] if node.args else None
+        while isinstance(head, ast.BinOp):       # ["ip", ...] + spec: the program is left
+            head = head.left
+        if isinstance(head, ast.List):
+            first = head.elts[0] if head.elts else None
             if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
                 bad.append(f"{where} program name is not a literal")
-        elif node.args and isinstance(node.args[0], (ast.Constant, ast.JoinedStr,
-                                                     ast.BinOp)):
+        elif isinstance(head, (ast.Constant, ast.JoinedStr)):
             bad.append(f"{where} command is a string")
+        elif head is not None:
+            bad.append(f"{where} argv is built elsewhere ({type(head).__name__})")
     assert bad == []
     # the only subprocess user is the replay's `ip`/`ethtool` plumbing; a helper taking an
     # argv list (``_run``) is fine and checked below
