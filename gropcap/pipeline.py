@@ -79,13 +79,16 @@ def decode_files(paths, options: DecodeOptions | None = None, *,
 
 
 def simulate(packets: pa.Table, config: GroConfig, *, engine: str = "fast",
-             polls=None) -> GroResult:
+             polls=None, coalesced=None) -> GroResult:
     """Run one GRO engine (``"fast"`` numba or ``"reference"`` plain Python).
 
     Configurations that use a receive-path feature only the reference model implements
-    (``gro.reference.needs_reference``: UDP GRO modes, UDP tunnel sockets, ...) run on the
+    (``gro.reference.needs_reference``: UDP GRO modes, UDP tunnel sockets) run on the
     reference model even when ``engine="fast"``; the results are the same by definition of
     the reference, only slower.
+
+    ``coalesced``: a :class:`gropcap.gso.CoalescedInput` (frames captured after TSO/GRO
+    arrive as GSO packets, ``count`` = their segments); None: every frame is one segment.
     """
     from gropcap.gro.reference import needs_reference
 
@@ -95,6 +98,8 @@ def simulate(packets: pa.Table, config: GroConfig, *, engine: str = "fast",
         from gropcap.gro.reference import simulate as run
     else:
         from gropcap.gro.engine import simulate as run
+    if coalesced is not None and coalesced.num_coalesced:
+        return run(packets, config, polls=polls, coalesced=coalesced)
     return run(packets, config, polls=polls)
 
 
@@ -128,6 +133,8 @@ class Analysis:
         # {model: [StageResult, ...]} when the gro_cells stage is modelled (tunnel_gro set)
         self.stages = dict(stages or {})
         self.egress_options = egress
+        # gso.CoalescedInput when frames were captured already coalesced (else None)
+        self.coalesced = None
         self._cache: dict = {}
 
     def __repr__(self) -> str:
@@ -248,6 +255,11 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     When ``config.tunnel_gro`` is not None the gro_cells second stage runs too
     (``gro.stages.simulate_stages``), per model.
 
+    Frames captured already coalesced (after TSO/GRO: IP packet above the MTU, IPv4 total
+    length 0, pcapng TCP_SEG_OFFLOAD flag; ``gso.coalesced_input``) are found
+    automatically and arrive as TCP GSO packets with the inferred gso_size, in both
+    engines; ``Analysis.coalesced`` keeps the detection (None when there is none).
+
     Returns:
         An :class:`Analysis`.
 
@@ -262,16 +274,24 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         if m not in MODELS:
             raise ConfigError(f"unknown model {m!r}", hint=f"use one of {MODELS}")
     packets, infos = decode_files(paths, decode_options, decoder=decoder)
-    results = {m: simulate(packets, config.replace(model=m), engine=engine) for m in models}
+    from gropcap.gso import coalesced_input
+    coalesced = coalesced_input(packets)
+    if not coalesced.num_coalesced:
+        coalesced = None
+    results = {m: simulate(packets, config.replace(model=m), engine=engine,
+                           coalesced=coalesced) for m in models}
     stages = {}
     if config.tunnel_gro is not None:
         from gropcap.gro.stages import simulate_stages
-        stages = {m: simulate_stages(packets, config.replace(model=m), native=results[m])
+        stages = {m: simulate_stages(packets, config.replace(model=m), native=results[m],
+                                     engine=engine, coalesced=coalesced)
                   for m in models}
     if egress is not None:
         egress.features  # validate the feature names before any work is reported
-    return Analysis(packets=packets, infos=infos, config=config, results=results,
-                    decode_options=decode_options, stages=stages, egress=egress)
+    analysis = Analysis(packets=packets, infos=infos, config=config, results=results,
+                        decode_options=decode_options, stages=stages, egress=egress)
+    analysis.coalesced = coalesced
+    return analysis
 
 
 def file_sha256(path: str) -> str:

@@ -154,3 +154,121 @@ def test_no_gro_rows_bypass_in_numba():
                                  R.FLUSH_IP_ID]
     f = fast_simulate(table, GroConfig(native_gro=False))
     assert set(f.reason.tolist()) == {R.BYPASS_GRO_DISABLED}
+
+
+# --- the pipeline: a capture taken after TSO (frames above the MTU) -----------------------
+
+def _write_tso_capture(path, mss=1400):
+    """A connection captured on the sending host after TSO: SYN with MSS, SYN-ACK with
+    MSS ``mss + 12``, then super-frames of 4, 4, 2 segments (IP length above the MTU),
+    single segments, a short tail with PSH; timestamps on every data segment."""
+    from craft import eth, ipv4, tcp, tcp_ts
+
+    from gropcap import constants as C
+    from gropcap.capture.writer import write_pcap
+
+    a, b = "10.1.0.1", "10.1.0.2"
+    ts = tcp_ts(7, 9)
+    frames = [
+        eth(ipv4(a, b, 6, tcp(40000, 5201, seq=0, flags=C.TCP_FLAG_SYN,
+                              options=b"\x02\x04" + (1460).to_bytes(2, "big")))),
+        eth(ipv4(b, a, 6, tcp(5201, 40000, seq=0, ack=1,
+                              flags=C.TCP_FLAG_SYN | C.TCP_FLAG_ACK,
+                              options=b"\x02\x04" + (mss + 12).to_bytes(2, "big")))),
+    ]
+    seq, ident = 1, 1
+    for k in (4, 4, 2, 1, 1, 3):
+        frames.append(eth(ipv4(a, b, 6, tcp(40000, 5201, seq=seq, ack=1, options=ts,
+                                            payload=bytes(k * mss)), ident=ident)))
+        seq += k * mss
+        ident += k
+    frames.append(eth(ipv4(a, b, 6, tcp(40000, 5201, seq=seq, ack=1, options=ts,
+                                        flags=C.TCP_FLAG_ACK | C.TCP_FLAG_PSH,
+                                        payload=bytes(300)), ident=ident)))
+    t0 = 1_700_000_000_000_000_000
+    write_pcap(str(path), frames, [t0 + i * 2000 for i in range(len(frames))])
+    return frames
+
+
+def test_pipeline_treats_tso_frames_as_gso_packets(tmp_path):
+    from gropcap.pipeline import analyze
+
+    path = tmp_path / "tso.pcap"
+    _write_tso_capture(path)
+    runs = {eng: analyze(str(path), GroConfig(), engine=eng) for eng in ("fast", "reference")}
+    for model in ("ideal", "napi"):
+        assert_same(runs["fast"].results[model], runs["reference"].results[model],
+                    f"tso capture {model}")
+    a = runs["fast"]
+    co = a.coalesced
+    # the four frames above the MTU, gso_size from the peer's SYN MSS minus the 12 option
+    # bytes each segment carries
+    assert co is not None and co.num_coalesced == 4
+    assert co.gso_size[co.is_gso].tolist() == [1400] * 4
+    assert co.segs[co.is_gso].tolist() == [4, 4, 2, 3]
+    payload = a.decoded.column("payload_len").to_numpy()
+    for model, res in a.results.items():
+        res.check_invariants(payload, segments=co.segs)
+        # one in-sequence flow: every data segment ends in one super-packet (the PSH tail)
+        data = res.seg_payload_len > 0
+        assert res.seg_count[data].tolist() == [4 + 4 + 2 + 1 + 1 + 3 + 1], model
+        assert res.seg_gso_size[data].tolist() == [1400]
+    s = a.summary()
+    for model in ("ideal", "napi"):
+        m = s["models"][model]
+        assert m["packets_in"] == 9 and m["segments_in"] == 2 + 16
+        assert m["superpackets_out"] == 3
+        assert m["aggregation_ratio"] == 6.0   # 18 segments / 3
+    warn = [w for w in s["warnings"] if "already coalesced" in w]
+    assert len(warn) == 1
+    assert ("4 TCP frames are treated as arriving GSO packets of 13 segments with the "
+            "gso_size inferred from their flow (1400 bytes") in warn[0]
+
+
+def test_pipeline_plain_capture_has_no_coalesced(tmp_path):
+    from gropcap.pipeline import analyze
+
+    path = tmp_path / "plain.pcap"
+    from craft import eth, ipv4, tcp
+
+    from gropcap.capture.writer import write_pcap
+    frames = [eth(ipv4("10.0.0.1", "10.0.0.2", 6, tcp(1, 2, seq=i * 1000,
+                                                        payload=bytes(1000)), ident=i))
+              for i in range(5)]
+    write_pcap(str(path), frames, [i * 1000 for i in range(5)])
+    a = analyze(str(path), GroConfig(), models=["ideal"])
+    assert a.coalesced is None
+    m = a.summary()["models"]["ideal"]
+    assert m["segments_in"] == m["packets_in"] == 5
+    assert m["aggregation_ratio"] == 5.0
+
+
+# --- the gro_cells stage on the numba engine ------------------------------------------------
+
+@pytest.mark.parametrize("model", ["ideal", "napi"])
+@pytest.mark.parametrize("kernel", ["4.14", "6.18"])
+@pytest.mark.parametrize("tunnel_gro", [True, False])
+def test_stages_fast_equals_reference(model, kernel, tunnel_gro):
+    import glob
+    import os
+
+    from gropcap.gro.stages import simulate_stages
+    from gropcap.pipeline import decode_files
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = sorted(glob.glob(os.path.join(here, "..", "sample_pcaps", "*gre*.pcap*"))
+                   + glob.glob(os.path.join(here, "..", "sample_pcaps", "*dsa*.pcap*")))
+    if not paths:
+        pytest.skip("no GRE / DSA sample captures")
+    config = GroConfig(model=model, kernel=KernelProfile.parse(kernel), tunnel_gro=tunnel_gro)
+    checked = 0
+    for path in paths:
+        table, _ = decode_files([path])
+        fast = simulate_stages(table, config, engine="fast")
+        ref = simulate_stages(table, config, engine="reference")
+        assert [s.name for s in fast] == ["native", "gro_cells"]
+        for a, b in zip(fast, ref):
+            assert_same(a.result, b.result, f"{os.path.basename(path)} {a.name}")
+            a.check_invariants()
+        checked += fast[1].packets_in
+    assert checked > 0

@@ -112,3 +112,27 @@ def test_equal_size_limits_long_flows(kernel, v, vlan):
         cfg = cfg.replace(kernel=KernelProfile.parse(kernel))
         f, r = both(table, cfg)
         assert_same(f, r, f"size limits {kernel} v{v} vlan={vlan}")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 200),
+       kernel=st.sampled_from(KERNELS), model=st.sampled_from(["ideal", "napi"]),
+       switch=st.sampled_from([{"vlan_gro": False}, {"native_gro": False},
+                               {"tunnel_gro": True}, {"tunnel_gro": False}]))
+def test_equal_receive_switches(seed, n, kernel, model, switch):
+    # the switches the numba engine took over from the reference: no VLAN GRO (kernel
+    # without CONFIG_VLAN_8021Q), GRO off on the device, the gro_cells stage's DSA conduit
+    rng = np.random.default_rng(seed)
+    rows = random_traffic(rng, n, 6, tunnels=True)
+    for r in rows[::7]:
+        r.update(dsa_tag=1, dsa_port=int(rng.integers(0, 4)))   # some DSA-tagged frames
+    table = packet_table(rows)
+    config = GroConfig(model=model, queues=2, kernel=KernelProfile.parse(kernel), **switch)
+    f, r = both(table, config)
+    f.check_invariants(table.column("payload_len").to_numpy())
+    assert_same(f, r, f"seed={seed} {switch}")
+    if switch == {"vlan_gro": False}:
+        tagged = np.isin(table.column("eth_type").to_numpy(), [0x8100, 0x88A8])
+        from gropcap.gro.reasons import BYPASS_NO_VLAN_GRO
+        assert np.all(f.reason[tagged & (table.column("dsa_tag").to_numpy() == 0)]
+                      == BYPASS_NO_VLAN_GRO)

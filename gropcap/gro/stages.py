@@ -22,8 +22,10 @@ carries a frag_list and is never merged again (``dev_gro_receive``: ``flush =
 skb_has_frag_list``). Devices without cells (ip6gre family before v4.17, DSA before v5.8,
 ``tunnel_gro=False``) deliver with ``netif_rx``: their rows skip GRO.
 
-The numba engine needs nothing new for stage 2 except GSO input; until it has it, stage 2
-always runs the reference engine.
+Both stages run on the engine the caller names (``engine="fast"``: the numba engine,
+which implements GSO input, ``hashes=`` and ``no_gro=`` bit for bit with the reference;
+configurations only the reference implements fall back to it, see
+:func:`gropcap.gro.reference.needs_reference`).
 """
 
 from __future__ import annotations
@@ -257,9 +259,24 @@ def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig, *,
     return derived, count, sel.astype(np.int64), device, gro, co, hashes, polls
 
 
+def _engine_for(engine: str, config: GroConfig):
+    """The simulate() of ``engine`` (``"fast"`` / ``"reference"``) able to run ``config``."""
+    from gropcap.errors import ConfigError
+    from gropcap.gro.reference import needs_reference
+
+    if engine not in ("fast", "reference"):
+        raise ConfigError(f"unknown engine {engine!r}", hint="use fast or reference")
+    if engine == "reference" or needs_reference(config):
+        from gropcap.gro.reference import simulate
+    else:
+        from gropcap.gro.engine import simulate
+    return simulate
+
+
 def simulate_stages(packets: pa.Table, config: GroConfig, *,
                     native: GroResult | None = None, frag_list_segs: int = MAX_SKB_FRAGS,
-                    split_end_flush: bool = False) -> list[StageResult]:
+                    split_end_flush: bool = False, engine: str = "reference",
+                    coalesced=None) -> list[StageResult]:
     """Native GRO, then (when ``config.tunnel_gro`` is not None) the gro_cells stage.
 
     Parameters:
@@ -267,9 +284,13 @@ def simulate_stages(packets: pa.Table, config: GroConfig, *,
         config: :class:`GroConfig`; ``tunnel_gro`` None runs the native stage only.
         native: a first-stage result already computed for ``config`` (any engine that
             implements the config, see :func:`gropcap.gro.reference.needs_reference`);
-            computed with the reference engine when None.
+            computed with ``engine`` when None.
         frag_list_segs, split_end_flush: see :func:`gro_cells_input` (receiver details
             the live veth replay needs).
+        engine: ``"reference"`` (default, the oracle) or ``"fast"`` (numba) for both
+            stages; a configuration only the reference implements runs there.
+        coalesced: a :class:`gropcap.gso.CoalescedInput` for the capture (frames captured
+            already coalesced): the native stage's input segments; None: plain segments.
 
     Returns:
         ``[native]`` or ``[native, gro_cells]`` :class:`StageResult` objects.
@@ -280,11 +301,11 @@ def simulate_stages(packets: pa.Table, config: GroConfig, *,
         >>> [s.name for s in simulate_stages(empty_packet_table(), GroConfig(tunnel_gro=True))]
         ['native', 'gro_cells']
     """
-    from gropcap.gro.reference import simulate
-
     if native is None:
-        native = simulate(packets, config)
-    out = [StageResult("native", packets, native, np.ones(packets.num_rows, np.int64))]
+        native = _engine_for(engine, config)(packets, config, coalesced=coalesced)
+    segs_in = (np.asarray(coalesced.segs, np.int64) if coalesced is not None
+               else np.ones(packets.num_rows, np.int64))
+    out = [StageResult("native", packets, native, segs_in)]
     if config.tunnel_gro is None:
         return out
     derived, segs, src, device, gro, co, hashes, polls = gro_cells_input(
@@ -296,8 +317,9 @@ def simulate_stages(packets: pa.Table, config: GroConfig, *,
     cfg2 = config.replace(native_gro=True, tunnel_gro=None, udp_tunnels=(), queues=1,
                           gro_max_size=65536, gro_ipv4_max_size=65536)
     napi = config.model == "napi"
-    res = simulate(derived, cfg2, coalesced=co, no_gro=~gro,
-                   polls=polls if napi else None, hashes=hashes if napi else None)
+    res = _engine_for(engine, cfg2)(derived, cfg2, coalesced=co, no_gro=~gro,
+                                    polls=polls if napi else None,
+                                    hashes=hashes if napi else None)
     out.append(StageResult("gro_cells", derived, res, segs, source_seg=src, device=device,
                            gro=gro))
     return out
@@ -326,7 +348,8 @@ def stages_summary(stages: list[StageResult]) -> dict:
         delivered += stages[1].superpackets_out - stages[1].packets_in
         d["stages"]["gro_cells"]["devices"] = int(len(np.unique(stages[1].device)))
         d["stages"]["gro_cells"]["rows_without_gro"] = int((~stages[1].gro).sum())
-    wire = stages[0].packets_in
+    # wire segments: rows, or more when frames were captured already coalesced
+    wire = int(np.asarray(stages[0].segments).sum())
     d["delivered"] = int(delivered)
     d["overall_ratio"] = round(wire / delivered, 4) if delivered else 0.0
     return d

@@ -15,14 +15,23 @@ from gropcap.gro.reasons import REASONS, reason_name
 from gropcap.report.tables import count_by_name
 
 
-def model_summary(result) -> dict:
-    """Counts for one model: packets in, super-packets out, ratio, reason histograms."""
+def model_summary(result, segments=None) -> dict:
+    """Counts for one model: packets in, segments in, super-packets out, ratio, reason
+    histograms.
+
+    ``segments``: wire segments per row when frames were captured already coalesced
+    (``gso.CoalescedInput.segs``); then ``segments_in`` exceeds ``packets_in`` (the row
+    count) and the aggregation ratio is ``segments_in / superpackets_out``: how many wire
+    segments the stack receives per packet, the same measure as for plain captures.
+    """
     n_in = result.num_packets
     n_out = result.num_superpackets
+    seg_in = int(np.asarray(segments, np.int64).sum()) if segments is not None else n_in
     return {
         "packets_in": n_in,
+        "segments_in": seg_in,
         "superpackets_out": n_out,
-        "aggregation_ratio": round(n_in / n_out, 4) if n_out else 0.0,
+        "aggregation_ratio": round(seg_in / n_out, 4) if n_out else 0.0,
         "merged_packets": int(np.count_nonzero(result.reason == 0)),
         "largest_superpacket": int(result.seg_count.max()) if n_out else 0,
         "reasons": count_by_name(result.reason),
@@ -60,12 +69,22 @@ def capture_warnings(analysis) -> list[str]:
     zero_len = (ver == 4) & (tot == 0)
     tso = (col("epb_flags") & EPB_FLAG_TCP_SEG_OFFLOAD) != 0
     pre = big | zero_len | tso
+    co = getattr(analysis, "coalesced", None)
     if pre.any():
         largest = int(col("wire_len")[pre].max())
-        out.append(f"{int(pre.sum())} frames are already coalesced (more IP bytes than a "
-                   f"{MTU_IP_BYTES}-byte MTU, IPv4 total length 0 or the pcapng TSO flag; "
-                   f"largest {largest} bytes): captured after GRO/TSO or on a jumbo MTU, "
-                   f"so the capture does not show the segments on the wire")
+        text = (f"{int(pre.sum())} frames are already coalesced (more IP bytes than a "
+                f"{MTU_IP_BYTES}-byte MTU, IPv4 total length 0 or the pcapng TSO flag; "
+                f"largest {largest} bytes): captured after GRO/TSO or on a jumbo MTU, "
+                f"so the capture does not show the segments on the wire")
+        if co is not None and co.num_coalesced:
+            sizes = np.unique(co.gso_size[co.is_gso])
+            shown = ", ".join(str(int(x)) for x in sizes[:4]) + (", ..." if len(sizes) > 4
+                                                                 else "")
+            text += (f"; {co.num_coalesced} TCP frames are treated as arriving GSO packets "
+                     f"of {int(co.segs[co.is_gso].sum())} segments with the gso_size "
+                     f"inferred from their flow ({shown} bytes: SYN MSS, else the most "
+                     f"common full segment)")
+        out.append(text)
     partial = col("l4_csum_state") == CSUM_PARTIAL
     if partial.any():
         out.append(f"{int(partial.sum())} TCP/UDP checksums hold only the pseudo-header sum "
@@ -123,6 +142,12 @@ def encap_summary(analysis) -> dict[str, dict]:
     return out
 
 
+def _segments(analysis):
+    """Segments per row when the pipeline found coalesced frames, else None."""
+    co = getattr(analysis, "coalesced", None)
+    return co.segs if co is not None and co.num_coalesced else None
+
+
 def summary_dict(analysis) -> dict:
     """The JSON summary: ``{"kernel", "models": {model: {...}}, ...}``."""
     packets = analysis.decoded
@@ -137,7 +162,8 @@ def summary_dict(analysis) -> dict:
         "packets": packets.num_rows,
         "wire_bytes": int(packets.column("wire_len").to_numpy().sum()) if packets.num_rows else 0,
         "status": statuses,
-        "models": {m: model_summary(r) for m, r in analysis.results.items()},
+        "models": {m: model_summary(r, _segments(analysis))
+                   for m, r in analysis.results.items()},
         "encapsulations": encap_summary(analysis),
         "warnings": capture_warnings(analysis),
         **_stage_and_egress(analysis),
