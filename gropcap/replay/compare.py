@@ -208,6 +208,41 @@ def packets_table(frames: list[bytes]):
     return pa.Table.from_batches([decode_batch(batch)])
 
 
+def kernel_config_option(option: str, release: str | None = None) -> str | None:
+    """The value of a build option of the running kernel: ``"y"``, ``"m"``, ``"n"`` (not set)
+    or None when no kernel config is readable (``/proc/config.gz``, then
+    ``/boot/config-<release>``)."""
+    import gzip
+    import os
+
+    release = release or os.uname().release
+    for path, opener in (("/proc/config.gz", gzip.open),
+                         (f"/boot/config-{release}", open)):
+        try:
+            with opener(path, "rt") as fh:
+                for line in fh:
+                    if line.startswith(option + "="):
+                        return line.strip().split("=", 1)[1]
+            return "n"
+        except OSError:
+            continue
+    return None
+
+
+def running_kernel_has_vlan_gro() -> bool:
+    """Whether the running kernel registers vlan_gro_receive.
+
+    vlan_core.o (whose vlan_offload_init adds the 0x8100 / 0x88A8 packet_offload) is built
+    in whenever CONFIG_VLAN_8021Q is ``y`` or ``m`` (net/8021q/Makefile), so the build
+    option decides. With no readable config: a loaded ``8021q`` module proves it, and
+    otherwise the common build (VLAN GRO present) is assumed.
+    """
+    value = kernel_config_option("CONFIG_VLAN_8021Q")
+    if value is not None:
+        return value in ("y", "m")
+    return True
+
+
 def simulate_replay(kernel_result: KernelReplayResult, *, kernel=None, engine: str = "reference",
                     packets=None):
     """Run the simulator over the replayed frames with the replay's bursts as NAPI windows.
@@ -215,7 +250,10 @@ def simulate_replay(kernel_result: KernelReplayResult, *, kernel=None, engine: s
     Configuration mirrors the veth set-up: ``model="napi"``, ``rss="none"`` (veth delivers
     without a hash: every flow in GRO bucket 0, see ``gropcap.replay.kernel``), software
     checksum validation (veth: CHECKSUM_NONE), the replay's budget, flush timeout and
-    deferral, the UDP tunnel devices it created. ``kernel`` defaults to the running kernel. Returns ``(packets, GroResult)``.
+    deferral, the UDP tunnel devices it created, and whether the running kernel has VLAN
+    GRO (``vlan_gro`` in the replay's config, else :func:`running_kernel_has_vlan_gro`:
+    a kernel built without CONFIG_VLAN_8021Q delivers tagged frames alone). ``kernel``
+    defaults to the running kernel. Returns ``(packets, GroResult)``.
     """
     from gropcap.gro.config import GroConfig, KernelProfile
 
@@ -230,6 +268,7 @@ def simulate_replay(kernel_result: KernelReplayResult, *, kernel=None, engine: s
                        rss="none", verify_checksums=True, budget=int(cfg.get("budget", 64)),
                        gro_flush_timeout_ns=int(cfg.get("flush_timeout_ns", 20_000_000)),
                        napi_defer_hard_irqs=int(cfg.get("defer", 1)),
-                       udp_tunnels=cfg.get("udp_tunnels", ""))
+                       udp_tunnels=cfg.get("udp_tunnels", ""),
+                       vlan_gro=bool(cfg.get("vlan_gro", running_kernel_has_vlan_gro())))
     polls = np.asarray(kernel_result.polls, dtype=np.int64)
     return packets, simulate(packets, config, polls=polls)
