@@ -20,10 +20,28 @@ def _fail(err: GropcapError) -> None:
     sys.exit(1)
 
 
+def _sigterm_as_interrupt():
+    """SIGTERM unwinds like Ctrl-C, so temporary files and namespaces are cleaned up.
+
+    Returns the previous handler (None when not on the main thread)."""
+    import signal
+    import threading
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, handler)
+
+
 class _Group(click.Group):
     """Turns gropcap errors into one line and exit 1; no traceback for users."""
 
     def invoke(self, ctx):
+        import signal
+
+        previous = _sigterm_as_interrupt()
         try:
             return super().invoke(ctx)
         except GropcapError as e:
@@ -33,6 +51,9 @@ class _Group(click.Group):
             sys.exit(130)
         except BrokenPipeError:
             sys.exit(1)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"],

@@ -53,9 +53,6 @@ def _leftovers(d: Path) -> list[str]:
 
 # --- --force ---------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="io/parquet.write_analysis checks each output as it "
-                   "writes it: packets/superpackets.parquet are written before flows.parquet "
-                   "is found to exist (reported)")
 def test_analyze_out_refuses_to_replace_any_existing_output(tmp_path):
     """With one of the three outputs present, nothing is written and nothing replaced."""
     out = tmp_path / "out"
@@ -133,9 +130,6 @@ def test_interrupted_write_leaves_no_partial_output(tmp_path, sig):
         assert _leftovers(tmp_path) == []
 
 
-@pytest.mark.xfail(strict=True, reason="cli.py does not turn SIGTERM into KeyboardInterrupt, "
-                   "so the hidden temporary file of an interrupted write stays behind "
-                   "(reported; the output name itself is never half-written)")
 def test_sigterm_removes_the_temporary_file(tmp_path):
     _interrupt_write(tmp_path, signal.SIGTERM)
     assert _leftovers(tmp_path) == []

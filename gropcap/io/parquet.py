@@ -58,12 +58,16 @@ def read_metadata(path: str) -> dict[str, str]:
 
 
 def write_analysis(analysis, out_dir: str, *, force: bool = False) -> list[str]:
-    """``packets.parquet``, ``superpackets.parquet``, ``flows.parquet`` under ``out_dir``."""
+    """``packets.parquet``, ``superpackets.parquet``, ``flows.parquet`` under ``out_dir``.
+
+    Every target is checked before any is written, so a refused run changes nothing.
+    """
+    names = ("packets.parquet", "superpackets.parquet", "flows.parquet")
+    paths = [os.path.join(out_dir, n) for n in names]
+    if not force:
+        for path in paths:
+            if os.path.exists(path):
+                raise OutputError("output exists", path=path, hint="use --force to replace it")
     meta = analysis.metadata()
-    return [
-        write_table(analysis.packets_with_verdicts, os.path.join(out_dir, "packets.parquet"),
-                    meta, force=force),
-        write_table(analysis.superpackets, os.path.join(out_dir, "superpackets.parquet"),
-                    meta, force=force),
-        write_table(analysis.flows, os.path.join(out_dir, "flows.parquet"), meta, force=force),
-    ]
+    tables = (analysis.packets_with_verdicts, analysis.superpackets, analysis.flows)
+    return [write_table(t, path, meta, force=True) for t, path in zip(tables, paths)]
