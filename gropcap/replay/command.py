@@ -13,6 +13,7 @@ import struct
 import sys
 
 import click
+import numpy as np
 
 from gropcap import constants as C
 from gropcap.errors import GropcapError
@@ -90,7 +91,7 @@ def kernel_replay(files, kernel, burst, flush_timeout_us, engine, no_fix_checksu
     """Replay capture FILES through this machine's kernel GRO (veth, root) and compare
     the super-packets it builds with the simulator's."""
     from gropcap.capture import read_capture
-    from gropcap.replay.compare import compare, simulate_replay
+    from gropcap.replay.compare import compare, running_kernel_has_vlan_gro, simulate_replay
     from gropcap.replay.kernel import replay
 
     from gropcap.errors import ConfigError
@@ -115,13 +116,20 @@ def kernel_replay(files, kernel, burst, flush_timeout_us, engine, no_fix_checksu
             packets, sim = simulate_replay(res, kernel=kernel, engine=engine)
             rep = compare(packets, res, sim)
             all_ok &= rep.ok
+            vlan_gro = bool(res.config.get("vlan_gro", running_kernel_has_vlan_gro()))
+            tagged = int(np.isin(packets.column("eth_type").to_numpy(),
+                                 (C.ETH_P_8021Q, C.ETH_P_8021AD)).sum())
             if as_json:
                 d = rep.to_dict()
                 d["file"] = str(path)
                 d["simulated_kernel"] = kernel
+                d["vlan_gro"] = vlan_gro
                 click.echo(json.dumps(d, sort_keys=True))
             else:
                 click.echo(f"{path}: {rep.summary_line()}")
+                if tagged and not vlan_gro:
+                    click.echo(f"  note: {tagged} VLAN-tagged frames simulated without VLAN "
+                               f"GRO (this kernel is built without CONFIG_VLAN_8021Q)")
                 for d in rep.differences:
                     click.echo(f"  {d.line()}")
     except GropcapError as e:
