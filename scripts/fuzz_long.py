@@ -121,7 +121,8 @@ class Worker:
             self._current(mode, name, data)
             try:
                 out = H.check_capture_bytes(data, self.scratch, name, gro=mode.endswith("gro"),
-                                            memory=rng.random() < 0.25, time_budget=0)
+                                            memory=rng.random() < 0.25, time_budget=0,
+                                            pipe=rng.random() < 0.3)
             except H.InvariantError as e:
                 self._finding("invariant", name, data, str(e))
                 return

@@ -58,7 +58,7 @@ def test_seeds_cover_every_sample_and_pass_unmutated(tmp_path):
 def test_fuzz_mutated_captures(tmp_path, name, rng):
     spans, fields = _META[name]
     data = H.mutate(SEEDS[name], rng, spans, fields)
-    H.check_capture_bytes(data, tmp_path, name)
+    H.check_capture_bytes(data, tmp_path, name, pipe=True)
 
 
 @_ci(300)
@@ -70,7 +70,7 @@ def test_fuzz_mutated_then_compressed(tmp_path, name, rng, kind, cut):
     data = H.compress(H.mutate(SEEDS[name], rng, *_META[name]), kind)
     if cut < 0.3:
         data = data[:int(len(data) * cut / 0.3)]
-    H.check_capture_bytes(data, tmp_path, "fuzz.pcap." + kind)
+    H.check_capture_bytes(data, tmp_path, "fuzz.pcap." + kind, pipe=True)
 
 
 @_ci(300)

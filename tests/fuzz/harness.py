@@ -10,8 +10,9 @@ Invariants checked on every input (see ``docs/fuzzing.md``):
    ``path`` is the input file and whose ``offset`` is set (capture errors), never a
    ``struct.error``, ``IndexError``, ``MemoryError``... Decoders never raise for bytes.
 2. Every capture engine agrees: the reference reader, the numba record scan, streamed
-   batches of a few records and the windowed mmap scan (tiny windows) return the same
-   records, warnings and the same error (class, offset, record).
+   batches of a few records, the windowed mmap scan (tiny windows) and, with
+   ``pipe=True``, the same bytes through a FIFO return the same records, warnings and
+   the same error (class, offset, record).
 3. Row count equals the records read; every row has a known ``status``; ``record`` numbers
    are 0..n-1 in order; every frame lies inside its buffer.
 4. Both decoders (reference and numba) produce the same table, bit for bit.
@@ -302,9 +303,50 @@ def warm_up() -> None:
     _WARM = True
 
 
+def _read_pipe(path: str):
+    """The file's bytes streamed through a FIFO (the reader's non-seekable path)."""
+    import threading
+
+    fifo = path + ".fifo"
+    if os.path.exists(fifo):
+        os.unlink(fifo)
+    os.mkfifo(fifo)
+    data = Path(path).read_bytes()
+
+    def feed():
+        try:
+            with open(fifo, "wb") as fh:
+                for i in range(0, len(data), 1000):     # several writes: partial reads
+                    fh.write(data[i:i + 1000])
+        except BrokenPipeError:
+            pass                                        # reader stopped at an error
+
+    t = threading.Thread(target=feed, daemon=True)
+    t.start()
+    try:
+        info, batches, err = _read_all(lambda: iter_batches(fifo, batch_records=5), fifo,
+                                       "pipe")
+    finally:
+        if t.is_alive():                  # reader gave up early: unblock the writer
+            try:
+                fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+                while t.is_alive():
+                    try:
+                        os.read(fd, 1 << 16)
+                    except BlockingIOError:
+                        pass
+                    t.join(0.01)
+                os.close(fd)
+            except OSError:
+                pass
+        t.join()
+        os.unlink(fifo)
+    return info, batches, err
+
+
 def check_capture_file(path, *, options: DecodeOptions = FUZZ_OPTIONS, gro: bool = False,
                        memory: bool = True, time_budget: float = TIME_BUDGET_S,
-                       windowed: bool = True) -> Outcome:
+                       windowed: bool = True, pipe: bool = False) -> Outcome:
     """Run every capture engine and both decoders on one file; check invariants 1-6."""
     warm_up()
     path = os.fspath(path)
@@ -331,8 +373,13 @@ def check_capture_file(path, *, options: DecodeOptions = FUZZ_OPTIONS, gro: bool
         if windowed and iter_scan_batches is not None:
             runs.append(("windowed scan", lambda: iter_scan_batches(
                 path, batch_records=4, window_bytes=97)))
+        if pipe and hasattr(os, "mkfifo"):
+            runs.append(("pipe", None))
         for name, run in runs:
-            info, batches, err = _read_all(run, path, name)
+            if name == "pipe":
+                info, batches, err = _read_pipe(path)
+            else:
+                info, batches, err = _read_all(run, path, name)
             out.engines.append(name)
             _same_error(e_r, err, f"reference reader vs {name}")
             got = _batch_summary(batches)
