@@ -155,6 +155,9 @@ def _gro_options(f):
                      help="UDP GRO: UDP_GRO socket, rx-udp-gro-forwarding or rx-gro-list."),
         click.option("--native-gro/--no-native-gro", default=True, show_default=True,
                      help="GRO on the receiving device (ethtool -K DEV gro on|off)."),
+        click.option("--vlan-gro/--no-vlan-gro", default=True, show_default=True,
+                     help="VLAN GRO (vlan_gro_receive); off for kernels built without "
+                          "CONFIG_VLAN_8021Q: 802.1Q/802.1ad frames skip GRO."),
         click.option("--tunnel-gro/--no-tunnel-gro", default=None,
                      help="Model the gro_cells stage on tunnel/ERSPAN/DSA devices after "
                           "decapsulation, with GRO on or off there (default: not modelled)."),
@@ -167,7 +170,7 @@ def _gro_options(f):
 def _make_gro_config(kernel, verify_checksums, rss, rss_key, queues, budget, poll_gap_us, hz,
                      gro_flush_timeout_us, napi_defer_hard_irqs, gro_max_size,
                      gro_ipv4_max_size, udp_tunnels=(), udp_gro="off", native_gro=True,
-                     tunnel_gro=None):
+                     tunnel_gro=None, vlan_gro=True):
     from gropcap.gro.config import GroConfig, KernelProfile
 
     kw = {}
@@ -184,7 +187,8 @@ def _make_gro_config(kernel, verify_checksums, rss, rss_key, queues, budget, pol
                          napi_defer_hard_irqs=napi_defer_hard_irqs, gro_max_size=gro_max_size,
                          gro_ipv4_max_size=gro_ipv4_max_size,
                          udp_tunnels=",".join(udp_tunnels), udp_gro=udp_gro,
-                         native_gro=native_gro, tunnel_gro=tunnel_gro, **kw)
+                         native_gro=native_gro, tunnel_gro=tunnel_gro, vlan_gro=vlan_gro,
+                         **kw)
     except ConfigError as e:
         raise click.BadParameter(e.one_line()) from None
 
@@ -193,7 +197,8 @@ _DECODE_KEYS = ("vxlan_ports", "geneve_ports", "vxlan_gpe_ports", "fou_ports", "
                 "dsa_tag")
 _GRO_KEYS = ("kernel", "verify_checksums", "rss", "rss_key", "queues", "budget", "poll_gap_us",
              "hz", "gro_flush_timeout_us", "napi_defer_hard_irqs", "gro_max_size",
-             "gro_ipv4_max_size", "udp_tunnels", "udp_gro", "native_gro", "tunnel_gro")
+             "gro_ipv4_max_size", "udp_tunnels", "udp_gro", "native_gro", "tunnel_gro",
+             "vlan_gro")
 
 
 def _split(kw: dict, keys) -> dict:

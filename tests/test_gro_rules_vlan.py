@@ -51,3 +51,27 @@ def test_vlan_gro_in_config_dict_only_when_off():
     assert GroConfig(vlan_gro=False).to_dict()["vlan_gro"] is False
     assert R.REASONS[R.BYPASS_NO_VLAN_GRO].name == "BYPASS_NO_VLAN_GRO"
     assert "802.1Q" in R.REASONS[R.BYPASS_NO_VLAN_GRO].text
+
+
+def test_cli_no_vlan_gro_on_tagged_sample():
+    import json
+    import os
+
+    from click.testing import CliRunner
+
+    from gropcap.cli import main
+
+    path = os.path.join(os.path.dirname(__file__), "..", "sample_pcaps", "crafted_vlan.pcap")
+    if not os.path.exists(path):
+        pytest.skip("sample_pcaps/crafted_vlan.pcap missing")
+    out = {}
+    for flag in ("--vlan-gro", "--no-vlan-gro"):
+        r = CliRunner().invoke(main, ["analyze", path, "--model", "ideal", "--format", "json",
+                                      flag])
+        assert r.exit_code == 0, r.output
+        out[flag] = json.loads(r.output)["models"]["ideal"]
+    n = out["--no-vlan-gro"]["packets_in"]
+    # every frame of the sample is 802.1Q-tagged: without VLAN GRO none merges
+    assert out["--no-vlan-gro"]["reasons"] == {"BYPASS_NO_VLAN_GRO": n}
+    assert out["--no-vlan-gro"]["superpackets_out"] == n
+    assert out["--vlan-gro"]["superpackets_out"] < n
