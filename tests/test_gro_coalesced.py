@@ -272,3 +272,29 @@ def test_stages_fast_equals_reference(model, kernel, tunnel_gro):
             a.check_invariants()
         checked += fast[1].packets_in
     assert checked > 0
+
+
+@pytest.mark.parametrize("model", ["ideal", "napi"])
+def test_streamed_batches_with_gso_input_equal_one_call(model):
+    from gropcap.gro.engine import assemble, simulate_batch
+
+    rng = np.random.default_rng(11)
+    table = packet_table(random_traffic(rng, 240, 6, tunnels=True))
+    co = random_coalesced(rng, table, 0.4)
+    n = table.num_rows
+    hashes = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    no_gro = rng.random(n) < 0.05
+    config = GroConfig(model=model, queues=2)
+    whole = fast_simulate(table, config, coalesced=co, hashes=hashes, no_gro=no_gro)
+    cuts = [0, 70, 71, 180, n]
+    state, parts = None, []
+    for a, b in zip(cuts, cuts[1:]):
+        part_co = gso.CoalescedInput(co.is_gso[a:b], co.gso_size[a:b], co.segs[a:b],
+                                     co.source[a:b])
+        part_co.frag_list = co.frag_list[a:b]
+        part, state = simulate_batch(table.slice(a, b - a), config, state,
+                                     final=b == n, coalesced=part_co, hashes=hashes[a:b],
+                                     no_gro=no_gro[a:b])
+        parts.append(part)
+    assert_same(assemble(parts, config), whole, f"streamed {model}")
+    whole.check_invariants(table.column("payload_len").to_numpy(), segments=co.segs)
