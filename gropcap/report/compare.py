@@ -25,14 +25,14 @@ def _describe(analysis) -> dict:
 
 def _stages(analysis, model: str) -> dict | None:
     """Per-stage numbers when the configuration models the gro_cells stage
-    (``tunnel_gro`` set): the stage runs here over the analysis' first-stage result."""
-    if getattr(analysis.config, "tunnel_gro", None) is None or model not in analysis.results:
+    (``tunnel_gro`` set): the stages ``pipeline.analyze`` ran (same engine, coalesced input
+    taken into account)."""
+    stages = getattr(analysis, "stages", {}).get(model)
+    if not stages:
         return None
-    from gropcap.gro.stages import simulate_stages, stages_summary
+    from gropcap.gro.stages import stages_summary
 
-    st = simulate_stages(analysis.decoded, analysis.config.replace(model=model),
-                         native=analysis.results[model])
-    d = stages_summary(st)
+    d = stages_summary(stages)
     cells = d["stages"].get("gro_cells", {})
     return {"native_out": d["stages"]["native"]["superpackets_out"],
             "gro_cells_in": cells.get("packets_in"), "gro_cells_out": cells.get("superpackets_out"),
