@@ -1,0 +1,872 @@
+"""Streaming analysis: capture files -> Parquet and the summary, in bounded memory.
+
+The in-memory :func:`gropcap.pipeline.analyze` holds the whole decoded table and every
+GroResult array at once (a 4 M-packet capture peaked at 4.9 GB). :func:`stream_analyze`
+gives the same ``packets.parquet`` / ``superpackets.parquet`` / ``flows.parquet`` and the
+same summary dict, batch by batch:
+
+1. **GRO pass**: fast scan -> fast decode -> ``gro.engine.simulate_batch`` per model
+   (state carried across batches and files). The decoded batches go to a temporary
+   Parquet file; the engine's partial results (``BatchResult``) are spilled to temporary
+   files; the summary counters are accumulated.
+2. **super-packets pass**: the napi model's delivery order is known only when every poll
+   is in (``engine.assemble``: polls ordered by time, queue, number). With the poll ranks
+   and the super-packets per poll, each super-packet's delivery position is
+   ``offset[rank[poll]] + its index within the poll``; a small reorder buffer writes them
+   in that order (a queue's polls are already in time order, so the buffer stays small).
+3. **packets pass**: the temporary decoded Parquet is read back batch by batch and joined
+   with the spilled verdicts (``gro_seg`` from the instance -> position map).
+
+Memory that stays in RAM, per model: 12 bytes per super-packet (instance -> delivery
+position int32, first packet int64 with the sign telling single packets) and 24 bytes per
+NAPI poll (time, queue, rank); per flow: its key row and counters. Nothing per packet:
+the per-packet arrays go through the spill files. Batches are ``batch_records`` rows.
+
+Layer: takes paths, calls capture/ (scan), decode/ (fast), gro/ (engine) and writes
+Parquet through pyarrow; hands back a :class:`StreamResult` (summary dict, flows table,
+paths written).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gropcap import __version__
+from gropcap.decode.options import DecodeOptions
+from gropcap.decode.schema import PACKET_SCHEMA, STATUS_NAMES
+from gropcap.errors import ConfigError
+from gropcap.gro.config import MODELS, GroConfig
+from gropcap.gro.reasons import ROLE_ALONE, ROLE_HEAD, ROLE_MERGED, reason_name
+
+OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
+MTU_IP_BYTES = 1500  # report.summary.MTU_IP_BYTES: more IP bytes in one frame is GSO
+
+
+@dataclasses.dataclass
+class StreamResult:
+    """What :func:`stream_analyze` hands back.
+
+    Attributes:
+        summary: the same dict as ``Analysis.summary()`` (``gropcap analyze --format json``).
+        flows: the flows table (one row per flow; in memory, it grows with flows only).
+        paths: the Parquet files written (empty when ``out_dir`` was None).
+        metadata: the provenance written into every Parquet file.
+        peak_spill_bytes: largest size of the temporary files (decoded table + verdicts).
+    """
+
+    summary: dict
+    flows: pa.Table
+    paths: list
+    metadata: dict
+    peak_spill_bytes: int = 0
+
+
+class _Spill:
+    """Arrays written one after another to a temporary file and read back in order."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.f = open(path, "w+b")
+
+    def put(self, *arrays) -> None:
+        for a in arrays:
+            np.save(self.f, np.ascontiguousarray(a), allow_pickle=False)
+
+    def rewind(self) -> None:
+        self.f.flush()
+        self.f.seek(0)
+
+    def get(self, k: int) -> list[np.ndarray]:
+        return [np.load(self.f, allow_pickle=False) for _ in range(k)]
+
+    def size(self) -> int:
+        return os.path.getsize(self.path)
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def _grow(a: np.ndarray, n: int) -> np.ndarray:
+    if n <= len(a):
+        return a
+    out = np.zeros(max(n, 2 * len(a)), a.dtype)
+    out[:len(a)] = a
+    return out
+
+
+def _add_counts(acc_keys, acc_counts, keys):
+    """Running histogram of int64 keys (keys, counts) merged with new values."""
+    if not len(keys):
+        return acc_keys, acc_counts
+    u, c = np.unique(keys, return_counts=True)
+    k = np.concatenate([acc_keys, u])
+    v = np.concatenate([acc_counts, c])
+    uu, inv = np.unique(k, return_inverse=True)
+    return uu, np.bincount(inv.ravel(), weights=v, minlength=len(uu)).astype(np.int64)
+
+
+def _by_name(hist: np.ndarray) -> dict[str, int]:
+    """report.tables.count_by_name from a 256-bin histogram."""
+    codes = np.nonzero(hist)[0]
+    pairs = sorted(((int(hist[c]), int(c)) for c in codes), key=lambda p: (-p[0], p[1]))
+    return {reason_name(c): n for n, c in pairs}
+
+
+class _ModelRun:
+    """One model's engine state, spill files and counters."""
+
+    def __init__(self, model: str, config: GroConfig, tmp: str):
+        self.model = model
+        self.config = config.replace(model=model)
+        self.state = None
+        self.rows = _Spill(os.path.join(tmp, f"{model}.rows"))
+        self.verdicts = _Spill(os.path.join(tmp, f"{model}.verdicts"))
+        self.segs = _Spill(os.path.join(tmp, f"{model}.segs"))
+        self.parts = 0
+        self.reason_hist = np.zeros(256, np.int64)
+        self.end_hist = np.zeros(256, np.int64)
+        self.nseg = 0
+        self.largest = 0
+        self.flow_segs = np.zeros(0, np.int64)
+        self.top_keys = np.zeros(0, np.int64)
+        self.top_counts = np.zeros(0, np.int64)
+        self.poll_time: list = []
+        self.poll_queue: list = []
+        self.encap: dict[str, int] = {}
+
+    def feed(self, table: pa.Table, final: bool, coalesced=None):
+        from gropcap.gro.engine import simulate_batch
+        part, self.state = simulate_batch(table, self.config, self.state, final=final,
+                                          coalesced=coalesced)
+        self.parts += 1
+        self.rows.put(part.flow_id, part.rx_queue)
+        self.verdicts.put(part.p_row, part.p_reason, part.p_inst, part.p_poll)
+        s = part.segs
+        from gropcap.gro.engine import _SEG_FIELDS
+        self.segs.put(*[s[f] for f in _SEG_FIELDS])
+        self.reason_hist += np.bincount(part.p_reason, minlength=256)
+        m = len(s["first"])
+        if m:
+            self.nseg += m
+            self.end_hist += np.bincount(s["end"].astype(np.int64), minlength=256)
+            self.largest = max(self.largest, int(s["count"].max()))
+            flow = s["flow"].astype(np.int64)
+            self.flow_segs = _grow(self.flow_segs, int(flow.max()) + 1)
+            self.flow_segs[:int(flow.max()) + 1] += np.bincount(flow)
+            self.top_keys, self.top_counts = _add_counts(
+                self.top_keys, self.top_counts, flow * 256 + s["end"].astype(np.int64))
+        if self.poll_time or len(part.poll_time):
+            assert part.poll_base == sum(len(t) for t in self.poll_time)
+        self.poll_time.append(part.poll_time)
+        self.poll_queue.append(part.poll_queue)
+        return part
+
+
+class _SegOrder:
+    """Delivery position of every super-packet (engine.assemble's order, online)."""
+
+    def __init__(self, run: _ModelRun):
+        cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64)  # noqa: E731
+        p_time, p_queue = cat(run.poll_time), cat(run.poll_queue)
+        self.napi = run.config.model == "napi"
+        self.inferred = self.napi and len(p_time) > 0
+        run.poll_time = run.poll_queue = None
+        if self.inferred:
+            order = np.lexsort((np.arange(len(p_time)), p_queue, p_time))
+            self.rank = np.empty(len(order), np.int64)
+            self.rank[order] = np.arange(len(order))
+            self.poll_segs = np.zeros(len(p_time), np.int64)
+
+    def count(self, polls: np.ndarray) -> None:
+        """First sweep: super-packets per poll."""
+        if self.inferred and len(polls):
+            self.poll_segs += np.bincount(polls, minlength=len(self.poll_segs))
+
+    def start(self) -> None:
+        if self.inferred:
+            by_rank = np.zeros(len(self.rank), np.int64)
+            by_rank[self.rank] = self.poll_segs
+            start = np.concatenate([[0], np.cumsum(by_rank)[:-1]])
+            self.offset = start[self.rank]          # first position of each poll
+            self.seen = np.zeros(len(self.rank), np.int64)
+        self.next = 0
+
+    def positions(self, polls: np.ndarray) -> np.ndarray:
+        """Second sweep (same order): positions of the next super-packets."""
+        m = len(polls)
+        if not self.inferred:
+            pos = np.arange(self.next, self.next + m, dtype=np.int64)
+            self.next += m
+            return pos
+        if not m:
+            return np.zeros(0, np.int64)
+        o = np.argsort(polls, kind="stable")
+        ps = polls[o]
+        starts = np.concatenate([[0], np.nonzero(np.diff(ps))[0] + 1])
+        within_sorted = np.arange(m) - np.repeat(starts, np.diff(np.append(starts, m)))
+        within = np.empty(m, np.int64)
+        within[o] = within_sorted
+        pos = self.offset[polls] + self.seen[polls] + within
+        self.seen += np.bincount(polls, minlength=len(self.seen))
+        return pos
+
+    def poll_ids(self, polls: np.ndarray) -> np.ndarray:
+        if self.inferred:
+            return self.rank[polls]
+        return polls if self.napi else np.full(len(polls), -1, np.int64)
+
+
+class _Coalesced:
+    """gso.coalesced_input over a stream: the first pass collects, per TCP direction, the
+    first SYN's MSS and the payload sizes of single data segments; the GRO pass then gives
+    each batch its :class:`gso.CoalescedInput` (gso_size needs the whole capture: the peer's
+    SYN or the direction's most common segment may come later)."""
+
+    def __init__(self, mtu: int = MTU_IP_BYTES):
+        self.mtu = mtu
+        self.syn_mss: dict[bytes, int] = {}
+        self.sizes: dict[bytes, dict[int, int]] = {}
+        self.num = 0            # coalesced frames
+        self.gso_segs = 0       # their segments
+        self.segs_total = 0     # segments of every row (segments_in)
+        self.sizes_seen: set[int] = set()
+
+    @staticmethod
+    def _keys(t: pa.Table, rev: bool = False) -> np.ndarray:
+        from gropcap.gro.flows import _column_bytes as fixed_bytes
+        a, b = ("ip_dst", "ip_src") if rev else ("ip_src", "ip_dst")
+        pa_, pb = ("dport", "sport") if rev else ("sport", "dport")
+        mat = np.concatenate([
+            fixed_bytes(t.column(a)), fixed_bytes(t.column(b)),
+            t.column(pa_).to_numpy().astype(">u2").view(np.uint8).reshape(-1, 2),
+            t.column(pb).to_numpy().astype(">u2").view(np.uint8).reshape(-1, 2)], axis=1)
+        return np.ascontiguousarray(mat)
+
+    def is_gso(self, t: pa.Table) -> np.ndarray:
+        """gso.coalesced_input's test per row."""
+        from gropcap import constants as C
+        from gropcap.decode.schema import STATUS_OK
+        col = lambda name: t.column(name).to_numpy()  # noqa: E731
+        enc = col("outer_ip_version") != 0
+        v = np.where(enc, col("outer_ip_version"), col("ip_version"))
+        tot = np.where(enc, col("outer_ip_tot_len"), col("ip_tot_len")).astype(np.int64)
+        return ((col("status") == STATUS_OK) & (col("l4_proto") == C.IPPROTO_TCP)
+                & (col("payload_len") != 0)
+                & (((col("epb_flags") & C.EPB_FLAG_TCP_SEG_OFFLOAD) != 0)
+                   | ((v == 4) & (tot == 0)) | ((v == 6) & (tot == 40)) | (tot > self.mtu)))
+
+    def add(self, t: pa.Table) -> None:
+        """First pass: SYN MSS (first per direction) and single-segment payload sizes."""
+        from gropcap import constants as C
+        from gropcap.decode.schema import STATUS_OK
+        col = lambda name: t.column(name).to_numpy()  # noqa: E731
+        gso = self.is_gso(t)
+        self.num += int(gso.sum())
+        tcp = (col("l4_proto") == C.IPPROTO_TCP) & (col("status") == STATUS_OK)
+        syn = tcp & ((col("tcp_flags") & C.TCP_FLAG_SYN) != 0) & (col("tcp_mss") != 0)
+        data = tcp & ~syn & ~gso & (col("payload_len") > 0)
+        if not (syn.any() or data.any()):
+            return
+        keys = self._keys(t)
+        if syn.any():
+            mss = col("tcp_mss")
+            for i in np.flatnonzero(syn).tolist():
+                self.syn_mss.setdefault(keys[i].tobytes(), int(mss[i]))
+        if data.any():
+            rows = np.flatnonzero(data)
+            pl = col("payload_len")[rows].astype(np.int64)
+            kp = np.concatenate([keys[rows], pl.astype(">u4").view(np.uint8).reshape(-1, 4)],
+                                axis=1)
+            view = np.ascontiguousarray(kp).view(np.dtype((np.void, kp.shape[1]))).ravel()
+            u, first, cnt = np.unique(view, return_index=True, return_counts=True)
+            for j, c in zip(first.tolist(), cnt.tolist()):
+                d = self.sizes.setdefault(keys[rows[j]].tobytes(), {})
+                d[int(pl[j])] = d.get(int(pl[j]), 0) + c
+
+    def batch(self, t: pa.Table):
+        """The batch's gso.CoalescedInput (after every batch went through :meth:`add`)."""
+        from gropcap.gso import (GSO_SIZE_FROM_FLOW, GSO_SIZE_FROM_MTU, GSO_SIZE_FROM_SYN,
+                                 CoalescedInput)
+        n = t.num_rows
+        gso = self.is_gso(t)
+        gso_size = np.zeros(n, np.int32)
+        segs = np.ones(n, np.int32)
+        source = np.zeros(n, np.uint8)
+        rows = np.flatnonzero(gso)
+        if len(rows):
+            col = lambda name: t.column(name).to_numpy()[rows].astype(np.int64)  # noqa
+            keys = self._keys(t)[rows]
+            rkeys = self._keys(t, rev=True)[rows]
+            opt = col("tcp_doff") * 4 - 20
+            first = np.where(col("outer_ip_version") != 0, col("outer_ip_offset"),
+                             col("ip_offset"))
+            hdr = col("l4_offset") + col("tcp_doff") * 4 - first
+            pl = col("payload_len")
+            size = np.zeros(len(rows), np.int64)
+            src = np.zeros(len(rows), np.uint8)
+            # per direction (few), then per row
+            view = np.ascontiguousarray(keys).view(np.dtype((np.void, keys.shape[1]))).ravel()
+            _, first_of, inv = np.unique(view, return_index=True, return_inverse=True)
+            inv = inv.ravel()
+            nk = len(first_of)
+            mss_k = np.zeros(nk, np.int64)
+            best_k = np.zeros(nk, np.int64)
+            for u, j in enumerate(first_of.tolist()):
+                k = keys[j].tobytes()
+                mss_k[u] = self.syn_mss.get(rkeys[j].tobytes()) or self.syn_mss.get(k) or 0
+                if self.sizes.get(k):
+                    best_k[u] = max(self.sizes[k].items(), key=lambda kv: (kv[1], kv[0]))[0]
+            mss = mss_k[inv]
+            best = best_k[inv]
+            use_syn = (mss != 0) & (mss - opt > 0)
+            use_flow = ~use_syn & (best != 0)
+            size = np.where(use_syn, mss - opt, np.where(use_flow, best, self.mtu - hdr))
+            src = np.where(use_syn, GSO_SIZE_FROM_SYN,
+                           np.where(use_flow, GSO_SIZE_FROM_FLOW, GSO_SIZE_FROM_MTU))
+            size = np.maximum(size, 1)
+            gso_size[rows] = size
+            segs[rows] = np.maximum(1, -(-pl // size))
+            source[rows] = src
+            self.gso_segs += int(segs[rows].sum())
+            self.sizes_seen.update(np.unique(size).tolist())
+        self.segs_total += int(segs.astype(np.int64).sum())
+        return CoalescedInput(gso, gso_size, segs, source)
+
+
+class _Counters:
+    """Capture-level counters for the summary (report.summary.summary_dict)."""
+
+    def __init__(self, verify_checksums: bool):
+        self.verify = verify_checksums
+        self.packets = 0
+        self.wire_bytes = 0
+        self.status = np.zeros(256, np.int64)
+        self.encap: dict[str, int] = {}
+        self.pre = 0
+        self.pre_largest = 0
+        self.partial = 0
+        self.cut = 0
+        self.short = 0
+        self.coalesced: _Coalesced | None = None
+
+    def add(self, t: pa.Table) -> None:
+        from gropcap.constants import EPB_FLAG_TCP_SEG_OFFLOAD
+        from gropcap.decode.schema import CSUM_PARTIAL, STATUS_TRUNCATED
+
+        col = lambda name: t.column(name).to_numpy()  # noqa: E731
+        self.packets += t.num_rows
+        wire = col("wire_len")
+        self.wire_bytes += int(wire.astype(np.int64).sum())
+        self.status += np.bincount(col("status").astype(np.int64), minlength=256)
+        for name, c in _encap_counts(t, np.ones(t.num_rows, np.bool_)).items():
+            self.encap[name] = self.encap.get(name, 0) + c
+        # report.summary.capture_warnings, counted per batch
+        outer = col("outer_ip_version") != 0
+        ver = np.where(outer, col("outer_ip_version"), col("ip_version"))
+        tot = np.where(outer, col("outer_ip_tot_len"), col("ip_tot_len")).astype(np.int64)
+        pre = ((ver != 0) & (tot > MTU_IP_BYTES)) | ((ver == 4) & (tot == 0)) | \
+            ((col("epb_flags") & EPB_FLAG_TCP_SEG_OFFLOAD) != 0)
+        if pre.any():
+            self.pre += int(pre.sum())
+            self.pre_largest = max(self.pre_largest, int(wire[pre].max()))
+        self.partial += int(np.count_nonzero(col("l4_csum_state") == CSUM_PARTIAL))
+        self.cut += int(np.count_nonzero(col("status") == STATUS_TRUNCATED))
+        if self.verify:
+            self.short += int(np.count_nonzero((col("cap_len") < wire)
+                                               & (col("l4_proto") != 0)))
+
+    def warnings(self, flows: pa.Table) -> list[str]:
+        """The text of report.summary.capture_warnings from the counters."""
+        from gropcap.constants import IPPROTO_TCP
+        out: list[str] = []
+        if not self.packets:
+            return out
+        if self.pre:
+            out.append(f"{self.pre} frames are already coalesced (more IP bytes than a "
+                       f"{MTU_IP_BYTES}-byte MTU, IPv4 total length 0 or the pcapng TSO flag; "
+                       f"largest {self.pre_largest} bytes): captured after GRO/TSO or on a "
+                       f"jumbo MTU, so the capture does not show the segments on the wire")
+            co = self.coalesced
+            if co is not None and co.num:
+                sizes = sorted(co.sizes_seen)
+                shown = ", ".join(str(int(x)) for x in sizes[:4]) + (", ..." if len(sizes) > 4
+                                                                     else "")
+                out[-1] += (f"; {co.num} TCP frames are treated as arriving GSO packets "
+                            f"of {co.gso_segs} segments with the gso_size "
+                            f"inferred from their flow ({shown} bytes: SYN MSS, else the most "
+                            f"common full segment)")
+        if self.partial:
+            out.append(f"{self.partial} TCP/UDP checksums hold only the pseudo-header sum "
+                       f"(offload partial: captured on the sending host)")
+        if self.cut:
+            out.append(f"{self.cut} frames are cut by the snap length inside their "
+                       f"headers: GRO cannot compare them (BYPASS_DECODE); capture with a "
+                       f"larger snap length (tcpdump -s)")
+        if self.verify and self.short:
+            out.append(f"{self.short} frames are cut by the snap length: their "
+                       f"TCP/UDP checksums cannot be verified")
+        if flows.num_rows:
+            proto = flows.column("l4_proto").to_pylist()
+            keys = list(zip(flows.column("src").to_pylist(), flows.column("sport").to_pylist(),
+                            flows.column("dst").to_pylist(),
+                            flows.column("dport").to_pylist()))
+            tcp = [bool(p == IPPROTO_TCP and (k[1] or k[3])) for k, p in zip(keys, proto)]
+            present = {k for k, t in zip(keys, tcp) if t}
+            one_way = [i for i, (k, t) in enumerate(zip(keys, tcp))
+                       if t and (k[2], k[3], k[0], k[1]) not in present]
+            if one_way:
+                a, ap, b, bp = keys[one_way[0]]
+                out.append(f"{len(one_way)} of {sum(tcp)} TCP flows are seen in one direction "
+                           f"only (e.g. flow {one_way[0]}, {a}:{ap} > {b}:{bp}): a filtered, "
+                           f"mirrored or asymmetric capture")
+        return out
+
+
+def _encap_counts(t: pa.Table, mask: np.ndarray) -> dict[str, int]:
+    """Rows of ``t`` where ``mask`` counted per ``encap`` string."""
+    out: dict[str, int] = {}
+    if not t.num_rows or not mask.any():
+        return out
+    enc = t.column("encap").cast(pa.string()).combine_chunks().dictionary_encode()
+    idx = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)[mask]
+    names = enc.dictionary.to_pylist()
+    for k, c in enumerate(np.bincount(idx, minlength=len(names)).tolist()):
+        if c:
+            out[names[k]] = out.get(names[k], 0) + c
+    return out
+
+
+_FLOW_KEY_COLS = ("encap", "ip_version", "ip_src", "ip_dst", "l4_proto", "sport", "dport",
+                  "tun_type", "tun_key", "vlan_tci0", "dsa_port")
+
+
+def _flows_table(keys: pa.Table, packets: np.ndarray, payload: np.ndarray,
+                 runs: list[_ModelRun]) -> pa.Table:
+    """report.tables.flows_table from per-flow counters."""
+    from gropcap.report.tables import addr_text
+
+    n_flows = keys.num_rows
+    ver = keys.column("ip_version").to_numpy()
+    src = keys.column("ip_src").to_pylist()
+    dst = keys.column("ip_dst").to_pylist()
+    cols = {
+        "flow_id": np.arange(n_flows, dtype=np.int64),
+        "encap": keys.column("encap").cast(pa.string()),
+        "ip_version": keys.column("ip_version"),
+        "src": pa.array([addr_text(s, v) for s, v in zip(src, ver)], pa.string()),
+        "dst": pa.array([addr_text(d, v) for d, v in zip(dst, ver)], pa.string()),
+        "l4_proto": keys.column("l4_proto"),
+        "sport": keys.column("sport"),
+        "dport": keys.column("dport"),
+        "tun_type": keys.column("tun_type"),
+        "tun_key": keys.column("tun_key"),
+        "vlan_tci0": keys.column("vlan_tci0"),
+        "dsa_port": keys.column("dsa_port"),
+        "packets": packets[:n_flows].astype(np.int64),
+        "payload_bytes": payload[:n_flows].astype(np.int64),
+    }
+    for run in runs:
+        segs = np.zeros(n_flows, np.int64)
+        k = min(n_flows, len(run.flow_segs))
+        segs[:k] = run.flow_segs[:k]
+        cols[f"{run.model}_superpackets"] = segs
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cols[f"{run.model}_ratio"] = np.where(segs > 0, cols["packets"] / np.maximum(segs, 1),
+                                                  0.0)
+        top = [""] * n_flows
+        best: dict[int, tuple[int, int]] = {}
+        for key, c in zip(run.top_keys.tolist(), run.top_counts.tolist()):
+            f, r = divmod(key, 256)
+            if f not in best or c > best[f][0]:
+                best[f] = (c, r)
+        for f, (_, r) in best.items():
+            top[f] = reason_name(r)
+        cols[f"{run.model}_top_reason"] = pa.array(top, pa.string())
+    return pa.table(cols)
+
+
+class _RowCursor:
+    """Per-row arrays spilled in row order (flow_id, rx_queue), served in row ranges."""
+
+    def __init__(self, spill: _Spill, k: int):
+        self.spill, self.k = spill, k
+        self.buf = [np.zeros(0, np.int64)] * k
+
+    def take(self, n: int) -> list[np.ndarray]:
+        while len(self.buf[0]) < n:
+            got = self.spill.get(self.k)
+            self.buf = [np.concatenate([b, g]) for b, g in zip(self.buf, got)]
+        out = [b[:n] for b in self.buf]
+        self.buf = [b[n:] for b in self.buf]
+        return out
+
+
+class _VerdictCursor:
+    """Verdicts spilled in processing order (a NAPI queue's rows may be decided a batch
+    later), served by row range."""
+
+    def __init__(self, spill: _Spill):
+        self.spill = spill
+        self.buf = [np.zeros(0, np.int64) for _ in range(4)]
+
+    def take(self, r0: int, r1: int) -> list[np.ndarray]:
+        while int(np.count_nonzero((self.buf[0] >= r0) & (self.buf[0] < r1))) < r1 - r0:
+            got = self.spill.get(4)
+            self.buf = [np.concatenate([b, g.astype(np.int64)]) for b, g in zip(self.buf, got)]
+        inside = (self.buf[0] >= r0) & (self.buf[0] < r1)
+        rows = self.buf[0][inside] - r0
+        out = []
+        for b in self.buf[1:]:
+            a = np.zeros(r1 - r0, np.int64)
+            a[rows] = b[inside]
+            out.append(a)
+        self.buf = [b[~inside] for b in self.buf]
+        return out
+
+
+def _check(config: GroConfig, models, engine: str, decoder: str, egress) -> None:
+    from gropcap.gro.reference import needs_reference
+    for m in models:
+        if m not in MODELS:
+            raise ConfigError(f"unknown model {m!r}", hint=f"use one of {MODELS}")
+    if engine != "fast" or decoder != "fast":
+        raise ConfigError("streaming runs the fast decoder and engine only",
+                          hint="drop --stream to use the reference path")
+    if needs_reference(config):
+        raise ConfigError("streaming does not model UDP GRO or UDP tunnel sockets (reference "
+                          "engine only)", hint="analyze without --stream (in memory)")
+    if config.tunnel_gro is not None or egress is not None:
+        raise ConfigError("streaming does not model the gro_cells stage or egress yet",
+                          hint="analyze without --stream (in memory)")
+
+
+def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
+                   decode_options: DecodeOptions | None = None, out_dir: str | None = None,
+                   force: bool = False, batch_records: int = 262144,
+                   engine: str = "fast", decoder: str = "fast", egress=None,
+                   tmp_dir: str | None = None) -> StreamResult:
+    """Analyse captures batch by batch in bounded memory (see the module docstring).
+
+    Args:
+        paths: capture file(s) or directories (as :func:`gropcap.pipeline.analyze`).
+        config: GRO configuration; ``model`` is overridden per entry of ``models``.
+        models: batch models to run.
+        decode_options: decoder options.
+        out_dir: write ``packets.parquet``, ``superpackets.parquet``, ``flows.parquet``
+            there (temporary name + rename; existing files need ``force``); None: only the
+            summary and the flows table.
+        batch_records: records per batch (memory per batch ~ 1 kB x batch_records).
+        tmp_dir: where the temporary decoded table and verdicts go (default: ``out_dir``,
+            else the system temporary directory); about the size of the packets output.
+
+    Returns:
+        A :class:`StreamResult`; ``summary`` equals ``analyze(...).summary()`` and the
+        Parquet files hold the same rows as ``io.parquet.write_analysis``.
+
+    Raises:
+        ConfigError for what only the in-memory path models (gro_cells stage, egress,
+        UDP GRO, captures already coalesced).
+
+    Example:
+        >>> r = stream_analyze("big.pcap", out_dir="out")          # doctest: +SKIP
+        >>> r.summary["models"]["napi"]["aggregation_ratio"]        # doctest: +SKIP
+    """
+    from gropcap.capture import expand_inputs
+    from gropcap.capture.scan import iter_scan_batches
+    from gropcap.decode.fast import decode_batch
+    from gropcap.io.parquet import OutputError
+    from gropcap.pipeline import Analysis
+
+    config = config or GroConfig()
+    decode_options = decode_options or DecodeOptions()
+    models = list(models)
+    _check(config, models, engine, decoder, egress)
+    if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
+        paths = [paths]
+    files = expand_inputs([str(p) for p in paths])
+    targets = [os.path.join(out_dir, n) for n in OUT_NAMES] if out_dir else []
+    if not force:
+        for p in targets:
+            if os.path.exists(p):
+                raise OutputError("output exists", path=p, hint="use --force to replace it")
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".gropcap-stream-", dir=tmp_dir or out_dir)
+    written: list[str] = []
+    try:
+        runs = [_ModelRun(m, config, tmp) for m in models]
+        counters = _Counters(config.verify_checksums)
+        dec_path = os.path.join(tmp, "decoded.parquet")
+        dec_writer = None
+        infos = []
+        key_parts: list[pa.Table] = []
+        flow_pk = np.zeros(0, np.int64)
+        flow_pay = np.zeros(0, np.float64)
+        n_flows = 0
+        peak = 0
+        # 1. decode pass: decoded rows to a temporary Parquet, counters, coalesced stats
+        coal = _Coalesced()
+        counters.coalesced = coal
+        for file_index, path in enumerate(files):
+            info = None
+            for info, rb in iter_scan_batches(path, batch_records=batch_records):
+                if not len(rb):
+                    continue
+                dec = decode_batch(rb, decode_options, file_index=file_index)
+                t = pa.Table.from_batches([dec])
+                counters.add(t)
+                coal.add(t)
+                if dec_writer is None:
+                    dec_writer = pq.ParquetWriter(dec_path, PACKET_SCHEMA, compression="lz4")
+                dec_writer.write_table(t)
+            infos.append(info)
+        if dec_writer is not None:
+            dec_writer.close()
+
+        def decoded():
+            if counters.packets:
+                yield from pq.ParquetFile(dec_path).iter_batches(batch_size=batch_records)
+
+        # 2. GRO pass: every model over the decoded rows, state carried
+        for dec in decoded():
+            t = pa.Table.from_batches([dec])
+            co = coal.batch(t) if coal.num else None
+            parts = [run.feed(t, final=False, coalesced=co) for run in runs]
+            if parts:
+                fid = parts[0].flow_id.astype(np.int64)
+                top = int(fid.max()) + 1
+                flow_pk = _grow(flow_pk, top)
+                flow_pay = _grow(flow_pay, top)
+                flow_pk[:top] += np.bincount(fid)
+                flow_pay[:top] += np.bincount(fid, weights=t.column("payload_len")
+                                              .to_numpy().astype(np.float64))
+                if top > n_flows:
+                    new = np.nonzero(fid >= n_flows)[0]
+                    _, first = np.unique(fid[new], return_index=True)
+                    key_parts.append(t.select(_FLOW_KEY_COLS).take(new[first]))
+                    n_flows = top
+        for run in runs:
+            run.feed(PACKET_SCHEMA.empty_table(), final=True)
+        peak = sum(r.rows.size() + r.verdicts.size() + r.segs.size() for r in runs) + \
+            (os.path.getsize(dec_path) if os.path.exists(dec_path) else 0)
+
+        keys = pa.concat_tables(key_parts) if key_parts else \
+            PACKET_SCHEMA.empty_table().select(_FLOW_KEY_COLS)
+        flows = _flows_table(keys, flow_pk, flow_pay, runs)
+        meta = Analysis(PACKET_SCHEMA.empty_table(), infos, config,
+                        {m: None for m in models}, decode_options).metadata()
+
+        # 3. super-packets pass: delivery positions, inst -> position map, Parquet rows
+        from gropcap.gro.engine import _SEG_FIELDS, _gso_table
+        orders = {}
+        inst_pos = {}
+        inst_first = {}
+        sp_writer = None
+        sp_tmp = None
+        if out_dir:
+            sp_tmp = os.path.join(tmp, "superpackets.parquet")
+        for run in runs:
+            so = _SegOrder(run)
+            run.segs.rewind()
+            for _ in range(run.parts):
+                s = dict(zip(_SEG_FIELDS, run.segs.get(len(_SEG_FIELDS))))
+                so.count(s["poll"])
+            so.start()
+            ninst = int(run.state.kernel.ctr[1])
+            ipos = np.full(ninst, -1, np.int32 if run.nseg < 2 ** 31 else np.int64)
+            ifirst = np.zeros(ninst, np.int64)
+            gtable = _gso_table(run.config)
+            run.segs.rewind()
+            pend: dict[str, np.ndarray] | None = None
+            next_pos = 0
+            for i in range(run.parts):
+                s = dict(zip(_SEG_FIELDS, run.segs.get(len(_SEG_FIELDS))))
+                pos = so.positions(s["poll"])
+                if len(pos):
+                    ipos[s["inst"]] = pos
+                    ifirst[s["inst"]] = np.where(s["count"] > 1, s["first"], -1)
+                if not out_dir:
+                    continue
+                gso_type = np.zeros(len(pos), np.uint32)
+                multi = s["count"] > 1
+                gso_type[multi] = gtable[s["gcode"][multi], s["fixed"][multi] & 3]
+                rows = {
+                    "seg_id": pos, "flow_id": s["flow"], "first_packet": s["first"],
+                    "last_packet": s["last"], "count": s["count"].astype(np.int32),
+                    "payload_len": s["payload"], "gso_size": s["gso"].astype(np.int32),
+                    "gso_type": gso_type, "end_reason": s["end"].astype(np.uint8),
+                    "rx_queue": s["queue"].astype(np.uint16),
+                    "poll_id": so.poll_ids(s["poll"]).astype(np.int64),
+                }
+                pend = rows if pend is None else {k: np.concatenate([pend[k], rows[k]])
+                                                  for k in rows}
+                o = np.argsort(pend["seg_id"], kind="stable")
+                pend = {k: v[o] for k, v in pend.items()}
+                exp = next_pos + np.arange(len(o))
+                ready = len(o) if i == run.parts - 1 else \
+                    int(np.argmin(np.append(pend["seg_id"] == exp, False)))
+                if ready:
+                    chunk = {k: v[:ready] for k, v in pend.items()}
+                    tbl = pa.table(chunk).append_column(
+                        "model", pa.array([run.model] * ready, pa.string()))
+                    if sp_writer is None:
+                        from gropcap.io.parquet import with_metadata
+                        sp_writer = pq.ParquetWriter(
+                            sp_tmp, with_metadata(tbl.slice(0, 0), meta).schema,
+                            compression="zstd")
+                    sp_writer.write_table(tbl)
+                    next_pos += ready
+                    pend = {k: v[ready:] for k, v in pend.items()}
+            orders[run.model] = so
+            inst_pos[run.model] = ipos
+            inst_first[run.model] = ifirst
+            run.segs.close()
+            os.unlink(run.segs.path)
+
+        # 4. packets pass: decoded rows + verdicts; per-model encapsulation counts
+        primary = "napi" if "napi" in models else models[0]
+        pk_tmp = os.path.join(tmp, "packets.parquet") if out_dir else None
+        pk_writer = None
+        for run in runs:
+            run.rows.rewind()
+            run.verdicts.rewind()
+        cursors = {r.model: (_RowCursor(r.rows, 2), _VerdictCursor(r.verdicts)) for r in runs}
+
+        r0 = 0
+        for dec in decoded():
+            n = dec.num_rows
+            r1 = r0 + n
+            t = pa.Table.from_batches([dec])
+            cols = {}
+            for run in runs:
+                fid, rxq = cursors[run.model][0].take(n)
+                reason, inst, poll = cursors[run.model][1].take(r0, r1)
+                so = orders[run.model]
+                gro_seg = inst_pos[run.model][inst].astype(np.int64)
+                first = inst_first[run.model][inst]
+                rows = np.arange(r0, r1, dtype=np.int64)
+                role = np.where(first < 0, ROLE_ALONE,
+                                np.where(rows == first, ROLE_HEAD, ROLE_MERGED)).astype(np.uint8)
+                poll_id = so.rank[poll] if so.inferred else poll
+                c = {"flow_id": fid.astype(np.int64), "gro_seg": gro_seg, "gro_role": role,
+                     "reason": reason.astype(np.uint8), "rx_queue": rxq.astype(np.uint16),
+                     "poll_id": poll_id.astype(np.int64)}
+                for name, c_ in _encap_counts(t, role != ROLE_MERGED).items():
+                    run.encap[name] = run.encap.get(name, 0) + c_
+                if run.model == primary:
+                    cols = {**c, **cols}
+                else:
+                    cols.update({f"{run.model}_{k}": v for k, v in c.items() if k != "flow_id"})
+            order = [k for k in ("flow_id", "gro_seg", "gro_role", "reason", "rx_queue",
+                                 "poll_id")] + [k for k in cols if "_" in k and
+                                                k.split("_", 1)[0] in models]
+            for name in order:
+                t = t.append_column(name, pa.array(cols[name]))
+            if not out_dir:
+                r0 = r1
+                continue
+            if pk_writer is None:
+                from gropcap.io.parquet import with_metadata
+                pk_writer = pq.ParquetWriter(pk_tmp, with_metadata(t.slice(0, 0), meta).schema,
+                                             compression="zstd")
+            pk_writer.write_table(t)
+            r0 = r1
+        summary = _summary(counters, runs, infos, config, flows)
+        if out_dir:
+            if pk_writer is None:
+                empty = _empty_packets(models, primary)
+                from gropcap.io.parquet import with_metadata
+                pq.write_table(with_metadata(empty, meta), pk_tmp, compression="zstd")
+            else:
+                pk_writer.close()
+            if sp_writer is None:
+                empty = _empty_superpackets()
+                from gropcap.io.parquet import with_metadata
+                pq.write_table(with_metadata(empty, meta), sp_tmp, compression="zstd")
+            else:
+                sp_writer.close()
+            from gropcap.io.parquet import write_table
+            fl_tmp = os.path.join(tmp, "flows.parquet")
+            write_table(flows, fl_tmp, meta, force=True)
+            for src, dst in zip((pk_tmp, sp_tmp, fl_tmp), targets):
+                shutil.move(src, dst) if os.path.dirname(os.path.abspath(src)) != \
+                    os.path.dirname(os.path.abspath(dst)) else os.replace(src, dst)
+                written.append(dst)
+        return StreamResult(summary=summary, flows=flows, paths=written, metadata=meta,
+                            peak_spill_bytes=peak)
+    finally:
+        for run in locals().get("runs", []):
+            for sp in (run.rows, run.verdicts, run.segs):
+                try:
+                    sp.close()
+                except Exception:
+                    pass
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _empty_packets(models, primary) -> pa.Table:
+    from gropcap.gro.result import PACKET_RESULT_DTYPES
+    t = PACKET_SCHEMA.empty_table()
+    for k, dt in PACKET_RESULT_DTYPES.items():
+        t = t.append_column(k, pa.array(np.zeros(0, dt)))
+    for m in models:
+        if m != primary:
+            for k, dt in PACKET_RESULT_DTYPES.items():
+                if k != "flow_id":
+                    t = t.append_column(f"{m}_{k}", pa.array(np.zeros(0, dt)))
+    return t
+
+
+def _empty_superpackets() -> pa.Table:
+    from gropcap.gro.result import SEG_DTYPES
+    cols = {k: pa.array(np.zeros(0, dt)) for k, dt in SEG_DTYPES.items()}
+    cols["model"] = pa.array([], pa.string())
+    return pa.table(cols)
+
+
+def _summary(c: _Counters, runs, infos, config: GroConfig, flows: pa.Table) -> dict:
+    """report.summary.summary_dict from the streaming counters."""
+    statuses = {STATUS_NAMES.get(int(s), str(int(s))): int(c.status[s])
+                for s in np.nonzero(c.status)[0]}
+    models = {}
+    seg_in = c.coalesced.segs_total if c.coalesced is not None and c.coalesced.num \
+        else c.packets
+    for r in runs:
+        n_out = r.nseg
+        models[r.model] = {
+            "packets_in": c.packets, "segments_in": seg_in, "superpackets_out": n_out,
+            "aggregation_ratio": round(seg_in / n_out, 4) if n_out else 0.0,
+            "merged_packets": int(r.reason_hist[0]),
+            "largest_superpacket": r.largest if n_out else 0,
+            "reasons": _by_name(r.reason_hist), "end_reasons": _by_name(r.end_hist),
+        }
+    enc = {}
+    for name in sorted(c.encap, key=lambda k: (-c.encap[k], k)):
+        row: dict = {"packets": c.encap[name]}
+        for r in runs:
+            sp = r.encap.get(name, 0)
+            row[r.model] = {"superpackets": sp,
+                            "aggregation_ratio": round(c.encap[name] / sp, 4) if sp else 0.0}
+        enc[name or "(none)"] = row
+    return {
+        "gropcap": __version__,
+        "kernel": config.kernel.name,
+        "files": [{"path": i.path, "records": i.records, "sha256": i.sha256,
+                   "warnings": list(i.warnings)} for i in infos],
+        "packets": c.packets,
+        "wire_bytes": c.wire_bytes,
+        "status": statuses,
+        "models": models,
+        "encapsulations": enc,
+        "warnings": c.warnings(flows),
+    }
+
+
+__all__ = ["stream_analyze", "StreamResult"]
