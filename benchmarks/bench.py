@@ -14,6 +14,12 @@ Stages (each in its own process, so each has its own peak RSS and a warm JIT cac
   composition by hand). Invariant: packets out = records.
 - ``analyze_cli``: ``gropcap analyze FILE --format json`` end to end, as a user runs it
   (whatever decoder the CLI defaults to). Invariant: exit 0, packet count = records.
+- ``analyze_stream``: ``stream.stream_analyze`` writing the three Parquet files (bounded
+  memory: the decoded table and the verdicts go through temporary files next to the
+  output). Peak RSS is the child's ``ru_maxrss`` (resident pages, mapped file pages
+  included). Invariant: packets in the summary and rows in packets.parquet = records,
+  super-packet rows = superpackets_out of each model. ``--profile`` adds the top functions
+  of a cProfile run by own time and the phase timings.
 - ``warm_start``: a fresh interpreter importing and warming the fast kernels from the
   on-disk numba cache (start-up cost of a second run).
 
@@ -38,8 +44,11 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-STAGES = ("reference_decode", "fast_decode", "gro_engine", "analyze_fast", "analyze_cli",
-          "warm_start")
+# measure this checkout, not whatever gropcap an editable install points at
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+STAGES = ("reference_decode", "fast_decode", "gro_engine", "analyze_fast", "analyze_stream",
+          "analyze_cli", "warm_start")
 
 
 def _peak_rss_mb() -> float:
@@ -169,6 +178,55 @@ def stage_analyze_fast(path, args):
             "mb_per_s": size / dt / 1e6, "how": how, "peak_rss_mb": _peak_rss_mb()}
 
 
+def stage_analyze_stream(path, args):
+    import shutil
+    import tempfile
+
+    import pyarrow.parquet as pq
+
+    from gropcap.stream import stream_analyze
+
+    size = os.path.getsize(path)
+    out = tempfile.mkdtemp(prefix="gropcap-bench-", dir=args.tmp_dir)
+    try:
+        stream_analyze(os.path.join(ROOT, "sample_pcaps", "real_ipv4.pcap"),
+                       out_dir=os.path.join(out, "warm"))        # warm the JIT
+        prof = None
+        if args.profile:
+            import cProfile
+            prof = cProfile.Profile()
+            prof.enable()
+        t0, c0 = time.perf_counter(), time.process_time()
+        r = stream_analyze(path, out_dir=os.path.join(out, "run"))
+        dt, ct = time.perf_counter() - t0, time.process_time() - c0
+        if prof is not None:
+            prof.disable()
+        rss = _peak_rss_mb()
+        n = r.summary["packets"]
+        assert pq.ParquetFile(r.paths[0]).metadata.num_rows == n
+        sp = pq.read_table(r.paths[1], columns=["model"]).column(0).to_pylist()
+        for m, ms in r.summary["models"].items():
+            assert sp.count(m) == ms["superpackets_out"], m
+        res = {"packets": n, "seconds": dt, "pps": n / dt, "cpu_seconds": ct,
+               "pps_cpu": n / ct, "mb_per_s": size / dt / 1e6, "peak_rss_mb": rss,
+               "peak_temp_mb": r.peak_spill_bytes / 1e6,
+               "output_mb": sum(os.path.getsize(p) for p in r.paths) / 1e6,
+               "phases_seconds": r.timings,
+               "aggregation_ratio": {m: ms["aggregation_ratio"]
+                                     for m, ms in r.summary["models"].items()}}
+        if prof is not None:
+            import pstats
+            st = pstats.Stats(prof)
+            rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:25]
+            res["profile_top_tottime"] = [
+                {"function": f"{os.path.relpath(k[0], ROOT) if k[0].startswith(ROOT) else k[0]}"
+                             f":{k[1]}({k[2]})", "calls": v[1], "tottime": round(v[2], 3),
+                 "cumtime": round(v[3], 3)} for k, v in rows]
+        return res
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def _fast_table_small(path, n=2000):
     from gropcap.capture import read_capture
     from gropcap.decode import fast
@@ -251,6 +309,10 @@ def main(argv=None) -> int:
                     help="skip analyze_cli above this many records while the CLI has no "
                          "fast decoder")
     ap.add_argument("--force-cli", action="store_true")
+    ap.add_argument("--profile", action="store_true",
+                    help="analyze_stream: add a cProfile top list (slower)")
+    ap.add_argument("--tmp-dir", default=None,
+                    help="analyze_stream: where its output and temporary files go")
     ap.add_argument("--stage", help=argparse.SUPPRESS)     # internal: run one stage here
     args = ap.parse_args(argv)
     path = os.path.abspath(args.capture)
@@ -274,6 +336,8 @@ def main(argv=None) -> int:
         else:
             cmd = [sys.executable, os.path.abspath(__file__), path, "--stage", stage,
                    "--reference-packets", str(args.reference_packets)]
+            cmd += ["--profile"] if args.profile else []
+            cmd += ["--tmp-dir", args.tmp_dir] if args.tmp_dir else []
             p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
             if p.returncode:
                 res[stage] = {"error": p.stderr[-2000:]}
@@ -283,7 +347,7 @@ def main(argv=None) -> int:
     ref_pps = res.get("reference_decode", {}).get("pps")
     ref_cpu = res.get("reference_decode", {}).get("pps_cpu")
     ratios = {}
-    for stage in ("fast_decode", "analyze_fast", "analyze_cli"):
+    for stage in ("fast_decode", "analyze_fast", "analyze_stream", "analyze_cli"):
         st = res.get(stage, {})
         if ref_pps and st.get("pps"):
             ratios[f"{stage}_vs_reference_decode"] = st["pps"] / ref_pps

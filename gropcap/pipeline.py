@@ -305,3 +305,11 @@ def file_sha256(path: str) -> str:
 
 def payload_array(packets: pa.Table) -> np.ndarray:
     return packets.column("payload_len").to_numpy().astype(np.int64)
+
+
+def stream_analyze(paths, config: GroConfig | None = None, **kwargs):
+    """The same analysis in bounded memory, written to Parquet batch by batch:
+    :func:`gropcap.stream.stream_analyze` (returns a ``StreamResult`` whose ``summary``
+    equals ``analyze(...).summary()``)."""
+    from gropcap.stream import stream_analyze as run
+    return run(paths, config, **kwargs)
