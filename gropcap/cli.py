@@ -7,6 +7,7 @@ Exit status: 0 success, 1 a gropcap error (bad capture, failed check) reported a
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -259,11 +260,15 @@ def decode(files, output, force, decoder, **kw):
                    "tx-gre-segmentation, tx-udp_tnl-segmentation, ...).")
 @click.option("--egress-mtu", type=click.IntRange(68, 65535), default=None,
               help="Egress MTU (default: every segment fits).")
+@click.option("--stream/--no-stream", "stream", default=None,
+              help="Bounded memory: decode, simulate and write batch by batch (temporary "
+                   "files in --out or $TMPDIR). Default: on when the inputs exceed 512 MiB "
+                   "and the options allow it (no --plot, --egress, tunnel GRO, UDP GRO).")
 @_decoder_option
 @_gro_options
 @_decode_options
 def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_scenario,
-            egress_features, egress_mtu, **kw):
+            egress_features, egress_mtu, stream, **kw):
     """Simulate GRO over captures and summarise how far it aggregates and why it stops."""
     from gropcap.io.parquet import write_analysis
     from gropcap.pipeline import analyze as run
@@ -276,6 +281,28 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
     if egress_scenario or egress_mtu:
         from gropcap.pipeline import EgressOptions
         egress = EgressOptions(egress_scenario or "encap", egress_features, egress_mtu)
+    if stream is not False:
+        from gropcap import stream as streaming
+        why_not = streaming.streamable(config, engine=engine, decoder=decoder, egress=egress)
+        why_not = why_not or ("--plot needs the in-memory tables" if plot else None)
+        if stream and why_not:
+            raise click.UsageError(f"--stream: {why_not}")
+        if stream is None and not why_not:
+            from gropcap.capture import expand_inputs
+            size = sum(os.path.getsize(p) for p in expand_inputs(list(files)))
+            stream = size > streaming.STREAM_AUTO_BYTES
+            if stream:
+                click.echo(f"gropcap: {size >> 20} MiB of input: streaming in bounded memory "
+                           f"(--no-stream holds it in memory)", err=True)
+        if stream:
+            res = streaming.stream_analyze(list(files), config, models=models,
+                                           decode_options=options, out_dir=out_dir,
+                                           force=force)
+            if fmt == "json":
+                click.echo(json.dumps(res.summary, indent=2))
+            else:
+                click.echo(streaming.render_text(res, color=sys.stdout.isatty()), nl=False)
+            return
     analysis = run(list(files), config, models=models, decode_options=options, engine=engine,
                    decoder=decoder, egress=egress)
     if out_dir:

@@ -45,6 +45,9 @@ from gropcap.errors import ConfigError
 from gropcap.gro.config import MODELS, GroConfig
 from gropcap.gro.reasons import ROLE_ALONE, ROLE_HEAD, ROLE_MERGED, reason_name
 
+# `gropcap analyze --out DIR` streams by itself above this much input (files' bytes): the
+# in-memory path needs ~1.2 kB of RAM per packet, ~9x a 128-byte-snaplen capture's size
+STREAM_AUTO_BYTES = 512 << 20
 OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
 MTU_IP_BYTES = 1500  # report.summary.MTU_IP_BYTES: more IP bytes in one frame is GSO
 
@@ -69,6 +72,43 @@ class StreamResult:
     metadata: dict
     peak_spill_bytes: int = 0
     timings: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def primary_model(self) -> str:
+        """The model whose verdicts fill the unprefixed packet columns (napi if run)."""
+        models = list(self.summary["models"])
+        return "napi" if "napi" in models else models[0]
+
+    @property
+    def models(self) -> list[str]:
+        return list(self.summary["models"])
+
+
+def render_text(result: StreamResult, **kwargs) -> str:
+    """The terminal report of ``gropcap analyze`` for a :class:`StreamResult`.
+
+    ``report.summary.render_text`` run with this result's summary instead of one computed
+    from in-memory tables (it reads only the summary, ``flows`` and ``primary_model``).
+    """
+    import types
+
+    from gropcap.report import summary as S
+    f = S.render_text
+    g = dict(f.__globals__)
+    g["summary_dict"] = lambda _analysis: result.summary
+    fn = types.FunctionType(f.__code__, g, f.__name__, f.__defaults__, f.__closure__)
+    fn.__kwdefaults__ = f.__kwdefaults__
+    return fn(result, **kwargs)
+
+
+def streamable(config: GroConfig, *, engine: str = "fast", decoder: str = "fast",
+               egress=None) -> str | None:
+    """None when :func:`stream_analyze` models this run, else why not (one line)."""
+    try:
+        _check(config, MODELS, engine, decoder, egress)
+    except ConfigError as e:
+        return str(e.args[0]) if e.args else "not streamable"
+    return None
 
 
 class _Spill:
@@ -897,4 +937,5 @@ def _summary(c: _Counters, runs, infos, config: GroConfig, flows: pa.Table) -> d
     }
 
 
-__all__ = ["stream_analyze", "StreamResult"]
+__all__ = ["stream_analyze", "StreamResult", "render_text", "streamable",
+           "STREAM_AUTO_BYTES"]
