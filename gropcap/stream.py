@@ -17,9 +17,9 @@ same summary dict, batch by batch:
 3. **packets pass**: the temporary decoded Parquet is read back batch by batch and joined
    with the spilled verdicts (``gro_seg`` from the instance -> position map).
 
-Memory that stays in RAM, per model: 12 bytes per super-packet (instance -> delivery
-position int32, first packet int64 with the sign telling single packets) and 24 bytes per
-NAPI poll (time, queue, rank); per flow: its key row and counters. Nothing per packet:
+Memory that stays in RAM, per model: 5 bytes per super-packet (instance -> delivery
+position, int32 with the sign telling single packets, and a "head seen" byte) and 24
+bytes per NAPI poll (time, queue, rank); per flow: its key row and counters. Nothing per packet:
 the per-packet arrays go through the spill files. Batches are ``batch_records`` rows.
 
 Layer: takes paths, calls capture/ (scan), decode/ (fast), gro/ (engine) and writes
@@ -745,8 +745,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 so.count(s["poll"])
             so.start()
             ninst = int(run.state.kernel.ctr[1])
-            ipos = np.full(ninst, -1, np.int32 if run.nseg < 2 ** 31 else np.int64)
-            ifirst = np.zeros(ninst, np.int64)
+            # delivery position per instance; -(pos + 1) for a super-packet of one packet
+            ipos = np.full(ninst, -1, np.int32 if run.nseg < 2 ** 31 - 1 else np.int64)
             gtable = _gso_table(run.config)
             run.segs.rewind()
             pend: dict[str, np.ndarray] | None = None
@@ -755,8 +755,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 s = dict(zip(_SEG_FIELDS, run.segs.get(len(_SEG_FIELDS))))
                 pos = so.positions(s["poll"])
                 if len(pos):
-                    ipos[s["inst"]] = pos
-                    ifirst[s["inst"]] = np.where(s["count"] > 1, s["first"], -1)
+                    ipos[s["inst"]] = np.where(s["count"] > 1, pos, -pos - 1)
                 if not out_dir:
                     continue
                 gso_type = np.zeros(len(pos), np.uint32)
@@ -791,7 +790,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                     pend = {k: v[ready:] for k, v in pend.items()}
             orders[run.model] = so
             inst_pos[run.model] = ipos
-            inst_first[run.model] = ifirst
+            # head = the first row of an instance (a flow's rows keep their order)
+            inst_first[run.model] = np.zeros(ninst, np.bool_)
             run.segs.close()
             os.unlink(run.segs.path)
 
@@ -816,11 +816,17 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 fid, rxq = cursors[run.model][0].take(n)
                 reason, inst, poll = cursors[run.model][1].take(r0, r1)
                 so = orders[run.model]
-                gro_seg = inst_pos[run.model][inst].astype(np.int64)
-                first = inst_first[run.model][inst]
-                rows = np.arange(r0, r1, dtype=np.int64)
-                role = np.where(first < 0, ROLE_ALONE,
-                                np.where(rows == first, ROLE_HEAD, ROLE_MERGED)).astype(np.uint8)
+                code = inst_pos[run.model][inst].astype(np.int64)
+                alone = code < 0
+                gro_seg = np.where(alone, -code - 1, code)
+                role = np.where(alone, ROLE_ALONE, ROLE_MERGED).astype(np.uint8)
+                seen = inst_first[run.model]
+                multi = np.flatnonzero(~alone)
+                _, first_idx = np.unique(inst[multi], return_index=True)
+                cand = multi[first_idx]
+                head = cand[~seen[inst[cand]]]
+                role[head] = ROLE_HEAD
+                seen[inst[multi]] = True
                 poll_id = so.rank[poll] if so.inferred else poll
                 c = {"flow_id": fid.astype(np.int64), "gro_seg": gro_seg, "gro_role": role,
                      "reason": reason.astype(np.uint8), "rx_queue": rxq.astype(np.uint16),
