@@ -49,6 +49,10 @@ from gropcap.gro.reasons import ROLE_ALONE, ROLE_HEAD, ROLE_MERGED, reason_name
 # in-memory path needs ~1.2 kB of RAM per packet, ~9x a 128-byte-snaplen capture's size
 STREAM_AUTO_BYTES = 512 << 20
 OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
+# zstd as io.parquet; Parquet dictionary pages only for the string columns: for numeric
+# columns they cost ~35% of the write time and made the files larger (measured on the
+# benchmark capture's packets table)
+_PARQUET_OPTIONS = {"compression": "zstd", "use_dictionary": ["encap", "model"]}
 MTU_IP_BYTES = 1500  # report.summary.MTU_IP_BYTES: more IP bytes in one frame is GSO
 
 
@@ -785,7 +789,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                         from gropcap.io.parquet import with_metadata
                         sp_writer = pq.ParquetWriter(
                             sp_tmp, with_metadata(tbl.slice(0, 0), meta).schema,
-                            compression="zstd")
+                            **_PARQUET_OPTIONS)
                     sp_writer.write_table(tbl)
                     next_pos += ready
                     pend = {k: v[ready:] for k, v in pend.items()}
@@ -849,7 +853,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             if pk_writer is None:
                 from gropcap.io.parquet import with_metadata
                 pk_writer = pq.ParquetWriter(pk_tmp, with_metadata(t.slice(0, 0), meta).schema,
-                                             compression="zstd")
+                                             **_PARQUET_OPTIONS)
             pk_writer.write_table(t)
             r0 = r1
         summary = _summary(counters, runs, infos, config, flows)
