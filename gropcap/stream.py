@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import struct
 import tempfile
 
 import numpy as np
@@ -122,16 +123,28 @@ class _Spill:
         self.path = path
         self.f = open(path, "w+b")
 
+    # record: dtype string (8 bytes, e.g. b"<i8") and element count, then the raw bytes
+    _HEAD = struct.Struct("<8sQ")
+
     def put(self, *arrays) -> None:
         for a in arrays:
-            np.save(self.f, np.ascontiguousarray(a), allow_pickle=False)
+            a = np.ascontiguousarray(a).ravel()
+            self.f.write(self._HEAD.pack(a.dtype.str.encode(), len(a)))
+            self.f.write(memoryview(a).cast("B"))
 
     def rewind(self) -> None:
         self.f.flush()
         self.f.seek(0)
 
     def get(self, k: int) -> list[np.ndarray]:
-        return [np.load(self.f, allow_pickle=False) for _ in range(k)]
+        out = []
+        for _ in range(k):
+            code, n = self._HEAD.unpack(self.f.read(self._HEAD.size))
+            a = np.empty(n, np.dtype(code.rstrip(b"\0").decode()))
+            if n:
+                self.f.readinto(memoryview(a).cast("B"))
+            out.append(a)
+        return out
 
     def size(self) -> int:
         return os.path.getsize(self.path)
