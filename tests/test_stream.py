@@ -109,3 +109,22 @@ def test_existing_output_refused_before_work(bench_capture, tmp_path):
     with pytest.raises(OutputError):
         stream_analyze(bench_capture, out_dir=str(tmp_path))
     assert sorted(os.listdir(tmp_path)) == ["flows.parquet"]
+
+
+def test_damaged_capture_leaves_no_files(tmp_path):
+    """A capture error after some batches were written: the located error, no output and no
+    temporary files left in --out."""
+    import struct
+
+    from gropcap.errors import CaptureError
+    data = bytearray(open(os.path.join(ROOT, "sample_pcaps", "real_ipv4.pcap"), "rb").read())
+    off = 24
+    for _ in range(1000):
+        off += 16 + struct.unpack_from("<I", data, off + 8)[0]
+    struct.pack_into("<I", data, off + 8, 0x7FFFFFFF)     # record 1000: absurd caplen
+    bad = tmp_path / "bad.pcap"
+    bad.write_bytes(bytes(data))
+    out = tmp_path / "out"
+    with pytest.raises(CaptureError, match="record 1000"):
+        stream_analyze(str(bad), out_dir=str(out), batch_records=100)
+    assert os.listdir(out) == []
