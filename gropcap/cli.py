@@ -264,14 +264,17 @@ def decode(files, output, force, decoder, **kw):
               help="Bounded memory: decode, simulate and write batch by batch (temporary "
                    "files in --out or $TMPDIR). Default: on when the inputs exceed 512 MiB "
                    "and the options allow it (no --plot, --egress, tunnel GRO, UDP GRO).")
+@click.option("-q", "--quiet", is_flag=True,
+              help="No progress bar (it only shows on a terminal anyway).")
 @_decoder_option
 @_gro_options
 @_decode_options
 def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_scenario,
-            egress_features, egress_mtu, stream, **kw):
+            egress_features, egress_mtu, stream, quiet, **kw):
     """Simulate GRO over captures and summarise how far it aggregates and why it stops."""
     from gropcap.io.parquet import write_analysis
     from gropcap.pipeline import analyze as run
+    from gropcap.report.progress import Progress
     from gropcap.report.summary import render_text
 
     options = _make_decode_options(**_split(kw, _DECODE_KEYS))
@@ -295,16 +298,18 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
                 click.echo(f"gropcap: {size >> 20} MiB of input: streaming in bounded memory "
                            f"(--no-stream holds it in memory)", err=True)
         if stream:
-            res = streaming.stream_analyze(list(files), config, models=models,
-                                           decode_options=options, out_dir=out_dir,
-                                           force=force)
+            with Progress(None if not quiet else False) as progress:
+                res = streaming.stream_analyze(list(files), config, models=models,
+                                               decode_options=options, out_dir=out_dir,
+                                               force=force, progress=progress)
             if fmt == "json":
                 click.echo(json.dumps(res.summary, indent=2))
             else:
                 click.echo(streaming.render_text(res, color=sys.stdout.isatty()), nl=False)
             return
-    analysis = run(list(files), config, models=models, decode_options=options, engine=engine,
-                   decoder=decoder, egress=egress)
+    with Progress(None if not quiet else False) as progress:
+        analysis = run(list(files), config, models=models, decode_options=options,
+                       engine=engine, decoder=decoder, egress=egress, progress=progress)
     if out_dir:
         write_analysis(analysis, out_dir, force=force)
     if plot:

@@ -35,7 +35,7 @@ ENGINES = ("reference", "fast")
 
 
 def decode_files(paths, options: DecodeOptions | None = None, *,
-                 decoder: str = "fast") -> tuple[pa.Table, list[CaptureInfo]]:
+                 decoder: str = "fast", progress=None) -> tuple[pa.Table, list[CaptureInfo]]:
     """Read and decode capture files (and directories) into one packet table.
 
     Args:
@@ -44,6 +44,7 @@ def decode_files(paths, options: DecodeOptions | None = None, *,
         options: decoder options (UDP tunnel ports, DSA tag); defaults when None.
         decoder: ``"fast"`` (numba scan and decode over a windowed memory map) or
             ``"reference"`` (the plain-Python reader and decoder); identical tables.
+        progress: a :class:`gropcap.report.progress.Progress` told of every batch.
 
     Returns:
         ``(packets, infos)``: the table (:data:`PACKET_SCHEMA`, one row per record, files
@@ -70,6 +71,8 @@ def decode_files(paths, options: DecodeOptions | None = None, *,
     for file_index, path in enumerate(files):
         info = None
         for info, batch in batches_of(path):
+            if progress is not None:
+                progress.batch(path, info, batch)
             if len(batch):
                 batches.append(decode_batch(batch, options, file_index=file_index))
         infos.append(info)
@@ -239,7 +242,8 @@ class EgressOptions:
 
 def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             decode_options: DecodeOptions | None = None, engine: str = "fast",
-            decoder: str = "fast", egress: EgressOptions | None = None) -> Analysis:
+            decoder: str = "fast", egress: EgressOptions | None = None,
+            progress=None) -> Analysis:
     """Decode captures and run GRO under each model.
 
     Args:
@@ -273,7 +277,7 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     for m in models:
         if m not in MODELS:
             raise ConfigError(f"unknown model {m!r}", hint=f"use one of {MODELS}")
-    packets, infos = decode_files(paths, decode_options, decoder=decoder)
+    packets, infos = decode_files(paths, decode_options, decoder=decoder, progress=progress)
     from gropcap.gso import coalesced_input
     coalesced = coalesced_input(packets)
     if not coalesced.num_coalesced:

@@ -611,7 +611,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                    decode_options: DecodeOptions | None = None, out_dir: str | None = None,
                    force: bool = False, batch_records: int = 65536,
                    engine: str = "fast", decoder: str = "fast", egress=None,
-                   tmp_dir: str | None = None) -> StreamResult:
+                   tmp_dir: str | None = None, progress=None) -> StreamResult:
     """Analyse captures batch by batch in bounded memory (see the module docstring).
 
     Args:
@@ -683,6 +683,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         for file_index, path in enumerate(files):
             info = None
             for info, rb in iter_scan_batches(path, batch_records=batch_records):
+                if progress is not None:
+                    progress.batch(path, info, rb)
                 if not len(rb):
                     continue
                 dec = decode_batch(rb, decode_options, file_index=file_index)
