@@ -134,6 +134,6 @@ def kernel_replay(files, kernel, burst, flush_timeout_us, engine, no_fix_checksu
                     click.echo(f"  {d.line()}")
     except GropcapError as e:
         msg = e.one_line() if hasattr(e, "one_line") else str(e)
-        click.echo(f"error: {msg}", err=True)
+        click.echo(f"gropcap: error: {msg}", err=True)
         sys.exit(1)
     sys.exit(0 if all_ok else 1)
