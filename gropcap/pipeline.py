@@ -16,9 +16,7 @@ Layer: takes paths, calls capture/ (RecordBatch), decode/ (packet columns), gro/
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 
-import numpy as np
 import pyarrow as pa
 
 from gropcap import __version__
@@ -296,19 +294,6 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                         decode_options=decode_options, stages=stages, egress=egress)
     analysis.coalesced = coalesced
     return analysis
-
-
-def file_sha256(path: str) -> str:
-    """sha256 of a file's bytes, streamed."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def payload_array(packets: pa.Table) -> np.ndarray:
-    return packets.column("payload_len").to_numpy().astype(np.int64)
 
 
 def stream_analyze(paths, config: GroConfig | None = None, **kwargs):
