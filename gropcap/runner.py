@@ -1,0 +1,319 @@
+"""The pipeline over partitions on Dask: local worker processes or a ``tcp://`` cluster.
+
+Layer: same inputs and output as :func:`gropcap.pipeline.analyze` (paths -> an
+:class:`~gropcap.pipeline.Analysis`); the work is cut into partitions that keep the result
+exact, run as Dask tasks, and merged by one deterministic reduction on the client:
+
+1. **decode**: one task per input file (whole files; ``decode_batch`` with the file's
+   position as ``file_index``); tables are concatenated in input order, as
+   ``pipeline.decode_files`` does.
+2. **GRO**: the kernel keeps GRO state per RX queue (``napi_struct`` per queue,
+   ``dev_gro_receive`` works on ``napi->gro_hash``), so in the ``napi`` model each queue's
+   rows (in capture order) are one task of ``engine.simulate_batch``; the per-queue
+   :class:`~gropcap.gro.engine.BatchResult` s are mapped back to global row, flow, poll
+   and super-packet numbers and :func:`engine.assemble` orders delivery by (poll time,
+   queue, poll order) exactly as in one process (docs/gro-model.md: queues are
+   independent). The ``ideal`` model, configurations that run the reference model, frames
+   captured already coalesced, and the gro_cells stage run as one task per model.
+
+Failures: a file that fails to parse, or whose task is lost with its worker, is left out
+and recorded in :attr:`DistributedAnalysis.failures` (path, byte range, error); the
+summary lists them under ``failed_inputs``. Nothing else is dropped silently.
+
+>>> # from gropcap.runner import analyze_distributed
+>>> # a = analyze_distributed(["a.pcap", "b.pcap"], jobs=2)
+>>> # a.summary() == gropcap.analyze(["a.pcap", "b.pcap"]).summary()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+
+import numpy as np
+import pyarrow as pa
+
+from gropcap.decode.options import DecodeOptions
+from gropcap.decode.schema import PACKET_SCHEMA
+from gropcap.errors import ConfigError
+from gropcap.gro.config import MODELS, GroConfig
+from gropcap.pipeline import DECODERS, ENGINES, Analysis, EgressOptions
+
+
+@dataclasses.dataclass(frozen=True)
+class InputFailure:
+    """One input that produced no rows: its path, the byte range tried ``[start, end)``
+    (``end`` None: to the end of the file) and the error text."""
+
+    path: str
+    start: int
+    end: int | None
+    error: str
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class DistributedAnalysis(Analysis):
+    """An :class:`Analysis` plus the inputs that failed (``failures``); ``summary()``
+    carries ``failed_inputs`` only when there are some, so a run without failures has
+    exactly the one-process summary."""
+
+    failures: list[InputFailure]
+
+    def summary(self) -> dict:
+        out = super().summary()
+        if self.failures:
+            out["failed_inputs"] = [f.as_dict() for f in self.failures]
+        return out
+
+
+# ---- tasks (run on workers; module-level so they pickle by reference) ----
+
+def decode_file_task(path: str, file_index: int, options: DecodeOptions,
+                     decoder: str = "fast"):
+    """Decode one whole capture file: ``(table, CaptureInfo)`` (PACKET_SCHEMA rows with
+    ``file_index``), the per-file part of ``pipeline.decode_files``."""
+    if decoder == "fast":
+        from gropcap.capture.scan import iter_scan_batches as batches_of
+        from gropcap.decode.fast import decode_batch
+    else:
+        from gropcap.capture import iter_batches
+        from gropcap.decode.reference import decode_batch
+
+        def batches_of(p):
+            return iter_batches(p, engine="reference")
+    batches = []
+    info = None
+    for info, batch in batches_of(path):
+        if len(batch):
+            batches.append(decode_batch(batch, options, file_index=file_index))
+    table = pa.Table.from_batches(batches, schema=PACKET_SCHEMA) if batches \
+        else PACKET_SCHEMA.empty_table()
+    return table, info
+
+
+def queue_task(packets: pa.Table, config: GroConfig):
+    """GRO of one RX queue's rows (capture order), the whole queue at once: the
+    :class:`BatchResult` with rows, polls and instances numbered locally."""
+    from gropcap.gro.engine import simulate_batch
+    part, _ = simulate_batch(packets, config, None, final=True)
+    return part
+
+
+def model_task(packets: pa.Table, config: GroConfig, engine: str, coalesced):
+    """One model over the whole table (``pipeline.simulate`` and, when configured, the
+    gro_cells stage): ``(GroResult, stages or None)``."""
+    from gropcap.pipeline import simulate
+    result = simulate(packets, config, engine=engine, coalesced=coalesced)
+    stages = None
+    if config.tunnel_gro is not None:
+        from gropcap.gro.stages import simulate_stages
+        stages = simulate_stages(packets, config, native=result, engine=engine,
+                                 coalesced=coalesced)
+    return result, stages
+
+
+# ---- the reduction ----
+
+def merge_queue_parts(parts: list, rows: list[np.ndarray], flow_id: np.ndarray,
+                      queue: np.ndarray, config: GroConfig):
+    """Map per-queue BatchResults to global numbering and assemble one GroResult.
+
+    ``rows[i]``: global row numbers of partition ``i`` (ascending); ``flow_id``: global
+    flow ids (first appearance over the whole table, ``flows.assign_flow_ids``);
+    ``queue``: RX queue per row. Polls keep their order within a queue, and
+    :func:`engine.assemble` ranks them by (time, queue, order), so the merge is the
+    one-process delivery order.
+    """
+    from gropcap.gro.engine import BatchResult, assemble
+    cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64)  # noqa: E731
+    p_row, p_reason, p_inst, p_poll = [], [], [], []
+    segs: dict[str, list] = {}
+    p_time, p_queue = [], []
+    poll_off = 0
+    inst_off = 0
+    for part, r in zip(parts, rows):
+        nseg_inst = int(part.segs["inst"].max()) + 1 if len(part.segs["inst"]) else 0
+        ninst = max(nseg_inst, int(part.p_inst.max()) + 1 if len(part.p_inst) else 0)
+        p_row.append(r[part.p_row])
+        p_reason.append(part.p_reason)
+        p_inst.append(part.p_inst + inst_off)
+        # -1 (no poll) stays -1; poll numbers are local from part.poll_base
+        pp = part.p_poll - part.poll_base + poll_off
+        p_poll.append(np.where(part.p_poll < 0, part.p_poll, pp))
+        for f, v in part.segs.items():
+            if f in ("first", "last"):
+                v = r[v]
+            elif f == "inst":
+                v = v + inst_off
+            elif f == "poll":
+                v = np.where(v < 0, v, v - part.poll_base + poll_off)
+            elif f == "flow":
+                v = flow_id[r[part.segs["first"]]] if len(v) else v
+            segs.setdefault(f, []).append(v)
+        p_time.append(part.poll_time)
+        p_queue.append(part.poll_queue)
+        poll_off += len(part.poll_time)
+        inst_off += ninst
+    merged = BatchResult(
+        row_start=0, flow_id=flow_id,
+        rx_queue=queue.astype(np.uint16), p_row=cat(p_row),
+        p_reason=cat(p_reason).astype(np.uint8), p_inst=cat(p_inst), p_poll=cat(p_poll),
+        segs={f: cat(v) for f, v in segs.items()}, poll_base=0,
+        poll_time=cat(p_time), poll_queue=cat(p_queue))
+    return assemble([merged], config)
+
+
+def _queue_split_ok(config: GroConfig, engine: str, coalesced) -> bool:
+    from gropcap.gro.reference import needs_reference
+    return (config.model == "napi" and engine == "fast" and coalesced is None
+            and config.tunnel_gro is None and not needs_reference(config))
+
+
+@contextlib.contextmanager
+def open_client(client=None, *, jobs: int | None = None, scheduler: str | None = None):
+    """The Dask client to use: ``client`` as given, else one connected to ``scheduler``
+    (``tcp://HOST:PORT``), else a LocalCluster of ``jobs`` single-threaded worker
+    processes. Clients and clusters made here are closed on exit."""
+    if client is not None:
+        yield client
+        return
+    from dask.distributed import Client, LocalCluster
+    if scheduler is not None:
+        c = Client(scheduler)
+        try:
+            yield c
+        finally:
+            c.close()
+        return
+    n = int(jobs or os.cpu_count() or 1)
+    if n < 1:
+        raise ConfigError("--jobs must be at least 1")
+    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                           dashboard_address=None)
+    c = Client(cluster)
+    try:
+        yield c
+    finally:
+        c.close()
+        cluster.close()
+
+
+def _err_text(exc: BaseException) -> str:
+    one = getattr(exc, "one_line", None)
+    return one() if callable(one) else f"{type(exc).__name__}: {exc}"
+
+
+def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
+                        jobs: int | None = None, scheduler: str | None = None,
+                        models=MODELS, decode_options: DecodeOptions | None = None,
+                        engine: str = "fast", decoder: str = "fast",
+                        egress: EgressOptions | None = None) -> DistributedAnalysis:
+    """:func:`gropcap.pipeline.analyze` on Dask, with the same result.
+
+    Args:
+        paths: capture file(s) or directories.
+        config, models, decode_options, engine, decoder, egress: as ``pipeline.analyze``.
+        client: a ``dask.distributed.Client`` to run on (not closed here).
+        jobs: without ``client``/``scheduler``: local worker processes (default: CPUs).
+        scheduler: ``tcp://HOST:PORT`` of a running Dask scheduler.
+
+    Returns:
+        A :class:`DistributedAnalysis`: verdicts, tables and summary equal to the
+        one-process ``analyze`` when every input parses; otherwise the failed inputs are
+        in ``failures`` and the summary's ``failed_inputs``, the rest is analysed.
+
+    Example:
+        >>> a = analyze_distributed("sample_pcaps", jobs=2)  # doctest: +SKIP
+    """
+    from gropcap.capture import expand_inputs
+    config = config or GroConfig()
+    decode_options = decode_options or DecodeOptions()
+    models = list(models)
+    for m in models:
+        if m not in MODELS:
+            raise ConfigError(f"unknown model {m!r}", hint=f"use one of {MODELS}")
+    if decoder not in DECODERS:
+        raise ConfigError(f"unknown decoder {decoder!r}", hint=f"use one of {DECODERS}")
+    if engine not in ENGINES:
+        raise ConfigError(f"unknown engine {engine!r}", hint=f"use one of {ENGINES}")
+    if egress is not None:
+        egress.features  # validate before any work
+    if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
+        paths = [paths]
+    files = expand_inputs([str(p) for p in paths])
+    from dask.distributed import KilledWorker
+    with open_client(client, jobs=jobs, scheduler=scheduler) as c:
+        futs = [c.submit(decode_file_task, p, i, decode_options, decoder, pure=False)
+                for i, p in enumerate(files)]
+        tables, infos, failures = [], [], []
+        for i, (path, fut) in enumerate(zip(files, futs)):
+            try:
+                try:
+                    table, info = fut.result()
+                except KilledWorker:
+                    # a task that shared the dying worker is lost with it: run it once
+                    # more on its own before blaming its file
+                    table, info = c.submit(decode_file_task, path, i, decode_options,
+                                           decoder, pure=False).result()
+            except Exception as exc:  # parse error, or the worker died again
+                failures.append(InputFailure(path, 0, None, _err_text(exc)))
+                continue
+            if failures:
+                # keep file_index = position in infos, as one process numbers them
+                table = table.set_column(
+                    table.schema.get_field_index("file_index"),
+                    PACKET_SCHEMA.field("file_index"),
+                    pa.array(np.full(table.num_rows, len(infos)),
+                             PACKET_SCHEMA.field("file_index").type))
+            tables.append(table)
+            infos.append(info)
+        packets = pa.concat_tables(tables) if tables else PACKET_SCHEMA.empty_table()
+        del futs
+        from gropcap.gso import coalesced_input
+        coalesced = coalesced_input(packets)
+        if not coalesced.num_coalesced:
+            coalesced = None
+        results, stages = _simulate_models(c, packets, config, models, engine, coalesced)
+    a = DistributedAnalysis(packets=packets, infos=infos, config=config, results=results,
+                            decode_options=decode_options, stages=stages, egress=egress)
+    a.coalesced = coalesced
+    a.failures = failures
+    return a
+
+
+def _simulate_models(c, packets: pa.Table, config: GroConfig, models, engine, coalesced):
+    """Submit every model's GRO tasks, then reduce: ``(results, stages)``."""
+    from gropcap.gro.flows import assign_flow_ids
+    from gropcap.gro.rss import rss_hash, rx_queue
+    pending = {}
+    for m in models:
+        cfg = config.replace(model=m)
+        if _queue_split_ok(cfg, engine, coalesced) and packets.num_rows:
+            h = rss_hash(packets, cfg.rss_key, enabled=cfg.rss == "toeplitz")
+            queue = np.asarray(rx_queue(h, cfg.queues)).astype(np.int64)
+            rows = [np.nonzero(queue == q)[0] for q in range(cfg.queues)]
+            rows = [r for r in rows if len(r)]
+            futs = [c.submit(queue_task, packets.take(pa.array(r)), cfg, pure=False)
+                    for r in rows]
+            pending[m] = ("queues", cfg, futs, rows, queue)
+        else:
+            pending[m] = ("model", cfg, c.submit(model_task, packets, cfg, engine,
+                                                 coalesced, pure=False))
+    results, stages = {}, {}
+    flow_id = None
+    for m in models:
+        kind, cfg, *rest = pending[m]
+        if kind == "queues":
+            futs, rows, queue = rest
+            if flow_id is None:
+                flow_id = assign_flow_ids(packets)
+            parts = c.gather(futs)
+            results[m] = merge_queue_parts(parts, rows, flow_id, queue, cfg)
+        else:
+            results[m], st = rest[0].result()
+            if st is not None:
+                stages[m] = st
+    return results, stages
