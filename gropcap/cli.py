@@ -266,11 +266,15 @@ def decode(files, output, force, decoder, **kw):
                    "and the options allow it (no --plot, --egress, tunnel GRO, UDP GRO).")
 @click.option("-q", "--quiet", is_flag=True,
               help="No progress bar (it only shows on a terminal anyway).")
+@click.option("--jobs", type=click.IntRange(1, None), default=None,
+              help="Run on N local Dask worker processes (same results as one process).")
+@click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
+              help="Run on an existing Dask cluster through its scheduler.")
 @_decoder_option
 @_gro_options
 @_decode_options
 def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_scenario,
-            egress_features, egress_mtu, stream, quiet, **kw):
+            egress_features, egress_mtu, stream, quiet, jobs, scheduler, **kw):
     """Simulate GRO over captures and summarise how far it aggregates and why it stops."""
     from gropcap.io.parquet import write_analysis
     from gropcap.pipeline import analyze as run
@@ -284,7 +288,13 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
     if egress_scenario or egress_mtu:
         from gropcap.pipeline import EgressOptions
         egress = EgressOptions(egress_scenario or "encap", egress_features, egress_mtu)
-    if stream is not False:
+    distributed = jobs is not None or scheduler is not None
+    if distributed and stream:
+        raise click.UsageError("--stream runs in one process; drop --jobs/--scheduler")
+    if jobs is not None and scheduler is not None:
+        raise click.UsageError("--jobs starts local workers, --scheduler uses a cluster: "
+                               "give one of them")
+    if stream is not False and not distributed:
         from gropcap import stream as streaming
         why_not = streaming.streamable(config, engine=engine, decoder=decoder, egress=egress)
         why_not = why_not or ("--plot needs the in-memory tables" if plot else None)
@@ -307,9 +317,18 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
             else:
                 click.echo(streaming.render_text(res, color=sys.stdout.isatty()), nl=False)
             return
-    with Progress(None if not quiet else False) as progress:
-        analysis = run(list(files), config, models=models, decode_options=options,
-                       engine=engine, decoder=decoder, egress=egress, progress=progress)
+    if distributed:
+        from gropcap.runner import analyze_distributed
+        analysis = analyze_distributed(list(files), config, jobs=jobs, scheduler=scheduler,
+                                       models=models, decode_options=options,
+                                       engine=engine, decoder=decoder, egress=egress)
+        for f in analysis.failures:
+            click.echo(f"gropcap: error: {f.path} (bytes {f.start}-{f.end or 'end'}) left "
+                       f"out: {f.error}", err=True)
+    else:
+        with Progress(None if not quiet else False) as progress:
+            analysis = run(list(files), config, models=models, decode_options=options,
+                           engine=engine, decoder=decoder, egress=egress, progress=progress)
     if out_dir:
         write_analysis(analysis, out_dir, force=force)
     if plot:
@@ -319,6 +338,8 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
         click.echo(json.dumps(analysis.summary(), indent=2))
     else:
         click.echo(render_text(analysis, color=sys.stdout.isatty()), nl=False)
+    if getattr(analysis, "failures", None):
+        sys.exit(1)   # results are complete for the other inputs, but not for these
 
 
 def _register_optional():

@@ -8,7 +8,9 @@ worker that dies) and a scheduler started as separate processes.
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import json
 import os
 import random
 import subprocess
@@ -181,37 +183,42 @@ def test_dead_worker_reported(client, generated, monkeypatch):
     client.wait_for_workers(2, timeout=60)   # the nanny restarted it
 
 
-def test_external_scheduler(generated, tmp_path):
-    """A scheduler and a worker started as separate processes (``dask scheduler``)."""
+@contextlib.contextmanager
+def scheduler_processes(tmp_path):
+    """A Dask scheduler and one worker started as separate processes; yields the
+    scheduler's ``tcp://`` address."""
     sf = tmp_path / "scheduler.json"
-    env = dict(os.environ, DASK_DISTRIBUTED__WORKER__DAEMON="False")
     sched = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler",
                               "--scheduler-file", str(sf), "--port", "0",
                               "--dashboard-address", ":0", "--no-show"],
-                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     worker = None
     try:
         for _ in range(300):
             if sf.exists() and sf.stat().st_size:
                 break
             time.sleep(0.1)
-        import json
         address = json.loads(sf.read_text())["address"]
         assert address.startswith("tcp://")
         worker = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker",
                                    address, "--nthreads", "1", "--no-dashboard"],
-                                  env=env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         with distributed.Client(address) as c:
             c.wait_for_workers(1, timeout=60)
-        cfg = GroConfig(queues=2)
-        dist = analyze_distributed(generated[:2], cfg, scheduler=address)
-        one = analyze(generated[:2], cfg)
-        assert one.summary() == dist.summary()
-        for m in one.results:
-            assert one.results[m].equals(dist.results[m])
+        yield address
     finally:
         for p in (worker, sched):
             if p is not None:
                 p.terminate()
                 p.wait(timeout=30)
+
+
+def test_external_scheduler(generated, tmp_path):
+    """A scheduler and a worker started as separate processes (``dask scheduler``)."""
+    cfg = GroConfig(queues=2)
+    with scheduler_processes(tmp_path) as address:
+        dist = analyze_distributed(generated[:2], cfg, scheduler=address)
+    one = analyze(generated[:2], cfg)
+    assert one.summary() == dist.summary()
+    for m in one.results:
+        assert one.results[m].equals(dist.results[m])

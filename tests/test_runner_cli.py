@@ -1,0 +1,65 @@
+"""`gropcap analyze --jobs N` / `--scheduler tcp://...`: same output as one process."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("distributed", reason="dask[distributed] not installed")
+
+from gropcap.cli import main  # noqa: E402
+from tests.test_runner import SAMPLES, generated, scheduler_processes  # noqa: E402,F401
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_jobs_same_summary_and_parquet(generated, tmp_path):  # noqa: F811
+    inputs = [*generated, *SAMPLES[:5]]
+    one = run("analyze", *inputs, "--format", "json", "--queues", "4", "-q",
+              "--out", tmp_path / "one")
+    two = run("analyze", *inputs, "--format", "json", "--queues", "4", "-q",
+              "--out", tmp_path / "two", "--jobs", "2")
+    assert one.exit_code == 0 and two.exit_code == 0, two.output
+    assert json.loads(one.stdout) == json.loads(two.stdout)
+    for name in ("packets.parquet", "superpackets.parquet", "flows.parquet"):
+        a, b = pq.read_table(tmp_path / "one" / name), pq.read_table(tmp_path / "two" / name)
+        assert a.num_rows > 0 and a.equals(b) and a.schema.metadata == b.schema.metadata
+
+
+def test_jobs_text_summary_same(generated):  # noqa: F811
+    one = run("analyze", generated[0], "-q")
+    two = run("analyze", generated[0], "-q", "--jobs", "1")
+    assert one.exit_code == 0 and two.exit_code == 0
+    assert "napi" in one.stdout and one.stdout == two.stdout
+
+
+def test_scheduler_option(generated, tmp_path):  # noqa: F811
+    with scheduler_processes(tmp_path) as address:
+        two = run("analyze", *generated[:2], "--format", "json", "--queues", "2",
+                  "--scheduler", address)
+    one = run("analyze", *generated[:2], "--format", "json", "--queues", "2")
+    assert two.exit_code == 0, two.output
+    assert json.loads(one.stdout) == json.loads(two.stdout)
+
+
+def test_failed_input_named_and_exit_status(generated, tmp_path):  # noqa: F811
+    bad = tmp_path / "bad.pcap"
+    bad.write_bytes(b"garbage, not a capture" * 4)
+    res = run("analyze", generated[0], bad, "--format", "json", "--jobs", "1")
+    assert res.exit_code == 1
+    assert f"{bad} (bytes 0-end) left out" in res.stderr
+    summary = json.loads(res.stdout)
+    assert [f["path"] for f in summary["failed_inputs"]] == [str(bad)]
+    assert [f["path"] for f in summary["files"]] == [generated[0]]
+
+
+def test_stream_with_jobs_refused(generated):  # noqa: F811
+    res = run("analyze", generated[0], "--stream", "--jobs", "2")
+    assert res.exit_code == 2 and "--stream runs in one process" in res.output
+    res = run("analyze", generated[0], "--jobs", "2", "--scheduler", "tcp://127.0.0.1:1")
+    assert res.exit_code == 2 and "give one of them" in res.output
