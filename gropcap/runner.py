@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import os
 
 import numpy as np
 import pyarrow as pa
 
+from gropcap.capture.scan import iter_scan_batches
 from gropcap.decode.options import DecodeOptions
 from gropcap.decode.schema import PACKET_SCHEMA
 from gropcap.errors import ConfigError
@@ -69,6 +71,12 @@ class DistributedAnalysis(Analysis):
         return out
 
 
+SPLIT_BYTES = 1 << 30          # a byte range per GiB of a large file
+BATCH_RECORDS = 262144         # records per scan batch in byte-range decoding
+# records per batch of a one-process run (capture.scan.iter_scan_batches' default)
+PIPELINE_BATCH = inspect.signature(iter_scan_batches).parameters["batch_records"].default
+
+
 # ---- tasks (run on workers; module-level so they pickle by reference) ----
 
 def decode_file_task(path: str, file_index: int, options: DecodeOptions,
@@ -92,6 +100,45 @@ def decode_file_task(path: str, file_index: int, options: DecodeOptions,
     table = pa.Table.from_batches(batches, schema=PACKET_SCHEMA) if batches \
         else PACKET_SCHEMA.empty_table()
     return table, info
+
+
+def plan_ranges_task(path: str, split_bytes: int, batch_records: int):
+    """Scan one file's record framing (no decoding) and cut it into byte ranges of whole
+    scan batches, each at least ``split_bytes`` long: ``(ranges, CaptureInfo)`` with
+    ``ranges`` a list of ``(first_batch, end_batch, byte_start, byte_end)``."""
+    starts = []
+    info = None
+    for info, batch in iter_scan_batches(path, batch_records=batch_records):
+        if len(batch):
+            starts.append(int(batch.file_offset[0]))
+    size = os.path.getsize(path)
+    ranges = []
+    b0 = 0
+    for k in range(1, len(starts) + 1):
+        end = starts[k] if k < len(starts) else size
+        if end - starts[b0] >= split_bytes or k == len(starts):
+            ranges.append((b0, k, starts[b0] if b0 else 0, end))
+            b0 = k
+    return ranges, info
+
+
+def decode_range_task(path: str, file_index: int, first_batch: int, end_batch: int,
+                      options: DecodeOptions, batch_records: int) -> pa.Table:
+    """Decode scan batches ``[first_batch, end_batch)`` of one file (the framing before
+    them is scanned again, not decoded: records are only findable from the file head)."""
+    from gropcap.decode.fast import decode_batch
+    out = []
+    k = 0
+    for _, batch in iter_scan_batches(path, batch_records=batch_records):
+        if not len(batch):
+            continue
+        if k >= end_batch:
+            break
+        if k >= first_batch:
+            out.append(decode_batch(batch, options, file_index=file_index))
+        k += 1
+    return pa.Table.from_batches(out, schema=PACKET_SCHEMA) if out \
+        else PACKET_SCHEMA.empty_table()
 
 
 def queue_task(packets: pa.Table, config: GroConfig):
@@ -210,7 +257,9 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
                         jobs: int | None = None, scheduler: str | None = None,
                         models=MODELS, decode_options: DecodeOptions | None = None,
                         engine: str = "fast", decoder: str = "fast",
-                        egress: EgressOptions | None = None) -> DistributedAnalysis:
+                        egress: EgressOptions | None = None,
+                        split_bytes: int | None = SPLIT_BYTES,
+                        batch_records: int = BATCH_RECORDS) -> DistributedAnalysis:
     """:func:`gropcap.pipeline.analyze` on Dask, with the same result.
 
     Args:
@@ -219,6 +268,9 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
         client: a ``dask.distributed.Client`` to run on (not closed here).
         jobs: without ``client``/``scheduler``: local worker processes (default: CPUs).
         scheduler: ``tcp://HOST:PORT`` of a running Dask scheduler.
+        split_bytes: plain (uncompressed) files larger than this are decoded in byte
+            ranges of at least this size, cut at scan-batch boundaries (None: whole files).
+        batch_records: records per scan batch (the unit ranges are made of).
 
     Returns:
         A :class:`DistributedAnalysis`: verdicts, tables and summary equal to the
@@ -244,34 +296,10 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
     if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
         paths = [paths]
     files = expand_inputs([str(p) for p in paths])
-    from dask.distributed import KilledWorker
     with open_client(client, jobs=jobs, scheduler=scheduler) as c:
-        futs = [c.submit(decode_file_task, p, i, decode_options, decoder, pure=False)
-                for i, p in enumerate(files)]
-        tables, infos, failures = [], [], []
-        for i, (path, fut) in enumerate(zip(files, futs)):
-            try:
-                try:
-                    table, info = fut.result()
-                except KilledWorker:
-                    # a task that shared the dying worker is lost with it: run it once
-                    # more on its own before blaming its file
-                    table, info = c.submit(decode_file_task, path, i, decode_options,
-                                           decoder, pure=False).result()
-            except Exception as exc:  # parse error, or the worker died again
-                failures.append(InputFailure(path, 0, None, _err_text(exc)))
-                continue
-            if failures:
-                # keep file_index = position in infos, as one process numbers them
-                table = table.set_column(
-                    table.schema.get_field_index("file_index"),
-                    PACKET_SCHEMA.field("file_index"),
-                    pa.array(np.full(table.num_rows, len(infos)),
-                             PACKET_SCHEMA.field("file_index").type))
-            tables.append(table)
-            infos.append(info)
+        tables, infos, failures = _decode_all(c, files, decode_options, decoder,
+                                              split_bytes, batch_records)
         packets = pa.concat_tables(tables) if tables else PACKET_SCHEMA.empty_table()
-        del futs
         from gropcap.gso import coalesced_input
         coalesced = coalesced_input(packets)
         if not coalesced.num_coalesced:
@@ -282,6 +310,106 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
     a.coalesced = coalesced
     a.failures = failures
     return a
+
+
+def _run(c, fut, fn, *args):
+    """``fut``'s result; a task lost with a dying worker (KilledWorker, possibly through
+    no fault of its own: it shared the worker) runs once more on its own first."""
+    from dask.distributed import KilledWorker
+    try:
+        return fut.result()
+    except KilledWorker:
+        return c.submit(fn, *args, pure=False).result()
+
+
+def _decode_all(c, files, options, decoder, split_bytes, batch_records):
+    """Decode every file (whole, or in byte ranges for large plain files); returns
+    ``(tables, infos, failures)`` in input order, ``file_index`` renumbered over the
+    files that succeeded (as one process would number them)."""
+    from gropcap.capture.compress import sniff_compression
+
+    def splittable(path):
+        if decoder != "fast" or not split_bytes or os.path.getsize(path) <= split_bytes:
+            return False
+        with open(path, "rb") as f:
+            return not sniff_compression(f.read(8))
+
+    jobs = []
+    for i, path in enumerate(files):
+        if splittable(path):
+            args = (path, split_bytes, batch_records)
+            jobs.append(("plan", args, c.submit(plan_ranges_task, *args, pure=False)))
+        else:
+            args = (path, i, options, decoder)
+            jobs.append(("file", args, c.submit(decode_file_task, *args, pure=False)))
+    # every plan is waited for only after all tasks are queued, so plans overlap decoding
+    for i, (kind, args, fut) in enumerate(jobs):
+        if kind != "plan":
+            continue
+        path = files[i]
+        try:
+            ranges, info = _run(c, fut, plan_ranges_task, *args)
+        except Exception as exc:
+            jobs[i] = ("failed", InputFailure(path, 0, None, _err_text(exc)), None)
+            continue
+        futs = []
+        for b0, b1, lo, hi in ranges:
+            rargs = (path, i, b0, b1, options, batch_records)
+            futs.append(((lo, hi), rargs, c.submit(decode_range_task, *rargs, pure=False)))
+        jobs[i] = ("ranges", info, futs)
+    tables, infos, failures = [], [], []
+    for i, (kind, args, fut) in enumerate(jobs):
+        path = files[i]
+        if kind == "failed":
+            failures.append(args)
+            continue
+        try:
+            if kind == "file":
+                table, info = _run(c, fut, decode_file_task, *args)
+                parts = [table]
+            else:
+                info, parts = args, []
+                for (lo, hi), rargs, rfut in fut:
+                    try:
+                        parts.append(_run(c, rfut, decode_range_task, *rargs))
+                    except Exception as exc:
+                        raise _RangeFailed(lo, hi, exc) from exc
+        except _RangeFailed as rf:
+            # the file is left out whole: one process would have none of it either
+            failures.append(InputFailure(path, rf.start, rf.end, _err_text(rf.exc)))
+            continue
+        except Exception as exc:   # parse error, or the worker died again
+            failures.append(InputFailure(path, 0, None, _err_text(exc)))
+            continue
+        table = pa.concat_tables(parts)
+        if kind == "ranges" and table.num_rows:
+            table = _encap_as_one_process(table)
+        if table.num_rows and len(infos) != i:
+            table = table.set_column(
+                table.schema.get_field_index("file_index"), PACKET_SCHEMA.field("file_index"),
+                pa.array(np.full(table.num_rows, len(infos)),
+                         PACKET_SCHEMA.field("file_index").type))
+        tables.append(table)
+        infos.append(info)
+    return tables, infos, failures
+
+
+def _encap_as_one_process(table: pa.Table) -> pa.Table:
+    """Re-encode the ``encap`` dictionary column as one process builds it: one dictionary
+    per scan batch of ``PIPELINE_BATCH`` records, in first-occurrence order (values are
+    the same whatever the cut; only the dictionaries depend on it)."""
+    i = table.schema.get_field_index("encap")
+    field = PACKET_SCHEMA.field("encap")
+    strings = table.column(i).cast(pa.string())
+    chunks = [strings.slice(o, PIPELINE_BATCH).combine_chunks().dictionary_encode()
+              .cast(field.type) for o in range(0, table.num_rows, PIPELINE_BATCH)]
+    return table.set_column(i, field, pa.chunked_array(chunks, field.type))
+
+
+class _RangeFailed(Exception):
+    def __init__(self, start, end, exc):
+        super().__init__(start, end)
+        self.start, self.end, self.exc = start, end, exc
 
 
 def _simulate_models(c, packets: pa.Table, config: GroConfig, models, engine, coalesced):

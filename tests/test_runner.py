@@ -9,6 +9,7 @@ worker that dies) and a scheduler started as separate processes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import json
 import os
@@ -222,3 +223,58 @@ def test_external_scheduler(generated, tmp_path):
     assert one.summary() == dist.summary()
     for m in one.results:
         assert one.results[m].equals(dist.results[m])
+
+
+def test_byte_ranges_equal_one_process(client, generated, tmp_path):
+    """Large files split into byte ranges of whole scan batches decode to the same rows."""
+    from gropcap.runner import plan_ranges_task
+    size = os.path.getsize(generated[0])
+    ranges, info = plan_ranges_task(generated[0], size // 5, 256)
+    assert len(ranges) >= 4
+    # contiguous, covering the file, cut where the scan found record starts
+    assert ranges[0][2] == 0 and ranges[-1][3] == size
+    assert all(a[1] == b[0] and a[3] == b[2] for a, b in zip(ranges, ranges[1:]))
+    assert info.records == 3000
+    cfg = GroConfig(queues=4)
+    dist = analyze_distributed(generated, cfg, client=client, split_bytes=size // 5,
+                               batch_records=256)
+    assert_same(analyze(generated, cfg), dist, tmp_path)
+
+
+def test_damaged_large_file_reported_by_its_scan(client, generated, tmp_path):
+    # a good file whose last record is cut short: the scan finds the damage at the end
+    data = open(generated[0], "rb").read()
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(data[:24] + b"\xff" * 16 + data[24:])
+    dist = analyze_distributed([cut, generated[1]], GroConfig(), client=client,
+                               split_bytes=len(data) // 4, batch_records=256)
+    assert [f.path for f in dist.failures] == [str(cut)]
+    assert dist.failures[0].error
+    assert [i.path for i in dist.infos] == [generated[1]]
+    assert analyze(generated[1]).summary() == \
+        {k: v for k, v in dist.summary().items() if k != "failed_inputs"}
+
+
+def _dies_on_range(path, file_index, b0, b1, options, batch_records, *, kill):
+    from gropcap.runner import decode_range_task
+    if path.endswith("part1.pcap") and b0 == kill:
+        os._exit(3)
+    return decode_range_task(path, file_index, b0, b1, options, batch_records)
+
+
+def test_dead_worker_in_a_range_reported_with_its_bytes(client, generated, monkeypatch):
+    import cloudpickle
+
+    from gropcap import runner
+    size = os.path.getsize(generated[1])
+    ranges, _ = runner.plan_ranges_task(generated[1], size // 3, 256)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    monkeypatch.setattr(runner, "decode_range_task",
+                        functools.partial(_dies_on_range, kill=ranges[1][0]))
+    dist = analyze_distributed(generated, GroConfig(), client=client, split_bytes=size // 3,
+                               batch_records=256)
+    assert [(f.path, f.start, f.end) for f in dist.failures] == \
+        [(generated[1], ranges[1][2], ranges[1][3])]
+    assert [i.path for i in dist.infos] == [generated[0], generated[2]]
+    assert analyze([generated[0], generated[2]]).decoded.equals(dist.decoded)
+    client.wait_for_workers(2, timeout=60)
