@@ -141,18 +141,39 @@ def decode_range_task(path: str, file_index: int, first_batch: int, end_batch: i
         else PACKET_SCHEMA.empty_table()
 
 
-def queue_task(packets: pa.Table, config: GroConfig):
-    """GRO of one RX queue's rows (capture order), the whole queue at once: the
-    :class:`BatchResult` with rows, polls and instances numbered locally."""
+def coalesced_count_task(result) -> int:
+    """Frames captured already coalesced in one decode result (``gso.coalesced_input``
+    detects them row by row, so the counts of the parts add up to the whole's)."""
+    from gropcap.gso import coalesced_input
+    table = result[0] if isinstance(result, tuple) else result
+    return coalesced_input(table).num_coalesced
+
+
+def flow_ids_task(sources) -> np.ndarray:
+    """``flows.assign_flow_ids`` of the whole decoded table, on a worker."""
+    from gropcap.gro.flows import assign_flow_ids
+    return assign_flow_ids(_packets_of(sources))
+
+
+def queue_task(sources, queues: list[int], config: GroConfig):
+    """GRO of the rows of some RX queues (capture order) of the whole decoded table
+    (rebuilt here from the decode results ``sources``, so the client never uploads it):
+    ``(BatchResult, rows)`` with the result numbered locally and ``rows`` the global row
+    numbers of its packets."""
     from gropcap.gro.engine import simulate_batch
-    part, _ = simulate_batch(packets, config, None, final=True)
-    return part
+    from gropcap.gro.rss import rss_hash, rx_queue
+    packets = _packets_of(sources)
+    h = rss_hash(packets, config.rss_key, enabled=config.rss == "toeplitz")
+    rows = np.nonzero(np.isin(np.asarray(rx_queue(h, config.queues)), queues))[0]
+    part, _ = simulate_batch(packets.take(pa.array(rows)), config, None, final=True)
+    return part, rows
 
 
-def model_task(packets: pa.Table, config: GroConfig, engine: str, coalesced):
+def model_task(sources, config: GroConfig, engine: str, coalesced):
     """One model over the whole table (``pipeline.simulate`` and, when configured, the
     gro_cells stage): ``(GroResult, stages or None)``."""
     from gropcap.pipeline import simulate
+    packets = _packets_of(sources)
     result = simulate(packets, config, engine=engine, coalesced=coalesced)
     stages = None
     if config.tunnel_gro is not None:
@@ -297,14 +318,21 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
         paths = [paths]
     files = expand_inputs([str(p) for p in paths])
     with open_client(client, jobs=jobs, scheduler=scheduler) as c:
-        tables, infos, failures = _decode_all(c, files, decode_options, decoder,
-                                              split_bytes, batch_records)
+        tables, infos, failures, sources, counts = _decode_all(
+            c, files, decode_options, decoder, split_bytes, batch_records)
         packets = pa.concat_tables(tables) if tables else PACKET_SCHEMA.empty_table()
-        from gropcap.gso import coalesced_input
-        coalesced = coalesced_input(packets)
-        if not coalesced.num_coalesced:
-            coalesced = None
-        results, stages = _simulate_models(c, packets, config, models, engine, coalesced)
+        coalesced = None
+        try:
+            found = sum(c.gather(counts))
+        except Exception:   # a count lost with a worker: count here instead
+            found = 1
+        if found:
+            from gropcap.gso import coalesced_input
+            coalesced = coalesced_input(packets)
+            if not coalesced.num_coalesced:
+                coalesced = None
+        results, stages = _simulate_models(c, packets, sources, config, models, engine,
+                                           coalesced)
     a = DistributedAnalysis(packets=packets, infos=infos, config=config, results=results,
                             decode_options=decode_options, stages=stages, egress=egress)
     a.coalesced = coalesced
@@ -313,18 +341,20 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
 
 
 def _run(c, fut, fn, *args):
-    """``fut``'s result; a task lost with a dying worker (KilledWorker, possibly through
+    """``(result, future)``: ``fut``'s result; a task lost with a dying worker (KilledWorker, possibly through
     no fault of its own: it shared the worker) runs once more on its own first."""
     from dask.distributed import KilledWorker
     try:
-        return fut.result()
+        return fut.result(), fut
     except KilledWorker:
-        return c.submit(fn, *args, pure=False).result()
+        fut = c.submit(fn, *args, pure=False)
+        return fut.result(), fut
 
 
 def _decode_all(c, files, options, decoder, split_bytes, batch_records):
     """Decode every file (whole, or in byte ranges for large plain files); returns
-    ``(tables, infos, failures)`` in input order, ``file_index`` renumbered over the
+    ``(tables, infos, failures, sources, counts)`` in input order (``sources``: the
+    decode futures per file, ``counts``: futures of their coalesced-frame counts), ``file_index`` renumbered over the
     files that succeeded (as one process would number them)."""
     from gropcap.capture.compress import sniff_compression
 
@@ -348,7 +378,7 @@ def _decode_all(c, files, options, decoder, split_bytes, batch_records):
             continue
         path = files[i]
         try:
-            ranges, info = _run(c, fut, plan_ranges_task, *args)
+            (ranges, info), _ = _run(c, fut, plan_ranges_task, *args)
         except Exception as exc:
             jobs[i] = ("failed", InputFailure(path, 0, None, _err_text(exc)), None)
             continue
@@ -357,7 +387,7 @@ def _decode_all(c, files, options, decoder, split_bytes, batch_records):
             rargs = (path, i, b0, b1, options, batch_records)
             futs.append(((lo, hi), rargs, c.submit(decode_range_task, *rargs, pure=False)))
         jobs[i] = ("ranges", info, futs)
-    tables, infos, failures = [], [], []
+    tables, infos, failures, sources, counts = [], [], [], [], []
     for i, (kind, args, fut) in enumerate(jobs):
         path = files[i]
         if kind == "failed":
@@ -365,13 +395,15 @@ def _decode_all(c, files, options, decoder, split_bytes, batch_records):
             continue
         try:
             if kind == "file":
-                table, info = _run(c, fut, decode_file_task, *args)
-                parts = [table]
+                (table, info), done = _run(c, fut, decode_file_task, *args)
+                parts, futs = [table], [done]
             else:
-                info, parts = args, []
+                info, parts, futs = args, [], []
                 for (lo, hi), rargs, rfut in fut:
                     try:
-                        parts.append(_run(c, rfut, decode_range_task, *rargs))
+                        table, done = _run(c, rfut, decode_range_task, *rargs)
+                        parts.append(table)
+                        futs.append(done)
                     except Exception as exc:
                         raise _RangeFailed(lo, hi, exc) from exc
         except _RangeFailed as rf:
@@ -381,17 +413,36 @@ def _decode_all(c, files, options, decoder, split_bytes, batch_records):
         except Exception as exc:   # parse error, or the worker died again
             failures.append(InputFailure(path, 0, None, _err_text(exc)))
             continue
-        table = pa.concat_tables(parts)
-        if kind == "ranges" and table.num_rows:
-            table = _encap_as_one_process(table)
-        if table.num_rows and len(infos) != i:
-            table = table.set_column(
-                table.schema.get_field_index("file_index"), PACKET_SCHEMA.field("file_index"),
-                pa.array(np.full(table.num_rows, len(infos)),
-                         PACKET_SCHEMA.field("file_index").type))
-        tables.append(table)
+        sources.append((kind, futs, i, len(infos)))
+        counts.extend(c.submit(coalesced_count_task, f, pure=False) for f in futs)
+        tables.append(file_table(kind, parts, i, len(infos)))
         infos.append(info)
-    return tables, infos, failures
+    return tables, infos, failures, sources, counts
+
+
+def file_table(kind: str, parts: list, index: int, new_index: int) -> pa.Table:
+    """One file's decoded table from its task results (``kind`` ``"file"``: one
+    ``(table, info)``; ``"ranges"``: tables in byte order), laid out as one process
+    lays it out; ``file_index`` renumbered from ``index`` to ``new_index`` when an
+    earlier input failed."""
+    if kind == "file":
+        parts = [p[0] if isinstance(p, tuple) else p for p in parts]
+    table = pa.concat_tables(parts)
+    if kind == "ranges" and table.num_rows:
+        table = _encap_as_one_process(table)
+    if table.num_rows and index != new_index:
+        table = table.set_column(
+            table.schema.get_field_index("file_index"), PACKET_SCHEMA.field("file_index"),
+            pa.array(np.full(table.num_rows, new_index),
+                     PACKET_SCHEMA.field("file_index").type))
+    return table
+
+
+def _packets_of(sources) -> pa.Table:
+    """The whole decoded table, on a worker, from the decode tasks' results (Dask passes
+    them in place of the futures)."""
+    tables = [file_table(kind, parts, i, j) for kind, parts, i, j in sources]
+    return pa.concat_tables(tables) if tables else PACKET_SCHEMA.empty_table()
 
 
 def _encap_as_one_process(table: pa.Table) -> pa.Table:
@@ -412,36 +463,42 @@ class _RangeFailed(Exception):
         self.start, self.end, self.exc = start, end, exc
 
 
-def _simulate_models(c, packets: pa.Table, config: GroConfig, models, engine, coalesced):
-    """Submit every model's GRO tasks, then reduce: ``(results, stages)``."""
-    from gropcap.gro.flows import assign_flow_ids
+def _simulate_models(c, packets: pa.Table, sources, config: GroConfig, models, engine,
+                     coalesced):
+    """Submit every model's GRO tasks, then reduce: ``(results, stages)``.
+
+    napi: the RX queues are dealt round-robin into one partition per worker (a partition
+    of several whole queues is as exact as one queue: they share no state)."""
     from gropcap.gro.rss import rss_hash, rx_queue
+    nworkers = max(1, len(c.scheduler_info().get("workers", {})))
     pending = {}
     for m in models:
         cfg = config.replace(model=m)
         if _queue_split_ok(cfg, engine, coalesced) and packets.num_rows:
-            h = rss_hash(packets, cfg.rss_key, enabled=cfg.rss == "toeplitz")
-            queue = np.asarray(rx_queue(h, cfg.queues)).astype(np.int64)
-            rows = [np.nonzero(queue == q)[0] for q in range(cfg.queues)]
-            rows = [r for r in rows if len(r)]
-            futs = [c.submit(queue_task, packets.take(pa.array(r)), cfg, pure=False)
-                    for r in rows]
-            pending[m] = ("queues", cfg, futs, rows, queue)
+            nparts = min(cfg.queues, nworkers)
+            groups = [list(range(p, cfg.queues, nparts)) for p in range(nparts)]
+            futs = [(c.submit(queue_task, sources, g, cfg, pure=False), (sources, g, cfg))
+                    for g in groups]
+            pending[m] = ("queues", cfg, futs)
         else:
-            pending[m] = ("model", cfg, c.submit(model_task, packets, cfg, engine,
-                                                 coalesced, pure=False))
+            args = (sources, cfg, engine, coalesced)
+            pending[m] = ("model", cfg, (c.submit(model_task, *args, pure=False), args))
+    flow_fut = c.submit(flow_ids_task, sources, pure=False) if any(
+        p[0] == "queues" for p in pending.values()) else None
     results, stages = {}, {}
-    flow_id = None
+    flow_id = queue = None
     for m in models:
-        kind, cfg, *rest = pending[m]
+        kind, cfg, fut = pending[m]
         if kind == "queues":
-            futs, rows, queue = rest
             if flow_id is None:
-                flow_id = assign_flow_ids(packets)
-            parts = c.gather(futs)
-            results[m] = merge_queue_parts(parts, rows, flow_id, queue, cfg)
+                flow_id, _ = _run(c, flow_fut, flow_ids_task, sources)
+                h = rss_hash(packets, cfg.rss_key, enabled=cfg.rss == "toeplitz")
+                queue = np.asarray(rx_queue(h, cfg.queues)).astype(np.int64)
+            done = [_run(c, f, queue_task, *args)[0] for f, args in fut]
+            results[m] = merge_queue_parts([d[0] for d in done], [d[1] for d in done],
+                                           flow_id, queue, cfg)
         else:
-            results[m], st = rest[0].result()
+            (results[m], st), _ = _run(c, fut[0], model_task, *fut[1])
             if st is not None:
                 stages[m] = st
     return results, stages

@@ -1,0 +1,128 @@
+"""Measure ``runner.analyze_distributed`` on 1 and 2 local Dask workers against one process.
+
+Builds (once, deterministic) ``--files`` captures with ``make_bench_capture.py``, then:
+
+- ``one_process``: ``pipeline.analyze`` over all files (JIT warm), wall and CPU time;
+- ``workers=N``: a LocalCluster of N single-threaded worker processes (start-up timed
+  apart; each worker warms its kernels from the on-disk numba cache on a sample first),
+  then ``analyze_distributed`` over the same files: wall time, speed-up against one process
+  and against 1 worker, peak RSS of every worker (``VmHWM``) and of the client.
+  Invariant: the summary and every GroResult equal the one-process run.
+
+The machine is shared: run it under ``nice`` and read the CPU-time column with the wall one.
+
+    nice python benchmarks/bench_runner.py --dir /tmp/bench_runner --files 4 \\
+        --packets 1000000 --workers 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+SAMPLE = os.path.join(ROOT, "sample_pcaps", "crafted_gre.pcap")
+
+
+def _peak_rss_mib() -> float:
+    """This process's peak resident set (VmHWM: ru_maxrss would carry the parent's peak
+    over fork+exec into the worker processes)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def make_inputs(d: str, files: int, packets: int, flows: int) -> list[str]:
+    os.makedirs(d, exist_ok=True)
+    paths = []
+    for i in range(files):
+        p = os.path.join(d, f"bench{i}-{packets}.pcap")
+        if not os.path.exists(p):
+            subprocess.run([sys.executable, os.path.join(HERE, "make_bench_capture.py"), p,
+                            "--packets", str(packets), "--flows", str(flows),
+                            "--seed", str(20261130 + i)], check=True,
+                           stdout=subprocess.DEVNULL)
+        paths.append(p)
+    return paths
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", default="/tmp/bench_runner")
+    ap.add_argument("--files", type=int, default=4)
+    ap.add_argument("--packets", type=int, default=1_000_000)
+    ap.add_argument("--flows", type=int, default=4000)
+    ap.add_argument("--queues", type=int, default=4)
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--out", default=None, help="also write the JSON here")
+    args = ap.parse_args(argv)
+
+    from dask.distributed import Client, LocalCluster
+
+    from gropcap.gro.config import GroConfig
+    from gropcap.pipeline import analyze
+    from gropcap.runner import analyze_distributed
+
+    paths = make_inputs(args.dir, args.files, args.packets, args.flows)
+    cfg = GroConfig(queues=args.queues)
+    total_bytes = sum(os.path.getsize(p) for p in paths)
+    report = {"files": len(paths), "bytes": total_bytes, "packets": None,
+              "cpus": os.cpu_count(), "queues": args.queues, "runs": {}}
+
+    analyze(SAMPLE, cfg)  # JIT warm-up
+    t0, c0 = time.perf_counter(), time.process_time()
+    one = analyze(paths, cfg)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    report["packets"] = one.decoded.num_rows
+    report["runs"]["one_process"] = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+                                     "peak_rss_mib": round(_peak_rss_mib(), 1)}
+    one_summary = one.summary()
+    base = wall
+    print(f"one process: {wall:.2f} s wall, {cpu:.2f} s CPU, "
+          f"{report['packets']} packets, {total_bytes / 2**20:.0f} MiB", flush=True)
+    del one
+
+    first = None
+    for n in args.workers:
+        t0 = time.perf_counter()
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                               dashboard_address=None)
+        client = Client(cluster)
+        start = time.perf_counter() - t0
+        analyze_distributed(SAMPLE, cfg, client=client)   # workers load the numba cache
+        t0 = time.perf_counter()
+        dist = analyze_distributed(paths, cfg, client=client)
+        wall = time.perf_counter() - t0
+        assert dist.summary() == one_summary, "distributed summary differs"
+        rss = client.run(_peak_rss_mib)
+        first = first or wall
+        run = {"workers": n, "cluster_start_s": round(start, 2), "wall_s": round(wall, 3),
+               "speedup_vs_one_process": round(base / wall, 2),
+               "speedup_vs_1_worker": round(first / wall, 2),
+               "worker_peak_rss_mib": sorted(round(v, 1) for v in rss.values()),
+               "client_peak_rss_mib": round(_peak_rss_mib(), 1)}
+        report["runs"][f"workers={n}"] = run
+        print(json.dumps(run), flush=True)
+        del dist
+        client.close()
+        cluster.close()
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    return report
+
+
+if __name__ == "__main__":
+    main()
