@@ -13,8 +13,9 @@ exact, run as Dask tasks, and merged by one deterministic reduction on the clien
    :class:`~gropcap.gro.engine.BatchResult` s are mapped back to global row, flow, poll
    and super-packet numbers and :func:`engine.assemble` orders delivery by (poll time,
    queue, poll order) exactly as in one process (docs/gro-model.md: queues are
-   independent). The ``ideal`` model, configurations that run the reference model, frames
-   captured already coalesced, and the gro_cells stage run as one task per model.
+   independent); frames captured already coalesced take their per-row GSO input along. The
+   ``ideal`` model, configurations that run the reference model, and the gro_cells stage
+   run as one task per model.
 
 Failures: a file that fails to parse, or whose task is lost with its worker, is left out
 and recorded in :attr:`DistributedAnalysis.failures` (path, byte range, error); the
@@ -149,13 +150,33 @@ def coalesced_count_task(result) -> int:
     return coalesced_input(table).num_coalesced
 
 
+def coalesced_task(sources):
+    """``gso.coalesced_input`` of the whole decoded table (None when no frame is
+    coalesced), on a worker."""
+    from gropcap.gso import coalesced_input
+    co = coalesced_input(_packets_of(sources))
+    return co if co.num_coalesced else None
+
+
+def _take_coalesced(co, rows: np.ndarray):
+    """The per-row arrays of a CoalescedInput for ``rows`` only (None stays None)."""
+    if co is None:
+        return None
+    from gropcap.gso import CoalescedInput
+    part = CoalescedInput(co.is_gso[rows], co.gso_size[rows], co.segs[rows], co.source[rows])
+    fl = getattr(co, "frag_list", None)
+    if fl is not None:
+        part.frag_list = np.asarray(fl)[rows]
+    return part if part.num_coalesced else None
+
+
 def flow_ids_task(sources) -> np.ndarray:
     """``flows.assign_flow_ids`` of the whole decoded table, on a worker."""
     from gropcap.gro.flows import assign_flow_ids
     return assign_flow_ids(_packets_of(sources))
 
 
-def queue_task(sources, queues: list[int], config: GroConfig):
+def queue_task(sources, queues: list[int], config: GroConfig, coalesced=None):
     """GRO of the rows of some RX queues (capture order) of the whole decoded table
     (rebuilt here from the decode results ``sources``, so the client never uploads it):
     ``(BatchResult, rows)`` with the result numbered locally and ``rows`` the global row
@@ -165,7 +186,8 @@ def queue_task(sources, queues: list[int], config: GroConfig):
     packets = _packets_of(sources)
     h = rss_hash(packets, config.rss_key, enabled=config.rss == "toeplitz")
     rows = np.nonzero(np.isin(np.asarray(rx_queue(h, config.queues)), queues))[0]
-    part, _ = simulate_batch(packets.take(pa.array(rows)), config, None, final=True)
+    part, _ = simulate_batch(packets.take(pa.array(rows)), config, None, final=True,
+                             coalesced=_take_coalesced(coalesced, rows))
     return part, rows
 
 
@@ -234,10 +256,10 @@ def merge_queue_parts(parts: list, rows: list[np.ndarray], flow_id: np.ndarray,
     return assemble([merged], config)
 
 
-def _queue_split_ok(config: GroConfig, engine: str, coalesced) -> bool:
+def _queue_split_ok(config: GroConfig, engine: str) -> bool:
     from gropcap.gro.reference import needs_reference
-    return (config.model == "napi" and engine == "fast" and coalesced is None
-            and config.tunnel_gro is None and not needs_reference(config))
+    return (config.model == "napi" and engine == "fast" and config.tunnel_gro is None
+            and not needs_reference(config))
 
 
 @contextlib.contextmanager
@@ -321,18 +343,16 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
         tables, infos, failures, sources, counts = _decode_all(
             c, files, decode_options, decoder, split_bytes, batch_records)
         packets = pa.concat_tables(tables) if tables else PACKET_SCHEMA.empty_table()
-        coalesced = None
         try:
             found = sum(c.gather(counts))
-        except Exception:   # a count lost with a worker: count here instead
+        except Exception:   # a count lost with a worker: detect over the whole table
             found = 1
-        if found:
-            from gropcap.gso import coalesced_input
-            coalesced = coalesced_input(packets)
-            if not coalesced.num_coalesced:
-                coalesced = None
+        # the inference of gso_size needs every row (SYNs, per-direction statistics): one
+        # task, whose result the GRO tasks take straight from its worker
+        co_fut = c.submit(coalesced_task, sources, pure=False) if found else None
         results, stages = _simulate_models(c, packets, sources, config, models, engine,
-                                           coalesced)
+                                           co_fut)
+        coalesced = _run(c, co_fut, coalesced_task, sources)[0] if found else None
     a = DistributedAnalysis(packets=packets, infos=infos, config=config, results=results,
                             decode_options=decode_options, stages=stages, egress=egress)
     a.coalesced = coalesced
@@ -354,7 +374,8 @@ def _run(c, fut, fn, *args):
 def _decode_all(c, files, options, decoder, split_bytes, batch_records):
     """Decode every file (whole, or in byte ranges for large plain files); returns
     ``(tables, infos, failures, sources, counts)`` in input order (``sources``: the
-    decode futures per file, ``counts``: futures of their coalesced-frame counts), ``file_index`` renumbered over the
+    decode futures per file, ``counts``: futures of their coalesced-frame counts),
+    ``file_index`` renumbered over the
     files that succeeded (as one process would number them)."""
     from gropcap.capture.compress import sniff_compression
 
@@ -474,11 +495,11 @@ def _simulate_models(c, packets: pa.Table, sources, config: GroConfig, models, e
     pending = {}
     for m in models:
         cfg = config.replace(model=m)
-        if _queue_split_ok(cfg, engine, coalesced) and packets.num_rows:
+        if _queue_split_ok(cfg, engine) and packets.num_rows:
             nparts = min(cfg.queues, nworkers)
             groups = [list(range(p, cfg.queues, nparts)) for p in range(nparts)]
-            futs = [(c.submit(queue_task, sources, g, cfg, pure=False), (sources, g, cfg))
-                    for g in groups]
+            futs = [(c.submit(queue_task, sources, g, cfg, coalesced, pure=False),
+                     (sources, g, cfg, coalesced)) for g in groups]
             pending[m] = ("queues", cfg, futs)
         else:
             args = (sources, cfg, engine, coalesced)

@@ -278,3 +278,19 @@ def test_dead_worker_in_a_range_reported_with_its_bytes(client, generated, monke
     assert [i.path for i in dist.infos] == [generated[0], generated[2]]
     assert analyze([generated[0], generated[2]]).decoded.equals(dist.decoded)
     client.wait_for_workers(2, timeout=60)
+
+
+def test_coalesced_input_split_by_queue(client, tmp_path):
+    """Frames captured after TSO/GRO arrive as GSO packets in every queue partition."""
+    p = str(tmp_path / "bench.pcap")
+    subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "..",
+                                                 "benchmarks", "make_bench_capture.py"),
+                    p, "--packets", "20000", "--flows", "200"], check=True,
+                   stdout=subprocess.DEVNULL)
+    cfg = GroConfig(queues=4)
+    one = analyze(p, cfg)
+    assert one.coalesced is not None and one.coalesced.num_coalesced > 100
+    dist = analyze_distributed(p, cfg, client=client)
+    assert dist.coalesced is not None
+    assert (dist.coalesced.segs == one.coalesced.segs).all()
+    assert_same(one, dist, tmp_path)
