@@ -142,14 +142,6 @@ def decode_range_task(path: str, file_index: int, first_batch: int, end_batch: i
         else PACKET_SCHEMA.empty_table()
 
 
-def coalesced_count_task(result) -> int:
-    """Frames captured already coalesced in one decode result (``gso.coalesced_input``
-    detects them row by row, so the counts of the parts add up to the whole's)."""
-    from gropcap.gso import coalesced_input
-    table = result[0] if isinstance(result, tuple) else result
-    return coalesced_input(table).num_coalesced
-
-
 def coalesced_task(sources):
     """``gso.coalesced_input`` of the whole decoded table (None when no frame is
     coalesced), on a worker."""
@@ -340,19 +332,15 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
         paths = [paths]
     files = expand_inputs([str(p) for p in paths])
     with open_client(client, jobs=jobs, scheduler=scheduler) as c:
-        tables, infos, failures, sources, counts = _decode_all(
+        tables, infos, failures, sources = _decode_all(
             c, files, decode_options, decoder, split_bytes, batch_records)
         packets = pa.concat_tables(tables) if tables else PACKET_SCHEMA.empty_table()
-        try:
-            found = sum(c.gather(counts))
-        except Exception:   # a count lost with a worker: detect over the whole table
-            found = 1
         # the inference of gso_size needs every row (SYNs, per-direction statistics): one
         # task, whose result the GRO tasks take straight from its worker
-        co_fut = c.submit(coalesced_task, sources, pure=False) if found else None
+        co_fut = c.submit(coalesced_task, sources, pure=False)
         results, stages = _simulate_models(c, packets, sources, config, models, engine,
                                            co_fut)
-        coalesced = _run(c, co_fut, coalesced_task, sources)[0] if found else None
+        coalesced = _run(c, co_fut, coalesced_task, sources)[0]
     a = DistributedAnalysis(packets=packets, infos=infos, config=config, results=results,
                             decode_options=decode_options, stages=stages, egress=egress)
     a.coalesced = coalesced
@@ -373,8 +361,8 @@ def _run(c, fut, fn, *args):
 
 def _decode_all(c, files, options, decoder, split_bytes, batch_records):
     """Decode every file (whole, or in byte ranges for large plain files); returns
-    ``(tables, infos, failures, sources, counts)`` in input order (``sources``: the
-    decode futures per file, ``counts``: futures of their coalesced-frame counts),
+    ``(tables, infos, failures, sources)`` in input order (``sources``: the decode
+    futures per file),
     ``file_index`` renumbered over the
     files that succeeded (as one process would number them)."""
     from gropcap.capture.compress import sniff_compression
@@ -408,7 +396,7 @@ def _decode_all(c, files, options, decoder, split_bytes, batch_records):
             rargs = (path, i, b0, b1, options, batch_records)
             futs.append(((lo, hi), rargs, c.submit(decode_range_task, *rargs, pure=False)))
         jobs[i] = ("ranges", info, futs)
-    tables, infos, failures, sources, counts = [], [], [], [], []
+    tables, infos, failures, sources = [], [], [], []
     for i, (kind, args, fut) in enumerate(jobs):
         path = files[i]
         if kind == "failed":
@@ -435,10 +423,9 @@ def _decode_all(c, files, options, decoder, split_bytes, batch_records):
             failures.append(InputFailure(path, 0, None, _err_text(exc)))
             continue
         sources.append((kind, futs, i, len(infos)))
-        counts.extend(c.submit(coalesced_count_task, f, pure=False) for f in futs)
         tables.append(file_table(kind, parts, i, len(infos)))
         infos.append(info)
-    return tables, infos, failures, sources, counts
+    return tables, infos, failures, sources
 
 
 def file_table(kind: str, parts: list, index: int, new_index: int) -> pa.Table:
