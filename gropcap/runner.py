@@ -4,12 +4,14 @@ Layer: same inputs and output as :func:`gropcap.pipeline.analyze` (paths -> an
 :class:`~gropcap.pipeline.Analysis`); the work is cut into partitions that keep the result
 exact, run as Dask tasks, and merged by one deterministic reduction on the client:
 
-1. **decode**: one task per input file (whole files; ``decode_batch`` with the file's
-   position as ``file_index``); tables are concatenated in input order, as
+1. **decode**: one task per input file (``decode_batch`` with the file's position as
+   ``file_index``); a plain file above ``split_bytes`` is scanned for its record framing
+   and decoded in byte ranges of whole scan batches. Tables stay on the workers; the
+   client fetches each once and concatenates them in input order, as
    ``pipeline.decode_files`` does.
 2. **GRO**: the kernel keeps GRO state per RX queue (``napi_struct`` per queue,
-   ``dev_gro_receive`` works on ``napi->gro_hash``), so in the ``napi`` model each queue's
-   rows (in capture order) are one task of ``engine.simulate_batch``; the per-queue
+   ``dev_gro_receive`` works on ``napi->gro_hash``), so in the ``napi`` model whole
+   queues' rows (in capture order) are one task of ``engine.simulate_batch``; the per-queue
    :class:`~gropcap.gro.engine.BatchResult` s are mapped back to global row, flow, poll
    and super-packet numbers and :func:`engine.assemble` orders delivery by (poll time,
    queue, poll order) exactly as in one process (docs/gro-model.md: queues are
@@ -17,8 +19,11 @@ exact, run as Dask tasks, and merged by one deterministic reduction on the clien
    ``ideal`` model, configurations that run the reference model, and the gro_cells stage
    run as one task per model.
 
-Failures: a file that fails to parse, or whose task is lost with its worker, is left out
-and recorded in :attr:`DistributedAnalysis.failures` (path, byte range, error); the
+Coalesced-input detection and flow numbering need every row: one task each.
+See docs/scale.md for figures and limits.
+
+Failures: a file that fails to parse, or whose task is lost with its worker twice, is
+left out and recorded in :attr:`DistributedAnalysis.failures` (path, byte range, error); the
 summary lists them under ``failed_inputs``. Nothing else is dropped silently.
 
 >>> # from gropcap.runner import analyze_distributed
