@@ -345,7 +345,7 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
         co_fut = c.submit(coalesced_task, sources, pure=False)
         results, stages = _simulate_models(c, packets, sources, config, models, engine,
                                            co_fut)
-        coalesced = _run(c, co_fut, coalesced_task, sources)[0]
+        coalesced = _result_or_retry(c, co_fut, coalesced_task, sources)[0]
     a = DistributedAnalysis(packets=packets, infos=infos, config=config, results=results,
                             decode_options=decode_options, stages=stages, egress=egress)
     a.coalesced = coalesced
@@ -353,7 +353,7 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
     return a
 
 
-def _run(c, fut, fn, *args):
+def _result_or_retry(c, fut, fn, *args):
     """``(result, future)``: ``fut``'s result; a task lost with a dying worker (KilledWorker, possibly through
     no fault of its own: it shared the worker) runs once more on its own first."""
     from dask.distributed import KilledWorker
@@ -392,7 +392,7 @@ def _decode_all(c, files, options, decoder, split_bytes, batch_records):
             continue
         path = files[i]
         try:
-            (ranges, info), _ = _run(c, fut, plan_ranges_task, *args)
+            (ranges, info), _ = _result_or_retry(c, fut, plan_ranges_task, *args)
         except Exception as exc:
             jobs[i] = ("failed", InputFailure(path, 0, None, _err_text(exc)), None)
             continue
@@ -409,13 +409,13 @@ def _decode_all(c, files, options, decoder, split_bytes, batch_records):
             continue
         try:
             if kind == "file":
-                (table, info), done = _run(c, fut, decode_file_task, *args)
+                (table, info), done = _result_or_retry(c, fut, decode_file_task, *args)
                 parts, futs = [table], [done]
             else:
                 info, parts, futs = args, [], []
                 for (lo, hi), rargs, rfut in fut:
                     try:
-                        table, done = _run(c, rfut, decode_range_task, *rargs)
+                        table, done = _result_or_retry(c, rfut, decode_range_task, *rargs)
                         parts.append(table)
                         futs.append(done)
                     except Exception as exc:
@@ -504,14 +504,14 @@ def _simulate_models(c, packets: pa.Table, sources, config: GroConfig, models, e
         kind, cfg, fut = pending[m]
         if kind == "queues":
             if flow_id is None:
-                flow_id, _ = _run(c, flow_fut, flow_ids_task, sources)
+                flow_id, _ = _result_or_retry(c, flow_fut, flow_ids_task, sources)
                 h = rss_hash(packets, cfg.rss_key, enabled=cfg.rss == "toeplitz")
                 queue = np.asarray(rx_queue(h, cfg.queues)).astype(np.int64)
-            done = [_run(c, f, queue_task, *args)[0] for f, args in fut]
+            done = [_result_or_retry(c, f, queue_task, *args)[0] for f, args in fut]
             results[m] = merge_queue_parts([d[0] for d in done], [d[1] for d in done],
                                            flow_id, queue, cfg)
         else:
-            (results[m], st), _ = _run(c, fut[0], model_task, *fut[1])
+            (results[m], st), _ = _result_or_retry(c, fut[0], model_task, *fut[1])
             if st is not None:
                 stages[m] = st
     return results, stages
