@@ -354,8 +354,9 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
 
 
 def _result_or_retry(c, fut, fn, *args):
-    """``(result, future)``: ``fut``'s result; a task lost with a dying worker (KilledWorker, possibly through
-    no fault of its own: it shared the worker) runs once more on its own first."""
+    """``(result, future)``: ``fut``'s result; a task lost with a dying worker
+    (KilledWorker, possibly through no fault of its own: it shared the worker) runs once
+    more on its own first."""
     from dask.distributed import KilledWorker
     try:
         return fut.result(), fut
