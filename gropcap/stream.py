@@ -510,25 +510,11 @@ _FLOW_KEY_COLS = ("encap", "ip_version", "ip_src", "ip_dst", "l4_proto", "sport"
 def _flows_table(keys: pa.Table, packets: np.ndarray, payload: np.ndarray,
                  runs: list[_ModelRun]) -> pa.Table:
     """report.tables.flows_table from per-flow counters."""
-    from gropcap.report.tables import addr_text
+    from gropcap.report.tables import flow_key_columns
 
     n_flows = keys.num_rows
-    ver = keys.column("ip_version").to_numpy()
-    src = keys.column("ip_src").to_pylist()
-    dst = keys.column("ip_dst").to_pylist()
     cols = {
-        "flow_id": np.arange(n_flows, dtype=np.int64),
-        "encap": keys.column("encap").cast(pa.string()),
-        "ip_version": keys.column("ip_version"),
-        "src": pa.array([addr_text(s, v) for s, v in zip(src, ver)], pa.string()),
-        "dst": pa.array([addr_text(d, v) for d, v in zip(dst, ver)], pa.string()),
-        "l4_proto": keys.column("l4_proto"),
-        "sport": keys.column("sport"),
-        "dport": keys.column("dport"),
-        "tun_type": keys.column("tun_type"),
-        "tun_key": keys.column("tun_key"),
-        "vlan_tci0": keys.column("vlan_tci0"),
-        "dsa_port": keys.column("dsa_port"),
+        **flow_key_columns(keys),
         "packets": packets[:n_flows].astype(np.int64),
         "payload_bytes": payload[:n_flows].astype(np.int64),
     }

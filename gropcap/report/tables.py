@@ -52,6 +52,22 @@ def addr_text(raw: bytes, version: int) -> str:
     return ""
 
 
+def flow_key_columns(keys: pa.Table) -> dict:
+    """The key columns of the flows table from each flow's first packet (one row a flow)."""
+    ver = keys.column("ip_version").to_numpy()
+    src = keys.column("ip_src").to_pylist()
+    dst = keys.column("ip_dst").to_pylist()
+    return {
+        "flow_id": np.arange(keys.num_rows, dtype=np.int64),
+        "encap": keys.column("encap").cast(pa.string()),
+        "ip_version": keys.column("ip_version"),
+        "src": pa.array([addr_text(s, v) for s, v in zip(src, ver)], pa.string()),
+        "dst": pa.array([addr_text(d, v) for d, v in zip(dst, ver)], pa.string()),
+        **{name: keys.column(name) for name in ("l4_proto", "sport", "dport", "tun_type",
+                                                "tun_key", "vlan_tci0", "dsa_port")},
+    }
+
+
 def flows_table(analysis) -> pa.Table:
     """One row per flow: keys, packets, super-packets and ratio per model, top reason."""
     packets = analysis.decoded
@@ -64,22 +80,8 @@ def flows_table(analysis) -> pa.Table:
     first[flow_id[order]] = order
     take = pa.array(first)
     keys = packets.take(take) if n_flows else packets.slice(0, 0)
-    ver = keys.column("ip_version").to_numpy()
-    src = keys.column("ip_src").to_pylist()
-    dst = keys.column("ip_dst").to_pylist()
     cols = {
-        "flow_id": np.arange(n_flows, dtype=np.int64),
-        "encap": keys.column("encap").cast(pa.string()),
-        "ip_version": keys.column("ip_version"),
-        "src": pa.array([addr_text(s, v) for s, v in zip(src, ver)], pa.string()),
-        "dst": pa.array([addr_text(d, v) for d, v in zip(dst, ver)], pa.string()),
-        "l4_proto": keys.column("l4_proto"),
-        "sport": keys.column("sport"),
-        "dport": keys.column("dport"),
-        "tun_type": keys.column("tun_type"),
-        "tun_key": keys.column("tun_key"),
-        "vlan_tci0": keys.column("vlan_tci0"),
-        "dsa_port": keys.column("dsa_port"),
+        **flow_key_columns(keys),
         "packets": np.bincount(flow_id, minlength=n_flows).astype(np.int64),
         "payload_bytes": np.bincount(flow_id, weights=packets.column("payload_len")
                                      .to_numpy().astype(np.float64),
