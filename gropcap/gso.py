@@ -180,6 +180,145 @@ class CoalescedInput:
         return int(self.is_gso.sum())
 
 
+class CoalescedStats:
+    """What :func:`coalesced_input` needs from the whole capture, gathered batch by batch.
+
+    Per TCP direction (source and destination address and port): the MSS of its first SYN
+    that carries one, and a histogram of the payload sizes of its single (not coalesced)
+    data segments. :meth:`add` folds in the next rows in capture order, :meth:`merge` folds
+    in the statistics of rows that come after (another file, another byte range), and
+    :meth:`infer` gives any rows their :class:`CoalescedInput` once everything is in: a
+    frame's gso_size can depend on a SYN or on segments that come after it. The same
+    statistics whatever the batches, so streaming and distributed runs infer what one
+    pass over the whole table infers.
+    """
+
+    def __init__(self, mtu: int = 1500):
+        self.mtu = mtu
+        self.syn_mss: dict[bytes, int] = {}
+        self.sizes: dict[bytes, dict[int, int]] = {}
+        self.num = 0            # coalesced frames seen by add()
+
+    @staticmethod
+    def _keys(t, rev: bool = False):
+        """Direction keys, one fixed-width byte row per packet (addresses, then ports)."""
+        import numpy as np
+
+        from gropcap.gro.flows import _column_bytes as fixed_bytes
+        a, b = ("ip_dst", "ip_src") if rev else ("ip_src", "ip_dst")
+        pa_, pb = ("dport", "sport") if rev else ("sport", "dport")
+        mat = np.concatenate([
+            fixed_bytes(t.column(a)), fixed_bytes(t.column(b)),
+            t.column(pa_).to_numpy().astype(">u2").view(np.uint8).reshape(-1, 2),
+            t.column(pb).to_numpy().astype(">u2").view(np.uint8).reshape(-1, 2)], axis=1)
+        return np.ascontiguousarray(mat)
+
+    def is_gso(self, t):
+        """Per row: a TCP data frame captured already coalesced (pcapng TCP_SEG_OFFLOAD,
+        IPv4 total length 0, IPv6 payload length 0, or an outermost IP packet above the
+        MTU)."""
+        import numpy as np
+
+        from gropcap import constants as C
+        from gropcap.decode.schema import STATUS_OK
+        col = lambda name: t.column(name).to_numpy()  # noqa: E731
+        enc = col("outer_ip_version") != 0
+        v = np.where(enc, col("outer_ip_version"), col("ip_version"))
+        tot = np.where(enc, col("outer_ip_tot_len"), col("ip_tot_len")).astype(np.int64)
+        return ((col("status") == STATUS_OK) & (col("l4_proto") == C.IPPROTO_TCP)
+                & (col("payload_len") != 0)
+                & (((col("epb_flags") & C.EPB_FLAG_TCP_SEG_OFFLOAD) != 0)
+                   | ((v == 4) & (tot == 0)) | ((v == 6) & (tot == 40)) | (tot > self.mtu)))
+
+    def add(self, t) -> None:
+        """Fold in the next rows (capture order): first SYN MSS per direction, sizes of
+        single data segments."""
+        import numpy as np
+
+        from gropcap import constants as C
+        from gropcap.decode.schema import STATUS_OK
+        col = lambda name: t.column(name).to_numpy()  # noqa: E731
+        gso = self.is_gso(t)
+        self.num += int(gso.sum())
+        tcp = (col("l4_proto") == C.IPPROTO_TCP) & (col("status") == STATUS_OK)
+        syn = tcp & ((col("tcp_flags") & C.TCP_FLAG_SYN) != 0) & (col("tcp_mss") != 0)
+        data = tcp & ~syn & ~gso & (col("payload_len") > 0)
+        if not (syn.any() or data.any()):
+            return
+        keys = self._keys(t)
+        if syn.any():
+            mss = col("tcp_mss")
+            for i in np.flatnonzero(syn).tolist():
+                self.syn_mss.setdefault(keys[i].tobytes(), int(mss[i]))
+        if data.any():
+            rows = np.flatnonzero(data)
+            pl = col("payload_len")[rows].astype(np.int64)
+            kp = np.concatenate([keys[rows], pl.astype(">u4").view(np.uint8).reshape(-1, 4)],
+                                axis=1)
+            view = np.ascontiguousarray(kp).view(np.dtype((np.void, kp.shape[1]))).ravel()
+            _, first, cnt = np.unique(view, return_index=True, return_counts=True)
+            for j, c in zip(first.tolist(), cnt.tolist()):
+                d = self.sizes.setdefault(keys[rows[j]].tobytes(), {})
+                d[int(pl[j])] = d.get(int(pl[j]), 0) + c
+
+    def merge(self, later: "CoalescedStats") -> "CoalescedStats":
+        """Fold in the statistics of rows that come after the ones seen so far (the first
+        SYN stays the first); returns self."""
+        for k, v in later.syn_mss.items():
+            self.syn_mss.setdefault(k, v)
+        for k, d in later.sizes.items():
+            mine = self.sizes.setdefault(k, {})
+            for size, c in d.items():
+                mine[size] = mine.get(size, 0) + c
+        self.num += later.num
+        return self
+
+    def infer(self, t) -> CoalescedInput:
+        """The :class:`CoalescedInput` of rows ``t`` (after every row went through
+        :meth:`add`): see :func:`coalesced_input` for the rule."""
+        import numpy as np
+        n = t.num_rows
+        gso = self.is_gso(t)
+        gso_size = np.zeros(n, np.int32)
+        segs = np.ones(n, np.int32)
+        source = np.zeros(n, np.uint8)
+        rows = np.flatnonzero(gso)
+        if len(rows):
+            col = lambda name: t.column(name).to_numpy()[rows].astype(np.int64)  # noqa
+            keys = self._keys(t)[rows]
+            rkeys = self._keys(t, rev=True)[rows]
+            opt = col("tcp_doff") * 4 - 20
+            first = np.where(col("outer_ip_version") != 0, col("outer_ip_offset"),
+                             col("ip_offset"))
+            hdr = col("l4_offset") + col("tcp_doff") * 4 - first
+            pl = col("payload_len")
+            # per direction (few), then per row
+            view = np.ascontiguousarray(keys).view(np.dtype((np.void, keys.shape[1]))).ravel()
+            _, first_of, inv = np.unique(view, return_index=True, return_inverse=True)
+            inv = inv.ravel()
+            nk = len(first_of)
+            mss_k = np.zeros(nk, np.int64)
+            best_k = np.zeros(nk, np.int64)
+            for u, j in enumerate(first_of.tolist()):
+                k = keys[j].tobytes()
+                mss_k[u] = self.syn_mss.get(rkeys[j].tobytes()) or self.syn_mss.get(k) or 0
+                if self.sizes.get(k):
+                    # the most common size, the largest on ties
+                    best_k[u] = max(self.sizes[k].items(), key=lambda kv: (kv[1], kv[0]))[0]
+            mss = mss_k[inv]
+            best = best_k[inv]
+            use_syn = (mss != 0) & (mss - opt > 0)
+            use_flow = ~use_syn & (best != 0)
+            size = np.where(use_syn, mss - opt, np.where(use_flow, best, self.mtu - hdr))
+            src = np.where(use_syn, GSO_SIZE_FROM_SYN,
+                           np.where(use_flow, GSO_SIZE_FROM_FLOW, GSO_SIZE_FROM_MTU))
+            size = np.maximum(size, 1)
+            gso_size[rows] = size
+            segs[rows] = np.maximum(1, -(-pl // size))
+            source[rows] = src
+        return CoalescedInput(gso, gso_size, segs, source)
+
+
 def coalesced_input(packets, mtu: int = 1500) -> CoalescedInput:
     """Detect frames captured after TSO/GRO and infer their gso_size and segment count.
 
@@ -187,69 +326,17 @@ def coalesced_input(packets, mtu: int = 1500) -> CoalescedInput:
     option of a SYN sent the other way (what the receiver allowed), else of a SYN of the
     same direction, minus the frame's TCP option bytes; else the most common payload among
     the direction's single (not coalesced) data segments, largest on ties; else ``mtu``
-    minus the frame's headers from the outermost IP header through TCP.
+    minus the frame's headers from the outermost IP header through TCP. (Vectorised over
+    :class:`CoalescedStats`; ``tests/test_coalesced_stats.py`` keeps the row-by-row
+    statement of the rule as its oracle.)
 
     >>> from gropcap.decode.schema import empty_packet_table
     >>> coalesced_input(empty_packet_table()).num_coalesced
     0
     """
-    import numpy as np
-
-    from gropcap import constants as C
-    from gropcap.decode.schema import STATUS_OK
-
-    n = packets.num_rows
-    col = {name: packets.column(name).to_pylist() for name in (
-        "status", "epb_flags", "l4_proto", "payload_len", "tcp_flags", "tcp_mss",
-        "tcp_doff", "ip_src", "ip_dst", "sport", "dport", "ip_version", "ip_tot_len",
-        "ip_offset", "outer_ip_version", "outer_ip_tot_len", "outer_ip_offset",
-        "l4_offset")}
-    is_gso = np.zeros(n, dtype=bool)
-    for i in range(n):
-        if (col["status"][i] != STATUS_OK or col["l4_proto"][i] != C.IPPROTO_TCP
-                or col["payload_len"][i] == 0):
-            continue
-        enc = col["outer_ip_version"][i] != 0
-        v = col["outer_ip_version"][i] if enc else col["ip_version"][i]
-        tot = col["outer_ip_tot_len"][i] if enc else col["ip_tot_len"][i]
-        is_gso[i] = bool(col["epb_flags"][i] & C.EPB_FLAG_TCP_SEG_OFFLOAD
-                         or (v == 4 and tot == 0) or (v == 6 and tot == 40)
-                         or tot > mtu)
-    key = [(col["ip_src"][i], col["ip_dst"][i], col["sport"][i], col["dport"][i])
-           for i in range(n)]
-    syn_mss: dict = {}
-    sizes: dict = {}
-    for i in range(n):
-        if col["l4_proto"][i] != C.IPPROTO_TCP or col["status"][i] != STATUS_OK:
-            continue
-        if col["tcp_flags"][i] & C.TCP_FLAG_SYN and col["tcp_mss"][i]:
-            syn_mss.setdefault(key[i], col["tcp_mss"][i])
-        elif not is_gso[i] and col["payload_len"][i] > 0:
-            d = sizes.setdefault(key[i], {})
-            d[col["payload_len"][i]] = d.get(col["payload_len"][i], 0) + 1
-    gso_size = np.zeros(n, dtype=np.int32)
-    segs = np.ones(n, dtype=np.int32)
-    source = np.zeros(n, dtype=np.uint8)
-    for i in np.flatnonzero(is_gso):
-        k = key[i]
-        opt = col["tcp_doff"][i] * 4 - 20
-        rev = (k[1], k[0], k[3], k[2])
-        mss = syn_mss.get(rev) or syn_mss.get(k)
-        if mss and mss - opt > 0:
-            size, src = mss - opt, GSO_SIZE_FROM_SYN
-        elif sizes.get(k):
-            size = max(sizes[k].items(), key=lambda kv: (kv[1], kv[0]))[0]
-            src = GSO_SIZE_FROM_FLOW
-        else:
-            first = col["outer_ip_offset"][i] if col["outer_ip_version"][i] else \
-                col["ip_offset"][i]
-            size = mtu - (col["l4_offset"][i] + col["tcp_doff"][i] * 4 - first)
-            src = GSO_SIZE_FROM_MTU
-        size = max(int(size), 1)
-        gso_size[i] = size
-        segs[i] = gso_segs(col["payload_len"][i], size)
-        source[i] = src
-    return CoalescedInput(is_gso, gso_size, segs, source)
+    stats = CoalescedStats(mtu)
+    stats.add(packets)
+    return stats.infer(packets)
 
 
 # --- egress: what each super-packet becomes on the way out -------------------------------

@@ -284,120 +284,35 @@ class _SegOrder:
 
 
 class _Coalesced:
-    """gso.coalesced_input over a stream: the first pass collects, per TCP direction, the
-    first SYN's MSS and the payload sizes of single data segments; the GRO pass then gives
-    each batch its :class:`gso.CoalescedInput` (gso_size needs the whole capture: the peer's
-    SYN or the direction's most common segment may come later)."""
+    """gso.CoalescedStats over a stream, counting what the summary reports: the first
+    pass :meth:`add` s every batch, the GRO pass then gives each batch its
+    :class:`gso.CoalescedInput` (gso_size needs the whole capture: the peer's SYN or the
+    direction's most common segment may come later)."""
 
     def __init__(self, mtu: int = MTU_IP_BYTES):
-        self.mtu = mtu
-        self.syn_mss: dict[bytes, int] = {}
-        self.sizes: dict[bytes, dict[int, int]] = {}
-        self.num = 0            # coalesced frames
-        self.gso_segs = 0       # their segments
+        from gropcap.gso import CoalescedStats
+        self.stats = CoalescedStats(mtu)
+        self.gso_segs = 0       # segments of the coalesced frames
         self.segs_total = 0     # segments of every row (segments_in)
         self.sizes_seen: set[int] = set()
 
-    @staticmethod
-    def _keys(t: pa.Table, rev: bool = False) -> np.ndarray:
-        from gropcap.gro.flows import _column_bytes as fixed_bytes
-        a, b = ("ip_dst", "ip_src") if rev else ("ip_src", "ip_dst")
-        pa_, pb = ("dport", "sport") if rev else ("sport", "dport")
-        mat = np.concatenate([
-            fixed_bytes(t.column(a)), fixed_bytes(t.column(b)),
-            t.column(pa_).to_numpy().astype(">u2").view(np.uint8).reshape(-1, 2),
-            t.column(pb).to_numpy().astype(">u2").view(np.uint8).reshape(-1, 2)], axis=1)
-        return np.ascontiguousarray(mat)
-
-    def is_gso(self, t: pa.Table) -> np.ndarray:
-        """gso.coalesced_input's test per row."""
-        from gropcap import constants as C
-        from gropcap.decode.schema import STATUS_OK
-        col = lambda name: t.column(name).to_numpy()  # noqa: E731
-        enc = col("outer_ip_version") != 0
-        v = np.where(enc, col("outer_ip_version"), col("ip_version"))
-        tot = np.where(enc, col("outer_ip_tot_len"), col("ip_tot_len")).astype(np.int64)
-        return ((col("status") == STATUS_OK) & (col("l4_proto") == C.IPPROTO_TCP)
-                & (col("payload_len") != 0)
-                & (((col("epb_flags") & C.EPB_FLAG_TCP_SEG_OFFLOAD) != 0)
-                   | ((v == 4) & (tot == 0)) | ((v == 6) & (tot == 40)) | (tot > self.mtu)))
+    @property
+    def num(self) -> int:
+        """Coalesced frames."""
+        return self.stats.num
 
     def add(self, t: pa.Table) -> None:
-        """First pass: SYN MSS (first per direction) and single-segment payload sizes."""
-        from gropcap import constants as C
-        from gropcap.decode.schema import STATUS_OK
-        col = lambda name: t.column(name).to_numpy()  # noqa: E731
-        gso = self.is_gso(t)
-        self.num += int(gso.sum())
-        tcp = (col("l4_proto") == C.IPPROTO_TCP) & (col("status") == STATUS_OK)
-        syn = tcp & ((col("tcp_flags") & C.TCP_FLAG_SYN) != 0) & (col("tcp_mss") != 0)
-        data = tcp & ~syn & ~gso & (col("payload_len") > 0)
-        if not (syn.any() or data.any()):
-            return
-        keys = self._keys(t)
-        if syn.any():
-            mss = col("tcp_mss")
-            for i in np.flatnonzero(syn).tolist():
-                self.syn_mss.setdefault(keys[i].tobytes(), int(mss[i]))
-        if data.any():
-            rows = np.flatnonzero(data)
-            pl = col("payload_len")[rows].astype(np.int64)
-            kp = np.concatenate([keys[rows], pl.astype(">u4").view(np.uint8).reshape(-1, 4)],
-                                axis=1)
-            view = np.ascontiguousarray(kp).view(np.dtype((np.void, kp.shape[1]))).ravel()
-            u, first, cnt = np.unique(view, return_index=True, return_counts=True)
-            for j, c in zip(first.tolist(), cnt.tolist()):
-                d = self.sizes.setdefault(keys[rows[j]].tobytes(), {})
-                d[int(pl[j])] = d.get(int(pl[j]), 0) + c
+        self.stats.add(t)
 
     def batch(self, t: pa.Table):
         """The batch's gso.CoalescedInput (after every batch went through :meth:`add`)."""
-        from gropcap.gso import (GSO_SIZE_FROM_FLOW, GSO_SIZE_FROM_MTU, GSO_SIZE_FROM_SYN,
-                                 CoalescedInput)
-        n = t.num_rows
-        gso = self.is_gso(t)
-        gso_size = np.zeros(n, np.int32)
-        segs = np.ones(n, np.int32)
-        source = np.zeros(n, np.uint8)
-        rows = np.flatnonzero(gso)
-        if len(rows):
-            col = lambda name: t.column(name).to_numpy()[rows].astype(np.int64)  # noqa
-            keys = self._keys(t)[rows]
-            rkeys = self._keys(t, rev=True)[rows]
-            opt = col("tcp_doff") * 4 - 20
-            first = np.where(col("outer_ip_version") != 0, col("outer_ip_offset"),
-                             col("ip_offset"))
-            hdr = col("l4_offset") + col("tcp_doff") * 4 - first
-            pl = col("payload_len")
-            size = np.zeros(len(rows), np.int64)
-            src = np.zeros(len(rows), np.uint8)
-            # per direction (few), then per row
-            view = np.ascontiguousarray(keys).view(np.dtype((np.void, keys.shape[1]))).ravel()
-            _, first_of, inv = np.unique(view, return_index=True, return_inverse=True)
-            inv = inv.ravel()
-            nk = len(first_of)
-            mss_k = np.zeros(nk, np.int64)
-            best_k = np.zeros(nk, np.int64)
-            for u, j in enumerate(first_of.tolist()):
-                k = keys[j].tobytes()
-                mss_k[u] = self.syn_mss.get(rkeys[j].tobytes()) or self.syn_mss.get(k) or 0
-                if self.sizes.get(k):
-                    best_k[u] = max(self.sizes[k].items(), key=lambda kv: (kv[1], kv[0]))[0]
-            mss = mss_k[inv]
-            best = best_k[inv]
-            use_syn = (mss != 0) & (mss - opt > 0)
-            use_flow = ~use_syn & (best != 0)
-            size = np.where(use_syn, mss - opt, np.where(use_flow, best, self.mtu - hdr))
-            src = np.where(use_syn, GSO_SIZE_FROM_SYN,
-                           np.where(use_flow, GSO_SIZE_FROM_FLOW, GSO_SIZE_FROM_MTU))
-            size = np.maximum(size, 1)
-            gso_size[rows] = size
-            segs[rows] = np.maximum(1, -(-pl // size))
-            source[rows] = src
-            self.gso_segs += int(segs[rows].sum())
-            self.sizes_seen.update(np.unique(size).tolist())
-        self.segs_total += int(segs.astype(np.int64).sum())
-        return CoalescedInput(gso, gso_size, segs, source)
+        co = self.stats.infer(t)
+        rows = co.is_gso
+        if rows.any():
+            self.gso_segs += int(co.segs[rows].sum())
+            self.sizes_seen.update(np.unique(co.gso_size[rows]).tolist())
+        self.segs_total += int(co.segs.astype(np.int64).sum())
+        return co
 
 
 class _Counters:
