@@ -186,7 +186,9 @@ class Out(NamedTuple):
     s_inst: np.ndarray
     s_gcode: np.ndarray
     s_flow: np.ndarray
+    s_trig: np.ndarray     # int64 row being received when it went up (-1: a flush)
     nseg: np.ndarray       # int64 [1]
+    cur: np.ndarray        # int64 [1]: the row _receive is on (-1 in a flush)
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
@@ -204,6 +206,7 @@ def _emit(out, first, last, count, payload, gso, end, queue, poll, fixed, inst, 
     out.s_inst[s] = inst
     out.s_gcode[s] = gcode
     out.s_flow[s] = flow
+    out.s_trig[s] = out.cur[0]
     out.nseg[0] = s + 1
 
 
@@ -497,6 +500,7 @@ def _sfl_flush(sfl):
 def _receive(i, c, cfg, st, out, poll, age):
     """dev_gro_receive for packet i: bypass, merge, complete pp, hold or deliver."""
     out.ppoll[i] = poll
+    out.cur[0] = c.row[i]
     pre = c.pre[i]
     if pre != 0:
         # a layer bailed before L4: delivered now, the flow's held entry untouched
@@ -628,6 +632,7 @@ def _hold(i, k, reason, c, cfg, st, out, poll, age):
 def _flush_queue(q, st, out, poll, old_only, jiffy, end_all, end_old):
     """__gro_flush: buckets in index order, oldest entry first; a partial flush stops a
     bucket's walk at the first entry held in the current jiffy."""
+    out.cur[0] = -1
     for b in range(st.tcnt.shape[1]):
         while st.tcnt[q, b] > 0:
             k = st.tbl[q, b, 0]
@@ -648,6 +653,7 @@ def _held_any(q, st):
 @numba.njit(cache=True, nogil=True)
 def flush_ideal(st, out):
     """End of capture in the ideal model: held entries oldest first (END_CAPTURE)."""
+    out.cur[0] = -1
     keys = np.nonzero(st.e_first >= 0)[0]
     order = np.argsort(st.e_order[keys])
     for x in range(order.shape[0]):

@@ -615,7 +615,7 @@ def _new_out(n: int, nseg: int) -> K.Out:
                  s_first=e(nseg), s_last=e(nseg), s_count=e(nseg), s_payload=e(nseg),
                  s_gso=e(nseg), s_end=e(nseg), s_queue=e(nseg), s_poll=e(nseg),
                  s_fixed=e(nseg), s_inst=e(nseg), s_gcode=e(nseg), s_flow=e(nseg),
-                 nseg=np.zeros(1, np.int64))
+                 s_trig=e(nseg), nseg=np.zeros(1, np.int64), cur=np.full(1, -1, np.int64))
 
 
 def _concat_cols(a: K.Cols | None, b: K.Cols) -> K.Cols:
@@ -628,8 +628,10 @@ def _take_cols(c: K.Cols, idx: np.ndarray) -> K.Cols:
     return K.Cols(*[np.ascontiguousarray(x[idx]) for x in c])
 
 
+# "trig": the row whose receive sent the super-packet up (-1: a flush), what lets runs over
+# disjoint flow partitions of the ideal model be merged in one-process delivery order
 _SEG_FIELDS = ("first", "last", "count", "payload", "gso", "end", "queue", "poll", "fixed",
-               "inst", "gcode", "flow")
+               "inst", "gcode", "flow", "trig")
 
 
 def run_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineState,
