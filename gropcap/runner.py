@@ -147,52 +147,59 @@ def decode_range_task(path: str, file_index: int, first_batch: int, end_batch: i
         else PACKET_SCHEMA.empty_table()
 
 
-def coalesced_task(sources):
-    """``gso.coalesced_input`` of the whole decoded table (None when no frame is
-    coalesced), on a worker."""
-    from gropcap.gso import coalesced_input
-    co = coalesced_input(_packets_of(sources))
-    return co if co.num_coalesced else None
+def piece_meta_task(decoded):
+    """What the client needs of one decoded piece without fetching its rows:
+    ``(rows, CaptureInfo or None, gso.CoalescedStats)``."""
+    from gropcap.gso import CoalescedStats
+    table, info = decoded if isinstance(decoded, tuple) else (decoded, None)
+    stats = CoalescedStats()
+    stats.add(table)
+    return table.num_rows, info, stats
 
 
-def _take_coalesced(co, rows: np.ndarray):
-    """The per-row arrays of a CoalescedInput for ``rows`` only (None stays None)."""
-    if co is None:
-        return None
-    from gropcap.gso import CoalescedInput
-    part = CoalescedInput(co.is_gso[rows], co.gso_size[rows], co.segs[rows], co.source[rows])
-    fl = getattr(co, "frag_list", None)
-    if fl is not None:
-        part.frag_list = np.asarray(fl)[rows]
-    return part if part.num_coalesced else None
+def split_task(decoded, index: int, new_index: int, offset: int, config: GroConfig,
+               parts: int) -> list:
+    """Cut one decoded piece into the GRO partitions of ``config``'s model
+    (``engine.partition_of``): ``[(table, global_rows), ...]`` per partition, rows in
+    capture order; ``offset`` is the piece's first global row."""
+    from gropcap.gro.engine import partition_of
+    table = decoded[0] if isinstance(decoded, tuple) else decoded
+    if index != new_index and table.num_rows:
+        table = _renumber_file(table, new_index)
+    part = partition_of(table, config, parts)
+    out = []
+    for p in range(parts):
+        idx = np.flatnonzero(part == p)
+        out.append((table.take(pa.array(idx)), idx + offset))
+    return out
 
 
-def flow_ids_task(sources) -> np.ndarray:
-    """``flows.assign_flow_ids`` of the whole decoded table, on a worker."""
-    from gropcap.gro.flows import assign_flow_ids
-    return assign_flow_ids(_packets_of(sources))
-
-
-def queue_task(sources, queues: list[int], config: GroConfig, coalesced=None):
-    """GRO of the rows of some RX queues (capture order) of the whole decoded table
-    (rebuilt here from the decode results ``sources``, so the client never uploads it):
-    ``(BatchResult, rows)`` with the result numbered locally and ``rows`` the global row
-    numbers of its packets."""
+def partition_task(pieces: list, config: GroConfig, stats):
+    """GRO of one partition: the rows of every piece that fall in it, in capture order
+    (``pieces``: ``(table, global_rows)`` in input order). Returns
+    ``(BatchResult, rows, flow_keys)``: the result numbered locally, the global row of
+    each of its rows, and the same-flow key of each local flow id (to number flows over
+    the whole capture)."""
     from gropcap.gro.engine import simulate_batch
-    from gropcap.gro.rss import rss_hash, rx_queue
-    packets = _packets_of(sources)
-    h = rss_hash(packets, config.rss_key, enabled=config.rss == "toeplitz")
-    rows = np.nonzero(np.isin(np.asarray(rx_queue(h, config.queues)), queues))[0]
-    part, _ = simulate_batch(packets.take(pa.array(rows)), config, None, final=True,
-                             coalesced=_take_coalesced(coalesced, rows))
-    return part, rows
+    tables = [t for t, _ in pieces if t.num_rows]
+    rows = np.concatenate([r for _, r in pieces]) if pieces else np.zeros(0, np.int64)
+    table = pa.concat_tables(tables) if tables else PACKET_SCHEMA.empty_table()
+    co = stats.infer(table) if stats is not None and stats.num and table.num_rows else None
+    if co is not None and not co.num_coalesced:
+        co = None
+    part, state = simulate_batch(table, config, None, final=True, coalesced=co)
+    kt = state.flow_ids
+    keys = np.zeros(0, np.uint64) if kt.sorted_keys is None else \
+        kt.sorted_keys[np.argsort(kt.sorted_ids)]
+    return part, rows.astype(np.int64), keys
 
 
-def model_task(sources, config: GroConfig, engine: str, coalesced):
+def model_task(sources, config: GroConfig, engine: str, stats):
     """One model over the whole table (``pipeline.simulate`` and, when configured, the
     gro_cells stage): ``(GroResult, stages or None)``."""
     from gropcap.pipeline import simulate
     packets = _packets_of(sources)
+    coalesced = stats.infer(packets) if stats is not None and stats.num else None
     result = simulate(packets, config, engine=engine, coalesced=coalesced)
     stages = None
     if config.tunnel_gro is not None:
@@ -204,24 +211,67 @@ def model_task(sources, config: GroConfig, engine: str, coalesced):
 
 # ---- the reduction ----
 
-def merge_queue_parts(parts: list, rows: list[np.ndarray], flow_id: np.ndarray,
-                      queue: np.ndarray, config: GroConfig):
-    """Map per-queue BatchResults to global numbering and assemble one GroResult.
+def global_flow_ids(parts: list, rows: list[np.ndarray], keys: list[np.ndarray],
+                    n: int) -> np.ndarray:
+    """Flow id per global row, numbered by first appearance over the whole capture (what
+    ``flows.assign_flow_ids`` and a one-process engine give): each partition numbered its
+    flows locally and sent each local flow's key; a flow seen by several partitions gets
+    the first row of any of them."""
+    flow_id = np.zeros(n, np.int64)
+    all_keys, all_first, spans = [], [], []
+    for part, r, k in zip(parts, rows, keys):
+        if not len(r):
+            spans.append(0)
+            continue
+        _, first = np.unique(part.flow_id, return_index=True)
+        all_keys.append(k)
+        all_first.append(r[first])
+        spans.append(len(k))
+    if not all_keys:
+        return flow_id
+    cat_keys = np.concatenate(all_keys)
+    firsts = np.concatenate(all_first)
+    uniq, inv = np.unique(cat_keys, return_inverse=True)
+    inv = inv.ravel()
+    first_of = np.full(len(uniq), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first_of, inv, firsts)
+    rank = np.empty(len(uniq), np.int64)
+    rank[np.argsort(first_of)] = np.arange(len(uniq))
+    off = 0
+    for part, r, span in zip(parts, rows, spans):
+        if len(r):
+            flow_id[r] = rank[inv[off:off + span]][part.flow_id]
+        off += span
+    return flow_id
 
-    ``rows[i]``: global row numbers of partition ``i`` (ascending); ``flow_id``: global
-    flow ids (first appearance over the whole table, ``flows.assign_flow_ids``);
-    ``queue``: RX queue per row. Polls keep their order within a queue, and
-    :func:`engine.assemble` ranks them by (time, queue, order), so the merge is the
-    one-process delivery order.
+
+def merge_parts(parts: list, rows: list[np.ndarray], keys: list[np.ndarray], n: int,
+                config: GroConfig):
+    """Map per-partition BatchResults (``engine.partition_of``) to global numbering and
+    assemble the one GroResult a one-process run gives.
+
+    ``rows[i]``: global row numbers of partition ``i`` (ascending); ``keys[i]``: its
+    local flows' keys. Instances and polls are renumbered by partition offsets (they
+    only name things). Delivery order:
+
+    * ``napi``: polls keep their order within a queue and :func:`engine.assemble` ranks
+      them by (time, queue, order), the one-process rule;
+    * ``ideal``: a super-packet goes up while some row is received (``trig``) or in the
+      end-of-capture flush, oldest hold first. Every row belongs to one partition, so the
+      one-process order is (trigger row, emission order within it), then the flushed
+      ones by their first row (hold order is row order).
     """
     from gropcap.gro.engine import BatchResult, assemble
     cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64)  # noqa: E731
+    flow_id = global_flow_ids(parts, rows, keys, n)
+    queue = np.zeros(n, np.uint16)
     p_row, p_reason, p_inst, p_poll = [], [], [], []
     segs: dict[str, list] = {}
     p_time, p_queue = [], []
     poll_off = 0
     inst_off = 0
     for part, r in zip(parts, rows):
+        queue[r] = part.rx_queue
         nseg_inst = int(part.segs["inst"].max()) + 1 if len(part.segs["inst"]) else 0
         ninst = max(nseg_inst, int(part.p_inst.max()) + 1 if len(part.p_inst) else 0)
         p_row.append(r[part.p_row])
@@ -233,6 +283,8 @@ def merge_queue_parts(parts: list, rows: list[np.ndarray], flow_id: np.ndarray,
         for f, v in part.segs.items():
             if f in ("first", "last"):
                 v = r[v]
+            elif f == "trig":
+                v = np.where(v < 0, -1, r[np.maximum(v, 0)]) if len(v) else v
             elif f == "inst":
                 v = v + inst_off
             elif f == "poll":
@@ -244,19 +296,24 @@ def merge_queue_parts(parts: list, rows: list[np.ndarray], flow_id: np.ndarray,
         p_queue.append(part.poll_queue)
         poll_off += len(part.poll_time)
         inst_off += ninst
+    seg = {f: cat(v) for f, v in segs.items()}
+    if config.model != "napi" and len(seg.get("trig", ())):
+        trig = seg["trig"]
+        when = np.where(trig >= 0, trig, n + seg["first"])
+        order = np.lexsort((np.arange(len(trig)), when))
+        seg = {f: v[order] for f, v in seg.items()}
     merged = BatchResult(
-        row_start=0, flow_id=flow_id,
-        rx_queue=queue.astype(np.uint16), p_row=cat(p_row),
+        row_start=0, flow_id=flow_id, rx_queue=queue, p_row=cat(p_row),
         p_reason=cat(p_reason).astype(np.uint8), p_inst=cat(p_inst), p_poll=cat(p_poll),
-        segs={f: cat(v) for f, v in segs.items()}, poll_base=0,
-        poll_time=cat(p_time), poll_queue=cat(p_queue))
+        segs=seg, poll_base=0, poll_time=cat(p_time), poll_queue=cat(p_queue))
     return assemble([merged], config)
 
 
-def _queue_split_ok(config: GroConfig, engine: str) -> bool:
+def _split_ok(config: GroConfig, engine: str) -> bool:
+    """The numba engine runs this model by partitions (the gro_cells stage and the
+    configurations only the reference model implements run as one task)."""
     from gropcap.gro.reference import needs_reference
-    return (config.model == "napi" and engine == "fast" and config.tunnel_gro is None
-            and not needs_reference(config))
+    return engine == "fast" and config.tunnel_gro is None and not needs_reference(config)
 
 
 @contextlib.contextmanager
@@ -337,18 +394,24 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
         paths = [paths]
     files = expand_inputs([str(p) for p in paths])
     with open_client(client, jobs=jobs, scheduler=scheduler) as c:
-        tables, infos, failures, sources = _decode_all(
-            c, files, decode_options, decoder, split_bytes, batch_records)
+        decoded, infos, failures = _decode_all(c, files, decode_options, decoder,
+                                               split_bytes, batch_records)
+        n = sum(p.rows for d in decoded for p in d.pieces)
+        # gso_size inference needs every row (SYNs, per-direction statistics): the
+        # pieces' statistics, merged in input order
+        stats = None
+        for d in decoded:
+            for p in d.pieces:
+                stats = p.stats if stats is None else stats.merge(p.stats)
+        pending = _submit_models(c, decoded, n, config, models, engine, stats)
+        # the client's copy of the decoded table, fetched while the workers run GRO
+        tables = [file_table(d.kind, c.gather([p.fut for p in d.pieces]), d.index,
+                             d.new_index) for d in decoded]
         packets = pa.concat_tables(tables) if tables else PACKET_SCHEMA.empty_table()
-        # the inference of gso_size needs every row (SYNs, per-direction statistics): one
-        # task, whose result the GRO tasks take straight from its worker
-        co_fut = c.submit(coalesced_task, sources, pure=False)
-        results, stages = _simulate_models(c, packets, sources, config, models, engine,
-                                           co_fut)
-        coalesced = _result_or_retry(c, co_fut, coalesced_task, sources)[0]
+        results, stages = _gather_models(c, pending, n)
     a = DistributedAnalysis(packets=packets, infos=infos, config=config, results=results,
                             decode_options=decode_options, stages=stages, egress=egress)
-    a.coalesced = coalesced
+    a.coalesced = stats.infer(packets) if stats is not None and stats.num else None
     a.failures = failures
     return a
 
@@ -365,12 +428,38 @@ def _result_or_retry(c, fut, fn, *args):
         return fut.result(), fut
 
 
+@dataclasses.dataclass
+class _Piece:
+    """One decode task's output, left on its worker: the future, its byte range, and
+    what :func:`piece_meta_task` told the client."""
+
+    fut: object
+    args: tuple
+    task: object
+    start: int = 0
+    end: int | None = None
+    rows: int = 0
+    stats: object = None
+    offset: int = 0
+
+
+@dataclasses.dataclass
+class _Decoded:
+    """One input file that decoded: its pieces in byte order."""
+
+    kind: str
+    index: int
+    new_index: int
+    pieces: list
+
+
 def _decode_all(c, files, options, decoder, split_bytes, batch_records):
-    """Decode every file (whole, or in byte ranges for large plain files); returns
-    ``(tables, infos, failures, sources)`` in input order (``sources``: the decode
-    futures per file),
-    ``file_index`` renumbered over the
-    files that succeeded (as one process would number them)."""
+    """Decode every file (whole, or in byte ranges for large plain files), leaving the
+    tables on the workers; returns ``(decoded, infos, failures)`` in input order with
+    ``file_index`` renumbered over the files that succeeded (as one process would number
+    them) and every piece's global row offset set."""
+    from dask.distributed import KilledWorker
+
     from gropcap.capture.compress import sniff_compression
 
     def splittable(path):
@@ -379,6 +468,10 @@ def _decode_all(c, files, options, decoder, split_bytes, batch_records):
         with open(path, "rb") as f:
             return not sniff_compression(f.read(8))
 
+    def submit(fn, args):
+        fut = c.submit(fn, *args, pure=False)
+        return fut, c.submit(piece_meta_task, fut, pure=False)
+
     jobs = []
     for i, path in enumerate(files):
         if splittable(path):
@@ -386,52 +479,58 @@ def _decode_all(c, files, options, decoder, split_bytes, batch_records):
             jobs.append(("plan", args, c.submit(plan_ranges_task, *args, pure=False)))
         else:
             args = (path, i, options, decoder)
-            jobs.append(("file", args, c.submit(decode_file_task, *args, pure=False)))
+            fut, meta = submit(decode_file_task, args)
+            jobs.append(("file", None, [(_Piece(fut, args, decode_file_task), meta)]))
     # every plan is waited for only after all tasks are queued, so plans overlap decoding
     for i, (kind, args, fut) in enumerate(jobs):
         if kind != "plan":
             continue
-        path = files[i]
         try:
             (ranges, info), _ = _result_or_retry(c, fut, plan_ranges_task, *args)
         except Exception as exc:
-            jobs[i] = ("failed", InputFailure(path, 0, None, _err_text(exc)), None)
+            jobs[i] = ("failed", InputFailure(files[i], 0, None, _err_text(exc)), None)
             continue
-        futs = []
+        pieces = []
         for b0, b1, lo, hi in ranges:
-            rargs = (path, i, b0, b1, options, batch_records)
-            futs.append(((lo, hi), rargs, c.submit(decode_range_task, *rargs, pure=False)))
-        jobs[i] = ("ranges", info, futs)
-    tables, infos, failures, sources = [], [], [], []
-    for i, (kind, args, fut) in enumerate(jobs):
+            rargs = (files[i], i, b0, b1, options, batch_records)
+            rfut, meta = submit(decode_range_task, rargs)
+            pieces.append((_Piece(rfut, rargs, decode_range_task, lo, hi), meta))
+        jobs[i] = ("ranges", info, pieces)
+    decoded, infos, failures = [], [], []
+    offset = 0
+    for i, (kind, info, pieces) in enumerate(jobs):
         path = files[i]
         if kind == "failed":
-            failures.append(args)
+            failures.append(info)
             continue
-        try:
+        failed = None
+        for piece, meta in pieces:
+            try:
+                try:
+                    rows, pinfo, stats = meta.result()
+                except KilledWorker:
+                    # lost with a dying worker, maybe not by its own fault: once more alone
+                    piece.fut, meta = submit(piece.task, piece.args)
+                    rows, pinfo, stats = meta.result()
+            except Exception as exc:   # parse error, or the worker died again
+                failed = InputFailure(path, piece.start if kind == "ranges" else 0,
+                                      piece.end if kind == "ranges" else None,
+                                      _err_text(exc))
+                break
+            piece.rows, piece.stats = rows, stats
             if kind == "file":
-                (table, info), done = _result_or_retry(c, fut, decode_file_task, *args)
-                parts, futs = [table], [done]
-            else:
-                info, parts, futs = args, [], []
-                for (lo, hi), rargs, rfut in fut:
-                    try:
-                        table, done = _result_or_retry(c, rfut, decode_range_task, *rargs)
-                        parts.append(table)
-                        futs.append(done)
-                    except Exception as exc:
-                        raise _RangeFailed(lo, hi, exc) from exc
-        except _RangeFailed as rf:
+                info = pinfo
+        if failed is not None:
             # the file is left out whole: one process would have none of it either
-            failures.append(InputFailure(path, rf.start, rf.end, _err_text(rf.exc)))
+            failures.append(failed)
             continue
-        except Exception as exc:   # parse error, or the worker died again
-            failures.append(InputFailure(path, 0, None, _err_text(exc)))
-            continue
-        sources.append((kind, futs, i, len(infos)))
-        tables.append(file_table(kind, parts, i, len(infos)))
+        d = _Decoded(kind, i, len(infos), [p for p, _ in pieces])
+        for p in d.pieces:
+            p.offset = offset
+            offset += p.rows
+        decoded.append(d)
         infos.append(info)
-    return tables, infos, failures, sources
+    return decoded, infos, failures
 
 
 def file_table(kind: str, parts: list, index: int, new_index: int) -> pa.Table:
@@ -445,16 +544,20 @@ def file_table(kind: str, parts: list, index: int, new_index: int) -> pa.Table:
     if kind == "ranges" and table.num_rows:
         table = _encap_as_one_process(table)
     if table.num_rows and index != new_index:
-        table = table.set_column(
-            table.schema.get_field_index("file_index"), PACKET_SCHEMA.field("file_index"),
-            pa.array(np.full(table.num_rows, new_index),
-                     PACKET_SCHEMA.field("file_index").type))
+        table = _renumber_file(table, new_index)
     return table
+
+
+def _renumber_file(table: pa.Table, new_index: int) -> pa.Table:
+    return table.set_column(
+        table.schema.get_field_index("file_index"), PACKET_SCHEMA.field("file_index"),
+        pa.array(np.full(table.num_rows, new_index), PACKET_SCHEMA.field("file_index").type))
 
 
 def _packets_of(sources) -> pa.Table:
     """The whole decoded table, on a worker, from the decode tasks' results (Dask passes
-    them in place of the futures)."""
+    them in place of the futures): ``sources`` is ``[(kind, results, index, new_index)]``
+    per file."""
     tables = [file_table(kind, parts, i, j) for kind, parts, i, j in sources]
     return pa.concat_tables(tables) if tables else PACKET_SCHEMA.empty_table()
 
@@ -477,42 +580,50 @@ class _RangeFailed(Exception):
         self.start, self.end, self.exc = start, end, exc
 
 
-def _simulate_models(c, packets: pa.Table, sources, config: GroConfig, models, engine,
-                     coalesced):
-    """Submit every model's GRO tasks, then reduce: ``(results, stages)``.
+def _submit_models(c, decoded: list, n: int, config: GroConfig, models, engine, stats):
+    """Submit every model's GRO tasks: ``{model: (kind, cfg, tasks)}``.
 
-    napi: the RX queues are dealt round-robin into one partition per worker (a partition
-    of several whole queues is as exact as one queue: they share no state)."""
-    from gropcap.gro.rss import rss_hash, rx_queue
+    A model the numba engine runs (``_split_ok``) is cut into one partition per worker
+    (``engine.partition_of``: whole RX queues in the napi model, whole same-flow classes
+    in the ideal model): each decoded piece is split where it lies, and each partition
+    task fetches only its share of every piece. Others run as one task over the whole
+    table."""
+    import operator
     nworkers = max(1, len(c.scheduler_info().get("workers", {})))
+    stats_arg = c.scatter(stats, hash=False) if stats is not None and stats.num else None
+    sources = [(d.kind, [p.fut for p in d.pieces], d.index, d.new_index) for d in decoded]
     pending = {}
     for m in models:
         cfg = config.replace(model=m)
-        if _queue_split_ok(cfg, engine) and packets.num_rows:
-            nparts = min(cfg.queues, nworkers)
-            groups = [list(range(p, cfg.queues, nparts)) for p in range(nparts)]
-            futs = [(c.submit(queue_task, sources, g, cfg, coalesced, pure=False),
-                     (sources, g, cfg, coalesced)) for g in groups]
-            pending[m] = ("queues", cfg, futs)
+        if _split_ok(cfg, engine) and n:
+            nparts = min(cfg.queues, nworkers) if m == "napi" else nworkers
+            splits = [c.submit(split_task, p.fut, d.index, d.new_index, p.offset, cfg,
+                               nparts, pure=False) for d in decoded for p in d.pieces]
+            tasks = []
+            for k in range(nparts):
+                picks = [c.submit(operator.getitem, sp, k, pure=False) for sp in splits]
+                args = (picks, cfg, stats_arg)
+                tasks.append((c.submit(partition_task, *args, pure=False), args))
+            pending[m] = ("parts", cfg, tasks)
         else:
-            args = (sources, cfg, engine, coalesced)
-            pending[m] = ("model", cfg, (c.submit(model_task, *args, pure=False), args))
-    flow_fut = c.submit(flow_ids_task, sources, pure=False) if any(
-        p[0] == "queues" for p in pending.values()) else None
+            args = (sources, cfg, engine, stats_arg)
+            pending[m] = ("model", cfg, [(c.submit(model_task, *args, pure=False), args)])
+    return pending
+
+
+def _gather_models(c, pending: dict, n: int):
+    """Wait for the GRO tasks and reduce: ``(results, stages)``. A task lost with a
+    dying worker is retried once; a second loss fails the run (a GRO partition cannot be
+    left out without changing every count)."""
     results, stages = {}, {}
-    flow_id = queue = None
-    for m in models:
-        kind, cfg, fut = pending[m]
-        if kind == "queues":
-            if flow_id is None:
-                flow_id, _ = _result_or_retry(c, flow_fut, flow_ids_task, sources)
-                h = rss_hash(packets, cfg.rss_key, enabled=cfg.rss == "toeplitz")
-                queue = np.asarray(rx_queue(h, cfg.queues)).astype(np.int64)
-            done = [_result_or_retry(c, f, queue_task, *args)[0] for f, args in fut]
-            results[m] = merge_queue_parts([d[0] for d in done], [d[1] for d in done],
-                                           flow_id, queue, cfg)
+    for m, (kind, cfg, tasks) in pending.items():
+        if kind == "parts":
+            done = [_result_or_retry(c, f, partition_task, *args)[0] for f, args in tasks]
+            results[m] = merge_parts([d[0] for d in done], [d[1] for d in done],
+                                     [d[2] for d in done], n, cfg)
         else:
-            (results[m], st), _ = _result_or_retry(c, fut[0], model_task, *fut[1])
+            fut, args = tasks[0]
+            (results[m], st), _ = _result_or_retry(c, fut, model_task, *args)
             if st is not None:
                 stages[m] = st
     return results, stages

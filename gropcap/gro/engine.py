@@ -16,6 +16,7 @@ Public API::
     simulate_batch(packets, config, state=None, *, final=False, polls=None)
         -> (BatchResult, EngineState)                              # streaming
     assemble(parts, config) -> GroResult                           # BatchResults -> result
+    partition_of(packets, config, parts) -> partition per row      # state-disjoint split
     prepare(packets, config, state, ...) / run_prepared(...)       # benchmarks
 
 Streaming: the GRO state (held entries with a copy of their first packet's headers, the
@@ -852,6 +853,38 @@ def assemble(parts: list[BatchResult], config: GroConfig) -> GroResult:
         seg_last_packet=s["last"], seg_count=s["count"], seg_payload_len=s["payload"],
         seg_gso_size=s["gso"], seg_gso_type=gso_type, seg_end_reason=s["end"],
         seg_rx_queue=s["queue"], seg_poll_id=seg_poll)
+
+
+def partition_of(packets: pa.Table, config: GroConfig, parts: int) -> np.ndarray:
+    """Partition (0..parts-1) per row such that rows of different partitions share no
+    GRO state, so each partition can be replayed alone in capture order and the results
+    merged exactly (the Dask runner, docs/scale.md).
+
+    * ``napi``: the RX queue, ``queue % parts``: every queue has its own ``napi_struct``
+      and ``gro_hash`` (``dev_gro_receive`` only looks at ``napi->gro_hash``); queues
+      share no state.
+    * ``ideal``: a hash of the row's loose same-flow key (every field ``gro_list_prepare``
+      and the protocol ``gro_receive`` callbacks compare, without the pre-5.18 IPv6 hop
+      limit): a held entry is only ever matched, flushed or counted by packets of its own
+      loose class (``_kernels._receive``: the entry of ``key``, ``loose_held[loose]``);
+      rows that bail before L4 touch no state at all. The hash is a fixed mix of the key
+      words, the same on every host.
+
+    Counters (super-packet, hold and poll numbers) are renumbered by the merge.
+    """
+    n = packets.num_rows
+    parts = max(1, int(parts))
+    if config.model == "napi":
+        h = rss_hash(packets, config.rss_key, enabled=config.rss == "toeplitz")
+        return (np.asarray(rx_queue(h, config.queues)).astype(np.int64) % parts)
+    _, loose_mat = _same_flow_keys(packets, config, np.zeros(n, np.uint32))
+    h = np.zeros(n, np.uint64)
+    mul = np.uint64(0x9E3779B97F4A7C15)
+    with np.errstate(over="ignore"):
+        for w in loose_mat:
+            h = (h ^ w) * mul
+            h ^= h >> np.uint64(29)
+    return (h % np.uint64(parts)).astype(np.int64)
 
 
 def simulate(packets: pa.Table, config: GroConfig | None = None, *, polls=None,
