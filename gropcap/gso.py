@@ -284,9 +284,10 @@ class CoalescedStats:
         source = np.zeros(n, np.uint8)
         rows = np.flatnonzero(gso)
         if len(rows):
-            col = lambda name: t.column(name).to_numpy()[rows].astype(np.int64)  # noqa
-            keys = self._keys(t)[rows]
-            rkeys = self._keys(t, rev=True)[rows]
+            g = t.take(rows) if len(rows) < n else t
+            col = lambda name: g.column(name).to_numpy().astype(np.int64)  # noqa: E731
+            keys = self._keys(g)
+            rkeys = self._keys(g, rev=True)
             opt = col("tcp_doff") * 4 - 20
             first = np.where(col("outer_ip_version") != 0, col("outer_ip_offset"),
                              col("ip_offset"))
