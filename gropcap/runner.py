@@ -6,20 +6,23 @@ exact, run as Dask tasks, and merged by one deterministic reduction on the clien
 
 1. **decode**: one task per input file (``decode_batch`` with the file's position as
    ``file_index``); a plain file above ``split_bytes`` is scanned for its record framing
-   and decoded in byte ranges of whole scan batches. Tables stay on the workers; the
-   client fetches each once and concatenates them in input order, as
-   ``pipeline.decode_files`` does.
-2. **GRO**: the kernel keeps GRO state per RX queue (``napi_struct`` per queue,
-   ``dev_gro_receive`` works on ``napi->gro_hash``), so in the ``napi`` model whole
-   queues' rows (in capture order) are one task of ``engine.simulate_batch``; the per-queue
-   :class:`~gropcap.gro.engine.BatchResult` s are mapped back to global row, flow, poll
-   and super-packet numbers and :func:`engine.assemble` orders delivery by (poll time,
-   queue, poll order) exactly as in one process (docs/gro-model.md: queues are
-   independent); frames captured already coalesced take their per-row GSO input along. The
-   ``ideal`` model, configurations that run the reference model, and the gro_cells stage
-   run as one task per model.
+   and decoded in byte ranges of whole scan batches. Tables stay on the workers; a small
+   task per piece returns its row count and its coalesced-input statistics
+   (``gso.CoalescedStats``, merged on the client in input order).
+2. **GRO**: :func:`engine.partition_of` gives every row a partition such that partitions
+   share no GRO state: whole RX queues in the ``napi`` model (``napi->gro_hash`` per
+   queue), whole loose same-flow classes in the ``ideal`` model. Each piece is split
+   where it lies (``split_task``); a partition task (``partition_task``) fetches its
+   share of every piece and replays it in capture order with ``engine.simulate_batch``.
+   :func:`merge_parts` numbers flows over the whole capture and restores the one-process
+   delivery order: (poll time, queue, poll order) in the napi model, (trigger row,
+   emission order) then the end-of-capture flush by first row in the ideal model. The
+   gro_cells stage and configurations only the reference model runs are one task per
+   model over the whole table.
+3. The client fetches the decoded tables while the workers run GRO (the
+   :class:`~gropcap.pipeline.Analysis` holds them) and concatenates them in input order,
+   as ``pipeline.decode_files`` does.
 
-Coalesced-input detection and flow numbering need every row: one task each.
 See docs/scale.md for figures and limits.
 
 Failures: a file that fails to parse, or whose task is lost with its worker twice, is
@@ -166,6 +169,8 @@ def split_task(decoded, index: int, new_index: int, offset: int, config: GroConf
     table = decoded[0] if isinstance(decoded, tuple) else decoded
     if index != new_index and table.num_rows:
         table = _renumber_file(table, new_index)
+    if parts == 1:
+        return [(table, np.arange(offset, offset + table.num_rows, dtype=np.int64))]
     part = partition_of(table, config, parts)
     out = []
     for p in range(parts):

@@ -863,12 +863,13 @@ def partition_of(packets: pa.Table, config: GroConfig, parts: int) -> np.ndarray
     * ``napi``: the RX queue, ``queue % parts``: every queue has its own ``napi_struct``
       and ``gro_hash`` (``dev_gro_receive`` only looks at ``napi->gro_hash``); queues
       share no state.
-    * ``ideal``: a hash of the row's loose same-flow key (every field ``gro_list_prepare``
-      and the protocol ``gro_receive`` callbacks compare, without the pre-5.18 IPv6 hop
-      limit): a held entry is only ever matched, flushed or counted by packets of its own
-      loose class (``_kernels._receive``: the entry of ``key``, ``loose_held[loose]``);
-      rows that bail before L4 touch no state at all. The hash is a fixed mix of the key
-      words, the same on every host.
+    * ``ideal``: a hash of fields of the row's loose same-flow key (the fields
+      ``gro_list_prepare`` and the protocol ``gro_receive`` callbacks compare, without the
+      pre-5.18 IPv6 hop limit): a held entry is only ever matched, flushed or counted by
+      packets of its own loose class (``_kernels._receive``: the entry of ``key``,
+      ``loose_held[loose]``), and rows that bail before L4 touch no state at all. The
+      hashed fields (innermost addresses and ports) are a subset of that key, so a class
+      never straddles partitions; the hash is a fixed mix, the same on every host.
 
     Counters (super-packet, hold and poll numbers) are renumbered by the merge.
     """
@@ -877,11 +878,13 @@ def partition_of(packets: pa.Table, config: GroConfig, parts: int) -> np.ndarray
     if config.model == "napi":
         h = rss_hash(packets, config.rss_key, enabled=config.rss == "toeplitz")
         return (np.asarray(rx_queue(h, config.queues)).astype(np.int64) % parts)
-    _, loose_mat = _same_flow_keys(packets, config, np.zeros(n, np.uint32))
+    words = _addr_words(packets, "ip_src") + _addr_words(packets, "ip_dst") + [
+        column_numpy(packets, "sport", np.uint64)
+        | (column_numpy(packets, "dport", np.uint64) << np.uint64(16))]
     h = np.zeros(n, np.uint64)
     mul = np.uint64(0x9E3779B97F4A7C15)
     with np.errstate(over="ignore"):
-        for w in loose_mat:
+        for w in words:
             h = (h ^ w) * mul
             h ^= h >> np.uint64(29)
     return (h % np.uint64(parts)).astype(np.int64)
