@@ -160,23 +160,49 @@ def piece_meta_task(decoded):
     return table.num_rows, info, stats
 
 
+def store_task(fn, args: tuple, path: str):
+    """Run a decode task and write its table to ``path`` (Arrow IPC stream, which keeps
+    each batch's ``encap`` dictionary) in the shared scratch directory; returns what
+    :func:`piece_meta_task` returns. Readers memory-map the file: no copy through the
+    scheduler's transfers."""
+    out = fn(*args)
+    table = out[0] if isinstance(out, tuple) else out
+    tmp = path + ".tmp"
+    with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    os.replace(tmp, path)
+    return piece_meta_task(out)
+
+
+def _table_of(piece) -> pa.Table:
+    """A decoded piece as a task receives it: a table, ``(table, info)`` from
+    :func:`decode_file_task`, or the path of a file :func:`store_task` wrote (mapped,
+    not read)."""
+    if isinstance(piece, str):
+        with pa.memory_map(piece) as src:
+            return pa.ipc.open_stream(src).read_all()
+    return piece[0] if isinstance(piece, tuple) else piece
+
+
 def split_task(decoded, index: int, new_index: int, offset: int, config: GroConfig,
-               parts: int) -> list:
+               parts: int, only: int | None = None) -> list:
     """Cut one decoded piece into the GRO partitions of ``config``'s model
     (``engine.partition_of``): ``[(table, global_rows), ...]`` per partition, rows in
-    capture order; ``offset`` is the piece's first global row."""
+    capture order; ``offset`` is the piece's first global row. ``only``: just that
+    partition's ``(table, global_rows)``."""
     from gropcap.gro.engine import partition_of
-    table = decoded[0] if isinstance(decoded, tuple) else decoded
+    table = _table_of(decoded)
     if index != new_index and table.num_rows:
         table = _renumber_file(table, new_index)
     if parts == 1:
-        return [(table, np.arange(offset, offset + table.num_rows, dtype=np.int64))]
+        out = [(table, np.arange(offset, offset + table.num_rows, dtype=np.int64))]
+        return out[0] if only is not None else out
     part = partition_of(table, config, parts)
     out = []
-    for p in range(parts):
+    for p in range(parts) if only is None else [only]:
         idx = np.flatnonzero(part == p)
         out.append((table.take(pa.array(idx)), idx + offset))
-    return out
+    return out[0] if only is not None else out
 
 
 def partition_task(pieces: list, config: GroConfig, stats):
@@ -197,6 +223,14 @@ def partition_task(pieces: list, config: GroConfig, stats):
     keys = np.zeros(0, np.uint64) if kt.sorted_keys is None else \
         kt.sorted_keys[np.argsort(kt.sorted_ids)]
     return part, rows.astype(np.int64), keys
+
+
+def partition_files_task(pieces: list, config: GroConfig, parts: int, k: int, stats):
+    """:func:`partition_task` of partition ``k`` over pieces in the shared scratch
+    directory (``pieces``: ``(path, index, new_index, offset)`` in input order): each
+    file is mapped and only this partition's rows are copied out."""
+    return partition_task([split_task(path, i, j, off, config, parts, only=k)
+                           for path, i, j, off in pieces], config, stats)
 
 
 def model_task(sources, config: GroConfig, engine: str, stats):
@@ -361,7 +395,8 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
                         engine: str = "fast", decoder: str = "fast",
                         egress: EgressOptions | None = None,
                         split_bytes: int | None = SPLIT_BYTES,
-                        batch_records: int = BATCH_RECORDS) -> DistributedAnalysis:
+                        batch_records: int = BATCH_RECORDS,
+                        scratch: str | bool | None = None) -> DistributedAnalysis:
     """:func:`gropcap.pipeline.analyze` on Dask, with the same result.
 
     Args:
@@ -373,6 +408,12 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
         split_bytes: plain (uncompressed) files larger than this are decoded in byte
             ranges of at least this size, cut at scan-batch boundaries (None: whole files).
         batch_records: records per scan batch (the unit ranges are made of).
+        scratch: how decoded pieces move between tasks. A directory the client and every
+            worker can read and write (a shared file system): pieces are written there
+            once as Arrow files and memory-mapped by every reader. None: a temporary
+            directory when every worker runs on this host (``--jobs``, or a cluster of
+            local workers), else Dask's own transfers. False: always Dask's transfers.
+            Scratch files are removed before returning.
 
     Returns:
         A :class:`DistributedAnalysis`: verdicts, tables and summary equal to the
@@ -398,9 +439,10 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
     if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
         paths = [paths]
     files = expand_inputs([str(p) for p in paths])
-    with open_client(client, jobs=jobs, scheduler=scheduler) as c:
+    with open_client(client, jobs=jobs, scheduler=scheduler) as c, \
+            _scratch_dir(c, scratch) as tmp:
         decoded, infos, failures = _decode_all(c, files, decode_options, decoder,
-                                               split_bytes, batch_records)
+                                               split_bytes, batch_records, tmp)
         n = sum(p.rows for d in decoded for p in d.pieces)
         # gso_size inference needs every row (SYNs, per-direction statistics): the
         # pieces' statistics, merged in input order
@@ -408,10 +450,12 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
         for d in decoded:
             for p in d.pieces:
                 stats = p.stats if stats is None else stats.merge(p.stats)
-        pending = _submit_models(c, decoded, n, config, models, engine, stats)
-        # the client's copy of the decoded table, fetched while the workers run GRO
-        tables = [file_table(d.kind, c.gather([p.fut for p in d.pieces]), d.index,
-                             d.new_index) for d in decoded]
+        pending = _submit_models(c, decoded, n, config, models, engine, stats, tmp)
+        # the client's copy of the decoded table, mapped from the scratch files or
+        # fetched, while the workers run GRO
+        tables = [file_table(d.kind, [p.ref for p in d.pieces] if tmp else
+                             c.gather([p.ref for p in d.pieces]), d.index, d.new_index)
+                  for d in decoded]
         packets = pa.concat_tables(tables) if tables else PACKET_SCHEMA.empty_table()
         results, stages = _gather_models(c, pending, n)
     a = DistributedAnalysis(packets=packets, infos=infos, config=config, results=results,
@@ -419,6 +463,37 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
     a.coalesced = stats.infer(packets) if stats is not None and stats.num else None
     a.failures = failures
     return a
+
+
+@contextlib.contextmanager
+def _scratch_dir(c, scratch):
+    """The directory pieces are exchanged through (None: Dask transfers); a fresh
+    subdirectory, removed on exit (the client's mapped tables stay valid: Linux keeps an
+    unlinked file's pages while they are mapped)."""
+    import shutil
+    import tempfile
+    if scratch is False or (scratch is None and not _workers_local(c)):
+        yield None
+        return
+    d = tempfile.mkdtemp(prefix="gropcap-dask-", dir=None if scratch is None else scratch)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _workers_local(c) -> bool:
+    """Every worker runs on this host (so it sees this host's temporary directory)."""
+    import socket
+    from urllib.parse import urlsplit
+    workers = c.scheduler_info().get("workers", {})
+    if not workers:
+        return False
+    mine = {"127.0.0.1", "::1", "localhost", socket.gethostname()}
+    with contextlib.suppress(OSError):
+        mine.update(socket.gethostbyname_ex(socket.gethostname())[2])
+    hosts = {urlsplit(a).hostname for a in workers}
+    return hosts <= mine
 
 
 def _result_or_retry(c, fut, fn, *args):
@@ -438,7 +513,7 @@ class _Piece:
     """One decode task's output, left on its worker: the future, its byte range, and
     what :func:`piece_meta_task` told the client."""
 
-    fut: object
+    ref: object          # the decode future, or the scratch file's path
     args: tuple
     task: object
     start: int = 0
@@ -458,11 +533,12 @@ class _Decoded:
     pieces: list
 
 
-def _decode_all(c, files, options, decoder, split_bytes, batch_records):
+def _decode_all(c, files, options, decoder, split_bytes, batch_records, scratch=None):
     """Decode every file (whole, or in byte ranges for large plain files), leaving the
-    tables on the workers; returns ``(decoded, infos, failures)`` in input order with
-    ``file_index`` renumbered over the files that succeeded (as one process would number
-    them) and every piece's global row offset set."""
+    tables on the workers (or in ``scratch`` files); returns ``(decoded, infos,
+    failures)`` in input order with ``file_index`` renumbered over the files that
+    succeeded (as one process would number them) and every piece's global row offset
+    set."""
     from dask.distributed import KilledWorker
 
     from gropcap.capture.compress import sniff_compression
@@ -473,7 +549,12 @@ def _decode_all(c, files, options, decoder, split_bytes, batch_records):
         with open(path, "rb") as f:
             return not sniff_compression(f.read(8))
 
-    def submit(fn, args):
+    count = iter(range(1 << 62))
+
+    def submit(fn, args, path=None):
+        if scratch:
+            path = path or os.path.join(scratch, f"piece{next(count)}.arrow")
+            return path, c.submit(store_task, fn, args, path, pure=False)
         fut = c.submit(fn, *args, pure=False)
         return fut, c.submit(piece_meta_task, fut, pure=False)
 
@@ -515,7 +596,8 @@ def _decode_all(c, files, options, decoder, split_bytes, batch_records):
                     rows, pinfo, stats = meta.result()
                 except KilledWorker:
                     # lost with a dying worker, maybe not by its own fault: once more alone
-                    piece.fut, meta = submit(piece.task, piece.args)
+                    piece.ref, meta = submit(piece.task, piece.args,
+                                             piece.ref if scratch else None)
                     rows, pinfo, stats = meta.result()
             except Exception as exc:   # parse error, or the worker died again
                 failed = InputFailure(path, piece.start if kind == "ranges" else 0,
@@ -543,9 +625,7 @@ def file_table(kind: str, parts: list, index: int, new_index: int) -> pa.Table:
     ``(table, info)``; ``"ranges"``: tables in byte order), laid out as one process
     lays it out; ``file_index`` renumbered from ``index`` to ``new_index`` when an
     earlier input failed."""
-    if kind == "file":
-        parts = [p[0] if isinstance(p, tuple) else p for p in parts]
-    table = pa.concat_tables(parts)
+    table = pa.concat_tables([_table_of(p) for p in parts])
     if kind == "ranges" and table.num_rows:
         table = _encap_as_one_process(table)
     if table.num_rows and index != new_index:
@@ -585,30 +665,41 @@ class _RangeFailed(Exception):
         self.start, self.end, self.exc = start, end, exc
 
 
-def _submit_models(c, decoded: list, n: int, config: GroConfig, models, engine, stats):
+def _submit_models(c, decoded: list, n: int, config: GroConfig, models, engine, stats,
+                   scratch=None):
     """Submit every model's GRO tasks: ``{model: (kind, cfg, tasks)}``.
 
     A model the numba engine runs (``_split_ok``) is cut into one partition per worker
     (``engine.partition_of``: whole RX queues in the napi model, whole same-flow classes
     in the ideal model): each decoded piece is split where it lies, and each partition
-    task fetches only its share of every piece. Others run as one task over the whole
-    table."""
+    task fetches only its share of every piece (with a scratch directory, each partition
+    task maps every piece's file and copies its own rows out). Others run as one task
+    over the whole table."""
     import operator
     nworkers = max(1, len(c.scheduler_info().get("workers", {})))
     stats_arg = c.scatter(stats, hash=False) if stats is not None and stats.num else None
-    sources = [(d.kind, [p.fut for p in d.pieces], d.index, d.new_index) for d in decoded]
+    sources = [(d.kind, [p.ref for p in d.pieces], d.index, d.new_index) for d in decoded]
     pending = {}
     for m in models:
         cfg = config.replace(model=m)
         if _split_ok(cfg, engine) and n:
             nparts = min(cfg.queues, nworkers) if m == "napi" else nworkers
-            splits = [c.submit(split_task, p.fut, d.index, d.new_index, p.offset, cfg,
-                               nparts, pure=False) for d in decoded for p in d.pieces]
             tasks = []
-            for k in range(nparts):
-                picks = [c.submit(operator.getitem, sp, k, pure=False) for sp in splits]
-                args = (picks, cfg, stats_arg)
-                tasks.append((c.submit(partition_task, *args, pure=False), args))
+            if scratch:
+                refs = [(p.ref, d.index, d.new_index, p.offset)
+                        for d in decoded for p in d.pieces]
+                for k in range(nparts):
+                    args = (refs, cfg, nparts, k, stats_arg)
+                    tasks.append((c.submit(partition_files_task, *args, pure=False),
+                                  args, partition_files_task))
+            else:
+                splits = [c.submit(split_task, p.ref, d.index, d.new_index, p.offset, cfg,
+                                   nparts, pure=False) for d in decoded for p in d.pieces]
+                for k in range(nparts):
+                    picks = [c.submit(operator.getitem, sp, k, pure=False) for sp in splits]
+                    args = (picks, cfg, stats_arg)
+                    tasks.append((c.submit(partition_task, *args, pure=False), args,
+                                  partition_task))
             pending[m] = ("parts", cfg, tasks)
         else:
             args = (sources, cfg, engine, stats_arg)
@@ -623,7 +714,7 @@ def _gather_models(c, pending: dict, n: int):
     results, stages = {}, {}
     for m, (kind, cfg, tasks) in pending.items():
         if kind == "parts":
-            done = [_result_or_retry(c, f, partition_task, *args)[0] for f, args in tasks]
+            done = [_result_or_retry(c, f, fn, *args)[0] for f, args, fn in tasks]
             results[m] = merge_parts([d[0] for d in done], [d[1] for d in done],
                                      [d[2] for d in done], n, cfg)
         else:

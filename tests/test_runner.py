@@ -115,24 +115,63 @@ def assert_same(one, dist, tmp_path):
         assert ta.equals(tb) and ta.schema.metadata == tb.schema.metadata, name
 
 
+def test_local_workers_exchange_through_scratch_files(client, monkeypatch, tmp_path):
+    """A cluster of local workers exchanges decoded pieces as files in a scratch
+    directory (removed afterwards); ``scratch=False`` keeps Dask's transfers."""
+    import cloudpickle
+
+    from gropcap import runner
+    assert runner._workers_local(client)
+    log = tmp_path / "stored.log"
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    monkeypatch.setattr(runner, "store_task", functools.partial(_logged_store, log=str(log)))
+    d = tmp_path / "scratch"
+    d.mkdir()
+    one = analyze(SAMPLES[:3])
+    dist = analyze_distributed(SAMPLES[:3], client=client, scratch=str(d))
+    seen = log.read_text().split()
+    assert len(seen) == 3 and all(p.startswith(str(d)) for p in seen)
+    assert list(d.iterdir()) == []          # removed, the analysis still readable
+    assert one.decoded.equals(dist.decoded) and one.summary() == dist.summary()
+    log.write_text("")
+    analyze_distributed(SAMPLES[:3], client=client, scratch=False)
+    assert log.read_text() == ""
+
+
+def _logged_store(fn, args, path, *, log):
+    """runner.store_task, noting each scratch file it writes (runs on a worker)."""
+    from gropcap.runner import piece_meta_task
+    import pyarrow as pa
+    with open(log, "a") as f:
+        f.write(path + "\n")
+    out = fn(*args)
+    table = out[0] if isinstance(out, tuple) else out
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return piece_meta_task(out)
+
+
+@pytest.mark.parametrize("scratch", [None, False], ids=["files", "transfers"])
 @pytest.mark.parametrize("queues", [1, 4])
-def test_samples_equal_one_process(client, tmp_path, queues):
+def test_samples_equal_one_process(client, tmp_path, queues, scratch):
     assert len(SAMPLES) > 20
     cfg = GroConfig(queues=queues)
-    assert_same(analyze(SAMPLES, cfg), analyze_distributed(SAMPLES, cfg, client=client),
-                tmp_path)
+    assert_same(analyze(SAMPLES, cfg),
+                analyze_distributed(SAMPLES, cfg, client=client, scratch=scratch), tmp_path)
 
 
+@pytest.mark.parametrize("scratch", [None, False], ids=["files", "transfers"])
 @pytest.mark.parametrize("cfg", [GroConfig(queues=4), GroConfig(queues=8, budget=16),
                                  GroConfig(queues=3, kernel=KernelProfile.parse("5.10"))],
                          ids=["q4", "q8-budget16", "q3-5.10"])
-def test_generated_multi_flow_equal_one_process(client, generated, tmp_path, cfg):
+def test_generated_multi_flow_equal_one_process(client, generated, tmp_path, cfg, scratch):
     one = analyze(generated, cfg)
     napi = one.results["napi"]
     # the capture really spreads over queues and aggregates
     assert len(set(napi.rx_queue.tolist())) == cfg.queues
     assert napi.num_superpackets < napi.num_packets
-    assert_same(one, analyze_distributed(generated, cfg, client=client), tmp_path)
+    assert_same(one, analyze_distributed(generated, cfg, client=client, scratch=scratch),
+                tmp_path)
 
 
 def test_gro_cells_stage_equal(client, tmp_path):
