@@ -270,11 +270,16 @@ def decode(files, output, force, decoder, **kw):
               help="Run on N local Dask worker processes (same results as one process).")
 @click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
               help="Run on an existing Dask cluster through its scheduler.")
+@click.option("--scratch", default=None, type=click.Path(file_okay=False, exists=True),
+              help="With --jobs/--scheduler: a directory every worker and this host can "
+                   "read (shared file system); decoded pieces are exchanged there as "
+                   "memory-mapped files instead of Dask transfers. Default: a temporary "
+                   "directory when all workers run on this host.")
 @_decoder_option
 @_gro_options
 @_decode_options
 def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_scenario,
-            egress_features, egress_mtu, stream, quiet, jobs, scheduler, **kw):
+            egress_features, egress_mtu, stream, quiet, jobs, scheduler, scratch, **kw):
     """Simulate GRO over captures and summarise how far it aggregates and why it stops."""
     from gropcap.io.parquet import write_analysis
     from gropcap.pipeline import analyze as run
@@ -294,6 +299,8 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
     if jobs is not None and scheduler is not None:
         raise click.UsageError("--jobs starts local workers, --scheduler uses a cluster: "
                                "give one of them")
+    if scratch and not distributed:
+        raise click.UsageError("--scratch is for --jobs/--scheduler runs")
     if stream is not False and not distributed:
         from gropcap import stream as streaming
         why_not = streaming.streamable(config, engine=engine, decoder=decoder, egress=egress)
@@ -319,9 +326,12 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
             return
     if distributed:
         from gropcap.runner import analyze_distributed
-        analysis = analyze_distributed(list(files), config, jobs=jobs, scheduler=scheduler,
-                                       models=models, decode_options=options,
-                                       engine=engine, decoder=decoder, egress=egress)
+        with Progress(None if not quiet else False) as progress:
+            analysis = analyze_distributed(list(files), config, jobs=jobs,
+                                           scheduler=scheduler, models=models,
+                                           decode_options=options, engine=engine,
+                                           decoder=decoder, egress=egress, scratch=scratch,
+                                           progress=progress)
         for f in analysis.failures:
             click.echo(f"gropcap: error: {f.path} (bytes {f.start}-{f.end or 'end'}) left "
                        f"out: {f.error}", err=True)

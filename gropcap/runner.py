@@ -396,7 +396,8 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
                         egress: EgressOptions | None = None,
                         split_bytes: int | None = SPLIT_BYTES,
                         batch_records: int = BATCH_RECORDS,
-                        scratch: str | bool | None = None) -> DistributedAnalysis:
+                        scratch: str | bool | None = None,
+                        progress=None) -> DistributedAnalysis:
     """:func:`gropcap.pipeline.analyze` on Dask, with the same result.
 
     Args:
@@ -414,6 +415,8 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
             directory when every worker runs on this host (``--jobs``, or a cluster of
             local workers), else Dask's own transfers. False: always Dask's transfers.
             Scratch files are removed before returning.
+        progress: a :class:`gropcap.report.progress.Progress`: one line per stage counts
+            its finished tasks.
 
     Returns:
         A :class:`DistributedAnalysis`: verdicts, tables and summary equal to the
@@ -442,7 +445,7 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
     with open_client(client, jobs=jobs, scheduler=scheduler) as c, \
             _scratch_dir(c, scratch) as tmp:
         decoded, infos, failures = _decode_all(c, files, decode_options, decoder,
-                                               split_bytes, batch_records, tmp)
+                                               split_bytes, batch_records, tmp, progress)
         n = sum(p.rows for d in decoded for p in d.pieces)
         # gso_size inference needs every row (SYNs, per-direction statistics): the
         # pieces' statistics, merged in input order
@@ -451,6 +454,9 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
             for p in d.pieces:
                 stats = p.stats if stats is None else stats.merge(p.stats)
         pending = _submit_models(c, decoded, n, config, models, engine, stats, tmp)
+        if progress is not None:
+            for m, (_, _, tasks) in pending.items():
+                progress.track(f"GRO {m}", [t[0] for t in tasks])
         # the client's copy of the decoded table, mapped from the scratch files or
         # fetched, while the workers run GRO
         tables = [file_table(d.kind, [p.ref for p in d.pieces] if tmp else
@@ -533,7 +539,8 @@ class _Decoded:
     pieces: list
 
 
-def _decode_all(c, files, options, decoder, split_bytes, batch_records, scratch=None):
+def _decode_all(c, files, options, decoder, split_bytes, batch_records, scratch=None,
+                progress=None):
     """Decode every file (whole, or in byte ranges for large plain files), leaving the
     tables on the workers (or in ``scratch`` files); returns ``(decoded, infos,
     failures)`` in input order with ``file_index`` renumbered over the files that
@@ -582,6 +589,9 @@ def _decode_all(c, files, options, decoder, split_bytes, batch_records, scratch=
             rfut, meta = submit(decode_range_task, rargs)
             pieces.append((_Piece(rfut, rargs, decode_range_task, lo, hi), meta))
         jobs[i] = ("ranges", info, pieces)
+    if progress is not None:
+        progress.track("decode", [m for kind, _, pieces in jobs if kind != "failed"
+                                  for _, m in pieces])
     decoded, infos, failures = [], [], []
     offset = 0
     for i, (kind, info, pieces) in enumerate(jobs):

@@ -333,3 +333,21 @@ def test_coalesced_input_split_by_queue(client, tmp_path):
     assert dist.coalesced is not None
     assert (dist.coalesced.segs == one.coalesced.segs).all()
     assert_same(one, dist, tmp_path)
+
+
+def test_progress_counts_every_stage(client, generated):
+    """The distributed run reports each stage's tasks as they finish."""
+    from gropcap.report.progress import Progress
+    with Progress(True) as p:
+        analyze_distributed(generated, GroConfig(queues=4), client=client, progress=p)
+        # done-callbacks run on the client's event loop thread: give them a moment
+        for _ in range(100):
+            if all(t.completed == t.total for t in p._bar.tasks):
+                break
+            time.sleep(0.05)
+        tasks = {t.description: t for t in p._bar.tasks}
+        assert set(tasks) == {"decode", "GRO ideal", "GRO napi"}
+        assert tasks["decode"].total == len(generated)
+        assert tasks["GRO napi"].total == 2      # one partition per worker
+        for t in tasks.values():
+            assert t.completed == t.total and t.fields["detail"] == f"{t.total}/{t.total} tasks"

@@ -63,3 +63,22 @@ def test_stream_with_jobs_refused(generated):  # noqa: F811
     assert res.exit_code == 2 and "--stream runs in one process" in res.output
     res = run("analyze", generated[0], "--jobs", "2", "--scheduler", "tcp://127.0.0.1:1")
     assert res.exit_code == 2 and "give one of them" in res.output
+
+
+def test_scheduler_with_scratch_directory(generated, tmp_path):  # noqa: F811
+    """--scratch: decoded pieces go through a directory the workers share; it is left
+    empty afterwards."""
+    d = tmp_path / "shared"
+    d.mkdir()
+    with scheduler_processes(tmp_path) as address:
+        two = run("analyze", *generated[:2], "--format", "json", "--queues", "2",
+                  "--scheduler", address, "--scratch", d)
+    one = run("analyze", *generated[:2], "--format", "json", "--queues", "2")
+    assert two.exit_code == 0, two.output
+    assert json.loads(one.stdout) == json.loads(two.stdout)
+    assert list(d.iterdir()) == []
+
+
+def test_scratch_needs_a_distributed_run(generated, tmp_path):  # noqa: F811
+    res = run("analyze", generated[0], "--scratch", tmp_path)
+    assert res.exit_code == 2 and "--scratch is for --jobs/--scheduler" in res.output

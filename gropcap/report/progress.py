@@ -2,7 +2,8 @@
 
 The pipeline calls :meth:`Progress.batch` once per decoded batch; the bar shows how far
 into each input file the reader is (stored bytes for plain files, records for compressed
-ones whose decompressed size is unknown).
+ones whose decompressed size is unknown). The Dask runner calls :meth:`Progress.track`
+with each stage's task futures: one line per stage counts finished tasks.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ class Progress:
     def __enter__(self) -> "Progress":
         if self.enabled:
             from rich.console import Console
-            from rich.progress import (BarColumn, DownloadColumn, Progress as Bar,
-                                       TextColumn, TimeRemainingColumn)
-            self._bar = Bar(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                            TextColumn("{task.fields[records]} records"),
+            from rich.progress import (BarColumn, Progress as Bar, TextColumn,
+                                       TimeRemainingColumn)
+            self._bar = Bar(TextColumn("{task.description}"), BarColumn(),
+                            TextColumn("{task.fields[detail]}"),
                             TimeRemainingColumn(), console=Console(stderr=True),
                             transient=True)
             self._bar.__enter__()
@@ -49,8 +50,28 @@ class Progress:
         if path not in self._tasks:
             total = None if compressed else os.path.getsize(path)
             self._tasks[path] = self._bar.add_task(os.path.basename(path), total=total,
-                                                   records=0)
+                                                   records=0, detail="")
         done = None
         if not compressed and len(batch):
             done = int(batch.file_offset[-1]) + 16 + int(batch.cap_len[-1])
-        self._bar.update(self._tasks[path], completed=done, records=n)
+        task = self._tasks[path]
+        self._bar.update(task, completed=done, records=n)
+        t = self._bar.tasks[task]
+        size = f"{t.completed / 1e6:.1f}/{t.total / 1e6:.1f} MB, " if t.total else ""
+        self._bar.update(task, detail=f"{size}{n} records")
+
+    def track(self, label: str, futures: list) -> None:
+        """Count finished tasks among ``futures`` (Dask futures) on a line of its own;
+        safe to call from the client while the futures run."""
+        if self._bar is None or not futures:
+            return
+        total = len(futures)
+        task = self._bar.add_task(label, total=total, detail=f"0/{total} tasks")
+        bar = self._bar
+
+        def done(_fut):
+            bar.advance(task)
+            t = bar.tasks[task]
+            bar.update(task, detail=f"{int(t.completed)}/{total} tasks")
+        for f in futures:
+            f.add_done_callback(done)
