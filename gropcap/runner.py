@@ -225,12 +225,44 @@ def partition_task(pieces: list, config: GroConfig, stats):
     return part, rows.astype(np.int64), keys
 
 
-def partition_files_task(pieces: list, config: GroConfig, parts: int, k: int, stats):
+def partition_files_task(pieces: list, config: GroConfig, parts: int, k: int, stats,
+                         out: str | None = None):
     """:func:`partition_task` of partition ``k`` over pieces in the shared scratch
     directory (``pieces``: ``(path, index, new_index, offset)`` in input order): each
-    file is mapped and only this partition's rows are copied out."""
-    return partition_task([split_task(path, i, j, off, config, parts, only=k)
-                           for path, i, j, off in pieces], config, stats)
+    file is mapped and only this partition's rows are copied out. ``out``: write the
+    result there too (``.npz``) and return only its name (:func:`load_part` reads it)."""
+    res = partition_task([split_task(path, i, j, off, config, parts, only=k)
+                          for path, i, j, off in pieces], config, stats)
+    if out is None:
+        return res
+    part, rows, keys = res
+    arrays = {"rows": rows, "keys": keys, "flow_id": part.flow_id,
+              "rx_queue": part.rx_queue, "p_row": part.p_row, "p_reason": part.p_reason,
+              "p_inst": part.p_inst, "p_poll": part.p_poll, "poll_time": part.poll_time,
+              "poll_queue": part.poll_queue,
+              "scalars": np.array([part.row_start, part.poll_base], np.int64)}
+    arrays.update({"seg_" + f: v for f, v in part.segs.items()})
+    tmp = out + ".tmp.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, out)
+    return ("npz", out)
+
+
+def load_part(ref):
+    """A :func:`partition_task` result, given as it is or as the ``("npz", path)`` a
+    scratch-directory run returns (plain arrays: no pickle)."""
+    if not (isinstance(ref, tuple) and len(ref) == 2 and ref[0] == "npz"):
+        return ref
+    from gropcap.gro.engine import BatchResult
+    with np.load(ref[1], allow_pickle=False) as z:
+        a = {name: z[name] for name in z.files}
+    row_start, poll_base = (int(x) for x in a["scalars"])
+    part = BatchResult(
+        row_start=row_start, flow_id=a["flow_id"], rx_queue=a["rx_queue"],
+        p_row=a["p_row"], p_reason=a["p_reason"], p_inst=a["p_inst"], p_poll=a["p_poll"],
+        segs={name[4:]: v for name, v in a.items() if name.startswith("seg_")},
+        poll_base=poll_base, poll_time=a["poll_time"], poll_queue=a["poll_queue"])
+    return part, a["rows"], a["keys"]
 
 
 def model_task(sources, config: GroConfig, engine: str, stats):
@@ -699,7 +731,8 @@ def _submit_models(c, decoded: list, n: int, config: GroConfig, models, engine, 
                 refs = [(p.ref, d.index, d.new_index, p.offset)
                         for d in decoded for p in d.pieces]
                 for k in range(nparts):
-                    args = (refs, cfg, nparts, k, stats_arg)
+                    args = (refs, cfg, nparts, k, stats_arg,
+                            os.path.join(scratch, f"gro-{m}-{k}.npz"))
                     tasks.append((c.submit(partition_files_task, *args, pure=False),
                                   args, partition_files_task))
             else:
@@ -724,7 +757,7 @@ def _gather_models(c, pending: dict, n: int):
     results, stages = {}, {}
     for m, (kind, cfg, tasks) in pending.items():
         if kind == "parts":
-            done = [_result_or_retry(c, f, fn, *args)[0] for f, args, fn in tasks]
+            done = [load_part(_result_or_retry(c, f, fn, *args)[0]) for f, args, fn in tasks]
             results[m] = merge_parts([d[0] for d in done], [d[1] for d in done],
                                      [d[2] for d in done], n, cfg)
         else:
