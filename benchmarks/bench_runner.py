@@ -8,6 +8,9 @@ Builds (once, deterministic) ``--files`` captures with ``make_bench_capture.py``
   then ``analyze_distributed`` over the same files: wall time, speed-up against one process
   and against 1 worker, peak RSS of every worker (``VmHWM``) and of the client.
   Invariant: the summary and every GroResult equal the one-process run.
+- each worker count runs twice: decoded pieces exchanged through scratch files (what
+  local workers do by default) and through Dask transfers (``scratch=False``, what a
+  cluster without a shared directory does).
 
 The machine is shared: run it under ``nice`` and read the CPU-time column with the wall one.
 
@@ -42,6 +45,16 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _reset_peak_rss() -> None:
+    """Start a new VmHWM period (Linux: writing 5 to clear_refs resets the peak), so the
+    client's peak is that of the run being measured, not of the one-process run before."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
 def make_inputs(d: str, files: int, packets: int, flows: int) -> list[str]:
     os.makedirs(d, exist_ok=True)
     paths = []
@@ -64,6 +77,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--flows", type=int, default=4000)
     ap.add_argument("--queues", type=int, default=4)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--exchange", nargs="+", default=["files", "transfers"],
+                    choices=["files", "transfers"],
+                    help="how decoded pieces move: scratch files (the default for local "
+                         "workers) or Dask transfers (scratch=False)")
     ap.add_argument("--out", default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
 
@@ -87,35 +104,43 @@ def main(argv=None) -> dict:
     report["runs"]["one_process"] = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
                                      "peak_rss_mib": round(_peak_rss_mib(), 1)}
     one_summary = one.summary()
+    one_results = one.results
     base = wall
     print(f"one process: {wall:.2f} s wall, {cpu:.2f} s CPU, "
           f"{report['packets']} packets, {total_bytes / 2**20:.0f} MiB", flush=True)
     del one
 
-    first = None
-    for n in args.workers:
-        t0 = time.perf_counter()
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                               dashboard_address=None)
-        client = Client(cluster)
-        start = time.perf_counter() - t0
-        analyze_distributed(SAMPLE, cfg, client=client)   # workers load the numba cache
-        t0 = time.perf_counter()
-        dist = analyze_distributed(paths, cfg, client=client)
-        wall = time.perf_counter() - t0
-        assert dist.summary() == one_summary, "distributed summary differs"
-        rss = client.run(_peak_rss_mib)
-        first = first or wall
-        run = {"workers": n, "cluster_start_s": round(start, 2), "wall_s": round(wall, 3),
-               "speedup_vs_one_process": round(base / wall, 2),
-               "speedup_vs_1_worker": round(first / wall, 2),
-               "worker_peak_rss_mib": sorted(round(v, 1) for v in rss.values()),
-               "client_peak_rss_mib": round(_peak_rss_mib(), 1)}
-        report["runs"][f"workers={n}"] = run
-        print(json.dumps(run), flush=True)
-        del dist
-        client.close()
-        cluster.close()
+    first = {}
+    for exchange in args.exchange:
+        for n in args.workers:
+            t0 = time.perf_counter()
+            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                   dashboard_address=None)
+            client = Client(cluster)
+            start = time.perf_counter() - t0
+            scratch = None if exchange == "files" else False
+            # workers load the numba cache
+            analyze_distributed(SAMPLE, cfg, client=client, scratch=scratch)
+            _reset_peak_rss()
+            t0 = time.perf_counter()
+            dist = analyze_distributed(paths, cfg, client=client, scratch=scratch)
+            wall = time.perf_counter() - t0
+            assert dist.summary() == one_summary, "distributed summary differs"
+            for m in dist.results:
+                assert dist.results[m].equals(one_results[m]), m
+            rss = client.run(_peak_rss_mib)
+            first.setdefault(exchange, wall)
+            run = {"workers": n, "exchange": exchange, "cluster_start_s": round(start, 2),
+                   "wall_s": round(wall, 3),
+                   "speedup_vs_one_process": round(base / wall, 2),
+                   "speedup_vs_1_worker": round(first[exchange] / wall, 2),
+                   "worker_peak_rss_mib": sorted(round(v, 1) for v in rss.values()),
+                   "client_peak_rss_mib": round(_peak_rss_mib(), 1)}
+            report["runs"][f"workers={n},{exchange}"] = run
+            print(json.dumps(run), flush=True)
+            del dist
+            client.close()
+            cluster.close()
     text = json.dumps(report, indent=2)
     print(text)
     if args.out:
