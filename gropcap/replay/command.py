@@ -4,6 +4,9 @@ Layer: CLI (thin). Reads each capture, turns its records into Ethernet frames, r
 through a fresh veth pair (:func:`gropcap.replay.kernel.replay`) in bursts of ``--burst``
 frames, simulates the same frames with the same bursts, and prints the agreement and every
 difference. Exit 0 on full agreement, 1 otherwise (or on an error), 2 on bad options.
+
+``--cleanup-stale`` (no FILES) deletes instead the namespace pairs left by replays that were
+killed (SIGKILL, OOM, power cut), using the owner records of ``replay/_netns.py``.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import numpy as np
 from gropcap import constants as C
 from gropcap.errors import GropcapError
 
-__all__ = ["kernel_replay", "capture_frames"]
+__all__ = ["kernel_replay", "capture_frames", "cleanup_lines", "stale_hint"]
 
 _FAKE_MACS = bytes.fromhex("aa0000000002aa0000000001")   # dst, src for non-Ethernet captures
 
@@ -63,6 +66,68 @@ def capture_frames(batch) -> tuple[list[bytes], list[int], list[bool], list[int]
     return frames, wires, cnr, recs
 
 
+def cleanup_lines(report) -> tuple[list[str], list[str]]:
+    """(stdout lines, stderr lines) of ``--cleanup-stale`` for a CleanupReport.
+
+    stdout: one line per namespace removed (or, with ``--dry-run``, that would be) and a
+    total; stderr: the deletions that failed and the gropcap namespaces left alone whose
+    owner could not be established (live replays are not mentioned).
+    """
+    verb = "stale" if report.dry_run else "removed"
+    out = [f"{verb} {n.name} ({n.why})" for n in report.removed]
+    k = len(report.removed)
+    noun = "namespace" if k == 1 else "namespaces"
+    if report.dry_run:
+        out.append(f"{k} stale gropcap {noun} (dry run: nothing removed)")
+    else:
+        out.append(f"removed {k} stale gropcap {noun}")
+    err = [f"gropcap: error: cannot delete {n.name}: {msg}" for n, msg in report.failed]
+    for n in report.kept:
+        if n.state == "unrecorded":
+            err.append(f"gropcap: note: left {n.name} alone: it has no owner record (made "
+                       f"by an older gropcap or by hand); if no replay uses it: "
+                       f"ip netns del {n.name}")
+        elif n.state == "unknown":
+            err.append(f"gropcap: note: left {n.name} alone: {n.why}")
+    return out, err
+
+
+def stale_hint(scan) -> str | None:
+    """The one stderr line a replay prints when stale gropcap namespaces exist, or None."""
+    stale = scan.stale
+    if not stale:
+        return None
+    names = ", ".join(n.name for n in stale[:4]) + (", ..." if len(stale) > 4 else "")
+    noun = "namespace" if len(stale) == 1 else "namespaces"
+    return (f"gropcap: note: {len(stale)} stale gropcap {noun} left by killed replays "
+            f"({names}); remove them with 'gropcap kernel-replay --cleanup-stale'")
+
+
+def _cleanup_stale(dry_run: bool) -> None:
+    from gropcap.replay._netns import check_environment, cleanup_stale
+    try:
+        check_environment()
+        report = cleanup_stale(dry_run=dry_run)
+    except GropcapError as e:
+        click.echo(f"gropcap: error: {e.one_line()}", err=True)
+        sys.exit(1)
+    out, err = cleanup_lines(report)
+    for line in out:
+        click.echo(line)
+    for line in err:
+        click.echo(line, err=True)
+    sys.exit(1 if report.failed else 0)
+
+
+def _warn_stale() -> None:
+    """One stderr line if killed replays left namespaces; they are not deleted here."""
+    from gropcap.replay._netns import check_environment, scan_namespaces
+    check_environment()          # root first: an unprivileged run touches nothing
+    line = stale_hint(scan_namespaces())
+    if line:
+        click.echo(line, err=True)
+
+
 def _default_kernel() -> str:
     from gropcap.replay.kernel import running_kernel
     major, minor = running_kernel()
@@ -70,7 +135,7 @@ def _default_kernel() -> str:
 
 
 @click.command("kernel-replay")
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("files", nargs=-1, required=False, type=click.Path(dir_okay=False))
 @click.option("--kernel", "kernel", default=None,
               help="Rule set of the simulator (X.Y); default: the running kernel.")
 @click.option("--burst", type=click.IntRange(1, 64), default=64, show_default=True,
@@ -86,10 +151,25 @@ def _default_kernel() -> str:
               help="Create these UDP tunnel devices in the receiving namespace (vxlan, "
                    "vxlan-gpe, geneve), so their ports are aggregated as tunnels; the "
                    "simulator gets the same sockets.")
+@click.option("--cleanup-stale", is_flag=True,
+              help="Instead of replaying: delete the namespaces left behind by killed "
+                   "replays (owner process gone), one line per namespace. No FILES.")
+@click.option("--dry-run", is_flag=True,
+              help="With --cleanup-stale: only list the stale namespaces.")
 def kernel_replay(files, kernel, burst, flush_timeout_us, engine, no_fix_checksums, as_json,
-                  udp_tunnel):
+                  udp_tunnel, cleanup_stale, dry_run):
     """Replay capture FILES through this machine's kernel GRO (veth, root) and compare
-    the super-packets it builds with the simulator's."""
+    the super-packets it builds with the simulator's.
+
+    With --cleanup-stale, delete the network namespaces of replays that were killed."""
+    if cleanup_stale:
+        if files:
+            raise click.UsageError("--cleanup-stale takes no FILES")
+        _cleanup_stale(dry_run)
+    if dry_run:
+        raise click.UsageError("--dry-run only goes with --cleanup-stale")
+    if not files:
+        raise click.UsageError("Missing argument 'FILES...'.")
     from gropcap.capture import read_capture
     from gropcap.replay.compare import compare, running_kernel_has_vlan_gro, simulate_replay
     from gropcap.replay.kernel import replay
@@ -104,6 +184,7 @@ def kernel_replay(files, kernel, burst, flush_timeout_us, engine, no_fix_checksu
         raise click.BadParameter(e.one_line(), param_hint="--udp-tunnel") from None
     all_ok = True
     try:
+        _warn_stale()
         for path in files:
             _info, batch = read_capture(path)
             frames, wires, cnr, _recs = capture_frames(batch)
