@@ -17,6 +17,16 @@ super-packet, payload conserved) and fast == reference on the reference subset.
 
     python benchmarks/bench_gro.py --packets 1000000 [--out results.json]
 
+Same-run comparison against another checkout of the engine (``--against DIR``, e.g. a
+``git archive REV gropcap | tar -x -C DIR``): the table (synthetic, or ``--table`` an
+Arrow IPC file of decoded packets) is written once, then fresh child processes alternate
+between DIR and this checkout, ``--rounds`` times each, and report per model the first
+``prepare`` of the process (large allocations fault their pages in), a second
+``prepare``, the kernels alone, a whole ``simulate``, and the child's peak RSS; the
+GroResults must be identical bit for bit (a digest of every array), else it fails.
+
+    nice python benchmarks/bench_gro.py --against /tmp/old --packets 2000000 --rounds 3
+
 Measured on the 2-core shared development machine (load ~4, so noisy), 1M packets, 64
 flows: ideal engine 12-19 M packets/s (kernels alone), napi with 4 queues 3-5 M
 packets/s, prepare (Arrow -> numpy, keys) ~1 M packets/s, reference ~25 k packets/s.
@@ -124,6 +134,77 @@ def synthetic_table(n: int, flows: int = 64, seed: int = 1) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=PACKET_SCHEMA)
 
 
+_CHILD = r"""
+import hashlib, json, resource, sys, time
+root, table_path, model = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.path.insert(0, root)
+import numpy as np
+import pyarrow as pa
+import pyarrow.feather as feather
+from gropcap.gro.config import GroConfig
+from gropcap.gro import engine as E
+cfg = GroConfig() if model == "ideal" else GroConfig(model="napi", queues=4)
+table = feather.read_table(table_path, memory_map=False)
+E.simulate(table.slice(0, 2000), cfg)                      # JIT warm (cache load)
+out = {}
+for name in ("prepare_first_s", "prepare_again_s"):
+    st = E.EngineState.new(cfg)
+    t0 = time.perf_counter()
+    cols, ts = E.prepare(table, cfg, st)
+    out[name] = time.perf_counter() - t0
+st.kernel = E._grow(st.kernel, len(st.key_ids), max(len(st.loose_ids), len(st.key_ids)))
+t0 = time.perf_counter()
+E.run_prepared(cols, ts, cfg, st, True)
+out["kernels_s"] = time.perf_counter() - t0
+del cols, ts, st
+t0 = time.perf_counter()
+res = E.simulate(table, cfg)
+out["simulate_s"] = time.perf_counter() - t0
+h = hashlib.sha256()
+for f in res.__dataclass_fields__:
+    a = np.ascontiguousarray(getattr(res, f))
+    h.update(f.encode() + str(a.dtype).encode() + a.tobytes())
+out["digest"] = h.hexdigest()
+out["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps(out))
+"""
+
+
+def against(old_root: str, table: pa.Table, rounds: int) -> dict:
+    """Alternate fresh processes on ``old_root`` and this checkout (see module doc)."""
+    import subprocess
+    import tempfile
+
+    import pyarrow.feather as feather
+
+    new_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    res: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "table.arrow")
+        feather.write_feather(table, path, compression="uncompressed")
+        for model in ("ideal", "napi"):
+            runs = {"old": [], "new": []}
+            for _ in range(rounds):
+                for tag, root in (("old", old_root), ("new", new_root)):
+                    p = subprocess.run([sys.executable, "-c", _CHILD, root, path, model],
+                                       capture_output=True, text=True, check=True)
+                    runs[tag].append(json.loads(p.stdout.strip().splitlines()[-1]))
+            digests = {r["digest"] for r in runs["old"] + runs["new"]}
+            assert len(digests) == 1, f"{model}: old and new GroResults differ"
+            row = {}
+            for k in ("prepare_first_s", "prepare_again_s", "kernels_s", "simulate_s",
+                      "maxrss_mb"):
+                o = min(r[k] for r in runs["old"])
+                n = min(r[k] for r in runs["new"])
+                row[k] = {"old": round(o, 3), "new": round(n, 3),
+                          "old/new": round(o / n, 2) if n else None}
+            row["simulate_pps"] = {t: round(table.num_rows / min(r["simulate_s"]
+                                                                 for r in runs[t]))
+                                   for t in runs}
+            res[model] = row
+    return res
+
+
 def best_of(fn, repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
@@ -140,10 +221,28 @@ def main(argv=None) -> dict:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", help="also write the JSON here (e.g. "
                                    "benchmarks/results/gro-$(git rev-parse --short HEAD).json)")
+    ap.add_argument("--against", metavar="DIR",
+                    help="compare with the engine of another checkout (same run)")
+    ap.add_argument("--table", help="with --against: an Arrow IPC file of decoded packets "
+                                    "instead of the synthetic table")
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args(argv)
     from gropcap.gro import reference
 
     t0 = time.perf_counter()
+    if args.against:
+        import pyarrow.feather as feather
+        table = (feather.read_table(args.table) if args.table
+                 else synthetic_table(args.packets))
+        out = {"packets": table.num_rows, "table": args.table or "synthetic",
+               "against": args.against, "rounds": args.rounds,
+               "compare": against(args.against, table, args.rounds)}
+        text = json.dumps(out, indent=2)
+        print(text)
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write(text + "\n")
+        return out
     table = synthetic_table(args.packets)
     build_s = time.perf_counter() - t0
     payload = table.column("payload_len").to_numpy()

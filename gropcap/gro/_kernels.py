@@ -939,3 +939,269 @@ def zero_timestamps(opts, opt_len):
                 break            # the first timestamp option only
             x += ln
     return out
+
+
+# --- key packing (engine._same_flow_keys / engine._flow_keys) ----------------------------
+# One pass per batch writing the key words straight into a preallocated (words, n)
+# matrix: the numpy version built ~25 full-size temporaries and np.stack-ed them, which
+# cost more than the GRO kernel itself (fresh pages faulted in on every batch).
+
+class SameFlowIn(NamedTuple):
+    """Columns of the exact same-flow key, native dtypes (addresses as (n, 2) uint64)."""
+    hash: np.ndarray
+    iface: np.ndarray
+    dsa_port: np.ndarray
+    eth_dst: np.ndarray
+    eth_type: np.ndarray
+    eth_src: np.ndarray
+    vlan_depth: np.ndarray
+    vlan_tpid0: np.ndarray
+    vlan_tci0: np.ndarray
+    vlan_tpid1: np.ndarray
+    vlan_tci1: np.ndarray
+    o_version: np.ndarray
+    o_proto: np.ndarray
+    o_ext_mask: np.ndarray
+    o_ext_len: np.ndarray
+    o_flow_label: np.ndarray
+    o_ext_digest: np.ndarray
+    o_src: np.ndarray
+    o_dst: np.ndarray
+    o_ttl: np.ndarray
+    i_version: np.ndarray
+    i_proto: np.ndarray
+    i_ext_mask: np.ndarray
+    i_ext_len: np.ndarray
+    i_flow_label: np.ndarray
+    i_ext_digest: np.ndarray
+    i_src: np.ndarray
+    i_dst: np.ndarray
+    i_ttl: np.ndarray
+    tun_type: np.ndarray
+    tun_flags: np.ndarray
+    tun_proto: np.ndarray
+    tun_key: np.ndarray
+    ieth_dst: np.ndarray
+    ieth_type: np.ndarray
+    ieth_src: np.ndarray
+    sport: np.ndarray
+    dport: np.ndarray
+
+
+SAME_FLOW_WORDS = 23      # + 1 with the pre-5.18 IPv6 hop limit word
+FLOW_WORDS = 13
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _u(x):
+    return np.uint64(x)
+
+
+@numba.njit(cache=True, nogil=True)
+def pack_same_flow(k, gre_a, gre_b, gre_key, out):
+    """Same-flow key words of every row into ``out`` ((23 or 24, n) uint64); the 24th
+    word (if present) is the IPv6 hop limits. Layout documented in
+    ``engine._same_flow_keys``; every field at its full width (injective)."""
+    n = out.shape[1]
+    hops = out.shape[0] > SAME_FLOW_WORDS
+    s8 = np.uint64(8)
+    s16 = np.uint64(16)
+    s24 = np.uint64(24)
+    s32 = np.uint64(32)
+    s48 = np.uint64(48)
+    z = np.uint64(0)
+    for r in range(n):
+        out[0, r] = _u(k.hash[r]) | (_u(k.iface[r]) << s32) \
+            | (_u(np.int64(k.dsa_port[r]) & 0xFFFF) << s48)
+        out[1, r] = _u(k.eth_dst[r]) | (_u(k.eth_type[r]) << s48)
+        out[2, r] = _u(k.eth_src[r]) | (_u(k.vlan_depth[r]) << s48)
+        out[3, r] = _u(k.vlan_tpid0[r]) | (_u(k.vlan_tci0[r]) << s16) \
+            | (_u(k.vlan_tpid1[r]) << s32) | (_u(k.vlan_tci1[r]) << s48)
+        # outer IP header (inet/ipv6_gro_receive fields), then the inner / only one
+        v = _u(k.o_version[r])
+        is6 = v == 6
+        out[4, r] = v | (_u(k.o_proto[r]) << s8) \
+            | ((_u(k.o_ext_mask[r]) if is6 else z) << s16) \
+            | ((_u(k.o_ext_len[r]) if is6 else z) << s24)
+        out[5, r] = _u(k.o_flow_label[r]) if is6 else z
+        out[6, r] = _u(k.o_ext_digest[r]) if is6 else z
+        out[7, r] = k.o_src[r, 0]
+        out[8, r] = k.o_src[r, 1]
+        out[9, r] = k.o_dst[r, 0]
+        out[10, r] = k.o_dst[r, 1]
+        hop0 = _u(k.o_ttl[r]) if is6 else z
+        v = _u(k.i_version[r])
+        is6 = v == 6
+        out[11, r] = v | (_u(k.i_proto[r]) << s8) \
+            | ((_u(k.i_ext_mask[r]) if is6 else z) << s16) \
+            | ((_u(k.i_ext_len[r]) if is6 else z) << s24)
+        out[12, r] = _u(k.i_flow_label[r]) if is6 else z
+        out[13, r] = _u(k.i_ext_digest[r]) if is6 else z
+        out[14, r] = k.i_src[r, 0]
+        out[15, r] = k.i_src[r, 1]
+        out[16, r] = k.i_dst[r, 0]
+        out[17, r] = k.i_dst[r, 1]
+        hop1 = _u(k.i_ttl[r]) if is6 else z
+        # gre_gro_receive: flags, protocol, key when K; eth_gro_receive for GRE-TEB
+        tun = _u(k.tun_type[r])
+        gre = tun == gre_a or tun == gre_b
+        teb = tun == gre_b
+        tfl = _u(k.tun_flags[r])
+        out[18, r] = tun | ((tfl if gre else z) << s8)
+        out[19, r] = (_u(k.tun_proto[r]) if gre else z) \
+            | ((_u(k.tun_key[r]) if gre and (tfl & gre_key) != z else z) << s16)
+        out[20, r] = (_u(k.ieth_dst[r]) if teb else z) \
+            | ((_u(k.ieth_type[r]) if teb else z) << s48)
+        out[21, r] = _u(k.ieth_src[r]) if teb else z
+        out[22, r] = _u(k.sport[r]) | (_u(k.dport[r]) << s16)
+        if hops:
+            out[23, r] = hop0 | (hop1 << s8)
+
+
+class FlowIn(NamedTuple):
+    """Columns of flows.FLOW_KEY_COLUMNS, native dtypes (addresses as (n, 2) uint64)."""
+    ip_version: np.ndarray
+    l4_proto: np.ndarray
+    outer_ip_version: np.ndarray
+    tun_type: np.ndarray
+    tun_key: np.ndarray
+    sport: np.ndarray
+    dport: np.ndarray
+    outer_sport: np.ndarray
+    outer_dport: np.ndarray
+    vlan_tci0: np.ndarray
+    vlan_tci1: np.ndarray
+    dsa_port: np.ndarray
+    iface: np.ndarray
+    eth_src: np.ndarray
+    eth_type: np.ndarray
+    eth_dst: np.ndarray
+    ip_src: np.ndarray
+    ip_dst: np.ndarray
+    outer_ip_src: np.ndarray
+    outer_ip_dst: np.ndarray
+
+
+@numba.njit(cache=True, nogil=True)
+def pack_flow(f, out):
+    """flows.FLOW_KEY_COLUMNS of every row as 13 uint64 words into ``out`` ((13, n))."""
+    n = out.shape[1]
+    s8 = np.uint64(8)
+    s16 = np.uint64(16)
+    s24 = np.uint64(24)
+    s32 = np.uint64(32)
+    s48 = np.uint64(48)
+    for r in range(n):
+        out[0, r] = _u(f.ip_version[r]) | (_u(f.l4_proto[r]) << s8) \
+            | (_u(f.outer_ip_version[r]) << s16) | (_u(f.tun_type[r]) << s24) \
+            | (_u(f.tun_key[r]) << s32)
+        out[1, r] = _u(f.sport[r]) | (_u(f.dport[r]) << s16) \
+            | (_u(f.outer_sport[r]) << s32) | (_u(f.outer_dport[r]) << s48)
+        out[2, r] = _u(f.vlan_tci0[r]) | (_u(f.vlan_tci1[r]) << s16) \
+            | (_u(np.int64(f.dsa_port[r]) & 0xFFFF) << s32) | (_u(f.iface[r]) << s48)
+        out[3, r] = _u(f.eth_src[r]) | (_u(f.eth_type[r]) << s48)
+        out[4, r] = _u(f.eth_dst[r])
+        out[5, r] = f.ip_src[r, 0]
+        out[6, r] = f.ip_src[r, 1]
+        out[7, r] = f.ip_dst[r, 0]
+        out[8, r] = f.ip_dst[r, 1]
+        out[9, r] = f.outer_ip_src[r, 0]
+        out[10, r] = f.outer_ip_src[r, 1]
+        out[11, r] = f.outer_ip_dst[r, 0]
+        out[12, r] = f.outer_ip_dst[r, 1]
+
+
+@numba.njit(cache=True, nogil=True)
+def dedup_reps(mat, use):
+    """:func:`dedup_columns` plus the representative (first) row of every class.
+
+    Returns ``(ids, reps)``: int64 ids by first appearance (-1 where ``use`` is False)
+    and ``reps[id]`` the first row of class ``id``.
+    """
+    w = mat.shape[0]
+    n = mat.shape[1]
+    ids = np.full(n, -1, np.int64)
+    size = 16
+    while size < 2 * n:
+        size *= 2
+    slots = np.full(size, -1, np.int64)
+    reps = np.empty(n, np.int64)
+    mask = np.uint64(size - 1)
+    nid = 0
+    for r in range(n):
+        if not use[r]:
+            continue
+        h = np.uint64(14695981039346656037)
+        for x in range(w):
+            h = (h ^ mat[x, r]) * np.uint64(1099511628211)
+            h ^= h >> np.uint64(29)
+        pos = h & mask
+        while True:
+            rep = slots[pos]
+            if rep < 0:
+                slots[pos] = r
+                ids[r] = nid
+                reps[nid] = r
+                nid += 1
+                break
+            same = True
+            for x in range(w):
+                if mat[x, rep] != mat[x, r]:
+                    same = False
+                    break
+            if same:
+                ids[r] = ids[rep]
+                break
+            pos = (pos + np.uint64(1)) & mask
+    return ids, reps[:nid].copy()
+
+
+@numba.njit(cache=True, nogil=True)
+def gather_rows(mat, cols):
+    """Columns ``cols`` of a (words, n) matrix as a C-ordered (len(cols), words) one."""
+    w = mat.shape[0]
+    out = np.empty((cols.shape[0], w), mat.dtype)
+    for j in range(cols.shape[0]):
+        c = cols[j]
+        for x in range(w):
+            out[j, x] = mat[x, c]
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def pack_options(opts, opt_len, out, notes):
+    """TCP option area of every row as 6 uint64 words (40 option bytes, the length byte,
+    zero padding) into ``out`` ((n, 6)), and into ``notes`` the same with the
+    TSval/TSecr of the first timestamp option zeroed (see :func:`zero_timestamps`)."""
+    n = opts.shape[0]
+    w = opts.shape[1]
+    for r in range(n):
+        for x in range(6):
+            out[r, x] = 0
+        for b in range(w):
+            out[r, b >> 3] |= np.uint64(opts[r, b]) << np.uint64((b & 7) * 8)
+        ln = opt_len[r]
+        out[r, 5] |= np.uint64(ln & 0xFF)
+        for x in range(6):
+            notes[r, x] = out[r, x]
+        # walk the 48-byte area exactly as zero_timestamps does (length byte included)
+        x = 0
+        end = min(np.int64(ln), 48)
+        while x < end:
+            kind = np.int64((out[r, x >> 3] >> np.uint64((x & 7) * 8)) & np.uint64(0xFF))
+            if kind == 0:
+                break
+            if kind == 1:
+                x += 1
+                continue
+            if x + 1 >= end:
+                break
+            ol = np.int64((out[r, (x + 1) >> 3] >> np.uint64(((x + 1) & 7) * 8))
+                          & np.uint64(0xFF))
+            if ol < 2 or x + ol > end:
+                break
+            if kind == 8 and ol == 10:
+                for y in range(x + 2, x + 10):
+                    notes[r, y >> 3] &= ~(np.uint64(0xFF) << np.uint64((y & 7) * 8))
+                break            # the first timestamp option only
+            x += ol

@@ -60,7 +60,9 @@ from gropcap.gro.reasons import (
 )
 from gropcap.gro.result import GroResult
 from gropcap.gso import gso_type_for
-from gropcap.gro.rss import column_bytes, column_numpy, gro_bucket, rss_hash, rx_queue
+from gropcap.gro.rss import (
+    ColumnReader, column_bytes, column_numpy, gro_bucket, rss_hash, rx_queue,
+)
 
 GRO_LEGACY_MAX_SIZE = 65536   # include/net/gro.h: limit without BIG TCP
 
@@ -84,7 +86,7 @@ def _era(config: GroConfig) -> int:
     return K.ERA_ONE_BIT
 
 
-def _pre_and_flush(t: pa.Table, config: GroConfig, no_gro=None, sfl_fl=None):
+def _pre_and_flush(t: pa.Table, config: GroConfig, no_gro=None, sfl_fl=None, columns=None):
     """Per-packet decisions that need no held packet, in the kernel's evaluation order
     (precedence pinned in docs/gro-model.md, "Bypass precedence").
 
@@ -97,7 +99,7 @@ def _pre_and_flush(t: pa.Table, config: GroConfig, no_gro=None, sfl_fl=None):
     for the reserved bit).
     """
     n = t.num_rows
-    g = lambda name, dt=np.int64: column_numpy(t, name, dt)  # noqa: E731
+    g = _reader(t, columns)
     status = g("status", np.uint8)
     pre = np.zeros(n, np.uint8)
 
@@ -204,12 +206,11 @@ def _addr_words(t: pa.Table, name: str) -> list[np.ndarray]:
     return [w[:, 0], w[:, 1]]
 
 
-def _pack_words(words: list[np.ndarray]) -> np.ndarray:
-    """uint64 word columns -> one (len(words), n) matrix: column r is packet r's key."""
-    return np.stack([np.ascontiguousarray(w, dtype=np.uint64) for w in words])
+def _reader(t, columns) -> ColumnReader:
+    return columns if columns is not None else ColumnReader(t)
 
 
-def _same_flow_keys(t: pa.Table, config: GroConfig, hash_: np.ndarray):
+def _same_flow_keys(t: pa.Table, config: GroConfig, hash_: np.ndarray, columns=None):
     """Exact same-flow classes: every field some layer compares for ``same_flow``.
 
     gro_list_prepare (hash, dev, MAC header; DSA port), vlan_gro_receive (tags),
@@ -217,47 +218,45 @@ def _same_flow_keys(t: pa.Table, config: GroConfig, hash_: np.ndarray):
     limit before 5.18), gre_gro_receive (flags, protocol, key when K), eth_gro_receive
     (inner MACs of GRE-TEB), TCP ports (tcp_gro_lookup). Each field is packed into
     uint64 words at its full width (an injective packing, so equal rows <=> equal
-    fields). Returns the matrices ``(key_mat, loose_mat)``; ``loose`` omits the pre-5.18
-    hop limit.
+    fields), by ``_kernels.pack_same_flow`` straight into one (words, n) matrix:
+
+    ====  ==============================================================
+    word  fields (bit offset)
+    ====  ==============================================================
+    0     RSS hash (0), iface (32), DSA port (48)
+    1-3   eth_dst + eth_type; eth_src + vlan_depth; both VLAN TPID/TCI
+    4-10  outer IP: version, proto, v6 ext mask/len; v6 flow label;
+          v6 ext digest; src (2 words); dst (2 words)
+    11-17 inner / only IP, the same
+    18-21 tunnel type + GRE flags; GRE proto + key (K); TEB inner MACs
+    22    sport, dport
+    23    IPv6 hop limits, outer and inner (only before 5.18)
+    ====  ==============================================================
+
+    Returns the matrices ``(key_mat, loose_mat)``; ``loose`` omits the pre-5.18 hop
+    limit (a view of the first 23 rows of ``key_mat``, no copy).
     """
-    u = lambda name: column_numpy(t, name, np.uint64)  # noqa: E731
-    dsa_port = column_numpy(t, "dsa_port", np.int64) & 0xFFFF
-    words = [
-        hash_.astype(np.uint64) | (u("iface") << np.uint64(32))
-        | (dsa_port.astype(np.uint64) << np.uint64(48)),
-        u("eth_dst") | (u("eth_type") << np.uint64(48)),
-        u("eth_src") | (u("vlan_depth") << np.uint64(48)),
-        u("vlan_tpid0") | (u("vlan_tci0") << np.uint64(16)) | (u("vlan_tpid1") << np.uint64(32))
-        | (u("vlan_tci1") << np.uint64(48)),
-    ]
-    zero = np.uint64(0)
-    hops = []
-    for p in ("outer_ip_", "ip_"):
-        v = u(p + "version")
-        is6 = v == 6
-        words.append(v | (u(p + "proto") << np.uint64(8))
-                     | (np.where(is6, u(p + "ext_mask"), zero) << np.uint64(16))
-                     | (np.where(is6, u(p + "ext_len"), zero) << np.uint64(24)))
-        words.append(np.where(is6, u(p + "flow_label"), zero))
-        words.append(np.where(is6, u(p + "ext_digest"), zero))
-        words += _addr_words(t, p + "src") + _addr_words(t, p + "dst")
-        hops.append(np.where(is6, u(p + "ttl"), zero))
-    tun = u("tun_type")
-    tflags = u("tun_flags")
-    gre = (tun == TUN_GRE) | (tun == TUN_GRE_TEB)
-    teb = tun == TUN_GRE_TEB
-    words.append(tun | (np.where(gre, tflags, zero) << np.uint64(8)))
-    words.append(np.where(gre, u("tun_proto"), zero)
-                 | (np.where(gre & ((tflags & np.uint64(GRE_KEY)) != 0), u("tun_key"), zero)
-                    << np.uint64(16)))
-    words.append(np.where(teb, u("inner_eth_dst"), zero)
-                 | (np.where(teb, u("inner_eth_type"), zero) << np.uint64(48)))
-    words.append(np.where(teb, u("inner_eth_src"), zero))
-    words.append(u("sport") | (u("dport") << np.uint64(16)))
-    loose_mat = _pack_words(words)
-    if config.kernel.ipv6_hop_limit_flush:
-        return loose_mat, loose_mat
-    return _pack_words(words + [hops[0] | (hops[1] << np.uint64(8))]), loose_mat
+    c = _reader(t, columns)
+    i = c.ints
+    sf = K.SameFlowIn(
+        np.ascontiguousarray(hash_), i("iface"), i("dsa_port"), i("eth_dst"),
+        i("eth_type"), i("eth_src"), i("vlan_depth"), i("vlan_tpid0"), i("vlan_tci0"),
+        i("vlan_tpid1"), i("vlan_tci1"),
+        i("outer_ip_version"), i("outer_ip_proto"), i("outer_ip_ext_mask"),
+        i("outer_ip_ext_len"), i("outer_ip_flow_label"), i("outer_ip_ext_digest"),
+        c.words("outer_ip_src"), c.words("outer_ip_dst"), i("outer_ip_ttl"),
+        i("ip_version"), i("ip_proto"), i("ip_ext_mask"), i("ip_ext_len"),
+        i("ip_flow_label"), i("ip_ext_digest"), c.words("ip_src"), c.words("ip_dst"),
+        i("ip_ttl"), i("tun_type"), i("tun_flags"), i("tun_proto"), i("tun_key"),
+        i("inner_eth_dst"), i("inner_eth_type"), i("inner_eth_src"), i("sport"),
+        i("dport"))
+    hops = not config.kernel.ipv6_hop_limit_flush
+    mat = np.empty((K.SAME_FLOW_WORDS + hops, t.num_rows), np.uint64)
+    K.pack_same_flow(sf, np.uint64(TUN_GRE), np.uint64(TUN_GRE_TEB), np.uint64(GRE_KEY),
+                     mat)
+    if not hops:
+        return mat, mat
+    return mat, mat[:K.SAME_FLOW_WORDS]
 
 
 _FLOW_PACKED = {"ip_version", "l4_proto", "outer_ip_version", "tun_type", "tun_key", "sport",
@@ -274,28 +273,22 @@ def _bytes_as_words(mat: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(padded.view(np.uint64).T)
 
 
-def _flow_keys(t: pa.Table) -> np.ndarray:
-    """flows.FLOW_KEY_COLUMNS packed injectively into uint64 words (same classes, hence
-    the same first-appearance numbering as flows.assign_flow_ids)."""
-    u = lambda name: column_numpy(t, name, np.uint64)  # noqa: E731
-    dsa_port = (column_numpy(t, "dsa_port", np.int64) & 0xFFFF).astype(np.uint64)
-    words = [
-        u("ip_version") | (u("l4_proto") << np.uint64(8))
-        | (u("outer_ip_version") << np.uint64(16)) | (u("tun_type") << np.uint64(24))
-        | (u("tun_key") << np.uint64(32)),
-        u("sport") | (u("dport") << np.uint64(16)) | (u("outer_sport") << np.uint64(32))
-        | (u("outer_dport") << np.uint64(48)),
-        u("vlan_tci0") | (u("vlan_tci1") << np.uint64(16)) | (dsa_port << np.uint64(32))
-        | (u("iface") << np.uint64(48)),
-        u("eth_src") | (u("eth_type") << np.uint64(48)),
-        u("eth_dst"),
-    ]
-    for name in ("ip_src", "ip_dst", "outer_ip_src", "outer_ip_dst"):
-        words += _addr_words(t, name)
-    return _pack_words(words)
+def _flow_keys(t: pa.Table, columns=None) -> np.ndarray:
+    """flows.FLOW_KEY_COLUMNS packed injectively into 13 uint64 words per row by
+    ``_kernels.pack_flow`` (same classes, hence the same first-appearance numbering as
+    flows.assign_flow_ids): ip_version | l4_proto << 8 | outer_ip_version << 16 |
+    tun_type << 24 | tun_key << 32; the four ports; both VLAN TCIs, DSA port, iface;
+    eth_src + eth_type; eth_dst; the four addresses (2 words each)."""
+    c = _reader(t, columns)
+    i = c.ints
+    fi = K.FlowIn(*[c.words(name) if name.endswith(("_src", "_dst")) and "ip" in name
+                    else i(name) for name in K.FlowIn._fields])
+    mat = np.empty((K.FLOW_WORDS, t.num_rows), np.uint64)
+    K.pack_flow(fi, mat)
+    return mat
 
 
-def _size_limit(t: pa.Table, config: GroConfig) -> np.ndarray:
+def _size_limit(t: pa.Table, config: GroConfig, columns=None) -> np.ndarray:
     """skb_gro_receive limit for a super-packet headed by each packet.
 
     netif_get_gro_max_size: ``p->protocol`` IPv6 -> gro_max_size, anything else (IPv4, or
@@ -303,19 +296,20 @@ def _size_limit(t: pa.Table, config: GroConfig) -> np.ndarray:
     no per-device knob before 5.16 (64 KB). At or above 64 KB (BIG TCP): from 6.3 any
     TCP; 5.19-6.2 only p->protocol IPv6 with TCP right after a plain IPv6 header.
     """
-    out_v = column_numpy(t, "outer_ip_version", np.uint8)
-    in_v = column_numpy(t, "ip_version", np.uint8)
+    g = _reader(t, columns)
+    out_v = g("outer_ip_version", np.uint8)
+    in_v = g("ip_version", np.uint8)
     enc = out_v != 0
     v = np.where(enc, out_v, in_v)
     kp = config.kernel
     if kp.version < (5, 16):
         return np.full(t.num_rows, GRO_LEGACY_MAX_SIZE, np.int64)
-    proto_v6 = (v == 6) & (column_numpy(t, "vlan_depth", np.uint8) == 0)
+    proto_v6 = (v == 6) & (g("vlan_depth", np.uint8) == 0)
     limit = np.where(proto_v6, config.max_size(6), config.max_size(4)).astype(np.int64)
     if kp.big_tcp_ipv4:
         big_ok = np.ones(t.num_rows, np.bool_)
     elif kp.version >= (5, 19):
-        big_ok = proto_v6 & ~enc & (column_numpy(t, "ip_ext_len", np.int64) == 0)
+        big_ok = proto_v6 & ~enc & (g("ip_ext_len", np.int64) == 0)
     else:
         big_ok = np.zeros(t.num_rows, np.bool_)
     return np.where((limit > GRO_LEGACY_MAX_SIZE) & ~big_ok, GRO_LEGACY_MAX_SIZE, limit)
@@ -469,22 +463,33 @@ class KeyTable:
         m = len(keys)
         k = np.ascontiguousarray(keys, dtype=np.uint64)
         k = k.view(np.dtype((np.void, 8 * k.shape[1]))).ravel() if m else k
-        out = np.empty(m, np.int64)
         n = len(self)
+        if n and m and self.sorted_keys.dtype != k.dtype:
+            raise ValueError("KeyTable: key width changed between batches")
+        if not n:
+            # first batch: every row is new (the rows are distinct); sort them once,
+            # without the copies of the general path (they were the peak per flow)
+            out = np.arange(m, dtype=np.int64)
+            if m:
+                order = np.argsort(k, kind="stable")
+                self.sorted_keys, self.sorted_ids = k[order], order.astype(np.int64)
+            return out
+        out = np.empty(m, np.int64)
         found = np.zeros(m, np.bool_)
-        if n and m:
-            if self.sorted_keys.dtype != k.dtype:
-                raise ValueError("KeyTable: key width changed between batches")
+        if m:
             pos = np.minimum(np.searchsorted(self.sorted_keys, k), n - 1)
             found = self.sorted_keys[pos] == k
             out[found] = self.sorted_ids[pos[found]]
         new = np.flatnonzero(~found)
         if len(new):
             out[new] = n + np.arange(len(new), dtype=np.int64)
-            allk = k[new] if not n else np.concatenate([self.sorted_keys, k[new]])
-            alli = out[new] if not n else np.concatenate([self.sorted_ids, out[new]])
-            order = np.argsort(allk, kind="stable")
-            self.sorted_keys, self.sorted_ids = allk[order], alli[order]
+            # merge the (sorted) new keys into the sorted table: one allocation each
+            kn = k[new]
+            order = np.argsort(kn, kind="stable")
+            kn = kn[order]
+            at = np.searchsorted(self.sorted_keys, kn)
+            self.sorted_keys = np.insert(self.sorted_keys, at, kn)
+            self.sorted_ids = np.insert(self.sorted_ids, at, out[new][order])
         return out
 
 
@@ -492,15 +497,16 @@ def _global_ids(mat: np.ndarray, use: np.ndarray, table: KeyTable) -> np.ndarray
     """Exact classes of the packets' keys (column r of the (words, n) ``mat``, where
     ``use``), numbered through ``table`` (first appearance first; shared across
     batches)."""
-    local = K.dedup_columns(mat, use)
-    nid = int(local.max()) + 1 if len(local) else 0
+    local, reps = K.dedup_reps(mat, use)
+    nid = len(reps)
     if nid == 0:
         return local
-    valid = np.nonzero(local >= 0)[0]
-    reps = np.empty(nid, np.int64)
-    reps[local[valid][::-1]] = valid[::-1]          # first occurrence of each class
     # local ids number classes by first appearance, so new keys get ids in that order
-    mapping = table.ids(mat[:, reps].T)
+    was_empty = len(table) == 0
+    mapping = table.ids(K.gather_rows(mat, reps))
+    if was_empty:
+        return local            # an empty table numbers them 0..nid-1 as well
+    valid = local >= 0
     out = np.full(len(local), -1, np.int64)
     out[valid] = mapping[local[valid]]
     return out
@@ -532,7 +538,7 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
     ``coalesced`` / ``hashes`` / ``no_gro``: see :func:`simulate`."""
     t = packets
     n = t.num_rows
-    g = lambda name, dt=np.int64: column_numpy(t, name, dt)  # noqa: E731
+    g = ColumnReader(t)     # every column converted once, shared by the helpers below
     napi = config.model == "napi"
     # the ideal model has no RSS: hash 0, one list
     if napi and hashes is not None:
@@ -540,7 +546,8 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
         if hash_.shape != (n,):
             raise ConfigError(f"hashes has {hash_.shape} values for {n} packets")
     else:
-        hash_ = rss_hash(t, config.rss_key, enabled=napi and config.rss == "toeplitz")
+        hash_ = rss_hash(t, config.rss_key, enabled=napi and config.rss == "toeplitz",
+                         columns=g)
     if no_gro is not None and np.shape(no_gro) != (n,):
         raise ConfigError(f"no_gro has {np.shape(no_gro)} values for {n} packets")
     segs, gsz, sfl_fl = _gso_input(n, coalesced)
@@ -550,17 +557,18 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
     else:
         queue = np.zeros(n, np.int32)
         bucket = np.zeros(n, np.int32)
-    pre, sfl_out, sfl_in = _pre_and_flush(t, config, no_gro, sfl_fl)
+    pre, sfl_out, sfl_in = _pre_and_flush(t, config, no_gro, sfl_fl, columns=g)
     use = pre == 0
-    key_mat, loose_mat = _same_flow_keys(t, config, hash_)
+    key_mat, loose_mat = _same_flow_keys(t, config, hash_, columns=g)
     key = _global_ids(key_mat, use, state.key_ids)
-    loose = key if loose_mat is key_mat else _global_ids(loose_mat, use, state.loose_ids)
-    opts = column_bytes(t, "tcp_options")
-    opt_len = g("tcp_opt_len", np.int64)
-    opt_mat = np.zeros((n, 48), np.uint8)
-    opt_mat[:, :40] = opts
-    opt_mat[:, 40] = opt_len.astype(np.uint8)
-    optnots = K.zero_timestamps(opt_mat, opt_len)
+    if loose_mat is key_mat:
+        loose = np.maximum(key, 0)
+    else:
+        loose = np.maximum(_global_ids(loose_mat, use, state.loose_ids), 0)
+    del key_mat, loose_mat
+    opt = np.empty((n, 6), np.uint64)
+    optnots = np.empty((n, 6), np.uint64)
+    K.pack_options(g.bytes("tcp_options"), g.ints("tcp_opt_len"), opt, optnots)
     out_v = g("outer_ip_version", np.int32)
     in_v = g("ip_version", np.int32)
     wire = g("wire_len")
@@ -568,6 +576,7 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
     # MAC header; in-band VLAN tags stay in skb->data and count)
     outermost_off = np.where(out_v != 0, g("outer_ip_offset"), g("ip_offset"))
     plen = wire - outermost_off + 4 * g("vlan_depth")
+    del outermost_off
     # skb_gro_len at TCP: bytes after the innermost IP and TCP headers, padding included
     payload = g("payload_len")
     tlen = np.maximum(wire - g("ip_offset") - g("ip_hdr_len") - 4 * g("tcp_doff"), payload)
@@ -576,10 +585,11 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
     gcode = ((in_v == 6).astype(np.int64) * 2 + ((flags & TCP_FLAG_CWR) != 0)) * 16 \
         + (tun & 15)
     # flow ids: the fast packing when it covers exactly flows.FLOW_KEY_COLUMNS
-    flow_mat = _flow_keys(t) if set(FLOW_KEY_COLUMNS) == _FLOW_PACKED else \
+    flow_mat = _flow_keys(t, columns=g) if set(FLOW_KEY_COLUMNS) == _FLOW_PACKED else \
         _bytes_as_words(flow_key_matrix(t))
     flow = _global_ids(flow_mat, np.ones(n, np.bool_), state.flow_ids) if n else \
         np.zeros(0, np.int64)
+    del flow_mat
     if polls is None:
         poll_win = np.zeros(n, np.int64)
     else:
@@ -595,11 +605,11 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
     i32 = lambda name: g(name, np.int32)  # noqa: E731
     cols = K.Cols(
         row=np.arange(state.row_base, state.row_base + n, dtype=np.int64),
-        key=key, loose=np.where(loose < 0, 0, loose), queue=queue, bucket=bucket,
+        key=key, loose=loose, queue=queue, bucket=bucket,
         pre=pre, sfl_out=sfl_out, sfl_in=sfl_in, payload=payload, tlen=tlen,
-        plen=plen.astype(np.int64), limit=_size_limit(t, config), seq=g("tcp_seq"),
-        ack=g("tcp_ack"), flags=flags, doff=i32("tcp_doff"), window=i32("tcp_window"),
-        opt=opt_mat.view(np.uint64), optnots=np.ascontiguousarray(optnots).view(np.uint64),
+        plen=plen.astype(np.int64, copy=False), limit=_size_limit(t, config, columns=g),
+        seq=g("tcp_seq"), ack=g("tcp_ack"), flags=flags, doff=i32("tcp_doff"),
+        window=i32("tcp_window"), opt=opt, optnots=optnots,
         in_v=in_v, in_ttl=i32("ip_ttl"), in_tos=i32("ip_tos"), in_df=i32("ip_df"),
         in_id=i32("ip_id"), out_v=out_v, out_ttl=i32("outer_ip_ttl"),
         out_tos=i32("outer_ip_tos"), out_df=i32("outer_ip_df"), out_id=i32("outer_ip_id"),

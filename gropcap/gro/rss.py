@@ -123,6 +123,70 @@ def column_bytes(table: pa.Table, name: str) -> np.ndarray:
     return data[col.offset * width:(col.offset + n) * width].reshape(n, width)
 
 
+class ColumnReader:
+    """One batch's columns as numpy, each converted at most once per dtype.
+
+    ``reader(name, dtype)`` is :func:`column_numpy` (same values), cached: the engine's
+    preparation reads some columns (versions, offsets, wire_len) in five places, and
+    every conversion of a 2 M-row batch is a fresh full-size allocation.
+    ``reader.native(name)`` is the column in its own dtype (zero-copy for numeric
+    columns); ``reader.bytes(name)`` is :func:`column_bytes`; ``reader.words(name)`` a
+    16-byte address column as an (n, 2) uint64 matrix (native byte order). The arrays
+    are shared: callers must not write into them.
+    """
+
+    def __init__(self, table: pa.Table):
+        self.table = table
+        self._native: dict = {}
+        self._conv: dict = {}
+
+    def native(self, name: str) -> np.ndarray:
+        a = self._native.get(name)
+        if a is None:
+            col = self.table.column(name)
+            if isinstance(col, pa.ChunkedArray):
+                col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+            a = col.to_numpy(zero_copy_only=False)
+            self._native[name] = a
+        return a
+
+    def __call__(self, name: str, dtype=np.int64) -> np.ndarray:
+        key = (name, np.dtype(dtype))
+        a = self._conv.get(key)
+        if a is None:
+            a = np.ascontiguousarray(self.native(name), dtype=dtype)
+            self._conv[key] = a
+        return a
+
+    def ints(self, name: str) -> np.ndarray:
+        """The column as it is if it holds integers or booleans, else as uint64."""
+        a = self.native(name)
+        if a.dtype.kind in "iub" and a.flags.c_contiguous:
+            return a
+        return self(name, np.uint64)
+
+    def bytes(self, name: str) -> np.ndarray:
+        key = (name, "bytes")
+        a = self._conv.get(key)
+        if a is None:
+            a = column_bytes(self.table, name)
+            self._conv[key] = a
+        return a
+
+    def words(self, name: str) -> np.ndarray:
+        key = (name, "words")
+        a = self._conv.get(key)
+        if a is None:
+            b = self.bytes(name)
+            if b.shape[1] != 16:
+                raise ValueError(f"{name}: expected 16-byte addresses, got {b.shape[1]}")
+            if not b.flags.c_contiguous or b.ctypes.data % 8:
+                b = b.copy()                  # a fresh array is aligned for uint64
+            a = b.view(np.uint64)
+            self._conv[key] = a
+        return a
+
+
 @numba.njit(cache=True, nogil=True)
 def _rss_kernel(table, version, src, dst, use_ports, sport, dport, out):
     """XOR of per-byte table entries over the selected tuple of each packet."""
@@ -193,16 +257,67 @@ def rss_inputs(packets: pa.Table):
             np.ascontiguousarray(use_ports), sport.astype(np.int64), dport.astype(np.int64))
 
 
+@numba.njit(cache=True, nogil=True)
+def _rss_select_kernel(table, o_v, i_v, o_src, i_src, o_dst, i_dst, o_mf, i_mf, o_fo, i_fo,
+                       o_ext, i_ext, o_l4, i_l4, o_sp, i_sp, o_dp, i_dp, frag_bit, tcp,
+                       udp, out):
+    """:func:`rss_inputs` + :func:`_rss_kernel` in one pass: the outermost header's
+    tuple is picked per row instead of materialising the selected columns."""
+    n = out.shape[0]
+    for i in range(n):
+        enc = o_v[i] != 0
+        v = np.uint8(o_v[i]) if enc else np.uint8(i_v[i])
+        if v == 0:
+            out[i] = 0
+            continue
+        src = o_src if enc else i_src
+        dst = o_dst if enc else i_dst
+        h = np.uint32(0)
+        pos = 0
+        if v == 4:
+            for b in range(12, 16):  # IPv4-mapped: the address is the last 4 bytes
+                h ^= table[pos, src[i, b]]
+                pos += 1
+            for b in range(12, 16):
+                h ^= table[pos, dst[i, b]]
+                pos += 1
+        else:
+            for b in range(16):
+                h ^= table[pos, src[i, b]]
+                pos += 1
+            for b in range(16):
+                h ^= table[pos, dst[i, b]]
+                pos += 1
+        if enc:
+            frag = o_mf[i] or o_fo[i] != 0 or (np.int64(o_ext[i]) & frag_bit) != 0
+            l4 = np.int64(o_l4[i])
+            sp = np.int64(o_sp[i])
+            dp = np.int64(o_dp[i])
+        else:
+            frag = i_mf[i] or i_fo[i] != 0 or (np.int64(i_ext[i]) & frag_bit) != 0
+            l4 = np.int64(i_l4[i])
+            sp = np.int64(i_sp[i])
+            dp = np.int64(i_dp[i])
+        if (l4 == tcp or l4 == udp) and not frag:
+            h ^= table[pos, sp >> 8]
+            h ^= table[pos + 1, sp & 0xFF]
+            h ^= table[pos + 2, dp >> 8]
+            h ^= table[pos + 3, dp & 0xFF]
+        out[i] = h
+
+
 _TABLE_CACHE: dict[bytes, np.ndarray] = {}
 
 
-def rss_hash(packets: pa.Table, key: bytes, enabled: bool = True) -> np.ndarray:
+def rss_hash(packets: pa.Table, key: bytes, enabled: bool = True, *, columns=None) -> np.ndarray:
     """The 32-bit RSS hash of every packet (uint32 array, one per row).
 
     Parameters:
         packets: table with ``PACKET_SCHEMA`` columns (only the IP/L4 ones are read).
         key: Toeplitz key, at least 40 bytes for IPv6 4-tuples.
         enabled: False models ``rss = "none"``: the driver sets no hash (all zeros).
+        columns: optional column reader ``columns(name, dtype)`` / ``columns.bytes(name)``
+            sharing conversions with the caller (``engine.prepare``).
 
     Returns ``np.ndarray[uint32]``; 0 for packets without an IP header.
 
@@ -219,6 +334,20 @@ def rss_hash(packets: pa.Table, key: bytes, enabled: bool = True) -> np.ndarray:
     if table is None:
         table = toeplitz_table(key)
         _TABLE_CACHE[key] = table
-    version, src, dst, use_ports, sport, dport = rss_inputs(packets)
-    _rss_kernel(table, version, src, dst, use_ports, sport, dport, out)
+    if columns is None:
+        g = lambda name, dt: column_numpy(packets, name, dt)  # noqa: E731
+        b = lambda name: column_bytes(packets, name)  # noqa: E731
+    else:
+        g, b = columns, columns.bytes
+    # same dtypes as rss_inputs (a table with other column types hashes the same)
+    _rss_select_kernel(
+        table, g("outer_ip_version", np.uint8), g("ip_version", np.uint8),
+        b("outer_ip_src"), b("ip_src"), b("outer_ip_dst"), b("ip_dst"),
+        g("outer_ip_mf", np.bool_), g("ip_mf", np.bool_),
+        g("outer_ip_frag_off", np.uint16), g("ip_frag_off", np.uint16),
+        g("outer_ip_ext_mask", np.uint8), g("ip_ext_mask", np.uint8),
+        g("outer_l4_proto", np.uint8), g("l4_proto", np.uint8),
+        g("outer_sport", np.uint16), g("sport", np.uint16),
+        g("outer_dport", np.uint16), g("dport", np.uint16),
+        IP6_EXT_FRAGMENT, IPPROTO_TCP, IPPROTO_UDP, out)
     return out
