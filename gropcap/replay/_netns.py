@@ -287,7 +287,7 @@ def scan_namespaces(*, directory: str | None = None,
     other namespace is not looked at.
 
     >>> scan = scan_namespaces()                                   # doctest: +SKIP
-    >>> [n.name for n in scan.stale]
+    >>> [n.name for n in scan.stale]                               # doctest: +SKIP
     ['gropcap-rx-1f2e3d4c', 'gropcap-tx-1f2e3d4c']
     """
     d = directory or run_dir()
@@ -350,7 +350,7 @@ def cleanup_stale(*, dry_run: bool = False, directory: str | None = None,
     deleted; the report lists what would be.
 
     >>> r = cleanup_stale(dry_run=True)                            # doctest: +SKIP
-    >>> [n.name for n in r.removed]
+    >>> [n.name for n in r.removed]                                # doctest: +SKIP
     ['gropcap-rx-1f2e3d4c', 'gropcap-tx-1f2e3d4c']
     """
     scan = scan_namespaces(directory=directory, netns_dir=netns_dir)
