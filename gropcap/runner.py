@@ -230,39 +230,62 @@ def partition_files_task(pieces: list, config: GroConfig, parts: int, k: int, st
     """:func:`partition_task` of partition ``k`` over pieces in the shared scratch
     directory (``pieces``: ``(path, index, new_index, offset)`` in input order): each
     file is mapped and only this partition's rows are copied out. ``out``: write the
-    result there too (``.npz``) and return only its name (:func:`load_part` reads it)."""
+    result there as Arrow files (a directory) and return only its name
+    (:func:`load_part` maps it)."""
     res = partition_task([split_task(path, i, j, off, config, parts, only=k)
                           for path, i, j, off in pieces], config, stats)
     if out is None:
         return res
     part, rows, keys = res
-    arrays = {"rows": rows, "keys": keys, "flow_id": part.flow_id,
-              "rx_queue": part.rx_queue, "p_row": part.p_row, "p_reason": part.p_reason,
-              "p_inst": part.p_inst, "p_poll": part.p_poll, "poll_time": part.poll_time,
-              "poll_queue": part.poll_queue,
-              "scalars": np.array([part.row_start, part.poll_base], np.int64)}
-    arrays.update({"seg_" + f: v for f, v in part.segs.items()})
-    tmp = out + ".tmp.npz"
-    np.savez(tmp, **arrays)
-    os.replace(tmp, out)
-    return ("npz", out)
+    groups = {
+        "rows": {"rows": rows, "flow_id": part.flow_id, "rx_queue": part.rx_queue},
+        "verdicts": {"p_row": part.p_row, "p_reason": part.p_reason,
+                     "p_inst": part.p_inst, "p_poll": part.p_poll},
+        "segs": dict(part.segs),
+        "polls": {"poll_time": part.poll_time, "poll_queue": part.poll_queue},
+        "scalars": {"row_start": np.array([part.row_start], np.int64),
+                    "poll_base": np.array([part.poll_base], np.int64)},
+    }
+    width = keys.dtype.itemsize if len(keys) else 0
+    key_arr = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(max(width, 1)), len(keys), [None, pa.py_buffer(keys.tobytes())])
+    tables = {g: pa.table({k: pa.array(np.ascontiguousarray(v)) for k, v in cols.items()})
+              for g, cols in groups.items()}
+    tables["keys"] = pa.table({"key": key_arr})
+    os.makedirs(out, exist_ok=True)
+    for g, t in tables.items():
+        with pa.OSFile(os.path.join(out, g + ".arrow"), "wb") as sink, \
+                pa.ipc.new_file(sink, t.schema) as w:
+            w.write_table(t)
+    return ("arrow", out)
 
 
 def load_part(ref):
-    """A :func:`partition_task` result, given as it is or as the ``("npz", path)`` a
-    scratch-directory run returns (plain arrays: no pickle)."""
-    if not (isinstance(ref, tuple) and len(ref) == 2 and ref[0] == "npz"):
+    """A :func:`partition_task` result, given as it is or as the ``("arrow", dir)`` a
+    scratch-directory run returns (Arrow files of plain arrays, memory-mapped)."""
+    if not (isinstance(ref, tuple) and len(ref) == 2 and ref[0] == "arrow"):
         return ref
     from gropcap.gro.engine import BatchResult
-    with np.load(ref[1], allow_pickle=False) as z:
-        a = {name: z[name] for name in z.files}
-    row_start, poll_base = (int(x) for x in a["scalars"])
+
+    def group(name):
+        with pa.memory_map(os.path.join(ref[1], name + ".arrow")) as src:
+            t = pa.ipc.open_file(src).read_all()
+        return {c: t.column(c).to_numpy() for c in t.column_names if c != "key"} | (
+            {"key": t.column("key")} if "key" in t.column_names else {})
+    rows, verdicts, segs = group("rows"), group("verdicts"), group("segs")
+    polls, scalars = group("polls"), group("scalars")
+    key_col = group("keys")["key"].combine_chunks()
+    width = key_col.type.byte_width
+    buf = key_col.buffers()[1]
+    keys = np.frombuffer(buf, np.uint8, len(key_col) * width, key_col.offset * width) \
+        .view(np.dtype((np.void, width))) if len(key_col) else np.zeros(0, np.uint64)
     part = BatchResult(
-        row_start=row_start, flow_id=a["flow_id"], rx_queue=a["rx_queue"],
-        p_row=a["p_row"], p_reason=a["p_reason"], p_inst=a["p_inst"], p_poll=a["p_poll"],
-        segs={name[4:]: v for name, v in a.items() if name.startswith("seg_")},
-        poll_base=poll_base, poll_time=a["poll_time"], poll_queue=a["poll_queue"])
-    return part, a["rows"], a["keys"]
+        row_start=int(scalars["row_start"][0]), flow_id=rows["flow_id"],
+        rx_queue=rows["rx_queue"], p_row=verdicts["p_row"], p_reason=verdicts["p_reason"],
+        p_inst=verdicts["p_inst"], p_poll=verdicts["p_poll"], segs=segs,
+        poll_base=int(scalars["poll_base"][0]), poll_time=polls["poll_time"],
+        poll_queue=polls["poll_queue"])
+    return part, rows["rows"], keys
 
 
 def model_task(sources, config: GroConfig, engine: str, stats):
@@ -732,7 +755,7 @@ def _submit_models(c, decoded: list, n: int, config: GroConfig, models, engine, 
                         for d in decoded for p in d.pieces]
                 for k in range(nparts):
                     args = (refs, cfg, nparts, k, stats_arg,
-                            os.path.join(scratch, f"gro-{m}-{k}.npz"))
+                            os.path.join(scratch, f"gro-{m}-{k}"))
                     tasks.append((c.submit(partition_files_task, *args, pure=False),
                                   args, partition_files_task))
             else:
