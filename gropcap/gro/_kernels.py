@@ -75,8 +75,8 @@ class Cols(NamedTuple):
     flags: np.ndarray      # int32 9 TCP flag bits
     doff: np.ndarray       # int32
     window: np.ndarray     # int32
-    opt: np.ndarray        # uint64 [n, 6] option bytes + length (48 bytes)
-    optnots: np.ndarray    # uint64 [n, 6] the same with TSval/TSecr zeroed
+    opt: np.ndarray        # uint8 [n, 40] TCP option bytes (read-only view of the column)
+    opt_len: np.ndarray    # tcp_opt_len (column dtype)
     in_v: np.ndarray       # int32 inner (only) IP version
     in_ttl: np.ndarray     # int32
     in_tos: np.ndarray     # int32
@@ -124,31 +124,31 @@ class State(NamedTuple):
     e_grolen: np.ndarray   # int64 skb_gro_len(p): sum of TCP lengths merged
     e_len: np.ndarray      # int64 p->len
     e_mss: np.ndarray      # int64 gso_size
-    e_fixed: np.ndarray    # int64 ip_fixedid bits (6.10+) / is_atomic (4.7-6.9)
+    e_fixed: np.ndarray    # uint8 ip_fixedid bits (6.10+) / is_atomic (4.7-6.9)
     e_age: np.ndarray      # int64 jiffy of the poll that held it
     e_order: np.ndarray    # int64 hold serial (oldest first in the ideal model flush)
     e_inst: np.ndarray     # int64 instance (super-packet) number
-    e_queue: np.ndarray    # int64
-    e_limit: np.ndarray    # int64
+    e_queue: np.ndarray    # int32 (Cols.queue)
+    e_limit: np.ndarray    # int32 (GroConfig caps gro_max_size at 512 KiB)
     e_loose: np.ndarray    # int64
-    e_gcode: np.ndarray    # int64
+    e_gcode: np.ndarray    # uint8 (< 64)
     e_flow: np.ndarray     # int64
-    e_seq: np.ndarray      # int64 p's header copy from here on
-    e_ack: np.ndarray
-    e_flags: np.ndarray
-    e_doff: np.ndarray
-    e_window: np.ndarray
-    e_opt: np.ndarray      # uint64 [nkeys, 6]
-    e_optnots: np.ndarray  # uint64 [nkeys, 6]
-    e_in_ttl: np.ndarray
-    e_in_tos: np.ndarray
-    e_in_df: np.ndarray
-    e_in_id: np.ndarray
+    # p's header copy from here on, each in its PACKET_SCHEMA column's width
+    e_seq: np.ndarray      # uint32
+    e_ack: np.ndarray      # uint32
+    e_flags: np.ndarray    # uint16
+    e_doff: np.ndarray     # uint8
+    e_window: np.ndarray   # uint16
+    e_opt: np.ndarray      # uint8 [nkeys, 42]: option bytes, length & 0xFF, min(length, 48)
+    e_in_ttl: np.ndarray   # uint8
+    e_in_tos: np.ndarray   # uint8
+    e_in_df: np.ndarray    # uint8
+    e_in_id: np.ndarray    # uint16
     e_out_ttl: np.ndarray
     e_out_tos: np.ndarray
     e_out_df: np.ndarray
     e_out_id: np.ndarray
-    loose_held: np.ndarray  # int64 held entries per loose key
+    loose_held: np.ndarray  # int32 held entries per loose key
     tbl: np.ndarray        # int64 [queues, buckets, 8] keys, oldest first
     tcnt: np.ndarray       # int64 [queues, buckets]
     ctr: np.ndarray        # int64 [4]: hold serial, next instance, next poll, spare
@@ -272,6 +272,77 @@ def _ip_pair(v, ttl, tos, df, ttl2, tos2, df2, hop_flush, r_ttl, r_tos, r_ecn, r
     return 0
 
 
+# The option area tcp_gro_receive compares (memcmp of th + 1 over the option length) is
+# modelled as 48 bytes: the 40 option bytes, the length byte, zeros. FLUSH_TCP_TS means
+# the areas differ only in the TSval/TSecr of their first timestamp option
+# (docs/gro-model.md). A held entry keeps its 40 bytes, the length byte and the walk
+# bound min(length, 48) (State.e_opt), and the zeroed copies are never materialised: the
+# timestamp position is found only when two areas differ.
+OPT_BYTES = 40
+OPT_AREA = 48
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _same_options(i, k, c, st):
+    if (np.int64(c.opt_len[i]) & 0xFF) != st.e_opt[k, OPT_BYTES]:
+        return False
+    for b in range(OPT_BYTES):
+        if c.opt[i, b] != st.e_opt[k, b]:
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _area_byte(a, row, lenbyte, b):
+    """Byte b of a 48-byte option area: a[row, b] for the options, then the length."""
+    if b < OPT_BYTES:
+        return np.int64(a[row, b])
+    if b == OPT_BYTES:
+        return lenbyte
+    return 0
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def _ts_at(a, row, lenbyte, end):
+    """Start of the first timestamp option (kind 8, length 10) of an option area walked
+    up to ``end``, -1 if none (the walk of :func:`zero_timestamps`)."""
+    x = 0
+    while x < end:
+        kind = _area_byte(a, row, lenbyte, x)
+        if kind == 0:
+            break
+        if kind == 1:
+            x += 1
+            continue
+        if x + 1 >= end:
+            break
+        ol = _area_byte(a, row, lenbyte, x + 1)
+        if ol < 2 or x + ol > end:
+            break
+        if kind == 8 and ol == 10:
+            return x
+        x += ol
+    return -1
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def _options_differ_beyond_ts(i, k, c, st):
+    """True when the two option areas still differ with the TSval/TSecr of their first
+    timestamp option zeroed (FLUSH_TCP_OPTIONS rather than FLUSH_TCP_TS)."""
+    ln = np.int64(c.opt_len[i])
+    lb_i = ln & 0xFF
+    ts_i = _ts_at(c.opt, i, lb_i, min(ln, OPT_AREA))
+    lb_k = np.int64(st.e_opt[k, OPT_BYTES])
+    ts_k = _ts_at(st.e_opt, k, lb_k, np.int64(st.e_opt[k, OPT_BYTES + 1]))
+    for b in range(OPT_AREA):
+        vi = 0 if ts_i >= 0 and ts_i + 2 <= b < ts_i + 10 else _area_byte(c.opt, i, lb_i, b)
+        vk = 0 if ts_k >= 0 and ts_k + 2 <= b < ts_k + 10 else \
+            _area_byte(st.e_opt, k, lb_k, b)
+        if vi != vk:
+            return True
+    return False
+
+
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _pair_checks(i, k, c, cfg, st):
     """tcp_gro_receive flush items for packet i against held entry k, in kernel order.
@@ -315,18 +386,9 @@ def _pair_checks(i, k, c, cfg, st):
             reason = FLUSH_TCP_WINDOW
     if reason == 0 and c.ack[i] != st.e_ack[k]:
         reason = FLUSH_TCP_ACK
-    if reason == 0:
-        same = True
-        for w in range(6):
-            if c.opt[i, w] != st.e_opt[k, w]:
-                same = False
-                break
-        if not same:
-            reason = FLUSH_TCP_TS
-            for w in range(6):
-                if c.optnots[i, w] != st.e_optnots[k, w]:
-                    reason = FLUSH_TCP_OPTIONS
-                    break
+    if reason == 0 and not _same_options(i, k, c, st):
+        reason = FLUSH_TCP_OPTIONS if _options_differ_beyond_ts(i, k, c, st) \
+            else FLUSH_TCP_TS
     # --- IP ID (and, from 6.10, all L3 pair checks): gro_receive_network_flush
     r_id = 0
     if cfg.era == ERA_INNER_ID:
@@ -614,9 +676,11 @@ def _hold(i, k, reason, c, cfg, st, out, poll, age):
     st.e_flags[k] = c.flags[i]
     st.e_doff[k] = c.doff[i]
     st.e_window[k] = c.window[i]
-    for w in range(6):
-        st.e_opt[k, w] = c.opt[i, w]
-        st.e_optnots[k, w] = c.optnots[i, w]
+    for b in range(OPT_BYTES):
+        st.e_opt[k, b] = c.opt[i, b]
+    olen = np.int64(c.opt_len[i])
+    st.e_opt[k, OPT_BYTES] = olen & 0xFF
+    st.e_opt[k, OPT_BYTES + 1] = min(olen, OPT_AREA)
     st.e_in_ttl[k] = c.in_ttl[i]
     st.e_in_tos[k] = c.in_tos[i]
     st.e_in_df[k] = c.in_df[i]
@@ -997,65 +1061,142 @@ def _u(x):
     return np.uint64(x)
 
 
-@numba.njit(cache=True, nogil=True)
-def pack_same_flow(k, gre_a, gre_b, gre_key, out):
-    """Same-flow key words of every row into ``out`` ((23 or 24, n) uint64); the 24th
-    word (if present) is the IPv6 hop limits. Layout documented in
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _same_flow_row(k, r, gre_a, gre_b, gre_key, hops, out):
+    """Same-flow key words of row r into ``out`` (1-D, 23 or 24 words); layout in
     ``engine._same_flow_keys``; every field at its full width (injective)."""
-    n = out.shape[1]
-    hops = out.shape[0] > SAME_FLOW_WORDS
     s8 = np.uint64(8)
     s16 = np.uint64(16)
     s24 = np.uint64(24)
     s32 = np.uint64(32)
     s48 = np.uint64(48)
     z = np.uint64(0)
+    out[0] = _u(k.hash[r]) | (_u(k.iface[r]) << s32) \
+        | (_u(np.int64(k.dsa_port[r]) & 0xFFFF) << s48)
+    out[1] = _u(k.eth_dst[r]) | (_u(k.eth_type[r]) << s48)
+    out[2] = _u(k.eth_src[r]) | (_u(k.vlan_depth[r]) << s48)
+    out[3] = _u(k.vlan_tpid0[r]) | (_u(k.vlan_tci0[r]) << s16) \
+        | (_u(k.vlan_tpid1[r]) << s32) | (_u(k.vlan_tci1[r]) << s48)
+    # outer IP header (inet/ipv6_gro_receive fields), then the inner / only one
+    v = _u(k.o_version[r])
+    is6 = v == 6
+    out[4] = v | (_u(k.o_proto[r]) << s8) \
+        | ((_u(k.o_ext_mask[r]) if is6 else z) << s16) \
+        | ((_u(k.o_ext_len[r]) if is6 else z) << s24)
+    out[5] = _u(k.o_flow_label[r]) if is6 else z
+    out[6] = _u(k.o_ext_digest[r]) if is6 else z
+    out[7] = k.o_src[r, 0]
+    out[8] = k.o_src[r, 1]
+    out[9] = k.o_dst[r, 0]
+    out[10] = k.o_dst[r, 1]
+    hop0 = _u(k.o_ttl[r]) if is6 else z
+    v = _u(k.i_version[r])
+    is6 = v == 6
+    out[11] = v | (_u(k.i_proto[r]) << s8) \
+        | ((_u(k.i_ext_mask[r]) if is6 else z) << s16) \
+        | ((_u(k.i_ext_len[r]) if is6 else z) << s24)
+    out[12] = _u(k.i_flow_label[r]) if is6 else z
+    out[13] = _u(k.i_ext_digest[r]) if is6 else z
+    out[14] = k.i_src[r, 0]
+    out[15] = k.i_src[r, 1]
+    out[16] = k.i_dst[r, 0]
+    out[17] = k.i_dst[r, 1]
+    hop1 = _u(k.i_ttl[r]) if is6 else z
+    # gre_gro_receive: flags, protocol, key when K; eth_gro_receive for GRE-TEB
+    tun = _u(k.tun_type[r])
+    gre = tun == gre_a or tun == gre_b
+    teb = tun == gre_b
+    tfl = _u(k.tun_flags[r])
+    out[18] = tun | ((tfl if gre else z) << s8)
+    out[19] = (_u(k.tun_proto[r]) if gre else z) \
+        | ((_u(k.tun_key[r]) if gre and (tfl & gre_key) != z else z) << s16)
+    out[20] = (_u(k.ieth_dst[r]) if teb else z) | ((_u(k.ieth_type[r]) if teb else z) << s48)
+    out[21] = _u(k.ieth_src[r]) if teb else z
+    out[22] = _u(k.sport[r]) | (_u(k.dport[r]) << s16)
+    if hops:
+        out[23] = hop0 | (hop1 << s8)
+
+
+@numba.njit(cache=True, nogil=True)
+def pack_same_flow(k, gre_a, gre_b, gre_key, out):
+    """Same-flow key words of every row into ``out`` ((23 or 24, n) uint64); the 24th
+    word (if present) is the IPv6 hop limits."""
+    w = out.shape[0]
+    buf = np.empty(w, np.uint64)
+    for r in range(out.shape[1]):
+        _same_flow_row(k, r, gre_a, gre_b, gre_key, w > SAME_FLOW_WORDS, buf)
+        for x in range(w):
+            out[x, r] = buf[x]
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _hash_words(buf, w):
+    h = np.uint64(14695981039346656037)
+    for x in range(w):
+        h = (h ^ buf[x]) * np.uint64(1099511628211)
+        h ^= h >> np.uint64(29)
+    return h
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _intern(buf, w, slots, keys, nid):
+    """Class id of the key in ``buf`` in an open-addressing table (``slots``: class id
+    or -1; ``keys``: one row per class, every hit confirmed word by word). Returns
+    ``(id, keys, nid)``; a new class is appended (``keys`` doubled when full)."""
+    mask = np.uint64(slots.shape[0] - 1)
+    pos = _hash_words(buf, w) & mask
+    while True:
+        c = slots[pos]
+        if c < 0:
+            if nid == keys.shape[0]:
+                grown = np.empty((2 * nid, w), np.uint64)
+                grown[:nid] = keys[:nid]
+                keys = grown
+            for x in range(w):
+                keys[nid, x] = buf[x]
+            slots[pos] = nid
+            return nid, keys, nid + 1
+        same = True
+        for x in range(w):
+            if keys[c, x] != buf[x]:
+                same = False
+                break
+        if same:
+            return np.int64(c), keys, nid
+        pos = (pos + np.uint64(1)) & mask
+
+
+@numba.njit(cache=True, nogil=True)
+def _slots(n):
+    size = 16
+    while size < 2 * n:
+        size *= 2
+    return np.full(size, -1, np.int32)
+
+
+@numba.njit(cache=True, nogil=True)
+def same_flow_classes(k, use, hops, gre_a, gre_b, gre_key):
+    """Packing and :func:`dedup_columns` fused: exact same-flow classes of the rows
+    with ``use`` without materialising the (words, n) key matrix.
+
+    Returns ``(ids, keys)``: int64 ids by first appearance (-1 where ``use`` is False)
+    and the key words of each class, ``keys[id]`` ((classes, words) uint64, C order).
+    Batches must have fewer than 2**31 rows (int32 slots).
+    """
+    n = use.shape[0]
+    w = SAME_FLOW_WORDS + (1 if hops else 0)
+    buf = np.empty(w, np.uint64)
+    ids = np.full(n, -1, np.int64)
+    slots = _slots(n)
+    keys = np.empty((min(max(n, 1), 1024), w), np.uint64)
+    nid = 0
     for r in range(n):
-        out[0, r] = _u(k.hash[r]) | (_u(k.iface[r]) << s32) \
-            | (_u(np.int64(k.dsa_port[r]) & 0xFFFF) << s48)
-        out[1, r] = _u(k.eth_dst[r]) | (_u(k.eth_type[r]) << s48)
-        out[2, r] = _u(k.eth_src[r]) | (_u(k.vlan_depth[r]) << s48)
-        out[3, r] = _u(k.vlan_tpid0[r]) | (_u(k.vlan_tci0[r]) << s16) \
-            | (_u(k.vlan_tpid1[r]) << s32) | (_u(k.vlan_tci1[r]) << s48)
-        # outer IP header (inet/ipv6_gro_receive fields), then the inner / only one
-        v = _u(k.o_version[r])
-        is6 = v == 6
-        out[4, r] = v | (_u(k.o_proto[r]) << s8) \
-            | ((_u(k.o_ext_mask[r]) if is6 else z) << s16) \
-            | ((_u(k.o_ext_len[r]) if is6 else z) << s24)
-        out[5, r] = _u(k.o_flow_label[r]) if is6 else z
-        out[6, r] = _u(k.o_ext_digest[r]) if is6 else z
-        out[7, r] = k.o_src[r, 0]
-        out[8, r] = k.o_src[r, 1]
-        out[9, r] = k.o_dst[r, 0]
-        out[10, r] = k.o_dst[r, 1]
-        hop0 = _u(k.o_ttl[r]) if is6 else z
-        v = _u(k.i_version[r])
-        is6 = v == 6
-        out[11, r] = v | (_u(k.i_proto[r]) << s8) \
-            | ((_u(k.i_ext_mask[r]) if is6 else z) << s16) \
-            | ((_u(k.i_ext_len[r]) if is6 else z) << s24)
-        out[12, r] = _u(k.i_flow_label[r]) if is6 else z
-        out[13, r] = _u(k.i_ext_digest[r]) if is6 else z
-        out[14, r] = k.i_src[r, 0]
-        out[15, r] = k.i_src[r, 1]
-        out[16, r] = k.i_dst[r, 0]
-        out[17, r] = k.i_dst[r, 1]
-        hop1 = _u(k.i_ttl[r]) if is6 else z
-        # gre_gro_receive: flags, protocol, key when K; eth_gro_receive for GRE-TEB
-        tun = _u(k.tun_type[r])
-        gre = tun == gre_a or tun == gre_b
-        teb = tun == gre_b
-        tfl = _u(k.tun_flags[r])
-        out[18, r] = tun | ((tfl if gre else z) << s8)
-        out[19, r] = (_u(k.tun_proto[r]) if gre else z) \
-            | ((_u(k.tun_key[r]) if gre and (tfl & gre_key) != z else z) << s16)
-        out[20, r] = (_u(k.ieth_dst[r]) if teb else z) \
-            | ((_u(k.ieth_type[r]) if teb else z) << s48)
-        out[21, r] = _u(k.ieth_src[r]) if teb else z
-        out[22, r] = _u(k.sport[r]) | (_u(k.dport[r]) << s16)
-        if hops:
-            out[23, r] = hop0 | (hop1 << s8)
+        if not use[r]:
+            continue
+        _same_flow_row(k, r, gre_a, gre_b, gre_key, hops, buf)
+        c, keys, nid = _intern(buf, w, slots, keys, nid)
+        ids[r] = c
+    return ids, keys[:nid]
 
 
 class FlowIn(NamedTuple):
@@ -1082,33 +1223,57 @@ class FlowIn(NamedTuple):
     outer_ip_dst: np.ndarray
 
 
-@numba.njit(cache=True, nogil=True)
-def pack_flow(f, out):
-    """flows.FLOW_KEY_COLUMNS of every row as 13 uint64 words into ``out`` ((13, n))."""
-    n = out.shape[1]
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _flow_row(f, r, out):
+    """flows.FLOW_KEY_COLUMNS of row r as 13 uint64 words into ``out`` (layout in
+    ``engine._flow_keys``)."""
     s8 = np.uint64(8)
     s16 = np.uint64(16)
     s24 = np.uint64(24)
     s32 = np.uint64(32)
     s48 = np.uint64(48)
+    out[0] = _u(f.ip_version[r]) | (_u(f.l4_proto[r]) << s8) \
+        | (_u(f.outer_ip_version[r]) << s16) | (_u(f.tun_type[r]) << s24) \
+        | (_u(f.tun_key[r]) << s32)
+    out[1] = _u(f.sport[r]) | (_u(f.dport[r]) << s16) \
+        | (_u(f.outer_sport[r]) << s32) | (_u(f.outer_dport[r]) << s48)
+    out[2] = _u(f.vlan_tci0[r]) | (_u(f.vlan_tci1[r]) << s16) \
+        | (_u(np.int64(f.dsa_port[r]) & 0xFFFF) << s32) | (_u(f.iface[r]) << s48)
+    out[3] = _u(f.eth_src[r]) | (_u(f.eth_type[r]) << s48)
+    out[4] = _u(f.eth_dst[r])
+    out[5] = f.ip_src[r, 0]
+    out[6] = f.ip_src[r, 1]
+    out[7] = f.ip_dst[r, 0]
+    out[8] = f.ip_dst[r, 1]
+    out[9] = f.outer_ip_src[r, 0]
+    out[10] = f.outer_ip_src[r, 1]
+    out[11] = f.outer_ip_dst[r, 0]
+    out[12] = f.outer_ip_dst[r, 1]
+
+
+@numba.njit(cache=True, nogil=True)
+def pack_flow(f, out):
+    """flows.FLOW_KEY_COLUMNS of every row as 13 uint64 words into ``out`` ((13, n))."""
+    buf = np.empty(FLOW_WORDS, np.uint64)
+    for r in range(out.shape[1]):
+        _flow_row(f, r, buf)
+        for x in range(FLOW_WORDS):
+            out[x, r] = buf[x]
+
+
+@numba.njit(cache=True, nogil=True)
+def flow_classes(f, n):
+    """:func:`same_flow_classes` for the flow key: ``(ids, keys)`` of all n rows."""
+    buf = np.empty(FLOW_WORDS, np.uint64)
+    ids = np.empty(n, np.int64)
+    slots = _slots(n)
+    keys = np.empty((min(max(n, 1), 1024), FLOW_WORDS), np.uint64)
+    nid = 0
     for r in range(n):
-        out[0, r] = _u(f.ip_version[r]) | (_u(f.l4_proto[r]) << s8) \
-            | (_u(f.outer_ip_version[r]) << s16) | (_u(f.tun_type[r]) << s24) \
-            | (_u(f.tun_key[r]) << s32)
-        out[1, r] = _u(f.sport[r]) | (_u(f.dport[r]) << s16) \
-            | (_u(f.outer_sport[r]) << s32) | (_u(f.outer_dport[r]) << s48)
-        out[2, r] = _u(f.vlan_tci0[r]) | (_u(f.vlan_tci1[r]) << s16) \
-            | (_u(np.int64(f.dsa_port[r]) & 0xFFFF) << s32) | (_u(f.iface[r]) << s48)
-        out[3, r] = _u(f.eth_src[r]) | (_u(f.eth_type[r]) << s48)
-        out[4, r] = _u(f.eth_dst[r])
-        out[5, r] = f.ip_src[r, 0]
-        out[6, r] = f.ip_src[r, 1]
-        out[7, r] = f.ip_dst[r, 0]
-        out[8, r] = f.ip_dst[r, 1]
-        out[9, r] = f.outer_ip_src[r, 0]
-        out[10, r] = f.outer_ip_src[r, 1]
-        out[11, r] = f.outer_ip_dst[r, 0]
-        out[12, r] = f.outer_ip_dst[r, 1]
+        _flow_row(f, r, buf)
+        c, keys, nid = _intern(buf, FLOW_WORDS, slots, keys, nid)
+        ids[r] = c
+    return ids, keys[:nid]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -1166,42 +1331,3 @@ def gather_rows(mat, cols):
         for x in range(w):
             out[j, x] = mat[x, c]
     return out
-
-
-@numba.njit(cache=True, nogil=True)
-def pack_options(opts, opt_len, out, notes):
-    """TCP option area of every row as 6 uint64 words (40 option bytes, the length byte,
-    zero padding) into ``out`` ((n, 6)), and into ``notes`` the same with the
-    TSval/TSecr of the first timestamp option zeroed (see :func:`zero_timestamps`)."""
-    n = opts.shape[0]
-    w = opts.shape[1]
-    for r in range(n):
-        for x in range(6):
-            out[r, x] = 0
-        for b in range(w):
-            out[r, b >> 3] |= np.uint64(opts[r, b]) << np.uint64((b & 7) * 8)
-        ln = opt_len[r]
-        out[r, 5] |= np.uint64(ln & 0xFF)
-        for x in range(6):
-            notes[r, x] = out[r, x]
-        # walk the 48-byte area exactly as zero_timestamps does (length byte included)
-        x = 0
-        end = min(np.int64(ln), 48)
-        while x < end:
-            kind = np.int64((out[r, x >> 3] >> np.uint64((x & 7) * 8)) & np.uint64(0xFF))
-            if kind == 0:
-                break
-            if kind == 1:
-                x += 1
-                continue
-            if x + 1 >= end:
-                break
-            ol = np.int64((out[r, (x + 1) >> 3] >> np.uint64(((x + 1) & 7) * 8))
-                          & np.uint64(0xFF))
-            if ol < 2 or x + ol > end:
-                break
-            if kind == 8 and ol == 10:
-                for y in range(x + 2, x + 10):
-                    notes[r, y >> 3] &= ~(np.uint64(0xFF) << np.uint64((y & 7) * 8))
-                break            # the first timestamp option only
-            x += ol

@@ -210,6 +210,47 @@ def _reader(t, columns) -> ColumnReader:
     return columns if columns is not None else ColumnReader(t)
 
 
+def _same_flow_input(t: pa.Table, hash_: np.ndarray, columns=None) -> K.SameFlowIn:
+    """The columns of the same-flow key, as the packing kernels read them."""
+    c = _reader(t, columns)
+    i = c.ints
+    return K.SameFlowIn(
+        np.ascontiguousarray(hash_), i("iface"), i("dsa_port"), i("eth_dst"),
+        i("eth_type"), i("eth_src"), i("vlan_depth"), i("vlan_tpid0"), i("vlan_tci0"),
+        i("vlan_tpid1"), i("vlan_tci1"),
+        i("outer_ip_version"), i("outer_ip_proto"), i("outer_ip_ext_mask"),
+        i("outer_ip_ext_len"), i("outer_ip_flow_label"), i("outer_ip_ext_digest"),
+        c.words("outer_ip_src"), c.words("outer_ip_dst"), i("outer_ip_ttl"),
+        i("ip_version"), i("ip_proto"), i("ip_ext_mask"), i("ip_ext_len"),
+        i("ip_flow_label"), i("ip_ext_digest"), c.words("ip_src"), c.words("ip_dst"),
+        i("ip_ttl"), i("tun_type"), i("tun_flags"), i("tun_proto"), i("tun_key"),
+        i("inner_eth_dst"), i("inner_eth_type"), i("inner_eth_src"), i("sport"),
+        i("dport"))
+
+
+_GRE_CONSTS = (np.uint64(TUN_GRE), np.uint64(TUN_GRE_TEB), np.uint64(GRE_KEY))
+_FUSED_MAX_ROWS = 2 ** 31 - 1      # int32 slots of the fused class kernels
+
+
+def _same_flow_ids(t: pa.Table, config: GroConfig, hash_: np.ndarray, use: np.ndarray,
+                   state: "EngineState", columns=None) -> tuple[np.ndarray, np.ndarray]:
+    """Global ``(key, loose)`` ids per row (-1 / 0 where ``use`` is False): the classes
+    of :func:`_same_flow_keys`, packed and deduplicated in one numba pass
+    (``_kernels.same_flow_classes``) without the (words, n) matrix."""
+    hops = not config.kernel.ipv6_hop_limit_flush
+    if t.num_rows > _FUSED_MAX_ROWS:
+        key_mat, loose_mat = _same_flow_keys(t, config, hash_, columns)
+        key = _global_ids(key_mat, use, state.key_ids)
+        loose = key if not hops else _global_ids(loose_mat, use, state.loose_ids)
+        return key, np.maximum(loose, 0)
+    sf = _same_flow_input(t, hash_, columns)
+    key = _number(*K.same_flow_classes(sf, use, hops, *_GRE_CONSTS), state.key_ids)
+    if not hops:
+        return key, np.maximum(key, 0)
+    loose = _number(*K.same_flow_classes(sf, use, False, *_GRE_CONSTS), state.loose_ids)
+    return key, np.maximum(loose, 0)
+
+
 def _same_flow_keys(t: pa.Table, config: GroConfig, hash_: np.ndarray, columns=None):
     """Exact same-flow classes: every field some layer compares for ``same_flow``.
 
@@ -236,24 +277,10 @@ def _same_flow_keys(t: pa.Table, config: GroConfig, hash_: np.ndarray, columns=N
     Returns the matrices ``(key_mat, loose_mat)``; ``loose`` omits the pre-5.18 hop
     limit (a view of the first 23 rows of ``key_mat``, no copy).
     """
-    c = _reader(t, columns)
-    i = c.ints
-    sf = K.SameFlowIn(
-        np.ascontiguousarray(hash_), i("iface"), i("dsa_port"), i("eth_dst"),
-        i("eth_type"), i("eth_src"), i("vlan_depth"), i("vlan_tpid0"), i("vlan_tci0"),
-        i("vlan_tpid1"), i("vlan_tci1"),
-        i("outer_ip_version"), i("outer_ip_proto"), i("outer_ip_ext_mask"),
-        i("outer_ip_ext_len"), i("outer_ip_flow_label"), i("outer_ip_ext_digest"),
-        c.words("outer_ip_src"), c.words("outer_ip_dst"), i("outer_ip_ttl"),
-        i("ip_version"), i("ip_proto"), i("ip_ext_mask"), i("ip_ext_len"),
-        i("ip_flow_label"), i("ip_ext_digest"), c.words("ip_src"), c.words("ip_dst"),
-        i("ip_ttl"), i("tun_type"), i("tun_flags"), i("tun_proto"), i("tun_key"),
-        i("inner_eth_dst"), i("inner_eth_type"), i("inner_eth_src"), i("sport"),
-        i("dport"))
+    sf = _same_flow_input(t, hash_, columns)
     hops = not config.kernel.ipv6_hop_limit_flush
     mat = np.empty((K.SAME_FLOW_WORDS + hops, t.num_rows), np.uint64)
-    K.pack_same_flow(sf, np.uint64(TUN_GRE), np.uint64(TUN_GRE_TEB), np.uint64(GRE_KEY),
-                     mat)
+    K.pack_same_flow(sf, *_GRE_CONSTS, mat)
     if not hops:
         return mat, mat
     return mat, mat[:K.SAME_FLOW_WORDS]
@@ -279,13 +306,29 @@ def _flow_keys(t: pa.Table, columns=None) -> np.ndarray:
     flows.assign_flow_ids): ip_version | l4_proto << 8 | outer_ip_version << 16 |
     tun_type << 24 | tun_key << 32; the four ports; both VLAN TCIs, DSA port, iface;
     eth_src + eth_type; eth_dst; the four addresses (2 words each)."""
-    c = _reader(t, columns)
-    i = c.ints
-    fi = K.FlowIn(*[c.words(name) if name.endswith(("_src", "_dst")) and "ip" in name
-                    else i(name) for name in K.FlowIn._fields])
     mat = np.empty((K.FLOW_WORDS, t.num_rows), np.uint64)
-    K.pack_flow(fi, mat)
+    K.pack_flow(_flow_input(t, columns), mat)
     return mat
+
+
+def _flow_input(t: pa.Table, columns=None) -> K.FlowIn:
+    c = _reader(t, columns)
+    return K.FlowIn(*[c.words(name) if name.endswith(("_src", "_dst")) and "ip" in name
+                      else c.ints(name) for name in K.FlowIn._fields])
+
+
+def _flow_ids(t: pa.Table, state: "EngineState", columns=None) -> np.ndarray:
+    """Global flow ids per row (flows.assign_flow_ids classes, numbered through
+    ``state.flow_ids``)."""
+    n = t.num_rows
+    if not n:
+        return np.zeros(0, np.int64)
+    if set(FLOW_KEY_COLUMNS) != _FLOW_PACKED:
+        return _global_ids(_bytes_as_words(flow_key_matrix(t)), np.ones(n, np.bool_),
+                           state.flow_ids)
+    if n > _FUSED_MAX_ROWS:
+        return _global_ids(_flow_keys(t, columns), np.ones(n, np.bool_), state.flow_ids)
+    return _number(*K.flow_classes(_flow_input(t, columns), n), state.flow_ids)
 
 
 def _size_limit(t: pa.Table, config: GroConfig, columns=None) -> np.ndarray:
@@ -346,41 +389,56 @@ def _model(config: GroConfig, explicit_polls: bool) -> int:
 
 # --- state ---------------------------------------------------------------------------------
 
-_STATE_INT_FIELDS = [f for f in K.State._fields
-                     if f.startswith("e_") and f not in ("e_opt", "e_optnots")]
+# State field dtypes: a held entry's header copy in its PACKET_SCHEMA column's width (the
+# values come from those columns), bounded codes in bytes; rows, counters, byte sums and
+# ids stay int64. Per key: ~175 bytes (was 336 with every field int64 and two 48-byte
+# option copies).
+_STATE_DTYPES = {
+    "e_fixed": np.uint8, "e_queue": np.int32, "e_limit": np.int32, "e_gcode": np.uint8,
+    "e_seq": np.uint32, "e_ack": np.uint32, "e_flags": np.uint16, "e_doff": np.uint8,
+    "e_window": np.uint16, "e_in_ttl": np.uint8, "e_in_tos": np.uint8, "e_in_df": np.uint8,
+    "e_in_id": np.uint16, "e_out_ttl": np.uint8, "e_out_tos": np.uint8,
+    "e_out_df": np.uint8, "e_out_id": np.uint16,
+}
+_STATE_ROW_FIELDS = [f for f in K.State._fields if f.startswith("e_")]
+_OPT_WIDTH = K.OPT_BYTES + 2
+
+
+def _state_array(f: str, nk: int) -> np.ndarray:
+    if f == "e_opt":
+        return np.zeros((nk, _OPT_WIDTH), np.uint8)
+    if f == "e_first":
+        return np.full(nk, -1, np.int64)
+    return np.zeros(nk, _STATE_DTYPES.get(f, np.int64))
 
 
 def _new_kernel_state(nkeys: int, nloose: int, queues: int, buckets: int) -> K.State:
     nk = max(nkeys, 1)
-    arrays = {}
-    for f in _STATE_INT_FIELDS:
-        arrays[f] = np.full(nk, -1, np.int64) if f == "e_first" else np.zeros(nk, np.int64)
-    arrays["e_opt"] = np.zeros((nk, 6), np.uint64)
-    arrays["e_optnots"] = np.zeros((nk, 6), np.uint64)
+    arrays = {f: _state_array(f, nk) for f in _STATE_ROW_FIELDS}
     qs = np.zeros((queues, K.QS_N), np.int64)
     qs[:, K.QS_LAST_POLL] = -1
     return K.State(
-        **arrays, loose_held=np.zeros(max(nloose, 1), np.int64),
+        **arrays, loose_held=np.zeros(max(nloose, 1), np.int32),
         tbl=np.full((queues, buckets, K.MAX_GRO_SKBS), -1, np.int64),
         tcnt=np.zeros((queues, buckets), np.int64), ctr=np.zeros(4, np.int64), qs=qs,
         win=np.zeros(3, np.int64))
 
 
 def _grow(st: K.State, nkeys: int, nloose: int) -> K.State:
-    """The same state with room for ``nkeys`` keys and ``nloose`` loose keys."""
+    """The same state with room for ``nkeys`` keys and ``nloose`` loose keys (1.5x
+    growth: amortised, with at most a third of the rows unused)."""
     cur = st.e_first.shape[0]
     changes = {}
     if nkeys > cur:
-        new = max(nkeys, 2 * cur)
-        for f in _STATE_INT_FIELDS + ["e_opt", "e_optnots"]:
-            a = getattr(st, f)
-            fill = -1 if f == "e_first" else 0
-            grown = np.full((new,) + a.shape[1:], fill, a.dtype)
-            grown[:cur] = a
+        new = max(nkeys, cur + cur // 2)
+        for f in _STATE_ROW_FIELDS:
+            grown = _state_array(f, new)
+            grown[:cur] = getattr(st, f)
             changes[f] = grown
-    if nloose > st.loose_held.shape[0]:
-        grown = np.zeros(max(nloose, 2 * st.loose_held.shape[0]), np.int64)
-        grown[:st.loose_held.shape[0]] = st.loose_held
+    held = st.loose_held.shape[0]
+    if nloose > held:
+        grown = np.zeros(max(nloose, held + held // 2), np.int32)
+        grown[:held] = st.loose_held
         changes["loose_held"] = grown
     return st._replace(**changes) if changes else st
 
@@ -498,16 +556,19 @@ def _global_ids(mat: np.ndarray, use: np.ndarray, table: KeyTable) -> np.ndarray
     ``use``), numbered through ``table`` (first appearance first; shared across
     batches)."""
     local, reps = K.dedup_reps(mat, use)
-    nid = len(reps)
-    if nid == 0:
+    return _number(local, K.gather_rows(mat, reps), table)
+
+
+def _number(local: np.ndarray, keys: np.ndarray, table: KeyTable) -> np.ndarray:
+    """Batch-local class ids (first appearance) and their keys -> global ids."""
+    if not len(keys):
         return local
-    # local ids number classes by first appearance, so new keys get ids in that order
     was_empty = len(table) == 0
-    mapping = table.ids(K.gather_rows(mat, reps))
+    mapping = table.ids(keys)
     if was_empty:
         return local            # an empty table numbers them 0..nid-1 as well
-    valid = local >= 0
     out = np.full(len(local), -1, np.int64)
+    valid = local >= 0
     out[valid] = mapping[local[valid]]
     return out
 
@@ -559,16 +620,12 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
         bucket = np.zeros(n, np.int32)
     pre, sfl_out, sfl_in = _pre_and_flush(t, config, no_gro, sfl_fl, columns=g)
     use = pre == 0
-    key_mat, loose_mat = _same_flow_keys(t, config, hash_, columns=g)
-    key = _global_ids(key_mat, use, state.key_ids)
-    if loose_mat is key_mat:
-        loose = np.maximum(key, 0)
-    else:
-        loose = np.maximum(_global_ids(loose_mat, use, state.loose_ids), 0)
-    del key_mat, loose_mat
-    opt = np.empty((n, 6), np.uint64)
-    optnots = np.empty((n, 6), np.uint64)
-    K.pack_options(g.bytes("tcp_options"), g.ints("tcp_opt_len"), opt, optnots)
+    key, loose = _same_flow_ids(t, config, hash_, use, state, columns=g)
+    # option bytes: zero-copy views of the Arrow column (read-only, one numba type)
+    opt = _readonly(g.bytes("tcp_options"))
+    if opt.shape[1] != K.OPT_BYTES:
+        raise ConfigError(f"tcp_options has {opt.shape[1]} bytes per row, expected "
+                          f"{K.OPT_BYTES}", hint="use decode.schema.PACKET_SCHEMA")
     out_v = g("outer_ip_version", np.int32)
     in_v = g("ip_version", np.int32)
     wire = g("wire_len")
@@ -585,11 +642,7 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
     gcode = ((in_v == 6).astype(np.int64) * 2 + ((flags & TCP_FLAG_CWR) != 0)) * 16 \
         + (tun & 15)
     # flow ids: the fast packing when it covers exactly flows.FLOW_KEY_COLUMNS
-    flow_mat = _flow_keys(t, columns=g) if set(FLOW_KEY_COLUMNS) == _FLOW_PACKED else \
-        _bytes_as_words(flow_key_matrix(t))
-    flow = _global_ids(flow_mat, np.ones(n, np.bool_), state.flow_ids) if n else \
-        np.zeros(0, np.int64)
-    del flow_mat
+    flow = _flow_ids(t, state, columns=g)
     if polls is None:
         poll_win = np.zeros(n, np.int64)
     else:
@@ -609,7 +662,7 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
         pre=pre, sfl_out=sfl_out, sfl_in=sfl_in, payload=payload, tlen=tlen,
         plen=plen.astype(np.int64, copy=False), limit=_size_limit(t, config, columns=g),
         seq=g("tcp_seq"), ack=g("tcp_ack"), flags=flags, doff=i32("tcp_doff"),
-        window=i32("tcp_window"), opt=opt, optnots=optnots,
+        window=i32("tcp_window"), opt=opt, opt_len=g.ints("tcp_opt_len"),
         in_v=in_v, in_ttl=i32("ip_ttl"), in_tos=i32("ip_tos"), in_df=i32("ip_df"),
         in_id=i32("ip_id"), out_v=out_v, out_ttl=i32("outer_ip_ttl"),
         out_tos=i32("outer_ip_tos"), out_df=i32("outer_ip_df"), out_id=i32("outer_ip_id"),
@@ -629,14 +682,24 @@ def _new_out(n: int, nseg: int) -> K.Out:
                  s_trig=e(nseg), nseg=np.zeros(1, np.int64), cur=np.full(1, -1, np.int64))
 
 
+def _readonly(a: np.ndarray) -> np.ndarray:
+    """A read-only view: Cols.opt is always read-only, so the kernels compile once."""
+    if a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
+
+
 def _concat_cols(a: K.Cols | None, b: K.Cols) -> K.Cols:
     if a is None or len(a.row) == 0:
         return b
-    return K.Cols(*[np.concatenate([x, y]) for x, y in zip(a, b)])
+    c = K.Cols(*[np.concatenate([x, y]) for x, y in zip(a, b)])
+    return c._replace(opt=_readonly(c.opt))
 
 
 def _take_cols(c: K.Cols, idx: np.ndarray) -> K.Cols:
-    return K.Cols(*[np.ascontiguousarray(x[idx]) for x in c])
+    t = K.Cols(*[np.ascontiguousarray(x[idx]) for x in c])
+    return t._replace(opt=_readonly(t.opt))
 
 
 # "trig": the row whose receive sent the super-packet up (-1: a flush), what lets runs over
