@@ -160,18 +160,30 @@ def piece_meta_task(decoded):
     return table.num_rows, info, stats
 
 
-def store_task(fn, args: tuple, path: str):
+def store_task(fn, args: tuple, path: str, splits: tuple = ()):
     """Run a decode task and write its table to ``path`` (Arrow IPC stream, which keeps
     each batch's ``encap`` dictionary) in the shared scratch directory; returns what
     :func:`piece_meta_task` returns. Readers memory-map the file: no copy through the
-    scheduler's transfers."""
+    scheduler's transfers. ``splits``: ``(name, config, parts)`` for which the row's GRO
+    partition (``engine.partition_of``) is computed here, once, and written beside it
+    (``path.name.part``), so partition tasks only select rows."""
+    from gropcap.gro.engine import partition_of
     out = fn(*args)
     table = out[0] if isinstance(out, tuple) else out
+    _write_ipc(path, table, stream=True)
+    for name, config, parts in splits:
+        part = partition_of(table, config, parts).astype(np.uint16)
+        _write_ipc(f"{path}.{name}.part", pa.table({"part": part}))
+    return piece_meta_task(out)
+
+
+def _write_ipc(path: str, table: pa.Table, stream: bool = False) -> None:
+    """``table`` to ``path`` (Arrow IPC file, or stream format), renamed into place."""
     tmp = path + ".tmp"
-    with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+    new = pa.ipc.new_stream if stream else pa.ipc.new_file
+    with pa.OSFile(tmp, "wb") as sink, new(sink, table.schema) as w:
         w.write_table(table)
     os.replace(tmp, path)
-    return piece_meta_task(out)
 
 
 def _table_of(piece) -> pa.Table:
@@ -185,11 +197,12 @@ def _table_of(piece) -> pa.Table:
 
 
 def split_task(decoded, index: int, new_index: int, offset: int, config: GroConfig,
-               parts: int, only: int | None = None) -> list:
+               parts: int, only: int | None = None, part_file: str | None = None) -> list:
     """Cut one decoded piece into the GRO partitions of ``config``'s model
     (``engine.partition_of``): ``[(table, global_rows), ...]`` per partition, rows in
     capture order; ``offset`` is the piece's first global row. ``only``: just that
-    partition's ``(table, global_rows)``."""
+    partition's ``(table, global_rows)``. ``part_file``: the partitions
+    :func:`store_task` computed already."""
     from gropcap.gro.engine import partition_of
     table = _table_of(decoded)
     if index != new_index and table.num_rows:
@@ -197,7 +210,11 @@ def split_task(decoded, index: int, new_index: int, offset: int, config: GroConf
     if parts == 1:
         out = [(table, np.arange(offset, offset + table.num_rows, dtype=np.int64))]
         return out[0] if only is not None else out
-    part = partition_of(table, config, parts)
+    if part_file is not None:
+        with pa.memory_map(part_file) as src:
+            part = pa.ipc.open_file(src).read_all().column("part").to_numpy()
+    else:
+        part = partition_of(table, config, parts)
     out = []
     for p in range(parts) if only is None else [only]:
         idx = np.flatnonzero(part == p)
@@ -232,7 +249,9 @@ def partition_files_task(pieces: list, config: GroConfig, parts: int, k: int, st
     file is mapped and only this partition's rows are copied out. ``out``: write the
     result there as Arrow files (a directory) and return only its name
     (:func:`load_part` maps it)."""
-    res = partition_task([split_task(path, i, j, off, config, parts, only=k)
+    res = partition_task([split_task(path, i, j, off, config, parts, only=k,
+                                     part_file=f"{path}.{config.model}.part"
+                                     if parts > 1 else None)
                           for path, i, j, off in pieces], config, stats)
     if out is None:
         return res
@@ -254,9 +273,7 @@ def partition_files_task(pieces: list, config: GroConfig, parts: int, k: int, st
     tables["keys"] = pa.table({"key": key_arr})
     os.makedirs(out, exist_ok=True)
     for g, t in tables.items():
-        with pa.OSFile(os.path.join(out, g + ".arrow"), "wb") as sink, \
-                pa.ipc.new_file(sink, t.schema) as w:
-            w.write_table(t)
+        _write_ipc(os.path.join(out, g + ".arrow"), t)
     return ("arrow", out)
 
 
@@ -403,6 +420,15 @@ def merge_parts(parts: list, rows: list[np.ndarray], keys: list[np.ndarray], n: 
     return assemble([merged], config)
 
 
+def _nworkers(c) -> int:
+    return max(1, len(c.scheduler_info().get("workers", {})))
+
+
+def _nparts(config: GroConfig, nworkers: int) -> int:
+    """Partitions of a split model: one per worker (at most one per RX queue)."""
+    return min(config.queues, nworkers) if config.model == "napi" else nworkers
+
+
 def _split_ok(config: GroConfig, engine: str) -> bool:
     """The numba engine runs this model by partitions (the gro_cells stage and the
     configurations only the reference model implements run as one task)."""
@@ -499,8 +525,13 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
     files = expand_inputs([str(p) for p in paths])
     with open_client(client, jobs=jobs, scheduler=scheduler) as c, \
             _scratch_dir(c, scratch) as tmp:
+        nworkers = _nworkers(c)
+        splits = tuple((m, config.replace(model=m), _nparts(config.replace(model=m),
+                                                             nworkers))
+                       for m in models if _split_ok(config.replace(model=m), engine))
         decoded, infos, failures = _decode_all(c, files, decode_options, decoder,
-                                               split_bytes, batch_records, tmp, progress)
+                                               split_bytes, batch_records, tmp, progress,
+                                               tuple(s for s in splits if s[2] > 1))
         n = sum(p.rows for d in decoded for p in d.pieces)
         # gso_size inference needs every row (SYNs, per-direction statistics): the
         # pieces' statistics, merged in input order
@@ -595,7 +626,7 @@ class _Decoded:
 
 
 def _decode_all(c, files, options, decoder, split_bytes, batch_records, scratch=None,
-                progress=None):
+                progress=None, splits=()):
     """Decode every file (whole, or in byte ranges for large plain files), leaving the
     tables on the workers (or in ``scratch`` files); returns ``(decoded, infos,
     failures)`` in input order with ``file_index`` renumbered over the files that
@@ -616,7 +647,7 @@ def _decode_all(c, files, options, decoder, split_bytes, batch_records, scratch=
     def submit(fn, args, path=None):
         if scratch:
             path = path or os.path.join(scratch, f"piece{next(count)}.arrow")
-            return path, c.submit(store_task, fn, args, path, pure=False)
+            return path, c.submit(store_task, fn, args, path, splits, pure=False)
         fut = c.submit(fn, *args, pure=False)
         return fut, c.submit(piece_meta_task, fut, pure=False)
 
@@ -741,14 +772,14 @@ def _submit_models(c, decoded: list, n: int, config: GroConfig, models, engine, 
     task maps every piece's file and copies its own rows out). Others run as one task
     over the whole table."""
     import operator
-    nworkers = max(1, len(c.scheduler_info().get("workers", {})))
+    nworkers = _nworkers(c)
     stats_arg = c.scatter(stats, hash=False) if stats is not None and stats.num else None
     sources = [(d.kind, [p.ref for p in d.pieces], d.index, d.new_index) for d in decoded]
     pending = {}
     for m in models:
         cfg = config.replace(model=m)
         if _split_ok(cfg, engine) and n:
-            nparts = min(cfg.queues, nworkers) if m == "napi" else nworkers
+            nparts = _nparts(cfg, nworkers)
             tasks = []
             if scratch:
                 refs = [(p.ref, d.index, d.new_index, p.offset)

@@ -138,17 +138,13 @@ def test_local_workers_exchange_through_scratch_files(client, monkeypatch, tmp_p
     assert log.read_text() == ""
 
 
-def _logged_store(fn, args, path, *, log):
-    """runner.store_task, noting each scratch file it writes (runs on a worker)."""
-    from gropcap.runner import piece_meta_task
-    import pyarrow as pa
+def _logged_store(fn, args, path, splits=(), *, log):
+    """runner.store_task, noting each scratch file it writes (runs on a worker, where
+    ``gropcap.runner.store_task`` is the real one)."""
+    from gropcap.runner import store_task
     with open(log, "a") as f:
         f.write(path + "\n")
-    out = fn(*args)
-    table = out[0] if isinstance(out, tuple) else out
-    with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
-        w.write_table(table)
-    return piece_meta_task(out)
+    return store_task(fn, args, path, splits)
 
 
 @pytest.mark.parametrize("scratch", [None, False], ids=["files", "transfers"])
