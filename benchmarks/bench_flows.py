@@ -14,7 +14,14 @@ figure reported is the marginal cost per flow, not the fixed overhead:
 
 - ``assign_flow_ids`` peak heap bytes per flow;
 - the numba engine's ``simulate`` (``ideal`` and ``napi``) peak heap bytes per flow;
-- the decoded packet table's bytes per packet (Arrow ``nbytes``), for scale.
+- the decoded packet table's bytes per packet (Arrow ``nbytes``), for scale;
+- the engine state that holds the flows (``simulate_batch(..., final=False)`` over every
+  flow's first segment, ideal model: every flow held): bytes of its arrays and key
+  tables, and its pickled size (what crosses a process boundary), per held flow.
+
+``--against DIR`` runs the same measurement on another checkout of the engine (e.g.
+``git archive REV gropcap tests | tar -x -C DIR``) in a child process, then this
+checkout, and prints both with the ratios (same run, same machine load).
 
 Correctness asserted on every run: one flow id per flow, every flow's segments merge
 into one super-packet in the ideal model, every packet accounted for.
@@ -37,9 +44,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+HERE = Path(__file__).resolve().parents[1]
+# BENCH_GROPCAP_ROOT: measure another checkout's engine (set by --against)
+ROOT = Path(os.environ.get("BENCH_GROPCAP_ROOT") or HERE)
+sys.path.insert(0, str(ROOT))
 
 from gropcap.capture.records import RecordBatch  # noqa: E402
 from gropcap.gro.config import GroConfig  # noqa: E402
@@ -117,6 +125,7 @@ def measure(flows: int, per_flow: int) -> dict:
     assert ids.max() + 1 == flows and np.array_equal(ids[:flows], np.arange(flows))
     row = {"flows": flows, "packets": n, "table_bytes": table.nbytes,
            "assign_flow_ids_peak": p_ids, "assign_flow_ids_s": round(t_ids, 3)}
+    row.update(held_state(table.slice(0, flows)))
     payload = table.column("payload_len").to_numpy()
     for model in ("ideal", "napi"):
         res, p, dt = peak(lambda: simulate(table, GroConfig(model=model)))
@@ -129,25 +138,71 @@ def measure(flows: int, per_flow: int) -> dict:
     return row
 
 
+def held_state(first: pa.Table) -> dict:
+    """Bytes of the engine state holding every flow of ``first`` (one segment each)."""
+    import pickle
+
+    from gropcap.gro.engine import simulate_batch
+
+    _, st = simulate_batch(first, GroConfig(), None, final=False)
+    held = int(np.count_nonzero(st.kernel.e_first >= 0))
+    assert held == first.num_rows, (held, first.num_rows)     # every flow held
+    arrays = sum(a.nbytes for a in st.kernel if isinstance(a, np.ndarray))
+    tables = sum(kt.sorted_keys.nbytes + kt.sorted_ids.nbytes
+                 for kt in (st.key_ids, st.loose_ids, st.flow_ids)
+                 if kt.sorted_keys is not None)
+    return {"held": held, "state_arrays_bytes": arrays, "key_tables_bytes": tables,
+            "state_pickle_bytes": len(pickle.dumps(st, protocol=5))}
+
+
+def against(old_root: str, argv: list[str]) -> int:
+    """Run this benchmark on ``old_root`` and on this checkout; print both and ratios."""
+    import tempfile
+
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for tag, root in (("old", old_root), ("new", str(HERE))):
+            out = os.path.join(tmp, tag + ".jsonl")
+            env = dict(os.environ, BENCH_GROPCAP_ROOT=root)
+            subprocess.run([sys.executable, __file__, *argv, "--out", out], env=env,
+                           check=True, stdout=subprocess.DEVNULL)
+            with open(out) as f:
+                results[tag] = json.loads(f.readline())
+    old, new = (results[t]["bytes_per_flow_marginal"] for t in ("old", "new"))
+    print(json.dumps({"old": results["old"], "new": results["new"],
+                      "bytes_per_flow_old_over_new": {
+                          k: round(old[k] / new[k], 2) if new.get(k) else None
+                          for k in new if k in old}}, indent=2))
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--flows", type=int, default=1_000_000)
     ap.add_argument("--packets-per-flow", type=int, default=2)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "bench_flows.jsonl"))
+    ap.add_argument("--out", default=str(HERE / "benchmarks" / "results" / "bench_flows.jsonl"))
+    ap.add_argument("--against", metavar="DIR",
+                    help="also measure the engine of another checkout (same run)")
     args = ap.parse_args(argv)
+    if args.against:
+        return against(args.against, ["--flows", str(args.flows),
+                                      "--packets-per-flow", str(args.packets_per_flow)])
     small = max(1000, args.flows // 10)
     measure(1000, args.packets_per_flow)             # warm the JIT outside the numbers
     a = measure(small, args.packets_per_flow)
     b = measure(args.flows, args.packets_per_flow)
     df = b["flows"] - a["flows"]
     per_flow = {k: round((b[k] - a[k]) / df, 1) for k in
-                ("assign_flow_ids_peak", "ideal_peak", "napi_peak", "table_bytes")}
+                ("assign_flow_ids_peak", "ideal_peak", "napi_peak", "table_bytes",
+                 "state_arrays_bytes", "key_tables_bytes", "state_pickle_bytes")}
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE,
                                 capture_output=True, text=True, check=False).stdout.strip()
     except OSError:
         commit = ""
-    result = {"commit": commit, "python": platform.python_version(),
+    if ROOT != HERE:
+        commit = f"checkout {ROOT}"
+    result = {"commit": commit, "root": str(ROOT), "python": platform.python_version(),
               "packets_per_flow": args.packets_per_flow, "small": a, "large": b,
               "bytes_per_flow_marginal": per_flow,
               "bytes_per_packet_table": round(b["table_bytes"] / b["packets"], 1)}

@@ -735,12 +735,15 @@ def run_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineS
             verdicts["inst"].append(out.inst[done])
             verdicts["poll"].append(out.ppoll[done])
         ns = int(out.nseg[0])
+        # the capacity bound of _new_out (numba does not check bounds): fail loudly
+        assert ns <= len(out.s_first), "super-packet buffer overrun"
         segs.append({f: getattr(out, "s_" + f)[:ns] for f in _SEG_FIELDS})
 
     if state.model in (K.MODEL_IDEAL, K.MODEL_WINDOWS):
         n = len(cols.row)
-        # at most two super-packets per packet (pp, then the packet), plus the flushes
-        out = _new_out(n, 3 * n + nheld + 16)
+        # every super-packet emitted is an instance completed once: those held at the
+        # start plus at most one new instance per packet (held or delivered alone)
+        out = _new_out(n, n + nheld + 16)
         one = np.zeros(1, np.int64)
         K.run(cols, cfg, st, out, np.arange(n, dtype=np.int64),
               np.array([0, n], np.int64), one, one, one, final)
@@ -768,7 +771,7 @@ def run_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineS
             cap = 2 * n + 4 * (config.napi_defer_hard_irqs + 2) * queues + 64
             p_time = np.empty(cap, np.int64)
             p_queue = np.empty(cap, np.int64)
-            out = _new_out(n, 3 * n + int(np.count_nonzero(st.e_first >= 0)) + 16)
+            out = _new_out(n, n + int(np.count_nonzero(st.e_first >= 0)) + 16)
             base = int(st.ctr[2])
             npoll = K.run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final)
             left = np.concatenate([rows[st.qs[q, K.QS_NEXT]:qstart[q + 1]]
