@@ -932,55 +932,12 @@ def napi_finish(st, out):
 # --- column preparation helpers ---------------------------------------------------------
 
 @numba.njit(cache=True, nogil=True)
-def dedup_columns(mat, use):
-    """Exact equivalence classes of the columns of a (words, n) uint64 matrix: column r
-    is packet r's key (only packets with ``use``).
-
-    Returns int64 ids numbered by first appearance (-1 where ``use`` is False): an open
-    addressing table on a 64-bit multiplicative hash of the words, every hit confirmed
-    word by word.
-    """
-    w = mat.shape[0]
-    n = mat.shape[1]
-    ids = np.full(n, -1, np.int64)
-    size = 16
-    while size < 2 * n:
-        size *= 2
-    slots = np.full(size, -1, np.int64)      # representative packet of each class
-    mask = np.uint64(size - 1)
-    nid = 0
-    for r in range(n):
-        if not use[r]:
-            continue
-        h = np.uint64(14695981039346656037)
-        for x in range(w):
-            h = (h ^ mat[x, r]) * np.uint64(1099511628211)
-            h ^= h >> np.uint64(29)
-        pos = h & mask
-        while True:
-            rep = slots[pos]
-            if rep < 0:
-                slots[pos] = r
-                ids[r] = nid
-                nid += 1
-                break
-            same = True
-            for x in range(w):
-                if mat[x, rep] != mat[x, r]:
-                    same = False
-                    break
-            if same:
-                ids[r] = ids[rep]
-                break
-            pos = (pos + np.uint64(1)) & mask
-    return ids
-
-
-@numba.njit(cache=True, nogil=True)
 def zero_timestamps(opts, opt_len):
     """Copy of the TCP option bytes with the TSval/TSecr of the first timestamp option
     zeroed: two option areas that differ only there differ "only in TSval/TSecr"
-    (FLUSH_TCP_TS), as docs/gro-model.md pins it."""
+    (FLUSH_TCP_TS), as docs/gro-model.md pins it. The engine no longer builds these copies
+    (:func:`_options_differ_beyond_ts` finds the timestamp only when two areas differ);
+    this is the definition the tests hold it to."""
     out = opts.copy()
     for r in range(opts.shape[0]):
         x = 0
@@ -1176,7 +1133,7 @@ def _slots(n):
 
 @numba.njit(cache=True, nogil=True)
 def same_flow_classes(k, use, hops, gre_a, gre_b, gre_key):
-    """Packing and :func:`dedup_columns` fused: exact same-flow classes of the rows
+    """Packing and :func:`dedup_reps` fused: exact same-flow classes of the rows
     with ``use`` without materialising the (words, n) key matrix.
 
     Returns ``(ids, keys)``: int64 ids by first appearance (-1 where ``use`` is False)
@@ -1278,7 +1235,9 @@ def flow_classes(f, n):
 
 @numba.njit(cache=True, nogil=True)
 def dedup_reps(mat, use):
-    """:func:`dedup_columns` plus the representative (first) row of every class.
+    """Exact equivalence classes of the columns of a (words, n) uint64 matrix (column r
+    is packet r's key; only packets with ``use``): an open addressing table on a 64-bit
+    multiplicative hash of the words, every hit confirmed word by word.
 
     Returns ``(ids, reps)``: int64 ids by first appearance (-1 where ``use`` is False)
     and ``reps[id]`` the first row of class ``id``.
