@@ -66,23 +66,25 @@ class Cols(NamedTuple):
     pre: np.ndarray        # uint8 BYPASS_* code, 0 when the packet enters TCP GRO
     sfl_out: np.ndarray    # uint8 skb flush set by the outer IP layer (NOT_HELD_*), 0 none
     sfl_in: np.ndarray     # uint8 skb flush set by the inner / only IP layer
-    payload: np.ndarray    # int64 TCP payload bytes (column payload_len: accounting)
+    payload: np.ndarray    # uint32 TCP payload bytes (column payload_len: accounting)
     tlen: np.ndarray       # int64 skb_gro_len at TCP: payload plus padding / trailer
     plen: np.ndarray       # int64 p->len if held: bytes after the outer IP offset + tags
     limit: np.ndarray      # int64 size limit if this packet heads a super-packet
-    seq: np.ndarray        # int64
-    ack: np.ndarray        # int64
+    # header fields that the rules only compare are the columns themselves (schema
+    # dtypes, no copies); fields used in arithmetic are int32
+    seq: np.ndarray        # uint32
+    ack: np.ndarray        # uint32
     flags: np.ndarray      # int32 9 TCP flag bits
-    doff: np.ndarray       # int32
-    window: np.ndarray     # int32
+    doff: np.ndarray       # uint8
+    window: np.ndarray     # uint16
     opt: np.ndarray        # uint8 [n, 40] TCP option bytes (read-only view of the column)
     opt_len: np.ndarray    # tcp_opt_len (column dtype)
-    in_v: np.ndarray       # int32 inner (only) IP version
-    in_ttl: np.ndarray     # int32
-    in_tos: np.ndarray     # int32
+    in_v: np.ndarray       # uint8 inner (only) IP version
+    in_ttl: np.ndarray     # uint8
+    in_tos: np.ndarray     # uint8
     in_df: np.ndarray      # int32
     in_id: np.ndarray      # int32
-    out_v: np.ndarray      # int32 outer IP version, 0 when not encapsulated
+    out_v: np.ndarray      # uint8 outer IP version, 0 when not encapsulated
     out_ttl: np.ndarray
     out_tos: np.ndarray
     out_df: np.ndarray
@@ -1231,6 +1233,28 @@ def flow_classes(f, n):
         c, keys, nid = _intern(buf, FLOW_WORDS, slots, keys, nid)
         ids[r] = c
     return ids, keys[:nid]
+
+
+@numba.njit(cache=True, nogil=True)
+def derive_lengths(wire, out_v, out_off, in_off, vlan_depth, in_hdr, doff, payload, in_v,
+                   flags, tun, cwr, plen, tlen, gcode):
+    """Per-packet lengths and the gso_type code in one pass (int64 arithmetic):
+
+    * ``plen``: p->len if held, bytes after the outermost IP header's offset
+      (eth_type_trans pulled the MAC header; in-band VLAN tags stay in skb->data);
+    * ``tlen``: skb_gro_len at TCP, bytes after the innermost IP and TCP headers (padding
+      included), at least ``payload_len``;
+    * ``gcode``: (innermost IPv6, CWR, tunnel type) for ``gso.gso_type_for``.
+    """
+    for r in range(plen.shape[0]):
+        w = np.int64(wire[r])
+        outer = np.int64(out_off[r]) if out_v[r] != 0 else np.int64(in_off[r])
+        plen[r] = w - outer + 4 * np.int64(vlan_depth[r])
+        t = w - np.int64(in_off[r]) - np.int64(in_hdr[r]) - 4 * np.int64(doff[r])
+        p = np.int64(payload[r])
+        tlen[r] = t if t > p else p
+        gcode[r] = ((2 if in_v[r] == 6 else 0) + (1 if (np.int64(flags[r]) & cwr) != 0 else 0)) \
+            * 16 + (np.int64(tun[r]) & 15)
 
 
 @numba.njit(cache=True, nogil=True)

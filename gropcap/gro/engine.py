@@ -68,6 +68,12 @@ GRO_LEGACY_MAX_SIZE = 65536   # include/net/gro.h: limit without BIG TCP
 
 # inet_offloads[] with a gro_receive (net/ipv4/af_inet.c, gre_offload.c, udp_offload.c);
 # inet6_offloads[] register the same protocols (ip6_offload.c): TCP, UDP, GRE, IPIP, IPv6.
+# numpy dtype of every fixed-width PACKET_SCHEMA column (reading a schema table in its
+# own dtype is zero-copy, and the kernels see one type per field)
+_SCHEMA_DT = {f.name: np.dtype(f.type.to_pandas_dtype()) for f in PACKET_SCHEMA
+              if not (pa.types.is_dictionary(f.type)
+                      or pa.types.is_fixed_size_binary(f.type))}
+
 _L3_HANDLERS = (IPPROTO_TCP, IPPROTO_UDP, IPPROTO_GRE, IPPROTO_IPIP, IPPROTO_IPV6)
 # Tunnels aggregated natively on the receiving device; UDP tunnels need a local tunnel
 # socket, which this model does not have (plain UDP, no UDP GRO)
@@ -626,21 +632,15 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
     if opt.shape[1] != K.OPT_BYTES:
         raise ConfigError(f"tcp_options has {opt.shape[1]} bytes per row, expected "
                           f"{K.OPT_BYTES}", hint="use decode.schema.PACKET_SCHEMA")
-    out_v = g("outer_ip_version", np.int32)
-    in_v = g("ip_version", np.int32)
-    wire = g("wire_len")
-    # p->len: bytes after the outermost IP header's offset (eth_type_trans pulled the
-    # MAC header; in-band VLAN tags stay in skb->data and count)
-    outermost_off = np.where(out_v != 0, g("outer_ip_offset"), g("ip_offset"))
-    plen = wire - outermost_off + 4 * g("vlan_depth")
-    del outermost_off
-    # skb_gro_len at TCP: bytes after the innermost IP and TCP headers, padding included
-    payload = g("payload_len")
-    tlen = np.maximum(wire - g("ip_offset") - g("ip_hdr_len") - 4 * g("tcp_doff"), payload)
+    s = lambda name: g(name, _SCHEMA_DT[name])  # noqa: E731  (zero-copy for the schema)
+    plen = np.empty(n, np.int64)
+    tlen = np.empty(n, np.int64)
+    gcode = np.empty(n, np.int64)
     flags = g("tcp_flags", np.int32)
-    tun = g("tun_type", np.int64)
-    gcode = ((in_v == 6).astype(np.int64) * 2 + ((flags & TCP_FLAG_CWR) != 0)) * 16 \
-        + (tun & 15)
+    K.derive_lengths(s("wire_len"), s("outer_ip_version"), s("outer_ip_offset"),
+                     s("ip_offset"), s("vlan_depth"), s("ip_hdr_len"), s("tcp_doff"),
+                     s("payload_len"), s("ip_version"), flags, s("tun_type"), TCP_FLAG_CWR,
+                     plen, tlen, gcode)
     # flow ids: the fast packing when it covers exactly flows.FLOW_KEY_COLUMNS
     flow = _flow_ids(t, state, columns=g)
     if polls is None:
@@ -659,13 +659,13 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
     cols = K.Cols(
         row=np.arange(state.row_base, state.row_base + n, dtype=np.int64),
         key=key, loose=loose, queue=queue, bucket=bucket,
-        pre=pre, sfl_out=sfl_out, sfl_in=sfl_in, payload=payload, tlen=tlen,
-        plen=plen.astype(np.int64, copy=False), limit=_size_limit(t, config, columns=g),
-        seq=g("tcp_seq"), ack=g("tcp_ack"), flags=flags, doff=i32("tcp_doff"),
-        window=i32("tcp_window"), opt=opt, opt_len=g.ints("tcp_opt_len"),
-        in_v=in_v, in_ttl=i32("ip_ttl"), in_tos=i32("ip_tos"), in_df=i32("ip_df"),
-        in_id=i32("ip_id"), out_v=out_v, out_ttl=i32("outer_ip_ttl"),
-        out_tos=i32("outer_ip_tos"), out_df=i32("outer_ip_df"), out_id=i32("outer_ip_id"),
+        pre=pre, sfl_out=sfl_out, sfl_in=sfl_in, payload=s("payload_len"), tlen=tlen,
+        plen=plen, limit=_size_limit(t, config, columns=g),
+        seq=s("tcp_seq"), ack=s("tcp_ack"), flags=flags, doff=s("tcp_doff"),
+        window=s("tcp_window"), opt=opt, opt_len=s("tcp_opt_len"),
+        in_v=s("ip_version"), in_ttl=s("ip_ttl"), in_tos=s("ip_tos"), in_df=i32("ip_df"),
+        in_id=i32("ip_id"), out_v=s("outer_ip_version"), out_ttl=s("outer_ip_ttl"),
+        out_tos=s("outer_ip_tos"), out_df=i32("outer_ip_df"), out_id=i32("outer_ip_id"),
         gcode=gcode, flow=flow, poll_win=poll_win, segs=segs, gsz=gsz, sfl_fl=sfl_fl,
     )
     return cols, g("ts_ns")
