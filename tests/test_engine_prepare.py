@@ -245,11 +245,10 @@ def test_option_compare_matches_zeroed_timestamp_copies():
     # packet side: the option column and its length; held side: State.e_opt layout
     C = namedtuple("C", "opt opt_len")
     S = namedtuple("S", "e_opt")
-    c = C(np.ascontiguousarray(ma[:, :40]), lens_a)
-    e = np.zeros((n, K.OPT_BYTES + 2), np.uint8)
-    e[:, :40] = mb[:, :40]
-    e[:, 40] = lens_b & 0xFF
-    e[:, 41] = np.minimum(lens_b, 48)
+    c = C(np.ascontiguousarray(ma[:, :40]).view(np.uint64), lens_a)
+    e = np.zeros((n, K.OPT_WORDS + 1), np.uint64)
+    e[:, :K.OPT_WORDS] = np.ascontiguousarray(mb[:, :40]).view(np.uint64)
+    e[:, K.OPT_WORDS] = ((lens_b & 0xFF) | (np.minimum(lens_b, 48) << 8)).astype(np.uint64)
     s = S(e)
     got_same = np.array([K._same_options(i, i, c, s) for i in range(n)])
     got_beyond = np.array([K._options_differ_beyond_ts(i, i, c, s) for i in range(n)])
@@ -313,4 +312,4 @@ def test_state_grows_by_half_and_streams_equal():
         sizes.append(st.kernel.e_first.shape[0])
     _assert_same(assemble(parts, cfg), simulate(t, cfg), "stream")
     assert sizes[-1] < 2 * 300 and sizes == sorted(sizes)
-    assert st.kernel.e_seq.dtype == np.uint32 and st.kernel.e_opt.shape[1] == 42
+    assert st.kernel.e_seq.dtype == np.uint32 and st.kernel.e_opt.shape[1] == 6

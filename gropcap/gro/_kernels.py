@@ -77,7 +77,7 @@ class Cols(NamedTuple):
     flags: np.ndarray      # int32 9 TCP flag bits
     doff: np.ndarray       # uint8
     window: np.ndarray     # uint16
-    opt: np.ndarray        # uint8 [n, 40] TCP option bytes (read-only view of the column)
+    opt: np.ndarray        # uint64 [n, 5] TCP option bytes (read-only view of the column)
     opt_len: np.ndarray    # tcp_opt_len (column dtype)
     in_v: np.ndarray       # uint8 inner (only) IP version
     in_ttl: np.ndarray     # uint8
@@ -141,7 +141,8 @@ class State(NamedTuple):
     e_flags: np.ndarray    # uint16
     e_doff: np.ndarray     # uint8
     e_window: np.ndarray   # uint16
-    e_opt: np.ndarray      # uint8 [nkeys, 42]: option bytes, length & 0xFF, min(length, 48)
+    e_opt: np.ndarray      # uint64 [nkeys, 6]: 40 option bytes, then length & 0xFF and
+    #                        min(length, 48) << 8
     e_in_ttl: np.ndarray   # uint8
     e_in_tos: np.ndarray   # uint8
     e_in_df: np.ndarray    # uint8
@@ -277,28 +278,31 @@ def _ip_pair(v, ttl, tos, df, ttl2, tos2, df2, hop_flush, r_ttl, r_tos, r_ecn, r
 # The option area tcp_gro_receive compares (memcmp of th + 1 over the option length) is
 # modelled as 48 bytes: the 40 option bytes, the length byte, zeros. FLUSH_TCP_TS means
 # the areas differ only in the TSval/TSecr of their first timestamp option
-# (docs/gro-model.md). A held entry keeps its 40 bytes, the length byte and the walk
-# bound min(length, 48) (State.e_opt), and the zeroed copies are never materialised: the
-# timestamp position is found only when two areas differ.
+# (docs/gro-model.md). Option bytes are compared as 5 native uint64 words; a held entry
+# keeps them plus the length byte and the walk bound min(length, 48) (State.e_opt), and
+# the zeroed copies are never materialised: the timestamp position is found only when
+# two areas differ.
 OPT_BYTES = 40
+OPT_WORDS = 5
 OPT_AREA = 48
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _same_options(i, k, c, st):
-    if (np.int64(c.opt_len[i]) & 0xFF) != st.e_opt[k, OPT_BYTES]:
+    if (np.int64(c.opt_len[i]) & 0xFF) != np.int64(st.e_opt[k, OPT_WORDS] & np.uint64(0xFF)):
         return False
-    for b in range(OPT_BYTES):
-        if c.opt[i, b] != st.e_opt[k, b]:
+    for w in range(OPT_WORDS):
+        if c.opt[i, w] != st.e_opt[k, w]:
             return False
     return True
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _area_byte(a, row, lenbyte, b):
-    """Byte b of a 48-byte option area: a[row, b] for the options, then the length."""
+    """Byte b of a 48-byte option area (a[row] holds the 40 option bytes as native
+    little-endian uint64 words), then the length byte, then zeros."""
     if b < OPT_BYTES:
-        return np.int64(a[row, b])
+        return np.int64((a[row, b >> 3] >> np.uint64((b & 7) * 8)) & np.uint64(0xFF))
     if b == OPT_BYTES:
         return lenbyte
     return 0
@@ -334,8 +338,8 @@ def _options_differ_beyond_ts(i, k, c, st):
     ln = np.int64(c.opt_len[i])
     lb_i = ln & 0xFF
     ts_i = _ts_at(c.opt, i, lb_i, min(ln, OPT_AREA))
-    lb_k = np.int64(st.e_opt[k, OPT_BYTES])
-    ts_k = _ts_at(st.e_opt, k, lb_k, np.int64(st.e_opt[k, OPT_BYTES + 1]))
+    lb_k = np.int64(st.e_opt[k, OPT_WORDS] & np.uint64(0xFF))
+    ts_k = _ts_at(st.e_opt, k, lb_k, np.int64(st.e_opt[k, OPT_WORDS] >> np.uint64(8)))
     for b in range(OPT_AREA):
         vi = 0 if ts_i >= 0 and ts_i + 2 <= b < ts_i + 10 else _area_byte(c.opt, i, lb_i, b)
         vk = 0 if ts_k >= 0 and ts_k + 2 <= b < ts_k + 10 else \
@@ -678,11 +682,10 @@ def _hold(i, k, reason, c, cfg, st, out, poll, age):
     st.e_flags[k] = c.flags[i]
     st.e_doff[k] = c.doff[i]
     st.e_window[k] = c.window[i]
-    for b in range(OPT_BYTES):
-        st.e_opt[k, b] = c.opt[i, b]
+    for w in range(OPT_WORDS):
+        st.e_opt[k, w] = c.opt[i, w]
     olen = np.int64(c.opt_len[i])
-    st.e_opt[k, OPT_BYTES] = olen & 0xFF
-    st.e_opt[k, OPT_BYTES + 1] = min(olen, OPT_AREA)
+    st.e_opt[k, OPT_WORDS] = np.uint64((olen & 0xFF) | (min(olen, OPT_AREA) << 8))
     st.e_in_ttl[k] = c.in_ttl[i]
     st.e_in_tos[k] = c.in_tos[i]
     st.e_in_df[k] = c.in_df[i]

@@ -397,7 +397,7 @@ def _model(config: GroConfig, explicit_polls: bool) -> int:
 
 # State field dtypes: a held entry's header copy in its PACKET_SCHEMA column's width (the
 # values come from those columns), bounded codes in bytes; rows, counters, byte sums and
-# ids stay int64. Per key: ~175 bytes (was 336 with every field int64 and two 48-byte
+# ids stay int64. Per key: ~180 bytes (was 336 with every field int64 and two 48-byte
 # option copies).
 _STATE_DTYPES = {
     "e_fixed": np.uint8, "e_queue": np.int32, "e_limit": np.int32, "e_gcode": np.uint8,
@@ -407,12 +407,11 @@ _STATE_DTYPES = {
     "e_out_df": np.uint8, "e_out_id": np.uint16,
 }
 _STATE_ROW_FIELDS = [f for f in K.State._fields if f.startswith("e_")]
-_OPT_WIDTH = K.OPT_BYTES + 2
 
 
 def _state_array(f: str, nk: int) -> np.ndarray:
     if f == "e_opt":
-        return np.zeros((nk, _OPT_WIDTH), np.uint8)
+        return np.zeros((nk, K.OPT_WORDS + 1), np.uint64)
     if f == "e_first":
         return np.full(nk, -1, np.int64)
     return np.zeros(nk, _STATE_DTYPES.get(f, np.int64))
@@ -627,11 +626,14 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
     pre, sfl_out, sfl_in = _pre_and_flush(t, config, no_gro, sfl_fl, columns=g)
     use = pre == 0
     key, loose = _same_flow_ids(t, config, hash_, use, state, columns=g)
-    # option bytes: zero-copy views of the Arrow column (read-only, one numba type)
-    opt = _readonly(g.bytes("tcp_options"))
-    if opt.shape[1] != K.OPT_BYTES:
-        raise ConfigError(f"tcp_options has {opt.shape[1]} bytes per row, expected "
+    # option bytes: a zero-copy uint64 view of the Arrow column (read-only: one numba type)
+    ob = g.bytes("tcp_options")
+    if ob.shape[1] != K.OPT_BYTES:
+        raise ConfigError(f"tcp_options has {ob.shape[1]} bytes per row, expected "
                           f"{K.OPT_BYTES}", hint="use decode.schema.PACKET_SCHEMA")
+    if not ob.flags.c_contiguous or ob.ctypes.data % 8:
+        ob = ob.copy()                       # a fresh array is aligned for uint64
+    opt = _readonly(ob.view(np.uint64))
     s = lambda name: g(name, _SCHEMA_DT[name])  # noqa: E731  (zero-copy for the schema)
     plen = np.empty(n, np.int64)
     tlen = np.empty(n, np.int64)
