@@ -369,7 +369,8 @@ def _check_table(packets) -> pa.Table:
         packets = pa.Table.from_batches([packets])
     if not isinstance(packets, pa.Table):
         raise ConfigError(f"simulate() needs a pyarrow Table, got {type(packets).__name__}")
-    missing = [f.name for f in PACKET_SCHEMA if f.name not in packets.column_names]
+    have = set(packets.column_names)            # (column_names builds a new list)
+    missing = [f.name for f in PACKET_SCHEMA if f.name not in have]
     if missing:
         raise ConfigError(f"packet table lacks columns {missing[:5]}",
                           hint="pass a table with decode.schema.PACKET_SCHEMA")
@@ -794,6 +795,16 @@ def run_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineS
     return verdicts, segs, polls
 
 
+def _join_segs(parts: list) -> np.ndarray:
+    """Concatenate one super-packet field's parts; a single part that fills most of its
+    output buffer is kept as is (a view), a sparse one is copied so the buffer is freed."""
+    if len(parts) == 1:
+        p = parts[0]
+        base = p.base if p.base is not None else p
+        return p if 2 * len(p) >= len(base) else p.copy()
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
 def simulate_batch(packets: pa.Table, config: GroConfig, state: EngineState | None = None,
                    *, final: bool = False, polls=None, coalesced=None, hashes=None,
                    no_gro=None) -> tuple[BatchResult, EngineState]:
@@ -847,7 +858,7 @@ def simulate_batch(packets: pa.Table, config: GroConfig, state: EngineState | No
     if final:
         state.finished = True
     cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)  # noqa
-    seg = {f: cat([s[f] for s in segs]) for f in _SEG_FIELDS}
+    seg = {f: _join_segs([s[f] for s in segs]) for f in _SEG_FIELDS}
     if poll_parts:
         poll_base = poll_parts[0][0]
         p_time = cat([p[1] for p in poll_parts])
@@ -884,7 +895,7 @@ def assemble(parts: list[BatchResult], config: GroConfig) -> GroResult:
     the queue) across all queues (docs/gro-model.md), which needs every poll.
     """
     n = sum(len(p.flow_id) for p in parts)
-    cat = lambda xs, dt=np.int64: (np.concatenate(xs).astype(dt) if xs  # noqa: E731
+    cat = lambda xs, dt=np.int64: (np.concatenate(xs).astype(dt, copy=False) if xs  # noqa: E731
                                    else np.zeros(0, dt))
     flow_id = cat([p.flow_id for p in parts])
     rx = cat([p.rx_queue for p in parts], np.uint16)
@@ -910,9 +921,9 @@ def assemble(parts: list[BatchResult], config: GroConfig) -> GroResult:
         seg_poll = s_rank[seg_order]
         pkt_poll = rank[pkt_poll] if n else pkt_poll
     else:
-        seg_order = np.arange(m)
+        seg_order = None                           # emission order is delivery order
         seg_poll = seg["poll"] if config.model == "napi" else np.full(m, -1, np.int64)
-    s = {f: seg[f][seg_order] for f in _SEG_FIELDS}
+    s = seg if seg_order is None else {f: seg[f][seg_order] for f in _SEG_FIELDS}
     seg_of_inst = np.zeros(int(s["inst"].max()) + 1 if m else 0, np.int64)
     seg_of_inst[s["inst"]] = np.arange(m)
     gro_seg = seg_of_inst[inst] if n else np.zeros(0, np.int64)
