@@ -693,16 +693,20 @@ def _readonly(a: np.ndarray) -> np.ndarray:
     return a
 
 
+def _like(new: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """``new`` read-only when ``ref`` is: fields read from the Arrow columns are
+    read-only views, and numba compiles one ``run`` per combination of flags."""
+    return new if ref.flags.writeable else _readonly(new)
+
+
 def _concat_cols(a: K.Cols | None, b: K.Cols) -> K.Cols:
     if a is None or len(a.row) == 0:
         return b
-    c = K.Cols(*[np.concatenate([x, y]) for x, y in zip(a, b)])
-    return c._replace(opt=_readonly(c.opt))
+    return K.Cols(*[_like(np.concatenate([x, y]), y) for x, y in zip(a, b)])
 
 
 def _take_cols(c: K.Cols, idx: np.ndarray) -> K.Cols:
-    t = K.Cols(*[np.ascontiguousarray(x[idx]) for x in c])
-    return t._replace(opt=_readonly(t.opt))
+    return K.Cols(*[_like(np.ascontiguousarray(x[idx]), x) for x in c])
 
 
 # "trig": the row whose receive sent the super-packet up (-1: a flush), what lets runs over

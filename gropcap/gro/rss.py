@@ -183,6 +183,7 @@ class ColumnReader:
             if not b.flags.c_contiguous or b.ctypes.data % 8:
                 b = b.copy()                  # a fresh array is aligned for uint64
             a = b.view(np.uint64)
+            a.flags.writeable = False         # like the zero-copy case: one numba type
             self._conv[key] = a
         return a
 
