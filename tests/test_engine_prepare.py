@@ -313,3 +313,28 @@ def test_state_grows_by_half_and_streams_equal():
     _assert_same(assemble(parts, cfg), simulate(t, cfg), "stream")
     assert sizes[-1] < 2 * 300 and sizes == sorted(sizes)
     assert st.kernel.e_seq.dtype == np.uint32 and st.kernel.e_opt.shape[1] == 6
+
+
+@pytest.mark.parametrize("kernel", ["6.18", "5.4"])
+def test_matrix_fallback_numbers_like_the_fused_kernels(monkeypatch, kernel):
+    """Batches too long for the int32 slots of the fused kernels take the (words, n)
+    matrix path (pack, dedup_reps, gather_rows): same ids."""
+    import gropcap.gro.engine as E
+
+    t = random_table(2500, 21)
+    rng = np.random.default_rng(21)
+    hash_ = rng.integers(0, 3, t.num_rows).astype(np.uint32)
+    use = rng.random(t.num_rows) < 0.85
+    cfg = GroConfig(kernel=KernelProfile.parse(kernel))
+    fused = _same_flow_ids(t, cfg, hash_, use, EngineState.new(cfg))
+    fused_flow = _flow_ids(t, EngineState.new(cfg))
+    monkeypatch.setattr(E, "_FUSED_MAX_ROWS", 0)
+    st = EngineState.new(cfg)
+    key, loose = _same_flow_ids(t, cfg, hash_, use, st)
+    assert np.array_equal(key, fused[0]) and np.array_equal(loose, fused[1])
+    assert np.array_equal(_flow_ids(t, st), fused_flow)
+    # and a whole simulation through that path equals the reference
+    rows = [tcp_row(4, "10.0.0.1", "10.0.0.2", 1000, 80, seq=1 + 1000 * k, payload=1000,
+                    ts_ns=1000 * k) for k in range(6)]
+    small = packet_table(rows)
+    _assert_same(simulate(small, cfg), reference.simulate(small, cfg), "fallback")
