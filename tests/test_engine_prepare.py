@@ -5,8 +5,9 @@ The preparation packs and deduplicates keys in numba (``_kernels.same_flow_class
 option areas without materialised copies (``_kernels._options_differ_beyond_ts``) and
 keeps held headers in narrow dtypes. Each is checked here against an independent
 definition: Python tuples of the fields the kernel compares, ``flows.assign_flow_ids``,
-``rss.rss_inputs`` + ``_rss_kernel``, ``_kernels.zero_timestamps``, and the reference
-GRO model on extreme header values.
+``rss.rss_inputs`` + ``_rss_kernel``, ``_kernels.zero_timestamps``, the numpy
+formulation of the bypass checks (``naive_pre_and_flush``, the engine's code before its
+numba pass), and the reference GRO model on extreme header values.
 """
 
 from __future__ import annotations
@@ -15,15 +16,30 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gropcap.constants import GRE_CSUM, GRE_KEY, TUN_GRE, TUN_GRE_TEB, TUN_IPIP
-from gropcap.decode.schema import PACKET_SCHEMA
+from gropcap.constants import (
+    ETH_P_8021AD, ETH_P_8021Q, ETH_P_QINQ1, GRE_CSUM, GRE_KEY, IP6_EXT_FRAGMENT,
+    IP6_EXT_OTHER, IPPROTO_GRE, IPPROTO_IPIP, IPPROTO_IPV6, IPPROTO_TCP, IPPROTO_UDP,
+    TUN_GENEVE, TUN_GRE, TUN_GRE_TEB, TUN_IP4IP6, TUN_IP6IP6, TUN_IPIP, TUN_SIT, TUN_VXLAN,
+    TUN_VXLAN_GPE,
+)
+from gropcap.decode.schema import (
+    CSUM_BAD, CSUM_PARTIAL, PACKET_SCHEMA, STATUS_BAD_L4_HEADER, STATUS_BAD_TUNNEL_HEADER,
+    STATUS_ENCAP_TOO_DEEP, STATUS_NOT_IP, STATUS_OK, STATUS_UNSUPPORTED_ENCAP,
+    STATUS_UNSUPPORTED_LINKTYPE,
+)
 from gropcap.gro import _kernels as K
 from gropcap.gro.config import GroConfig, KernelProfile
 from gropcap.gro.engine import (
     EngineState, _flow_ids, _same_flow_ids, simulate, simulate_batch, assemble,
 )
 from gropcap.gro.flows import assign_flow_ids
-from gropcap.gro.rss import _rss_kernel, rss_hash, rss_inputs, toeplitz_table
+from gropcap.gro.reasons import (
+    BYPASS_DECODE, BYPASS_GRO_DISABLED, BYPASS_IP_CSUM, BYPASS_IP_FRAGMENT, BYPASS_IP_OPTIONS,
+    BYPASS_IPV6_EXTHDR, BYPASS_L4_CSUM, BYPASS_NO_L4_OFFLOAD, BYPASS_NO_VLAN_GRO,
+    BYPASS_NOT_IP, BYPASS_TCP_HEADER, BYPASS_TUNNEL, BYPASS_UDP_NO_GRO, NOT_HELD_IP_RF,
+    NOT_HELD_LENGTH,
+)
+from gropcap.gro.rss import _rss_kernel, column_numpy, rss_hash, rss_inputs, toeplitz_table
 from gropcap.gro.result import GroResult
 from test_gro_engine_traffic import packet_table, tcp_row
 
@@ -338,3 +354,186 @@ def test_matrix_fallback_numbers_like_the_fused_kernels(monkeypatch, kernel):
                     ts_ns=1000 * k) for k in range(6)]
     small = packet_table(rows)
     _assert_same(simulate(small, cfg), reference.simulate(small, cfg), "fallback")
+
+
+# --- bypass codes: the numba pass against the numpy formulation ---------------------------
+
+_L3_HANDLERS = (IPPROTO_TCP, IPPROTO_UDP, IPPROTO_GRE, IPPROTO_IPIP, IPPROTO_IPV6)
+_NATIVE_TUNNELS = (TUN_GRE, TUN_GRE_TEB, TUN_IPIP, TUN_SIT, TUN_IP6IP6, TUN_IP4IP6)
+_UDP_TUNNELS = (TUN_VXLAN, TUN_VXLAN_GPE, TUN_GENEVE)
+
+
+def naive_pre_and_flush(t: pa.Table, config: GroConfig, no_gro=None, sfl_fl=None):
+    """The bypass codes and skb flushes as numpy masks, one check after another in the
+    kernel's evaluation order (the engine's formulation before its numba pass)."""
+    n = t.num_rows
+    g = lambda name, dt=np.int64: column_numpy(t, name, dt)  # noqa: E731
+    status = g("status", np.uint8)
+    pre = np.zeros(n, np.uint8)
+
+    def bail(mask, code):
+        pre[(pre == 0) & mask] = code
+
+    wire = g("wire_len")
+    # dev_gro_receive: netif_elide_gro (GRO off on the receiving device)
+    if not config.native_gro:
+        bail(np.ones(n, np.bool_), BYPASS_GRO_DISABLED)
+    if no_gro is not None:
+        bail(np.asarray(no_gro, np.bool_), BYPASS_GRO_DISABLED)
+    dsa = g("dsa_tag", np.uint8) != 0
+    if config.tunnel_gro is not None:
+        # gro_cells stage modelled: eth_type_trans gives ETH_P_XDSA on the conduit, which
+        # has no packet_offload; the user port's gro_cells runs GRO (gro/stages.py)
+        bail(dsa, BYPASS_NOT_IP)
+    if not config.kernel.dsa_gro:
+        # before e131a5634830 (v5.8) DSA user ports delivered with netif_receive_skb
+        bail(dsa, BYPASS_GRO_DISABLED)
+    if not config.vlan_gro:
+        # kernel without CONFIG_VLAN_8021Q: vlan_offload_init (vlan_core.c) never ran, so
+        # dev_gro_receive finds no packet_offload for an in-band 0x8100 / 0x88A8 tag
+        et = g("eth_type", np.uint16)
+        bail((et == ETH_P_8021Q) | (et == ETH_P_8021AD), BYPASS_NO_VLAN_GRO)
+    # dev_gro_receive: no packet_offload for skb->protocol; decode status
+    bail((status == STATUS_NOT_IP) | (status == STATUS_UNSUPPORTED_LINKTYPE), BYPASS_NOT_IP)
+    l4 = g("l4_proto", np.uint8)
+    bail((status == STATUS_BAD_L4_HEADER) & (l4 == IPPROTO_TCP), BYPASS_TCP_HEADER)
+    bail(np.isin(status, (STATUS_UNSUPPORTED_ENCAP, STATUS_BAD_TUNNEL_HEADER,
+                          STATUS_ENCAP_TOO_DEEP)), BYPASS_TUNNEL)
+    bail(status != STATUS_OK, BYPASS_DECODE)
+    # vlan_gro_receive: TPID 0x9100 has no packet_offload
+    depth = g("vlan_depth", np.uint8)
+    bad_tpid = ((g("eth_type", np.uint16) == ETH_P_QINQ1)
+                | ((depth >= 1) & (g("vlan_tpid0", np.uint16) == ETH_P_QINQ1))
+                | ((depth >= 2) & (g("vlan_tpid1", np.uint16) == ETH_P_QINQ1)))
+    bail(bad_tpid, BYPASS_NOT_IP)
+    in_v = g("ip_version", np.uint8)
+    out_v = g("outer_ip_version", np.uint8)
+    bail((in_v == 0) & (out_v == 0), BYPASS_NOT_IP)
+    sfl_out = np.zeros(n, np.uint8)
+    sfl_in = np.zeros(n, np.uint8)
+
+    def ip_layer(prefix, present, sfl):
+        v = g(prefix + "version", np.uint8)
+        proto = g(prefix + "proto", np.uint8)
+        ext = g(prefix + "ext_mask", np.uint8)
+        v4 = present & (v == 4)
+        v6 = present & (v == 6)
+        # ipv6_gro_receive: only HBH/Routing/DstOpts are skipped; a Fragment header (or
+        # AH, ...) leaves a next header without gro_receive
+        bail(v6 & ((ext & (IP6_EXT_FRAGMENT | IP6_EXT_OTHER)) != 0), BYPASS_IPV6_EXTHDR)
+        # inet_gro_receive / ipv6_gro_receive: no gro_receive for the protocol
+        bail(present & ~np.isin(proto, _L3_HANDLERS), BYPASS_NO_L4_OFFLOAD)
+        # inet_gro_receive: *(u8 *)iph != 0x45, ip_is_fragment, ip_fast_csum
+        bail(v4 & (g(prefix + "hdr_len") != 20), BYPASS_IP_OPTIONS)
+        frag = g(prefix + "mf", np.bool_) | (g(prefix + "frag_off") != 0)
+        bail(v4 & frag, BYPASS_IP_FRAGMENT)
+        bail(v4 & ~g(prefix + "csum_ok", np.bool_), BYPASS_IP_CSUM)
+        # skb flush: IP length != bytes from this header to the end of the frame
+        # (padding, trailer, FCS): inet_gro_receive (u16 compare) / ipv6_gro_receive;
+        # else the IPv4 reserved bit
+        tot = g(prefix + "tot_len")
+        got = wire - g(prefix + "offset")
+        bad_len = np.where(v == 4, ((tot ^ got) & 0xFFFF) != 0, tot != got)
+        sfl[(sfl == 0) & present & bad_len] = NOT_HELD_LENGTH
+        sfl[(sfl == 0) & v4 & g(prefix + "rf", np.bool_)] = NOT_HELD_IP_RF
+
+    enc = out_v != 0
+    # layer 0: the outer header of a tunnel, else the only one
+    ip_layer("outer_ip_", enc, sfl_out)
+    ip_layer("ip_", ~enc & (in_v != 0), sfl_in)
+    # tunnel layer, right after the outer header (gre/ipip/sit/udp gro_receive)
+    tun = g("tun_type", np.uint8)
+    tflags = g("tun_flags", np.uint32)
+    has_tun = tun != 0
+    bail(has_tun & np.isin(tun, _UDP_TUNNELS), BYPASS_UDP_NO_GRO)   # no tunnel socket
+    bail(has_tun & ~np.isin(tun, _NATIVE_TUNNELS), BYPASS_TUNNEL)    # ERSPAN, FOU, GUE
+    # "tunnels: Do not apply GRO to multiple layers of encapsulation" (encap_mark)
+    bail(has_tun & ((g("encap_depth", np.uint8) > 1) | ~enc | (in_v == 0)), BYPASS_TUNNEL)
+    gre = (tun == TUN_GRE) | (tun == TUN_GRE_TEB)
+    # gre_gro_receive: only K and C flags, version 0; a bad GRE checksum
+    bail(gre & ((tflags & (0xFFFF ^ (GRE_KEY | GRE_CSUM))) != 0), BYPASS_TUNNEL)
+    bail(gre & ((tflags & GRE_CSUM) != 0) & ~g("tun_csum_ok", np.bool_), BYPASS_TUNNEL)
+    # layer 1: the inner header of a native tunnel
+    ip_layer("ip_", enc & (in_v != 0), sfl_in)
+    bail(l4 == IPPROTO_UDP, BYPASS_UDP_NO_GRO)     # udp4/6_gro_receive: no UDP GRO mode
+    bail(l4 != IPPROTO_TCP, BYPASS_NO_L4_OFFLOAD)
+    if config.verify_checksums:
+        # tcp4/6_gro_receive: skb_gro_checksum_validate, skipped when already flushing
+        cs = g("l4_csum_state", np.uint8)
+        flushing = (sfl_out != 0) | (sfl_in != 0)
+        if sfl_fl is not None:
+            flushing |= sfl_fl != 0
+        bail(((cs == CSUM_BAD) | (cs == CSUM_PARTIAL)) & ~flushing, BYPASS_L4_CSUM)
+    bail(g("tcp_doff", np.uint8) < 5, BYPASS_TCP_HEADER)   # tcp_gro_pull_header
+    return pre, sfl_out, sfl_in
+
+
+def bypass_table(n: int, seed: int) -> pa.Table:
+    """random_table with the fields the bypass checks read drawn to hit every branch."""
+    t = random_table(n, seed, templates=200)
+    rng = np.random.default_rng(seed + 100)
+
+    def pick(vals, dt):
+        return pa.array(np.array(vals)[rng.integers(0, len(vals), n)].astype(dt))
+
+    plain = [STATUS_OK] * 6 + [STATUS_NOT_IP, STATUS_UNSUPPORTED_LINKTYPE, STATUS_BAD_L4_HEADER,
+                               STATUS_UNSUPPORTED_ENCAP, STATUS_BAD_TUNNEL_HEADER,
+                               STATUS_ENCAP_TOO_DEEP, 99]
+    cols = {
+        "status": pick(plain, np.uint8),
+        "tun_type": pick([0, 0, 0, TUN_GRE, TUN_GRE_TEB, TUN_IPIP, TUN_SIT, TUN_IP6IP6,
+                          TUN_IP4IP6, TUN_VXLAN, TUN_GENEVE, 3, 12], np.uint8),
+        "l4_proto": pick([IPPROTO_TCP] * 4 + [IPPROTO_UDP, 1, 47], np.uint8),
+        "ip_proto": pick([IPPROTO_TCP] * 4 + [IPPROTO_UDP, 1, 47, 4, 41, 50], np.uint8),
+        "outer_ip_proto": pick([47, 4, 41, 17, 1], np.uint8),
+        "ip_hdr_len": pick([20, 20, 20, 40, 24], np.uint16),
+        "outer_ip_hdr_len": pick([20, 20, 40, 28], np.uint16),
+        "ip_frag_off": pick([0, 0, 0, 0, 185], np.uint16),
+        "outer_ip_frag_off": pick([0, 0, 0, 0, 9], np.uint16),
+        "ip_ext_mask": pick([0, 0, 0, IP6_EXT_FRAGMENT, IP6_EXT_OTHER, 1], np.uint8),
+        "outer_ip_ext_mask": pick([0, 0, 0, IP6_EXT_FRAGMENT, 2], np.uint8),
+        "tcp_doff": pick([5, 8, 8, 8, 4, 0], np.uint8),
+        "l4_csum_state": pick([0, 1, 2, CSUM_BAD, CSUM_PARTIAL], np.uint8),
+        "eth_type": pick([0x0800, 0x86DD, ETH_P_8021Q, ETH_P_8021AD, ETH_P_QINQ1], np.uint16),
+        "vlan_tpid0": pick([0x8100, ETH_P_QINQ1], np.uint16),
+        "vlan_tpid1": pick([0x8100, ETH_P_QINQ1], np.uint16),
+        "vlan_depth": pick([0, 0, 1, 2, 3], np.uint8),
+        "dsa_tag": pick([0, 0, 0, 1], np.uint8),
+        "encap_depth": pick([0, 1, 1, 2], np.uint8),
+        "tun_flags": pick([0, 0x2000, 0x8000, 0xA000, 0x1000, 0x0001, 0x10000], np.uint32),
+        "wire_len": pick([100, 120, 66000, 65636], np.uint32),
+        "ip_offset": pick([14, 34, 54], np.uint16),
+        "outer_ip_offset": pick([14, 18], np.uint16),
+        "ip_tot_len": pick([86, 66, 100, 130], np.uint32),
+        "outer_ip_tot_len": pick([106, 102, 100, 65622], np.uint32),
+    }
+    for name, arr in cols.items():
+        t = t.set_column(t.schema.get_field_index(name), name, arr)
+    return t
+
+
+PRE_CONFIGS = [
+    GroConfig(), GroConfig(verify_checksums=True), GroConfig(native_gro=False),
+    GroConfig(vlan_gro=False), GroConfig(kernel=KernelProfile.parse("5.4")),
+    GroConfig(tunnel_gro=True, verify_checksums=True),
+]
+
+
+@pytest.mark.parametrize("cfg", PRE_CONFIGS, ids=range(len(PRE_CONFIGS)))
+@pytest.mark.parametrize("extra", ["none", "no_gro", "sfl_fl"])
+def test_pre_and_flush_pass_equals_numpy_masks(cfg, extra):
+    from gropcap.gro.engine import _pre_and_flush
+
+    t = bypass_table(6000, 31)
+    rng = np.random.default_rng(2)
+    no_gro = rng.random(t.num_rows) < 0.1 if extra == "no_gro" else None
+    sfl_fl = np.where(rng.random(t.num_rows) < 0.2, 38, 0).astype(np.uint8) \
+        if extra == "sfl_fl" else None
+    got = _pre_and_flush(t, cfg, no_gro, sfl_fl)
+    want = naive_pre_and_flush(t, cfg, no_gro, sfl_fl)
+    for name, a, b in zip(("pre", "sfl_out", "sfl_in"), got, want):
+        assert np.array_equal(a, b), (name, np.nonzero(a != b)[0][:5])
+    if cfg.native_gro:
+        codes = set(np.unique(got[0]).tolist())
+        assert len(codes) >= 10 and 0 in codes          # most branches taken
+        assert {NOT_HELD_LENGTH, NOT_HELD_IP_RF} <= set(got[1].tolist()) | set(got[2].tolist())

@@ -35,29 +35,14 @@ import numpy as np
 import pyarrow as pa
 
 from gropcap.constants import (
-    ETH_P_8021AD, ETH_P_8021Q, ETH_P_QINQ1, GRE_CSUM, GRE_KEY, IP6_EXT_FRAGMENT,
-    IP6_EXT_OTHER, IPPROTO_GRE, IPPROTO_IPIP, IPPROTO_IPV6, IPPROTO_TCP, IPPROTO_UDP,
-    TCP_FLAG_CWR, TCP_FLAG_FIN,
-    TCP_FLAG_PSH, TUN_GENEVE, TUN_GRE, TUN_GRE_TEB, TUN_IP4IP6, TUN_IP6IP6, TUN_IPIP,
-    TUN_SIT, TUN_VXLAN, TUN_VXLAN_GPE,
+    GRE_KEY, TCP_FLAG_CWR, TCP_FLAG_FIN, TCP_FLAG_PSH, TUN_GRE, TUN_GRE_TEB,
 )
-from gropcap.decode.schema import (
-    CSUM_BAD, CSUM_PARTIAL, PACKET_SCHEMA, STATUS_BAD_L4_HEADER, STATUS_BAD_TUNNEL_HEADER,
-    STATUS_ENCAP_TOO_DEEP, STATUS_NOT_IP, STATUS_OK, STATUS_UNSUPPORTED_ENCAP,
-    STATUS_UNSUPPORTED_LINKTYPE,
-)
+from gropcap.decode.schema import PACKET_SCHEMA
 from gropcap.errors import ConfigError
 from gropcap.gro import _kernels as K
 from gropcap.gro.config import GroConfig
 from gropcap.gro.flows import FLOW_KEY_COLUMNS, flow_key_matrix
-from gropcap.gro.reasons import (
-    BYPASS_DECODE, BYPASS_GRO_DISABLED, BYPASS_IP_CSUM, BYPASS_IP_FRAGMENT, BYPASS_IP_OPTIONS,
-    BYPASS_IPV6_EXTHDR, BYPASS_L4_CSUM, BYPASS_NO_L4_OFFLOAD, BYPASS_NO_VLAN_GRO,
-    BYPASS_NOT_IP,
-    BYPASS_TCP_HEADER, BYPASS_TUNNEL, BYPASS_UDP_NO_GRO, NOT_HELD_FRAG_LIST, NOT_HELD_IP_RF,
-    NOT_HELD_LENGTH,
-    ROLE_ALONE, ROLE_HEAD, ROLE_MERGED,
-)
+from gropcap.gro.reasons import NOT_HELD_FRAG_LIST, ROLE_ALONE, ROLE_HEAD, ROLE_MERGED
 from gropcap.gro.result import GroResult
 from gropcap.gso import gso_type_for
 from gropcap.gro.rss import (
@@ -66,19 +51,11 @@ from gropcap.gro.rss import (
 
 GRO_LEGACY_MAX_SIZE = 65536   # include/net/gro.h: limit without BIG TCP
 
-# inet_offloads[] with a gro_receive (net/ipv4/af_inet.c, gre_offload.c, udp_offload.c);
-# inet6_offloads[] register the same protocols (ip6_offload.c): TCP, UDP, GRE, IPIP, IPv6.
 # numpy dtype of every fixed-width PACKET_SCHEMA column (reading a schema table in its
 # own dtype is zero-copy, and the kernels see one type per field)
 _SCHEMA_DT = {f.name: np.dtype(f.type.to_pandas_dtype()) for f in PACKET_SCHEMA
               if not (pa.types.is_dictionary(f.type)
                       or pa.types.is_fixed_size_binary(f.type))}
-
-_L3_HANDLERS = (IPPROTO_TCP, IPPROTO_UDP, IPPROTO_GRE, IPPROTO_IPIP, IPPROTO_IPV6)
-# Tunnels aggregated natively on the receiving device; UDP tunnels need a local tunnel
-# socket, which this model does not have (plain UDP, no UDP GRO)
-_NATIVE_TUNNELS = (TUN_GRE, TUN_GRE_TEB, TUN_IPIP, TUN_SIT, TUN_IP6IP6, TUN_IP4IP6)
-_UDP_TUNNELS = (TUN_VXLAN, TUN_VXLAN_GPE, TUN_GENEVE)
 
 
 def _era(config: GroConfig) -> int:
@@ -97,7 +74,9 @@ def _pre_and_flush(t: pa.Table, config: GroConfig, no_gro=None, sfl_fl=None, col
     (precedence pinned in docs/gro-model.md, "Bypass precedence").
 
     ``no_gro``: bool per row, its device has GRO off; ``sfl_fl``: the frag_list flush of
-    rows that arrive as GSO packets (only used to skip checksum validation).
+    rows that arrive as GSO packets (only used to skip checksum validation); ``columns``:
+    a shared :class:`ColumnReader` of ``t``. The checks run in one numba pass
+    (``_kernels.pre_and_flush``); tests hold it to the numpy formulation.
 
     Returns ``(pre, sfl_out, sfl_in)``: ``pre`` the BYPASS_* code of the first layer that
     bails before L4 (0 = reaches tcp_gro_receive), ``sfl_*`` the skb flush the outer /
@@ -106,103 +85,26 @@ def _pre_and_flush(t: pa.Table, config: GroConfig, no_gro=None, sfl_fl=None, col
     """
     n = t.num_rows
     g = _reader(t, columns)
-    status = g("status", np.uint8)
-    pre = np.zeros(n, np.uint8)
-
-    def bail(mask, code):
-        pre[(pre == 0) & mask] = code
-
-    wire = g("wire_len")
-    # dev_gro_receive: netif_elide_gro (GRO off on the receiving device)
-    if not config.native_gro:
-        bail(np.ones(n, np.bool_), BYPASS_GRO_DISABLED)
-    if no_gro is not None:
-        bail(np.asarray(no_gro, np.bool_), BYPASS_GRO_DISABLED)
-    dsa = g("dsa_tag", np.uint8) != 0
-    if config.tunnel_gro is not None:
-        # gro_cells stage modelled: eth_type_trans gives ETH_P_XDSA on the conduit, which
-        # has no packet_offload; the user port's gro_cells runs GRO (gro/stages.py)
-        bail(dsa, BYPASS_NOT_IP)
-    if not config.kernel.dsa_gro:
-        # before e131a5634830 (v5.8) DSA user ports delivered with netif_receive_skb
-        bail(dsa, BYPASS_GRO_DISABLED)
-    if not config.vlan_gro:
-        # kernel without CONFIG_VLAN_8021Q: vlan_offload_init (vlan_core.c) never ran, so
-        # dev_gro_receive finds no packet_offload for an in-band 0x8100 / 0x88A8 tag
-        et = g("eth_type", np.uint16)
-        bail((et == ETH_P_8021Q) | (et == ETH_P_8021AD), BYPASS_NO_VLAN_GRO)
-    # dev_gro_receive: no packet_offload for skb->protocol; decode status
-    bail((status == STATUS_NOT_IP) | (status == STATUS_UNSUPPORTED_LINKTYPE), BYPASS_NOT_IP)
-    l4 = g("l4_proto", np.uint8)
-    bail((status == STATUS_BAD_L4_HEADER) & (l4 == IPPROTO_TCP), BYPASS_TCP_HEADER)
-    bail(np.isin(status, (STATUS_UNSUPPORTED_ENCAP, STATUS_BAD_TUNNEL_HEADER,
-                          STATUS_ENCAP_TOO_DEEP)), BYPASS_TUNNEL)
-    bail(status != STATUS_OK, BYPASS_DECODE)
-    # vlan_gro_receive: TPID 0x9100 has no packet_offload
-    depth = g("vlan_depth", np.uint8)
-    bad_tpid = ((g("eth_type", np.uint16) == ETH_P_QINQ1)
-                | ((depth >= 1) & (g("vlan_tpid0", np.uint16) == ETH_P_QINQ1))
-                | ((depth >= 2) & (g("vlan_tpid1", np.uint16) == ETH_P_QINQ1)))
-    bail(bad_tpid, BYPASS_NOT_IP)
-    in_v = g("ip_version", np.uint8)
-    out_v = g("outer_ip_version", np.uint8)
-    bail((in_v == 0) & (out_v == 0), BYPASS_NOT_IP)
-    sfl_out = np.zeros(n, np.uint8)
-    sfl_in = np.zeros(n, np.uint8)
-
-    def ip_layer(prefix, present, sfl):
-        v = g(prefix + "version", np.uint8)
-        proto = g(prefix + "proto", np.uint8)
-        ext = g(prefix + "ext_mask", np.uint8)
-        v4 = present & (v == 4)
-        v6 = present & (v == 6)
-        # ipv6_gro_receive: only HBH/Routing/DstOpts are skipped; a Fragment header (or
-        # AH, ...) leaves a next header without gro_receive
-        bail(v6 & ((ext & (IP6_EXT_FRAGMENT | IP6_EXT_OTHER)) != 0), BYPASS_IPV6_EXTHDR)
-        # inet_gro_receive / ipv6_gro_receive: no gro_receive for the protocol
-        bail(present & ~np.isin(proto, _L3_HANDLERS), BYPASS_NO_L4_OFFLOAD)
-        # inet_gro_receive: *(u8 *)iph != 0x45, ip_is_fragment, ip_fast_csum
-        bail(v4 & (g(prefix + "hdr_len") != 20), BYPASS_IP_OPTIONS)
-        frag = g(prefix + "mf", np.bool_) | (g(prefix + "frag_off") != 0)
-        bail(v4 & frag, BYPASS_IP_FRAGMENT)
-        bail(v4 & ~g(prefix + "csum_ok", np.bool_), BYPASS_IP_CSUM)
-        # skb flush: IP length != bytes from this header to the end of the frame
-        # (padding, trailer, FCS): inet_gro_receive (u16 compare) / ipv6_gro_receive;
-        # else the IPv4 reserved bit
-        tot = g(prefix + "tot_len")
-        got = wire - g(prefix + "offset")
-        bad_len = np.where(v == 4, ((tot ^ got) & 0xFFFF) != 0, tot != got)
-        sfl[(sfl == 0) & present & bad_len] = NOT_HELD_LENGTH
-        sfl[(sfl == 0) & v4 & g(prefix + "rf", np.bool_)] = NOT_HELD_IP_RF
-
-    enc = out_v != 0
-    # layer 0: the outer header of a tunnel, else the only one
-    ip_layer("outer_ip_", enc, sfl_out)
-    ip_layer("ip_", ~enc & (in_v != 0), sfl_in)
-    # tunnel layer, right after the outer header (gre/ipip/sit/udp gro_receive)
-    tun = g("tun_type", np.uint8)
-    tflags = g("tun_flags", np.uint32)
-    has_tun = tun != 0
-    bail(has_tun & np.isin(tun, _UDP_TUNNELS), BYPASS_UDP_NO_GRO)   # no tunnel socket
-    bail(has_tun & ~np.isin(tun, _NATIVE_TUNNELS), BYPASS_TUNNEL)    # ERSPAN, FOU, GUE
-    # "tunnels: Do not apply GRO to multiple layers of encapsulation" (encap_mark)
-    bail(has_tun & ((g("encap_depth", np.uint8) > 1) | ~enc | (in_v == 0)), BYPASS_TUNNEL)
-    gre = (tun == TUN_GRE) | (tun == TUN_GRE_TEB)
-    # gre_gro_receive: only K and C flags, version 0; a bad GRE checksum
-    bail(gre & ((tflags & (0xFFFF ^ (GRE_KEY | GRE_CSUM))) != 0), BYPASS_TUNNEL)
-    bail(gre & ((tflags & GRE_CSUM) != 0) & ~g("tun_csum_ok", np.bool_), BYPASS_TUNNEL)
-    # layer 1: the inner header of a native tunnel
-    ip_layer("ip_", enc & (in_v != 0), sfl_in)
-    bail(l4 == IPPROTO_UDP, BYPASS_UDP_NO_GRO)     # udp4/6_gro_receive: no UDP GRO mode
-    bail(l4 != IPPROTO_TCP, BYPASS_NO_L4_OFFLOAD)
-    if config.verify_checksums:
-        # tcp4/6_gro_receive: skb_gro_checksum_validate, skipped when already flushing
-        cs = g("l4_csum_state", np.uint8)
-        flushing = (sfl_out != 0) | (sfl_in != 0)
-        if sfl_fl is not None:
-            flushing |= sfl_fl != 0
-        bail(((cs == CSUM_BAD) | (cs == CSUM_PARTIAL)) & ~flushing, BYPASS_L4_CSUM)
-    bail(g("tcp_doff", np.uint8) < 5, BYPASS_TCP_HEADER)   # tcp_gro_pull_header
+    s = lambda name: g(name, _SCHEMA_DT[name])  # noqa: E731
+    x = K.PreIn(
+        s("status"), s("dsa_tag"), s("eth_type"), s("vlan_depth"), s("vlan_tpid0"),
+        s("vlan_tpid1"), s("wire_len"), s("l4_proto"), s("tun_type"), s("tun_flags"),
+        s("tun_csum_ok"), s("encap_depth"), s("l4_csum_state"), s("tcp_doff"),
+        *[s(p + f) for p in ("outer_ip_", "ip_")
+          for f in ("version", "proto", "ext_mask", "hdr_len", "mf", "frag_off", "csum_ok",
+                    "tot_len", "offset", "rf")])
+    cfg = K.PreCfg(native_gro=bool(config.native_gro),
+                   gro_cells=config.tunnel_gro is not None,
+                   dsa_gro=bool(config.kernel.dsa_gro), vlan_gro=bool(config.vlan_gro),
+                   verify_checksums=bool(config.verify_checksums))
+    no = np.zeros(0, np.bool_) if no_gro is None else \
+        np.ascontiguousarray(np.asarray(no_gro, np.bool_))
+    fl = np.zeros(0, np.uint8) if sfl_fl is None else \
+        np.ascontiguousarray(np.asarray(sfl_fl, np.uint8))
+    pre = np.empty(n, np.uint8)
+    sfl_out = np.empty(n, np.uint8)
+    sfl_in = np.empty(n, np.uint8)
+    K.pre_and_flush(x, cfg, no, fl, pre, sfl_out, sfl_in)
     return pre, sfl_out, sfl_in
 
 
