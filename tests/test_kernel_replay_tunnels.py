@@ -41,7 +41,7 @@ def _replay(name, tunnels):
     frames, wires, cnr, _ = capture_frames(batch)
     try:
         with ReplaySession(udp_tunnels=tunnels) as s:
-            return s.replay(frames, [i // 64 for i in range(len(frames))], wire_lens=wires,
+            return s.replay(frames, [i // 63 for i in range(len(frames))], wire_lens=wires,
                             csum_not_ready=cnr)
     except GropcapError as e:
         if "cannot create" in str(e):
@@ -97,7 +97,7 @@ def test_gro_cells_stage_agrees_with_kernel_native_on():
     builds exactly what the kernel delivers on the vxlan device."""
     from gropcap.replay.cells import replay_gro_cells, simulate_cells
     frames, wires, cnr = _vxlan_to_receiver()
-    bursts = [i // 64 for i in range(len(frames))]
+    bursts = [i // 63 for i in range(len(frames))]
     try:
         r = replay_gro_cells(frames, bursts, wire_lens=wires, csum_not_ready=cnr)
     except GropcapError as e:
@@ -116,7 +116,7 @@ def test_gro_cells_native_off_deferred_cells_split_only_at_jiffies():
     the deferred completion flush an older entry), and most are equal."""
     from gropcap.replay.cells import replay_gro_cells, simulate_cells
     frames, wires, cnr = _vxlan_to_receiver()
-    bursts = [i // 64 for i in range(len(frames))]
+    bursts = [i // 63 for i in range(len(frames))]
     try:
         r = replay_gro_cells(frames, bursts, wire_lens=wires, csum_not_ready=cnr,
                              native_gro=False, cells_flush_timeout_ns=20_000_000)

@@ -138,8 +138,9 @@ def _default_kernel() -> str:
 @click.argument("files", nargs=-1, required=False, type=click.Path(dir_okay=False))
 @click.option("--kernel", "kernel", default=None,
               help="Rule set of the simulator (X.Y); default: the running kernel.")
-@click.option("--burst", type=click.IntRange(1, 64), default=64, show_default=True,
-              help="Frames per injected burst (one GRO window; at most the NAPI budget).")
+@click.option("--burst", type=click.IntRange(1, 63), default=63, show_default=True,
+              help="Frames per injected burst (one GRO window; at most the NAPI budget "
+                   "minus one: a kick frame opens each burst).")
 @click.option("--flush-timeout-us", type=click.IntRange(1, 10_000_000), default=20_000,
               show_default=True, help="Receiver gro_flush_timeout in microseconds.")
 @click.option("--engine", type=click.Choice(["reference", "fast"]), default="reference",
