@@ -1036,12 +1036,31 @@ def _u(x):
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _ip_words(out, at, r, version, proto, ext_mask, ext_len, flow_label, ext_digest, src,
+              dst, ttl):
+    """One IP header's 7 same-flow words of row r into ``out[at:at + 7]``; returns its
+    hop-limit word part (IPv6 hop limit, 0 for IPv4)."""
+    z = np.uint64(0)
+    v = _u(version[r])
+    is6 = v == 6
+    out[at] = v | (_u(proto[r]) << np.uint64(8)) \
+        | ((_u(ext_mask[r]) if is6 else z) << np.uint64(16)) \
+        | ((_u(ext_len[r]) if is6 else z) << np.uint64(24))
+    out[at + 1] = _u(flow_label[r]) if is6 else z
+    out[at + 2] = _u(ext_digest[r]) if is6 else z
+    out[at + 3] = src[r, 0]
+    out[at + 4] = src[r, 1]
+    out[at + 5] = dst[r, 0]
+    out[at + 6] = dst[r, 1]
+    return _u(ttl[r]) if is6 else z
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _same_flow_row(k, r, gre_a, gre_b, gre_key, hops, out):
     """Same-flow key words of row r into ``out`` (1-D, 23 or 24 words); layout in
     ``engine._same_flow_keys``; every field at its full width (injective)."""
     s8 = np.uint64(8)
     s16 = np.uint64(16)
-    s24 = np.uint64(24)
     s32 = np.uint64(32)
     s48 = np.uint64(48)
     z = np.uint64(0)
@@ -1052,30 +1071,10 @@ def _same_flow_row(k, r, gre_a, gre_b, gre_key, hops, out):
     out[3] = _u(k.vlan_tpid0[r]) | (_u(k.vlan_tci0[r]) << s16) \
         | (_u(k.vlan_tpid1[r]) << s32) | (_u(k.vlan_tci1[r]) << s48)
     # outer IP header (inet/ipv6_gro_receive fields), then the inner / only one
-    v = _u(k.o_version[r])
-    is6 = v == 6
-    out[4] = v | (_u(k.o_proto[r]) << s8) \
-        | ((_u(k.o_ext_mask[r]) if is6 else z) << s16) \
-        | ((_u(k.o_ext_len[r]) if is6 else z) << s24)
-    out[5] = _u(k.o_flow_label[r]) if is6 else z
-    out[6] = _u(k.o_ext_digest[r]) if is6 else z
-    out[7] = k.o_src[r, 0]
-    out[8] = k.o_src[r, 1]
-    out[9] = k.o_dst[r, 0]
-    out[10] = k.o_dst[r, 1]
-    hop0 = _u(k.o_ttl[r]) if is6 else z
-    v = _u(k.i_version[r])
-    is6 = v == 6
-    out[11] = v | (_u(k.i_proto[r]) << s8) \
-        | ((_u(k.i_ext_mask[r]) if is6 else z) << s16) \
-        | ((_u(k.i_ext_len[r]) if is6 else z) << s24)
-    out[12] = _u(k.i_flow_label[r]) if is6 else z
-    out[13] = _u(k.i_ext_digest[r]) if is6 else z
-    out[14] = k.i_src[r, 0]
-    out[15] = k.i_src[r, 1]
-    out[16] = k.i_dst[r, 0]
-    out[17] = k.i_dst[r, 1]
-    hop1 = _u(k.i_ttl[r]) if is6 else z
+    hop0 = _ip_words(out, 4, r, k.o_version, k.o_proto, k.o_ext_mask, k.o_ext_len,
+                     k.o_flow_label, k.o_ext_digest, k.o_src, k.o_dst, k.o_ttl)
+    hop1 = _ip_words(out, 11, r, k.i_version, k.i_proto, k.i_ext_mask, k.i_ext_len,
+                     k.i_flow_label, k.i_ext_digest, k.i_src, k.i_dst, k.i_ttl)
     # gre_gro_receive: flags, protocol, key when K; eth_gro_receive for GRE-TEB
     tun = _u(k.tun_type[r])
     gre = tun == gre_a or tun == gre_b

@@ -188,6 +188,22 @@ class ColumnReader:
         return a
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _hash_addresses(table, v, src, dst, i):
+    """Toeplitz XOR over the source then destination address of row ``i`` (IPv4: the
+    last 4 bytes of the IPv4-mapped form); returns ``(hash, next key position)``."""
+    h = np.uint32(0)
+    pos = 0
+    lo = 12 if v == 4 else 0
+    for b in range(lo, 16):
+        h ^= table[pos, src[i, b]]
+        pos += 1
+    for b in range(lo, 16):
+        h ^= table[pos, dst[i, b]]
+        pos += 1
+    return h, pos
+
+
 @numba.njit(cache=True, nogil=True)
 def _rss_kernel(table, version, src, dst, use_ports, sport, dport, out):
     """XOR of per-byte table entries over the selected tuple of each packet."""
@@ -197,22 +213,7 @@ def _rss_kernel(table, version, src, dst, use_ports, sport, dport, out):
         if v == 0:
             out[i] = 0
             continue
-        h = np.uint32(0)
-        pos = 0
-        if v == 4:
-            for b in range(12, 16):  # IPv4-mapped: the address is the last 4 bytes
-                h ^= table[pos, src[i, b]]
-                pos += 1
-            for b in range(12, 16):
-                h ^= table[pos, dst[i, b]]
-                pos += 1
-        else:
-            for b in range(16):
-                h ^= table[pos, src[i, b]]
-                pos += 1
-            for b in range(16):
-                h ^= table[pos, dst[i, b]]
-                pos += 1
+        h, pos = _hash_addresses(table, v, src, dst, i)
         if use_ports[i]:
             h ^= table[pos, sport[i] >> 8]
             h ^= table[pos + 1, sport[i] & 0xFF]
@@ -273,22 +274,7 @@ def _rss_select_kernel(table, o_v, i_v, o_src, i_src, o_dst, i_dst, o_mf, i_mf, 
             continue
         src = o_src if enc else i_src
         dst = o_dst if enc else i_dst
-        h = np.uint32(0)
-        pos = 0
-        if v == 4:
-            for b in range(12, 16):  # IPv4-mapped: the address is the last 4 bytes
-                h ^= table[pos, src[i, b]]
-                pos += 1
-            for b in range(12, 16):
-                h ^= table[pos, dst[i, b]]
-                pos += 1
-        else:
-            for b in range(16):
-                h ^= table[pos, src[i, b]]
-                pos += 1
-            for b in range(16):
-                h ^= table[pos, dst[i, b]]
-                pos += 1
+        h, pos = _hash_addresses(table, v, src, dst, i)
         if enc:
             frag = o_mf[i] or o_fo[i] != 0 or (np.int64(o_ext[i]) & frag_bit) != 0
             l4 = np.int64(o_l4[i])
