@@ -180,6 +180,23 @@ class CoalescedInput:
         return int(self.is_gso.sum())
 
 
+def _mix_words(cols):
+    """A 64-bit mix of uint64 word columns, per row (a hash: equal rows mix equal)."""
+    import numpy as np
+    h = np.zeros(len(cols[0]), np.uint64)
+    mul = np.uint64(0x9E3779B97F4A7C15)
+    with np.errstate(over="ignore"):
+        for w in cols:
+            h = (h ^ w) * mul
+            h ^= h >> np.uint64(31)
+    return h
+
+
+_KEY_COLUMNS = ["ip_src", "ip_dst", "sport", "dport"]
+_INFER_COLUMNS = _KEY_COLUMNS + ["tcp_doff", "outer_ip_version", "outer_ip_offset",
+                                 "ip_offset", "l4_offset", "payload_len"]
+
+
 class CoalescedStats:
     """What :func:`coalesced_input` needs from the whole capture, gathered batch by batch.
 
@@ -245,21 +262,48 @@ class CoalescedStats:
         data = tcp & ~syn & ~gso & (col("payload_len") > 0)
         if not (syn.any() or data.any()):
             return
-        keys = self._keys(t)
         if syn.any():
-            mss = col("tcp_mss")
-            for i in np.flatnonzero(syn).tolist():
-                self.syn_mss.setdefault(keys[i].tobytes(), int(mss[i]))
+            srows = np.flatnonzero(syn)
+            keys = self._keys(t.select(_KEY_COLUMNS).take(srows))
+            mss = col("tcp_mss")[srows]
+            for j in range(len(srows)):
+                self.syn_mss.setdefault(keys[j].tobytes(), int(mss[j]))
         if data.any():
             rows = np.flatnonzero(data)
             pl = col("payload_len")[rows].astype(np.int64)
-            kp = np.concatenate([keys[rows], pl.astype(">u4").view(np.uint8).reshape(-1, 4)],
-                                axis=1)
-            view = np.ascontiguousarray(kp).view(np.dtype((np.void, kp.shape[1]))).ravel()
-            _, first, cnt = np.unique(view, return_index=True, return_counts=True)
+            direction, rep = self._directions(t, rows)
+            # (direction, size) pairs counted as one int64 sort (sizes of a single
+            # segment fit 32 bits: they come from a 16-bit IP length)
+            pair = (direction << np.int64(32)) | pl
+            _, first, cnt = np.unique(pair, return_index=True, return_counts=True)
+            keys = self._keys(t.select(_KEY_COLUMNS).take(rep))
             for j, c in zip(first.tolist(), cnt.tolist()):
-                d = self.sizes.setdefault(keys[rows[j]].tobytes(), {})
+                d = self.sizes.setdefault(keys[direction[j]].tobytes(), {})
                 d[int(pl[j])] = d.get(int(pl[j]), 0) + c
+
+    @staticmethod
+    def _directions(t, rows):
+        """Direction class of each of ``rows`` (numbered in sorted-hash order) and the row
+        representing each class. Classes come from a 64-bit mix of the key words (one
+        int64 sort instead of a sort of 36-byte rows) and are then checked word by word
+        against their representative; on a hash collision the exact byte-row sort is
+        used instead."""
+        import numpy as np
+
+        from gropcap.gro.flows import _column_bytes as fixed_bytes
+        words = [np.ascontiguousarray(fixed_bytes(t.column(name))[rows]).view(np.uint64)
+                 for name in ("ip_src", "ip_dst")]
+        ports = (t.column("sport").to_numpy()[rows].astype(np.uint64) << np.uint64(16)) \
+            | t.column("dport").to_numpy()[rows].astype(np.uint64)
+        cols = [words[0][:, 0], words[0][:, 1], words[1][:, 0], words[1][:, 1], ports]
+        _, first, inv = np.unique(_mix_words(cols), return_index=True, return_inverse=True)
+        inv = inv.ravel().astype(np.int64)
+        if not all(np.array_equal(w, w[first][inv]) for w in cols):
+            keys = CoalescedStats._keys(t.select(_KEY_COLUMNS).take(rows))
+            view = keys.view(np.dtype((np.void, keys.shape[1]))).ravel()
+            _, first, inv = np.unique(view, return_index=True, return_inverse=True)
+            inv = inv.ravel().astype(np.int64)
+        return inv, rows[first]
 
     def merge(self, later: "CoalescedStats") -> "CoalescedStats":
         """Fold in the statistics of rows that come after the ones seen so far (the first
@@ -284,7 +328,7 @@ class CoalescedStats:
         source = np.zeros(n, np.uint8)
         rows = np.flatnonzero(gso)
         if len(rows):
-            g = t.take(rows) if len(rows) < n else t
+            g = t.select(_INFER_COLUMNS).take(rows) if len(rows) < n else t
             col = lambda name: g.column(name).to_numpy().astype(np.int64)  # noqa: E731
             keys = self._keys(g)
             rkeys = self._keys(g, rev=True)
