@@ -170,3 +170,30 @@ def test_parse_tolerance_rejects():
     for text in ("-1%", "x", "2000%"):
         with pytest.raises(ConfigError):
             parse_tolerance(text)
+
+
+def test_gro_cells_stage_recorded_and_checked(tmp_path):
+    """With the gro_cells stage modelled, the baseline records it and what reaches the
+    stack. Native GRO off, tunnel GRO on: the GRE device (gro_cells) aggregates the 35
+    decapsulated segments of crafted_gre into 9 (docs/seed-cases.md, "native off / tunnel
+    on, GRE")."""
+    path = tmp_path / "cells.json"
+    opts = ["--no-native-gro", "--tunnel-gro", "--model", "ideal"]
+    r = run("baseline", "save", GRE, "-o", path, *opts)
+    assert r.exit_code == 0, r.output
+    m = json.loads(path.read_text())["captures"]["crafted_gre.pcap"]["metrics"]
+    assert (m["ideal"]["packets_in"], m["ideal"]["superpackets"]) == (35, 35)
+    cells = m["ideal/gro_cells"]
+    assert (cells["packets_in"], cells["superpackets"], cells["segments"]) == (35, 9, 35)
+    assert m["ideal/delivered"] == {"packets_in": 35, "segments": 35, "superpackets": 9,
+                                    "aggregation_ratio": round(35 / 9, 4)}
+    check = opts[:2]           # check takes the models from the baseline
+    r = run("baseline", "check", GRE, "--against", path, *check)
+    assert r.exit_code == 0, r.output
+    b = json.loads(path.read_text())
+    b["captures"]["crafted_gre.pcap"]["metrics"]["ideal/gro_cells"]["superpackets"] = 12
+    path.write_text(json.dumps(b))
+    r = run("baseline", "check", GRE, "--against", path, *check)
+    assert r.exit_code == 1, r.output
+    assert ["crafted_gre.pcap", "ideal/gro_cells", "superpackets", "12", "9", "-25.0%"] in \
+        [line.split() for line in r.output.splitlines()]

@@ -3,8 +3,11 @@
 Layer: :class:`Analysis` objects -> a JSON baseline, and baseline + new analyses -> a check
 result. A baseline holds, per capture (keyed by file name, identified by sha256): packets,
 super-packets, segments (sum of ``gso_segs``), aggregation ratio, largest super-packet and
-the end-reason counts, per model (and per stage when the super-packets carry one); plus the
-GRO configuration and decoder options it was made with.
+the end-reason counts, per model (and per stage when the super-packets carry one); with the
+gro_cells stage modelled (``--tunnel-gro``), also ``<model>/gro_cells`` (that stage's
+input rows, super-packets, segments, ...) and ``<model>/delivered`` (what reaches the
+stack: super-packets and the overall ratio of wire segments to them); plus the GRO
+configuration and decoder options it was made with.
 
 A check compares like with like only: a capture whose bytes differ from the recorded ones,
 or a different configuration, is a *mismatch* (CLI exit 2), not a regression. Otherwise a
@@ -89,6 +92,17 @@ def analysis_metrics(analysis) -> dict:
             stage = np.asarray(sp.column("stage").to_pylist())[model_col == m]
             for st in sorted(set(stage.tolist())):
                 out[f"{m}/{st}"] = model_metrics(r, stage == st)
+    for m, stages in (getattr(analysis, "stages", None) or {}).items():
+        if len(stages) < 2:
+            continue
+        from gropcap.gro.stages import stages_summary
+        for st in stages[1:]:
+            out[f"{m}/{st.name}"] = model_metrics(st.result)
+        summ = stages_summary(stages)
+        wire = int(np.asarray(stages[0].segments).sum())
+        out[f"{m}/delivered"] = {"packets_in": int(stages[0].result.num_packets),
+                                 "segments": wire, "superpackets": summ["delivered"],
+                                 "aggregation_ratio": summ["overall_ratio"]}
     return out
 
 
