@@ -104,6 +104,26 @@ def simulate(packets: pa.Table, config: GroConfig, *, engine: str = "fast",
     return run(packets, config, polls=polls)
 
 
+def run_options(config, decode_options, models, *, decoder: str | None = None,
+                engine: str | None = None, egress=None):
+    """Defaults and checks shared by :func:`analyze` and the Dask runner: ``(config,
+    decode_options, models)``; a bad model, decoder, engine or egress feature name raises
+    :class:`ConfigError` before any work starts."""
+    config = config or GroConfig()
+    decode_options = decode_options or DecodeOptions()
+    models = list(models)
+    for m in models:
+        if m not in MODELS:
+            raise ConfigError(f"unknown model {m!r}", hint=f"use one of {MODELS}")
+    if decoder is not None and decoder not in DECODERS:
+        raise ConfigError(f"unknown decoder {decoder!r}", hint=f"use one of {DECODERS}")
+    if engine is not None and engine not in ENGINES:
+        raise ConfigError(f"unknown engine {engine!r}", hint=f"use one of {ENGINES}")
+    if egress is not None:
+        egress.features  # validate the feature names before any work is reported
+    return config, decode_options, models
+
+
 class Analysis:
     """Packets, GRO results per model, and the tables built from them.
 
@@ -269,12 +289,7 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         >>> a = analyze("sample_pcaps/real_ipv4_single.pcap")  # doctest: +SKIP
         >>> a.summary()["models"]["ideal"]["aggregation_ratio"]  # doctest: +SKIP
     """
-    config = config or GroConfig()
-    decode_options = decode_options or DecodeOptions()
-    models = list(models)
-    for m in models:
-        if m not in MODELS:
-            raise ConfigError(f"unknown model {m!r}", hint=f"use one of {MODELS}")
+    config, decode_options, models = run_options(config, decode_options, models)
     packets, infos = decode_files(paths, decode_options, decoder=decoder, progress=progress)
     from gropcap.gso import coalesced_input
     coalesced = coalesced_input(packets)

@@ -49,7 +49,7 @@ from gropcap.decode.options import DecodeOptions
 from gropcap.decode.schema import PACKET_SCHEMA
 from gropcap.errors import ConfigError
 from gropcap.gro.config import MODELS, GroConfig
-from gropcap.pipeline import DECODERS, ENGINES, Analysis, EgressOptions
+from gropcap.pipeline import Analysis, EgressOptions, run_options
 
 
 @dataclasses.dataclass(frozen=True)
@@ -508,18 +508,9 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
         >>> a = analyze_distributed("sample_pcaps", jobs=2)  # doctest: +SKIP
     """
     from gropcap.capture import expand_inputs
-    config = config or GroConfig()
-    decode_options = decode_options or DecodeOptions()
-    models = list(models)
-    for m in models:
-        if m not in MODELS:
-            raise ConfigError(f"unknown model {m!r}", hint=f"use one of {MODELS}")
-    if decoder not in DECODERS:
-        raise ConfigError(f"unknown decoder {decoder!r}", hint=f"use one of {DECODERS}")
-    if engine not in ENGINES:
-        raise ConfigError(f"unknown engine {engine!r}", hint=f"use one of {ENGINES}")
-    if egress is not None:
-        egress.features  # validate before any work
+    config, decode_options, models = run_options(config, decode_options, models,
+                                                 decoder=decoder, engine=engine,
+                                                 egress=egress)
     if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
         paths = [paths]
     files = expand_inputs([str(p) for p in paths])
