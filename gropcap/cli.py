@@ -13,6 +13,7 @@ import sys
 import click
 
 from gropcap import __version__
+from gropcap.clihelp import Group, capture_files, check_kernel, check_udp_tunnels, option
 from gropcap.errors import ConfigError, GropcapError
 
 
@@ -36,8 +37,9 @@ def _sigterm_as_interrupt():
     return signal.signal(signal.SIGTERM, handler)
 
 
-class _Group(click.Group):
-    """Turns gropcap errors into one line and exit 1; no traceback for users."""
+class _Group(Group):
+    """Turns gropcap errors into one line and exit 1; no traceback for users. Bare
+    ``gropcap`` prints the help and exits 0 (:class:`gropcap.clihelp.Group`)."""
 
     def invoke(self, ctx):
         import signal
@@ -124,7 +126,7 @@ _decoder_option = click.option(
 
 def _gro_options(f):
     opts = [
-        click.option("--kernel", default=None, metavar="X.Y",
+        click.option("--kernel", default=None, metavar="X.Y", callback=check_kernel,
                      help="Kernel release whose GRO rules apply (default: newest modelled, 6.18)."),
         click.option("--verify-checksums", is_flag=True,
                      help="Check TCP/UDP checksums as software GRO does (default: the NIC "
@@ -140,8 +142,9 @@ def _gro_options(f):
                      help="A gap longer than this between frames of a queue ends a poll."),
         click.option("--hz", type=click.IntRange(1, 10000), default=250, show_default=True,
                      help="CONFIG_HZ (jiffy length for the old-packet flush)."),
-        click.option("--gro-flush-timeout-us", type=click.FloatRange(0), default=0.0,
-                     show_default=True, help="Device gro_flush_timeout."),
+        option("--gro-flush-timeout-us", type=click.FloatRange(0), default=0.0,
+               show_default=True, aliases=("--flush-timeout-us",),
+               help="Device gro_flush_timeout (microseconds)."),
         click.option("--napi-defer-hard-irqs", type=click.IntRange(0, 2**31 - 1), default=0,
                      show_default=True, help="Device napi_defer_hard_irqs."),
         click.option("--gro-max-size", type=click.IntRange(1, 524288), default=65536,
@@ -149,6 +152,7 @@ def _gro_options(f):
         click.option("--gro-ipv4-max-size", type=click.IntRange(1, 524288), default=65536,
                      show_default=True, help="gro_ipv4_max_size (BIG TCP for IPv4)."),
         click.option("--udp-tunnel", "udp_tunnels", multiple=True, metavar="KIND:PORT[,...]",
+                     callback=check_udp_tunnels,
                      help="A local UDP tunnel socket owns PORT (vxlan, vxlan-gpe, geneve, fou, "
                           "gue), so native GRO goes through the tunnel; e.g. vxlan:4789."),
         click.option("--udp-gro", type=click.Choice(["off", "socket", "forward", "fraglist"]),
@@ -209,9 +213,9 @@ def _split(kw: dict, keys) -> dict:
 # --- commands --------------------------------------------------------------------------
 
 @main.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path())
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
-              help="Parquet file to write the packet table to.")
+@capture_files()
+@option("-o", "--out", "output", required=True, type=click.Path(dir_okay=False),
+        aliases=("--output",), help="Parquet file to write the packet table to.")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 @_decoder_option
 @_decode_options
@@ -240,13 +244,14 @@ def decode(files, output, force, decoder, **kw):
 
 
 @main.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path())
+@capture_files()
 @click.option("--model", type=click.Choice(["ideal", "napi", "both"]), default="both",
               show_default=True, help="Batch model(s) to run.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="Summary format on stdout.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="Write packets/superpackets/flows.parquet into this directory.")
+@option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default=None,
+        aliases=("--output",),
+        help="Write packets/superpackets/flows.parquet into this directory.")
 @click.option("--force", is_flag=True, help="Replace existing output files.")
 @click.option("--engine", type=click.Choice(["fast", "reference"]), default="fast",
               show_default=True, help="GRO engine (numba, or the plain-Python oracle).")

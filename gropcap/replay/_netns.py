@@ -60,20 +60,86 @@ def _run(argv: list[str], *, input: bytes | None = None, check: bool = True) -> 
     return p.stdout.decode(errors="replace")
 
 
+class ReplayEnvironmentError(GropcapError):
+    """This machine cannot run the replay at all (no root, a missing kernel feature): no
+    file can be replayed, so a multi-file run stops instead of skipping file by file."""
+
+
+# ip link kind -> (kernel module, build option) of the devices a replay may create
+TUNNEL_MODULES = {
+    "vxlan": ("vxlan", "CONFIG_VXLAN"), "vxlan-gpe": ("vxlan", "CONFIG_VXLAN"),
+    "geneve": ("geneve", "CONFIG_GENEVE"), "gre": ("ip_gre", "CONFIG_NET_IPGRE"),
+    "gretap": ("ip_gre", "CONFIG_NET_IPGRE"), "erspan": ("ip_gre", "CONFIG_NET_IPGRE"),
+    "ip6gre": ("ip6_gre", "CONFIG_IPV6_GRE"), "ipip": ("ipip", "CONFIG_NET_IPIP"),
+    "sit": ("sit", "CONFIG_IPV6_SIT"),
+}
+
+
+def kernel_config_option(option: str, release: str | None = None) -> str | None:
+    """The value of a build option of the running kernel: ``"y"``, ``"m"``, ``"n"`` (not set)
+    or None when no kernel config is readable (``/proc/config.gz``, then
+    ``/boot/config-<release>``)."""
+    import gzip
+
+    release = release or os.uname().release
+    for path, opener in (("/proc/config.gz", gzip.open),
+                         (f"/boot/config-{release}", open)):
+        try:
+            with opener(path, "rt") as fh:
+                for line in fh:
+                    if line.startswith(option + "="):
+                        return line.strip().split("=", 1)[1]
+            return "n"
+        except OSError:
+            continue
+    return None
+
+
+def missing_device_error(kind: str, detail: str, config=kernel_config_option
+                         ) -> ReplayEnvironmentError:
+    """The error for an ``ip link add ... type KIND`` the kernel refused: which module, how
+    to load it, or that this kernel cannot (built without it and without module support).
+
+    ``config`` reads a build option (``kernel_config_option``; replaceable in tests).
+    """
+    module, option = TUNNEL_MODULES.get(kind, (kind, None))
+    release = os.uname().release
+    built = config(option) if option else None
+    modules = config("CONFIG_MODULES")
+    msg = f"cannot create a {kind} device ({detail})"
+    if built == "y":
+        hint = f"{option}=y: the {module} driver is built in; see the error above"
+    elif built == "n" and modules == "n":
+        msg = (f"cannot create a {kind} device: this kernel ({release}) lacks the {module} "
+               f"module ({option} is not set) and cannot load modules (CONFIG_MODULES is "
+               f"not set), so 'modprobe {module}' cannot help")
+        hint = f"boot a kernel built with {option}=y or =m, or replay without {kind}"
+    elif built == "n":
+        msg = (f"cannot create a {kind} device: this kernel ({release}) was built without "
+               f"the {module} module ({option} is not set), so 'modprobe {module}' will "
+               f"not find it")
+        hint = f"boot a kernel built with {option}=m or =y, or replay without {kind}"
+    else:
+        msg = (f"cannot create a {kind} device: the {module} module of this kernel "
+               f"({release}) is not loaded ({detail})")
+        hint = f"load it with 'modprobe {module}' (as root), then run again"
+    return ReplayEnvironmentError(msg, hint=hint)
+
+
 def check_environment() -> None:
     """Raise :class:`GropcapError` unless this is Linux, root, and ``ip netns`` works."""
     if not os.uname().sysname == "Linux":
-        raise GropcapError("kernel replay needs Linux (network namespaces, veth, AF_PACKET)")
+        raise ReplayEnvironmentError("kernel replay needs Linux (network namespaces, veth, AF_PACKET)")
     if os.geteuid() != 0:
-        raise GropcapError("kernel replay needs root (network namespaces and raw sockets)",
+        raise ReplayEnvironmentError("kernel replay needs root (network namespaces and raw sockets)",
                            hint="run as root, e.g. with sudo")
     for tool in ("ip", "ethtool"):
         if shutil.which(tool) is None:
-            raise GropcapError(f"kernel replay needs the '{tool}' command",
+            raise ReplayEnvironmentError(f"kernel replay needs the '{tool}' command",
                                hint="install iproute2 and ethtool")
     p = subprocess.run(["ip", "netns", "list"], capture_output=True, timeout=10)
     if p.returncode != 0:
-        raise GropcapError("'ip netns' is not available: "
+        raise ReplayEnvironmentError("'ip netns' is not available: "
                            + p.stderr.decode(errors="replace").strip())
 
 
@@ -515,9 +581,7 @@ class VethPair:
         p = subprocess.run(["ip", "-n", self.ns_rx, "link", "add", name] + spec,
                            capture_output=True)
         if p.returncode != 0:
-            raise GropcapError(f"cannot create a {kind} device: "
-                               + p.stderr.decode(errors="replace").strip(),
-                               hint="the kernel may lack the module")
+            raise missing_device_error(kind, p.stderr.decode(errors="replace").strip())
         _run(["ip", "-n", self.ns_rx, "link", "set", "dev", name, "up"])
         self.tunnel_devs.append(name)
 

@@ -110,7 +110,8 @@ def replay_gro_cells(frames: list[bytes], bursts: list[int] | None = None, *,
         p = _run_ok(["ip", "-n", ns, "link", "add", "gcell0", "type", "vxlan", "id", str(vni),
                      "dstport", "4789", "local", dst_ip])
         if not p:
-            raise GropcapError("cannot create a vxlan device", hint="kernel without vxlan")
+            from gropcap.replay._netns import missing_device_error
+            raise missing_device_error("vxlan", "ip link add ... type vxlan failed")
         _run(["ip", "-n", ns, "link", "set", "gcell0", "up"])
         if cells_flush_timeout_ns:
             for attr, val in (("gro_flush_timeout", cells_flush_timeout_ns),

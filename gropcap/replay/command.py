@@ -2,8 +2,14 @@
 
 Layer: CLI (thin). Reads each capture, turns its records into Ethernet frames, replays them
 through a fresh veth pair (:func:`gropcap.replay.kernel.replay`) in bursts of ``--burst``
-frames, simulates the same frames with the same bursts, and prints the agreement and every
-difference. Exit 0 on full agreement, 1 otherwise (or on an error), 2 on bad options.
+frames, simulates the same frames with the same bursts, and prints the settings, the
+agreement and every difference. A file with nothing replayable (a DSA-tagged capture: a veth
+cannot be a DSA conduit) or that fails to read is reported and the run goes on; a machine
+that cannot replay at all (no root, a missing tunnel module) stops it.
+
+Exit status (:data:`EXIT_STATUS`): 0 every replayed file agrees (files skipped as
+unsupported are listed, they do not fail the run); 1 a difference, an unreadable file, no
+file replayed at all, or a machine that cannot replay; 2 bad options.
 
 ``--cleanup-stale`` (no FILES) deletes instead the namespace pairs left by replays that were
 killed (SIGKILL, OOM, power cut), using the owner records of ``replay/_netns.py``.
@@ -14,14 +20,28 @@ from __future__ import annotations
 import json
 import struct
 import sys
+import textwrap
 
 import click
 import numpy as np
 
 from gropcap import constants as C
+from gropcap.clihelp import CapturePath, Command, check_kernel, check_udp_tunnels, option
 from gropcap.errors import GropcapError
 
-__all__ = ["kernel_replay", "capture_frames", "cleanup_lines", "stale_hint"]
+__all__ = ["kernel_replay", "capture_frames", "cleanup_lines", "stale_hint", "settings_lines",
+           "unreplayable_reason", "EXIT_STATUS"]
+
+EXIT_STATUS = ("0: every replayed file agrees with the simulator (files skipped as unsupported "
+               "are listed and do not fail the run); 1: a difference, an unreadable file, no "
+               "file replayed, or this machine cannot replay; 2: bad options")
+
+# the receiver every replay sets up (kernel.replay's budget and napi_defer_hard_irqs)
+_BUDGET = 64
+_DEFER = 1
+
+_DSA_LINKTYPES = (C.LINKTYPE_DSA_TAG_BRCM, C.LINKTYPE_DSA_TAG_BRCM_PREPEND,
+                  C.LINKTYPE_DSA_TAG_DSA, C.LINKTYPE_DSA_TAG_EDSA)
 
 _FAKE_MACS = bytes.fromhex("aa0000000002aa0000000001")   # dst, src for non-Ethernet captures
 
@@ -134,35 +154,86 @@ def _default_kernel() -> str:
     return f"{major}.{minor}"
 
 
-@click.command("kernel-replay")
-@click.argument("files", nargs=-1, required=False, type=click.Path(dir_okay=False))
-@click.option("--kernel", "kernel", default=None,
+def settings_lines(burst: int, flush_timeout_us: float, kernel: str, engine: str,
+                   tunnels=()) -> list[str]:
+    """What a replay used and why its counts can differ from ``gropcap analyze``'s."""
+    tun = ", ".join(f"{k}:{p}" for k, p in tunnels) or "none"
+    paragraphs = [
+        f"replay: bursts of at most {burst} frames, each one GRO window (a kick frame opens "
+        f"it); receiving veth: gro_flush_timeout {flush_timeout_us:g} us, "
+        f"napi_defer_hard_irqs {_DEFER}, budget {_BUDGET}, UDP tunnel devices {tun}",
+        f"simulator: kernel {kernel} rules, napi model with the same bursts as polls, RSS "
+        f"off (veth), checksums verified, engine {engine}",
+        "note: counts can differ from `gropcap analyze`'s: here each burst is one GRO "
+        "window by construction, while analyze infers NAPI polls from the capture's "
+        "timestamps (--poll-gap-us, --budget) and spreads flows over RX queues (RSS)",
+    ]
+    return [line for p in paragraphs
+            for line in textwrap.wrap(p, width=80, subsequent_indent="  ",
+                                      break_on_hyphens=False)]
+
+
+def unreplayable_reason(linktypes) -> str:
+    """Why records of these link types gave no replayable frame (the ``skipped`` line)."""
+    if not len(linktypes):
+        return "no records"
+    types = sorted({int(t) for t in np.asarray(linktypes)})
+    dsa = [t for t in types if t in _DSA_LINKTYPES]
+    if dsa:
+        return (f"DSA-tagged link type {', '.join(map(str, dsa))}: a veth cannot be a DSA "
+                f"conduit (no tag stripping); `gropcap analyze --dsa-tag` models it")
+    replayable = {C.LINKTYPE_ETHERNET, C.LINKTYPE_RAW, C.LINKTYPE_RAW_OPENBSD,
+                  C.LINKTYPE_RAW_BSDOS, C.LINKTYPE_IPV4, C.LINKTYPE_IPV6,
+                  C.LINKTYPE_LINUX_SLL, C.LINKTYPE_LINUX_SLL2, C.LINKTYPE_NULL,
+                  C.LINKTYPE_LOOP}
+    other = [t for t in types if t not in replayable]
+    if other:
+        return (f"link type {', '.join(map(str, other))} is not replayable (Ethernet, raw "
+                f"IP, Linux cooked or BSD loopback are)")
+    return "no IPv4 or IPv6 frames"
+
+
+@click.command("kernel-replay", cls=Command)
+@click.argument("files", nargs=-1, required=False, type=CapturePath(dir_okay=False))
+@click.option("--kernel", "kernel", default=None, metavar="X.Y", callback=check_kernel,
               help="Rule set of the simulator (X.Y); default: the running kernel.")
-@click.option("--burst", type=click.IntRange(1, 63), default=63, show_default=True,
-              help="Frames per injected burst (one GRO window; at most the NAPI budget "
-                   "minus one: a kick frame opens each burst).")
-@click.option("--flush-timeout-us", type=click.IntRange(1, 10_000_000), default=20_000,
-              show_default=True, help="Receiver gro_flush_timeout in microseconds.")
-@click.option("--engine", type=click.Choice(["reference", "fast"]), default="reference",
-              show_default=True, help="Simulator implementation to compare against.")
-@click.option("--no-fix-checksums", is_flag=True,
-              help="Inject frames as captured (no padding checksum repair).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per file.")
-@click.option("--udp-tunnel", "udp_tunnel", default="", metavar="KIND:PORT[,...]",
+@option("--burst", type=click.IntRange(1, 63), default=63, show_default=True,
+        section="receiver",
+        help="Frames per injected burst (one GRO window; at most the NAPI budget minus one: "
+             "a kick frame opens each burst).")
+@option("--gro-flush-timeout-us", type=click.FloatRange(0, 10_000_000, min_open=True),
+        default=20_000.0, show_default=True, aliases=("--flush-timeout-us",),
+        help="Receiver gro_flush_timeout (microseconds): longer than one burst takes to "
+             "send, so a burst is one GRO window.")
+@click.option("--engine", type=click.Choice(["fast", "reference"]), default="fast",
+              show_default=True, help="Simulator implementation to compare against (the "
+                                      "same results; UDP tunnel sockets run on reference).")
+@option("--no-fix-checksums", is_flag=True, section="input",
+        help="Inject frames as captured (no padding checksum repair).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="Output: text, or one JSON object per file (a line each).")
+@click.option("--json", "as_json", is_flag=True, hidden=True, help="Same as --format json.")
+@click.option("--udp-tunnel", "udp_tunnel", multiple=True, metavar="KIND:PORT[,...]",
+              callback=check_udp_tunnels,
               help="Create these UDP tunnel devices in the receiving namespace (vxlan, "
                    "vxlan-gpe, geneve), so their ports are aggregated as tunnels; the "
                    "simulator gets the same sockets.")
-@click.option("--cleanup-stale", is_flag=True,
-              help="Instead of replaying: delete the namespaces left behind by killed "
-                   "replays (owner process gone), one line per namespace. No FILES.")
-@click.option("--dry-run", is_flag=True,
-              help="With --cleanup-stale: only list the stale namespaces.")
-def kernel_replay(files, kernel, burst, flush_timeout_us, engine, no_fix_checksums, as_json,
-                  udp_tunnel, cleanup_stale, dry_run):
-    """Replay capture FILES through this machine's kernel GRO (veth, root) and compare
-    the super-packets it builds with the simulator's.
+@option("--cleanup-stale", is_flag=True, section="run",
+        help="Instead of replaying: delete the namespaces left behind by killed replays "
+             "(owner process gone), one line per namespace. No FILES.")
+@option("--dry-run", is_flag=True, section="run",
+        help="With --cleanup-stale: only list the stale namespaces.")
+def kernel_replay(files, kernel, burst, gro_flush_timeout_us, engine, no_fix_checksums, fmt,
+                  as_json, udp_tunnel, cleanup_stale, dry_run):
+    """Replay capture FILES through this machine's kernel GRO (veth, root) and compare the
+    super-packets it builds with the simulator's.
 
-    With --cleanup-stale, delete the network namespaces of replays that were killed."""
+    With --cleanup-stale, delete the network namespaces of replays that were killed.
+
+    \b
+    Exit status: 0 every replayed file agrees (files skipped as unsupported, e.g. DSA-tagged
+    captures, are listed and do not fail the run); 1 a difference, an unreadable file, no
+    file replayed, or a machine that cannot replay; 2 bad options."""
     if cleanup_stale:
         if files:
             raise click.UsageError("--cleanup-stale takes no FILES")
@@ -171,51 +242,93 @@ def kernel_replay(files, kernel, burst, flush_timeout_us, engine, no_fix_checksu
         raise click.UsageError("--dry-run only goes with --cleanup-stale")
     if not files:
         raise click.UsageError("Missing argument 'FILES...'.")
+    from gropcap.gro.config import parse_udp_tunnels
+
+    as_json = as_json or fmt == "json"
+    kernel = kernel or _default_kernel()
+    tunnels = parse_udp_tunnels(",".join(udp_tunnel))
+    settings = {"burst": burst, "gro_flush_timeout_us": gro_flush_timeout_us,
+                "napi_defer_hard_irqs": _DEFER, "budget": _BUDGET, "engine": engine,
+                "udp_tunnels": [f"{k}:{p}" for k, p in tunnels]}
+    from gropcap.replay._netns import ReplayEnvironmentError
+    counts = {"agree": 0, "differ": 0, "skipped": 0, "failed": 0}
+    try:
+        _warn_stale()
+        if not as_json:
+            for line in settings_lines(burst, gro_flush_timeout_us, kernel, engine, tunnels):
+                click.echo(line)
+        for path in files:
+            try:
+                outcome = _replay_file(path, kernel, burst, gro_flush_timeout_us, engine,
+                                       not no_fix_checksums, tunnels, settings, as_json)
+            except ReplayEnvironmentError:
+                raise
+            except GropcapError as e:
+                click.echo(f"gropcap: error: {path}: {e.one_line()}", err=True)
+                outcome = "failed"
+            counts[outcome] += 1
+    except GropcapError as e:
+        click.echo(f"gropcap: error: {e.one_line()}", err=True)
+        sys.exit(1)
+    replayed = counts["agree"] + counts["differ"]
+    if len(files) > 1 and not as_json:
+        click.echo(f"{len(files)} files: {counts['agree']} agree, {counts['differ']} differ, "
+                   f"{counts['skipped']} skipped, {counts['failed']} failed")
+    if not replayed and counts["skipped"]:
+        click.echo("gropcap: error: no file could be replayed", err=True)
+    sys.exit(0 if replayed and not counts["differ"] and not counts["failed"] else 1)
+
+
+def _replay_file(path, kernel, burst, flush_timeout_us, engine, fix_checksums, tunnels,
+                 settings, as_json) -> str:
+    """Replay one capture and print its result: ``"agree"``, ``"differ"`` or
+    ``"skipped"`` (nothing replayable)."""
     from gropcap.capture import read_capture
     from gropcap.replay.compare import compare, running_kernel_has_vlan_gro, simulate_replay
     from gropcap.replay.kernel import replay
 
-    from gropcap.errors import ConfigError
-    from gropcap.gro.config import parse_udp_tunnels
+    _info, batch = read_capture(path)
+    frames, wires, cnr, recs = capture_frames(batch)
+    if not frames:
+        why = unreplayable_reason(batch.linktype)
+        if as_json:
+            click.echo(json.dumps({"file": str(path), "skipped": why, "settings": settings},
+                                  sort_keys=True))
+        else:
+            click.echo("\n".join(textwrap.wrap(f"{path}: skipped: {why}", width=80,
+                                               subsequent_indent="  ",
+                                               break_on_hyphens=False)))
+        return "skipped"
+    bursts = [i // burst for i in range(len(frames))]
+    res = replay(frames, bursts, wire_lens=wires, fix_checksums=fix_checksums,
+                 csum_not_ready=cnr, flush_timeout_ns=int(round(flush_timeout_us * 1000)),
+                 udp_tunnels=tunnels, budget=_BUDGET, defer=_DEFER)
+    packets, sim = simulate_replay(res, kernel=kernel, engine=engine)
+    rep = compare(packets, res, sim)
+    vlan_gro = bool(res.config.get("vlan_gro", running_kernel_has_vlan_gro()))
+    tagged = int(np.isin(packets.column("eth_type").to_numpy(),
+                         (C.ETH_P_8021Q, C.ETH_P_8021AD)).sum())
+    left_out = len(batch) - len(frames)
+    if as_json:
+        d = rep.to_dict()
+        d.update(file=str(path), simulated_kernel=kernel, vlan_gro=vlan_gro,
+                 settings=settings, records_not_replayable=left_out)
+        click.echo(json.dumps(d, sort_keys=True))
+    else:
+        click.echo(f"{path}: {rep.summary_line()}")
+        if left_out:
+            click.echo(f"  note: {left_out} of {len(batch)} records left out: "
+                       f"{unreplayable_reason(_left_out(batch.linktype, recs))}")
+        if tagged and not vlan_gro:
+            click.echo(f"  note: {tagged} VLAN-tagged frames simulated without VLAN "
+                       f"GRO (this kernel is built without CONFIG_VLAN_8021Q)")
+        for d in rep.differences:
+            click.echo(f"  {d.line()}")
+    return "agree" if rep.ok else "differ"
 
-    kernel = kernel or _default_kernel()
-    try:
-        tunnels = parse_udp_tunnels(udp_tunnel)
-    except ConfigError as e:
-        raise click.BadParameter(e.one_line(), param_hint="--udp-tunnel") from None
-    all_ok = True
-    try:
-        _warn_stale()
-        for path in files:
-            _info, batch = read_capture(path)
-            frames, wires, cnr, _recs = capture_frames(batch)
-            if not frames:
-                raise GropcapError(f"{path}: no replayable (Ethernet or IP) frames")
-            bursts = [i // burst for i in range(len(frames))]
-            res = replay(frames, bursts, wire_lens=wires, fix_checksums=not no_fix_checksums,
-                         csum_not_ready=cnr, flush_timeout_ns=flush_timeout_us * 1000,
-                         udp_tunnels=tunnels)
-            packets, sim = simulate_replay(res, kernel=kernel, engine=engine)
-            rep = compare(packets, res, sim)
-            all_ok &= rep.ok
-            vlan_gro = bool(res.config.get("vlan_gro", running_kernel_has_vlan_gro()))
-            tagged = int(np.isin(packets.column("eth_type").to_numpy(),
-                                 (C.ETH_P_8021Q, C.ETH_P_8021AD)).sum())
-            if as_json:
-                d = rep.to_dict()
-                d["file"] = str(path)
-                d["simulated_kernel"] = kernel
-                d["vlan_gro"] = vlan_gro
-                click.echo(json.dumps(d, sort_keys=True))
-            else:
-                click.echo(f"{path}: {rep.summary_line()}")
-                if tagged and not vlan_gro:
-                    click.echo(f"  note: {tagged} VLAN-tagged frames simulated without VLAN "
-                               f"GRO (this kernel is built without CONFIG_VLAN_8021Q)")
-                for d in rep.differences:
-                    click.echo(f"  {d.line()}")
-    except GropcapError as e:
-        msg = e.one_line() if hasattr(e, "one_line") else str(e)
-        click.echo(f"gropcap: error: {msg}", err=True)
-        sys.exit(1)
-    sys.exit(0 if all_ok else 1)
+
+def _left_out(linktypes, recs):
+    """The link types of the records ``capture_frames`` did not turn into frames."""
+    keep = np.ones(len(linktypes), bool)
+    keep[np.asarray(recs, dtype=np.int64)] = False
+    return np.asarray(linktypes)[keep]

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gropcap.replay._netns import kernel_config_option
 from gropcap.replay.kernel import VISIBLE_GSO_BITS, KernelReplayResult
 
 __all__ = ["compare", "ReplayReport", "Difference", "simulate_replay", "packets_table"]
@@ -208,27 +209,6 @@ def packets_table(frames: list[bytes]):
     return pa.Table.from_batches([decode_batch(batch)])
 
 
-def kernel_config_option(option: str, release: str | None = None) -> str | None:
-    """The value of a build option of the running kernel: ``"y"``, ``"m"``, ``"n"`` (not set)
-    or None when no kernel config is readable (``/proc/config.gz``, then
-    ``/boot/config-<release>``)."""
-    import gzip
-    import os
-
-    release = release or os.uname().release
-    for path, opener in (("/proc/config.gz", gzip.open),
-                         (f"/boot/config-{release}", open)):
-        try:
-            with opener(path, "rt") as fh:
-                for line in fh:
-                    if line.startswith(option + "="):
-                        return line.strip().split("=", 1)[1]
-            return "n"
-        except OSError:
-            continue
-    return None
-
-
 def running_kernel_has_vlan_gro() -> bool:
     """Whether the running kernel registers vlan_gro_receive.
 
@@ -256,11 +236,8 @@ def simulate_replay(kernel_result: KernelReplayResult, *, kernel=None, engine: s
     defaults to the running kernel. Returns ``(packets, GroResult)``.
     """
     from gropcap.gro.config import GroConfig, KernelProfile
+    from gropcap.gro.reference import needs_reference
 
-    if engine == "reference":
-        from gropcap.gro.reference import simulate
-    else:
-        from gropcap.gro.engine import simulate
     if packets is None:
         packets = packets_table(kernel_result.frames)
     cfg = kernel_result.config
@@ -271,4 +248,9 @@ def simulate_replay(kernel_result: KernelReplayResult, *, kernel=None, engine: s
                        udp_tunnels=cfg.get("udp_tunnels", ""),
                        vlan_gro=bool(cfg.get("vlan_gro", running_kernel_has_vlan_gro())))
     polls = np.asarray(kernel_result.polls, dtype=np.int64)
+    # rules only the reference model has (UDP tunnel sockets): it runs whatever ``engine``
+    if engine == "reference" or needs_reference(config):
+        from gropcap.gro.reference import simulate
+    else:
+        from gropcap.gro.engine import simulate
     return packets, simulate(packets, config, polls=polls)

@@ -19,6 +19,8 @@ import click
 
 from gropcap.cli import (_DECODE_KEYS, _GRO_KEYS, _decode_options, _gro_options,
                          _make_decode_options, _make_gro_config, _split)
+from gropcap.clihelp import (CapturePath, Command, Group, capture_files, option,
+                              shown_opts)
 
 _ENGINE = click.option("--engine", type=click.Choice(["fast", "reference"]), default="fast",
                        show_default=True, help="GRO engine (numba, or the plain-Python oracle).")
@@ -39,8 +41,8 @@ def _each_file(files, config, models, options, engine):
             for path in expand_inputs(list(files))]
 
 
-@click.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.command(cls=Command)
+@capture_files()
 @click.option("--flow", "flow_spec", required=True, metavar="ID|5-TUPLE",
               help="Flow id (as in `gropcap analyze`) or SRC:SPORT>DST:DPORT "
                    "(IPv6 as [ADDR]:PORT; optionally 'tcp'/'udp').")
@@ -48,10 +50,13 @@ def _each_file(files, config, models, options, engine):
               show_default=True, help="Batch model whose verdicts are walked.")
 @click.option("--breaks-only", is_flag=True,
               help="Only packets that did not merge, and super-packet ends.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="Output format (json: one document, every matching "
+                                      "flow with every packet's verdict and the breaks).")
 @_ENGINE
 @_gro_options
 @_decode_options
-def explain(files, flow_spec, model, breaks_only, engine, **kw):
+def explain(files, flow_spec, model, breaks_only, fmt, engine, **kw):
     """Walk one flow packet by packet: which super-packet each packet joined and, at every
     break, the header field that differed (held value -> new value, expected value)."""
     from gropcap.pipeline import analyze
@@ -61,20 +66,27 @@ def explain(files, flow_spec, model, breaks_only, engine, **kw):
     spec = parse_flow_spec(flow_spec)
     analysis = analyze(list(files), config, models=(model,), decode_options=options,
                        engine=engine)
+    fids = find_flows(analysis.flows, spec)
+    if fmt == "json":
+        from gropcap.report.explain import explain_dict
+        flows = [explain_dict(analysis, fid, model=model, breaks_only=breaks_only)
+                 for fid in fids]
+        click.echo(json.dumps({"flows": flows}, indent=2))
+        return
     texts = [explain_flow(analysis, fid, model=model, breaks_only=breaks_only)
-             for fid in find_flows(analysis.flows, spec)]
+             for fid in fids]
     click.echo("\n".join(texts), nl=False)
 
 
-@click.group()
+@click.group(cls=Group)
 def baseline():
     """Regression baselines: record GRO metrics of captures, check later runs against them."""
 
 
 @baseline.command("save")
-@click.argument("files", nargs=-1, required=True, type=click.Path())
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
-              help="Baseline JSON file to write.")
+@capture_files()
+@option("-o", "--out", "output", required=True, type=click.Path(dir_okay=False),
+        aliases=("--output",), help="Baseline JSON file to write.")
 @click.option("--force", is_flag=True, help="Replace an existing baseline.")
 @click.option("--model", type=click.Choice(["ideal", "napi", "both"]), default="both",
               show_default=True, help="Batch model(s) to record.")
@@ -95,7 +107,7 @@ def baseline_save(files, output, force, model, engine, **kw):
 
 
 @baseline.command("check")
-@click.argument("files", nargs=-1, required=True, type=click.Path())
+@capture_files()
 @click.option("--against", "against", required=True, type=click.Path(dir_okay=False),
               help="Baseline JSON written by `gropcap baseline save`.")
 @click.option("--tolerance", default="2%", show_default=True, metavar="PCT",
@@ -121,6 +133,55 @@ def baseline_check(ctx, files, against, tolerance, engine, **kw):
     result = check_baseline(base, _each_file(files, config, models, options, engine), tol)
     click.echo(render_check(result), nl=False)
     ctx.exit(result.exit_code)
+
+
+def _gro_params(ctx) -> dict:
+    """This command's receive-configuration options by CLI name (``poll-gap-us``,
+    ``no-native-gro``): ``{name: (click.Parameter, is_negative_form)}``."""
+    out = {}
+    for p in ctx.command.params:
+        if p.name in _GRO_KEYS:
+            out.update({o.lstrip("-"): (p, False) for o in p.opts})
+            out.update({o.lstrip("-"): (p, True) for o in p.secondary_opts})
+    return out
+
+
+def _shown_names(params: dict) -> list[str]:
+    """The names ``--help`` shows (hidden aliases left out), sorted."""
+    return sorted(k for k, (p, neg) in params.items() if "--" + k in shown_opts(p)[neg])
+
+
+def _config_for(ctx, gro_kw: dict, settings, option: str):
+    """The GroConfig of one compare side: this run's options, changed by ``KEY=VALUE``
+    settings. KEY is an option name of this command (``gro-flush-timeout-us=50``,
+    ``udp-tunnel=vxlan:4789``, converted and checked exactly as on the command line) or a
+    GroConfig field name (``poll_gap_ns=50000``, as in baselines and Parquet metadata)."""
+    from gropcap.gro.config import GroConfig
+
+    fields = {f.name for f in dataclasses.fields(GroConfig)} - {"model"}
+    params = _gro_params(ctx)
+    kw = dict(gro_kw)
+    internal = []
+    for text in settings:
+        key, sep, value = text.partition("=")
+        key = key.strip().lstrip("-")
+        if sep and key.replace("-", "_") in fields:
+            internal.append(f"{key.replace('-', '_')}={value}")
+            continue
+        found = params.get(key) or params.get(key.replace("_", "-"))
+        if not sep or found is None:
+            raise click.BadParameter(
+                f"{text!r} is not KEY=VALUE with KEY one of: {', '.join(_shown_names(params))} "
+                f"(GroConfig field names such as poll_gap_ns are accepted too)",
+                param_hint=option)
+        param, negative = found
+        try:
+            v = param.process_value(ctx, (value,) if param.multiple else value)
+        except click.BadParameter as e:
+            raise click.BadParameter(f"{text!r}: {e.message}",
+                                     param_hint=option) from None
+        kw[param.name] = (not v) if negative else v
+    return _apply_settings(_make_gro_config(**kw), internal, option)
 
 
 def _apply_settings(config, settings, option: str):
@@ -159,13 +220,16 @@ def _apply_settings(config, settings, option: str):
     return config
 
 
-@click.command()
-@click.argument("a", type=click.Path())
-@click.argument("b", required=False, type=click.Path())
+@click.command(cls=Command)
+@click.argument("a", type=CapturePath())
+@click.argument("b", required=False, type=CapturePath())
 @click.option("--set-a", "set_a", multiple=True, metavar="KEY=VALUE",
-              help="Configuration change for side A (GroConfig field, e.g. kernel=6.1).")
+              help="Configuration change for side A: an option below without its dashes, "
+                   "e.g. kernel=6.1, gro-flush-timeout-us=50, no-native-gro=true "
+                   "(repeatable).")
 @click.option("--set-b", "set_b", multiple=True, metavar="KEY=VALUE",
-              help="Configuration change for side B (e.g. kernel=5.15, queues=4).")
+              help="Configuration change for side B (e.g. kernel=5.15, queues=4, "
+                   "udp-tunnel=vxlan:4789).")
 @click.option("--model", type=click.Choice(["ideal", "napi", "both"]), default="both",
               show_default=True, help="Batch model(s) to run.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
@@ -173,16 +237,18 @@ def _apply_settings(config, settings, option: str):
 @_ENGINE
 @_gro_options
 @_decode_options
-def compare(a, b, set_a, set_b, model, fmt, engine, **kw):
+@click.pass_context
+def compare(ctx, a, b, set_a, set_b, model, fmt, engine, **kw):
     """Two captures side by side (A B), or one capture under two configurations
     (A --set-b kernel=6.1)."""
     from gropcap.pipeline import analyze
     from gropcap.report.compare import compare_dict, render_compare
 
-    options, config = _configs(kw)
+    options = _make_decode_options(**_split(kw, _DECODE_KEYS))
+    gro_kw = _split(kw, _GRO_KEYS)
     models = ("ideal", "napi") if model == "both" else (model,)
-    cfg_a = _apply_settings(config, set_a, "--set-a")
-    cfg_b = _apply_settings(config, set_b, "--set-b")
+    cfg_a = _config_for(ctx, gro_kw, set_a, "--set-a")
+    cfg_b = _config_for(ctx, gro_kw, set_b, "--set-b")
     from gropcap.gro.reference import needs_reference
 
     # rules only the reference model has (UDP GRO, tunnel sockets, stage switches)

@@ -314,6 +314,18 @@ def _break_detail(v, h: _Held | None, i: int, code: int, config) -> str | None:
 
 # --- the walk ----------------------------------------------------------------------------
 
+def _flow_rows(analysis, flow: int, model: str | None):
+    """``(model, GroResult, the flow's packet rows, their columns)`` for a walk."""
+    model = model or analysis.primary_model
+    if model not in analysis.results:
+        raise ConfigError(f"model {model!r} was not run", hint=f"use one of {analysis.models}")
+    res = analysis.results[model]
+    rows = np.flatnonzero(res.flow_id == flow)
+    if not len(rows):
+        raise ConfigError(f"no flow {flow}")
+    return model, res, rows, _columns(analysis, rows)
+
+
 def _columns(analysis, rows: np.ndarray) -> dict[str, list]:
     import pyarrow as pa
 
@@ -356,14 +368,7 @@ def explain_flow(analysis, flow: int, *, model: str | None = None,
     Example:
         >>> print(explain_flow(gropcap.analyze("x.pcap"), 0))   # doctest: +SKIP
     """
-    model = model or analysis.primary_model
-    if model not in analysis.results:
-        raise ConfigError(f"model {model!r} was not run", hint=f"use one of {analysis.models}")
-    res = analysis.results[model]
-    rows = np.flatnonzero(res.flow_id == flow)
-    if not len(rows):
-        raise ConfigError(f"no flow {flow}")
-    v = _columns(analysis, rows)
+    model, res, rows, v = _flow_rows(analysis, flow, model)
     segs = np.unique(res.gro_seg[rows])
     lines = [f"flow {flow}: {flow_title(analysis.flows, flow)}",
              f"model {model}, kernel {analysis.config.kernel.name}: {len(rows)} packets -> "
@@ -404,6 +409,66 @@ def explain_flow(analysis, flow: int, *, model: str | None = None,
     used.discard(R.MERGED)
     lines += ["", "reasons:"] + ["  " + line for line in reason_lines(sorted(used), 78)]
     return "\n".join(lines) + "\n"
+
+
+def explain_dict(analysis, flow: int, *, model: str | None = None,
+                 breaks_only: bool = False) -> dict:
+    """The walk of :func:`explain_flow` as plain data (`gropcap explain --format json`).
+
+    The same verdicts and the same ``why`` details (:func:`_break_detail` on the held
+    super-packet :func:`_held_before` finds) as the text.
+
+    Returns:
+        ``{"flow": {id, title, src, sport, dst, dport, l4_proto, encap}, "model",
+        "kernel", "packets_in", "superpackets_out", "aggregation_ratio", "packets": [{packet,
+        ts_ns, time_us, seq, payload_len, flags, superpacket, role, verdict}], "breaks":
+        [{packet, superpacket, reason, checks: [{reason, detail}], cause}],
+        "superpackets": [{superpacket, segments, payload_bytes, gso_size, end_reason,
+        poll_id, rx_queue}]}`` with reasons as names; ``packets`` holds only the breaks
+        when ``breaks_only``. ``cause`` is None where no probable cause is known.
+
+    Example:
+        >>> explain_dict(gropcap.analyze("x.pcap"), 0)["breaks"][0]   # doctest: +SKIP
+        {'packet': 7, 'superpacket': 1, 'reason': 'FLUSH_PSH', 'checks': [...], 'cause': None}
+    """
+    model, res, rows, v = _flow_rows(analysis, flow, model)
+    segs = np.unique(res.gro_seg[rows])
+    keys = ("src", "sport", "dst", "dport", "l4_proto", "encap")
+    head = {"id": int(flow), "title": flow_title(analysis.flows, flow),
+            **{k: analysis.flows.column(k)[flow].as_py() for k in keys}}
+    is_tcp = head["l4_proto"] == C.IPPROTO_TCP
+    t0 = v["ts_ns"][int(rows[0])]
+    seen: dict[int, list[int]] = {}
+    packets, breaks = [], []
+    for i in rows.tolist():
+        s = int(res.gro_seg[i])
+        code = int(res.reason[i])
+        held = _held_before(res, seen, i, code)
+        seen.setdefault(s, []).append(i)
+        if code != R.MERGED:
+            detail = _break_detail(v, held, i, code, analysis.config)
+            breaks.append({"packet": i, "superpacket": s, "reason": reason_name(code),
+                           "checks": [{"reason": reason_name(code), "detail": detail}],
+                           "cause": None})
+        if breaks_only and code == R.MERGED:
+            continue
+        packets.append({"packet": i, "ts_ns": v["ts_ns"][i],
+                        "time_us": (v["ts_ns"][i] - t0) / 1000,
+                        "seq": v["tcp_seq"][i] if is_tcp else None,
+                        "payload_len": v["payload_len"][i],
+                        "flags": flag_names(v["tcp_flags"][i]) if is_tcp else None,
+                        "superpacket": s, "role": ROLE_NAMES.get(int(res.gro_role[i]), "?"),
+                        "verdict": reason_name(code)})
+    sps = [{"superpacket": int(s), "segments": int(res.seg_count[s]),
+            "payload_bytes": int(res.seg_payload_len[s]),
+            "gso_size": int(res.seg_gso_size[s]),
+            "end_reason": reason_name(int(res.seg_end_reason[s])),
+            "poll_id": int(res.seg_poll_id[s]), "rx_queue": int(res.seg_rx_queue[s])}
+           for s in segs.tolist()]
+    return {"flow": head, "model": model, "kernel": analysis.config.kernel.name,
+            "packets_in": int(len(rows)), "superpackets_out": int(len(segs)),
+            "aggregation_ratio": round(len(rows) / len(segs), 4),
+            "packets": packets, "breaks": breaks, "superpackets": sps}
 
 
 def _held_before(res, seen: dict[int, list[int]], i: int, code: int) -> _Held | None:
@@ -451,5 +516,5 @@ def reason_lines(codes, width: int = 80) -> list[str]:
     return out
 
 
-__all__ = ["explain_flow", "find_flows", "parse_flow_spec", "FlowSpec", "flow_title",
+__all__ = ["explain_flow", "explain_dict", "find_flows", "parse_flow_spec", "FlowSpec", "flow_title",
            "flag_letters", "flag_names", "reason_lines"]
