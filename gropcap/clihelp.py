@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 
 import click
@@ -189,7 +190,7 @@ class CapturePath(click.Path):
             self.fail("'-' (stdin) needs a command context", param, ctx)
         if ctx.meta.get("gropcap.stdin_spooled"):
             self.fail("'-' given twice: stdin holds one capture", param, ctx)
-        stdin = click.get_binary_stream("stdin")
+        stdin = getattr(sys.stdin, "buffer", sys.stdin)
         if getattr(stdin, "isatty", lambda: False)():
             self.fail("'-' reads a capture from stdin, but stdin is a terminal: pipe a "
                       "capture in (e.g. tcpdump -w - ... | gropcap analyze -)", param, ctx)

@@ -3,7 +3,7 @@
 This is the library entry point the CLI and notebooks share::
 
     import gropcap
-    a = gropcap.analyze("sample_pcaps/real_ipv4_single.pcap")
+    a = gropcap.analyze("sample_pcaps/real_ipv4.pcap")
     a.summary()                     # dict, the same as `gropcap analyze --format json`
     a.packets.to_pandas()           # one row per frame, decode columns + GRO verdicts
     a.superpackets.to_pandas()      # one row per packet the stack receives, per model
@@ -286,7 +286,7 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         An :class:`Analysis`.
 
     Example:
-        >>> a = analyze("sample_pcaps/real_ipv4_single.pcap")  # doctest: +SKIP
+        >>> a = analyze("sample_pcaps/real_ipv4.pcap")  # doctest: +SKIP
         >>> a.summary()["models"]["ideal"]["aggregation_ratio"]  # doctest: +SKIP
     """
     config, decode_options, models = run_options(config, decode_options, models)

@@ -7,7 +7,7 @@ agreement and every difference. A file with nothing replayable (a DSA-tagged cap
 cannot be a DSA conduit) or that fails to read is reported and the run goes on; a machine
 that cannot replay at all (no root, a missing tunnel module) stops it.
 
-Exit status (:data:`EXIT_STATUS`): 0 every replayed file agrees (files skipped as
+Exit status (also in ``--help``): 0 every replayed file agrees (files skipped as
 unsupported are listed, they do not fail the run); 1 a difference, an unreadable file, no
 file replayed at all, or a machine that cannot replay; 2 bad options.
 
@@ -30,11 +30,7 @@ from gropcap.clihelp import CapturePath, Command, check_kernel, check_udp_tunnel
 from gropcap.errors import GropcapError
 
 __all__ = ["kernel_replay", "capture_frames", "cleanup_lines", "stale_hint", "settings_lines",
-           "unreplayable_reason", "EXIT_STATUS"]
-
-EXIT_STATUS = ("0: every replayed file agrees with the simulator (files skipped as unsupported "
-               "are listed and do not fail the run); 1: a difference, an unreadable file, no "
-               "file replayed, or this machine cannot replay; 2: bad options")
+           "unreplayable_reason"]
 
 # the receiver every replay sets up (kernel.replay's budget and napi_defer_hard_irqs)
 _BUDGET = 64
@@ -230,10 +226,9 @@ def kernel_replay(files, kernel, burst, gro_flush_timeout_us, engine, no_fix_che
 
     With --cleanup-stale, delete the network namespaces of replays that were killed.
 
-    \b
-    Exit status: 0 every replayed file agrees (files skipped as unsupported, e.g. DSA-tagged
-    captures, are listed and do not fail the run); 1 a difference, an unreadable file, no
-    file replayed, or a machine that cannot replay; 2 bad options."""
+    Exit status: 0 every replayed file agrees (files skipped as unsupported, e.g.
+    DSA-tagged captures, are listed and do not fail the run); 1 a difference, an
+    unreadable file, no file replayed, or a machine that cannot replay; 2 bad options."""
     if cleanup_stale:
         if files:
             raise click.UsageError("--cleanup-stale takes no FILES")

@@ -173,13 +173,13 @@ def _config_for(ctx, gro_kw: dict, settings, option: str):
             raise click.BadParameter(
                 f"{text!r} is not KEY=VALUE with KEY one of: {', '.join(_shown_names(params))} "
                 f"(GroConfig field names such as poll_gap_ns are accepted too)",
-                param_hint=option)
+                param_hint=f"'{option}'")
         param, negative = found
         try:
             v = param.process_value(ctx, (value,) if param.multiple else value)
         except click.BadParameter as e:
             raise click.BadParameter(f"{text!r}: {e.message}",
-                                     param_hint=option) from None
+                                     param_hint=f"'{option}'") from None
         kw[param.name] = (not v) if negative else v
     return _apply_settings(_make_gro_config(**kw), internal, option)
 
@@ -197,7 +197,7 @@ def _apply_settings(config, settings, option: str):
         if not sep or key not in fields or key == "model":
             names = ", ".join(sorted(k for k in fields if k != "model"))
             raise click.BadParameter(f"{text!r} is not KEY=VALUE with KEY one of: {names}",
-                                     param_hint=option)
+                                     param_hint=f"'{option}'")
         default = getattr(GroConfig(), key)
         try:
             if key == "kernel":
@@ -216,7 +216,7 @@ def _apply_settings(config, settings, option: str):
             config = config.replace(**changes)
         except (ValueError, ConfigError) as e:
             msg = e.one_line() if isinstance(e, ConfigError) else str(e)
-            raise click.BadParameter(f"{text!r}: {msg}", param_hint=option) from None
+            raise click.BadParameter(f"{text!r}: {msg}", param_hint=f"'{option}'") from None
     return config
 
 

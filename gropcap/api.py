@@ -1,0 +1,145 @@
+"""The notebook API: ``gropcap.analyze(path, kernel="6.1", queues=4)``.
+
+Layer: an entry point beside cli.py. The keywords are the options of ``gropcap analyze``
+(read from its click parameters, so the two cannot drift): each is named after its long
+option (``--gro-flush-timeout-us`` -> ``gro_flush_timeout_us``, ``--udp-tunnel`` ->
+``udp_tunnel``) and converted and checked exactly as on the command line, then handed to
+:func:`gropcap.pipeline.analyze`. Options that only steer the command's output or the way
+it runs (``--out``, ``--format``, ``--plot``, ``--jobs``, ...) are not keywords: a notebook
+gets the :class:`~gropcap.pipeline.Analysis` back and writes or plots it itself.
+"""
+
+from __future__ import annotations
+
+from gropcap.errors import ConfigError
+
+# options of `gropcap analyze` a notebook does not pass: it gets the Analysis object back
+CLI_ONLY = ("files", "fmt", "out_dir", "force", "plot", "stream", "quiet", "jobs",
+            "scheduler", "scratch")
+
+
+def _keyword(param) -> str:
+    """``--gro-flush-timeout-us`` -> ``gro_flush_timeout_us`` (the first long option)."""
+    long = [o for o in param.opts if o.startswith("--")]
+    return long[0][2:].replace("-", "_") if long else param.name
+
+
+def keyword_params() -> dict:
+    """``{keyword: click.Parameter}`` of every `gropcap analyze` option a notebook can pass
+    (also under the parameter's own name where it differs, e.g. ``udp_tunnels``)."""
+    import click
+
+    from gropcap import cli
+
+    out = {}
+    for p in cli.analyze.params:
+        if isinstance(p, click.Argument) or p.name in CLI_ONLY:
+            continue
+        out[_keyword(p)] = p
+    for p in list(out.values()):
+        out.setdefault(p.name, p)
+    return out
+
+
+def keywords() -> list[str]:
+    """The option keywords :func:`analyze` accepts, sorted."""
+    return sorted({_keyword(p) for p in keyword_params().values()})
+
+
+def _convert(options: dict) -> dict:
+    """Keyword values -> ``{parameter name: value}`` for every option, as click would parse
+    them (defaults filled in); raises TypeError (unknown keyword) or ConfigError."""
+    import click
+
+    from gropcap import cli
+
+    params = keyword_params()
+    unknown = sorted(set(options) - set(params))
+    if unknown:
+        raise TypeError(f"analyze() got unexpected keyword argument(s) "
+                        f"{', '.join(map(repr, unknown))}; option keywords: "
+                        f"{', '.join(keywords())} (and models, config, decode_options, "
+                        f"progress)")
+    given = {params[k].name: (k, v) for k, v in options.items()}
+    ctx = click.Context(cli.analyze, info_name="analyze")
+    values = {}
+    for p in {id(p): p for p in params.values()}.values():
+        key, given_value = given.get(p.name, (None, None))
+        raw = given_value
+        if key is None:
+            raw = p.get_default(ctx)
+        elif p.multiple and (isinstance(raw, (str, bytes, int)) or raw is None):
+            raw = () if raw is None else (raw,)
+        try:
+            values[p.name] = p.process_value(ctx, raw)
+        except click.BadParameter as e:
+            raise ConfigError(f"{key or p.name}={given_value!r}: {e.message}") from None
+    return values
+
+
+def analyze(paths, config=None, *, models=None, decode_options=None, progress=None,
+            **options):
+    """Decode captures and simulate GRO; the keywords are `gropcap analyze`'s options.
+
+    Args:
+        paths: a capture file, a directory, or a list of them.
+        config: a :class:`~gropcap.gro.config.GroConfig`, instead of the receive and
+            kernel keywords (``kernel``, ``queues``, ``budget``, ``hz``, ...).
+        models: ``("ideal", "napi")`` by default; or the CLI's ``model="napi"``.
+        decode_options: a :class:`~gropcap.decode.options.DecodeOptions`, instead of the
+            tunnel-port keywords (``vxlan_port``, ``geneve_port``, ``dsa_tag``, ...).
+        progress: a :class:`gropcap.report.progress.Progress`.
+        **options: any option of ``gropcap analyze`` that changes the result, named after
+            its long option: ``kernel="6.1"``, ``model="napi"``, ``queues=4``,
+            ``gro_flush_timeout_us=50``, ``udp_tunnel="vxlan:4789"`` (repeatable options
+            take one value or a list), ``native_gro=False``, ``engine="reference"``,
+            ``egress="decap"``, ... (:func:`keywords` lists them).
+
+    Returns:
+        An :class:`~gropcap.pipeline.Analysis`.
+
+    Raises:
+        TypeError: an unknown keyword (the message lists the valid ones).
+        ConfigError: a bad value (the message names the keyword), or ``config`` /
+            ``decode_options`` given together with keywords they would override.
+
+    Example:
+        >>> a = gropcap.analyze("sample_pcaps/real_ipv4.pcap", kernel="6.1")  # doctest: +SKIP
+        >>> a.summary()["models"]["napi"]["aggregation_ratio"]                # doctest: +SKIP
+    """
+    import click
+
+    from gropcap import cli, pipeline
+
+    if "model" in options and models is not None:
+        raise ConfigError("give models=... or model=..., not both")
+    egress_obj = options.pop("egress") if isinstance(options.get("egress"),
+                                                      pipeline.EgressOptions) else None
+    values = _convert(options)
+    given = {keyword_params()[k].name for k in options}
+    for obj, keys, what in ((config, cli._GRO_KEYS, "config"),
+                            (decode_options, cli._DECODE_KEYS, "decode_options")):
+        clash = sorted(given & set(keys))
+        if obj is not None and clash:
+            raise ConfigError(f"{what}= and the keyword(s) {', '.join(clash)} both set it",
+                              hint=f"pass one of them (keywords build the {what})")
+    try:
+        if config is None:
+            config = cli._make_gro_config(**cli._split(values, cli._GRO_KEYS))
+        if decode_options is None:
+            decode_options = cli._make_decode_options(**cli._split(values, cli._DECODE_KEYS))
+    except click.BadParameter as e:   # the shared converters speak click
+        raise ConfigError(e.message) from None
+    if models is None:
+        model = values["model"]
+        models = ("ideal", "napi") if model == "both" else (model,)
+    egress = egress_obj
+    if egress is None and (values.get("egress_scenario") or values.get("egress_mtu")):
+        egress = pipeline.EgressOptions(values["egress_scenario"] or "encap",
+                                        values["egress_features"], values["egress_mtu"])
+    return pipeline.analyze(paths, config, models=models, decode_options=decode_options,
+                            engine=values["engine"], decoder=values["decoder"],
+                            egress=egress, progress=progress)
+
+
+__all__ = ["analyze", "keywords", "keyword_params", "CLI_ONLY"]
