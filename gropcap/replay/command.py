@@ -259,7 +259,8 @@ def kernel_replay(files, kernel, burst, gro_flush_timeout_us, engine, no_fix_che
             except ReplayEnvironmentError:
                 raise
             except GropcapError as e:
-                click.echo(f"gropcap: error: {path}: {e.one_line()}", err=True)
+                where = "" if e.path else f"{path}: "
+                click.echo(f"gropcap: error: {where}{e.one_line()}", err=True)
                 outcome = "failed"
             counts[outcome] += 1
     except GropcapError as e:
