@@ -26,24 +26,12 @@ from gropcap.replay import _wire
 from gropcap.replay.compare import compare
 from gropcap.replay.kernel import (DeliveredUnit, KernelReplayResult, _Matcher, running_kernel,
                                    split_bursts)
+from tests.live import live
 
 SAMPLES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "sample_pcaps",
                                         "*.pcap*")))
 
 
-def _live_reason() -> str | None:
-    """Why the live tests cannot run here, or None."""
-    from gropcap.replay._netns import check_environment
-    try:
-        check_environment()
-    except GropcapError as e:
-        return str(e)
-    return None
-
-
-LIVE_REASON = _live_reason()
-live = pytest.mark.skipif(LIVE_REASON is not None,
-                          reason=f"live kernel replay unavailable: {LIVE_REASON}")
 
 
 def _kernel_config(option: str) -> str | None:

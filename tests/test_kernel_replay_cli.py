@@ -17,9 +17,9 @@ import pytest
 from click.testing import CliRunner
 
 from gropcap import selftest_cases as ST
-from gropcap.errors import GropcapError
 from gropcap.replay import _wire
 from gropcap.replay.kernel import DeliveredUnit, KernelReplayResult, split_bursts
+from tests.live import live
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = os.path.join(ROOT, "sample_pcaps")
@@ -168,18 +168,6 @@ def test_missing_tunnel_module_message(built, modules, msg, hint):
 
 
 # ------------------------------------------------------------------ root: the live kernel
-def _live_reason():
-    from gropcap.replay._netns import check_environment
-    try:
-        check_environment()
-    except GropcapError as e:
-        return str(e)
-    return None
-
-
-LIVE_REASON = _live_reason()
-live = pytest.mark.skipif(LIVE_REASON is not None,
-                          reason=f"live kernel replay unavailable: {LIVE_REASON}")
 
 
 @pytest.mark.root

@@ -14,23 +14,12 @@ import pytest
 
 from gropcap.errors import GropcapError
 from gropcap.replay.kernel import running_kernel
+from tests.live import live
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = os.path.join(ROOT, "sample_pcaps")
 
 
-def _live_reason():
-    from gropcap.replay._netns import check_environment
-    try:
-        check_environment()
-    except GropcapError as e:
-        return str(e)
-    return None
-
-
-LIVE_REASON = _live_reason()
-live = pytest.mark.skipif(LIVE_REASON is not None,
-                          reason=f"live kernel replay unavailable: {LIVE_REASON}")
 
 
 def _replay(name, tunnels):
