@@ -227,4 +227,5 @@ def capture_files(**kwargs):
 
 
 __all__ = ["Command", "Group", "Option", "CapturePath", "SECTIONS", "SECTION_OF",
-           "capture_files", "check_kernel", "check_udp_tunnels", "option", "section_of", "shown_opts", "spool_stdin"]
+           "capture_files", "check_kernel", "check_udp_tunnels", "option", "section_of",
+           "shown_opts", "spool_stdin"]

@@ -129,18 +129,20 @@ def missing_device_error(kind: str, detail: str, config=kernel_config_option
 def check_environment() -> None:
     """Raise :class:`GropcapError` unless this is Linux, root, and ``ip netns`` works."""
     if not os.uname().sysname == "Linux":
-        raise ReplayEnvironmentError("kernel replay needs Linux (network namespaces, veth, AF_PACKET)")
+        raise ReplayEnvironmentError(
+            "kernel replay needs Linux (network namespaces, veth, AF_PACKET)")
     if os.geteuid() != 0:
-        raise ReplayEnvironmentError("kernel replay needs root (network namespaces and raw sockets)",
-                           hint="run as root, e.g. with sudo")
+        raise ReplayEnvironmentError(
+            "kernel replay needs root (network namespaces and raw sockets)",
+            hint="run as root, e.g. with sudo")
     for tool in ("ip", "ethtool"):
         if shutil.which(tool) is None:
             raise ReplayEnvironmentError(f"kernel replay needs the '{tool}' command",
-                               hint="install iproute2 and ethtool")
+                                         hint="install iproute2 and ethtool")
     p = subprocess.run(["ip", "netns", "list"], capture_output=True, timeout=10)
     if p.returncode != 0:
         raise ReplayEnvironmentError("'ip netns' is not available: "
-                           + p.stderr.decode(errors="replace").strip())
+                                     + p.stderr.decode(errors="replace").strip())
 
 
 # ------------------------------------------------------------ who owns a namespace pair

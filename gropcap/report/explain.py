@@ -516,5 +516,5 @@ def reason_lines(codes, width: int = 80) -> list[str]:
     return out
 
 
-__all__ = ["explain_flow", "explain_dict", "find_flows", "parse_flow_spec", "FlowSpec", "flow_title",
-           "flag_letters", "flag_names", "reason_lines"]
+__all__ = ["explain_flow", "explain_dict", "find_flows", "parse_flow_spec", "FlowSpec",
+           "flow_title", "flag_letters", "flag_names", "reason_lines"]
