@@ -201,10 +201,11 @@ class CapturePath(click.Path):
 
 
 def spool_stdin(stream) -> str:
-    """Copy a binary stream to a new temporary file; returns its path."""
-    fd, path = tempfile.mkstemp(prefix="gropcap-stdin-", suffix=".cap")
+    """Copy a binary stream to ``$TMPDIR/gropcap-stdin-XXXX/stdin`` (reports and errors then
+    name "stdin"); returns the path."""
+    path = os.path.join(tempfile.mkdtemp(prefix="gropcap-stdin-"), "stdin")
     try:
-        with os.fdopen(fd, "wb") as out:
+        with open(path, "wb") as out:
             shutil.copyfileobj(stream, out, 1 << 20)
     except BaseException:
         _remove(path)
@@ -213,10 +214,8 @@ def spool_stdin(stream) -> str:
 
 
 def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
+    """Remove a spooled capture and its directory."""
+    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
 
 def capture_files(**kwargs):

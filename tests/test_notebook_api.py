@@ -90,7 +90,8 @@ def test_bad_keyword_value_names_the_keyword(kw, text):
 
 
 def test_keywords_cover_every_analyze_option():
-    """Drift guard: a new `gropcap analyze` option is a keyword, or listed as CLI-only."""
+    """Drift guard: a new `gropcap analyze` option is a keyword (a receive-configuration or
+    decode option of cli.py, or one api.analyze hands on), or listed as CLI-only."""
     from gropcap import api, cli
     names = {p.name for p in cli.analyze.params}
     covered = {p.name for p in api.keyword_params().values()} | set(api.CLI_ONLY)
