@@ -1390,6 +1390,7 @@ class PreIn(NamedTuple):
     i_tot_len: np.ndarray
     i_offset: np.ndarray
     i_rf: np.ndarray
+    inner_eth_type: np.ndarray
 
 
 class PreCfg(NamedTuple):
@@ -1399,6 +1400,7 @@ class PreCfg(NamedTuple):
     dsa_gro: bool
     vlan_gro: bool
     verify_checksums: bool
+    ip6_tunnel_gro: bool   # KernelProfile.ip6_tunnel_gro: ip6ip6 / ip4ip6 offloads (v4.7)
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
@@ -1411,14 +1413,18 @@ def _l3_handler(proto):
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
-def _ip_layer(p, sfl, v, proto, ext, hdr_len, mf, frag_off, csum_ok, tot, offset, rf, wire):
+def _ip_layer(p, sfl, v, proto, ext, hdr_len, mf, frag_off, csum_ok, tot, offset, rf, wire,
+              ip6_tun):
     """inet_gro_receive / ipv6_gro_receive checks of one present IP header: the bypass
-    code ``p`` (kept if already set) and the skb flush ``sfl`` (kept if already set)."""
+    code ``p`` (kept if already set) and the skb flush ``sfl`` (kept if already set).
+    ``ip6_tun``: inet6_offloads has IPIP / IPv6 handlers (ip6ip6 / ip4ip6 GRO, v4.7)."""
     v4 = v == 4
     if p == 0 and v == 6 and (ext & (IP6_EXT_FRAGMENT | IP6_EXT_OTHER)) != 0:
         p = BYPASS_IPV6_EXTHDR          # ipv6_gro_receive: Fragment header, AH, ...
     if p == 0 and not _l3_handler(proto):
         p = BYPASS_NO_L4_OFFLOAD
+    if p == 0 and v == 6 and not ip6_tun and (proto == IPPROTO_IPIP or proto == IPPROTO_IPV6):
+        p = BYPASS_NO_L4_OFFLOAD        # before v4.7: no ip6ip6 / ip4ip6 gro_receive
     if p == 0 and v4 and hdr_len != 20:
         p = BYPASS_IP_OPTIONS           # inet_gro_receive: *(u8 *)iph != 0x45
     if p == 0 and v4 and (mf or frag_off != 0):
@@ -1483,13 +1489,13 @@ def pre_and_flush(x, cfg, no_gro, sfl_fl, pre, sfl_out, sfl_in):
             p, so = _ip_layer(p, so, out_v, np.int64(x.o_proto[r]), np.int64(x.o_ext_mask[r]),
                               np.int64(x.o_hdr_len[r]), x.o_mf[r], np.int64(x.o_frag_off[r]),
                               x.o_csum_ok[r], np.int64(x.o_tot_len[r]),
-                              np.int64(x.o_offset[r]), x.o_rf[r], wire)
+                              np.int64(x.o_offset[r]), x.o_rf[r], wire, cfg.ip6_tunnel_gro)
         elif in_v != 0:
             # layer 0: the only header
             p, si = _ip_layer(p, si, in_v, np.int64(x.i_proto[r]), np.int64(x.i_ext_mask[r]),
                               np.int64(x.i_hdr_len[r]), x.i_mf[r], np.int64(x.i_frag_off[r]),
                               x.i_csum_ok[r], np.int64(x.i_tot_len[r]),
-                              np.int64(x.i_offset[r]), x.i_rf[r], wire)
+                              np.int64(x.i_offset[r]), x.i_rf[r], wire, cfg.ip6_tunnel_gro)
         # tunnel layer, right after the outer header (gre/ipip/sit/udp gro_receive)
         tun = np.int64(x.tun_type[r])
         tfl = np.int64(x.tun_flags[r])
@@ -1512,12 +1518,16 @@ def pre_and_flush(x, cfg, no_gro, sfl_fl, pre, sfl_out, sfl_in):
                     p = BYPASS_TUNNEL
                 if p == 0 and (tfl & GRE_CSUM) != 0 and not x.tun_csum_ok[r]:
                     p = BYPASS_TUNNEL
+            # eth_gro_receive on an inner Ethernet header (GRE-TEB): no packet_offload
+            # for a 0x9100 TPID -> flush
+            if p == 0 and tun == TUN_GRE_TEB and x.inner_eth_type[r] == ETH_P_QINQ1:
+                p = BYPASS_NOT_IP
         if enc and in_v != 0:
             # layer 1: the inner header of a native tunnel
             p, si = _ip_layer(p, si, in_v, np.int64(x.i_proto[r]), np.int64(x.i_ext_mask[r]),
                               np.int64(x.i_hdr_len[r]), x.i_mf[r], np.int64(x.i_frag_off[r]),
                               x.i_csum_ok[r], np.int64(x.i_tot_len[r]),
-                              np.int64(x.i_offset[r]), x.i_rf[r], wire)
+                              np.int64(x.i_offset[r]), x.i_rf[r], wire, cfg.ip6_tunnel_gro)
         if p == 0 and l4 == IPPROTO_UDP:
             p = BYPASS_UDP_NO_GRO       # udp4/6_gro_receive: no UDP GRO mode
         if p == 0 and l4 != IPPROTO_TCP:

@@ -65,8 +65,64 @@ class KernelProfile:
     # --- rule switches ---
     @property
     def hash_buckets(self) -> int:
-        """07d78363 (v4.18): 8 hash buckets per NAPI; before it one list."""
-        return 8 if self.version >= (4, 18) else 1
+        """07d78363dcff "net: Convert NAPI gro list into a small hash table" (v4.19; 4.18
+        still has ``napi->gro_list``): 8 hash buckets per NAPI; before it one list of at
+        most MAX_GRO_SKBS (8) entries for the whole instance."""
+        return 8 if self.version >= (4, 19) else 1
+
+    @property
+    def ip6_tunnel_gro(self) -> bool:
+        """"ip6ip6: Support for GSO/GRO" and "ip4ip6: Support for GSO/GRO" (Tom Herbert,
+        v4.7): inet6_offloads[IPPROTO_IPV6] / [IPPROTO_IPIP] get a gro_receive. Before
+        it ipv6_gro_receive finds no handler for nexthdr 41 / 4 and flushes (the packet
+        goes up alone, BYPASS_NO_L4_OFFLOAD). 6in4 (SIT) over IPv4 is older."""
+        return self.version >= (4, 7)
+
+    @property
+    def gso_skb_gro(self) -> bool:
+        """5eddb24901ee "gro: add support of (hw)gro packets to gro stack" (Coco Li; in
+        v6.1, not in v5.18: dev_gro_receive there sets ``flush = skb_is_gso(skb) ||
+        skb_has_frag_list(skb)``; v5.19 by its merge window): an arriving GSO skb counts
+        ``gso_segs`` and may merge. Before it every arriving GSO skb is flushed: a
+        first-stage super-packet never merges again at a gro_cells device."""
+        return self.version >= (5, 19)
+
+    @property
+    def napi_defer_hard_irqs(self) -> bool:
+        """6f8b12d661d0 "net: napi: add hard irqs deferral feature" (v5.7): the
+        ``napi_defer_hard_irqs`` sysfs knob exists."""
+        return self.version >= (5, 7)
+
+    @property
+    def timeout_flushes_old(self) -> bool:
+        """napi_complete_done with gro_flush_timeout: "When the NAPI instance uses a
+        timeout and keeps postponing it, we need to bound somehow the time packets are
+        kept in the GRO layer" -> ``napi_gro_flush(n, !!timeout)`` (605108acfe62, v4.20
+        per the issue; not yet read in the NAPI loops, see docs/gro-model.md). Before it a
+        poll that armed the timer flushed nothing."""
+        return self.version >= (4, 20)
+
+    @property
+    def vxlan_gpe(self) -> bool:
+        """e1e5314de08b "vxlan: implement GPE" (v4.7): VXLAN-GPE devices/sockets exist."""
+        return self.version >= (4, 7)
+
+    @property
+    def vxlan_gpe_gro(self) -> bool:
+        """b0b672c4d095 (July 2023, v6.5): vxlan_gpe_gro_receive, the GRO hook of
+        VXLAN-GPE sockets. Before it a GPE
+        socket used vxlan_gro_receive, whose eth_gro_receive reads an inner IP header as
+        Ethernet, finds no handler and flushes (the packet goes up alone); a GPE payload
+        of next protocol Ethernet still aggregates."""
+        return self.version >= (6, 5)
+
+    @property
+    def tcp_gro_fraglist(self) -> bool:
+        """Felix Fietkau's "net: add TCP fraglist GRO support" series (v6.10): "net: add
+        code for TCP fraglist GRO" (the ``is_flist`` branch of tcp_gro_receive,
+        skb_gro_receive_list) and "net: add heuristic for enabling TCP fraglist GRO"
+        (tcp4/6_check_fraglist_gro: rx-gro-list on and no local socket for the flow)."""
+        return self.version >= (6, 10)
 
     @property
     def fixed_id_support(self) -> bool:
@@ -132,6 +188,13 @@ class KernelProfile:
         return self.version >= (4, 6)
 
     @property
+    def ecn_decap_ect1(self) -> bool:
+        """"tunnel: Propagate ECT(1) when decapsulating as recommended by RFC6040"
+        (v5.7): INET_ECN_decapsulate sets ECT(1) on an ECT(0) inner header under an
+        ECT(1) outer one. Before it only outer CE was copied (CE over Not-ECT: drop)."""
+        return self.version >= (5, 7)
+
+    @property
     def encap_mark(self) -> bool:
         """v4.6 "tunnels: Do not apply GRO to multiple layers of encapsulation"."""
         return self.version >= (4, 6)
@@ -154,7 +217,8 @@ class KernelProfile:
 
 MODELS = ("ideal", "napi")
 _OPTIONAL_DEFAULTS = {"native_gro": True, "tunnel_gro": None, "udp_tunnels": "",
-                      "udp_gro": "off", "vlan_gro": True}
+                      "udp_gro": "off", "vlan_gro": True, "rx_gro_list": False,
+                      "tcp_local_socket": True}
 
 # --udp-gro: udp_gro_receive's modes (net/ipv4/udp_offload.c)
 UDP_GRO_MODES = ("off", "socket", "forward", "fraglist")
@@ -213,7 +277,8 @@ class GroConfig:
         budget: NAPI weight, frames per poll (64).
         poll_gap_ns: a gap longer than this between two frames of one queue ends a poll.
         hz: CONFIG_HZ; with HZ < 1000 a full-budget poll flushes everything.
-        gro_flush_timeout_ns / napi_defer_hard_irqs: deferred flush (sysfs knobs).
+        gro_flush_timeout_ns / napi_defer_hard_irqs: deferred flush (sysfs knobs);
+            napi_defer_hard_irqs exists from 5.7 and is 0 on older kernels.
         native_gro: GRO on the receiving device (``ethtool -K dev gro off`` ->
             netif_elide_gro: every frame skips GRO).
         tunnel_gro: the gro_cells second stage after decapsulation (tunnel, ERSPAN and DSA
@@ -227,6 +292,13 @@ class GroConfig:
         vlan_gro: the kernel has vlan_gro_receive (CONFIG_VLAN_8021Q, vlan_core.c's
             vlan_offload_init). ``False``: in-band 802.1Q / 802.1ad frames skip GRO
             (BYPASS_NO_VLAN_GRO), as on kernels built without 802.1Q support.
+        rx_gro_list: NETIF_F_GRO_FRAGLIST (``ethtool -K dev rx-gro-list on``) on the
+            receiving device; for TCP it matters from v6.10 (tcp4/6_check_fraglist_gro).
+            UDP's use of it is ``udp_gro="fraglist"``.
+        tcp_local_socket: the TCP flows end on this host (an established socket exists,
+            so ``is_flist`` stays 0 and normal GRO runs); ``False``: forwarded traffic
+            (a router), so with ``rx_gro_list`` TCP is aggregated as a frag_list
+            (skb_gro_receive_list, SKB_GSO_FRAGLIST).
     """
 
     kernel: KernelProfile = field(default_factory=lambda: KernelProfile(NEWEST_KERNEL))
@@ -247,6 +319,8 @@ class GroConfig:
     udp_tunnels: tuple = ()
     udp_gro: str = "off"
     vlan_gro: bool = True
+    rx_gro_list: bool = False
+    tcp_local_socket: bool = True
 
     def __post_init__(self):
         object.__setattr__(self, "udp_tunnels", parse_udp_tunnels(self.udp_tunnels))
@@ -261,6 +335,10 @@ class GroConfig:
             raise ConfigError("queues, budget and hz must be positive")
         if len(self.rss_key) < 12:
             raise ConfigError("rss key must be at least 12 bytes (IPv4 4-tuple needs 12)")
+        if self.napi_defer_hard_irqs and not self.kernel.napi_defer_hard_irqs:
+            # the knob arrived in 5.7 (6f8b12d661d0): an older kernel runs without it, so
+            # 0 is what is in force (and what to_dict reports); the CLI refuses the option
+            object.__setattr__(self, "napi_defer_hard_irqs", 0)
         for name in ("gro_max_size", "gro_ipv4_max_size"):
             if not 1 <= getattr(self, name) <= 512 * 1024:
                 raise ConfigError(f"{name} must be between 1 and 524288")

@@ -92,11 +92,13 @@ def _pre_and_flush(t: pa.Table, config: GroConfig, no_gro=None, sfl_fl=None, col
         s("tun_csum_ok"), s("encap_depth"), s("l4_csum_state"), s("tcp_doff"),
         *[s(p + f) for p in ("outer_ip_", "ip_")
           for f in ("version", "proto", "ext_mask", "hdr_len", "mf", "frag_off", "csum_ok",
-                    "tot_len", "offset", "rf")])
+                    "tot_len", "offset", "rf")],
+        s("inner_eth_type"))
     cfg = K.PreCfg(native_gro=bool(config.native_gro),
                    gro_cells=config.tunnel_gro is not None,
                    dsa_gro=bool(config.kernel.dsa_gro), vlan_gro=bool(config.vlan_gro),
-                   verify_checksums=bool(config.verify_checksums))
+                   verify_checksums=bool(config.verify_checksums),
+                   ip6_tunnel_gro=bool(config.kernel.ip6_tunnel_gro))
     no = np.zeros(0, np.bool_) if no_gro is None else \
         np.ascontiguousarray(np.asarray(no_gro, np.bool_))
     fl = np.zeros(0, np.uint8) if sfl_fl is None else \
@@ -481,8 +483,12 @@ def _number(local: np.ndarray, keys: np.ndarray, table: KeyTable) -> np.ndarray:
     return out
 
 
-def _gso_input(n: int, coalesced) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(segs, gso_size, frag_list flush) per row from a gso.CoalescedInput (or None)."""
+def _gso_input(n: int, coalesced, gso_skb_gro: bool = True
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(segs, gso_size, frag_list flush) per row from a gso.CoalescedInput (or None).
+
+    ``gso_skb_gro`` False (before 5eddb24901ee, v5.19): dev_gro_receive sets ``flush =
+    skb_is_gso(skb) || skb_has_frag_list(skb)``, so every GSO row carries the flush."""
     segs = np.ones(n, np.int64)
     gsz = np.zeros(n, np.int64)
     sfl_fl = np.zeros(n, np.uint8)
@@ -494,7 +500,9 @@ def _gso_input(n: int, coalesced) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     segs[is_gso] = np.asarray(coalesced.segs, np.int64)[is_gso]
     gsz[is_gso] = np.asarray(coalesced.gso_size, np.int64)[is_gso]
     fl = getattr(coalesced, "frag_list", None)
-    if fl is not None:
+    if not gso_skb_gro:
+        sfl_fl[is_gso] = NOT_HELD_FRAG_LIST
+    elif fl is not None:
         sfl_fl[is_gso & np.asarray(fl, np.bool_)] = NOT_HELD_FRAG_LIST
     return segs, gsz, sfl_fl
 
@@ -519,7 +527,7 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
                          columns=g)
     if no_gro is not None and np.shape(no_gro) != (n,):
         raise ConfigError(f"no_gro has {np.shape(no_gro)} values for {n} packets")
-    segs, gsz, sfl_fl = _gso_input(n, coalesced)
+    segs, gsz, sfl_fl = _gso_input(n, coalesced, config.kernel.gso_skb_gro)
     if napi:
         queue = rx_queue(hash_, config.queues).astype(np.int32)
         bucket = gro_bucket(hash_, config.kernel.hash_buckets).astype(np.int32)

@@ -84,6 +84,7 @@ FLUSH_UDP_LARGER = 74         # udp_gro_receive_segment: datagram longer than th
 FLUSH_HOP_LIMIT_FLOW = 75     # before 5.18: hop limit part of the IPv6 flow key (new entry)
 FLUSH_IP_RF = 76              # held p existed; the packet has the IPv4 reserved bit (skb flush)
 FLUSH_FRAG_LIST = 77          # held p existed; the packet carries a frag_list (skb flush)
+FLUSH_MAX_SEGS = 78           # tcp_gro_receive, is_flist (v6.10): NAPI_GRO_CB(p)->count >= 64
 
 # --- what ended a super-packet other than the next packet of its flow --------------------
 END_PSH = 90                  # tcp_gro_receive: merged segment with PSH ends it
@@ -135,6 +136,7 @@ _TEXT = {
     NOT_HELD_FRAG_LIST: "arrived as a GRO packet with a frag_list (more than MAX_SKB_FRAGS "
                         "segments): never merged again",
     FLUSH_FRAG_LIST: "arrived with a frag_list: ends the held packet, delivered after it",
+    FLUSH_MAX_SEGS: "TCP fraglist GRO: the held packet already had 64 segments",
     NOT_HELD_GSO_SHORT: "arrived coalesced (captured after TSO/GRO) with a short last "
                         "segment: delivered at once",
     FLUSH_CWR: "CWR set: a CWR segment never merges onto a held one",
