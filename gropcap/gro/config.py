@@ -95,11 +95,12 @@ class KernelProfile:
 
     @property
     def timeout_flushes_old(self) -> bool:
-        """napi_complete_done with gro_flush_timeout: "When the NAPI instance uses a
-        timeout and keeps postponing it, we need to bound somehow the time packets are
-        kept in the GRO layer" -> ``napi_gro_flush(n, !!timeout)`` (605108acfe62, v4.20
-        per the issue; not yet read in the NAPI loops, see docs/gro-model.md). Before it a
-        poll that armed the timer flushed nothing."""
+        """605108acfe62 "net: don't keep lonely packets forever in the gro hash" (Paolo
+        Abeni, v4.20; backported to 4.14.y in May 2019): napi_complete_done calls
+        ``napi_gro_flush(n, !!timeout)`` before arming the gro_flush_timeout timer. Before
+        it (``if (timeout) hrtimer_start(...); else napi_gro_flush(n, false);``) a poll
+        that armed the timer flushed nothing. Not read yet by the NAPI loops (which flush
+        old entries on every release): see docs/gro-model.md."""
         return self.version >= (4, 20)
 
     @property

@@ -1004,7 +1004,7 @@ class GroNode:
                 return None, 0, "held", R.FLUSH_HOP_LIMIT_FLOW
             return None, 0, "held", R.NO_HELD_PACKET
         if p.skb.tcp_flist:
-            return self._tcp_flist_receive(p, skb, length)
+            return self._tcp_flist_receive(p, skb, skb_flush, length)
         reason = self._pair_flush(p, skb, skb_flush)
         if not reason:
             reason = skb_gro_receive(p, skb, skb_flush, self.config)
@@ -1027,33 +1027,35 @@ class GroNode:
             return p, end, "merged", R.MERGED
         return None, 0, "merged", R.MERGED
 
-    def _tcp_flist_receive(self, p: HeldEntry, skb: Skb, length: int):
-        """tcp_gro_receive, ``NAPI_GRO_CB(p)->is_flist`` branch (v6.10): CWR, the flag
-        word, ack and option bytes as always, then the whole flag word (PSH, FIN, CWR,
-        window, doff too), the checksum state (equal here: one NIC verdict for all) and
-        ``count >= 64``; the merge is :func:`skb_gro_receive_list`. No IP-header, IP ID,
-        sequence or segment-size check; out_check_final with mss 1."""
-        reason = R.FLUSH_CWR if skb.flags & C.TCP_FLAG_CWR else 0
-        reason = reason or _flag_word_reason(skb, p, self.profile)
-        if not reason and skb.ack != p.skb.ack:
-            reason = R.FLUSH_TCP_ACK
-        reason = reason or _options_reason(skb.options, p.skb.options)
+    def _tcp_flist_receive(self, p: HeldEntry, skb: Skb, skb_flush: int, length: int):
+        """tcp_gro_receive with ``NAPI_GRO_CB(p)->is_flist`` (v6.10): every check of the
+        normal path (:meth:`_pair_flush`: CWR, flag word, ack, options, the IP headers,
+        size, sequence), then the whole flag word (a PSH / FIN / CWR difference too,
+        ``FLUSH_TCP_FLAGS``), the checksum state (one NIC verdict for all: equal) and
+        ``count >= 64`` (``FLUSH_MAX_SEGS``); the merge is :func:`skb_gro_receive_list`
+        (no check of the skb's own flush) and FIN/PSH are not ORed into p. Checked live on
+        6.18 (tests/test_kernel_replay_fraglist.py)."""
+        reason = self._pair_flush(p, skb, skb_flush)
         if not reason and skb.flags != p.skb.flags:
-            reason = R.FLUSH_TCP_FLAGS           # FIN / PSH / CWR differ
+            reason = R.FLUSH_TCP_FLAGS
         if not reason and p.count >= 64:
             reason = R.FLUSH_MAX_SEGS
         reason = reason or skb_gro_receive_list(p, skb)
-        final = (skb.flags & _TCP_FINAL) or (_gso_short(skb) if skb.gso_size
-                                               else length < 1)
         if reason:
+            # mss = 1: out_check_final flushes only on len < 1 or a final flag
+            final = (skb.flags & _TCP_FINAL) or (_gso_short(skb) if skb.gso_size
+                                                   else length < 1)
             return p, reason, ("delivered" if final else "held"), reason
         # merged: skb_pull to the GRO offset (the TCP payload), p->len += skb->len
         p.count += skb.gso_segs
         p.len += length
         p.gro_len += length
         p.packets.append(skb.idx)
-        if final:
-            return p, _end_reason(skb, length, 1) or R.END_SHORT_SEGMENT, "merged", R.MERGED
+        end = _end_reason(skb, length, p.gso_size)
+        if not end and _gso_short(skb):
+            end = R.END_SHORT_SEGMENT
+        if end:
+            return p, end, "merged", R.MERGED
         return None, 0, "merged", R.MERGED
 
     def udp_gro_receive_segment(self, skb: Skb, skb_flush: int):
