@@ -1,8 +1,8 @@
 """Live kernel vs simulator for rules of issue 13 on the running kernel: rx-gro-list (TCP
 fraglist GRO from 6.10, UDP fraglist with skb_gro_receive_list) and the ECN decapsulation
-of a vxlan device before its gro_cells. The veth receiver's namespace has no TCP/UDP socket for the replayed
-flows, so they are "forwarded" for tcp4_check_fraglist_gro. Root + netns only: skipped with
-the reason elsewhere.
+of a vxlan device before its gro_cells. The veth receiver's namespace has no TCP/UDP
+socket for the replayed flows, so they are "forwarded" for tcp4_check_fraglist_gro. Root +
+netns only: skipped with the reason elsewhere.
 """
 
 from __future__ import annotations
@@ -13,19 +13,7 @@ from gropcap import constants as C
 from gropcap.errors import GropcapError
 from gropcap.replay.kernel import running_kernel
 from tests.craft import eth, ipv4, tcp, tcp_ts, udp
-
-def _live_reason():
-    from gropcap.replay._netns import check_environment
-    try:
-        check_environment()
-    except GropcapError as e:
-        return str(e)
-    return None
-
-
-LIVE_REASON = _live_reason()
-live = pytest.mark.skipif(LIVE_REASON is not None,
-                          reason=f"live kernel replay unavailable: {LIVE_REASON}")
+from tests.test_kernel_replay_tunnels import live
 
 
 def _replay(frames, bursts, features):
