@@ -339,30 +339,30 @@ FWD = dict(rx_gro_list=True, tcp_local_socket=False)
 
 
 def test_tcp_fraglist_needs_rx_gro_list_no_socket_and_6_10():
-    assert ref.needs_reference(cfg(**FWD))
-    assert not ref.needs_reference(cfg(rx_gro_list=True))
-    assert not ref.tcp_fraglist(cfg("6.9", **FWD))
-    assert ref.tcp_fraglist(cfg("6.10", **FWD))
+    assert not ref.needs_reference(cfg(**FWD))          # both engines implement it
+    assert not cfg(rx_gro_list=True).tcp_fraglist
+    assert not cfg("6.9", **FWD).tcp_fraglist
+    assert cfg("6.10", **FWD).tcp_fraglist
     assert cfg().to_dict() == GroConfig().to_dict()
     assert cfg(**FWD).to_dict()["rx_gro_list"] is True
 
 
 def test_tcp_gro_receive_is_flist_merges_with_fraglist_gso_type():
     t = table(_tcp(4))
-    r = ref_only(t, cfg("6.10", **FWD))
+    r = both(t, cfg("6.10", **FWD))
     assert list(r.seg_count) == [4]
     assert r.seg_gso_type[0] == gso.SKB_GSO_FRAGLIST | gso.SKB_GSO_TCPV4
     # a local socket (or 6.9): normal GRO, no FRAGLIST
-    assert ref_only(t, cfg("6.10", rx_gro_list=True)).seg_gso_type[0] & \
+    assert both(t, cfg("6.10", rx_gro_list=True)).seg_gso_type[0] & \
         gso.SKB_GSO_FRAGLIST == 0
-    assert ref_only(t, cfg("6.9", **FWD)).seg_gso_type[0] & gso.SKB_GSO_FRAGLIST == 0
+    assert both(t, cfg("6.9", **FWD)).seg_gso_type[0] & gso.SKB_GSO_FRAGLIST == 0
 
 
 def test_tcp_gro_receive_is_flist_whole_flag_word():
     A, P = C.TCP_FLAG_ACK, C.TCP_FLAG_ACK | C.TCP_FLAG_PSH
     t = table(_tcp(5, flags=[A, A, P, A, A]))
-    assert list(ref_only(t, cfg("6.18")).seg_count) == [3, 2]
-    r = ref_only(t, cfg("6.18", **FWD))
+    assert list(both(t, cfg("6.18")).seg_count) == [3, 2]
+    r = both(t, cfg("6.18", **FWD))
     # PSH differs from p's flag word: p completes, the PSH segment goes up alone
     assert list(r.seg_count) == [2, 1, 2]
     assert r.reason[2] == R.FLUSH_TCP_FLAGS
@@ -370,7 +370,7 @@ def test_tcp_gro_receive_is_flist_whole_flag_word():
 
 def test_tcp_gro_receive_is_flist_64_segments():
     t = table(_tcp(70, size=100))
-    r = ref_only(t, cfg("6.18", **FWD))
+    r = both(t, cfg("6.18", **FWD))
     assert list(r.seg_count) == [64, 6]
     assert r.reason[64] == R.FLUSH_MAX_SEGS
 
@@ -380,15 +380,15 @@ def test_tcp_gro_receive_is_flist_keeps_the_normal_checks():
     # live on 6.18: out-of-order and TTL-changing flows split as with normal GRO)
     for kw in (dict(seqs=[1, 3001, 1001, 2001]), dict(ttls=[64, 64, 63, 63])):
         t = table(_tcp(4, **kw))
-        normal = ref_only(t, cfg("6.18"))
-        flist = ref_only(t, cfg("6.18", **FWD))
+        normal = both(t, cfg("6.18"))
+        flist = both(t, cfg("6.18", **FWD))
         assert list(flist.seg_count) == list(normal.seg_count) != [4]
         assert list(flist.reason) == list(normal.reason)
 
 
 def test_tcp_gro_receive_is_flist_skb_gro_receive_list_limit():
     t = table(_tcp(64, size=1400))
-    r = ref_only(t, cfg("6.18", gro_max_size=131072, gro_ipv4_max_size=131072, **FWD))
+    r = both(t, cfg("6.18", gro_max_size=131072, gro_ipv4_max_size=131072, **FWD))
     whole = 20 + 32 + 1400
     merged = 2 + max(j for j in range(64) if whole + j * 1400 + whole < 65536)
     assert r.seg_count[0] == merged and r.reason[merged] == R.FLUSH_SIZE_LIMIT
@@ -423,3 +423,18 @@ def _write_pcap(path, frames):
         for i, fr in enumerate(frames):
             f.write(struct.pack("<IIII", 1_700_000_000, 10 * i, len(fr), len(fr)))
             f.write(fr)
+
+
+@pytest.mark.parametrize("model", ["ideal", "napi"])
+def test_tcp_fraglist_engines_equal_on_mixed_traffic(model):
+    # PSH, padding (an skb flush that skb_gro_receive_list ignores), a GRE tunnel, a
+    # CWR segment and a second flow, both engines, gso_type included
+    A, P = C.TCP_FLAG_ACK, C.TCP_FLAG_ACK | C.TCP_FLAG_PSH
+    frames = _tcp(6, flags=[A, A, P, A, A, A | C.TCP_FLAG_CWR])
+    frames += [f + bytes(6) for f in _tcp(3, size=20)]            # Ethernet padding
+    frames += [eth(ipv4("198.51.100.1", "198.51.100.2", 47, gre(C.ETH_P_IP, inner4(i)),
+                        ident=10 + i)) for i in range(4)]
+    t = table(frames)
+    for kernel in ("6.10", "6.18"):
+        r = both(t, cfg(kernel, model=model, **FWD))
+        assert np.any(r.seg_gso_type & gso.SKB_GSO_FRAGLIST)

@@ -46,7 +46,7 @@ from gropcap.gro.reasons import (
     END_SHORT_SEGMENT, END_URG, FLUSH_CWR, FLUSH_DF, FLUSH_ECN, FLUSH_HOP_LIMIT_FLOW,
     FLUSH_FLAGS_FINAL, FLUSH_IP_ID, FLUSH_IP_RF, FLUSH_LENGTH, FLUSH_OUTER_DF,
     FLUSH_OUTER_ECN, FLUSH_OUTER_IP_ID,
-    FLUSH_FRAG_LIST, FLUSH_GSO_SIZE,
+    FLUSH_FRAG_LIST, FLUSH_GSO_SIZE, FLUSH_MAX_SEGS,
     FLUSH_OUTER_TOS, FLUSH_OUTER_TTL, FLUSH_PAYLOAD_LARGER, FLUSH_SEQ, FLUSH_SIZE_LIMIT,
     FLUSH_TCP_ACK, FLUSH_TCP_DOFF, FLUSH_TCP_FLAGS, FLUSH_TCP_OPTIONS, FLUSH_TCP_TS,
     FLUSH_TCP_WINDOW, FLUSH_TOS, FLUSH_TTL, FLUSH_ZERO_PAYLOAD, MERGED, NO_HELD_PACKET,
@@ -123,6 +123,7 @@ class Cfg(NamedTuple):
     hz: int
     timeout_ns: int
     defer: int
+    tcp_flist: bool        # GroConfig.tcp_fraglist: is_flist on every TCP flow (v6.10)
 
 
 class State(NamedTuple):
@@ -170,6 +171,11 @@ class State(NamedTuple):
     qs: np.ndarray         # int64 [queues, QS_N] NAPI scheduler state per queue
     win: np.ndarray        # int64 [3] explicit windows: current value, open, ordinal
 
+
+# gcode offset of a packet delivered alone (no gro_complete: no fraglist completion bits)
+GCODE_DELIVERED = 64
+TCP_FLIST_MAX_SEGS = 64   # tcp_gro_receive, is_flist: NAPI_GRO_CB(p)->count >= 64 flushes
+FLIST_MAX_LEN = 65536     # skb_gro_receive_list: p->len + skb->len >= 65536 -> -E2BIG
 
 # per-queue NAPI scheduler state (State.qs columns)
 QS_TIMER = 0        # pending hrtimer time
@@ -234,7 +240,7 @@ def _deliver(i, reason, c, st, out, poll):
     out.inst[i] = inst
     segs = c.segs[i]
     _emit(out, c.row[i], c.row[i], segs, c.payload[i], c.gsz[i] if segs > 1 else 0, reason,
-          c.queue[i], poll, 0, inst, c.gcode[i], c.flow[i])
+          c.queue[i], poll, 0, inst, c.gcode[i] + GCODE_DELIVERED, c.flow[i])
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
@@ -612,7 +618,16 @@ def _receive(i, c, cfg, st, out, poll, age):
             _hold(i, k, NO_HELD_PACKET, c, cfg, st, out, poll, age)
         return
     flush_reason = _pair_checks(i, k, c, cfg, st)
-    if flush_reason == 0:
+    if flush_reason == 0 and cfg.tcp_flist:
+        # tcp_gro_receive, is_flist (v6.10): the whole flag word, count >= 64, then
+        # skb_gro_receive_list (65536 on whole lengths, no check of the skb's flush)
+        if fl != st.e_flags[k]:
+            flush_reason = FLUSH_TCP_FLAGS
+        elif st.e_count[k] >= TCP_FLIST_MAX_SEGS:
+            flush_reason = FLUSH_MAX_SEGS
+        elif st.e_len[k] + c.plen[i] >= FLIST_MAX_LEN:
+            flush_reason = FLUSH_SIZE_LIMIT
+    elif flush_reason == 0:
         # skb_gro_receive: -E2BIG when p->len + len >= gro_max_size or skb flush
         if st.e_len[k] + ln >= st.e_limit[k]:
             flush_reason = FLUSH_SIZE_LIMIT

@@ -367,6 +367,13 @@ class GroConfig:
                 del d[key]
         return d
 
+    @property
+    def tcp_fraglist(self) -> bool:
+        """TCP fraglist GRO in force (tcp4/6_check_fraglist_gro, v6.10): rx-gro-list on and
+        no local socket for the flows, so ``NAPI_GRO_CB(skb)->is_flist`` is set."""
+        return bool(self.kernel.tcp_gro_fraglist and self.rx_gro_list
+                    and not self.tcp_local_socket)
+
     def udp_tunnel_socket(self, kind: str, port: int) -> bool:
         """A local tunnel socket of ``kind`` listens on UDP ``port``."""
         return (kind, port) in self.udp_tunnels

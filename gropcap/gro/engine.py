@@ -44,7 +44,7 @@ from gropcap.gro.config import GroConfig
 from gropcap.gro.flows import FLOW_KEY_COLUMNS, flow_key_matrix
 from gropcap.gro.reasons import NOT_HELD_FRAG_LIST, ROLE_ALONE, ROLE_HEAD, ROLE_MERGED
 from gropcap.gro.result import GroResult
-from gropcap.gso import gso_type_for
+from gropcap.gso import SKB_GSO_FRAGLIST, gso_type_for
 from gropcap.gro.rss import (
     ColumnReader, column_bytes, column_numpy, gro_bucket, rss_hash, rx_queue,
 )
@@ -289,7 +289,8 @@ def _cfg(config: GroConfig, model: int) -> K.Cfg:
     return K.Cfg(model=model, era=_era(config), hop_flush=kp.ipv6_hop_limit_flush,
                  flag_mask=mask, queues=config.queues, buckets=kp.hash_buckets,
                  budget=config.budget, gap_ns=config.poll_gap_ns, hz=config.hz,
-                 timeout_ns=config.gro_flush_timeout_ns, defer=config.napi_defer_hard_irqs)
+                 timeout_ns=config.gro_flush_timeout_ns, defer=config.napi_defer_hard_irqs,
+                 tcp_flist=config.tcp_fraglist)
 
 
 def _model(config: GroConfig, explicit_polls: bool) -> int:
@@ -790,15 +791,23 @@ def simulate_batch(packets: pa.Table, config: GroConfig, state: EngineState | No
 
 
 def _gso_table(config: GroConfig) -> np.ndarray:
-    """gso_type by (gcode, fixed bits): gso.gso_type_for over every combination."""
-    table = np.zeros((2 * 2 * 16, 4), np.uint32)
+    """gso_type by (gcode, fixed bits): gso.gso_type_for over every combination. Rows from
+    ``K.GCODE_DELIVERED`` on are packets delivered alone (no gro_complete); with TCP
+    fraglist GRO a completion is tcp4/6_gro_complete's is_flist branch: FRAGLIST | TCPV4/6
+    after the tunnel bits, no ECN or fixed-ID bit."""
+    table = np.zeros((2 * K.GCODE_DELIVERED, 4), np.uint32)
     for v6 in range(2):
         for cwr in range(2):
             for tun in range(16):
+                row = (v6 * 2 + cwr) * 16 + tun
                 for fx in range(4):
-                    table[(v6 * 2 + cwr) * 16 + tun, fx] = gso_type_for(
-                        config.kernel.version, 6 if v6 else 4,
-                        ip_fixedid=0 if v6 else fx, cwr=bool(cwr), tun_type=tun)
+                    t = gso_type_for(config.kernel.version, 6 if v6 else 4,
+                                     ip_fixedid=0 if v6 else fx, cwr=bool(cwr), tun_type=tun)
+                    table[row + K.GCODE_DELIVERED, fx] = t
+                    if config.tcp_fraglist:
+                        t = gso_type_for(config.kernel.version, 6 if v6 else 4,
+                                         tun_type=tun) | SKB_GSO_FRAGLIST
+                    table[row, fx] = t
     return table
 
 

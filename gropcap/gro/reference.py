@@ -570,11 +570,9 @@ def udp_mode(config: GroConfig) -> str:
 
 
 def tcp_fraglist(config: GroConfig) -> bool:
-    """TCP fraglist GRO in force (tcp4/6_check_fraglist_gro, v6.10): rx-gro-list on the
-    device (``config.rx_gro_list``) and no local socket for the flows
-    (``config.tcp_local_socket`` False: forwarded traffic), so ``is_flist`` is set."""
-    return bool(config.kernel.tcp_gro_fraglist and config.rx_gro_list
-                and not config.tcp_local_socket)
+    """TCP fraglist GRO in force (:attr:`GroConfig.tcp_fraglist`): rx-gro-list on the
+    device and no local socket for the flows (forwarded traffic), v6.10+."""
+    return config.tcp_fraglist
 
 
 def tcp_csum_and_header(skb: Skb, config: GroConfig, skb_flush: int) -> int:
@@ -1042,9 +1040,10 @@ class GroNode:
             reason = R.FLUSH_MAX_SEGS
         reason = reason or skb_gro_receive_list(p, skb)
         if reason:
-            # mss = 1: out_check_final flushes only on len < 1 or a final flag
-            final = (skb.flags & _TCP_FINAL) or (_gso_short(skb) if skb.gso_size
-                                                   else length < 1)
+            # mss = 1: out_check_final flushes on len < 1 or a final flag; an skb flush
+            # of a lower layer sends the packet up too
+            final = (skb_flush or (skb.flags & _TCP_FINAL)
+                     or (_gso_short(skb) if skb.gso_size else length < 1))
             return p, reason, ("delivered" if final else "held"), reason
         # merged: skb_pull to the GRO offset (the TCP payload), p->len += skb->len
         p.count += skb.gso_segs
@@ -1516,8 +1515,8 @@ def needs_reference(config: GroConfig) -> bool:
     """True when ``config`` uses a rule only this reference model implements, so a caller
     must run :func:`simulate` here instead of the numba engine (``gro/engine.py``).
 
-    Those rules: UDP GRO (``udp_gro != "off"``), UDP tunnel sockets (``udp_tunnels``) and
-    TCP fraglist GRO (``rx_gro_list`` with ``tcp_local_socket`` False, v6.10+).
+    Those rules: UDP GRO (``udp_gro != "off"``) and UDP tunnel sockets (``udp_tunnels``).
+    TCP fraglist GRO (``rx_gro_list``, ``tcp_local_socket``) is in both engines.
     GRO off on the device (``native_gro``, ``no_gro=``), the DSA conduit of the gro_cells
     stage (``tunnel_gro``), VLAN GRO (``vlan_gro``) and arriving GSO packets
     (``coalesced=``, ``hashes=``) are in both engines, so the gro_cells stage
@@ -1528,7 +1527,7 @@ def needs_reference(config: GroConfig) -> bool:
     >>> needs_reference(GroConfig(udp_tunnels="vxlan:4789"))
     True
     """
-    return bool(config.udp_gro != "off" or config.udp_tunnels or tcp_fraglist(config))
+    return bool(config.udp_gro != "off" or config.udp_tunnels)
 
 
 def _flush_window(nodes: dict, rec: _Recorder, events: list, window: int,
