@@ -438,3 +438,38 @@ def test_tcp_fraglist_engines_equal_on_mixed_traffic(model):
     for kernel in ("6.10", "6.18"):
         r = both(t, cfg(kernel, model=model, **FWD))
         assert np.any(r.seg_gso_type & gso.SKB_GSO_FRAGLIST)
+
+
+# --- item 12: gso_features_check on egress ------------------------------------------------
+
+def test_gso_features_check_mangleid_needs_df():
+    # 6.18: fixed IDs merge without DF; gso_features_check then clears
+    # NETIF_F_TSO_MANGLEID ("the IPv4 header has the potential to be fragmented")
+    frames = [eth(ipv4("10.0.0.1", "10.0.0.2", 6, tcp(1, 2, seq=1 + 500 * i,
+                                                      payload=bytes(500)), ident=7, df=df))
+              for df in (True, False) for i in range(4)]
+    t = table(frames)
+    r = both(t, cfg("6.18"))
+    assert list(r.seg_count) == [4, 4]
+    assert np.all(r.seg_gso_type & gso.SKB_GSO_TCP_FIXEDID)
+    feats = gso.parse_features("tso,tx-tcp-mangleid-segmentation")
+    args = (r.seg_count, r.seg_gso_size, r.seg_gso_type, r.seg_payload_len)
+    df = gso.mangleid_df(t, r.seg_first_packet)
+    assert df.tolist() == [True, False]
+    e = gso.egress(*args, features=feats, mangleid_df=df)
+    assert e.hardware.tolist() == [True, False]
+    assert gso.egress(*args, features=feats).hardware.tolist() == [True, True]
+
+
+def test_gso_features_check_max_segs_and_size():
+    count, size = np.array([4, 40]), np.array([1000, 1630])
+    payload = count * size
+    gt = np.array([gso.SKB_GSO_TCPV4] * 2)
+    hdr = np.array([52, 52])
+    feats = gso.parse_features("tso")
+    assert gso.egress(count, size, gt, payload, features=feats).hardware.tolist() == \
+        [True, True]
+    e = gso.egress(count, size, gt, payload, features=feats, hdr_len=hdr,
+                   gso_max_size=gso.GSO_MAX_SIZE, gso_max_segs=16)
+    # 14 + 52 + 65200 >= 65536 and 40 > 16 segments: software GSO
+    assert e.hardware.tolist() == [True, False]
