@@ -29,7 +29,35 @@ DEFAULT_RSS_KEY = bytes.fromhex(
 class KernelProfile:
     """The GRO rule set of one kernel release. Build with :meth:`parse`.
 
-    Each switch names the change that introduced it.
+    Each switch names the change that introduced it (its docstring has the detail):
+
+    ===========================  =======  ==============================================
+    switch                       from     change
+    ===========================  =======  ==============================================
+    strip_tunnel_gso_on_decap    4.6      b311341e0bd9 (read by the gro_cells stage)
+    encap_mark                   4.6      fac8e0f57969
+    fixed_id_support             4.7      "GRO: Add support for TCP with fixed IPv4 ID"
+    ip6_tunnel_gro               4.7      "ip6ip6/ip4ip6: Support for GSO/GRO"
+    vxlan_gpe                    4.7      e1e5314de08b
+    ip6gre_gro_cells             4.17     "net: ipv6/gre: Add GRO support"
+    hash_buckets (8)             4.19     07d78363dcff (not in 4.18)
+    timeout_flushes_old          4.20     605108acfe62 (not read by the NAPI loops yet)
+    udp_gro_socket               5.0      e20cf8d3f1f7
+    udp_gro_fraglist             5.6      9fd1ff5d2ac7
+    napi_defer_hard_irqs         5.7      6f8b12d661d0
+    ecn_decap_ect1               5.7      "tunnel: Propagate ECT(1) when decapsulating"
+    dsa_gro                      5.8      e131a5634830
+    udp_gro_forwarding           5.12     NETIF_F_GRO_UDP_FWD
+    ipv6_hop_limit_flush         5.18     6fc2f3832d36
+    gso_skb_gro                  5.19     5eddb24901ee (absent 5.18, present 6.1)
+    big_tcp_ipv4 / per_family    6.3      b1a78b9b9886
+    vxlan_gpe_gro                6.5      b0b672c4d095
+    udp_l3_checks                6.9      Gobert, UDP flush checks
+    flush_id_era ends            6.10     Gobert, "move L3 flush checks"
+    tcp_gro_fraglist             6.10     "net: add code for TCP fraglist GRO" + heuristic
+    cwr_in_flag_word             6.15     4e4f7cefb130
+    two_bit_fixedid              6.18     Gobert, "restore outer ip ids"
+    ===========================  =======  ==============================================
     """
 
     version: tuple[int, int]
@@ -127,7 +155,9 @@ class KernelProfile:
 
     @property
     def fixed_id_support(self) -> bool:
-        """v4.7 (is_atomic / SKB_GSO_TCP_FIXEDID): a constant IPv4 ID with DF may merge.
+        """"GRO: Add support for TCP with fixed IPv4 ID field, limit tunnel IP ID values"
+        (Alexander Duyck, v4.7; is_atomic / SKB_GSO_TCP_FIXEDID): a constant IPv4 ID with
+        DF may merge.
 
         Before it only the innermost ID was checked and had to increase by one per segment.
         """
@@ -140,12 +170,15 @@ class KernelProfile:
 
     @property
     def flush_id_era(self) -> bool:
-        """v4.7-v6.9: flush_id / is_atomic IP ID logic run per held packet in the L3 loop."""
+        """v4.7-v6.9: flush_id / is_atomic IP ID logic run per held packet in the L3 loop;
+        ended by Richard Gobert's "net: gro: move L3 flush checks to tcp_gro_receive and
+        udp_gro_receive_segment" (v6.10)."""
         return self.version < (6, 10)
 
     @property
     def udp_l3_checks(self) -> bool:
-        """v6.9 + stable: udp_gro_receive_segment checks TTL/TOS/DF/ID (gro_receive_network_flush)."""
+        """v6.9 + stable (Gobert's UDP flush-check fix): udp_gro_receive_segment checks
+        TTL/TOS/DF/ID (gro_receive_network_flush)."""
         return self.version >= (6, 9)
 
     @property
@@ -160,7 +193,8 @@ class KernelProfile:
 
     @property
     def big_tcp_ipv4(self) -> bool:
-        """v6.3: gro_ipv4_max_size may exceed 64 KB."""
+        """b1a78b9b9886 "net: add support for ipv4 big tcp" (v6.3): gro_ipv4_max_size may
+        exceed 64 KB."""
         return self.version >= (6, 3)
 
     @property
@@ -197,22 +231,26 @@ class KernelProfile:
 
     @property
     def encap_mark(self) -> bool:
-        """v4.6 "tunnels: Do not apply GRO to multiple layers of encapsulation"."""
+        """fac8e0f57969 "tunnels: Don't apply GRO to multiple layers of encapsulation"
+        (Jesse Gross, v4.6)."""
         return self.version >= (4, 6)
 
     @property
     def udp_gro_socket(self) -> bool:
-        """v5.0: UDP_GRO socket option (udp_gro_receive_segment)."""
+        """e20cf8d3f1f7 "udp: implement GRO for plain UDP sockets." (Paolo Abeni, v5.0):
+        UDP_GRO socket option (udp_gro_receive_segment)."""
         return self.version >= (5, 0)
 
     @property
     def udp_gro_fraglist(self) -> bool:
-        """v5.6: NETIF_F_GRO_FRAGLIST (rx-gro-list) for UDP."""
+        """9fd1ff5d2ac7 "udp: Support UDP fraglist GRO/GSO." (Steffen Klassert, v5.6):
+        NETIF_F_GRO_FRAGLIST (rx-gro-list) for UDP."""
         return self.version >= (5, 6)
 
     @property
     def udp_gro_forwarding(self) -> bool:
-        """v5.12: NETIF_F_GRO_UDP_FWD (rx-udp-gro-forwarding)."""
+        """Paolo Abeni's "udp: ... NETIF_F_GRO_UDP_FWD" series (v5.12):
+        rx-udp-gro-forwarding."""
         return self.version >= (5, 12)
 
 

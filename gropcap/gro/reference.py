@@ -308,7 +308,7 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig,
     buckets = profile.hash_buckets
     hop_key = not profile.ipv6_hop_limit_flush
     flist = udp_mode(config) == "fraglist"
-    tcp_flist = tcp_fraglist(config)
+    tcp_flist = config.tcp_fraglist      # tcp4/6_check_fraglist_gro: is_flist
     outer_udp = udp_mode(config) != "off"
     out = []
     for i in range(table.num_rows):
@@ -567,12 +567,6 @@ def udp_mode(config: GroConfig) -> str:
             or mode == "fraglist" and not prof.udp_gro_fraglist):
         return "off"
     return mode
-
-
-def tcp_fraglist(config: GroConfig) -> bool:
-    """TCP fraglist GRO in force (:attr:`GroConfig.tcp_fraglist`): rx-gro-list on the
-    device and no local socket for the flows (forwarded traffic), v6.10+."""
-    return config.tcp_fraglist
 
 
 def tcp_csum_and_header(skb: Skb, config: GroConfig, skb_flush: int) -> int:
