@@ -158,6 +158,13 @@ def _gro_options(f):
         click.option("--udp-gro", type=click.Choice(["off", "socket", "forward", "fraglist"]),
                      default="off", show_default=True,
                      help="UDP GRO: UDP_GRO socket, rx-udp-gro-forwarding or rx-gro-list."),
+        click.option("--rx-gro-list/--no-rx-gro-list", default=False, show_default=True,
+                     help="rx-gro-list (NETIF_F_GRO_FRAGLIST) on the receiving device; for "
+                          "TCP from 6.10 together with --tcp-forwarded."),
+        click.option("--tcp-forwarded/--tcp-local-socket", "tcp_forwarded", default=False,
+                     show_default=True,
+                     help="The TCP flows are forwarded (no local socket, a router): with "
+                          "--rx-gro-list, 6.10+ aggregates them as a frag_list."),
         click.option("--native-gro/--no-native-gro", default=True, show_default=True,
                      help="GRO on the receiving device (ethtool -K DEV gro on|off)."),
         click.option("--vlan-gro/--no-vlan-gro", default=True, show_default=True,
@@ -175,7 +182,7 @@ def _gro_options(f):
 def _make_gro_config(kernel, verify_checksums, rss, rss_key, queues, budget, poll_gap_us, hz,
                      gro_flush_timeout_us, napi_defer_hard_irqs, gro_max_size,
                      gro_ipv4_max_size, udp_tunnels=(), udp_gro="off", native_gro=True,
-                     tunnel_gro=None, vlan_gro=True):
+                     tunnel_gro=None, vlan_gro=True, rx_gro_list=False, tcp_forwarded=False):
     from gropcap.gro.config import GroConfig, KernelProfile
 
     kw = {}
@@ -185,7 +192,11 @@ def _make_gro_config(kernel, verify_checksums, rss, rss_key, queues, budget, pol
         except ValueError:
             raise click.BadParameter("not hex", param_hint="--rss-key") from None
     try:
-        return GroConfig(kernel=KernelProfile.parse(kernel), verify_checksums=verify_checksums,
+        profile = KernelProfile.parse(kernel)
+        if napi_defer_hard_irqs and not profile.napi_defer_hard_irqs:
+            raise ConfigError(f"--napi-defer-hard-irqs: kernel {profile.name} has no such knob",
+                              hint="napi_defer_hard_irqs arrived in 5.7 (6f8b12d661d0)")
+        return GroConfig(kernel=profile, verify_checksums=verify_checksums,
                          rss=rss, queues=queues, budget=budget,
                          poll_gap_ns=int(poll_gap_us * 1000), hz=hz,
                          gro_flush_timeout_ns=int(gro_flush_timeout_us * 1000),
@@ -193,6 +204,7 @@ def _make_gro_config(kernel, verify_checksums, rss, rss_key, queues, budget, pol
                          gro_ipv4_max_size=gro_ipv4_max_size,
                          udp_tunnels=",".join(udp_tunnels), udp_gro=udp_gro,
                          native_gro=native_gro, tunnel_gro=tunnel_gro, vlan_gro=vlan_gro,
+                         rx_gro_list=rx_gro_list, tcp_local_socket=not tcp_forwarded,
                          **kw)
     except ConfigError as e:
         raise click.BadParameter(e.one_line()) from None
@@ -203,7 +215,7 @@ _DECODE_KEYS = ("vxlan_ports", "geneve_ports", "vxlan_gpe_ports", "fou_ports", "
 _GRO_KEYS = ("kernel", "verify_checksums", "rss", "rss_key", "queues", "budget", "poll_gap_us",
              "hz", "gro_flush_timeout_us", "napi_defer_hard_irqs", "gro_max_size",
              "gro_ipv4_max_size", "udp_tunnels", "udp_gro", "native_gro", "tunnel_gro",
-             "vlan_gro")
+             "vlan_gro", "rx_gro_list", "tcp_forwarded")
 
 
 def _split(kw: dict, keys) -> dict:

@@ -481,9 +481,16 @@ class EgressResult:
         }
 
 
+GSO_MAX_SEGS = 65535           # include/linux/netdevice.h: dev->gso_max_segs default
+GSO_MAX_SIZE = 65536           # GSO_LEGACY_MAX_SIZE: dev->gso_max_size default
+_MANGLEID = (SKB_GSO_TCP_FIXEDID_LEGACY | SKB_GSO_TCP_FIXEDID | SKB_GSO_TCP_FIXEDID_INNER)
+
+
 def egress(count, gso_size, gso_type, payload_len, *, scenario: str = "encap",
            features=0, kernel_version: tuple[int, int] = (6, 18), hdr_len=None,
-           df=None, ip_hdr_len=None, mtu: int | None = None) -> EgressResult:
+           df=None, ip_hdr_len=None, mtu: int | None = None, mangleid_df=None,
+           gso_max_segs: int | None = None, gso_max_size: int | None = None,
+           l2_len: int = 14) -> EgressResult:
     """What each super-packet becomes when it leaves through an egress device.
 
     Parameters:
@@ -498,6 +505,16 @@ def egress(count, gso_size, gso_type, payload_len, *, scenario: str = "encap",
         df, ip_hdr_len: per super-packet, DF of that IP header (True for IPv6: routers
             never fragment) and its length.
         mtu: egress MTU; None: every segment fits.
+        mangleid_df: per super-packet, DF of the IPv4 header gso_features_check reads (the
+            inner one of an encapsulated packet, else the only one; True for IPv6): without
+            DF the device's NETIF_F_TSO_MANGLEID is cleared, so a fixed-ID super-packet
+            goes to software GSO. None: not checked.
+        gso_max_segs, gso_max_size, l2_len: the egress device's limits (defaults
+            GSO_MAX_SEGS 65535, GSO_MAX_SIZE 65536); gso_features_check (6.x source) clears
+            every GSO feature for more segments than gso_max_segs or ``skb->len``
+            (``l2_len`` + ``hdr_len`` + payload) at or above gso_max_size: software GSO.
+            None: not checked (the release that added the size check is not pinned here).
+            The size rule needs ``hdr_len``.
 
     Every super-packet becomes ``count`` segments (tcp_gso_segment / TSO keep the original
     boundaries; a plain packet is 1). Hardware segmentation needs a feature for every bit
@@ -528,7 +545,19 @@ def egress(count, gso_size, gso_type, payload_len, *, scenario: str = "encap",
         gtype = decap_gso_type(gtype, kernel_version)
     segs = np.where(count > 1, count, 1)
     need = gtype.astype(np.uint64) & ~np.uint64(SKB_GSO_DODGY)
-    hardware = (count > 1) & ((need & ~np.uint64(int(features))) == 0)
+    feats = np.full(len(count), np.uint64(int(features)), dtype=np.uint64)
+    if mangleid_df is not None:
+        # gso_features_check: "clear the IPv4 ID mangling feature if the IPv4 header has
+        # the potential to be fragmented"
+        no_df = ~np.asarray(mangleid_df, dtype=bool) & ((gtype & SKB_GSO_TCPV4) != 0)
+        feats = np.where(no_df, feats & ~np.uint64(_MANGLEID), feats)
+    hardware = (count > 1) & ((need & ~feats) == 0)
+    # gso_features_check: gso_segs > gso_max_segs or skb->len >= gso_max_size
+    if gso_max_segs is not None:
+        hardware &= count <= gso_max_segs
+    if gso_max_size is not None and hdr_len is not None:
+        skb_len = l2_len + np.asarray(hdr_len, dtype=np.int64) + payload
+        hardware &= skb_len < gso_max_size
     fragments = np.ones(len(count), dtype=np.int64)
     dropped = np.zeros(len(count), dtype=bool)
     if mtu is not None:
@@ -547,6 +576,18 @@ def egress(count, gso_size, gso_type, payload_len, *, scenario: str = "encap",
         hardware = hardware & ~too_big           # ip_finish_output_gso segments in software
         segs = np.where(dropped, 0, segs * fragments)
     return EgressResult(gtype, segs, hardware, fragments, dropped)
+
+
+def mangleid_df(packets, first_packet):
+    """Per super-packet, the DF bit gso_features_check reads for NETIF_F_TSO_MANGLEID:
+    the innermost IPv4 header (an encapsulated GRO packet has ``skb->encapsulation`` set,
+    so ``inner_ip_hdr``; after decapsulation it is the only one); True for IPv6."""
+    import numpy as np
+
+    idx = np.asarray(first_packet, dtype=np.int64)
+    df = packets.column("ip_df").to_numpy(zero_copy_only=False)[idx].astype(bool)
+    v6 = packets.column("ip_version").to_numpy(zero_copy_only=False)[idx] == 6
+    return df | v6
 
 
 def egress_headers(packets, first_packet, scenario: str = "encap"):

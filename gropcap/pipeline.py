@@ -202,7 +202,7 @@ class Analysis:
         The super-packets that reach the stack (after the gro_cells stage when it is
         modelled) leave through the egress device: segments, hardware vs software.
         """
-        from gropcap.gso import egress, egress_headers
+        from gropcap.gso import egress, egress_headers, mangleid_df
 
         opts = self.egress_options
         if opts is None:
@@ -217,7 +217,8 @@ class Analysis:
             r = egress(res.seg_count, res.seg_gso_size, res.seg_gso_type, res.seg_payload_len,
                        scenario=opts.scenario, features=opts.features,
                        kernel_version=self.config.kernel.version, hdr_len=hdr_len, df=df,
-                       ip_hdr_len=ip_hdr_len, mtu=opts.mtu)
+                       ip_hdr_len=ip_hdr_len, mtu=opts.mtu,
+                       mangleid_df=mangleid_df(table, res.seg_first_packet))
             out[model] = {"scenario": opts.scenario, "features": opts.feature_text,
                           "mtu": opts.mtu, **r.totals()}
         return out

@@ -270,7 +270,7 @@ def test_bucket_full_evicts_oldest():
     res = run(rows, GroConfig(model="napi", rss="none"))
     assert names(res.seg_end_reason)[0] == "END_BUCKET_FULL"
     assert res.seg_first_packet[0] == 0
-    # before 4.18 one list of 8 also with RSS spreading flows over buckets
+    # before 4.19 one list of 8 also with RSS spreading flows over buckets
     rows = []
     for f in range(9):
         rows += flow(1, src=f"10.0.2.{f + 1}", sport=2000 + f, t0=f * 10)

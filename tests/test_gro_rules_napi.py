@@ -110,16 +110,17 @@ def test_bucket_full_evicts_the_oldest():
     assert names(res.seg_end_reason[-8:]) == ["END_POLL"] * 8
 
 
-@pytest.mark.parametrize("kernel", [(4, 17), (4, 18)])
-def test_hash_buckets_from_4_18(kernel):
-    """07d78363 (v4.18): 8 hash buckets of 8; before, one list of 8 for the whole NAPI.
+@pytest.mark.parametrize("kernel", [(4, 17), (4, 18), (4, 19)])
+def test_hash_buckets_from_4_19(kernel):
+    """07d78363dcff "net: Convert NAPI gro list into a small hash table" (v4.19, not in
+    4.18): 8 hash buckets of 8; before, one list of 8 for the whole NAPI.
     Nine flows spread by the Toeplitz hash fit in 8 buckets but not in one list."""
     frames = nine_flows()
     res, t = run(frames, kernel, model="napi", polls=np.zeros(18, np.int64))
     h = rss_hash(t, config().rss_key)
     assert np.bincount(gro_bucket(h[:9], 8), minlength=8).max() <= 8
     evicted = int((res.seg_end_reason == R.END_BUCKET_FULL).sum())
-    if kernel >= (4, 18):
+    if kernel >= (4, 19):
         assert evicted == 0 and res.seg_count.tolist() == [2] * 9
     else:
         assert evicted == 10 and res.seg_count.tolist() == [1] * 18

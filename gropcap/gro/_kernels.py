@@ -46,7 +46,7 @@ from gropcap.gro.reasons import (
     END_SHORT_SEGMENT, END_URG, FLUSH_CWR, FLUSH_DF, FLUSH_ECN, FLUSH_HOP_LIMIT_FLOW,
     FLUSH_FLAGS_FINAL, FLUSH_IP_ID, FLUSH_IP_RF, FLUSH_LENGTH, FLUSH_OUTER_DF,
     FLUSH_OUTER_ECN, FLUSH_OUTER_IP_ID,
-    FLUSH_FRAG_LIST, FLUSH_GSO_SIZE,
+    FLUSH_FRAG_LIST, FLUSH_GSO_SIZE, FLUSH_MAX_SEGS,
     FLUSH_OUTER_TOS, FLUSH_OUTER_TTL, FLUSH_PAYLOAD_LARGER, FLUSH_SEQ, FLUSH_SIZE_LIMIT,
     FLUSH_TCP_ACK, FLUSH_TCP_DOFF, FLUSH_TCP_FLAGS, FLUSH_TCP_OPTIONS, FLUSH_TCP_TS,
     FLUSH_TCP_WINDOW, FLUSH_TOS, FLUSH_TTL, FLUSH_ZERO_PAYLOAD, MERGED, NO_HELD_PACKET,
@@ -123,6 +123,7 @@ class Cfg(NamedTuple):
     hz: int
     timeout_ns: int
     defer: int
+    tcp_flist: bool        # GroConfig.tcp_fraglist: is_flist on every TCP flow (v6.10)
 
 
 class State(NamedTuple):
@@ -170,6 +171,11 @@ class State(NamedTuple):
     qs: np.ndarray         # int64 [queues, QS_N] NAPI scheduler state per queue
     win: np.ndarray        # int64 [3] explicit windows: current value, open, ordinal
 
+
+# gcode offset of a packet delivered alone (no gro_complete: no fraglist completion bits)
+GCODE_DELIVERED = 64
+TCP_FLIST_MAX_SEGS = 64   # tcp_gro_receive, is_flist: NAPI_GRO_CB(p)->count >= 64 flushes
+FLIST_MAX_LEN = 65536     # skb_gro_receive_list: p->len + skb->len >= 65536 -> -E2BIG
 
 # per-queue NAPI scheduler state (State.qs columns)
 QS_TIMER = 0        # pending hrtimer time
@@ -234,7 +240,7 @@ def _deliver(i, reason, c, st, out, poll):
     out.inst[i] = inst
     segs = c.segs[i]
     _emit(out, c.row[i], c.row[i], segs, c.payload[i], c.gsz[i] if segs > 1 else 0, reason,
-          c.queue[i], poll, 0, inst, c.gcode[i], c.flow[i])
+          c.queue[i], poll, 0, inst, c.gcode[i] + GCODE_DELIVERED, c.flow[i])
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
@@ -612,7 +618,16 @@ def _receive(i, c, cfg, st, out, poll, age):
             _hold(i, k, NO_HELD_PACKET, c, cfg, st, out, poll, age)
         return
     flush_reason = _pair_checks(i, k, c, cfg, st)
-    if flush_reason == 0:
+    if flush_reason == 0 and cfg.tcp_flist:
+        # tcp_gro_receive, is_flist (v6.10): the whole flag word, count >= 64, then
+        # skb_gro_receive_list (65536 on whole lengths, no check of the skb's flush)
+        if fl != st.e_flags[k]:
+            flush_reason = FLUSH_TCP_FLAGS
+        elif st.e_count[k] >= TCP_FLIST_MAX_SEGS:
+            flush_reason = FLUSH_MAX_SEGS
+        elif st.e_len[k] + c.plen[i] >= FLIST_MAX_LEN:
+            flush_reason = FLUSH_SIZE_LIMIT
+    elif flush_reason == 0:
         # skb_gro_receive: -E2BIG when p->len + len >= gro_max_size or skb flush
         if st.e_len[k] + ln >= st.e_limit[k]:
             flush_reason = FLUSH_SIZE_LIMIT
@@ -1390,6 +1405,7 @@ class PreIn(NamedTuple):
     i_tot_len: np.ndarray
     i_offset: np.ndarray
     i_rf: np.ndarray
+    inner_eth_type: np.ndarray
 
 
 class PreCfg(NamedTuple):
@@ -1399,6 +1415,7 @@ class PreCfg(NamedTuple):
     dsa_gro: bool
     vlan_gro: bool
     verify_checksums: bool
+    ip6_tunnel_gro: bool   # KernelProfile.ip6_tunnel_gro: ip6ip6 / ip4ip6 offloads (v4.7)
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
@@ -1411,14 +1428,18 @@ def _l3_handler(proto):
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
-def _ip_layer(p, sfl, v, proto, ext, hdr_len, mf, frag_off, csum_ok, tot, offset, rf, wire):
+def _ip_layer(p, sfl, v, proto, ext, hdr_len, mf, frag_off, csum_ok, tot, offset, rf, wire,
+              ip6_tun):
     """inet_gro_receive / ipv6_gro_receive checks of one present IP header: the bypass
-    code ``p`` (kept if already set) and the skb flush ``sfl`` (kept if already set)."""
+    code ``p`` (kept if already set) and the skb flush ``sfl`` (kept if already set).
+    ``ip6_tun``: inet6_offloads has IPIP / IPv6 handlers (ip6ip6 / ip4ip6 GRO, v4.7)."""
     v4 = v == 4
     if p == 0 and v == 6 and (ext & (IP6_EXT_FRAGMENT | IP6_EXT_OTHER)) != 0:
         p = BYPASS_IPV6_EXTHDR          # ipv6_gro_receive: Fragment header, AH, ...
     if p == 0 and not _l3_handler(proto):
         p = BYPASS_NO_L4_OFFLOAD
+    if p == 0 and v == 6 and not ip6_tun and (proto == IPPROTO_IPIP or proto == IPPROTO_IPV6):
+        p = BYPASS_NO_L4_OFFLOAD        # before v4.7: no ip6ip6 / ip4ip6 gro_receive
     if p == 0 and v4 and hdr_len != 20:
         p = BYPASS_IP_OPTIONS           # inet_gro_receive: *(u8 *)iph != 0x45
     if p == 0 and v4 and (mf or frag_off != 0):
@@ -1483,13 +1504,13 @@ def pre_and_flush(x, cfg, no_gro, sfl_fl, pre, sfl_out, sfl_in):
             p, so = _ip_layer(p, so, out_v, np.int64(x.o_proto[r]), np.int64(x.o_ext_mask[r]),
                               np.int64(x.o_hdr_len[r]), x.o_mf[r], np.int64(x.o_frag_off[r]),
                               x.o_csum_ok[r], np.int64(x.o_tot_len[r]),
-                              np.int64(x.o_offset[r]), x.o_rf[r], wire)
+                              np.int64(x.o_offset[r]), x.o_rf[r], wire, cfg.ip6_tunnel_gro)
         elif in_v != 0:
             # layer 0: the only header
             p, si = _ip_layer(p, si, in_v, np.int64(x.i_proto[r]), np.int64(x.i_ext_mask[r]),
                               np.int64(x.i_hdr_len[r]), x.i_mf[r], np.int64(x.i_frag_off[r]),
                               x.i_csum_ok[r], np.int64(x.i_tot_len[r]),
-                              np.int64(x.i_offset[r]), x.i_rf[r], wire)
+                              np.int64(x.i_offset[r]), x.i_rf[r], wire, cfg.ip6_tunnel_gro)
         # tunnel layer, right after the outer header (gre/ipip/sit/udp gro_receive)
         tun = np.int64(x.tun_type[r])
         tfl = np.int64(x.tun_flags[r])
@@ -1512,12 +1533,16 @@ def pre_and_flush(x, cfg, no_gro, sfl_fl, pre, sfl_out, sfl_in):
                     p = BYPASS_TUNNEL
                 if p == 0 and (tfl & GRE_CSUM) != 0 and not x.tun_csum_ok[r]:
                     p = BYPASS_TUNNEL
+            # eth_gro_receive on an inner Ethernet header (GRE-TEB): no packet_offload
+            # for a 0x9100 TPID -> flush
+            if p == 0 and tun == TUN_GRE_TEB and x.inner_eth_type[r] == ETH_P_QINQ1:
+                p = BYPASS_NOT_IP
         if enc and in_v != 0:
             # layer 1: the inner header of a native tunnel
             p, si = _ip_layer(p, si, in_v, np.int64(x.i_proto[r]), np.int64(x.i_ext_mask[r]),
                               np.int64(x.i_hdr_len[r]), x.i_mf[r], np.int64(x.i_frag_off[r]),
                               x.i_csum_ok[r], np.int64(x.i_tot_len[r]),
-                              np.int64(x.i_offset[r]), x.i_rf[r], wire)
+                              np.int64(x.i_offset[r]), x.i_rf[r], wire, cfg.ip6_tunnel_gro)
         if p == 0 and l4 == IPPROTO_UDP:
             p = BYPASS_UDP_NO_GRO       # udp4/6_gro_receive: no UDP GRO mode
         if p == 0 and l4 != IPPROTO_TCP:

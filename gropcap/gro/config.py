@@ -29,7 +29,35 @@ DEFAULT_RSS_KEY = bytes.fromhex(
 class KernelProfile:
     """The GRO rule set of one kernel release. Build with :meth:`parse`.
 
-    Each switch names the change that introduced it.
+    Each switch names the change that introduced it (its docstring has the detail):
+
+    ===========================  =======  ==============================================
+    switch                       from     change
+    ===========================  =======  ==============================================
+    strip_tunnel_gso_on_decap    4.6      b311341e0bd9 (read by the gro_cells stage)
+    encap_mark                   4.6      fac8e0f57969
+    fixed_id_support             4.7      "GRO: Add support for TCP with fixed IPv4 ID"
+    ip6_tunnel_gro               4.7      "ip6ip6/ip4ip6: Support for GSO/GRO"
+    vxlan_gpe                    4.7      e1e5314de08b
+    ip6gre_gro_cells             4.17     "net: ipv6/gre: Add GRO support"
+    hash_buckets (8)             4.19     07d78363dcff (not in 4.18)
+    timeout_flushes_old          4.20     605108acfe62 (not read by the NAPI loops yet)
+    udp_gro_socket               5.0      e20cf8d3f1f7
+    udp_gro_fraglist             5.6      9fd1ff5d2ac7
+    napi_defer_hard_irqs         5.7      6f8b12d661d0
+    ecn_decap_ect1               5.7      "tunnel: Propagate ECT(1) when decapsulating"
+    dsa_gro                      5.8      e131a5634830
+    udp_gro_forwarding           5.12     NETIF_F_GRO_UDP_FWD
+    ipv6_hop_limit_flush         5.18     6fc2f3832d36
+    gso_skb_gro                  5.19     5eddb24901ee (absent 5.18, present 6.1)
+    big_tcp_ipv4 / per_family    6.3      b1a78b9b9886
+    vxlan_gpe_gro                6.5      b0b672c4d095
+    udp_l3_checks                6.9      Gobert, UDP flush checks
+    flush_id_era ends            6.10     Gobert, "move L3 flush checks"
+    tcp_gro_fraglist             6.10     "net: add code for TCP fraglist GRO" + heuristic
+    cwr_in_flag_word             6.15     4e4f7cefb130
+    two_bit_fixedid              6.18     Gobert, "restore outer ip ids"
+    ===========================  =======  ==============================================
     """
 
     version: tuple[int, int]
@@ -65,12 +93,71 @@ class KernelProfile:
     # --- rule switches ---
     @property
     def hash_buckets(self) -> int:
-        """07d78363 (v4.18): 8 hash buckets per NAPI; before it one list."""
-        return 8 if self.version >= (4, 18) else 1
+        """07d78363dcff "net: Convert NAPI gro list into a small hash table" (v4.19; 4.18
+        still has ``napi->gro_list``): 8 hash buckets per NAPI; before it one list of at
+        most MAX_GRO_SKBS (8) entries for the whole instance."""
+        return 8 if self.version >= (4, 19) else 1
+
+    @property
+    def ip6_tunnel_gro(self) -> bool:
+        """"ip6ip6: Support for GSO/GRO" and "ip4ip6: Support for GSO/GRO" (Tom Herbert,
+        v4.7): inet6_offloads[IPPROTO_IPV6] / [IPPROTO_IPIP] get a gro_receive. Before
+        it ipv6_gro_receive finds no handler for nexthdr 41 / 4 and flushes (the packet
+        goes up alone, BYPASS_NO_L4_OFFLOAD). 6in4 (SIT) over IPv4 is older."""
+        return self.version >= (4, 7)
+
+    @property
+    def gso_skb_gro(self) -> bool:
+        """5eddb24901ee "gro: add support of (hw)gro packets to gro stack" (Coco Li; in
+        v6.1, not in v5.18: dev_gro_receive there sets ``flush = skb_is_gso(skb) ||
+        skb_has_frag_list(skb)``; v5.19 by its merge window): an arriving GSO skb counts
+        ``gso_segs`` and may merge. Before it every arriving GSO skb is flushed: a
+        first-stage super-packet never merges again at a gro_cells device."""
+        return self.version >= (5, 19)
+
+    @property
+    def napi_defer_hard_irqs(self) -> bool:
+        """6f8b12d661d0 "net: napi: add hard irqs deferral feature" (v5.7): the
+        ``napi_defer_hard_irqs`` sysfs knob exists."""
+        return self.version >= (5, 7)
+
+    @property
+    def timeout_flushes_old(self) -> bool:
+        """605108acfe62 "net: don't keep lonely packets forever in the gro hash" (Paolo
+        Abeni, v4.20; backported to 4.14.y in May 2019): napi_complete_done calls
+        ``napi_gro_flush(n, !!timeout)`` before arming the gro_flush_timeout timer. Before
+        it (``if (timeout) hrtimer_start(...); else napi_gro_flush(n, false);``) a poll
+        that armed the timer flushed nothing. Not read yet by the NAPI loops (which flush
+        old entries on every release): see docs/gro-model.md."""
+        return self.version >= (4, 20)
+
+    @property
+    def vxlan_gpe(self) -> bool:
+        """e1e5314de08b "vxlan: implement GPE" (v4.7): VXLAN-GPE devices/sockets exist."""
+        return self.version >= (4, 7)
+
+    @property
+    def vxlan_gpe_gro(self) -> bool:
+        """b0b672c4d095 (July 2023, v6.5): vxlan_gpe_gro_receive, the GRO hook of
+        VXLAN-GPE sockets. Before it a GPE
+        socket used vxlan_gro_receive, whose eth_gro_receive reads an inner IP header as
+        Ethernet, finds no handler and flushes (the packet goes up alone); a GPE payload
+        of next protocol Ethernet still aggregates."""
+        return self.version >= (6, 5)
+
+    @property
+    def tcp_gro_fraglist(self) -> bool:
+        """Felix Fietkau's "net: add TCP fraglist GRO support" series (v6.10): "net: add
+        code for TCP fraglist GRO" (the ``is_flist`` branch of tcp_gro_receive,
+        skb_gro_receive_list) and "net: add heuristic for enabling TCP fraglist GRO"
+        (tcp4/6_check_fraglist_gro: rx-gro-list on and no local socket for the flow)."""
+        return self.version >= (6, 10)
 
     @property
     def fixed_id_support(self) -> bool:
-        """v4.7 (is_atomic / SKB_GSO_TCP_FIXEDID): a constant IPv4 ID with DF may merge.
+        """"GRO: Add support for TCP with fixed IPv4 ID field, limit tunnel IP ID values"
+        (Alexander Duyck, v4.7; is_atomic / SKB_GSO_TCP_FIXEDID): a constant IPv4 ID with
+        DF may merge.
 
         Before it only the innermost ID was checked and had to increase by one per segment.
         """
@@ -83,12 +170,15 @@ class KernelProfile:
 
     @property
     def flush_id_era(self) -> bool:
-        """v4.7-v6.9: flush_id / is_atomic IP ID logic run per held packet in the L3 loop."""
+        """v4.7-v6.9: flush_id / is_atomic IP ID logic run per held packet in the L3 loop;
+        ended by Richard Gobert's "net: gro: move L3 flush checks to tcp_gro_receive and
+        udp_gro_receive_segment" (v6.10)."""
         return self.version < (6, 10)
 
     @property
     def udp_l3_checks(self) -> bool:
-        """v6.9 + stable: udp_gro_receive_segment checks TTL/TOS/DF/ID (gro_receive_network_flush)."""
+        """v6.9 + stable (Gobert's UDP flush-check fix): udp_gro_receive_segment checks
+        TTL/TOS/DF/ID (gro_receive_network_flush)."""
         return self.version >= (6, 9)
 
     @property
@@ -103,7 +193,8 @@ class KernelProfile:
 
     @property
     def big_tcp_ipv4(self) -> bool:
-        """v6.3: gro_ipv4_max_size may exceed 64 KB."""
+        """b1a78b9b9886 "net: add support for ipv4 big tcp" (v6.3): gro_ipv4_max_size may
+        exceed 64 KB."""
         return self.version >= (6, 3)
 
     @property
@@ -132,29 +223,41 @@ class KernelProfile:
         return self.version >= (4, 6)
 
     @property
+    def ecn_decap_ect1(self) -> bool:
+        """"tunnel: Propagate ECT(1) when decapsulating as recommended by RFC6040"
+        (v5.7): INET_ECN_decapsulate sets ECT(1) on an ECT(0) inner header under an
+        ECT(1) outer one. Before it only outer CE was copied (CE over Not-ECT: drop)."""
+        return self.version >= (5, 7)
+
+    @property
     def encap_mark(self) -> bool:
-        """v4.6 "tunnels: Do not apply GRO to multiple layers of encapsulation"."""
+        """fac8e0f57969 "tunnels: Don't apply GRO to multiple layers of encapsulation"
+        (Jesse Gross, v4.6)."""
         return self.version >= (4, 6)
 
     @property
     def udp_gro_socket(self) -> bool:
-        """v5.0: UDP_GRO socket option (udp_gro_receive_segment)."""
+        """e20cf8d3f1f7 "udp: implement GRO for plain UDP sockets." (Paolo Abeni, v5.0):
+        UDP_GRO socket option (udp_gro_receive_segment)."""
         return self.version >= (5, 0)
 
     @property
     def udp_gro_fraglist(self) -> bool:
-        """v5.6: NETIF_F_GRO_FRAGLIST (rx-gro-list) for UDP."""
+        """9fd1ff5d2ac7 "udp: Support UDP fraglist GRO/GSO." (Steffen Klassert, v5.6):
+        NETIF_F_GRO_FRAGLIST (rx-gro-list) for UDP."""
         return self.version >= (5, 6)
 
     @property
     def udp_gro_forwarding(self) -> bool:
-        """v5.12: NETIF_F_GRO_UDP_FWD (rx-udp-gro-forwarding)."""
+        """Paolo Abeni's "udp: ... NETIF_F_GRO_UDP_FWD" series (v5.12):
+        rx-udp-gro-forwarding."""
         return self.version >= (5, 12)
 
 
 MODELS = ("ideal", "napi")
 _OPTIONAL_DEFAULTS = {"native_gro": True, "tunnel_gro": None, "udp_tunnels": "",
-                      "udp_gro": "off", "vlan_gro": True}
+                      "udp_gro": "off", "vlan_gro": True, "rx_gro_list": False,
+                      "tcp_local_socket": True}
 
 # --udp-gro: udp_gro_receive's modes (net/ipv4/udp_offload.c)
 UDP_GRO_MODES = ("off", "socket", "forward", "fraglist")
@@ -213,7 +316,8 @@ class GroConfig:
         budget: NAPI weight, frames per poll (64).
         poll_gap_ns: a gap longer than this between two frames of one queue ends a poll.
         hz: CONFIG_HZ; with HZ < 1000 a full-budget poll flushes everything.
-        gro_flush_timeout_ns / napi_defer_hard_irqs: deferred flush (sysfs knobs).
+        gro_flush_timeout_ns / napi_defer_hard_irqs: deferred flush (sysfs knobs);
+            napi_defer_hard_irqs exists from 5.7 and is 0 on older kernels.
         native_gro: GRO on the receiving device (``ethtool -K dev gro off`` ->
             netif_elide_gro: every frame skips GRO).
         tunnel_gro: the gro_cells second stage after decapsulation (tunnel, ERSPAN and DSA
@@ -227,6 +331,13 @@ class GroConfig:
         vlan_gro: the kernel has vlan_gro_receive (CONFIG_VLAN_8021Q, vlan_core.c's
             vlan_offload_init). ``False``: in-band 802.1Q / 802.1ad frames skip GRO
             (BYPASS_NO_VLAN_GRO), as on kernels built without 802.1Q support.
+        rx_gro_list: NETIF_F_GRO_FRAGLIST (``ethtool -K dev rx-gro-list on``) on the
+            receiving device; for TCP it matters from v6.10 (tcp4/6_check_fraglist_gro).
+            UDP's use of it is ``udp_gro="fraglist"``.
+        tcp_local_socket: the TCP flows end on this host (an established socket exists,
+            so ``is_flist`` stays 0 and normal GRO runs); ``False``: forwarded traffic
+            (a router), so with ``rx_gro_list`` TCP is aggregated as a frag_list
+            (skb_gro_receive_list, SKB_GSO_FRAGLIST).
     """
 
     kernel: KernelProfile = field(default_factory=lambda: KernelProfile(NEWEST_KERNEL))
@@ -247,6 +358,8 @@ class GroConfig:
     udp_tunnels: tuple = ()
     udp_gro: str = "off"
     vlan_gro: bool = True
+    rx_gro_list: bool = False
+    tcp_local_socket: bool = True
 
     def __post_init__(self):
         object.__setattr__(self, "udp_tunnels", parse_udp_tunnels(self.udp_tunnels))
@@ -261,6 +374,10 @@ class GroConfig:
             raise ConfigError("queues, budget and hz must be positive")
         if len(self.rss_key) < 12:
             raise ConfigError("rss key must be at least 12 bytes (IPv4 4-tuple needs 12)")
+        if self.napi_defer_hard_irqs and not self.kernel.napi_defer_hard_irqs:
+            # the knob arrived in 5.7 (6f8b12d661d0): an older kernel runs without it, so
+            # 0 is what is in force (and what to_dict reports); the CLI refuses the option
+            object.__setattr__(self, "napi_defer_hard_irqs", 0)
         for name in ("gro_max_size", "gro_ipv4_max_size"):
             if not 1 <= getattr(self, name) <= 512 * 1024:
                 raise ConfigError(f"{name} must be between 1 and 524288")
@@ -287,6 +404,13 @@ class GroConfig:
             if d[key] == default:
                 del d[key]
         return d
+
+    @property
+    def tcp_fraglist(self) -> bool:
+        """TCP fraglist GRO in force (tcp4/6_check_fraglist_gro, v6.10): rx-gro-list on and
+        no local socket for the flows, so ``NAPI_GRO_CB(skb)->is_flist`` is set."""
+        return bool(self.kernel.tcp_gro_fraglist and self.rx_gro_list
+                    and not self.tcp_local_socket)
 
     def udp_tunnel_socket(self, kind: str, port: int) -> bool:
         """A local tunnel socket of ``kind`` listens on UDP ``port``."""

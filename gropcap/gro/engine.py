@@ -44,7 +44,7 @@ from gropcap.gro.config import GroConfig
 from gropcap.gro.flows import FLOW_KEY_COLUMNS, flow_key_matrix
 from gropcap.gro.reasons import NOT_HELD_FRAG_LIST, ROLE_ALONE, ROLE_HEAD, ROLE_MERGED
 from gropcap.gro.result import GroResult
-from gropcap.gso import gso_type_for
+from gropcap.gso import SKB_GSO_FRAGLIST, gso_type_for
 from gropcap.gro.rss import (
     ColumnReader, column_bytes, column_numpy, gro_bucket, rss_hash, rx_queue,
 )
@@ -92,11 +92,13 @@ def _pre_and_flush(t: pa.Table, config: GroConfig, no_gro=None, sfl_fl=None, col
         s("tun_csum_ok"), s("encap_depth"), s("l4_csum_state"), s("tcp_doff"),
         *[s(p + f) for p in ("outer_ip_", "ip_")
           for f in ("version", "proto", "ext_mask", "hdr_len", "mf", "frag_off", "csum_ok",
-                    "tot_len", "offset", "rf")])
+                    "tot_len", "offset", "rf")],
+        s("inner_eth_type"))
     cfg = K.PreCfg(native_gro=bool(config.native_gro),
                    gro_cells=config.tunnel_gro is not None,
                    dsa_gro=bool(config.kernel.dsa_gro), vlan_gro=bool(config.vlan_gro),
-                   verify_checksums=bool(config.verify_checksums))
+                   verify_checksums=bool(config.verify_checksums),
+                   ip6_tunnel_gro=bool(config.kernel.ip6_tunnel_gro))
     no = np.zeros(0, np.bool_) if no_gro is None else \
         np.ascontiguousarray(np.asarray(no_gro, np.bool_))
     fl = np.zeros(0, np.uint8) if sfl_fl is None else \
@@ -287,7 +289,8 @@ def _cfg(config: GroConfig, model: int) -> K.Cfg:
     return K.Cfg(model=model, era=_era(config), hop_flush=kp.ipv6_hop_limit_flush,
                  flag_mask=mask, queues=config.queues, buckets=kp.hash_buckets,
                  budget=config.budget, gap_ns=config.poll_gap_ns, hz=config.hz,
-                 timeout_ns=config.gro_flush_timeout_ns, defer=config.napi_defer_hard_irqs)
+                 timeout_ns=config.gro_flush_timeout_ns, defer=config.napi_defer_hard_irqs,
+                 tcp_flist=config.tcp_fraglist)
 
 
 def _model(config: GroConfig, explicit_polls: bool) -> int:
@@ -481,8 +484,12 @@ def _number(local: np.ndarray, keys: np.ndarray, table: KeyTable) -> np.ndarray:
     return out
 
 
-def _gso_input(n: int, coalesced) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(segs, gso_size, frag_list flush) per row from a gso.CoalescedInput (or None)."""
+def _gso_input(n: int, coalesced, gso_skb_gro: bool = True
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(segs, gso_size, frag_list flush) per row from a gso.CoalescedInput (or None).
+
+    ``gso_skb_gro`` False (before 5eddb24901ee, v5.19): dev_gro_receive sets ``flush =
+    skb_is_gso(skb) || skb_has_frag_list(skb)``, so every GSO row carries the flush."""
     segs = np.ones(n, np.int64)
     gsz = np.zeros(n, np.int64)
     sfl_fl = np.zeros(n, np.uint8)
@@ -494,7 +501,9 @@ def _gso_input(n: int, coalesced) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     segs[is_gso] = np.asarray(coalesced.segs, np.int64)[is_gso]
     gsz[is_gso] = np.asarray(coalesced.gso_size, np.int64)[is_gso]
     fl = getattr(coalesced, "frag_list", None)
-    if fl is not None:
+    if not gso_skb_gro:
+        sfl_fl[is_gso] = NOT_HELD_FRAG_LIST
+    elif fl is not None:
         sfl_fl[is_gso & np.asarray(fl, np.bool_)] = NOT_HELD_FRAG_LIST
     return segs, gsz, sfl_fl
 
@@ -519,7 +528,7 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
                          columns=g)
     if no_gro is not None and np.shape(no_gro) != (n,):
         raise ConfigError(f"no_gro has {np.shape(no_gro)} values for {n} packets")
-    segs, gsz, sfl_fl = _gso_input(n, coalesced)
+    segs, gsz, sfl_fl = _gso_input(n, coalesced, config.kernel.gso_skb_gro)
     if napi:
         queue = rx_queue(hash_, config.queues).astype(np.int32)
         bucket = gro_bucket(hash_, config.kernel.hash_buckets).astype(np.int32)
@@ -782,15 +791,23 @@ def simulate_batch(packets: pa.Table, config: GroConfig, state: EngineState | No
 
 
 def _gso_table(config: GroConfig) -> np.ndarray:
-    """gso_type by (gcode, fixed bits): gso.gso_type_for over every combination."""
-    table = np.zeros((2 * 2 * 16, 4), np.uint32)
+    """gso_type by (gcode, fixed bits): gso.gso_type_for over every combination. Rows from
+    ``K.GCODE_DELIVERED`` on are packets delivered alone (no gro_complete); with TCP
+    fraglist GRO a completion is tcp4/6_gro_complete's is_flist branch: FRAGLIST | TCPV4/6
+    after the tunnel bits, no ECN or fixed-ID bit."""
+    table = np.zeros((2 * K.GCODE_DELIVERED, 4), np.uint32)
     for v6 in range(2):
         for cwr in range(2):
             for tun in range(16):
+                row = (v6 * 2 + cwr) * 16 + tun
                 for fx in range(4):
-                    table[(v6 * 2 + cwr) * 16 + tun, fx] = gso_type_for(
-                        config.kernel.version, 6 if v6 else 4,
-                        ip_fixedid=0 if v6 else fx, cwr=bool(cwr), tun_type=tun)
+                    t = gso_type_for(config.kernel.version, 6 if v6 else 4,
+                                     ip_fixedid=0 if v6 else fx, cwr=bool(cwr), tun_type=tun)
+                    table[row + K.GCODE_DELIVERED, fx] = t
+                    if config.tcp_fraglist:
+                        t = gso_type_for(config.kernel.version, 6 if v6 else 4,
+                                         tun_type=tun) | SKB_GSO_FRAGLIST
+                    table[row, fx] = t
     return table
 
 

@@ -53,7 +53,8 @@ NOT_HELD_GSO_SHORT = 39       # tcp_gro_receive: arriving TCP GSO skb, len != co
 NOT_HELD_UDP_ZERO_CSUM = 40   # udp_gro_receive_segment: zero UDP checksum ("symmetry with GSO")
 NOT_HELD_UDP_LENGTH = 41      # udp_gro_receive_segment: uh->len <= 8 or != skb_gro_len
 NOT_HELD_FRAG_LIST = 42       # dev_gro_receive: flush = skb_has_frag_list (a GRO packet built
-                              # past MAX_SKB_FRAGS, arriving again at a gro_cells device)
+                              # past MAX_SKB_FRAGS, arriving again at a gro_cells device);
+                              # before 5eddb24901ee (v5.19) also skb_is_gso: any GSO skb
 
 # --- a held packet of the flow existed and the pair check refused the merge --------------
 FLUSH_CWR = 50                # tcp_gro_receive: th->cwr
@@ -84,6 +85,7 @@ FLUSH_UDP_LARGER = 74         # udp_gro_receive_segment: datagram longer than th
 FLUSH_HOP_LIMIT_FLOW = 75     # before 5.18: hop limit part of the IPv6 flow key (new entry)
 FLUSH_IP_RF = 76              # held p existed; the packet has the IPv4 reserved bit (skb flush)
 FLUSH_FRAG_LIST = 77          # held p existed; the packet carries a frag_list (skb flush)
+FLUSH_MAX_SEGS = 78           # tcp_gro_receive, is_flist (v6.10): NAPI_GRO_CB(p)->count >= 64
 
 # --- what ended a super-packet other than the next packet of its flow --------------------
 END_PSH = 90                  # tcp_gro_receive: merged segment with PSH ends it
@@ -133,8 +135,9 @@ _TEXT = {
     NOT_HELD_UDP_ZERO_CSUM: "UDP checksum 0: UDP GRO refuses it (for symmetry with GSO)",
     NOT_HELD_UDP_LENGTH: "UDP length differs from the bytes received (padding) or no payload",
     NOT_HELD_FRAG_LIST: "arrived as a GRO packet with a frag_list (more than MAX_SKB_FRAGS "
-                        "segments): never merged again",
+                        "segments), or as any GSO packet before 5.19: never merged again",
     FLUSH_FRAG_LIST: "arrived with a frag_list: ends the held packet, delivered after it",
+    FLUSH_MAX_SEGS: "TCP fraglist GRO: the held packet already had 64 segments",
     NOT_HELD_GSO_SHORT: "arrived coalesced (captured after TSO/GRO) with a short last "
                         "segment: delivered at once",
     FLUSH_CWR: "CWR set: a CWR segment never merges onto a held one",

@@ -63,7 +63,7 @@ __all__ = ["simulate", "needs_reference", "GroNode", "HeldEntry", "Skb", "MAX_GR
            "GRO_HASH_BUCKETS"]
 
 MAX_GRO_SKBS = 8          # net/core/gro.c: held packets per bucket
-GRO_HASH_BUCKETS = 8      # include/linux/netdevice.h (v4.18, 07d78363)
+GRO_HASH_BUCKETS = 8      # include/linux/netdevice.h (v4.19, 07d78363dcff)
 GRO_LEGACY_MAX_SIZE = 65536   # include/linux/netdevice.h: the 64 KB limit before BIG TCP
 
 # tcp_gro_receive: flags never masked out of the flag word, and the final-flag list
@@ -152,6 +152,8 @@ class Skb:
     udp_len: int = 0          # plain UDP: uh->len
     udp_gro_len: int = 0      # plain UDP: skb_gro_len at the UDP header
     flist: bool = False       # NAPI_GRO_CB(skb)->is_flist (UDP fraglist mode)
+    tcp_flist: bool = False   # NAPI_GRO_CB(skb)->is_flist of a TCP flow (v6.10 fraglist GRO)
+    inner_eth_type: int = 0   # EtherType / first TPID of an inner Ethernet header
     elide: bool = False       # the receiving device has GRO off (netif_elide_gro)
     frag_list: bool = False   # an arriving GRO packet that carries a frag_list
     gso_segs: int = 1         # NAPI_GRO_CB(skb)->count: > 1 for a frame captured coalesced
@@ -296,7 +298,8 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig,
              "inner_eth_type", "l4_proto", "sport", "dport", "tcp_seq", "tcp_ack",
              "tcp_flags", "tcp_doff", "tcp_window", "tcp_opt_len", "tcp_options",
              "l4_csum_state", "payload_len", "l4_offset", "outer_sport", "outer_dport",
-             "outer_udp_csum", "tun_opt_len", "tun_opt_digest", "udp_len", "l4_csum"]
+             "outer_udp_csum", "tun_opt_len", "tun_opt_digest", "udp_len", "l4_csum",
+             "outer_udp_len"]
     for prefix in ("ip_", "outer_ip_"):
         names += [f.name for f in S.PACKET_FIELDS if f.name.startswith(prefix)]
     cols = {name: _col(table, name) for name in names}
@@ -305,6 +308,8 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig,
     buckets = profile.hash_buckets
     hop_key = not profile.ipv6_hop_limit_flush
     flist = udp_mode(config) == "fraglist"
+    tcp_flist = config.tcp_fraglist      # tcp4/6_check_fraglist_gro: is_flist
+    outer_udp = udp_mode(config) != "off"
     out = []
     for i in range(table.num_rows):
         # The skb holds the whole frame as captured on the wire: Ethernet padding, any
@@ -331,6 +336,20 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig,
                      cols["inner_eth_type"][i])
         udp_sock = (tun_type in _UDP_TUNNEL_KIND and config.udp_tunnel_socket(
             _UDP_TUNNEL_KIND[tun_type], cols["outer_dport"][i]))
+        if tun_type == C.TUN_VXLAN_GPE and not profile.vxlan_gpe:
+            udp_sock = False        # before v4.7 (e1e5314de08b) no VXLAN-GPE socket exists
+        l4_proto, sport, dport = cols["l4_proto"][i], cols["sport"][i], cols["dport"][i]
+        udp_len, udp_csum = cols["udp_len"][i], cols["l4_csum"][i]
+        if (tun_type in _UDP_TUNNELS and not udp_sock and outer_udp and len(layers) == 2
+                and cols["status"][i] == S.STATUS_OK):
+            # udp_gro_receive with no tunnel socket but a UDP GRO mode: the outer UDP
+            # datagram is what udp_gro_receive_segment aggregates (the tunnel header and
+            # everything inside are its payload)
+            layers = layers[:1]
+            tun_type, tun_flags = C.TUN_NONE, 0
+            l4_proto = C.IPPROTO_UDP
+            sport, dport = cols["outer_sport"][i], cols["outer_dport"][i]
+            udp_len, udp_csum = cols["outer_udp_len"][i], cols["outer_udp_csum"][i]
         if udp_sock:
             tkey = udp_tunnel_key(tun_type, cols["outer_sport"][i], cols["outer_dport"][i],
                                   cols["outer_udp_csum"][i], tun_flags, cols["tun_key"][i],
@@ -347,7 +366,7 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig,
             inner = layers[-1]
             # skb_gro_len after the TCP header: to the end of the frame, padding included
             l4_len = inner.gro_len - inner.hdr_len - doff * 4
-            if cols["l4_proto"][i] == C.IPPROTO_UDP:
+            if l4_proto == C.IPPROTO_UDP:
                 udp_gro_len = inner.gro_len - inner.hdr_len    # from the UDP header on
                 l4_len = udp_gro_len - 8
         skb = Skb(
@@ -359,20 +378,23 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig,
             ip=layers,
             tun_type=tun_type, tun_flags=tun_flags, tun_key=tkey,
             tun_csum_ok=cols["tun_csum_ok"][i], encap_depth=cols["encap_depth"][i],
-            l4_proto=cols["l4_proto"][i], sport=cols["sport"][i], dport=cols["dport"][i],
+            l4_proto=l4_proto, sport=sport, dport=dport,
             seq=cols["tcp_seq"][i], ack=cols["tcp_ack"][i], flags=cols["tcp_flags"][i],
             doff=doff, window=cols["tcp_window"][i],
             options=bytes(cols["tcp_options"][i][:opt_len]), opt_len=opt_len,
             l4_csum_state=cols["l4_csum_state"][i], payload_len=cols["payload_len"][i],
-            len=max(l4_len, cols["payload_len"][i]),
+            len=(max(l4_len, cols["payload_len"][i]) if l4_proto == cols["l4_proto"][i]
+                 else l4_len),
             # dev_gro_receive runs after eth_type_trans pulled the 14-byte MAC header; an
             # in-band VLAN tag stays in skb->data and counts against gro_max_size
             p_len=(layers[0].gro_len if layers else 0) + 4 * vlan_depth,
             ts_ns=cols["ts_ns"][i], udp_sock=bool(udp_sock),
             udp_csum=(cols["outer_udp_csum"][i] if tun_type in _UDP_TUNNEL_KIND
-                      else cols["l4_csum"][i]),
-            udp_len=cols["udp_len"][i], udp_gro_len=udp_gro_len,
-            flist=flist and cols["l4_proto"][i] == C.IPPROTO_UDP)
+                      else udp_csum),
+            udp_len=udp_len, udp_gro_len=udp_gro_len,
+            flist=flist and l4_proto == C.IPPROTO_UDP,
+            tcp_flist=tcp_flist and l4_proto == C.IPPROTO_TCP,
+            inner_eth_type=cols["inner_eth_type"][i])
         ports = tcp_gro_lookup_key(skb.sport, skb.dport)
         skb.key = (l2, tuple(ip_key(x, hop_key) for x in layers), tkey, ports)
         skb.key_nohop = (l2, tuple(ip_key(x, False) for x in layers), tkey, ports)
@@ -380,7 +402,10 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig,
             skb.gso_segs = int(coalesced.segs[i])
             skb.gso_size = int(coalesced.gso_size[i])
             fl = getattr(coalesced, "frag_list", None)
-            skb.frag_list = bool(fl[i]) if fl is not None else False
+            # dev_gro_receive before 5eddb24901ee (v5.19): flush = skb_is_gso(skb) ||
+            # skb_has_frag_list(skb), so every arriving GSO skb goes up unmerged
+            skb.frag_list = (bool(fl[i]) if fl is not None else False) \
+                or not profile.gso_skb_gro
         if no_gro is not None:
             skb.elide = bool(no_gro[i])
         out.append(skb)
@@ -441,7 +466,7 @@ def inet_gro_receive(h: IpHdr) -> int:
     return 0
 
 
-def ipv6_gro_receive(h: IpHdr) -> int:
+def ipv6_gro_receive(h: IpHdr, profile: KernelProfile | None = None) -> int:
     """ipv6_gro_receive bail-outs; 0 if none.
 
     ipv6_gro_pull_exthdrs skips headers whose inet6_offloads entry has
@@ -453,6 +478,9 @@ def ipv6_gro_receive(h: IpHdr) -> int:
         return R.BYPASS_IPV6_EXTHDR
     if h.proto not in _L4_WITH_GRO:
         return R.BYPASS_NO_L4_OFFLOAD
+    if (profile is not None and not profile.ip6_tunnel_gro
+            and h.proto in (C.IPPROTO_IPIP, C.IPPROTO_IPV6)):
+        return R.BYPASS_NO_L4_OFFLOAD          # ip6ip6 / ip4ip6 GRO only from v4.7
     return 0
 
 
@@ -494,6 +522,8 @@ def tunnel_gro_receive(skb: Skb, config: GroConfig) -> int:
             # skb_gro_checksum_simple_validate: a GRE checksum is computed by the sender's
             # stack, so a bad one is bad on the wire too (unlike offloaded TCP sums)
             return R.BYPASS_TUNNEL
+        if t == C.TUN_GRE_TEB and skb.inner_eth_type == C.ETH_P_QINQ1:
+            return R.BYPASS_NOT_IP  # eth_gro_receive: no packet_offload for TPID 0x9100
     return 0
 
 
@@ -515,9 +545,16 @@ def udp_tunnel_gro_receive(skb: Skb, config: GroConfig) -> int:
         b0 = (skb.tun_flags >> 24) & 0xFF
         if b0 & C.GPE_VER_MASK or b0 & C.GPE_FLAG_O:
             return R.BYPASS_TUNNEL
+        if not config.kernel.vxlan_gpe_gro and (skb.tun_flags & 0xFF) != C.GPE_NP_ETHERNET:
+            # before b0b672c4d095 (v6.5) a GPE socket ran vxlan_gro_receive: its
+            # eth_gro_receive reads the inner IP header as Ethernet, finds no handler for
+            # that "EtherType" and flushes
+            return R.BYPASS_TUNNEL
     elif t == C.TUN_GENEVE:
         if skb.tun_flags >> 30 or (skb.tun_flags >> 16) & C.GENEVE_FLAG_O:
             return R.BYPASS_TUNNEL
+    if skb.inner_eth_type == C.ETH_P_QINQ1:
+        return R.BYPASS_NOT_IP      # eth_gro_receive: no packet_offload for TPID 0x9100
     return 0
 
 
@@ -720,8 +757,10 @@ def gro_max_size(config: GroConfig, p: HeldEntry) -> int:
     * ``p->protocol == ETH_P_IPV6`` -> gro_max_size, else (v6.3+) gro_ipv4_max_size; an
       in-band VLAN tag makes p->protocol 0x8100, so such frames take the IPv4 limit;
     * at or above GRO_LEGACY_MAX_SIZE (BIG TCP): v5.19-v6.2 only for p->protocol IPv6 whose
-      next header is TCP directly (no extension header, no tunnel); from v6.3 any TCP
-      (``p->encapsulation`` is not set on received packets).
+      next header is TCP directly (``ipv6_hdr(p)->nexthdr != IPPROTO_TCP`` refuses UDP and
+      extension headers; no tunnel); from v6.3 only when ``NAPI_GRO_CB(skb)->proto ==
+      IPPROTO_TCP``, so never for UDP GRO (``p->encapsulation`` is not set on received
+      packets).
     """
     profile = config.kernel
     if profile.version < (5, 16):
@@ -730,7 +769,9 @@ def gro_max_size(config: GroConfig, p: HeldEntry) -> int:
     proto_v6 = outer.version == 6 and p.skb.vlan_depth == 0
     limit = config.max_size(6 if proto_v6 else 4)
     if limit > GRO_LEGACY_MAX_SIZE:
-        if profile.big_tcp_ipv4:
+        if p.skb.l4_proto != C.IPPROTO_TCP:
+            big_ok = False
+        elif profile.big_tcp_ipv4:
             big_ok = True
         elif profile.version >= (5, 19):
             big_ok = proto_v6 and len(p.skb.ip) == 1 and outer.ext_len == 0
@@ -751,6 +792,15 @@ def skb_gro_receive(p: HeldEntry, skb: Skb, skb_flush: int, config: GroConfig) -
     return 0
 
 
+def skb_gro_receive_list(p: HeldEntry, skb: Skb) -> int:
+    """skb_gro_receive_list (UDP fraglist v5.6, TCP fraglist v6.10): -E2BIG when
+    ``p->len + skb->len >= 65536`` with skb->len still counted from its network header;
+    no gro_max_size and no check of the skb's own flush; reason or 0."""
+    if p.len + skb.p_len >= GRO_LEGACY_MAX_SIZE:
+        return R.FLUSH_SIZE_LIMIT
+    return 0
+
+
 def gro_complete(p: HeldEntry, end_reason: int, profile: KernelProfile,
                  payload_len: list) -> SegDraft:
     """gro_complete (+ inet/ipv6/tunnel/tcp completions): one super-packet for the stack.
@@ -763,6 +813,14 @@ def gro_complete(p: HeldEntry, end_reason: int, profile: KernelProfile,
     if p.count == 1:
         return SegDraft(list(p.packets), 1, payload, 0, 0, end_reason, p.skb.queue)
     inner = p.skb.ip[-1]
+    if p.skb.tcp_flist:
+        # tcp4/6_gro_complete, is_flist: gso_type |= SKB_GSO_FRAGLIST | SKB_GSO_TCPV4/6 and
+        # return (no tcp_gro_complete: no ECN bit; no fixed-ID bit); tunnel bits first
+        base = gso.gso_type_for(profile.version, inner.version, tun_type=p.skb.tun_type,
+                                udp_csum=bool(p.skb.udp_csum) if p.skb.udp_sock else None,
+                                inner_tun_type=_fou_inner_tun(p.skb))
+        return SegDraft(list(p.packets), p.count, payload, p.gso_size,
+                        base | gso.SKB_GSO_FRAGLIST, end_reason, p.skb.queue)
     if p.skb.l4_proto == C.IPPROTO_UDP and not p.skb.udp_sock:
         # udp_gro_complete_segment: SKB_GSO_UDP_L4; skb_gro_receive_list: | FRAGLIST
         gtype = gso.SKB_GSO_UDP_L4
@@ -900,19 +958,14 @@ class GroNode:
         skb_flush = 0
         native = (skb.tun_type in _NATIVE_TUNNELS or skb.udp_sock) and len(skb.ip) == 2
         for layer, h in enumerate(skb.ip):
-            bail = inet_gro_receive(h) if h.version == 4 else ipv6_gro_receive(h)
+            bail = (inet_gro_receive(h) if h.version == 4
+                    else ipv6_gro_receive(h, self.profile))
             if bail:
                 return bail, 0
             skb_flush = skb_flush or ip_skb_flush(h)
             if layer == 0 and skb.tun_type:
                 # the outer header passed: the tunnel layer decides (gre/ipip/sit/udp)
                 bail = tunnel_gro_receive(skb, self.config)
-                if (bail == R.BYPASS_UDP_NO_GRO and udp_mode(self.config) != "off"
-                        and skb.udp_csum == 0):
-                    # udp_gro_receive_segment on the outer UDP header: checksum 0 refused
-                    # (a no-socket tunnel with a checksum would be aggregated as plain UDP
-                    # on its outer header: not modelled, delivered alone)
-                    return R.NOT_HELD_UDP_ZERO_CSUM, 0
                 if bail or not native:
                     return bail or R.BYPASS_TUNNEL, 0
         if skb.frag_list:
@@ -942,6 +995,8 @@ class GroNode:
             if not self.profile.ipv6_hop_limit_flush and self._hop_limit_twin(skb):
                 return None, 0, "held", R.FLUSH_HOP_LIMIT_FLOW
             return None, 0, "held", R.NO_HELD_PACKET
+        if p.skb.tcp_flist:
+            return self._tcp_flist_receive(p, skb, skb_flush, length)
         reason = self._pair_flush(p, skb, skb_flush)
         if not reason:
             reason = skb_gro_receive(p, skb, skb_flush, self.config)
@@ -957,6 +1012,38 @@ class GroNode:
         p.gro_len += length
         p.packets.append(skb.idx)
         p.flags_or |= skb.flags & (C.TCP_FLAG_FIN | C.TCP_FLAG_PSH)
+        end = _end_reason(skb, length, p.gso_size)
+        if not end and _gso_short(skb):
+            end = R.END_SHORT_SEGMENT
+        if end:
+            return p, end, "merged", R.MERGED
+        return None, 0, "merged", R.MERGED
+
+    def _tcp_flist_receive(self, p: HeldEntry, skb: Skb, skb_flush: int, length: int):
+        """tcp_gro_receive with ``NAPI_GRO_CB(p)->is_flist`` (v6.10): every check of the
+        normal path (:meth:`_pair_flush`: CWR, flag word, ack, options, the IP headers,
+        size, sequence), then the whole flag word (a PSH / FIN / CWR difference too,
+        ``FLUSH_TCP_FLAGS``), the checksum state (one NIC verdict for all: equal) and
+        ``count >= 64`` (``FLUSH_MAX_SEGS``); the merge is :func:`skb_gro_receive_list`
+        (no check of the skb's own flush) and FIN/PSH are not ORed into p. Checked live on
+        6.18 (tests/test_kernel_replay_fraglist.py)."""
+        reason = self._pair_flush(p, skb, skb_flush)
+        if not reason and skb.flags != p.skb.flags:
+            reason = R.FLUSH_TCP_FLAGS
+        if not reason and p.count >= 64:
+            reason = R.FLUSH_MAX_SEGS
+        reason = reason or skb_gro_receive_list(p, skb)
+        if reason:
+            # mss = 1: out_check_final flushes on len < 1 or a final flag; an skb flush
+            # of a lower layer sends the packet up too
+            final = (skb_flush or (skb.flags & _TCP_FINAL)
+                     or (_gso_short(skb) if skb.gso_size else length < 1))
+            return p, reason, ("delivered" if final else "held"), reason
+        # merged: skb_pull to the GRO offset (the TCP payload), p->len += skb->len
+        p.count += skb.gso_segs
+        p.len += length
+        p.gro_len += length
+        p.packets.append(skb.idx)
         end = _end_reason(skb, length, p.gso_size)
         if not end and _gso_short(skb):
             end = R.END_SHORT_SEGMENT
@@ -989,7 +1076,9 @@ class GroNode:
             return p, R.FLUSH_UDP_LARGER, "held", R.FLUSH_UDP_LARGER
         if flush:
             return p, flush, "held", flush
-        r = skb_gro_receive(p, skb, skb_flush, self.config)
+        # is_flist: skb_gro_receive_list (whole lengths, 65536, no flush check)
+        r = (skb_gro_receive_list(p, skb) if skb.flist
+             else skb_gro_receive(p, skb, skb_flush, self.config))
         if r:
             return p, r, ("delivered" if skb_flush else "held"), r
         p.count += 1
@@ -1421,6 +1510,7 @@ def needs_reference(config: GroConfig) -> bool:
     must run :func:`simulate` here instead of the numba engine (``gro/engine.py``).
 
     Those rules: UDP GRO (``udp_gro != "off"``) and UDP tunnel sockets (``udp_tunnels``).
+    TCP fraglist GRO (``rx_gro_list``, ``tcp_local_socket``) is in both engines.
     GRO off on the device (``native_gro``, ``no_gro=``), the DSA conduit of the gro_cells
     stage (``tunnel_gro``), VLAN GRO (``vlan_gro``) and arriving GSO packets
     (``coalesced=``, ``hashes=``) are in both engines, so the gro_cells stage

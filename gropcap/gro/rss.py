@@ -89,7 +89,7 @@ def rx_queue(hash_: np.ndarray | int, queues: int):
 def gro_bucket(hash_: np.ndarray | int, buckets: int):
     """GRO hash bucket: ``hash & (buckets - 1)`` (``dev_gro_receive`` uses raw skb->hash).
 
-    ``buckets`` is ``GRO_HASH_BUCKETS`` (8) from 4.18, 1 before.
+    ``buckets`` is ``GRO_HASH_BUCKETS`` (8) from 4.19, 1 before.
 
     >>> int(gro_bucket(0x51ccc178, 8))
     0

@@ -53,6 +53,11 @@ DECAP_TUNNELS = (C.TUN_GRE, C.TUN_GRE_TEB, C.TUN_ERSPAN2, C.TUN_ERSPAN3, C.TUN_I
 _UDP_KIND = {C.TUN_VXLAN: "vxlan", C.TUN_VXLAN_GPE: "vxlan-gpe", C.TUN_GENEVE: "geneve"}
 # the ip6_gre.c devices: gro_cells only from "net: ipv6/gre: Add GRO support" (v4.17)
 _IP6GRE_FAMILY = (C.TUN_GRE, C.TUN_GRE_TEB, C.TUN_ERSPAN2, C.TUN_ERSPAN3)
+# devices without gro_cells on every release: a SIT (6in4, 6rd, ISATAP) device's
+# ipip6_rcv ends in netif_rx(skb) (net/ipv6/sit.c), so its packets skip GRO
+_NO_CELLS = (C.TUN_SIT,)
+# ECN field (RFC 3168) values
+_NOT_ECT, _ECT_1, _ECT_0, _CE = 0, 1, 2, 3
 # inner Ethernet header after decapsulation (ARPHRD_ETHER devices)
 _INNER_ETH = (C.TUN_GRE_TEB, C.TUN_ERSPAN2, C.TUN_ERSPAN3, C.TUN_VXLAN)
 _DEVICE_BASE = 0x8000     # iface numbers of the modelled gro_cells devices
@@ -68,7 +73,9 @@ _TUN_COLS = ("tun_type", "tun_offset", "tun_flags", "tun_proto", "tun_key", "tun
 class StageResult:
     """One GRO stage.
 
-    Attributes:
+    Attributes (besides those below, ``dropped``: ``gro_cells`` only, the native
+    super-packets the tunnel driver dropped before its gro_cells, see
+    :func:`ecn_decapsulate`):
         name: ``"native"`` (the receiving device) or ``"gro_cells"`` (tunnel / ERSPAN /
             DSA user devices after decapsulation).
         table: the rows this stage received (PACKET_SCHEMA): the capture for ``native``,
@@ -87,6 +94,7 @@ class StageResult:
     source_seg: np.ndarray | None = None
     device: np.ndarray | None = None
     gro: np.ndarray | None = None
+    dropped: np.ndarray | None = None
 
     @property
     def packets_in(self) -> int:
@@ -116,6 +124,30 @@ def _decap_kind(cols: dict, i: int, config: GroConfig) -> int:
     return t
 
 
+def ecn_decapsulate(outer_tos: np.ndarray, inner_tos: np.ndarray,
+                    ect1: bool) -> tuple[np.ndarray, np.ndarray]:
+    """INET_ECN_decapsulate (include/net/inet_ecn.h), called by ip_tunnel_rcv (gre,
+    gretap, ipip, erspan), ipip6_rcv (sit), __ip6_tnl_rcv (ip6gre family, ip6tnl),
+    vxlan_rcv and geneve_rx through IP_ECN_decapsulate / IP6_ECN_decapsulate.
+
+    Returns ``(inner_tos_after, drop)``: outer CE over a Not-ECT inner packet is dropped
+    (return value 2: ``goto drop``); outer CE over an ECT inner packet sets the inner CE
+    (INET_ECN_set_ce); outer ECT(1) over an inner ECT(0) sets ECT(1) when ``ect1``
+    ("tunnel: Propagate ECT(1) when decapsulating as recommended by RFC6040", v5.7).
+
+    >>> ecn_decapsulate(np.array([3, 3, 1]), np.array([0, 2, 2]), True)
+    (array([0, 3, 1]), array([ True, False, False]))
+    """
+    o = np.asarray(outer_tos, np.int64) & 3
+    i_tos = np.asarray(inner_tos, np.int64)
+    i = i_tos & 3
+    drop = (i == _NOT_ECT) & (o == _CE)
+    out = np.where((i != _NOT_ECT) & (o == _CE), i_tos | _CE, i_tos)
+    if ect1:
+        out = np.where((o == _ECT_1) & (i == _ECT_0), (i_tos & ~3) | _ECT_1, out)
+    return out, drop
+
+
 def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig, *,
                     frag_list_segs: int = MAX_SKB_FRAGS, split_end_flush: bool = False):
     """The derived table the gro_cells devices receive.
@@ -127,11 +159,13 @@ def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig, *,
     units still held at the end of an explicit window (END_POLL) reach the cell in a
     later poll (the deferred timer flush of the live replay), so in a window of their own.
 
-    Returns ``(table, segments, source_seg, device, gro, coalesced, hashes, polls)``;
-    ``table`` is empty when nothing is decapsulated. ``coalesced`` is the
-    :class:`gropcap.gso.CoalescedInput` describing rows that arrive as GSO packets (with a
-    ``frag_list`` array), ``hashes`` the skb->hash left after decapsulation, ``polls`` the
-    lower device's poll of each row (napi model).
+    Returns ``(table, segments, source_seg, device, gro, coalesced, hashes, polls,
+    dropped)``; ``table`` is empty when nothing is decapsulated. ``coalesced`` is the
+    :class:`gropcap.gso.CoalescedInput` describing rows that arrive as GSO packets (with
+    ``frag_list`` and ``gso_type`` arrays: the first stage's type with the tunnel bits
+    cleared by iptunnel_pull_offloads from v4.6), ``hashes`` the skb->hash left after
+    decapsulation, ``polls`` the lower device's poll of each row (napi model),
+    ``dropped`` the native super-packets :func:`ecn_decapsulate` drops.
     """
     from gropcap.gso import CoalescedInput
 
@@ -141,7 +175,14 @@ def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig, *,
     cols = {k: packets.column(k).to_pylist() for k in names}
     first = native.seg_first_packet
     kinds = np.array([_decap_kind(cols, int(i), config) for i in first], dtype=np.int16)
-    sel = np.flatnonzero(kinds != 0)
+    # IP_ECN_decapsulate on each unit's headers (a unit's TOS bytes are equal: GRO
+    # flushes on any TOS difference) before gro_cells_receive
+    outer_tos = packets.column("outer_ip_tos").to_numpy(zero_copy_only=False)[first]
+    inner_tos = packets.column("ip_tos").to_numpy(zero_copy_only=False)[first]
+    new_tos, ecn_drop = ecn_decapsulate(outer_tos, inner_tos, config.kernel.ecn_decap_ect1)
+    ecn_drop &= kinds > 0
+    dropped = np.flatnonzero(ecn_drop).astype(np.int64)
+    sel = np.flatnonzero((kinds != 0) & ~ecn_drop)
     rows = first[sel]
     tab = packets.take(pa.array(rows, pa.int64()))
     n = len(rows)
@@ -164,7 +205,7 @@ def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig, *,
         else:
             ident = (k, cols["outer_ip_src"][i], cols["outer_ip_dst"][i], cols["tun_key"][i])
             has_cells = not (k in _IP6GRE_FAMILY and cols["outer_ip_version"][i] == 6
-                             and not prof.ip6gre_gro_cells)
+                             and not prof.ip6gre_gro_cells) and k not in _NO_CELLS
         device[j] = _DEVICE_BASE + dev_ids.setdefault(ident, len(dev_ids))
         gro[j] = bool(config.tunnel_gro) and has_cells
 
@@ -209,6 +250,7 @@ def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig, *,
         if n else col("tcp_flags"),
         "dsa_tag": np.zeros(n), "dsa_port": np.full(n, -1),
         "ip_csum_ok": np.where(gso_unit, True, col("ip_csum_ok")),
+        "ip_tos": np.where(tunnelled, new_tos[sel], col("ip_tos")),
         "l4_csum_state": np.where(gso_unit, S.CSUM_GOOD, col("l4_csum_state")),
     }
     for name in ("eth_dst", "eth_src", "eth_type"):
@@ -245,6 +287,14 @@ def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig, *,
     co = CoalescedInput(is_gso=gso_unit, gso_size=np.where(gso_unit, gso_size, 0),
                         segs=count.astype(np.int32), source=np.zeros(n, np.uint8))
     co.frag_list = count > frag_list_segs
+    # iptunnel_pull_offloads clears only NETIF_F_GSO_ENCAP_ALL (from v4.6, b311341e0bd9;
+    # before it nothing): the other bits of the first stage (TCPV4/6, ECN, FIXEDID) stay,
+    # and tcp4/6_gro_complete ORs into them when the unit is held again
+    from gropcap.gso import decap_gso_type
+    stage1 = native.seg_gso_type[sel].astype(np.uint32)
+    co.gso_type = np.where(gso_unit, np.where(
+        tunnelled, decap_gso_type(stage1, (4, 6) if prof.strip_tunnel_gso_on_decap
+                                  else (4, 5)), stage1), 0).astype(np.uint32)
     # skb_clear_hash_if_not_l4: the NIC's hash of a UDP tunnel is an L4 (outer 4-tuple)
     # hash and survives; GRE/IPIP hashes are L3 and DSA conduits set none -> bucket 0
     hashes = np.zeros(n, dtype=np.uint32)
@@ -256,7 +306,18 @@ def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig, *,
     if split_end_flush:
         from gropcap.gro import reasons as R
         polls = polls * 2 + (native.seg_end_reason[sel] == R.END_POLL)
-    return derived, count, sel.astype(np.int64), device, gro, co, hashes, polls
+    return derived, count, sel.astype(np.int64), device, gro, co, hashes, polls, dropped
+
+
+def _keep_arriving_gso_type(res: GroResult, arriving: np.ndarray) -> None:
+    """A super-packet's gso_type is its head skb's: the type the head arrived with (a
+    first-stage unit) ORed with what gro_complete adds (tcp4_gro_complete ``|=``); a unit
+    delivered alone keeps its arriving type."""
+    if not res.num_superpackets or not len(arriving):
+        return
+    head = arriving[res.seg_first_packet].astype(np.uint32)
+    res.seg_gso_type = np.where(res.seg_count > 1, res.seg_gso_type | head,
+                                res.seg_gso_type).astype(res.seg_gso_type.dtype)
 
 
 def _engine_for(engine: str, config: GroConfig):
@@ -308,7 +369,7 @@ def simulate_stages(packets: pa.Table, config: GroConfig, *,
     out = [StageResult("native", packets, native, segs_in)]
     if config.tunnel_gro is None:
         return out
-    derived, segs, src, device, gro, co, hashes, polls = gro_cells_input(
+    derived, segs, src, device, gro, co, hashes, polls, dropped = gro_cells_input(
         packets, native, config, frag_list_segs=frag_list_segs,
         split_end_flush=split_end_flush)
     # gro_cells NAPI: one cell per CPU (queue 0 here: each lower poll is its own window)
@@ -320,8 +381,9 @@ def simulate_stages(packets: pa.Table, config: GroConfig, *,
     res = _engine_for(engine, cfg2)(derived, cfg2, coalesced=co, no_gro=~gro,
                                     polls=polls if napi else None,
                                     hashes=hashes if napi else None)
+    _keep_arriving_gso_type(res, co.gso_type)
     out.append(StageResult("gro_cells", derived, res, segs, source_seg=src, device=device,
-                           gro=gro))
+                           gro=gro, dropped=dropped))
     return out
 
 
@@ -345,7 +407,11 @@ def stages_summary(stages: list[StageResult]) -> dict:
             "largest": int(s.result.seg_count.max()) if out else 0}
     delivered = stages[0].superpackets_out
     if len(stages) > 1:
-        delivered += stages[1].superpackets_out - stages[1].packets_in
+        dropped = stages[1].dropped
+        n_drop = 0 if dropped is None else int(len(dropped))
+        delivered += stages[1].superpackets_out - stages[1].packets_in - n_drop
+        if n_drop:
+            d["stages"]["gro_cells"]["ecn_dropped"] = n_drop
         d["stages"]["gro_cells"]["devices"] = int(len(np.unique(stages[1].device)))
         d["stages"]["gro_cells"]["rows_without_gro"] = int((~stages[1].gro).sum())
     # wire segments: rows, or more when frames were captured already coalesced

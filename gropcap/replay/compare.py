@@ -224,7 +224,7 @@ def running_kernel_has_vlan_gro() -> bool:
 
 
 def simulate_replay(kernel_result: KernelReplayResult, *, kernel=None, engine: str = "reference",
-                    packets=None):
+                    packets=None, **config_changes):
     """Run the simulator over the replayed frames with the replay's bursts as NAPI windows.
 
     Configuration mirrors the veth set-up: ``model="napi"``, ``rss="none"`` (veth delivers
@@ -233,7 +233,9 @@ def simulate_replay(kernel_result: KernelReplayResult, *, kernel=None, engine: s
     deferral, the UDP tunnel devices it created, and whether the running kernel has VLAN
     GRO (``vlan_gro`` in the replay's config, else :func:`running_kernel_has_vlan_gro`:
     a kernel built without CONFIG_VLAN_8021Q delivers tagged frames alone). ``kernel``
-    defaults to the running kernel. Returns ``(packets, GroResult)``.
+    defaults to the running kernel; ``config_changes`` are GroConfig fields the caller set
+    up on the receiver itself (e.g. ``udp_gro="forward"`` after enabling
+    rx-udp-gro-forwarding). Returns ``(packets, GroResult)``.
     """
     from gropcap.gro.config import GroConfig, KernelProfile
     from gropcap.gro.reference import needs_reference
@@ -247,6 +249,8 @@ def simulate_replay(kernel_result: KernelReplayResult, *, kernel=None, engine: s
                        napi_defer_hard_irqs=int(cfg.get("defer", 1)),
                        udp_tunnels=cfg.get("udp_tunnels", ""),
                        vlan_gro=bool(cfg.get("vlan_gro", running_kernel_has_vlan_gro())))
+    if config_changes:
+        config = config.replace(**config_changes)
     polls = np.asarray(kernel_result.polls, dtype=np.int64)
     # rules only the reference model has (UDP tunnel sockets): it runs whatever ``engine``
     if engine == "reference" or needs_reference(config):

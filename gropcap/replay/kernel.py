@@ -77,11 +77,9 @@ ETH_P_ALL = 0x0003
 VNET_HDR_LEN = 10           # struct virtio_net_hdr
 VIRTIO_NET_HDR_GSO_NONE = 0
 VIRTIO_NET_HDR_GSO_ECN = 0x80
-# virtio gso types -> SKB_GSO_* bits (include/linux/skbuff.h)
-SKB_GSO_TCPV4 = 1 << 0
-SKB_GSO_TCP_ECN = 1 << 2
-SKB_GSO_TCPV6 = 1 << 4
-SKB_GSO_UDP_L4 = 1 << 16
+# virtio gso types -> SKB_GSO_* bits (include/linux/skbuff.h; SKB_GSO_UDP_L4 is 1 << 17,
+# 1 << 16 is the old UFO SKB_GSO_UDP)
+from gropcap.gso import SKB_GSO_TCP_ECN, SKB_GSO_TCPV4, SKB_GSO_TCPV6, SKB_GSO_UDP_L4  # noqa: E402
 VIRTIO_TO_SKB_GSO = {1: SKB_GSO_TCPV4, 4: SKB_GSO_TCPV6, 5: SKB_GSO_UDP_L4}
 # the SKB_GSO bits a virtio header can show; compare only these against the simulator
 VISIBLE_GSO_BITS = SKB_GSO_TCPV4 | SKB_GSO_TCPV6 | SKB_GSO_UDP_L4 | SKB_GSO_TCP_ECN
@@ -235,7 +233,8 @@ class _Matcher:
         got, nxt, picked = 0, p.seq, []
         for i in cands[start:]:
             q = self.parsed[i]
-            if q.seq != nxt & 0xFFFFFFFF:
+            # UDP GRO (segment or fraglist) concatenates datagrams in arrival order
+            if p.l4_proto != 17 and q.seq != nxt & 0xFFFFFFFF:
                 continue
             picked.append(i)
             got += q.payload_len
