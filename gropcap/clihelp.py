@@ -35,6 +35,7 @@ SECTION_OF = {
     "poll_gap_us": "receiver", "gro_flush_timeout_us": "receiver",
     "napi_defer_hard_irqs": "receiver", "gro_max_size": "receiver",
     "gro_ipv4_max_size": "receiver", "udp_gro": "receiver", "native_gro": "receiver",
+    "rx_gro_list": "receiver", "tcp_forwarded": "receiver",
     # tunnels: ports decoded as tunnels, tunnel sockets, the gro_cells stage
     "vxlan_ports": "tunnels", "geneve_ports": "tunnels", "vxlan_gpe_ports": "tunnels",
     "fou_ports": "tunnels", "gue_ports": "tunnels", "udp_tunnels": "tunnels",
