@@ -60,6 +60,22 @@ def _run(argv: list[str], *, input: bytes | None = None, check: bool = True) -> 
     return p.stdout.decode(errors="replace")
 
 
+@contextmanager
+def inside_netns(ns: str):
+    """Run the body with this thread in namespace ``ns`` (sockets made there stay)."""
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    target = os.open(os.path.join(NETNS_RUN_DIR, ns), os.O_RDONLY)
+    try:
+        _setns(target)
+        try:
+            yield
+        finally:
+            _setns(own)
+    finally:
+        os.close(target)
+        os.close(own)
+
+
 def check_environment() -> None:
     """Raise :class:`GropcapError` unless this is Linux, root, and ``ip netns`` works."""
     if not os.uname().sysname == "Linux":
@@ -543,20 +559,9 @@ class VethPair:
         return stats
 
     # --- sockets inside a namespace ---
-    @contextmanager
     def inside(self, ns: str):
         """Run the body with this thread in namespace ``ns`` (sockets made there stay)."""
-        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-        target = os.open(os.path.join(NETNS_RUN_DIR, ns), os.O_RDONLY)
-        try:
-            _setns(target)
-            try:
-                yield
-            finally:
-                _setns(own)
-        finally:
-            os.close(target)
-            os.close(own)
+        return inside_netns(ns)
 
     def packet_socket(self, side: str, *, proto: int = 0, rcvbuf: int = 0,
                       sndbuf: int = 0) -> tuple[socket.socket, int]:
