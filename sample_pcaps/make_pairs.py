@@ -25,12 +25,16 @@ Usage (from the repository root)::
     sudo python3 sample_pcaps/make_pairs.py -o /tmp/p bulk    # one case elsewhere
     python3 sample_pcaps/make_pairs.py --list
 
-Routers: ``ecn`` forwards in a router namespace whose nftables forward hook sets CE on one
-ECT(0) packet in 8 (``ip ecn set ce``). This kernel has no sch_netem / sch_red /
-sch_fq_codel (CONFIG_NET_SCH_NETEM, _RED, _FQ_CODEL not set), so ``lossreorder`` uses a
-userspace L2 forwarder in the router namespace (AF_PACKET on both veths, ``_Bridge``
-below): it drops TCP data frames with probability 1.5% and holds 2% of them back until
-two more frames have passed (reordering).
+Routers (kernel IPv4 forwarding in a router namespace; this kernel has no sch_netem /
+sch_red / sch_fq_codel: CONFIG_NET_SCH_NETEM, _RED, _FQ_CODEL not set): ``ecn``: the
+nftables forward hook sets CE on one ECT(0) packet in 8 (``ip ecn set ce``);
+``lossreorder``: nftables drops 1.5% of the TCP data frames and marks 2%, which policy
+routing sends through a detour namespace and back (behind the rest of their burst).
+``userfwd`` (only when named) forwards in user space instead (AF_PACKET on both veths,
+``_Bridge`` below): every frame it sends is then its own NAPI poll on the receiver.
+
+With ``perf`` installed, the receiving veth's NAPI polls are recorded too
+(``perf record -e napi:napi_poll``) and summarised in the JSON as ``kernel_polls``.
 """
 
 from __future__ import annotations
@@ -45,7 +49,6 @@ import select
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -56,6 +59,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gropcap.replay._netns import inside_netns  # noqa: E402
+from gropcap.replay.pairs import frame_lengths  # noqa: E402
 from make_real import OVERLAY4, SNAPLEN, UNDERLAY4, UNDERLAY6, add_vxlan, sh  # noqa: E402
 
 APPS = Path(__file__).resolve().parent / "pair_apps.py"
@@ -77,7 +81,7 @@ class Case:
     what: str
     app: tuple[str, ...]                      # ("iperf3", args...) or ("udp"|"rr", args...)
     server: str = "v4"                        # v4 | v6 | vx | routed
-    router: str | None = None                 # None | "ecn" | "lossreorder"
+    router: str | None = None                 # None | "ecn" | "lossreorder" | "userfwd"
     mtu: int = 1500
     bpf: str = "tcp"
     sender_sysctls: tuple[str, ...] = ()
@@ -100,7 +104,8 @@ CASES: dict[str, Case] = {
                    ("iperf3", "-M", "536", "-n", "600K", "-b", "8M")),
     "mtu9000": Case("iperf3 IPv4, veth MTU 9000", ("iperf3", "-n", "4M", "-b", "50M"),
                     mtu=9000),
-    "lossreorder": Case("iperf3 IPv4 through a userspace forwarder: 1.5% loss, 2% reordered",
+    "lossreorder": Case("iperf3 IPv4 through a router: 1.5% of data frames dropped, 2% "
+                        "reordered behind their burst (nftables + a detour namespace)",
                         ("iperf3", "-n", "1500K", "-b", "20M"), server="routed",
                         router="lossreorder"),
     "vxlan": Case("iperf3 IPv4 through VXLAN VNI 4242 (vxlan device on the receiver)",
@@ -109,6 +114,11 @@ CASES: dict[str, Case] = {
     "udpgso": Case("UDP GSO sender (UDP_SEGMENT 1400 x 16) into a UDP_GRO socket",
                    ("udp", "1400", "16", "80", "2000"), bpf="udp port 7000",
                    gropcap={"udp_gro": "socket"}),
+    # Not in the default set: a userspace forwarder sends each frame with its own syscall,
+    # and each such send is its own NAPI poll on the receiver (docs/gro-model.md).
+    "userfwd": Case("iperf3 IPv4 through a userspace AF_PACKET forwarder: 1.5% loss, 2% "
+                    "reordered", ("iperf3", "-n", "1500K", "-b", "20M"), server="routed",
+                    router="userfwd"),
     "rr": Case("40 short TCP connections, 4 requests of 6000 bytes each, 100-byte answers",
                ("rr", "40", "4", "6000", "100")),
 }
@@ -121,14 +131,28 @@ def _read(path: str) -> str:
         return ""
 
 
-def frame_lengths(path: Path) -> list[int]:
-    """Original (wire) lengths of the records of a little-endian microsecond pcap."""
-    data, off, out = path.read_bytes(), 24, []
-    while off + 16 <= len(data):
-        incl, orig = struct.unpack_from("<II", data, off + 8)
-        out.append(orig)
-        off += 16 + incl
-    return out
+def napi_polls(perf_data: Path, dev: str) -> dict:
+    """The receiving device's NAPI polls from a ``perf record -e napi:napi_poll`` file:
+    how many polls, how many frames each took (``work``; ``budget`` is the weight), and
+    how many used the whole budget (after which ``__napi_poll`` flushes GRO: all held
+    packets when HZ < 1000)."""
+    text = subprocess.run(["perf", "script", "-i", str(perf_data)], capture_output=True,
+                          text=True).stdout
+    work, budget = [], 0
+    for line in text.splitlines():
+        if f"for device {dev} " in line:
+            f = line.split()
+            work.append(int(f[f.index("work") + 1]))
+            budget = int(f[f.index("budget") + 1])
+    busy = [w for w in work if w]
+    hist: dict[int, int] = {}
+    for w in busy:
+        hist[w] = hist.get(w, 0) + 1
+    return {"source": "perf record -e napi:napi_poll (tracepoint in __napi_poll)",
+            "polls_with_work": len(busy), "polls_without_work": len(work) - len(busy),
+            "frames": sum(busy), "budget": budget,
+            "full_budget_polls": sum(1 for w in busy if w >= budget > 0),
+            "work_histogram": {str(k): hist[k] for k in sorted(hist)}}
 
 
 def kernel_hz() -> int | None:
@@ -220,7 +244,7 @@ class PairLab:
         self.case = case
         suf = secrets.token_hex(3)
         self.suf = suf
-        self.ns_s, self.ns_r, self.ns_x = (f"gropcap-p{k}-{suf}" for k in "srx")
+        self.ns_s, self.ns_r, self.ns_x, self.ns_y = (f"gropcap-p{k}-{suf}" for k in "srxy")
         self.vs, self.vr = f"ps{suf}", f"pr{suf}"       # sender's, receiver's veth
         self.xa, self.xb = f"pa{suf}", f"pb{suf}"       # router: towards sender, receiver
         self.procs: list[subprocess.Popen] = []
@@ -261,23 +285,9 @@ class PairLab:
         self.ns(r, "ethtool", "-K", self.vr, "gro", "on")
         if wdev != self.vs:
             self.ns(s, "ethtool", "-K", self.vs, *NO_SEGMENTATION, "gro", "off")
-        if c.router == "ecn":
-            self.ns(x, "ethtool", "-K", self.xa, "gro", "off")
-            sh("ip", "-n", s, "addr", "add", f"{UNDERLAY4[0]}/24", "dev", self.vs)
-            sh("ip", "-n", x, "addr", "add", "10.200.0.254/24", "dev", self.xa)
-            sh("ip", "-n", x, "addr", "add", f"{ROUTED4[1]}/24", "dev", self.xb)
-            sh("ip", "-n", r, "addr", "add", f"{ROUTED4[0]}/24", "dev", self.vr)
-            sh("ip", "-n", s, "route", "add", "default", "via", "10.200.0.254")
-            sh("ip", "-n", r, "route", "add", "default", "via", ROUTED4[1])
-            self.ns(x, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-            rules = (f"add table ip gropcap; add chain ip gropcap cemark {{ type filter hook "
-                     f"forward priority 0; }}; add rule ip gropcap cemark oifname \"{self.xb}\" "
-                     f"ip ecn ect0 numgen random mod 8 == 0 ip ecn set ce")
-            self.ns(x, "nft", rules)
-            self.router_note = ("kernel IPv4 forwarding in a router namespace; nftables forward "
-                                "hook: " + rules + " (sch_red/fq_codel not in this kernel)")
-            self.ns(r, "sysctl", "-qw", "net.ipv4.tcp_ecn=1")
-        elif c.router == "lossreorder":
+        if c.router in ("ecn", "lossreorder"):
+            self._kernel_router()
+        elif c.router == "userfwd":
             for d in (self.xa, self.xb):
                 self.ns(x, "ethtool", "-K", d, "gro", "off", "tso", "off", "gso", "off")
             # The forwarder copies bytes: the end hosts must put full checksums in them
@@ -309,10 +319,64 @@ class PairLab:
                 break
             time.sleep(0.1)
 
+    def _kernel_router(self) -> None:
+        """IPv4 forwarding in the router namespace; the nftables rules of the case."""
+        s, r, x = self.ns_s, self.ns_r, self.ns_x
+        # no GRO on the router's ingress: a burst is forwarded frame by frame, in order
+        self.ns(x, "ethtool", "-K", self.xa, "gro", "off")
+        sh("ip", "-n", s, "addr", "add", f"{UNDERLAY4[0]}/24", "dev", self.vs)
+        sh("ip", "-n", x, "addr", "add", "10.200.0.254/24", "dev", self.xa)
+        sh("ip", "-n", x, "addr", "add", f"{ROUTED4[1]}/24", "dev", self.xb)
+        sh("ip", "-n", r, "addr", "add", f"{ROUTED4[0]}/24", "dev", self.vr)
+        sh("ip", "-n", s, "route", "add", "default", "via", "10.200.0.254")
+        sh("ip", "-n", r, "route", "add", "default", "via", ROUTED4[1])
+        self.ns(x, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        if self.case.router == "ecn":
+            rules = (f"add table ip gropcap; add chain ip gropcap cemark {{ type filter hook "
+                     f"forward priority 0; }}; add rule ip gropcap cemark oifname \"{self.xb}\" "
+                     f"ip ecn ect0 numgen random mod 8 == 0 ip ecn set ce")
+            self.ns(r, "sysctl", "-qw", "net.ipv4.tcp_ecn=1")
+            what = "sets CE on 1 ECT(0) packet in 8 (sch_red/fq_codel not in this kernel)"
+        else:
+            # Loss: nftables drops 1.5% of the TCP data frames towards the receiver.
+            # Reordering without sch_netem: 2% of them are marked and policy-routed through
+            # a detour namespace and back; each hop queues the frame at the tail of the
+            # CPU's backlog (veth without NAPI -> netif_rx), behind the rest of the burst
+            # it came in, so it reaches the receiver after later frames.
+            y, xc, yc = self.ns_y, f"pc{self.suf}", f"pd{self.suf}"
+            sh("ip", "netns", "add", y)
+            sh("ip", "link", "add", xc, "netns", x, "type", "veth", "peer", "name", yc,
+               "netns", y)
+            for n, d, a in ((x, xc, "10.203.0.1/24"), (y, yc, "10.203.0.2/24")):
+                self.ns(n, "sysctl", "-qw", f"net.ipv6.conf.{d}.disable_ipv6=1")
+                sh("ip", "-n", n, "link", "set", d, "mtu", str(self.case.mtu), "up")
+                sh("ip", "-n", n, "addr", "add", a, "dev", d)
+                self.ns(n, "ethtool", "-K", d, "gro", "off")
+            self.ns(y, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+            sh("ip", "-n", y, "route", "add", "default", "via", "10.203.0.1")
+            for n in (x, y):
+                for conf in ("all", "default", xc if n == x else yc):
+                    self.ns(n, "sysctl", "-qw", f"net.ipv4.conf.{conf}.rp_filter=0")
+            sh("ip", "-n", x, "rule", "add", "fwmark", "1", "iif", self.xa, "table", "100")
+            sh("ip", "-n", x, "route", "add", "default", "via", "10.203.0.2", "table", "100")
+            data = "ip protocol tcp ip length > 100"
+            rules = (f"add table ip gropcap; add chain ip gropcap pre {{ type filter hook "
+                     f"prerouting priority -150; }}; "
+                     f"add rule ip gropcap pre iifname \"{self.xa}\" {data} "
+                     f"numgen random mod 1000 < 15 drop; "
+                     f"add rule ip gropcap pre iifname \"{self.xa}\" {data} "
+                     f"numgen random mod 100 < 2 meta mark set 1")
+            what = ("drops 1.5% of the TCP data frames and sends 2% through a detour "
+                    "namespace (policy routing on the mark), which puts them behind the rest "
+                    "of their burst (sch_netem not in this kernel)")
+        self.ns(x, "nft", rules)
+        self.router_note = (f"kernel IPv4 forwarding in a router namespace; nftables {what}: "
+                            + rules)
+
     @property
     def server_addr(self) -> str:
         return {"v4": UNDERLAY4[1], "v6": UNDERLAY6[1], "vx": OVERLAY4[1],
-                "routed": ROUTED4[0] if self.case.router == "ecn" else UNDERLAY4[1]
+                "routed": UNDERLAY4[1] if self.case.router == "userfwd" else ROUTED4[0]
                 }[self.case.server]
 
     def receiver_context(self) -> dict:
@@ -381,11 +445,20 @@ class PairLab:
                           "-Z", "root", "-w", str(t), self.case.bpf, err=subprocess.PIPE)
                  for (ns, dev, q), t in zip(((wns, wdev, "out"), (self.ns_r, self.vr, "in")),
                                             tmps)]
+        perf_data = out / f".{name}.{self.suf}.perf"
+        perf = None
         try:
             for d in dumps:   # both taps up before the first SYN (a busy host is slow)
                 line = d.stderr.readline()
                 if "listening on" not in line:
                     raise RuntimeError(f"tcpdump did not start: {line.strip()}")
+            if shutil.which("perf"):
+                # the receiver's NAPI polls as the kernel ran them (napi:napi_poll: work)
+                perf = subprocess.Popen(["perf", "record", "-q", "-a", "-e", "napi:napi_poll",
+                                         "-o", str(perf_data)], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+                self.procs.append(perf)
+                time.sleep(1.0)
             time.sleep(0.3)
             self.run_traffic()
             # tcpdump may lag on a busy host: stop it once its files stopped growing
@@ -403,6 +476,11 @@ class PairLab:
                      for v in tail.splitlines() if v.endswith(k)}
                 if len(n) != 2 or n["dropped by kernel"]:
                     raise RuntimeError(f"tcpdump lost frames on {t.name}: {tail!r}")
+            polls = None
+            if perf is not None:
+                perf.send_signal(signal.SIGINT)
+                perf.wait(timeout=30)
+                polls = napi_polls(perf_data, self.vr)
             meta = {
                 "name": name, "what": self.case.what,
                 "wire": finals[0].name, "postgro": finals[1].name,
@@ -418,6 +496,8 @@ class PairLab:
                 "gropcap_options": self.case.gropcap,
                 "tools": tool_versions(),
             }
+            if polls is not None:
+                meta["kernel_polls"] = polls
             if self.bridge is not None:
                 meta["router_counts"] = {"forwarded": self.bridge.forwarded,
                                          "dropped": self.bridge.dropped,
@@ -430,7 +510,7 @@ class PairLab:
                 os.replace(t, f)
             (out / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
         finally:
-            for t in tmps:
+            for t in tmps + [perf_data]:
                 t.unlink(missing_ok=True)
         return finals
 
@@ -442,10 +522,11 @@ class PairLab:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        for n in (self.ns_s, self.ns_r, self.ns_x):
+        for n in (self.ns_s, self.ns_r, self.ns_x, self.ns_y):
             sh("ip", "netns", "del", n, check=False)
 
 
+EXTRA_CASES = ("userfwd",)   # recorded only when named
 REQUIRED_TOOLS = ("ip", "iperf3", "tcpdump", "ethtool", "nft")
 
 
@@ -453,9 +534,10 @@ def missing_tools() -> list[str]:
     return [t for t in REQUIRED_TOOLS if shutil.which(t) is None]
 
 
-def record_case(out: Path, name: str) -> list[Path]:
-    """Record one case (root). Returns the wire and post-GRO paths."""
-    lab = PairLab(CASES[name])
+def record_case(out: Path, name: str, case: Case | None = None) -> list[Path]:
+    """Record one case (root): ``CASES[name]``, or ``case`` under that name. Returns the
+    wire and post-GRO paths."""
+    lab = PairLab(case or CASES[name])
     try:
         lab.setup()
         return lab.record(out, name)
@@ -474,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
         for k, c in CASES.items():
             print(f"{k:12} {c.what}")
         return 0
-    a.cases = a.cases or list(CASES)
+    a.cases = a.cases or [k for k in CASES if k not in EXTRA_CASES]
     unknown = set(a.cases) - set(CASES)
     if unknown:
         ap.error(f"unknown case(s): {', '.join(sorted(unknown))}")

@@ -14,11 +14,23 @@ Layer: capture paths -> :class:`PairCounts` (runs decode + GRO through ``pipelin
 from __future__ import annotations
 
 import json
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 from gropcap.errors import GropcapError
 from gropcap.gro.config import GroConfig
+
+
+def frame_lengths(path) -> list[int]:
+    """Original (wire) lengths of the records of a little-endian microsecond pcap, as
+    tcpdump writes them (make_pairs.py checks the wire view with it)."""
+    data, off, out = Path(path).read_bytes(), 24, []
+    while off + 16 <= len(data):
+        incl, orig = struct.unpack_from("<II", data, off + 8)
+        out.append(orig)
+        off += 16 + incl
+    return out
 
 
 @dataclass(frozen=True)
