@@ -124,6 +124,11 @@ _decoder_option = click.option(
          "reference (identical tables).")
 
 
+def _default_poll_gap_us() -> float:
+    from gropcap.gro.config import DEFAULT_POLL_GAP_NS
+    return DEFAULT_POLL_GAP_NS / 1000
+
+
 def _gro_options(f):
     opts = [
         click.option("--kernel", default=None, metavar="X.Y", callback=check_kernel,
@@ -138,8 +143,10 @@ def _gro_options(f):
                      help="RX queues (napi model)."),
         click.option("--budget", type=click.IntRange(1, 65536), default=64, show_default=True,
                      help="NAPI budget: frames per poll."),
-        click.option("--poll-gap-us", type=click.FloatRange(0), default=100.0, show_default=True,
-                     help="A gap longer than this between frames of a queue ends a poll."),
+        click.option("--poll-gap-us", type=click.FloatRange(0), default=_default_poll_gap_us(),
+                     show_default=True,
+                     help="A gap longer than this between frames of a queue ends a poll "
+                          "(default: the ice/i40e RX interrupt moderation, 50 us)."),
         click.option("--hz", type=click.IntRange(1, 10000), default=250, show_default=True,
                      help="CONFIG_HZ (jiffy length for the old-packet flush)."),
         option("--gro-flush-timeout-us", type=click.FloatRange(0), default=0.0,

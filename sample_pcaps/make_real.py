@@ -59,6 +59,24 @@ def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return r
 
 
+def add_vxlan(run_in, s: str, r: str, vs: str, vr: str, mtu: int) -> None:
+    """A VXLAN device ``vx0`` (VNI 4242, port 4789) over veths ``vs``/``vr`` in namespaces
+    ``s``/``r`` (``run_in(ns, *argv)`` runs a command there); no offloads on the sender's."""
+    for ns, dev, loc, rem, ov, ov_peer, mac, mac_peer in (
+            (s, vs, UNDERLAY4[0], UNDERLAY4[1], OVERLAY4[0], OVERLAY4[1], *MACS),
+            (r, vr, UNDERLAY4[1], UNDERLAY4[0], OVERLAY4[1], OVERLAY4[0], *reversed(MACS))):
+        sh("ip", "-n", ns, "link", "add", "vx0", "type", "vxlan", "id", str(VNI),
+           "local", loc, "remote", rem, "dstport", "4789", "dev", dev)
+        # No IPv6 on the overlay: its router solicitations would land in the capture.
+        run_in(ns, "sysctl", "-qw", "net.ipv6.conf.vx0.disable_ipv6=1")
+        sh("ip", "-n", ns, "link", "set", "vx0", "address", mac, "mtu", str(mtu), "up")
+        sh("ip", "-n", ns, "addr", "add", f"{ov}/24", "dev", "vx0")
+        # Static neighbour: no ARP inside the tunnel during the capture.
+        sh("ip", "-n", ns, "neigh", "replace", ov_peer, "lladdr", mac_peer, "dev", "vx0",
+           "nud", "permanent")
+    run_in(s, "ethtool", "-K", "vx0", "tso", "off", "gso", "off", "gro", "off")
+
+
 class Lab:
     """Two namespaces, a veth pair and a VXLAN tunnel; removed again by :meth:`close`."""
 
@@ -88,20 +106,7 @@ class Lab:
             sh("ip", "-n", ns, "addr", "add", f"{a6}/64", "dev", dev, "nodad")
         # Sender: no segmentation offload, so the capture holds MSS-sized frames.
         self.ns(s, "ethtool", "-K", self.vs, "tso", "off", "gso", "off", "gro", "off")
-        for ns, dev, loc, rem, ov, ov_peer, mac, mac_peer in (
-                (s, self.vs, UNDERLAY4[0], UNDERLAY4[1], OVERLAY4[0], OVERLAY4[1], *MACS),
-                (r, self.vr, UNDERLAY4[1], UNDERLAY4[0], OVERLAY4[1], OVERLAY4[0],
-                 *reversed(MACS))):
-            sh("ip", "-n", ns, "link", "add", "vx0", "type", "vxlan", "id", str(VNI),
-               "local", loc, "remote", rem, "dstport", "4789", "dev", dev)
-            # No IPv6 on the overlay: its router solicitations would land in the capture.
-            self.ns(ns, "sysctl", "-qw", "net.ipv6.conf.vx0.disable_ipv6=1")
-            sh("ip", "-n", ns, "link", "set", "vx0", "address", mac, "mtu", "1450", "up")
-            sh("ip", "-n", ns, "addr", "add", f"{ov}/24", "dev", "vx0")
-            # Static neighbour: no ARP inside the tunnel during the capture.
-            sh("ip", "-n", ns, "neigh", "replace", ov_peer, "lladdr", mac_peer, "dev", "vx0",
-               "nud", "permanent")
-        self.ns(s, "ethtool", "-K", "vx0", "tso", "off", "gso", "off", "gro", "off")
+        add_vxlan(self.ns, s, r, self.vs, self.vr, 1450)
         # Wait until IPv6 is usable (nodad, but the link still needs to come up).
         for _ in range(50):
             if self.ns(s, "ping", "-6", "-c1", "-W1", UNDERLAY6[1], check=False).returncode == 0:

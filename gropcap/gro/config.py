@@ -297,6 +297,15 @@ def parse_udp_tunnels(text) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
+# The receive parameter that sets where inferred NAPI polls end. 50 us = the default RX
+# interrupt throttling of Intel ice / i40e (ICE_DFLT_RX_ITR, I40E_ITR_RX_DEF = *_ITR_20K:
+# "50us (translates to ~20k int/sec max)"): frames less than this apart share an interrupt
+# and so a poll. Not fitted: on the veth pairs in sample_pcaps/pairs any gap from 30 to
+# 50 us gives the kernel's count within 2%; 100 us (the old default) lumped successive
+# sender bursts into 64-frame polls that the kernel never ran (docs/gro-model.md).
+DEFAULT_POLL_GAP_NS = 50_000
+
+
 @dataclass(frozen=True)
 class GroConfig:
     """Everything that decides GRO verdicts besides the packets themselves.
@@ -314,7 +323,9 @@ class GroConfig:
         queues: RX queues; a flow's queue is ``hash % queues`` (indirection table of a
             NIC spread evenly).
         budget: NAPI weight, frames per poll (64).
-        poll_gap_ns: a gap longer than this between two frames of one queue ends a poll.
+        poll_gap_ns: a gap longer than this between two frames of one queue ends a poll
+            (default 50 us: the interrupt moderation of ice/i40e, ICE_DFLT_RX_ITR =
+            ICE_ITR_20K = 50 us; docs/gro-model.md "Poll boundaries on real receive paths").
         hz: CONFIG_HZ; with HZ < 1000 a full-budget poll flushes everything.
         gro_flush_timeout_ns / napi_defer_hard_irqs: deferred flush (sysfs knobs);
             napi_defer_hard_irqs exists from 5.7 and is 0 on older kernels.
@@ -349,7 +360,7 @@ class GroConfig:
     rss_key: bytes = DEFAULT_RSS_KEY
     queues: int = 1
     budget: int = 64
-    poll_gap_ns: int = 100_000
+    poll_gap_ns: int = DEFAULT_POLL_GAP_NS
     hz: int = 250
     gro_flush_timeout_ns: int = 0
     napi_defer_hard_irqs: int = 0

@@ -126,6 +126,22 @@ def missing_device_error(kind: str, detail: str, config=kernel_config_option
     return ReplayEnvironmentError(msg, hint=hint)
 
 
+@contextmanager
+def inside_netns(ns: str):
+    """Run the body with this thread in namespace ``ns`` (sockets made there stay)."""
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    target = os.open(os.path.join(NETNS_RUN_DIR, ns), os.O_RDONLY)
+    try:
+        _setns(target)
+        try:
+            yield
+        finally:
+            _setns(own)
+    finally:
+        os.close(target)
+        os.close(own)
+
+
 def check_environment() -> None:
     """Raise :class:`GropcapError` unless this is Linux, root, and ``ip netns`` works."""
     if not os.uname().sysname == "Linux":
@@ -609,20 +625,9 @@ class VethPair:
         return stats
 
     # --- sockets inside a namespace ---
-    @contextmanager
     def inside(self, ns: str):
         """Run the body with this thread in namespace ``ns`` (sockets made there stay)."""
-        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-        target = os.open(os.path.join(NETNS_RUN_DIR, ns), os.O_RDONLY)
-        try:
-            _setns(target)
-            try:
-                yield
-            finally:
-                _setns(own)
-        finally:
-            os.close(target)
-            os.close(own)
+        return inside_netns(ns)
 
     def packet_socket(self, side: str, *, proto: int = 0, rcvbuf: int = 0,
                       sndbuf: int = 0) -> tuple[socket.socket, int]:

@@ -1,0 +1,130 @@
+"""Recorded pairs: a wire view and the kernel's own post-GRO view of the same traffic.
+
+``sample_pcaps/make_pairs.py`` records ``<name>.wire.pcap`` (tcpdump on the veth that sends
+to the receiver, segmentation offloads off: wire-sized frames), ``<name>.postgro.pcap``
+(tcpdump on the receiving veth: one frame per skb that GRO delivered) and ``<name>.json``
+(the receiver's settings). Both views hold only the direction the receiver aggregates, with
+the same BPF filter, so the post-GRO frame count is the kernel's packet count for the wire
+view's traffic. This module loads a pair, builds the GroConfig its metadata describes, and
+counts what the models deliver on the wire view next to the kernel's count.
+
+Layer: capture paths -> :class:`PairCounts` (runs decode + GRO through ``pipeline``).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from gropcap.errors import GropcapError
+from gropcap.gro.config import GroConfig
+
+
+def frame_lengths(path) -> list[int]:
+    """Original (wire) lengths of the records of a little-endian microsecond pcap, as
+    tcpdump writes them (make_pairs.py checks the wire view with it)."""
+    data, off, out = Path(path).read_bytes(), 24, []
+    while off + 16 <= len(data):
+        incl, orig = struct.unpack_from("<II", data, off + 8)
+        out.append(orig)
+        off += 16 + incl
+    return out
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One recording: the two views and its metadata (``<name>.json``)."""
+
+    name: str
+    wire: Path
+    postgro: Path
+    meta: dict
+
+    def config(self, **changes) -> GroConfig:
+        """The GroConfig of the recorded receiver: the gropcap options the recording names
+        (UDP tunnel sockets, UDP_GRO sockets), the receiving veth's queues, gro_max_size,
+        gro_flush_timeout and napi_defer_hard_irqs, and the kernel's HZ; ``changes`` on top."""
+        rcv = self.meta.get("receiver", {})
+        kw: dict = dict(self.meta.get("gropcap_options", {}))
+        for key, field in (("rx_queues", "queues"), ("gro_flush_timeout_ns",
+                                                     "gro_flush_timeout_ns"),
+                           ("napi_defer_hard_irqs", "napi_defer_hard_irqs"),
+                           ("gro_max_size", "gro_max_size"),
+                           ("gro_ipv4_max_size", "gro_ipv4_max_size")):
+            if rcv.get(key):
+                kw[field] = rcv[key]
+        if self.meta.get("hz"):
+            kw["hz"] = self.meta["hz"]
+        kw.update(changes)
+        return GroConfig(**kw)
+
+
+def load_pair(path) -> Pair:
+    """Load the pair named by ``path``: ``DIR/NAME`` or any of ``NAME.json``,
+    ``NAME.wire.pcap``, ``NAME.postgro.pcap``."""
+    p = Path(path)
+    name = p.name
+    for suffix in (".json", ".wire.pcap", ".postgro.pcap"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    base = p.parent / name
+    files = [base.with_name(name + s) for s in (".wire.pcap", ".postgro.pcap", ".json")]
+    missing = [str(f) for f in files if not f.exists()]
+    if missing:
+        raise GropcapError(f"pair {base}: missing {', '.join(missing)}",
+                           hint="record pairs with sample_pcaps/make_pairs.py")
+    return Pair(name, files[0], files[1], json.loads(files[2].read_text()))
+
+
+def find_pairs(directory) -> list[Pair]:
+    """Every pair in ``directory`` (by its ``*.json``), sorted by name."""
+    return [load_pair(j) for j in sorted(Path(directory).glob("*.json"))]
+
+
+@dataclass(frozen=True)
+class PairCounts:
+    """Packets on the wire, what the kernel delivered, what each model delivers."""
+
+    name: str
+    wire: int
+    kernel: int
+    models: dict           # label -> super-packets delivered
+    wire_payload: int      # L4 payload bytes of the wire view
+    kernel_payload: int    # L4 payload bytes of the post-GRO view (equal when all merged)
+
+    def error(self, label: str) -> float:
+        """Relative difference of a model's count from the kernel's."""
+        return (self.models[label] - self.kernel) / self.kernel
+
+
+def count_pair(pair: Pair, configs: dict[str, GroConfig], *,
+               engine: str = "fast") -> PairCounts:
+    """Decode both views and run each configuration on the wire view.
+
+    ``configs``: label -> GroConfig (e.g. ``{"ideal": pair.config(model="ideal")}``).
+    The wire view is wire-sized by construction (make_pairs.py checks it), so it is fed as
+    one segment per frame.
+    """
+    from gropcap.pipeline import decode_files, simulate
+
+    wire, _ = decode_files([pair.wire])
+    post, _ = decode_files([pair.postgro])
+    models = {label: simulate(wire, cfg, engine=engine).num_superpackets
+              for label, cfg in configs.items()}
+    return PairCounts(pair.name, wire.num_rows, post.num_rows, models,
+                      int(wire.column("payload_len").to_numpy().sum()),
+                      int(post.column("payload_len").to_numpy().sum()))
+
+
+def format_table(rows: list[PairCounts]) -> str:
+    """A plain-text table: pair, wire packets, kernel, then each model (and its error)."""
+    labels = list(rows[0].models) if rows else []
+    head = f"{'pair':12} {'wire':>6} {'kernel':>6} " + " ".join(
+        f"{lab:>16}" for lab in labels)
+    lines = [head]
+    for r in rows:
+        cells = " ".join(f"{r.models[lab]:>7} ({r.error(lab):+6.1%})" for lab in labels)
+        lines.append(f"{r.name:12} {r.wire:>6} {r.kernel:>6} {cells}")
+    return "\n".join(lines)

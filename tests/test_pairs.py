@@ -1,0 +1,126 @@
+"""Real recordings as pairs: the napi model's default against the kernel's own post-GRO view.
+
+Each pair in sample_pcaps/pairs was recorded by sample_pcaps/make_pairs.py in one run: the
+frames arriving at a receiving veth (wire view) and what the receiving veth's GRO delivered
+(tcpdump on it: one frame per super-packet). The kernel's packet count is the post-GRO
+frame count. The napi model with its defaults (plus the receiver settings the pair's JSON
+states: queues, HZ, gro_flush_timeout, napi_defer_hard_irqs, UDP sockets) must be within
+10% of it on every pair (docs/gro-model.md, "Poll boundaries on real receive paths").
+The root tests record larger pairs of the same kinds into tmp_path and check the same.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from gropcap.replay.pairs import count_pair, find_pairs, format_table, load_pair
+
+HERE = Path(__file__).resolve().parent
+PAIRS_DIR = HERE.parent / "sample_pcaps" / "pairs"
+PAIRS = find_pairs(PAIRS_DIR)
+TOLERANCE = 0.10
+
+# the recording kinds issue 12 asks for; every one must be committed
+REQUIRED = {"bulk", "p8", "ipv6", "ecn", "nots", "mss536", "mtu9000", "lossreorder",
+            "vxlan", "udpgso", "rr"}
+
+
+def _counts(pair):
+    return count_pair(pair, {"ideal": pair.config(model="ideal"),
+                             "napi": pair.config(model="napi")})
+
+
+def test_every_recording_kind_is_committed():
+    assert REQUIRED <= {p.name for p in PAIRS}
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=lambda p: p.name)
+def test_postgro_view_is_gro_output(pair):
+    """The tap on the receiving veth sees GRO's output: the same L4 payload as the wire
+    view, in fewer frames, some of them above the MTU (super-packets)."""
+    c = _counts(pair)
+    assert c.kernel_payload == c.wire_payload
+    assert c.kernel < c.wire
+    from gropcap.replay.pairs import frame_lengths
+    mtu = pair.meta["receiver"]["mtu"]
+    assert max(frame_lengths(pair.postgro)) > mtu + 14
+    assert max(frame_lengths(pair.wire)) <= mtu + 14
+
+
+@pytest.mark.parametrize("pair", [p for p in PAIRS if "kernel_polls" in p.meta],
+                         ids=lambda p: p.name)
+def test_wire_view_is_what_the_receiver_polled(pair):
+    """The napi:napi_poll tracepoint of the receiving veth, recorded with the pair, took
+    every frame of the wire view, plus at most a few the BPF filter left out of both views
+    (ARP, neighbour discovery)."""
+    polls, wire = pair.meta["kernel_polls"], _counts(pair).wire
+    assert 0 <= polls["frames"] - wire <= max(2, wire // 100)
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=lambda p: p.name)
+def test_napi_default_within_10_percent_of_the_kernel(pair, record_property):
+    c = _counts(pair)
+    record_property("pair", f"wire={c.wire} kernel={c.kernel} ideal={c.models['ideal']} "
+                            f"napi={c.models['napi']}")
+    print("\n" + format_table([c]))
+    assert abs(c.error("napi")) <= TOLERANCE, format_table([c])
+
+
+def test_table_reports_ideal_next_to_napi():
+    rows = [_counts(p) for p in PAIRS[:2]]
+    text = format_table(rows)
+    assert text.splitlines()[0].split()[:5] == ["pair", "wire", "kernel", "ideal", "napi"]
+    for r in rows:
+        assert f"{r.models['ideal']:>7}" in text and r.name in text
+
+
+def test_load_pair_names_what_is_missing(tmp_path):
+    (tmp_path / "x.wire.pcap").write_bytes(b"")
+    from gropcap.errors import GropcapError
+    with pytest.raises(GropcapError, match=r"x\.postgro\.pcap"):
+        load_pair(tmp_path / "x.wire.pcap")
+
+
+# ------------------------------------------------------------------ root: record larger ones
+
+def _record_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "recording pairs needs root (ip netns, tcpdump)"
+    sys.path.insert(0, str(HERE.parent / "sample_pcaps"))
+    import make_pairs
+    missing = make_pairs.missing_tools()
+    if missing:
+        return f"recording pairs needs {', '.join(missing)}"
+    return None
+
+
+RECORD_REASON = _record_reason()
+
+# larger versions of the committed kinds (about ten times the traffic). MSS 536 keeps the
+# committed pair's rate: at 40 Mbit/s the sender's pushes come 6-50 us apart and no gap
+# rule tells them from the copy pauses inside one push (docs/gro-model.md, "Limits").
+LARGE = {"bulk": ("iperf3", "-n", "16M", "-b", "100M"),
+         "p8": ("iperf3", "-P", "8", "-n", "2M", "-b", "12M"),
+         "ipv6": ("iperf3", "-n", "16M", "-b", "100M"),
+         "mss536": ("iperf3", "-M", "536", "-n", "4M", "-b", "8M"),
+         "lossreorder": ("iperf3", "-n", "16M", "-b", "100M")}
+
+
+@pytest.mark.root
+@pytest.mark.skipif(RECORD_REASON is not None, reason=f"{RECORD_REASON}")
+@pytest.mark.parametrize("name", sorted(LARGE))
+def test_large_recording_napi_default_within_10_percent(name, tmp_path):
+    import dataclasses
+
+    import make_pairs
+    case = dataclasses.replace(make_pairs.CASES[name], app=LARGE[name])
+    make_pairs.record_case(tmp_path, name, case=case)
+    pair = load_pair(tmp_path / name)
+    c = _counts(pair)
+    print("\n" + format_table([c]))
+    assert c.kernel_payload == c.wire_payload
+    assert abs(c.error("napi")) <= TOLERANCE, format_table([c])
