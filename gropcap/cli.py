@@ -159,6 +159,10 @@ def _gro_options(f):
         click.option("--vlan-gro/--no-vlan-gro", default=True, show_default=True,
                      help="VLAN GRO (vlan_gro_receive); off for kernels built without "
                           "CONFIG_VLAN_8021Q: 802.1Q/802.1ad frames skip GRO."),
+        click.option("--mtu", type=click.IntRange(68, 65536), default=None, metavar="BYTES",
+                     help="MTU of the receiving device: frames with more IP bytes were "
+                          "captured already coalesced (default: inferred from the SYN MSS "
+                          "and frame sizes; the report says from what)."),
         click.option("--tunnel-gro/--no-tunnel-gro", default=None,
                      help="Model the gro_cells stage on tunnel/ERSPAN/DSA devices after "
                           "decapsulation, with GRO on or off there (default: not modelled)."),
@@ -171,7 +175,7 @@ def _gro_options(f):
 def _make_gro_config(kernel, verify_checksums, rss, rss_key, queues, budget, poll_gap_us, hz,
                      gro_flush_timeout_us, napi_defer_hard_irqs, gro_max_size,
                      gro_ipv4_max_size, udp_tunnels=(), udp_gro="off", native_gro=True,
-                     tunnel_gro=None, vlan_gro=True):
+                     tunnel_gro=None, vlan_gro=True, mtu=None):
     from gropcap.gro.config import GroConfig, KernelProfile
 
     kw = {}
@@ -189,7 +193,7 @@ def _make_gro_config(kernel, verify_checksums, rss, rss_key, queues, budget, pol
                          gro_ipv4_max_size=gro_ipv4_max_size,
                          udp_tunnels=",".join(udp_tunnels), udp_gro=udp_gro,
                          native_gro=native_gro, tunnel_gro=tunnel_gro, vlan_gro=vlan_gro,
-                         **kw)
+                         mtu=mtu, **kw)
     except ConfigError as e:
         raise click.BadParameter(e.one_line()) from None
 
@@ -199,7 +203,7 @@ _DECODE_KEYS = ("vxlan_ports", "geneve_ports", "vxlan_gpe_ports", "fou_ports", "
 _GRO_KEYS = ("kernel", "verify_checksums", "rss", "rss_key", "queues", "budget", "poll_gap_us",
              "hz", "gro_flush_timeout_us", "napi_defer_hard_irqs", "gro_max_size",
              "gro_ipv4_max_size", "udp_tunnels", "udp_gro", "native_gro", "tunnel_gro",
-             "vlan_gro")
+             "vlan_gro", "mtu")
 
 
 def _split(kw: dict, keys) -> dict:

@@ -156,6 +156,8 @@ class Analysis:
         self.egress_options = egress
         # gso.CoalescedInput when frames were captured already coalesced (else None)
         self.coalesced = None
+        # mtu.MtuInference: the receiving device's MTU in use and where it came from
+        self.mtu = None
         self._cache: dict = {}
 
     def __repr__(self) -> str:
@@ -239,6 +241,8 @@ class Analysis:
                 {"path": i.path, "sha256": i.sha256, "format": i.format,
                  "linktypes": i.linktypes, "records": i.records,
                  "warnings": list(i.warnings)} for i in self.infos]),
+            **({"gropcap.mtu": json.dumps(self.mtu.as_dict())} if self.mtu is not None
+               else {}),
         }
 
 
@@ -279,7 +283,8 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
 
     Frames captured already coalesced (after TSO/GRO: IP packet above the MTU, IPv4 total
     length 0, pcapng TCP_SEG_OFFLOAD flag; ``gso.coalesced_input``) are found
-    automatically and arrive as TCP GSO packets with the inferred gso_size, in both
+    automatically; the MTU is ``config.mtu`` or inferred from the capture
+    (``Analysis.mtu``, a :class:`gropcap.mtu.MtuInference`) and arrive as TCP GSO packets with the inferred gso_size, in both
     engines; ``Analysis.coalesced`` keeps the detection (None when there is none).
 
     Returns:
@@ -291,8 +296,10 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     """
     config, decode_options, models = run_options(config, decode_options, models)
     packets, infos = decode_files(paths, decode_options, decoder=decoder, progress=progress)
-    from gropcap.gso import coalesced_input
-    coalesced = coalesced_input(packets)
+    from gropcap.gso import CoalescedStats
+    stats = CoalescedStats(config.mtu)
+    stats.add(packets)
+    coalesced = stats.infer(packets)
     if not coalesced.num_coalesced:
         coalesced = None
     results = {m: simulate(packets, config.replace(model=m), engine=engine,
@@ -308,6 +315,7 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     analysis = Analysis(packets=packets, infos=infos, config=config, results=results,
                         decode_options=decode_options, stages=stages, egress=egress)
     analysis.coalesced = coalesced
+    analysis.mtu = stats.mtu_inference()
     return analysis
 
 

@@ -54,7 +54,6 @@ OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
 # columns they cost ~35% of the write time and made the files larger (measured on the
 # benchmark capture's packets table)
 _PARQUET_OPTIONS = {"compression": "zstd", "use_dictionary": ["encap", "model"]}
-MTU_IP_BYTES = 1500  # report.summary.MTU_IP_BYTES: more IP bytes in one frame is GSO
 
 
 @dataclasses.dataclass
@@ -289,7 +288,7 @@ class _Coalesced:
     :class:`gso.CoalescedInput` (gso_size needs the whole capture: the peer's SYN or the
     direction's most common segment may come later)."""
 
-    def __init__(self, mtu: int = MTU_IP_BYTES):
+    def __init__(self, mtu: int | None = None):
         from gropcap.gso import CoalescedStats
         self.stats = CoalescedStats(mtu)
         self.gso_segs = 0       # segments of the coalesced frames
@@ -324,8 +323,9 @@ class _Counters:
         self.wire_bytes = 0
         self.status = np.zeros(256, np.int64)
         self.encap: dict[str, int] = {}
-        self.pre = 0
+        self.pre = 0            # frames marked coalesced whatever the MTU
         self.pre_largest = 0
+        self.tot_hist: dict[int, list[int]] = {}  # IP length -> [frames, largest frame]
         self.partial = 0
         self.cut = 0
         self.short = 0
@@ -346,11 +346,20 @@ class _Counters:
         outer = col("outer_ip_version") != 0
         ver = np.where(outer, col("outer_ip_version"), col("ip_version"))
         tot = np.where(outer, col("outer_ip_tot_len"), col("ip_tot_len")).astype(np.int64)
-        pre = ((ver != 0) & (tot > MTU_IP_BYTES)) | ((ver == 4) & (tot == 0)) | \
-            ((col("epb_flags") & EPB_FLAG_TCP_SEG_OFFLOAD) != 0)
+        # frames above the MTU are counted when it is known (warnings())
+        pre = ((ver == 4) & (tot == 0)) | ((col("epb_flags") & EPB_FLAG_TCP_SEG_OFFLOAD) != 0)
         if pre.any():
             self.pre += int(pre.sum())
             self.pre_largest = max(self.pre_largest, int(wire[pre].max()))
+        rest = (ver != 0) & ~pre
+        if rest.any():
+            u, inv, cnt = np.unique(tot[rest], return_inverse=True, return_counts=True)
+            big = np.zeros(len(u), np.int64)
+            np.maximum.at(big, inv.ravel(), wire[rest].astype(np.int64))
+            for k, c, b in zip(u.tolist(), cnt.tolist(), big.tolist()):
+                e = self.tot_hist.setdefault(k, [0, 0])
+                e[0] += c
+                e[1] = max(e[1], b)
         self.partial += int(np.count_nonzero(col("l4_csum_state") == CSUM_PARTIAL))
         self.cut += int(np.count_nonzero(col("status") == STATUS_TRUNCATED))
         if self.verify:
@@ -363,10 +372,16 @@ class _Counters:
         out: list[str] = []
         if not self.packets:
             return out
-        if self.pre:
-            out.append(f"{self.pre} frames are already coalesced (more IP bytes than a "
-                       f"{MTU_IP_BYTES}-byte MTU, IPv4 total length 0 or the pcapng TSO flag; "
-                       f"largest {self.pre_largest} bytes): captured after GRO/TSO or on a "
+        mtu = self.coalesced.stats.mtu_inference()
+        if mtu.conflict:
+            out.append(mtu.conflict)
+        above = [e for k, e in self.tot_hist.items() if k > mtu.mtu]
+        pre = self.pre + sum(e[0] for e in above)
+        if pre:
+            largest = max([self.pre_largest] + [e[1] for e in above])
+            out.append(f"{pre} frames are already coalesced (more IP bytes than the "
+                       f"{mtu.mtu}-byte MTU, IPv4 total length 0 or the pcapng TSO flag; "
+                       f"largest {largest} bytes): captured after GRO/TSO or on a "
                        f"jumbo MTU, so the capture does not show the segments on the wire")
             co = self.coalesced
             if co is not None and co.num:
@@ -579,7 +594,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         tm = {"engine": 0.0, "coalesced": 0.0}
         t_start = clock()
         # 1. decode pass: decoded rows to a temporary Parquet, counters, coalesced stats
-        coal = _Coalesced()
+        coal = _Coalesced(config.mtu)
         counters.coalesced = coal
         for file_index, path in enumerate(files):
             info = None
@@ -644,8 +659,10 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         keys = pa.concat_tables(key_parts) if key_parts else \
             PACKET_SCHEMA.empty_table().select(_FLOW_KEY_COLS)
         flows = _flows_table(keys, flow_pk, flow_pay, runs)
-        meta = Analysis(PACKET_SCHEMA.empty_table(), infos, config,
-                        {m: None for m in models}, decode_options).metadata()
+        meta_of = Analysis(PACKET_SCHEMA.empty_table(), infos, config,
+                           {m: None for m in models}, decode_options)
+        meta_of.mtu = coal.stats.mtu_inference()
+        meta = meta_of.metadata()
 
         tm["flows"] = clock() - t_start
         t_start = clock()
@@ -861,6 +878,7 @@ def _summary(c: _Counters, runs, infos, config: GroConfig, flows: pa.Table) -> d
         "models": models,
         "encapsulations": enc,
         "warnings": c.warnings(flows),
+        "mtu": c.coalesced.stats.mtu_inference().as_dict(),
     }
 
 

@@ -154,7 +154,7 @@ class KernelProfile:
 
 MODELS = ("ideal", "napi")
 _OPTIONAL_DEFAULTS = {"native_gro": True, "tunnel_gro": None, "udp_tunnels": "",
-                      "udp_gro": "off", "vlan_gro": True}
+                      "udp_gro": "off", "vlan_gro": True, "mtu": None}
 
 # --udp-gro: udp_gro_receive's modes (net/ipv4/udp_offload.c)
 UDP_GRO_MODES = ("off", "socket", "forward", "fraglist")
@@ -227,6 +227,9 @@ class GroConfig:
         vlan_gro: the kernel has vlan_gro_receive (CONFIG_VLAN_8021Q, vlan_core.c's
             vlan_offload_init). ``False``: in-band 802.1Q / 802.1ad frames skip GRO
             (BYPASS_NO_VLAN_GRO), as on kernels built without 802.1Q support.
+        mtu: the receiving device's MTU (bytes of IP packet): a frame with at most this
+            many outermost IP bytes is a wire frame, a larger one was captured already
+            coalesced. ``None``: inferred from the capture (:mod:`gropcap.mtu`).
     """
 
     kernel: KernelProfile = field(default_factory=lambda: KernelProfile(NEWEST_KERNEL))
@@ -247,6 +250,7 @@ class GroConfig:
     udp_tunnels: tuple = ()
     udp_gro: str = "off"
     vlan_gro: bool = True
+    mtu: int | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "udp_tunnels", parse_udp_tunnels(self.udp_tunnels))
@@ -264,6 +268,9 @@ class GroConfig:
         for name in ("gro_max_size", "gro_ipv4_max_size"):
             if not 1 <= getattr(self, name) <= 512 * 1024:
                 raise ConfigError(f"{name} must be between 1 and 524288")
+        if self.mtu is not None and not 68 <= self.mtu <= 65536:
+            raise ConfigError(f"mtu {self.mtu} out of range 68..65536",
+                              hint="the receiving device's MTU, e.g. 1500, 9000 or 65535")
 
     def replace(self, **changes) -> "GroConfig":
         return dataclasses.replace(self, **changes)

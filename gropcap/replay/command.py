@@ -152,13 +152,16 @@ def _default_kernel() -> str:
               help="Create these UDP tunnel devices in the receiving namespace (vxlan, "
                    "vxlan-gpe, geneve), so their ports are aggregated as tunnels; the "
                    "simulator gets the same sockets.")
+@click.option("--mtu", type=click.IntRange(68, 65535), default=65535, show_default=True,
+              metavar="BYTES", help="MTU of the veth pair (every replayed frame must fit: "
+                                    "the simulator takes them all as wire frames).")
 @click.option("--cleanup-stale", is_flag=True,
               help="Instead of replaying: delete the namespaces left behind by killed "
                    "replays (owner process gone), one line per namespace. No FILES.")
 @click.option("--dry-run", is_flag=True,
               help="With --cleanup-stale: only list the stale namespaces.")
 def kernel_replay(files, kernel, burst, flush_timeout_us, engine, no_fix_checksums, as_json,
-                  udp_tunnel, cleanup_stale, dry_run):
+                  udp_tunnel, mtu, cleanup_stale, dry_run):
     """Replay capture FILES through this machine's kernel GRO (veth, root) and compare
     the super-packets it builds with the simulator's.
 
@@ -194,7 +197,7 @@ def kernel_replay(files, kernel, burst, flush_timeout_us, engine, no_fix_checksu
             bursts = [i // burst for i in range(len(frames))]
             res = replay(frames, bursts, wire_lens=wires, fix_checksums=not no_fix_checksums,
                          csum_not_ready=cnr, flush_timeout_ns=flush_timeout_us * 1000,
-                         udp_tunnels=tunnels)
+                         udp_tunnels=tunnels, mtu=mtu)
             packets, sim = simulate_replay(res, kernel=kernel, engine=engine)
             rep = compare(packets, res, sim)
             all_ok &= rep.ok

@@ -143,9 +143,10 @@ def _apply_settings(config, settings, option: str):
                 changes[key] = KernelProfile.parse(value)
             elif key == "rss_key":
                 changes[key] = bytes.fromhex(value.replace(":", ""))
-            elif key == "tunnel_gro":
+            elif key in ("tunnel_gro", "mtu"):
                 v = value.strip().lower()
-                changes[key] = None if v in ("none", "") else v in ("1", "true", "yes", "on")
+                changes[key] = None if v in ("none", "", "auto") else \
+                    int(v) if key == "mtu" else v in ("1", "true", "yes", "on")
             elif isinstance(default, bool):
                 changes[key] = value.lower() in ("1", "true", "yes", "on")
             elif isinstance(default, int):
