@@ -323,6 +323,7 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
                 res = streaming.stream_analyze(list(files), config, models=models,
                                                decode_options=options, out_dir=out_dir,
                                                force=force, progress=progress)
+            res.summary["receive"] = _receive_context(config, res.summary["mtu"])
             if fmt == "json":
                 click.echo(json.dumps(res.summary, indent=2))
             else:
@@ -348,12 +349,27 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
     if plot:
         from gropcap.report.plots import save_plots
         save_plots(analysis, plot)
+    from gropcap.context import ReceiveContext
+    analysis.receive = ReceiveContext.from_click(click.get_current_context(), config)
     if fmt == "json":
-        click.echo(json.dumps(analysis.summary(), indent=2))
+        from gropcap.report.receive import tunnel_hint
+        d = analysis.summary()
+        hint = tunnel_hint(analysis)
+        if hint:
+            d["udp_tunnel_hint"] = hint
+        click.echo(json.dumps(d, indent=2))
     else:
         click.echo(render_text(analysis, color=sys.stdout.isatty()), nl=False)
     if getattr(analysis, "failures", None):
         sys.exit(1)   # results are complete for the other inputs, but not for these
+
+
+def _receive_context(config, mtu: dict) -> dict:
+    """The summary's ``receive`` for this command line (options typed vs defaults)."""
+    from gropcap.context import ReceiveContext
+    from gropcap.mtu import MtuInference
+    return ReceiveContext.from_click(click.get_current_context(), config).with_mtu(
+        MtuInference(**mtu)).as_dict()
 
 
 def _register_optional():

@@ -845,6 +845,8 @@ def _empty_superpackets() -> pa.Table:
 
 def _summary(c: _Counters, runs, infos, config: GroConfig, flows: pa.Table) -> dict:
     """report.summary.summary_dict from the streaming counters."""
+    from gropcap.context import ReceiveContext
+    from gropcap.report.receive import napi_dependence
     statuses = {STATUS_NAMES.get(int(s), str(int(s))): int(c.status[s])
                 for s in np.nonzero(c.status)[0]}
     models = {}
@@ -879,6 +881,9 @@ def _summary(c: _Counters, runs, infos, config: GroConfig, flows: pa.Table) -> d
         "encapsulations": enc,
         "warnings": c.warnings(flows),
         "mtu": c.coalesced.stats.mtu_inference().as_dict(),
+        "receive": ReceiveContext.from_config(config).with_mtu(
+            c.coalesced.stats.mtu_inference()).as_dict(),
+        "napi_dependence": napi_dependence(models),
     }
 
 

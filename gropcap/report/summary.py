@@ -166,7 +166,7 @@ def summary_dict(analysis) -> dict:
     status = packets.column("status").to_numpy() if packets.num_rows else np.zeros(0, np.uint8)
     statuses = {STATUS_NAMES.get(int(s), str(int(s))): int(c)
                 for s, c in zip(*np.unique(status, return_counts=True))}
-    return {
+    out = {
         "gropcap": __version__,
         "kernel": analysis.config.kernel.name,
         "files": [{"path": i.path, "records": i.records, "sha256": i.sha256,
@@ -181,6 +181,10 @@ def summary_dict(analysis) -> dict:
         "mtu": mtu_of(analysis).as_dict(),
         **_stage_and_egress(analysis),
     }
+    from gropcap.report.receive import napi_dependence, receive_of
+    out["receive"] = receive_of(analysis, mtu_of(analysis)).as_dict()
+    out["napi_dependence"] = napi_dependence(out["models"])
+    return out
 
 
 def _stage_and_egress(analysis) -> dict:
@@ -220,9 +224,9 @@ def render_text(analysis, *, top_flows: int = 5, width: int = 80, color: bool = 
     console.print(f"gropcap {__version__}: kernel {s['kernel']}, {s['packets']} packets, "
                   f"{s['wire_bytes']} bytes on the wire")
     console.print(f"capture: {files}")
-    if s.get("mtu"):
-        from gropcap.mtu import MtuInference
-        console.print(MtuInference(**s["mtu"]).line())
+    from gropcap.report import receive
+    for line in receive.receive_lines(s, width):
+        console.print(line)
     for f in s["files"]:
         for w in f["warnings"]:
             console.print(f"warning: {w}")
@@ -243,6 +247,9 @@ def render_text(analysis, *, top_flows: int = 5, width: int = 80, color: bool = 
                   f"{ms['aggregation_ratio']:.2f}", str(ms["largest_superpacket"]))
     console.print()
     console.print(t)
+    for line in (receive.dependence_lines(s, width)
+                 + receive.tunnel_lines(receive.tunnel_hint(analysis), width)):
+        console.print(line)
 
     if "stages" in s:
         t = Table(title="GRO stages (segments in, super-packets out)")
