@@ -223,6 +223,8 @@ class CoalescedStats:
         self.other_tot: dict[int, int] = {}   # outermost IP length of other IP frames
         self.syn_data_tot: dict[int, int] = {}  # the same of TCP SYNs carrying data
         self.hard = 0           # frames marked coalesced whatever the MTU
+        self.eth_frames = 0     # Ethernet frames, and those with all-zero MACs (Linux lo)
+        self.zero_mac = 0
         self._inference = None
         self._num = None
 
@@ -316,6 +318,9 @@ class CoalescedStats:
         col = lambda name: t.column(name).to_numpy()  # noqa: E731
         data, hard, tot = self._marks(t)
         self.hard += int(hard.sum())
+        eth = col("linktype") == C.LINKTYPE_ETHERNET
+        self.eth_frames += int(eth.sum())
+        self.zero_mac += int((eth & (col("eth_dst") == 0) & (col("eth_src") == 0)).sum())
         tcp = (col("l4_proto") == C.IPPROTO_TCP) & (col("status") == STATUS_OK)
         syn = tcp & ((col("tcp_flags") & C.TCP_FLAG_SYN) != 0) & (col("tcp_mss") != 0)
         synd = data & syn & ~hard      # data on a SYN: coalesced above the MTU, no size
@@ -401,6 +406,8 @@ class CoalescedStats:
             for k, c in theirs.items():
                 mine[k] = mine.get(k, 0) + c
         self.hard += later.hard
+        self.eth_frames += later.eth_frames
+        self.zero_mac += later.zero_mac
         self._inference = None
         return self
 

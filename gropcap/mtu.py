@@ -16,12 +16,14 @@ device's MTU". The rules, first that applies:
    but a TCP data frame whose payload exceeds its direction's MSS (a TCP payload above the
    MSS can only be GRO/TSO output). Then the device MTU may be larger than the SYNs say
    (MSS clamping) or the frames are UDP GRO/GSO output; they are taken as coalesced.
-3. **Jumbo flows.** Without SYNs: a TCP direction whose most common data frame (at least
+3. **Linux loopback.** Without SYNs: every Ethernet frame has all-zero MAC addresses, as
+   on ``lo`` (``loopback_setup``: MTU 64 KiB): MTU 65536.
+4. **Jumbo flows.** Without SYNs: a TCP direction whose most common data frame (at least
    two of them) is an IP packet of 1501..9216 bytes segments to a jumbo MTU (a sender cuts
    full segments at one size), unless that frame's payload is a multiple of a smaller
    payload the same direction also sent (then it is TSO/GRO output: k segments of that
    size). The MTU is the largest such size, rounded up to 9000 when below it.
-4. Otherwise the Ethernet default, 1500. Frames above it (with no SYN to tell a 64 KiB
+5. Otherwise the Ethernet default, 1500. Frames above it (with no SYN to tell a 64 KiB
    loopback/veth MTU from GRO/TSO output) are taken as coalesced, and the report says so.
 """
 
@@ -126,6 +128,11 @@ def resolve_mtu(stats) -> MtuInference:
                         f"provably coalesced (no TCP payload above its MSS); they are taken "
                         f"as coalesced. Give --mtu if the receiving device's MTU is larger")
         return MtuInference(mtu, "inferred", evidence, above(mtu), largest, conflict)
+    if stats.eth_frames and stats.zero_mac == stats.eth_frames:
+        return MtuInference(MAX_MTU, "inferred",
+                            f"all-zero MAC addresses on {stats.eth_frames} Ethernet frames "
+                            f"(Linux loopback, no SYN in the capture)",
+                            above(MAX_MTU), largest)
     jumbo = []
     for d in stats.sizes.values():
         by_tot: dict[int, int] = {}
@@ -144,7 +151,7 @@ def resolve_mtu(stats) -> MtuInference:
         evidence = (f"the full segments of {n} TCP direction{'s' if n != 1 else ''} "
                     f"({size} IP bytes; no SYN in the capture)")
         return MtuInference(mtu, "inferred", evidence, above(mtu), largest)
-    evidence = "no SYN MSS and no jumbo-frame flow in the capture"
+    evidence = "no SYN MSS, no jumbo or loopback frames"
     return MtuInference(ETH_MTU, "default", evidence, above(ETH_MTU), largest)
 
 

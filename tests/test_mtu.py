@@ -192,6 +192,17 @@ def test_1500_capture_inferred_and_post_gro_frames_coalesced_without_conflict(tm
     assert got["models"]["ideal"]["segments_in"] == 5 + 3 * 4 + 2
 
 
+def test_loopback_capture_without_syn(tmp_path):
+    """tcpdump -i lo: Ethernet frames with all-zero MACs; 64 KiB segments are wire frames."""
+    frames = [eth(ipv4("127.0.0.1", "127.0.0.1", 6,
+                       tcp(40000, 5201, seq=1 + k * 32768, ack=1, payload=bytes(32768))),
+                  dst=bytes(6), src=bytes(6)) for k in range(4)]
+    got = run_json(_write(tmp_path / "lo.pcap", frames), "--model", "ideal")
+    assert (got["mtu"]["mtu"], got["mtu"]["source"]) == (65536, "inferred")
+    assert not coalesced_warning(got)
+    assert got["models"]["ideal"]["segments_in"] == 4
+
+
 def test_1500_capture_without_syn_is_the_default(tmp_path):
     got = run_json(_write(tmp_path / "plain.pcap", bulk(10, 1448)))
     assert (got["mtu"]["mtu"], got["mtu"]["source"]) == (1500, "default")
