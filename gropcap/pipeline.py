@@ -158,6 +158,9 @@ class Analysis:
         self.coalesced = None
         # mtu.MtuInference: the receiving device's MTU in use and where it came from
         self.mtu = None
+        # context.ReceiveContext set by the CLI (options typed) or a receiver profile;
+        # None: taken from ``config`` (report.receive.receive_of)
+        self.receive = None
         self._cache: dict = {}
 
     def __repr__(self) -> str:

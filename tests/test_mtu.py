@@ -316,3 +316,22 @@ def test_live_veth_64k_mtu_19_segments(tmp_path):
     assert res.seg_payload_len.tolist() == kernel
     res = analyze(path, GroConfig(mtu=1500), models=("ideal",)).results["ideal"]
     assert res.seg_payload_len.tolist() != kernel
+
+
+def test_kernel_replay_sets_the_veth_mtu(monkeypatch, tmp_path):
+    """`kernel-replay --mtu` reaches the veth set-up (the replay's `mtu`)."""
+    from test_kernel_replay import _fake_replay
+
+    from gropcap.replay.command import kernel_replay
+    kernel, fake = _fake_replay(False)
+    seen = []
+
+    def spy(frames, bursts=None, **kw):
+        seen.append(kw.get("mtu"))
+        return fake(frames, bursts, **kw)
+    monkeypatch.setattr(kernel, "replay", spy)
+    path = _write(tmp_path / "k.pcap", bulk(4, 1000))
+    for args, want in (([], 65535), (["--mtu", "9000"], 9000)):
+        r = CliRunner().invoke(kernel_replay, [path, "--kernel", "6.18", *args])
+        assert r.exit_code == 0, r.output
+        assert seen[-1] == want
