@@ -325,7 +325,10 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
                                                force=force, progress=progress)
             res.summary["receive"] = _receive_context(config, res.summary["mtu"])
             if fmt == "json":
-                click.echo(json.dumps(res.summary, indent=2))
+                d = dict(res.summary)
+                if res.udp_tunnel_hint:
+                    d["udp_tunnel_hint"] = res.udp_tunnel_hint
+                click.echo(json.dumps(d, indent=2))
             else:
                 click.echo(streaming.render_text(res, color=sys.stdout.isatty()), nl=False)
             return

@@ -75,6 +75,9 @@ class StreamResult:
     paths: list
     metadata: dict
     peak_spill_bytes: int = 0
+    # UDP tunnels on ports without a tunnel socket (report.receive.tunnel_hint, not run
+    # again), or None
+    udp_tunnel_hint: dict | None = None
     timings: dict = dataclasses.field(default_factory=dict)
 
     @property
@@ -326,6 +329,7 @@ class _Counters:
         self.pre = 0            # frames marked coalesced whatever the MTU
         self.pre_largest = 0
         self.tot_hist: dict[int, list[int]] = {}  # IP length -> [frames, largest frame]
+        self.udp_tunnels: dict = {}   # (kind, port) -> packets (report.receive)
         self.partial = 0
         self.cut = 0
         self.short = 0
@@ -360,6 +364,9 @@ class _Counters:
                 e = self.tot_hist.setdefault(k, [0, 0])
                 e[0] += c
                 e[1] = max(e[1], b)
+        from gropcap.report.receive import udp_tunnel_counts
+        for k, n in udp_tunnel_counts(t).items():
+            self.udp_tunnels[k] = self.udp_tunnels.get(k, 0) + n
         self.partial += int(np.count_nonzero(col("l4_csum_state") == CSUM_PARTIAL))
         self.cut += int(np.count_nonzero(col("status") == STATUS_TRUNCATED))
         if self.verify:
@@ -811,8 +818,10 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 shutil.move(src, dst) if os.path.dirname(os.path.abspath(src)) != \
                     os.path.dirname(os.path.abspath(dst)) else os.replace(src, dst)
                 written.append(dst)
+        from gropcap.report.receive import missing_tunnels
         return StreamResult(summary=summary, flows=flows, paths=written, metadata=meta,
-                            peak_spill_bytes=peak, timings=tm)
+                            peak_spill_bytes=peak, timings=tm,
+                            udp_tunnel_hint=missing_tunnels(counters.udp_tunnels, config))
     finally:
         for run in locals().get("runs", []):
             for sp in (run.rows, run.verdicts, run.segs):

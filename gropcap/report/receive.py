@@ -56,6 +56,32 @@ def napi_dependence(models: dict) -> dict | None:
     return out
 
 
+def udp_tunnel_counts(t) -> dict[tuple[str, int], int]:
+    """``{(kind, UDP port): packets}`` of the UDP tunnels decoded in packet table ``t``."""
+    tun = t.column("tun_type").to_numpy()
+    udp = (t.column("outer_l4_proto").to_numpy() == C.IPPROTO_UDP) & \
+        np.isin(tun, list(UDP_TUNNEL_KINDS))
+    out: dict = {}
+    if udp.any():
+        port = t.column("outer_dport").to_numpy()[udp].astype(np.int64)
+        pair = tun[udp].astype(np.int64) * 65536 + port
+        for key, n in zip(*np.unique(pair, return_counts=True)):
+            out[(UDP_TUNNEL_KINDS[int(key) >> 16], int(key) & 0xFFFF)] = int(n)
+    return out
+
+
+def missing_tunnels(counts: dict, config) -> dict | None:
+    """The hint without model runs (``models`` None) for ``{(kind, port): packets}``:
+    the tunnels on ports with no tunnel socket in ``config``, or None."""
+    missing = [{"kind": k, "port": p, "packets": n} for (k, p), n in sorted(counts.items())
+               if not config.udp_tunnel_socket(k, p)]
+    if not missing:
+        return None
+    return {"tunnels": missing,
+            "option": "--udp-tunnel " + ",".join(f"{m['kind']}:{m['port']}" for m in missing),
+            "models": None}
+
+
 def tunnel_hint(analysis, max_rows: int = HINT_MAX_ROWS) -> dict | None:
     """UDP tunnels (VXLAN, VXLAN-GPE, Geneve, FOU, GUE) decoded on ports where the
     configuration has no tunnel socket, and what the matching ``--udp-tunnel`` gives.
@@ -65,29 +91,17 @@ def tunnel_hint(analysis, max_rows: int = HINT_MAX_ROWS) -> dict | None:
     (``models`` is None above ``max_rows`` rows: not run again).
     """
     t = getattr(analysis, "decoded", None)
-    if t is None or not t.num_rows:
+    if t is None:       # a streamed result: detected while decoding, not run again
+        return getattr(analysis, "udp_tunnel_hint", None)
+    if not t.num_rows:
         return None
     cache = getattr(analysis, "_cache", {})
     if "tunnel_hint" in cache:
         return cache["tunnel_hint"]
-    tun = t.column("tun_type").to_numpy()
-    udp = (t.column("outer_l4_proto").to_numpy() == C.IPPROTO_UDP) & \
-        np.isin(tun, list(UDP_TUNNEL_KINDS))
     config = analysis.config
-    missing = []
-    if udp.any():
-        port = t.column("outer_dport").to_numpy()[udp].astype(np.int64)
-        pair = tun[udp].astype(np.int64) * 65536 + port
-        for key, n in zip(*np.unique(pair, return_counts=True)):
-            kind, p = UDP_TUNNEL_KINDS[int(key) >> 16], int(key) & 0xFFFF
-            if not config.udp_tunnel_socket(kind, p):
-                missing.append({"kind": kind, "port": p, "packets": int(n)})
-    hint = None
-    if missing:
-        pairs = tuple((m["kind"], m["port"]) for m in missing)
-        hint = {"tunnels": missing,
-                "option": "--udp-tunnel " + ",".join(f"{k}:{p}" for k, p in pairs),
-                "models": None}
+    hint = missing_tunnels(udp_tunnel_counts(t), config)
+    if hint is not None:
+        pairs = tuple((m["kind"], m["port"]) for m in hint["tunnels"])
         if t.num_rows <= max_rows:
             from gropcap.pipeline import simulate
             from gropcap.report.summary import _segments, model_summary
@@ -160,10 +174,11 @@ def tunnel_lines(hint: dict | None, width: int = 80) -> list[str]:
         text += " gives: " + ", ".join(
             f"{m} {r['ratio']:.2f} -> {r['ratio_with']:.2f}" for m, r in hint["models"].items())
     else:
-        text += " was not modelled again (large capture): run with it"
+        text += " was not modelled again (large or streamed capture): run with it"
     return _wrap([text], width)
 
 
-__all__ = ["receive_of", "napi_dependence", "tunnel_hint", "receive_lines",
+__all__ = ["receive_of", "napi_dependence", "tunnel_hint", "udp_tunnel_counts",
+           "missing_tunnels", "receive_lines",
            "dependence_lines", "tunnel_lines",
            "POLL_END_REASONS", "UDP_TUNNEL_KINDS", "HINT_MAX_ROWS"]
