@@ -125,8 +125,30 @@ def test_geneve_without_socket():
 def test_large_capture_hint_names_the_option_without_running():
     a = analyze(VXLAN)
     a._cache.pop("tunnel_hint", None)
-    hint = tunnel_hint(a, max_rows=10)
+    hint = tunnel_hint(a, max_rows=10, napi_max_rows=10)
     assert hint["models"] is None and hint["option"] == "--udp-tunnel vxlan:4789"
+    assert hint["left_out"] == ["ideal", "napi"]
+    a._cache.pop("tunnel_hint", None)
+    hint = tunnel_hint(a, napi_max_rows=10)       # the ideal model runs on the tunnel rows
+    assert list(hint["models"]) == ["ideal"] and hint["left_out"] == ["napi"]
+    from gropcap.report.receive import tunnel_lines
+    assert "napi not run again (too many rows)" in " ".join(" ".join(tunnel_lines(hint)).split())
+
+
+def test_ideal_hint_on_the_tunnel_rows_equals_the_whole_capture(tmp_path):
+    """The ideal model runs the tunnels' rows alone: on a capture mixing plain TCP and
+    VXLAN the result equals a run of the whole capture with the socket."""
+    import shutil
+    d = tmp_path / "mixed"
+    d.mkdir()
+    shutil.copy(IPV4, d / "a.pcap")
+    shutil.copy(VXLAN, d / "b.pcap")
+    a = analyze(str(d))
+    hint = tunnel_hint(a, napi_max_rows=10**9)
+    whole = analyze(str(d), GroConfig(udp_tunnels="vxlan:4789")).summary()["models"]
+    assert hint["models"]["ideal"]["ratio_with"] == whole["ideal"]["aggregation_ratio"]
+    assert hint["models"]["napi"]["ratio_with"] == whole["napi"]["aggregation_ratio"]
+    assert hint["models"]["ideal"]["ratio"] < whole["ideal"]["aggregation_ratio"]
 
 
 def test_reason_text_names_udp_tunnel():

@@ -23,8 +23,10 @@ POLL_END_REASONS = {"END_POLL": "a poll end",
 UDP_TUNNEL_KINDS = {C.TUN_VXLAN: "vxlan", C.TUN_VXLAN_GPE: "vxlan-gpe",
                     C.TUN_GENEVE: "geneve", C.TUN_FOU: "fou", C.TUN_GUE: "gue"}
 # above this many rows the hint names the option but does not run the model again (UDP
-# tunnel sockets run on the reference engine)
-HINT_MAX_ROWS = 300_000
+# tunnel sockets run on the reference engine, a few thousand rows per second): the
+# tunnels' rows for the ideal model, the whole capture for napi
+HINT_MAX_ROWS = 60_000
+HINT_NAPI_MAX_ROWS = 20_000
 
 
 def receive_of(analysis, mtu=None):
@@ -82,13 +84,17 @@ def missing_tunnels(counts: dict, config) -> dict | None:
             "models": None}
 
 
-def tunnel_hint(analysis, max_rows: int = HINT_MAX_ROWS) -> dict | None:
+def tunnel_hint(analysis, max_rows: int = HINT_MAX_ROWS,
+                napi_max_rows: int = HINT_NAPI_MAX_ROWS) -> dict | None:
     """UDP tunnels (VXLAN, VXLAN-GPE, Geneve, FOU, GUE) decoded on ports where the
     configuration has no tunnel socket, and what the matching ``--udp-tunnel`` gives.
 
     Returns None when there are none, else ``{"tunnels": [{"kind", "port", "packets"}],
-    "option": "--udp-tunnel vxlan:4789", "models": {model: {"ratio", "ratio_with"}}}``
-    (``models`` is None above ``max_rows`` rows: not run again).
+    "option": "--udp-tunnel vxlan:4789", "models": {model: {"ratio", "ratio_with"}},
+    "left_out": [models not run again]}``;
+    the ideal model is run again on the tunnels' rows (up to ``max_rows`` of them), the
+    napi model on the whole capture (up to ``napi_max_rows`` rows); a model above its
+    limit is left out (``models`` None when both are).
     """
     t = getattr(analysis, "decoded", None)
     if t is None:       # a streamed result: detected while decoding, not run again
@@ -102,22 +108,53 @@ def tunnel_hint(analysis, max_rows: int = HINT_MAX_ROWS) -> dict | None:
     hint = missing_tunnels(udp_tunnel_counts(t), config)
     if hint is not None:
         pairs = tuple((m["kind"], m["port"]) for m in hint["tunnels"])
-        if t.num_rows <= max_rows:
-            from gropcap.pipeline import simulate
-            from gropcap.report.summary import _segments, model_summary
-
-            cfg = config.replace(udp_tunnels=config.udp_tunnels + pairs)
-            co = getattr(analysis, "coalesced", None)
-            seg = _segments(analysis)
-            hint["models"] = {}
-            for m, res in analysis.results.items():
-                with_it = simulate(t, cfg.replace(model=m), coalesced=co)
-                hint["models"][m] = {
-                    "ratio": model_summary(res, seg)["aggregation_ratio"],
-                    "ratio_with": model_summary(with_it, seg)["aggregation_ratio"]}
+        hint["models"] = _with_sockets(analysis, pairs, max_rows, napi_max_rows)
+        hint["left_out"] = [m for m in analysis.results if m not in (hint["models"] or {})]
     if isinstance(cache, dict):
         cache["tunnel_hint"] = hint
     return hint
+
+
+def _with_sockets(analysis, pairs, max_rows: int, napi_max_rows: int) -> dict | None:
+    """``{model: {"ratio", "ratio_with"}}`` with tunnel sockets for ``pairs`` added.
+
+    The ideal model has no polls and no table limit, so flows do not interact: only the
+    rows of those tunnels can change, and they are run alone (up to ``max_rows``). The
+    napi model shares polls and the GRO table between flows: it runs on the whole table
+    (up to ``napi_max_rows``). Models left out are missing from the dict."""
+    from gropcap.gso import CoalescedInput
+    from gropcap.pipeline import simulate
+    from gropcap.report.summary import _segments, model_summary
+
+    t = analysis.decoded
+    cfg = analysis.config.replace(udp_tunnels=analysis.config.udp_tunnels + pairs)
+    co = getattr(analysis, "coalesced", None)
+    seg = _segments(analysis)
+    segments = int(np.asarray(seg, np.int64).sum()) if seg is not None else t.num_rows
+    tun = t.column("tun_type").to_numpy()
+    port = t.column("outer_dport").to_numpy()
+    mask = np.zeros(t.num_rows, bool)
+    for kind, p in pairs:
+        code = next(c for c, k in UDP_TUNNEL_KINDS.items() if k == kind)
+        mask |= (tun == code) & (port == p)
+    mask &= t.column("outer_l4_proto").to_numpy() == C.IPPROTO_UDP
+    out = {}
+    for m, res in analysis.results.items():
+        if m == "ideal" and mask.sum() <= max_rows:
+            idx = np.flatnonzero(mask)
+            sco = None if co is None else CoalescedInput(co.is_gso[idx], co.gso_size[idx],
+                                                         co.segs[idx], co.source[idx])
+            sub = simulate(t.take(idx), cfg.replace(model=m),
+                           coalesced=sco if sco is not None and sco.num_coalesced else None)
+            before = int(np.count_nonzero(mask[res.seg_first_packet]))
+            total = res.num_superpackets - before + sub.num_superpackets
+        elif m != "ideal" and t.num_rows <= napi_max_rows:
+            total = simulate(t, cfg.replace(model=m), coalesced=co).num_superpackets
+        else:
+            continue
+        out[m] = {"ratio": model_summary(res, seg)["aggregation_ratio"],
+                  "ratio_with": round(segments / total, 4) if total else 0.0}
+    return out or None
 
 
 def _wrap(lines, width):
@@ -170,15 +207,19 @@ def tunnel_lines(hint: dict | None, width: int = 80) -> list[str]:
                      for t in hint["tunnels"])
     text = (f"tunnel sockets: {what} met no tunnel socket, so GRO saw plain UDP "
             f"(BYPASS_UDP_NO_GRO). A receiver with that tunnel device ({hint['option']})")
-    if hint["models"]:
+    models = hint["models"] or {}
+    if models:
         text += " gives: " + ", ".join(
-            f"{m} {r['ratio']:.2f} -> {r['ratio_with']:.2f}" for m, r in hint["models"].items())
-    else:
-        text += " was not modelled again (large or streamed capture): run with it"
+            f"{m} {r['ratio']:.2f} -> {r['ratio_with']:.2f}" for m, r in models.items())
+    left = hint.get("left_out")
+    if left and models:
+        text += f"; {', '.join(left)} not run again (too many rows): run with it"
+    elif not models:
+        text += " was not modelled again (too many rows, or streamed): run with it"
     return _wrap([text], width)
 
 
 __all__ = ["receive_of", "napi_dependence", "tunnel_hint", "udp_tunnel_counts",
            "missing_tunnels", "receive_lines",
            "dependence_lines", "tunnel_lines",
-           "POLL_END_REASONS", "UDP_TUNNEL_KINDS", "HINT_MAX_ROWS"]
+           "POLL_END_REASONS", "UDP_TUNNEL_KINDS", "HINT_MAX_ROWS", "HINT_NAPI_MAX_ROWS"]
