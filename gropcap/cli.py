@@ -177,6 +177,10 @@ def _gro_options(f):
         click.option("--vlan-gro/--no-vlan-gro", default=True, show_default=True,
                      help="VLAN GRO (vlan_gro_receive); off for kernels built without "
                           "CONFIG_VLAN_8021Q: 802.1Q/802.1ad frames skip GRO."),
+        click.option("--mtu", type=click.IntRange(68, 65536), default=None, metavar="BYTES",
+                     help="MTU of the receiving device: frames with more IP bytes were "
+                          "captured already coalesced (default: inferred from the SYN MSS "
+                          "and frame sizes; the report says from what)."),
         click.option("--tunnel-gro/--no-tunnel-gro", default=None,
                      help="Model the gro_cells stage on tunnel/ERSPAN/DSA devices after "
                           "decapsulation, with GRO on or off there (default: not modelled)."),
@@ -189,7 +193,8 @@ def _gro_options(f):
 def _make_gro_config(kernel, verify_checksums, rss, rss_key, queues, budget, poll_gap_us, hz,
                      gro_flush_timeout_us, napi_defer_hard_irqs, gro_max_size,
                      gro_ipv4_max_size, udp_tunnels=(), udp_gro="off", native_gro=True,
-                     tunnel_gro=None, vlan_gro=True, rx_gro_list=False, tcp_forwarded=False):
+                     tunnel_gro=None, vlan_gro=True, rx_gro_list=False, tcp_forwarded=False,
+                     mtu=None):
     from gropcap.gro.config import GroConfig, KernelProfile
 
     kw = {}
@@ -211,7 +216,7 @@ def _make_gro_config(kernel, verify_checksums, rss, rss_key, queues, budget, pol
                          gro_ipv4_max_size=gro_ipv4_max_size,
                          udp_tunnels=",".join(udp_tunnels), udp_gro=udp_gro,
                          native_gro=native_gro, tunnel_gro=tunnel_gro, vlan_gro=vlan_gro,
-                         rx_gro_list=rx_gro_list, tcp_local_socket=not tcp_forwarded,
+                         rx_gro_list=rx_gro_list, tcp_local_socket=not tcp_forwarded, mtu=mtu,
                          **kw)
     except ConfigError as e:
         raise click.BadParameter(e.one_line()) from None
@@ -222,7 +227,7 @@ _DECODE_KEYS = ("vxlan_ports", "geneve_ports", "vxlan_gpe_ports", "fou_ports", "
 _GRO_KEYS = ("kernel", "verify_checksums", "rss", "rss_key", "queues", "budget", "poll_gap_us",
              "hz", "gro_flush_timeout_us", "napi_defer_hard_irqs", "gro_max_size",
              "gro_ipv4_max_size", "udp_tunnels", "udp_gro", "native_gro", "tunnel_gro",
-             "vlan_gro", "rx_gro_list", "tcp_forwarded")
+             "vlan_gro", "rx_gro_list", "tcp_forwarded", "mtu")
 
 
 def _split(kw: dict, keys) -> dict:
@@ -343,8 +348,12 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
                 res = streaming.stream_analyze(list(files), config, models=models,
                                                decode_options=options, out_dir=out_dir,
                                                force=force, progress=progress)
+            res.summary["receive"] = _receive_context(config, res.summary["mtu"])
             if fmt == "json":
-                click.echo(json.dumps(res.summary, indent=2))
+                d = dict(res.summary)
+                if res.udp_tunnel_hint:
+                    d["udp_tunnel_hint"] = res.udp_tunnel_hint
+                click.echo(json.dumps(d, indent=2))
             else:
                 click.echo(streaming.render_text(res, color=sys.stdout.isatty()), nl=False)
             return
@@ -368,12 +377,27 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
     if plot:
         from gropcap.report.plots import save_plots
         save_plots(analysis, plot)
+    from gropcap.context import ReceiveContext
+    analysis.receive = ReceiveContext.from_click(click.get_current_context(), config)
     if fmt == "json":
-        click.echo(json.dumps(analysis.summary(), indent=2))
+        from gropcap.report.receive import tunnel_hint
+        d = analysis.summary()
+        hint = tunnel_hint(analysis)
+        if hint:
+            d["udp_tunnel_hint"] = hint
+        click.echo(json.dumps(d, indent=2))
     else:
         click.echo(render_text(analysis, color=sys.stdout.isatty()), nl=False)
     if getattr(analysis, "failures", None):
         sys.exit(1)   # results are complete for the other inputs, but not for these
+
+
+def _receive_context(config, mtu: dict) -> dict:
+    """The summary's ``receive`` for this command line (options typed vs defaults)."""
+    from gropcap.context import ReceiveContext
+    from gropcap.mtu import MtuInference
+    return ReceiveContext.from_click(click.get_current_context(), config).with_mtu(
+        MtuInference(**mtu)).as_dict()
 
 
 def _register_optional():

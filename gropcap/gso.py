@@ -201,20 +201,71 @@ class CoalescedStats:
     """What :func:`coalesced_input` needs from the whole capture, gathered batch by batch.
 
     Per TCP direction (source and destination address and port): the MSS of its first SYN
-    that carries one, and a histogram of the payload sizes of its single (not coalesced)
-    data segments. :meth:`add` folds in the next rows in capture order, :meth:`merge` folds
-    in the statistics of rows that come after (another file, another byte range), and
-    :meth:`infer` gives any rows their :class:`CoalescedInput` once everything is in: a
-    frame's gso_size can depend on a SYN or on segments that come after it. The same
-    statistics whatever the batches, so streaming and distributed runs infer what one
-    pass over the whole table infers.
+    that carries one (and the device MTU it implies), and a histogram of the (outermost IP
+    length, payload) pairs of its data frames that carry no mark of coalescing; per
+    capture: a histogram of the outermost IP lengths of every other IP frame. :meth:`add`
+    folds in the next rows in capture order, :meth:`merge` folds in the statistics of rows
+    that come after (another file, another byte range). The receiving device's MTU
+    (:attr:`mtu`) is the one given (``mtu``) or, when None, inferred from these statistics
+    once everything is in (:meth:`mtu_inference`, rules in :mod:`gropcap.mtu`); then
+    :meth:`infer` gives any rows their :class:`CoalescedInput`: a frame's gso_size can
+    depend on a SYN or on segments that come after it. The same statistics whatever the
+    batches, so streaming and distributed runs infer what one pass over the whole table
+    infers.
     """
 
-    def __init__(self, mtu: int = 1500):
-        self.mtu = mtu
+    def __init__(self, mtu: int | None = None):
+        self.mtu_option = mtu
         self.syn_mss: dict[bytes, int] = {}
+        self.syn_mtu: dict[bytes, int] = {}   # device MTU the SYN's MSS implies
+        # per direction: {(IP length << 20) | payload: frames}
         self.sizes: dict[bytes, dict[int, int]] = {}
-        self.num = 0            # coalesced frames seen by add()
+        self.other_tot: dict[int, int] = {}   # outermost IP length of other IP frames
+        self.syn_data_tot: dict[int, int] = {}  # the same of TCP SYNs carrying data
+        self.hard = 0           # frames marked coalesced whatever the MTU
+        self.eth_frames = 0     # Ethernet frames, and those with all-zero MACs (Linux lo)
+        self.zero_mac = 0
+        self._inference = None
+        self._num = None
+
+    def set_mtu(self, mtu: int | None) -> "CoalescedStats":
+        """Use this MTU (None: infer it); returns self."""
+        self.mtu_option = mtu
+        self._inference = None
+        return self
+
+    def mtu_inference(self):
+        """The :class:`gropcap.mtu.MtuInference` of everything added so far."""
+        if self._inference is None:
+            from gropcap.mtu import resolve_mtu
+            self._inference = resolve_mtu(self)
+            self._num = None
+        return self._inference
+
+    @property
+    def mtu(self) -> int:
+        """The receiving device's MTU in use: given, or inferred."""
+        return self.mtu_inference().mtu
+
+    @property
+    def num(self) -> int:
+        """Coalesced TCP data frames among the rows added."""
+        inf = self.mtu_inference()
+        if self._num is None:
+            self._num = self.hard + sum(c for d in self.sizes.values()
+                                        for k, c in d.items() if (k >> 20) > inf.mtu) \
+                + sum(c for k, c in self.syn_data_tot.items() if k > inf.mtu)
+        return self._num
+
+    def size_hist(self, key: bytes) -> dict[int, int]:
+        """Payload sizes of the direction's single (not coalesced) data segments."""
+        out: dict[int, int] = {}
+        mtu = self.mtu
+        for k, c in self.sizes.get(key, {}).items():
+            if (k >> 20) <= mtu:
+                pl = k & 0xFFFFF
+                out[pl] = out.get(pl, 0) + c
+        return out
 
     @staticmethod
     def _keys(t, rev: bool = False):
@@ -230,10 +281,11 @@ class CoalescedStats:
             t.column(pb).to_numpy().astype(">u2").view(np.uint8).reshape(-1, 2)], axis=1)
         return np.ascontiguousarray(mat)
 
-    def is_gso(self, t):
-        """Per row: a TCP data frame captured already coalesced (pcapng TCP_SEG_OFFLOAD,
-        IPv4 total length 0, IPv6 payload length 0, or an outermost IP packet above the
-        MTU)."""
+    @staticmethod
+    def _marks(t):
+        """``(data, hard, tot)`` per row: a TCP data frame; one marked coalesced whatever
+        the MTU (pcapng TCP_SEG_OFFLOAD, IPv4 total length 0, IPv6 payload length 0); the
+        outermost IP length."""
         import numpy as np
 
         from gropcap import constants as C
@@ -242,44 +294,77 @@ class CoalescedStats:
         enc = col("outer_ip_version") != 0
         v = np.where(enc, col("outer_ip_version"), col("ip_version"))
         tot = np.where(enc, col("outer_ip_tot_len"), col("ip_tot_len")).astype(np.int64)
-        return ((col("status") == STATUS_OK) & (col("l4_proto") == C.IPPROTO_TCP)
-                & (col("payload_len") != 0)
-                & (((col("epb_flags") & C.EPB_FLAG_TCP_SEG_OFFLOAD) != 0)
-                   | ((v == 4) & (tot == 0)) | ((v == 6) & (tot == 40)) | (tot > self.mtu)))
+        data = ((col("status") == STATUS_OK) & (col("l4_proto") == C.IPPROTO_TCP)
+                & (col("payload_len") != 0))
+        hard = data & (((col("epb_flags") & C.EPB_FLAG_TCP_SEG_OFFLOAD) != 0)
+                       | ((v == 4) & (tot == 0)) | ((v == 6) & (tot == 40)))
+        return data, hard, tot
+
+    def is_gso(self, t):
+        """Per row: a TCP data frame captured already coalesced (pcapng TCP_SEG_OFFLOAD,
+        IPv4 total length 0, IPv6 payload length 0, or an outermost IP packet above the
+        MTU)."""
+        data, hard, tot = self._marks(t)
+        return hard | (data & (tot > self.mtu))
 
     def add(self, t) -> None:
         """Fold in the next rows (capture order): first SYN MSS per direction, sizes of
-        single data segments."""
+        data frames, IP lengths of the other frames."""
         import numpy as np
 
         from gropcap import constants as C
         from gropcap.decode.schema import STATUS_OK
+        self._inference = None
         col = lambda name: t.column(name).to_numpy()  # noqa: E731
-        gso = self.is_gso(t)
-        self.num += int(gso.sum())
+        data, hard, tot = self._marks(t)
+        self.hard += int(hard.sum())
+        eth = col("linktype") == C.LINKTYPE_ETHERNET
+        self.eth_frames += int(eth.sum())
+        self.zero_mac += int((eth & (col("eth_dst") == 0) & (col("eth_src") == 0)).sum())
         tcp = (col("l4_proto") == C.IPPROTO_TCP) & (col("status") == STATUS_OK)
         syn = tcp & ((col("tcp_flags") & C.TCP_FLAG_SYN) != 0) & (col("tcp_mss") != 0)
-        data = tcp & ~syn & ~gso & (col("payload_len") > 0)
+        synd = data & syn & ~hard      # data on a SYN: coalesced above the MTU, no size
+        if synd.any():
+            u, c = np.unique(tot[synd], return_counts=True)
+            for k, n in zip(u.tolist(), c.tolist()):
+                self.syn_data_tot[k] = self.syn_data_tot.get(k, 0) + n
+        data = data & ~syn & ~hard
+        ip = (col("ip_version") != 0) & ~data & ~hard & ~synd
+        if ip.any():
+            u, c = np.unique(tot[ip], return_counts=True)
+            for k, n in zip(u.tolist(), c.tolist()):
+                self.other_tot[k] = self.other_tot.get(k, 0) + n
         if not (syn.any() or data.any()):
             return
         if syn.any():
             srows = np.flatnonzero(syn)
             keys = self._keys(t.select(_KEY_COLUMNS).take(srows))
             mss = col("tcp_mss")[srows]
+            # advmss = MTU - 40 (IPv4) / 60 (IPv6) headers without options
+            # (tcp_mss_to_mtu / ip_rt_get_advmss), plus any encapsulation outside it
+            enc = col("outer_ip_version")[srows] != 0
+            first = np.where(enc, col("outer_ip_offset")[srows], col("ip_offset")[srows])
+            base = np.where(col("ip_version")[srows] == 6, 60, 40)
+            implied = mss.astype(np.int64) + base + (col("ip_offset")[srows].astype(np.int64)
+                                                    - first)
             for j in range(len(srows)):
-                self.syn_mss.setdefault(keys[j].tobytes(), int(mss[j]))
+                k = keys[j].tobytes()
+                if k not in self.syn_mss:
+                    self.syn_mss[k] = int(mss[j])
+                    self.syn_mtu[k] = int(implied[j])
         if data.any():
             rows = np.flatnonzero(data)
-            pl = col("payload_len")[rows].astype(np.int64)
+            pl = np.minimum(col("payload_len")[rows].astype(np.int64), 0xFFFFF)
+            size = (tot[rows] << np.int64(20)) | pl
             direction, rep = self._directions(t, rows)
-            # (direction, size) pairs counted as one int64 sort (sizes of a single
-            # segment fit 32 bits: they come from a 16-bit IP length)
-            pair = (direction << np.int64(32)) | pl
+            # (direction, IP length, size) counted as one int64 sort (36 bits of sizes)
+            pair = (direction << np.int64(36)) | size
             _, first, cnt = np.unique(pair, return_index=True, return_counts=True)
             keys = self._keys(t.select(_KEY_COLUMNS).take(rep))
             for j, c in zip(first.tolist(), cnt.tolist()):
                 d = self.sizes.setdefault(keys[direction[j]].tobytes(), {})
-                d[int(pl[j])] = d.get(int(pl[j]), 0) + c
+                k = int(size[j])
+                d[k] = d.get(k, 0) + c
 
     @staticmethod
     def _directions(t, rows):
@@ -309,12 +394,21 @@ class CoalescedStats:
         """Fold in the statistics of rows that come after the ones seen so far (the first
         SYN stays the first); returns self."""
         for k, v in later.syn_mss.items():
-            self.syn_mss.setdefault(k, v)
+            if k not in self.syn_mss:
+                self.syn_mss[k] = v
+                self.syn_mtu[k] = later.syn_mtu[k]
         for k, d in later.sizes.items():
             mine = self.sizes.setdefault(k, {})
             for size, c in d.items():
                 mine[size] = mine.get(size, 0) + c
-        self.num += later.num
+        for mine, theirs in ((self.other_tot, later.other_tot),
+                             (self.syn_data_tot, later.syn_data_tot)):
+            for k, c in theirs.items():
+                mine[k] = mine.get(k, 0) + c
+        self.hard += later.hard
+        self.eth_frames += later.eth_frames
+        self.zero_mac += later.zero_mac
+        self._inference = None
         return self
 
     def infer(self, t) -> CoalescedInput:
@@ -322,6 +416,7 @@ class CoalescedStats:
         :meth:`add`): see :func:`coalesced_input` for the rule."""
         import numpy as np
         n = t.num_rows
+        mtu = self.mtu
         gso = self.is_gso(t)
         gso_size = np.zeros(n, np.int32)
         segs = np.ones(n, np.int32)
@@ -347,14 +442,15 @@ class CoalescedStats:
             for u, j in enumerate(first_of.tolist()):
                 k = keys[j].tobytes()
                 mss_k[u] = self.syn_mss.get(rkeys[j].tobytes()) or self.syn_mss.get(k) or 0
-                if self.sizes.get(k):
+                hist = self.size_hist(k)
+                if hist:
                     # the most common size, the largest on ties
-                    best_k[u] = max(self.sizes[k].items(), key=lambda kv: (kv[1], kv[0]))[0]
+                    best_k[u] = max(hist.items(), key=lambda kv: (kv[1], kv[0]))[0]
             mss = mss_k[inv]
             best = best_k[inv]
             use_syn = (mss != 0) & (mss - opt > 0)
             use_flow = ~use_syn & (best != 0)
-            size = np.where(use_syn, mss - opt, np.where(use_flow, best, self.mtu - hdr))
+            size = np.where(use_syn, mss - opt, np.where(use_flow, best, mtu - hdr))
             src = np.where(use_syn, GSO_SIZE_FROM_SYN,
                            np.where(use_flow, GSO_SIZE_FROM_FLOW, GSO_SIZE_FROM_MTU))
             size = np.maximum(size, 1)
@@ -364,8 +460,11 @@ class CoalescedStats:
         return CoalescedInput(gso, gso_size, segs, source)
 
 
-def coalesced_input(packets, mtu: int = 1500) -> CoalescedInput:
+def coalesced_input(packets, mtu: int | None = None) -> CoalescedInput:
     """Detect frames captured after TSO/GRO and infer their gso_size and segment count.
+
+    ``mtu``: the receiving device's MTU; None infers it from the capture
+    (:func:`gropcap.mtu.resolve_mtu`).
 
     ``packets`` is a PACKET_SCHEMA table. gso_size per frame, first that applies: the MSS
     option of a SYN sent the other way (what the receiver allowed), else of a SYN of the

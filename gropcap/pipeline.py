@@ -156,6 +156,11 @@ class Analysis:
         self.egress_options = egress
         # gso.CoalescedInput when frames were captured already coalesced (else None)
         self.coalesced = None
+        # mtu.MtuInference: the receiving device's MTU in use and where it came from
+        self.mtu = None
+        # context.ReceiveContext set by the CLI (options typed) or a receiver profile;
+        # None: taken from ``config`` (report.receive.receive_of)
+        self.receive = None
         self._cache: dict = {}
 
     def __repr__(self) -> str:
@@ -240,6 +245,8 @@ class Analysis:
                 {"path": i.path, "sha256": i.sha256, "format": i.format,
                  "linktypes": i.linktypes, "records": i.records,
                  "warnings": list(i.warnings)} for i in self.infos]),
+            **({"gropcap.mtu": json.dumps(self.mtu.as_dict())} if self.mtu is not None
+               else {}),
         }
 
 
@@ -280,7 +287,8 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
 
     Frames captured already coalesced (after TSO/GRO: IP packet above the MTU, IPv4 total
     length 0, pcapng TCP_SEG_OFFLOAD flag; ``gso.coalesced_input``) are found
-    automatically and arrive as TCP GSO packets with the inferred gso_size, in both
+    automatically; the MTU is ``config.mtu`` or inferred from the capture
+    (``Analysis.mtu``, a :class:`gropcap.mtu.MtuInference`) and arrive as TCP GSO packets with the inferred gso_size, in both
     engines; ``Analysis.coalesced`` keeps the detection (None when there is none).
 
     Returns:
@@ -292,8 +300,10 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     """
     config, decode_options, models = run_options(config, decode_options, models)
     packets, infos = decode_files(paths, decode_options, decoder=decoder, progress=progress)
-    from gropcap.gso import coalesced_input
-    coalesced = coalesced_input(packets)
+    from gropcap.gso import CoalescedStats
+    stats = CoalescedStats(config.mtu)
+    stats.add(packets)
+    coalesced = stats.infer(packets)
     if not coalesced.num_coalesced:
         coalesced = None
     results = {m: simulate(packets, config.replace(model=m), engine=engine,
@@ -309,6 +319,7 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     analysis = Analysis(packets=packets, infos=infos, config=config, results=results,
                         decode_options=decode_options, stages=stages, egress=egress)
     analysis.coalesced = coalesced
+    analysis.mtu = stats.mtu_inference()
     return analysis
 
 

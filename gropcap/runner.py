@@ -530,6 +530,8 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
         for d in decoded:
             for p in d.pieces:
                 stats = p.stats if stats is None else stats.merge(p.stats)
+        if stats is not None:
+            stats.set_mtu(config.mtu).mtu_inference()   # resolved once, shipped resolved
         pending = _submit_models(c, decoded, n, config, models, engine, stats, tmp)
         if progress is not None:
             for m, (_, _, tasks) in pending.items():
@@ -544,6 +546,8 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
     a = DistributedAnalysis(packets=packets, infos=infos, config=config, results=results,
                             decode_options=decode_options, stages=stages, egress=egress)
     a.coalesced = stats.infer(packets) if stats is not None and stats.num else None
+    from gropcap.gso import CoalescedStats
+    a.mtu = (stats or CoalescedStats(config.mtu)).mtu_inference()
     a.failures = failures
     return a
 

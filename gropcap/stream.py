@@ -54,7 +54,6 @@ OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
 # columns they cost ~35% of the write time and made the files larger (measured on the
 # benchmark capture's packets table)
 _PARQUET_OPTIONS = {"compression": "zstd", "use_dictionary": ["encap", "model"]}
-MTU_IP_BYTES = 1500  # report.summary.MTU_IP_BYTES: more IP bytes in one frame is GSO
 
 
 @dataclasses.dataclass
@@ -76,6 +75,9 @@ class StreamResult:
     paths: list
     metadata: dict
     peak_spill_bytes: int = 0
+    # UDP tunnels on ports without a tunnel socket (report.receive.tunnel_hint, not run
+    # again), or None
+    udp_tunnel_hint: dict | None = None
     timings: dict = dataclasses.field(default_factory=dict)
 
     @property
@@ -289,7 +291,7 @@ class _Coalesced:
     :class:`gso.CoalescedInput` (gso_size needs the whole capture: the peer's SYN or the
     direction's most common segment may come later)."""
 
-    def __init__(self, mtu: int = MTU_IP_BYTES):
+    def __init__(self, mtu: int | None = None):
         from gropcap.gso import CoalescedStats
         self.stats = CoalescedStats(mtu)
         self.gso_segs = 0       # segments of the coalesced frames
@@ -324,8 +326,10 @@ class _Counters:
         self.wire_bytes = 0
         self.status = np.zeros(256, np.int64)
         self.encap: dict[str, int] = {}
-        self.pre = 0
+        self.pre = 0            # frames marked coalesced whatever the MTU
         self.pre_largest = 0
+        self.tot_hist: dict[int, list[int]] = {}  # IP length -> [frames, largest frame]
+        self.udp_tunnels: dict = {}   # (kind, port) -> packets (report.receive)
         self.partial = 0
         self.cut = 0
         self.short = 0
@@ -346,11 +350,23 @@ class _Counters:
         outer = col("outer_ip_version") != 0
         ver = np.where(outer, col("outer_ip_version"), col("ip_version"))
         tot = np.where(outer, col("outer_ip_tot_len"), col("ip_tot_len")).astype(np.int64)
-        pre = ((ver != 0) & (tot > MTU_IP_BYTES)) | ((ver == 4) & (tot == 0)) | \
-            ((col("epb_flags") & EPB_FLAG_TCP_SEG_OFFLOAD) != 0)
+        # frames above the MTU are counted when it is known (warnings())
+        pre = ((ver == 4) & (tot == 0)) | ((col("epb_flags") & EPB_FLAG_TCP_SEG_OFFLOAD) != 0)
         if pre.any():
             self.pre += int(pre.sum())
             self.pre_largest = max(self.pre_largest, int(wire[pre].max()))
+        rest = (ver != 0) & ~pre
+        if rest.any():
+            u, inv, cnt = np.unique(tot[rest], return_inverse=True, return_counts=True)
+            big = np.zeros(len(u), np.int64)
+            np.maximum.at(big, inv.ravel(), wire[rest].astype(np.int64))
+            for k, c, b in zip(u.tolist(), cnt.tolist(), big.tolist()):
+                e = self.tot_hist.setdefault(k, [0, 0])
+                e[0] += c
+                e[1] = max(e[1], b)
+        from gropcap.report.receive import udp_tunnel_counts
+        for k, n in udp_tunnel_counts(t).items():
+            self.udp_tunnels[k] = self.udp_tunnels.get(k, 0) + n
         self.partial += int(np.count_nonzero(col("l4_csum_state") == CSUM_PARTIAL))
         self.cut += int(np.count_nonzero(col("status") == STATUS_TRUNCATED))
         if self.verify:
@@ -363,10 +379,16 @@ class _Counters:
         out: list[str] = []
         if not self.packets:
             return out
-        if self.pre:
-            out.append(f"{self.pre} frames are already coalesced (more IP bytes than a "
-                       f"{MTU_IP_BYTES}-byte MTU, IPv4 total length 0 or the pcapng TSO flag; "
-                       f"largest {self.pre_largest} bytes): captured after GRO/TSO or on a "
+        mtu = self.coalesced.stats.mtu_inference()
+        if mtu.conflict:
+            out.append(mtu.conflict)
+        above = [e for k, e in self.tot_hist.items() if k > mtu.mtu]
+        pre = self.pre + sum(e[0] for e in above)
+        if pre:
+            largest = max([self.pre_largest] + [e[1] for e in above])
+            out.append(f"{pre} frames are already coalesced (more IP bytes than the "
+                       f"{mtu.mtu}-byte MTU, IPv4 total length 0 or the pcapng TSO flag; "
+                       f"largest {largest} bytes): captured after GRO/TSO or on a "
                        f"jumbo MTU, so the capture does not show the segments on the wire")
             co = self.coalesced
             if co is not None and co.num:
@@ -579,7 +601,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         tm = {"engine": 0.0, "coalesced": 0.0}
         t_start = clock()
         # 1. decode pass: decoded rows to a temporary Parquet, counters, coalesced stats
-        coal = _Coalesced()
+        coal = _Coalesced(config.mtu)
         counters.coalesced = coal
         for file_index, path in enumerate(files):
             info = None
@@ -644,8 +666,10 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         keys = pa.concat_tables(key_parts) if key_parts else \
             PACKET_SCHEMA.empty_table().select(_FLOW_KEY_COLS)
         flows = _flows_table(keys, flow_pk, flow_pay, runs)
-        meta = Analysis(PACKET_SCHEMA.empty_table(), infos, config,
-                        {m: None for m in models}, decode_options).metadata()
+        meta_of = Analysis(PACKET_SCHEMA.empty_table(), infos, config,
+                           {m: None for m in models}, decode_options)
+        meta_of.mtu = coal.stats.mtu_inference()
+        meta = meta_of.metadata()
 
         tm["flows"] = clock() - t_start
         t_start = clock()
@@ -794,8 +818,10 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 shutil.move(src, dst) if os.path.dirname(os.path.abspath(src)) != \
                     os.path.dirname(os.path.abspath(dst)) else os.replace(src, dst)
                 written.append(dst)
+        from gropcap.report.receive import missing_tunnels
         return StreamResult(summary=summary, flows=flows, paths=written, metadata=meta,
-                            peak_spill_bytes=peak, timings=tm)
+                            peak_spill_bytes=peak, timings=tm,
+                            udp_tunnel_hint=missing_tunnels(counters.udp_tunnels, config))
     finally:
         for run in locals().get("runs", []):
             for sp in (run.rows, run.verdicts, run.segs):
@@ -828,6 +854,8 @@ def _empty_superpackets() -> pa.Table:
 
 def _summary(c: _Counters, runs, infos, config: GroConfig, flows: pa.Table) -> dict:
     """report.summary.summary_dict from the streaming counters."""
+    from gropcap.context import ReceiveContext
+    from gropcap.report.receive import napi_dependence
     statuses = {STATUS_NAMES.get(int(s), str(int(s))): int(c.status[s])
                 for s in np.nonzero(c.status)[0]}
     models = {}
@@ -861,6 +889,10 @@ def _summary(c: _Counters, runs, infos, config: GroConfig, flows: pa.Table) -> d
         "models": models,
         "encapsulations": enc,
         "warnings": c.warnings(flows),
+        "mtu": c.coalesced.stats.mtu_inference().as_dict(),
+        "receive": ReceiveContext.from_config(config).with_mtu(
+            c.coalesced.stats.mtu_inference()).as_dict(),
+        "napi_dependence": napi_dependence(models),
     }
 
 

@@ -153,7 +153,7 @@ def test_merged_pieces_equal_one_pass(seed, n, cuts):
                          ids=os.path.basename)
 def test_samples(path):
     t, _ = decode_files(path)
-    assert_same(gso.coalesced_input(t), oracle(t))
+    assert_same(gso.coalesced_input(t, 1500), oracle(t))
 
 
 def test_the_rule_can_fail():
@@ -178,7 +178,7 @@ def test_hash_collisions_fall_back_to_exact_keys(seed, n):
     real = gso._mix_words
     try:
         gso._mix_words = lambda cols: np.zeros(len(cols[0]), np.uint64)
-        got = gso.coalesced_input(t)
+        got = gso.coalesced_input(t, 1500)
     finally:
         gso._mix_words = real
     assert_same(got, want)

@@ -165,7 +165,7 @@ def test_warnings_pre_coalesced_and_cut_headers(tmp_path):
                wire_lens=[len(f) for f in frames] + [len(frames[-1])])
     out = " ".join(run("analyze", path, "--model", "ideal").split())
     # an 8040-byte IP packet on a 1500-byte MTU link was coalesced before the capture
-    assert (f"warning: 1 frames are already coalesced (more IP bytes than a 1500-byte MTU, "
+    assert (f"warning: 1 frames are already coalesced (more IP bytes than the 1500-byte MTU, "
             f"IPv4 total length 0 or the pcapng TSO flag; largest {len(big)} bytes)") in out
     assert "warning: 1 frames are cut by the snap length inside their headers" in out
     # good checksums everywhere (craft computes them) and one direction only

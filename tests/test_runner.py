@@ -322,13 +322,19 @@ def test_coalesced_input_split_by_queue(client, tmp_path):
                                                  "benchmarks", "make_bench_capture.py"),
                     p, "--packets", "20000", "--flows", "200"], check=True,
                    stdout=subprocess.DEVNULL)
-    cfg = GroConfig(queues=4)
+    # its VXLAN frames are 1550 IP bytes (the SYNs imply a 1550-byte underlay): above a
+    # 1500-byte MTU, stated here, they are coalesced input
+    cfg = GroConfig(queues=4, mtu=1500)
     one = analyze(p, cfg)
     assert one.coalesced is not None and one.coalesced.num_coalesced > 100
     dist = analyze_distributed(p, cfg, client=client)
     assert dist.coalesced is not None
     assert (dist.coalesced.segs == one.coalesced.segs).all()
+    assert dist.mtu == one.mtu and one.mtu.source == "option"
     assert_same(one, dist, tmp_path)
+    inferred = analyze_distributed(p, GroConfig(queues=4), client=client)
+    assert (inferred.mtu.mtu, inferred.mtu.source) == (1550, "inferred")
+    assert inferred.coalesced is None
 
 
 def test_progress_counts_every_stage(client, generated):

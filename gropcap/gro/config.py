@@ -257,7 +257,7 @@ class KernelProfile:
 MODELS = ("ideal", "napi")
 _OPTIONAL_DEFAULTS = {"native_gro": True, "tunnel_gro": None, "udp_tunnels": "",
                       "udp_gro": "off", "vlan_gro": True, "rx_gro_list": False,
-                      "tcp_local_socket": True}
+                      "tcp_local_socket": True, "mtu": None}
 
 # --udp-gro: udp_gro_receive's modes (net/ipv4/udp_offload.c)
 UDP_GRO_MODES = ("off", "socket", "forward", "fraglist")
@@ -392,6 +392,9 @@ class GroConfig:
         for name in ("gro_max_size", "gro_ipv4_max_size"):
             if not 1 <= getattr(self, name) <= 512 * 1024:
                 raise ConfigError(f"{name} must be between 1 and 524288")
+        if self.mtu is not None and not 68 <= self.mtu <= 65536:
+            raise ConfigError(f"mtu {self.mtu} out of range 68..65536",
+                              hint="the receiving device's MTU, e.g. 1500, 9000 or 65535")
 
     def replace(self, **changes) -> "GroConfig":
         return dataclasses.replace(self, **changes)

@@ -120,7 +120,9 @@ _TEXT = {
     BYPASS_L4_CSUM: "bad TCP/UDP checksum (only with --verify-checksums)",
     BYPASS_TCP_HEADER: "TCP data offset below 5",
     BYPASS_TUNNEL: "tunnel header GRO refuses (GRE seq/routing flags, nested tunnel, OAM)",
-    BYPASS_UDP_NO_GRO: "UDP without a GRO mode for it (UDP GRO off): delivered alone",
+    BYPASS_UDP_NO_GRO: "UDP with no GRO path: no UDP GRO mode (--udp-gro) and no tunnel "
+                       "socket on its port (--udp-tunnel KIND:PORT for VXLAN, Geneve, FOU, "
+                       "GUE): delivered alone",
     BYPASS_NO_VLAN_GRO: "VLAN-tagged frame on a kernel built without 802.1Q support "
                         "(no VLAN GRO): delivered alone",
     NOT_HELD_ZERO_PAYLOAD: "no payload (pure ACK): never held",

@@ -131,6 +131,9 @@ def load(directory) -> Analysis:
     analysis._cache["superpackets"] = segs.replace_schema_metadata(None)
     analysis._cache["flows"] = pq.read_table(paths["flows.parquet"]).replace_schema_metadata(None)
     analysis.metadata_loaded = meta
+    if "gropcap.mtu" in meta:
+        from gropcap.mtu import MtuInference
+        analysis.mtu = MtuInference(**json.loads(meta["gropcap.mtu"]))
     return analysis
 
 

@@ -214,13 +214,17 @@ def unreplayable_reason(linktypes) -> str:
               help="Create these UDP tunnel devices in the receiving namespace (vxlan, "
                    "vxlan-gpe, geneve), so their ports are aggregated as tunnels; the "
                    "simulator gets the same sockets.")
+@option("--mtu", type=click.IntRange(68, 65535), default=65535, show_default=True,
+        metavar="BYTES", section="receiver",
+        help="MTU of the veth pair (every replayed frame must fit: the simulator takes them "
+             "all as wire frames).")
 @option("--cleanup-stale", is_flag=True, section="run",
         help="Instead of replaying: delete the namespaces left behind by killed replays "
              "(owner process gone), one line per namespace. No FILES.")
 @option("--dry-run", is_flag=True, section="run",
         help="With --cleanup-stale: only list the stale namespaces.")
 def kernel_replay(files, kernel, burst, gro_flush_timeout_us, engine, no_fix_checksums, fmt,
-                  as_json, udp_tunnel, cleanup_stale, dry_run):
+                  as_json, udp_tunnel, mtu, cleanup_stale, dry_run):
     """Replay capture FILES through this machine's kernel GRO (veth, root) and compare the
     super-packets it builds with the simulator's.
 
@@ -244,7 +248,7 @@ def kernel_replay(files, kernel, burst, gro_flush_timeout_us, engine, no_fix_che
     tunnels = parse_udp_tunnels(",".join(udp_tunnel))
     settings = {"burst": burst, "gro_flush_timeout_us": gro_flush_timeout_us,
                 "napi_defer_hard_irqs": _DEFER, "budget": _BUDGET, "engine": engine,
-                "udp_tunnels": [f"{k}:{p}" for k, p in tunnels]}
+                "udp_tunnels": [f"{k}:{p}" for k, p in tunnels], "mtu": mtu}
     from gropcap.replay._netns import ReplayEnvironmentError
     counts = {"agree": 0, "differ": 0, "skipped": 0, "failed": 0}
     try:
@@ -298,7 +302,7 @@ def _replay_file(path, kernel, burst, flush_timeout_us, engine, fix_checksums, t
     bursts = [i // burst for i in range(len(frames))]
     res = replay(frames, bursts, wire_lens=wires, fix_checksums=fix_checksums,
                  csum_not_ready=cnr, flush_timeout_ns=int(round(flush_timeout_us * 1000)),
-                 udp_tunnels=tunnels, budget=_BUDGET, defer=_DEFER)
+                 udp_tunnels=tunnels, budget=_BUDGET, defer=_DEFER, mtu=settings["mtu"])
     packets, sim = simulate_replay(res, kernel=kernel, engine=engine)
     rep = compare(packets, res, sim)
     vlan_gro = bool(res.config.get("vlan_gro", running_kernel_has_vlan_gro()))

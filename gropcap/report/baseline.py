@@ -135,8 +135,11 @@ def make_baseline(analyses) -> dict:
                 raise ConfigError(f"two captures named {name!r}",
                                   hint="a baseline keys captures by file name")
         info = a.infos[0]
+        from gropcap.report.summary import mtu_of
+        mtu = mtu_of(a)
         captures[os.path.basename(info.path)] = {
             "sha256": info.sha256, "records": info.records,
+            "mtu": {"mtu": mtu.mtu, "source": mtu.source},
             "metrics": analysis_metrics(a)}
     return {
         "format": BASELINE_FORMAT,
@@ -245,6 +248,10 @@ def check_baseline(baseline: dict, analyses, tolerance: float = DEFAULT_TOLERANC
             res.mismatches.append(f"capture {name}: sha256 {new_caps[name]['sha256'][:12]}... "
                                   f"differs from the baseline's "
                                   f"{old_caps[name]['sha256'][:12]}...")
+        elif "mtu" in old_caps[name] and old_caps[name]["mtu"] != new_caps[name]["mtu"]:
+            o, n = old_caps[name]["mtu"], new_caps[name]["mtu"]
+            res.mismatches.append(f"capture {name}: MTU {n['mtu']} ({n['source']}) differs "
+                                  f"from the baseline's {o['mtu']} ({o['source']})")
     if res.mismatches:
         res.status = "mismatch"
         return res

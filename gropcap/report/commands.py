@@ -1,4 +1,4 @@
-"""CLI commands of the report layer: `explain`, `baseline save|check`, `compare`.
+"""CLI commands of the report layer: `explain`, `baseline save|check`, `compare`, `tune`.
 
 Thin, like cli.py: options -> configuration -> pipeline -> report functions. The shared
 option decorators and their converters live in :mod:`gropcap.cli`; :func:`register` adds
@@ -204,9 +204,10 @@ def _apply_settings(config, settings, option: str):
                 changes[key] = KernelProfile.parse(value)
             elif key == "rss_key":
                 changes[key] = bytes.fromhex(value.replace(":", ""))
-            elif key == "tunnel_gro":
+            elif key in ("tunnel_gro", "mtu"):
                 v = value.strip().lower()
-                changes[key] = None if v in ("none", "") else v in ("1", "true", "yes", "on")
+                changes[key] = None if v in ("none", "", "auto") else \
+                    int(v) if key == "mtu" else v in ("1", "true", "yes", "on")
             elif isinstance(default, bool):
                 changes[key] = value.lower() in ("1", "true", "yes", "on")
             elif isinstance(default, int):
@@ -262,7 +263,32 @@ def compare(ctx, a, b, set_a, set_b, model, fmt, engine, **kw):
         click.echo(render_compare(ra, rb, color=sys.stdout.isatty()), nl=False)
 
 
-COMMANDS = {"explain": explain, "baseline": baseline, "compare": compare}
+@click.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.option("--dev", default="DEV", show_default=True, metavar="NAME",
+              help="The receiving device's name in the printed commands.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="Output format.")
+@_ENGINE
+@_gro_options
+@_decode_options
+def tune(files, dev, fmt, engine, **kw):
+    """Rank the receive-side changes (gro_flush_timeout + napi_defer_hard_irqs, BIG TCP,
+    RX queues, rx-gro-list, GRO on tunnel devices, UDP tunnel sockets) by the napi
+    model's aggregation on the captures, with the command for each. The options describe
+    the receiver as it is now."""
+    from gropcap.report.tune import render_tune
+    from gropcap.report.tune import tune as run
+
+    options, config = _configs(kw)
+    result = run(list(files), config, decode_options=options, dev=dev, engine=engine)
+    if fmt == "json":
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo(render_tune(result), nl=False)
+
+
+COMMANDS = {"explain": explain, "baseline": baseline, "compare": compare, "tune": tune}
 
 
 def register(group: click.Group) -> None:
@@ -272,7 +298,7 @@ def register(group: click.Group) -> None:
             group.add_command(cmd, name=name)
 
 
-__all__ = ["explain", "baseline", "compare", "register", "COMMANDS"]
+__all__ = ["explain", "baseline", "compare", "tune", "register", "COMMANDS"]
 
 
 def _self_register() -> None:

@@ -39,14 +39,23 @@ def model_summary(result, segments=None) -> dict:
     }
 
 
-MTU_IP_BYTES = 1500  # a standard Ethernet MTU: more IP bytes than this in one frame is GSO
+def mtu_of(analysis):
+    """The analysis' :class:`gropcap.mtu.MtuInference` (worked out from its decoded table
+    when the analysis was made without one)."""
+    if getattr(analysis, "mtu", None) is None:
+        from gropcap.gso import CoalescedStats
+        stats = CoalescedStats(analysis.config.mtu)
+        stats.add(analysis.decoded)
+        analysis.mtu = stats.mtu_inference()
+    return analysis.mtu
 
 
 def capture_warnings(analysis) -> list[str]:
     """Plain-English warnings about the capture that change how to read the results.
 
-    Pre-coalesced input (frames with more IP bytes than a 1500-byte MTU, IPv4 total length
-    0, or the pcapng TCP-segmentation-offload flag), offload-partial checksums
+    Conflicting MTU evidence (:mod:`gropcap.mtu`), pre-coalesced input (frames with more
+    IP bytes than the receiving device's MTU, IPv4 total length 0, or the pcapng
+    TCP-segmentation-offload flag), offload-partial checksums
     (``l4_csum_state == CSUM_PARTIAL``), headers cut by the snap length, checksums that
     cannot be verified under ``--verify-checksums``, and TCP flows seen in one direction
     only.
@@ -58,6 +67,9 @@ def capture_warnings(analysis) -> list[str]:
     out: list[str] = []
     if not t.num_rows:
         return out
+    mtu = mtu_of(analysis)
+    if mtu.conflict:
+        out.append(mtu.conflict)
 
     def col(name):
         return t.column(name).to_numpy()
@@ -65,15 +77,15 @@ def capture_warnings(analysis) -> list[str]:
     outer = col("outer_ip_version") != 0
     ver = np.where(outer, col("outer_ip_version"), col("ip_version"))
     tot = np.where(outer, col("outer_ip_tot_len"), col("ip_tot_len")).astype(np.int64)
-    big = (ver != 0) & (tot > MTU_IP_BYTES)
+    big = (ver != 0) & (tot > mtu.mtu)
     zero_len = (ver == 4) & (tot == 0)
     tso = (col("epb_flags") & EPB_FLAG_TCP_SEG_OFFLOAD) != 0
     pre = big | zero_len | tso
     co = getattr(analysis, "coalesced", None)
     if pre.any():
         largest = int(col("wire_len")[pre].max())
-        text = (f"{int(pre.sum())} frames are already coalesced (more IP bytes than a "
-                f"{MTU_IP_BYTES}-byte MTU, IPv4 total length 0 or the pcapng TSO flag; "
+        text = (f"{int(pre.sum())} frames are already coalesced (more IP bytes than the "
+                f"{mtu.mtu}-byte MTU, IPv4 total length 0 or the pcapng TSO flag; "
                 f"largest {largest} bytes): captured after GRO/TSO or on a jumbo MTU, "
                 f"so the capture does not show the segments on the wire")
         if co is not None and co.num_coalesced:
@@ -154,7 +166,7 @@ def summary_dict(analysis) -> dict:
     status = packets.column("status").to_numpy() if packets.num_rows else np.zeros(0, np.uint8)
     statuses = {STATUS_NAMES.get(int(s), str(int(s))): int(c)
                 for s, c in zip(*np.unique(status, return_counts=True))}
-    return {
+    out = {
         "gropcap": __version__,
         "kernel": analysis.config.kernel.name,
         "files": [{"path": i.path, "records": i.records, "sha256": i.sha256,
@@ -166,8 +178,13 @@ def summary_dict(analysis) -> dict:
                    for m, r in analysis.results.items()},
         "encapsulations": encap_summary(analysis),
         "warnings": capture_warnings(analysis),
+        "mtu": mtu_of(analysis).as_dict(),
         **_stage_and_egress(analysis),
     }
+    from gropcap.report.receive import napi_dependence, receive_of
+    out["receive"] = receive_of(analysis, mtu_of(analysis)).as_dict()
+    out["napi_dependence"] = napi_dependence(out["models"])
+    return out
 
 
 def _stage_and_egress(analysis) -> dict:
@@ -207,6 +224,9 @@ def render_text(analysis, *, top_flows: int = 5, width: int = 80, color: bool = 
     console.print(f"gropcap {__version__}: kernel {s['kernel']}, {s['packets']} packets, "
                   f"{s['wire_bytes']} bytes on the wire")
     console.print(f"capture: {files}")
+    from gropcap.report import receive
+    for line in receive.receive_lines(s, width):
+        console.print(line)
     for f in s["files"]:
         for w in f["warnings"]:
             console.print(f"warning: {w}")
@@ -227,6 +247,9 @@ def render_text(analysis, *, top_flows: int = 5, width: int = 80, color: bool = 
                   f"{ms['aggregation_ratio']:.2f}", str(ms["largest_superpacket"]))
     console.print()
     console.print(t)
+    for line in (receive.dependence_lines(s, width)
+                 + receive.tunnel_lines(receive.tunnel_hint(analysis), width)):
+        console.print(line)
 
     if "stages" in s:
         t = Table(title="GRO stages (segments in, super-packets out)")

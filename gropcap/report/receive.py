@@ -1,0 +1,225 @@
+"""Report sections about the receive context: the parameters in use and where each came
+from, how much of the napi result depends on them, and UDP tunnels that met no tunnel
+socket.
+
+Layer: report (reads an Analysis or its summary dict; :func:`tunnel_hint` runs the
+pipeline's ``simulate`` once more per model on the decoded table it already holds).
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+
+from gropcap import constants as C
+
+# napi end reasons that come from the receive context rather than from the packets
+POLL_END_REASONS = {"END_POLL": "a poll end",
+                    "END_POLL_OLD": "a full-budget or deferred flush",
+                    "END_BUCKET_FULL": "a GRO table eviction"}
+# UDP tunnels a local socket must own before GRO looks inside (udp_gro_receive ->
+# udp_sk(sk)->gro_receive): constants.TUN_* -> the --udp-tunnel kind
+UDP_TUNNEL_KINDS = {C.TUN_VXLAN: "vxlan", C.TUN_VXLAN_GPE: "vxlan-gpe",
+                    C.TUN_GENEVE: "geneve", C.TUN_FOU: "fou", C.TUN_GUE: "gue"}
+# above this many rows the hint names the option but does not run the model again (UDP
+# tunnel sockets run on the reference engine, a few thousand rows per second): the
+# tunnels' rows for the ideal model, the whole capture for napi
+HINT_MAX_ROWS = 60_000
+HINT_NAPI_MAX_ROWS = 20_000
+
+
+def receive_of(analysis, mtu=None):
+    """The analysis' :class:`gropcap.context.ReceiveContext` (``analysis.receive`` when
+    the CLI or a profile set one, else from its config) with the MTU in use."""
+    from gropcap.context import ReceiveContext
+
+    rc = getattr(analysis, "receive", None) or ReceiveContext.from_config(analysis.config)
+    return rc.with_mtu(mtu)
+
+
+def napi_dependence(models: dict) -> dict | None:
+    """How much of the napi result the receive context decides: the share of napi
+    super-packets ended by a poll end, a full-budget/deferred flush or a table eviction,
+    with the ideal model's ratio (no polls, unlimited table) next to napi's. ``models``:
+    the summary's ``models``. None without a napi result."""
+    napi = models.get("napi")
+    if not napi:
+        return None
+    total = napi["superpackets_out"]
+    ends = napi["end_reasons"]
+    out = {"superpackets": total,
+           "shares": {name: round(ends.get(name, 0) / total, 4) if total else 0.0
+                      for name in POLL_END_REASONS},
+           "napi_ratio": napi["aggregation_ratio"]}
+    out["context_share"] = round(sum(out["shares"].values()), 4)
+    if "ideal" in models:
+        out["ideal_ratio"] = models["ideal"]["aggregation_ratio"]
+    return out
+
+
+def udp_tunnel_counts(t) -> dict[tuple[str, int], int]:
+    """``{(kind, UDP port): packets}`` of the UDP tunnels decoded in packet table ``t``."""
+    tun = t.column("tun_type").to_numpy()
+    udp = (t.column("outer_l4_proto").to_numpy() == C.IPPROTO_UDP) & \
+        np.isin(tun, list(UDP_TUNNEL_KINDS))
+    out: dict = {}
+    if udp.any():
+        port = t.column("outer_dport").to_numpy()[udp].astype(np.int64)
+        pair = tun[udp].astype(np.int64) * 65536 + port
+        for key, n in zip(*np.unique(pair, return_counts=True)):
+            out[(UDP_TUNNEL_KINDS[int(key) >> 16], int(key) & 0xFFFF)] = int(n)
+    return out
+
+
+def missing_tunnels(counts: dict, config) -> dict | None:
+    """The hint without model runs (``models`` None) for ``{(kind, port): packets}``:
+    the tunnels on ports with no tunnel socket in ``config``, or None."""
+    missing = [{"kind": k, "port": p, "packets": n} for (k, p), n in sorted(counts.items())
+               if not config.udp_tunnel_socket(k, p)]
+    if not missing:
+        return None
+    return {"tunnels": missing,
+            "option": "--udp-tunnel " + ",".join(f"{m['kind']}:{m['port']}" for m in missing),
+            "models": None}
+
+
+def tunnel_hint(analysis, max_rows: int = HINT_MAX_ROWS,
+                napi_max_rows: int = HINT_NAPI_MAX_ROWS) -> dict | None:
+    """UDP tunnels (VXLAN, VXLAN-GPE, Geneve, FOU, GUE) decoded on ports where the
+    configuration has no tunnel socket, and what the matching ``--udp-tunnel`` gives.
+
+    Returns None when there are none, else ``{"tunnels": [{"kind", "port", "packets"}],
+    "option": "--udp-tunnel vxlan:4789", "models": {model: {"ratio", "ratio_with"}},
+    "left_out": [models not run again]}``;
+    the ideal model is run again on the tunnels' rows (up to ``max_rows`` of them), the
+    napi model on the whole capture (up to ``napi_max_rows`` rows); a model above its
+    limit is left out (``models`` None when both are).
+    """
+    t = getattr(analysis, "decoded", None)
+    if t is None:       # a streamed result: detected while decoding, not run again
+        return getattr(analysis, "udp_tunnel_hint", None)
+    if not t.num_rows:
+        return None
+    cache = getattr(analysis, "_cache", {})
+    if "tunnel_hint" in cache:
+        return cache["tunnel_hint"]
+    config = analysis.config
+    hint = missing_tunnels(udp_tunnel_counts(t), config)
+    if hint is not None:
+        pairs = tuple((m["kind"], m["port"]) for m in hint["tunnels"])
+        hint["models"] = _with_sockets(analysis, pairs, max_rows, napi_max_rows)
+        hint["left_out"] = [m for m in analysis.results if m not in (hint["models"] or {})]
+    if isinstance(cache, dict):
+        cache["tunnel_hint"] = hint
+    return hint
+
+
+def _with_sockets(analysis, pairs, max_rows: int, napi_max_rows: int) -> dict | None:
+    """``{model: {"ratio", "ratio_with"}}`` with tunnel sockets for ``pairs`` added.
+
+    The ideal model has no polls and no table limit, so flows do not interact: only the
+    rows of those tunnels can change, and they are run alone (up to ``max_rows``). The
+    napi model shares polls and the GRO table between flows: it runs on the whole table
+    (up to ``napi_max_rows``). Models left out are missing from the dict."""
+    from gropcap.gso import CoalescedInput
+    from gropcap.pipeline import simulate
+    from gropcap.report.summary import _segments, model_summary
+
+    t = analysis.decoded
+    cfg = analysis.config.replace(udp_tunnels=analysis.config.udp_tunnels + pairs)
+    co = getattr(analysis, "coalesced", None)
+    seg = _segments(analysis)
+    segments = int(np.asarray(seg, np.int64).sum()) if seg is not None else t.num_rows
+    tun = t.column("tun_type").to_numpy()
+    port = t.column("outer_dport").to_numpy()
+    mask = np.zeros(t.num_rows, bool)
+    for kind, p in pairs:
+        code = next(c for c, k in UDP_TUNNEL_KINDS.items() if k == kind)
+        mask |= (tun == code) & (port == p)
+    mask &= t.column("outer_l4_proto").to_numpy() == C.IPPROTO_UDP
+    out = {}
+    for m, res in analysis.results.items():
+        if m == "ideal" and mask.sum() <= max_rows:
+            idx = np.flatnonzero(mask)
+            sco = None if co is None else CoalescedInput(co.is_gso[idx], co.gso_size[idx],
+                                                         co.segs[idx], co.source[idx])
+            sub = simulate(t.take(idx), cfg.replace(model=m),
+                           coalesced=sco if sco is not None and sco.num_coalesced else None)
+            before = int(np.count_nonzero(mask[res.seg_first_packet]))
+            total = res.num_superpackets - before + sub.num_superpackets
+        elif m != "ideal" and t.num_rows <= napi_max_rows:
+            total = simulate(t, cfg.replace(model=m), coalesced=co).num_superpackets
+        else:
+            continue
+        out[m] = {"ratio": model_summary(res, seg)["aggregation_ratio"],
+                  "ratio_with": round(segments / total, 4) if total else 0.0}
+    return out or None
+
+
+def _wrap(lines, width):
+    return [w for line in lines for w in textwrap.wrap(
+        line, width=width, subsequent_indent="  ", break_on_hyphens=False)]
+
+
+def receive_lines(summary: dict, width: int = 80) -> list[str]:
+    """The text report's receive-context lines: the MTU and its evidence, and the
+    parameters grouped by where they came from."""
+    from gropcap.mtu import MtuInference
+
+    lines = []
+    if summary.get("mtu"):
+        lines.append(MtuInference(**summary["mtu"]).line())
+    rc = summary.get("receive")
+    if rc:
+        groups: dict[str, list[str]] = {}
+        for name, e in rc.items():
+            if name == "mtu":
+                continue
+            groups.setdefault(e["source"], []).append(f"{name} {e['value']}")
+        for source, label in (("option", "given"), ("profile", "from the profile"),
+                              ("inferred", "inferred"), ("default", "defaults")):
+            if groups.get(source):
+                lines.append(f"receive context, {label}: " + ", ".join(groups[source]))
+    return _wrap(lines, width)
+
+
+def dependence_lines(summary: dict, width: int = 80) -> list[str]:
+    """How much of the napi result the receive context decides (one paragraph)."""
+    lines = []
+    dep = summary.get("napi_dependence")
+    if dep and dep["superpackets"]:
+        parts = [f"{100 * dep['shares'][k]:.0f}% by {v}" for k, v in POLL_END_REASONS.items()]
+        text = (f"napi depends on them: of its {dep['superpackets']} super-packets "
+                f"{', '.join(parts)}")
+        if "ideal_ratio" in dep:
+            text += (f"; ratio napi {dep['napi_ratio']:.2f}, ideal {dep['ideal_ratio']:.2f} "
+                     f"(no polls, unlimited table)")
+        lines.append(text)
+    return _wrap(lines, width)
+
+
+def tunnel_lines(hint: dict | None, width: int = 80) -> list[str]:
+    """One paragraph when UDP tunnels met no tunnel socket (see :func:`tunnel_hint`)."""
+    if not hint:
+        return []
+    what = ", ".join(f"{t['packets']} {t['kind'].upper()} packets on UDP {t['port']}"
+                     for t in hint["tunnels"])
+    text = (f"tunnel sockets: {what} met no tunnel socket, so GRO saw plain UDP "
+            f"(BYPASS_UDP_NO_GRO). A receiver with that tunnel device ({hint['option']})")
+    models = hint["models"] or {}
+    if models:
+        text += " gives: " + ", ".join(
+            f"{m} {r['ratio']:.2f} -> {r['ratio_with']:.2f}" for m, r in models.items())
+    left = hint.get("left_out")
+    if left and models:
+        text += f"; {', '.join(left)} not run again (too many rows): run with it"
+    elif not models:
+        text += " was not modelled again (too many rows, or streamed): run with it"
+    return _wrap([text], width)
+
+
+__all__ = ["receive_of", "napi_dependence", "tunnel_hint", "udp_tunnel_counts",
+           "missing_tunnels", "receive_lines",
+           "dependence_lines", "tunnel_lines",
+           "POLL_END_REASONS", "UDP_TUNNEL_KINDS", "HINT_MAX_ROWS", "HINT_NAPI_MAX_ROWS"]
