@@ -349,6 +349,9 @@ class GroConfig:
             so ``is_flist`` stays 0 and normal GRO runs); ``False``: forwarded traffic
             (a router), so with ``rx_gro_list`` TCP is aggregated as a frag_list
             (skb_gro_receive_list, SKB_GSO_FRAGLIST).
+        mtu: the receiving device's MTU (bytes of IP packet): a frame with at most this
+            many outermost IP bytes is a wire frame, a larger one was captured already
+            coalesced. ``None``: inferred from the capture (:mod:`gropcap.mtu`).
     """
 
     kernel: KernelProfile = field(default_factory=lambda: KernelProfile(NEWEST_KERNEL))
@@ -371,6 +374,7 @@ class GroConfig:
     vlan_gro: bool = True
     rx_gro_list: bool = False
     tcp_local_socket: bool = True
+    mtu: int | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "udp_tunnels", parse_udp_tunnels(self.udp_tunnels))
