@@ -60,6 +60,10 @@ Commands:
   kernel-replay  Replay capture FILES through this machine's kernel GRO (veth,
                  root) and compare the super-packets it builds with the
                  simulator's.
+  tune           Rank the receive-side changes (gro_flush_timeout +
+                 napi_defer_hard_irqs, BIG TCP, RX queues, rx-gro-list, GRO on
+                 tunnel devices, UDP tunnel sockets) by the napi model's
+                 aggregation on the captures, with the command for each.
 """
 
 
@@ -276,7 +280,7 @@ def test_compare_unknown_setting_says_what_is_valid():
     assert r.exit_code == 2
     assert r.output.splitlines()[-1] == (
         "Error: Invalid value for '--set-b': 'colour=blue' is not KEY=VALUE with KEY one of: "
-        "budget, gro-flush-timeout-us, gro-ipv4-max-size, gro-max-size, hz, kernel, "
+        "budget, gro-flush-timeout-us, gro-ipv4-max-size, gro-max-size, hz, kernel, mtu, "
         "napi-defer-hard-irqs, native-gro, no-native-gro, no-rx-gro-list, no-tunnel-gro, "
         "no-vlan-gro, poll-gap-us, queues, rss, rss-key, rx-gro-list, tcp-forwarded, "
         "tcp-local-socket, tunnel-gro, udp-gro, udp-tunnel, "

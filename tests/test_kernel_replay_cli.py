@@ -124,7 +124,7 @@ def test_json_format_and_hidden_aliases(fake_kernel, tmp_path):
     assert first["ok"] and first["file"] == p
     assert first["settings"] == {"burst": 63, "budget": 64, "engine": "fast",
                                  "gro_flush_timeout_us": 1500.5, "napi_defer_hard_irqs": 1,
-                                 "udp_tunnels": []}
+                                 "udp_tunnels": [], "mtu": 65535}
     assert skipped["file"] == DSA and skipped["skipped"].startswith("DSA-tagged link type 284")
     assert fake_kernel[0]["flush_timeout_ns"] == 1_500_500
 
