@@ -112,3 +112,24 @@ def test_sigint_with_jobs_exits_130_and_leaves_nothing(capture, tmp_path):
              for i, delay in enumerate((1.0, 4.0))]
     codes.append(_interrupt(capture, tmp_path / "group", 7.0, "--jobs", "2"))
     assert codes.count(130) >= 2, codes
+
+
+@pytest.mark.slow
+def test_sigint_while_numba_compiles(capture, tmp_path):
+    """A cold numba cache: the interrupt lands in the compiler (ordinary Python under
+    ``Dispatcher._compile_for_args``) and stops the run at once."""
+    env = _env(tmp_path)
+    env["NUMBA_CACHE_DIR"] = str(tmp_path / "cold-cache")
+    out = tmp_path / "out"
+    p = subprocess.Popen([sys.executable, "-m", "gropcap", "analyze", capture, "--out",
+                          str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=env, cwd=ROOT)
+    first = p.stderr.readline().decode()
+    assert first == "gropcap: compiling GRO kernels, first run only\n", first
+    time.sleep(3.0)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    _, rest = p.communicate(timeout=120)
+    assert p.returncode == 130 and rest.decode() == "gropcap: interrupted\n", rest
+    assert time.monotonic() - t0 < 30
+    assert not out.exists() and [n for n in os.listdir(tmp_path) if "gropcap" in n] == []
