@@ -1,7 +1,9 @@
 """Command line: options -> configuration -> pipeline -> rendering. Nothing else lives here.
 
-Exit status: 0 success, 1 a gropcap error (bad capture, failed check) reported as one line,
-2 bad usage (click).
+Exit status: 0 success, 1 a gropcap error (bad capture, a capture with no frame of a
+supported link type, an output target that cannot be written, failed check) reported as
+one line, 2 bad usage (click), 130 interrupted (Ctrl-C/SIGTERM: "gropcap: interrupted",
+nothing left behind). Output targets are checked before any packet is read.
 """
 
 from __future__ import annotations
@@ -29,12 +31,27 @@ def _sigterm_as_interrupt():
     import signal
     import threading
 
-    def handler(signum, frame):
-        raise KeyboardInterrupt
+    from gropcap.interrupt import on_signal
 
     if threading.current_thread() is not threading.main_thread():
         return None
-    return signal.signal(signal.SIGTERM, handler)
+    return signal.signal(signal.SIGTERM, on_signal)
+
+
+def _quiet_teardown() -> None:
+    """After "gropcap: interrupted", the process's own stderr (fd 2) goes to /dev/null:
+    what the teardown of an interrupted run prints (a Dask cluster closed at exit,
+    numba/LLVM finalizers) is noise. Nothing happens under a test runner's stderr."""
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    if fd != 2:
+        return
+    sys.stderr.flush()
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
 
 
 class _Group(Group):
@@ -44,15 +61,26 @@ class _Group(Group):
     def invoke(self, ctx):
         import signal
 
+        from gropcap.interrupt import handling_interrupts
+
         previous = _sigterm_as_interrupt()
         try:
-            return super().invoke(ctx)
+            with handling_interrupts():
+                return super().invoke(ctx)
         except GropcapError as e:
+            outs = ctx.meta.get("gropcap.outputs")
+            if outs is not None:     # name the target, not its staging entry
+                e.path = outs.real_path(e.path)
             _fail(e)
         except KeyboardInterrupt:
             click.echo("gropcap: interrupted", err=True)
+            _quiet_teardown()
             sys.exit(130)
         except BrokenPipeError:
+            sys.exit(1)
+        except MemoryError:
+            click.echo("gropcap: error: out of memory; --stream analyses in bounded memory "
+                       "(it leaves out --plot, --egress and tunnel/UDP GRO)", err=True)
             sys.exit(1)
         finally:
             if previous is not None:
@@ -65,7 +93,26 @@ class _Group(Group):
 def main():
     """Replay Linux GRO over packet captures: how far would the kernel aggregate this
     traffic, why does each packet stop aggregating, and how many segments does each
-    super-packet become again."""
+    super-packet become again.
+
+    \b
+    Exit status: 0 success; 1 an error, one line (a damaged capture, one with no frame of
+    a supported link type, an output that cannot be written: checked before any packet
+    is read); 2 bad usage; 130 interrupted (nothing left behind)."""
+
+
+def staged_outputs(force: bool):
+    """The command's :class:`gropcap.io.outputs.Outputs` (one per click context): targets
+    are checked and staged when named, and whatever is not committed is removed when the
+    command ends (error, Ctrl-C)."""
+    from gropcap.io.outputs import Outputs
+
+    ctx = click.get_current_context()
+    outs = ctx.meta.get("gropcap.outputs")
+    if outs is None:
+        outs = ctx.meta["gropcap.outputs"] = Outputs(force=force)
+        ctx.call_on_close(outs.discard)
+    return outs
 
 
 # --- shared options -------------------------------------------------------------------
@@ -132,7 +179,8 @@ def _default_poll_gap_us() -> float:
 def _gro_options(f):
     opts = [
         click.option("--kernel", default=None, metavar="X.Y", callback=check_kernel,
-                     help="Kernel release whose GRO rules apply (default: newest modelled, 6.18)."),
+                     help="Kernel release whose GRO rules apply: 4.4-4.20, 5.0-5.19 or "
+                          "6.0-6.18 (default: newest modelled, 6.18)."),
         click.option("--verify-checksums", is_flag=True,
                      help="Check TCP/UDP checksums as software GRO does (default: the NIC "
                           "validated them; captures from a sending host carry partial sums)."),
@@ -205,9 +253,13 @@ def _make_gro_config(kernel, verify_checksums, rss, rss_key, queues, budget, pol
             raise click.BadParameter("not hex", param_hint="--rss-key") from None
     try:
         profile = KernelProfile.parse(kernel)
-        if napi_defer_hard_irqs and not profile.napi_defer_hard_irqs:
-            raise ConfigError(f"--napi-defer-hard-irqs: kernel {profile.name} has no such knob",
-                              hint="napi_defer_hard_irqs arrived in 5.7 (6f8b12d661d0)")
+    except ConfigError as e:
+        raise click.BadParameter(e.one_line(), param_hint="--kernel") from None
+    if napi_defer_hard_irqs and not profile.napi_defer_hard_irqs:
+        raise click.BadParameter(f"kernel {profile.name} has no such knob (napi_defer_hard_irqs "
+                                 f"arrived in 5.7, 6f8b12d661d0)",
+                                 param_hint="--napi-defer-hard-irqs")
+    try:
         return GroConfig(kernel=profile, verify_checksums=verify_checksums,
                          rss=rss, queues=queues, budget=budget,
                          poll_gap_ns=int(poll_gap_us * 1000), hz=hz,
@@ -247,10 +299,12 @@ def decode(files, output, force, decoder, **kw):
     """Decode captures into a packet table (Parquet), one row per frame."""
     import dataclasses
 
+    from gropcap.interrupt import deferred
     from gropcap.io.parquet import write_table
     from gropcap.pipeline import decode_files
 
     options = _make_decode_options(**_split(kw, _DECODE_KEYS))
+    staged = staged_outputs(force).file(output)   # checked before any packet is read
     table, infos = decode_files(list(files), options, decoder=decoder)
     for info in infos:
         for w in info.warnings:
@@ -263,8 +317,10 @@ def decode(files, output, force, decoder, **kw):
              "records": i.records} for i in infos]),
         "gropcap.linktypes": json.dumps(sorted({lt for i in infos for lt in i.linktypes})),
     }
-    write_table(table, output, meta, force=force)
-    click.echo(f"{table.num_rows} packets from {len(infos)} file(s) -> {output}")
+    write_table(table, staged, meta, force=True)
+    with deferred(drop=True):
+        staged_outputs(force).commit()
+        click.echo(f"{table.num_rows} packets from {len(infos)} file(s) -> {output}")
 
 
 @main.command()
@@ -291,10 +347,12 @@ def decode(files, output, force, decoder, **kw):
               help="Egress MTU (default: every segment fits).")
 @click.option("--stream/--no-stream", "stream", default=None,
               help="Bounded memory: decode, simulate and write batch by batch (temporary "
-                   "files in --out or $TMPDIR). Default: on when the inputs exceed 512 MiB "
-                   "and the options allow it (no --plot, --egress, tunnel GRO, UDP GRO).")
+                   "files in --out or $TMPDIR). Default: on when an input is compressed "
+                   "(its decompressed size is unknown) or the inputs exceed 512 MiB, and "
+                   "the options allow it (no --plot, --egress, tunnel GRO, UDP GRO).")
 @click.option("-q", "--quiet", is_flag=True,
-              help="No progress bar (it only shows on a terminal anyway).")
+              help="No progress bar (it only shows on a terminal anyway), no note while "
+                   "kernels compile, no closing line (packets, time, files written).")
 @click.option("--jobs", type=click.IntRange(1, None), default=None,
               help="Run on N local Dask worker processes (same results as one process).")
 @click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
@@ -309,12 +367,22 @@ def decode(files, output, force, decoder, **kw):
 @_decode_options
 def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_scenario,
             egress_features, egress_mtu, stream, quiet, jobs, scheduler, scratch, **kw):
-    """Simulate GRO over captures and summarise how far it aggregates and why it stops."""
+    """Simulate GRO over captures and summarise how far it aggregates and why it stops.
+
+    Every output target (--out, --plot) is checked before the first packet is read; files
+    are written under hidden names beside their targets and renamed into place at the
+    end, so a failed or interrupted run (Ctrl-C: "gropcap: interrupted", exit 130)
+    leaves none. A capture none of whose frames has a supported link type is an error
+    (exit 1); a capture cut short inside a record is analysed up to its last complete
+    record, with a warning naming the record and byte offset (exit 0)."""
+    import time
+
     from gropcap.io.parquet import write_analysis
     from gropcap.pipeline import analyze as run
-    from gropcap.report.progress import Progress
+    from gropcap.report.progress import Progress, phase
     from gropcap.report.summary import render_text
 
+    t_start = time.perf_counter()
     options = _make_decode_options(**_split(kw, _DECODE_KEYS))
     config = _make_gro_config(**_split(kw, _GRO_KEYS))
     models = ("ideal", "napi") if model == "both" else (model,)
@@ -330,6 +398,11 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
                                "give one of them")
     if scratch and not distributed:
         raise click.UsageError("--scratch is for --jobs/--scheduler runs")
+    if plot:
+        from gropcap.report.plots import FORMATS
+        if os.path.splitext(plot)[1].lower() not in FORMATS:
+            raise click.BadParameter(f"{plot}: use a .png or .svg file name",
+                                     param_hint="--plot")
     if stream is not False and not distributed:
         from gropcap import stream as streaming
         why_not = streaming.streamable(config, engine=engine, decoder=decoder, egress=egress)
@@ -337,59 +410,105 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
         if stream and why_not:
             raise click.UsageError(f"--stream: {why_not}")
         if stream is None and not why_not:
-            from gropcap.capture import expand_inputs
-            size = sum(os.path.getsize(p) for p in expand_inputs(list(files)))
-            stream = size > streaming.STREAM_AUTO_BYTES
-            if stream:
-                click.echo(f"gropcap: {size >> 20} MiB of input: streaming in bounded memory "
-                           f"(--no-stream holds it in memory)", err=True)
-        if stream:
-            with Progress(None if not quiet else False) as progress:
-                res = streaming.stream_analyze(list(files), config, models=models,
-                                               decode_options=options, out_dir=out_dir,
-                                               force=force, progress=progress)
+            stream, why = _auto_stream(files)
+            if stream and not quiet:
+                click.echo(f"gropcap: {why}: streaming in bounded memory (--no-stream holds "
+                           f"it in memory)", err=True)
+    outs = staged_outputs(force)
+    # every target is checked (and its staging entry made) before any packet is read
+    stage_dir = outs.directory(out_dir, _OUT_NAMES) if out_dir else None
+    stage_plot = outs.file(plot) if plot else None
+    with Progress(None if not quiet else False) as progress:
+        if stream and not distributed:
+            res = streaming.stream_analyze(list(files), config, models=models,
+                                           decode_options=options, out_dir=stage_dir,
+                                           force=True, progress=progress)
             res.summary["receive"] = _receive_context(config, res.summary["mtu"])
-            if fmt == "json":
-                d = dict(res.summary)
-                if res.udp_tunnel_hint:
-                    d["udp_tunnel_hint"] = res.udp_tunnel_hint
-                click.echo(json.dumps(d, indent=2))
+            summary, failures = dict(res.summary), []
+            if fmt == "json" and res.udp_tunnel_hint:
+                summary["udp_tunnel_hint"] = res.udp_tunnel_hint
+        else:
+            if distributed:
+                from gropcap.runner import analyze_distributed
+                analysis = analyze_distributed(list(files), config, jobs=jobs,
+                                               scheduler=scheduler, models=models,
+                                               decode_options=options, engine=engine,
+                                               decoder=decoder, egress=egress,
+                                               scratch=scratch, progress=progress)
             else:
-                click.echo(streaming.render_text(res, color=sys.stdout.isatty()), nl=False)
-            return
-    if distributed:
-        from gropcap.runner import analyze_distributed
-        with Progress(None if not quiet else False) as progress:
-            analysis = analyze_distributed(list(files), config, jobs=jobs,
-                                           scheduler=scheduler, models=models,
-                                           decode_options=options, engine=engine,
-                                           decoder=decoder, egress=egress, scratch=scratch,
-                                           progress=progress)
-        for f in analysis.failures:
-            click.echo(f"gropcap: error: {f.path} (bytes {f.start}-{f.end or 'end'}) left "
-                       f"out: {f.error}", err=True)
-    else:
-        with Progress(None if not quiet else False) as progress:
-            analysis = run(list(files), config, models=models, decode_options=options,
-                           engine=engine, decoder=decoder, egress=egress, progress=progress)
-    if out_dir:
-        write_analysis(analysis, out_dir, force=force)
-    if plot:
-        from gropcap.report.plots import save_plots
-        save_plots(analysis, plot)
-    from gropcap.context import ReceiveContext
-    analysis.receive = ReceiveContext.from_click(click.get_current_context(), config)
-    if fmt == "json":
-        from gropcap.report.receive import tunnel_hint
-        d = analysis.summary()
-        hint = tunnel_hint(analysis)
-        if hint:
-            d["udp_tunnel_hint"] = hint
-        click.echo(json.dumps(d, indent=2))
-    else:
-        click.echo(render_text(analysis, color=sys.stdout.isatty()), nl=False)
-    if getattr(analysis, "failures", None):
+                analysis = run(list(files), config, models=models,
+                               decode_options=options, engine=engine, decoder=decoder,
+                               egress=egress, progress=progress)
+            failures = getattr(analysis, "failures", None) or []
+            if out_dir:
+                with phase(progress, "writing Parquet", 3, "files") as advance:
+                    write_analysis(analysis, stage_dir, force=True)
+                    advance(3)
+            if plot:
+                from gropcap.report.plots import save_plots
+                with phase(progress, "plotting", 1, "files") as advance:
+                    save_plots(analysis, stage_plot)
+                    advance(1)
+            from gropcap.context import ReceiveContext
+            from gropcap.report.receive import tunnel_hint
+            analysis.receive = ReceiveContext.from_click(click.get_current_context(), config)
+            summary = analysis.summary()
+            hint = tunnel_hint(analysis) if fmt == "json" else None
+            if hint:
+                summary["udp_tunnel_hint"] = hint
+        if fmt == "json":
+            text = json.dumps(summary, indent=2) + "\n"
+        elif stream and not distributed:
+            text = streaming.render_text(res, color=sys.stdout.isatty())
+        else:
+            text = render_text(analysis, color=sys.stdout.isatty())
+    from gropcap.interrupt import deferred
+    # the outputs are complete from here: an interrupt now lets the run finish
+    with deferred(drop=True):
+        written = outs.commit()
+        for f in failures:
+            click.echo(f"gropcap: error: {f.path} (bytes {f.start}-{f.end or 'end'}) "
+                       f"left out: {f.error}", err=True)
+        click.echo(text, nl=False)
+        if not quiet:
+            click.echo(_done_line(summary, time.perf_counter() - t_start, written),
+                       err=True)
+    if failures:
         sys.exit(1)   # results are complete for the other inputs, but not for these
+
+
+_OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
+
+
+def _auto_stream(files) -> tuple[bool, str]:
+    """Whether `analyze` streams by itself, and why: memory follows the decompressed
+    records, so any compressed input (its decompressed size is unknown until read) or
+    one that is not a regular file streams, as do plain inputs over STREAM_AUTO_BYTES."""
+    from gropcap.capture import expand_inputs
+    from gropcap.capture.compress import sniff_compression
+    from gropcap.stream import STREAM_AUTO_BYTES
+
+    size = 0
+    for p in expand_inputs(list(files)):
+        if not os.path.isfile(p):
+            return True, f"{p} is not a regular file"
+        with open(p, "rb") as fh:
+            kind = sniff_compression(fh.read(6))
+        if kind:
+            return True, f"{p} is {kind}-compressed"
+        size += os.path.getsize(p)
+    if size > STREAM_AUTO_BYTES:
+        return True, f"{size >> 20} MiB of input"
+    return False, ""
+
+
+def _done_line(summary: dict, seconds: float, written: list) -> str:
+    """The last line of a run (stderr): packets, wall time, rate, what was written."""
+    n = summary.get("packets", 0)
+    rate = n / seconds if seconds > 0 else 0.0
+    rate_text = f"{rate / 1e6:.2f} M" if rate >= 1e6 else f"{rate / 1e3:.1f} k"
+    where = "wrote " + ", ".join(written) if written else "nothing written"
+    return f"gropcap: {n} packets in {seconds:.1f} s ({rate_text} packets/s), {where}"
 
 
 def _receive_context(config, mtu: dict) -> dict:
@@ -413,6 +532,7 @@ def _register_optional():
 
 if __name__ == "__main__":  # pragma: no cover - `python -m gropcap.cli`
     from gropcap.cli import main as _main  # the importable module, with every command
-    _main()
+    from gropcap.interrupt import run_command
+    run_command(_main)
 else:
     _register_optional()

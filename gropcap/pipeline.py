@@ -48,6 +48,10 @@ def decode_files(paths, options: DecodeOptions | None = None, *,
         ``(packets, infos)``: the table (:data:`PACKET_SCHEMA`, one row per record, files
         concatenated in input order, ``file_index`` telling them apart) and one
         :class:`CaptureInfo` per file.
+
+    Raises:
+        DecodeError: a file none of whose frames has a link type gropcap decodes
+            (``decode.support``); files where only some have one get a warning instead.
     """
     if decoder not in DECODERS:
         raise ConfigError(f"unknown decoder {decoder!r}", hint=f"use one of {DECODERS}")
@@ -66,13 +70,17 @@ def decode_files(paths, options: DecodeOptions | None = None, *,
     files = expand_inputs([str(p) for p in paths])
     batches: list[pa.RecordBatch] = []
     infos: list[CaptureInfo] = []
+    from gropcap.decode.support import LinktypeCheck
     for file_index, path in enumerate(files):
         info = None
+        linktypes = LinktypeCheck()
         for info, batch in batches_of(path):
             if progress is not None:
                 progress.batch(path, info, batch)
             if len(batch):
+                linktypes.add(batch)
                 batches.append(decode_batch(batch, options, file_index=file_index))
+        linktypes.finish(info)
         infos.append(info)
     table = pa.Table.from_batches(batches, schema=PACKET_SCHEMA) if batches \
         else PACKET_SCHEMA.empty_table()
@@ -306,8 +314,13 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     coalesced = stats.infer(packets)
     if not coalesced.num_coalesced:
         coalesced = None
-    results = {m: simulate(packets, config.replace(model=m), engine=engine,
-                           coalesced=coalesced) for m in models}
+    from gropcap.report.progress import phase
+    results = {}
+    for m in models:
+        with phase(progress, f"GRO {m}", packets.num_rows) as advance:
+            results[m] = simulate(packets, config.replace(model=m), engine=engine,
+                                  coalesced=coalesced)
+            advance(packets.num_rows)
     stages = {}
     if config.tunnel_gro is not None:
         from gropcap.gro.stages import simulate_stages

@@ -101,11 +101,15 @@ def decode_file_task(path: str, file_index: int, options: DecodeOptions,
 
         def batches_of(p):
             return iter_batches(p, engine="reference")
+    from gropcap.decode.support import LinktypeCheck
     batches = []
     info = None
+    linktypes = LinktypeCheck()
     for info, batch in batches_of(path):
         if len(batch):
+            linktypes.add(batch)
             batches.append(decode_batch(batch, options, file_index=file_index))
+    linktypes.finish(info)
     table = pa.Table.from_batches(batches, schema=PACKET_SCHEMA) if batches \
         else PACKET_SCHEMA.empty_table()
     return table, info
@@ -115,11 +119,15 @@ def plan_ranges_task(path: str, split_bytes: int, batch_records: int):
     """Scan one file's record framing (no decoding) and cut it into byte ranges of whole
     scan batches, each at least ``split_bytes`` long: ``(ranges, CaptureInfo)`` with
     ``ranges`` a list of ``(first_batch, end_batch, byte_start, byte_end)``."""
+    from gropcap.decode.support import LinktypeCheck
     starts = []
     info = None
+    linktypes = LinktypeCheck()
     for info, batch in iter_scan_batches(path, batch_records=batch_records):
         if len(batch):
+            linktypes.add(batch)
             starts.append(int(batch.file_offset[0]))
+    linktypes.finish(info)
     size = os.path.getsize(path)
     ranges = []
     b0 = 0
@@ -429,6 +437,55 @@ def _nparts(config: GroConfig, nworkers: int) -> int:
     return min(config.queues, nworkers) if config.model == "napi" else nworkers
 
 
+def _ignore_sigint() -> None:
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _quiet_worker() -> None:
+    """A worker of an interrupted run: what it prints while the cluster is torn down
+    (lost heartbeats, closed streams) is noise after "gropcap: interrupted"."""
+    import logging
+    logging.getLogger("distributed").setLevel(logging.CRITICAL + 1)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
+
+
+def _local_cluster(n: int):
+    """A LocalCluster of ``n`` worker processes and its client. The workers ignore
+    SIGINT once started: a terminal's Ctrl-C reaches the whole process group, and only
+    this process should act on it (it stops the run and closes the cluster) instead of
+    every worker printing a traceback of its own."""
+    from dask.distributed import Client, LocalCluster
+    # ":0": the scheduler's HTTP server on a free port (None still tries 8787 and warns
+    # on stderr when another cluster holds it)
+    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                           dashboard_address=":0")
+    c = None
+    try:
+        c = Client(cluster)
+        c.run(_ignore_sigint)
+        return cluster, c
+    except BaseException as e:
+        if isinstance(e, KeyboardInterrupt):
+            _quiet_cluster(c)
+        cluster.close()
+        raise
+
+
+def _quiet_cluster(c) -> None:
+    """An interrupted run's cluster is closed next: no log lines from its teardown, here
+    (the scheduler and nannies run in this process) or in the workers."""
+    import logging
+    logging.getLogger("distributed").setLevel(logging.CRITICAL + 1)
+    if c is not None:
+        try:
+            c.run(_quiet_worker)
+        except Exception:
+            pass
+
+
 def _split_ok(config: GroConfig, engine: str) -> bool:
     """The numba engine runs this model by partitions (the gro_cells stage and the
     configurations only the reference model implements run as one task)."""
@@ -444,7 +501,7 @@ def open_client(client=None, *, jobs: int | None = None, scheduler: str | None =
     if client is not None:
         yield client
         return
-    from dask.distributed import Client, LocalCluster
+    from dask.distributed import Client
     if scheduler is not None:
         c = Client(scheduler)
         try:
@@ -455,14 +512,19 @@ def open_client(client=None, *, jobs: int | None = None, scheduler: str | None =
     n = int(jobs or os.cpu_count() or 1)
     if n < 1:
         raise ConfigError("--jobs must be at least 1")
-    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                           dashboard_address=None)
-    c = Client(cluster)
+    cluster, c = _local_cluster(n)
+    # run once the workers are gone (an interrupted worker may still write scratch files)
+    c.gropcap_after_close = []
     try:
         yield c
+    except KeyboardInterrupt:
+        _quiet_cluster(c)
+        raise
     finally:
         c.close()
         cluster.close()
+        for fn in c.gropcap_after_close:
+            fn()
 
 
 def _err_text(exc: BaseException) -> str:
@@ -567,6 +629,10 @@ def _scratch_dir(c, scratch):
         yield d
     finally:
         shutil.rmtree(d, ignore_errors=True)
+        # again after open_client closed its cluster: a task still running when an
+        # interrupt or error ended the run recreates its piece's directory
+        getattr(c, "gropcap_after_close", []).append(
+            lambda: shutil.rmtree(d, ignore_errors=True))
 
 
 def _workers_local(c) -> bool:

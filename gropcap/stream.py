@@ -603,13 +603,16 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         # 1. decode pass: decoded rows to a temporary Parquet, counters, coalesced stats
         coal = _Coalesced(config.mtu)
         counters.coalesced = coal
+        from gropcap.decode.support import LinktypeCheck
         for file_index, path in enumerate(files):
             info = None
+            linktypes = LinktypeCheck()
             for info, rb in iter_scan_batches(path, batch_records=batch_records):
                 if progress is not None:
                     progress.batch(path, info, rb)
                 if not len(rb):
                     continue
+                linktypes.add(rb)
                 dec = decode_batch(rb, decode_options, file_index=file_index)
                 t = pa.Table.from_batches([dec])
                 counters.add(t)
@@ -621,6 +624,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                         dec_sink, PACKET_SCHEMA,
                         options=pa.ipc.IpcWriteOptions(compression="lz4"))
                 dec_writer.write_table(t)
+            linktypes.finish(info)
             infos.append(info)
         if dec_writer is not None:
             dec_writer.close()
@@ -635,7 +639,10 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         tm["decode"] = clock() - t_start
         t_start = clock()
         # 2. GRO pass: every model over the decoded rows, state carried
+        from gropcap.report.progress import phase
+        gro_phase = phase(progress, f"GRO {'+'.join(models)}", counters.packets)
         for dec in decoded():
+            gro_phase.advance(dec.num_rows)
             t = pa.Table.from_batches([dec])
             t0 = clock()
             co = coal.batch(t) if coal.num else None
@@ -658,6 +665,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                     n_flows = top
         for run in runs:
             run.feed(PACKET_SCHEMA.empty_table(), final=True)
+        gro_phase.end()
         peak = sum(r.rows.size() + r.verdicts.size() + r.segs.size() for r in runs) + \
             (os.path.getsize(dec_path) if os.path.exists(dec_path) else 0)
 
@@ -682,6 +690,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         sp_tmp = None
         if out_dir:
             sp_tmp = os.path.join(tmp, "superpackets.parquet")
+        sp_phase = phase(progress, "super-packets", sum(r.parts for r in runs), "batches")
         for run in runs:
             so = _SegOrder(run)
             run.segs.rewind()
@@ -697,6 +706,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             pend: dict[str, np.ndarray] | None = None
             next_pos = 0
             for i in range(run.parts):
+                sp_phase.advance(1)
                 s = dict(zip(_SEG_FIELDS, run.segs.get(len(_SEG_FIELDS))))
                 pos = so.positions(s["poll"])
                 if len(pos):
@@ -740,6 +750,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             run.segs.close()
             os.unlink(run.segs.path)
 
+        sp_phase.end()
         tm["superpackets"] = clock() - t_start
         t_start = clock()
         # 4. packets pass: decoded rows + verdicts; per-model encapsulation counts
@@ -752,7 +763,10 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         cursors = {r.model: (_RowCursor(r.rows, 2), _VerdictCursor(r.verdicts)) for r in runs}
 
         r0 = 0
+        pk_phase = phase(progress, "packets.parquet" if out_dir else "verdicts",
+                         counters.packets)
         for dec in decoded():
+            pk_phase.advance(dec.num_rows)
             n = dec.num_rows
             r1 = r0 + n
             t = pa.Table.from_batches([dec])
@@ -796,6 +810,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                                              **_PARQUET_OPTIONS)
             pk_writer.write_table(t)
             r0 = r1
+        pk_phase.end()
         summary = _summary(counters, runs, infos, config, flows)
         tm["packets"] = clock() - t_start
         if out_dir:

@@ -146,7 +146,7 @@ def test_text_report_is_plain_when_not_a_terminal():
     assert r.exit_code == 0, r.output
     assert "\x1b[" not in r.output
     assert "Aggregation" in r.output and "napi" in r.output and "ideal" in r.output
-    assert max(len(line) for line in r.output.splitlines()) <= 80
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80
 
 
 def test_directory_input(tmp_path):

@@ -69,7 +69,7 @@ def test_cli_no_vlan_gro_on_tagged_sample():
         r = CliRunner().invoke(main, ["analyze", path, "--model", "ideal", "--format", "json",
                                       flag])
         assert r.exit_code == 0, r.output
-        out[flag] = json.loads(r.output)["models"]["ideal"]
+        out[flag] = json.loads(r.stdout)["models"]["ideal"]
     n = out["--no-vlan-gro"]["packets_in"]
     # every frame of the sample is 802.1Q-tagged: without VLAN GRO none merges
     assert out["--no-vlan-gro"]["reasons"] == {"BYPASS_NO_VLAN_GRO": n}

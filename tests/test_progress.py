@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 
 from click.testing import CliRunner
 
@@ -34,4 +36,47 @@ def test_cli_output_has_no_progress_when_not_a_terminal():
     q = CliRunner().invoke(main, ["analyze", SAMPLE, "--format", "json", "--model", "ideal",
                                   "--quiet"])
     assert r.exit_code == 0 and q.exit_code == 0
-    assert r.output == q.output          # no bar, no stray text off a terminal
+    assert r.stdout == q.stdout          # no bar, no stray text in the JSON
+    json.loads(r.stdout)
+    assert q.stderr == ""
+    # off a terminal, stderr holds the closing line only
+    n = json.loads(r.stdout)["packets"]
+    assert re.fullmatch(rf"gropcap: {n} packets in \d+\.\d s \(\d+\.\d+ [kM] packets/s\), "
+                        r"nothing written\n", r.stderr), r.stderr
+
+
+def _finished_phases(p):
+    return {t.description: (t.completed, t.total, t.fields["detail"]) for t in p._bar.tasks}
+
+
+def test_every_phase_has_a_labelled_line_in_memory():
+    from gropcap.pipeline import analyze
+    with Progress(True) as p:
+        a = analyze(SAMPLE, progress=p)
+        tasks = _finished_phases(p)
+    n = a.decoded.num_rows
+    assert set(tasks) == {"decode real_ipv4.pcap", "GRO ideal", "GRO napi"}
+    for model in ("ideal", "napi"):
+        assert tasks[f"GRO {model}"] == (n, n, f"done, {n} packets")
+
+
+def test_every_phase_has_a_labelled_line_streaming(tmp_path):
+    from gropcap.stream import stream_analyze
+    with Progress(True) as p:
+        res = stream_analyze(SAMPLE, out_dir=str(tmp_path), progress=p)
+        tasks = _finished_phases(p)
+    n = res.summary["packets"]
+    assert set(tasks) == {"decode real_ipv4.pcap", "GRO ideal+napi", "super-packets",
+                          "packets.parquet"}
+    assert tasks["GRO ideal+napi"] == (n, n, f"done, {n} packets")
+    assert tasks["packets.parquet"] == (n, n, f"done, {n} packets")
+    assert tasks["super-packets"][2].startswith("done, ")
+
+
+def test_quiet_progress_prints_no_note(capsys):
+    with Progress(None, quiet=True) as p:
+        p.note("compiling GRO kernels, first run only")
+    with Progress(False, quiet=False) as p:
+        p.note("x")
+        p.note("x")                              # once
+    assert capsys.readouterr().err == "gropcap: x\n"

@@ -99,7 +99,7 @@ def test_corpus_input_through_the_cli(tmp_path, name):
         assert not (tmp_path / "out").exists()
         return
     assert r.exit_code == 0, r.output
-    text = r.output[r.output.index("{"):]
+    text = r.stdout[r.stdout.index("{"):]
     summary = json.loads(text)
     if "records" in expect:
         assert summary["packets"] == expect["records"]

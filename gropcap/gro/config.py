@@ -18,6 +18,15 @@ from gropcap.errors import ConfigError
 # The newest release whose rules are modelled; the default profile.
 NEWEST_KERNEL = (6, 18)
 OLDEST_KERNEL = (4, 4)
+# The last minor release of each major series (v4.20 was followed by v5.0, v5.19 by v6.0):
+# X.Y past these never existed.
+LAST_MINOR = {4: 20, 5: 19, 6: NEWEST_KERNEL[1]}
+KERNEL_RELEASES = tuple((major, minor) for major, last in sorted(LAST_MINOR.items())
+                        for minor in range(last + 1)
+                        if OLDEST_KERNEL <= (major, minor) <= NEWEST_KERNEL)
+KERNEL_RELEASES_TEXT = ", ".join(
+    f"{major}.{min(m for a, m in KERNEL_RELEASES if a == major)}-{major}.{last}"
+    for major, last in sorted(LAST_MINOR.items()))
 
 # Microsoft's RSS verification key, the default of many NIC drivers and of the
 # Toeplitz reference (also what `ethtool -x` shows on virtio/ixgbe with no key set).
@@ -82,8 +91,10 @@ class KernelProfile:
         if ver < OLDEST_KERNEL or ver > NEWEST_KERNEL:
             raise ConfigError(
                 f"kernel {ver[0]}.{ver[1]} is not modelled",
-                hint=f"choose a release from {OLDEST_KERNEL[0]}.{OLDEST_KERNEL[1]} "
-                     f"to {NEWEST_KERNEL[0]}.{NEWEST_KERNEL[1]}")
+                hint=f"choose a release from {KERNEL_RELEASES_TEXT}")
+        if ver not in KERNEL_RELEASES:
+            raise ConfigError(f"kernel {ver[0]}.{ver[1]} was never released",
+                              hint=f"choose a release from {KERNEL_RELEASES_TEXT}")
         return cls(ver)
 
     @property

@@ -98,12 +98,19 @@ def baseline_save(files, output, force, model, engine, **kw):
     model (and stage), with the configuration and each capture's sha256."""
     from gropcap.report.baseline import make_baseline, save_baseline
 
+    from gropcap.cli import staged_outputs
+    from gropcap.interrupt import deferred
+
     options, config = _configs(kw)
+    staged = staged_outputs(force).file(output)   # checked before any packet is read
     models = ("ideal", "napi") if model == "both" else (model,)
     base = make_baseline(_each_file(files, config, models, options, engine))
-    save_baseline(base, output, force=force)
-    click.echo(f"baseline of {len(base['captures'])} capture(s), models "
-               f"{', '.join(base['models'])}, kernel {base['config']['kernel']} -> {output}")
+    save_baseline(base, staged, force=True)
+    with deferred(drop=True):
+        staged_outputs(force).commit()
+        click.echo(f"baseline of {len(base['captures'])} capture(s), models "
+                   f"{', '.join(base['models'])}, kernel {base['config']['kernel']} -> "
+                   f"{output}")
 
 
 @baseline.command("check")

@@ -1,0 +1,148 @@
+"""Ctrl-C that never lands inside numba-compiled code, and sections it must not split.
+
+Python runs a SIGINT handler between bytecodes of the main thread, and its default handler
+raises KeyboardInterrupt there. numba-compiled functions call back into Python while they
+run (``numba.core.serialize._numba_unpickle`` for constants, the dispatcher's ``typeof``
+for arguments); a KeyboardInterrupt raised in such a callback is not seen by the compiled
+caller, which then returns with an exception set (``SystemError: CPUDispatcher(...)
+returned a result with an exception set``) or crashes the interpreter (exit 139).
+
+:func:`handling_interrupts` installs a handler that raises KeyboardInterrupt as Python does,
+except
+
+- when the interrupted Python code was called from compiled code (a numba/llvmlite frame
+  not below ``Dispatcher._compile_for_args``): it notes the interrupt and asks again every
+  :data:`RETRY_S` seconds (``_thread.interrupt_main``) until the main thread is back in
+  ordinary Python code, a few milliseconds later for a batch-sized call;
+- inside :func:`deferred` (renaming finished outputs into place): the interrupt waits for
+  the end of the block.
+
+Layer: none (used by cli.py around a command; the library itself never installs handlers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+
+RETRY_S = 0.02
+
+_RUNTIME_DIRS: tuple[str, ...] = ()
+# depth: nested deferred() blocks; finished: a deferred(drop=True) block ended, the
+# command's outputs are complete and an interrupt no longer stops it
+_state = {"depth": 0, "pending": False, "drop": False, "finished": False}
+
+
+def _runtime_dirs() -> tuple[str, ...]:
+    global _RUNTIME_DIRS
+    if not _RUNTIME_DIRS:
+        import importlib.util
+        dirs = []
+        for name in ("numba", "llvmlite"):
+            spec = importlib.util.find_spec(name)
+            if spec is not None and spec.submodule_search_locations:
+                dirs.append(os.path.abspath(list(spec.submodule_search_locations)[0]) + os.sep)
+        _RUNTIME_DIRS = tuple(dirs)
+    return _RUNTIME_DIRS
+
+
+def called_from_compiled_code(frame) -> bool:
+    """True when ``frame`` is numba/llvmlite runtime code that compiled code called (a
+    KeyboardInterrupt raised there would be lost in the compiled caller).
+
+    numba's compiler (below ``_compile_for_args``) is ordinary Python called through the
+    dispatcher, which checks for errors: an interrupt may stop a compile."""
+    dirs = _runtime_dirs()
+    inside = False
+    f = frame
+    while f is not None:
+        name = f.f_code.co_filename
+        if not name.startswith(dirs):
+            return inside
+        if f.f_code.co_name == "_compile_for_args":
+            return False
+        inside = True
+        f = f.f_back
+    return inside
+
+
+def _retry() -> None:
+    import _thread
+    _thread.interrupt_main(signal.SIGINT)
+
+
+def on_signal(signum, frame):
+    """The handler :func:`handling_interrupts` installs (cli.py also uses it for SIGTERM)."""
+    if _state["finished"]:
+        return
+    if _state["depth"]:
+        _state["pending"] = True
+        return
+    if called_from_compiled_code(frame):
+        _state["pending"] = True
+        t = threading.Timer(RETRY_S, _retry)
+        t.daemon = True
+        t.start()
+        return
+    _state["pending"] = False
+    raise KeyboardInterrupt
+
+
+def exit_at_once(signum, frame):
+    """The handler from the start of the process until a command installs
+    :func:`on_signal` (imports, option parsing: nothing is written yet)."""
+    if _state["finished"]:
+        return
+    os.write(2, b"gropcap: interrupted\n")
+    os._exit(130)
+
+
+def run_command(main) -> None:
+    """Run a click entry point with :func:`exit_at_once` installed first. Once it is
+    over (its exit status decided), interrupts are ignored: the interpreter's teardown
+    would otherwise die of SIGINT with no word (Python restores SIG_DFL at shutdown)."""
+    signal.signal(signal.SIGINT, exit_at_once)
+    try:
+        main()
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def handling_interrupts():
+    """Install the SIGINT handler for the block (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, on_signal)
+    _state.update(depth=0, pending=False, drop=False, finished=False)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        # "finished" stays: a late interrupt must not turn a complete run into exit 130
+        _state.update(depth=0, pending=False, drop=False)
+
+
+@contextlib.contextmanager
+def deferred(*, drop: bool = False):
+    """An interrupt during the block waits for its end (then KeyboardInterrupt), or with
+    ``drop=True`` is ignored, then and until the command ends: for the last steps of a
+    command whose outputs are already complete, finishing is better than exiting 130."""
+    _state["depth"] += 1
+    _state["drop"] = _state["drop"] or drop
+    try:
+        yield
+    finally:
+        _state["depth"] -= 1
+        if not _state["depth"]:
+            pending, dropping = _state["pending"], _state["drop"]
+            _state.update(pending=False, drop=False, finished=dropping)
+            if pending and not dropping:
+                raise KeyboardInterrupt
+
+
+__all__ = ["handling_interrupts", "deferred", "on_signal", "exit_at_once", "run_command",
+           "called_from_compiled_code"]
