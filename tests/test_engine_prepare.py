@@ -125,6 +125,9 @@ def naive_same_flow(t: pa.Table, hash_: np.ndarray, use: np.ndarray, hops: bool)
                 d["tun_key"][r] if gre and fl & GRE_KEY else 0,
                 d["inner_eth_dst"][r] if teb else 0, d["inner_eth_type"][r] if teb else 0,
                 d["inner_eth_src"][r] if teb else 0, d["sport"][r], d["dport"][r]]
+        # vlan_gro_receive on GRE-TEB's inner tags
+        key += [d["inner_vlan_" + f][r] if teb else 0
+                for f in ("depth", "tci0", "tpid1", "tci1")]
         ids[r] = seen.setdefault(tuple(key), len(seen))
     return ids
 

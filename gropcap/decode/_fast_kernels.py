@@ -96,6 +96,7 @@ K_TCP_SACK_PERM = 29
 K_TCP_SACK_BLOCKS = 30
 K_TCP_HAS_TS = 31
 K_L4_CSUM_STATE = 32
+K_INNER_VLAN_DEPTH = 33
 K_TCP_WSCALE = 0
 K_ETH_TYPE = 0
 K_VLAN_TPID0 = 1
@@ -130,6 +131,10 @@ K_TCP_URG_PTR = 29
 K_TCP_MSS = 30
 K_UDP_LEN = 31
 K_L4_CSUM = 32
+K_INNER_VLAN_TPID0 = 33
+K_INNER_VLAN_TCI0 = 34
+K_INNER_VLAN_TPID1 = 35
+K_INNER_VLAN_TCI1 = 36
 K_DSA_PORT = 0
 K_OUTER_IP_TOT_LEN = 0
 K_OUTER_IP_FLOW_LABEL = 1
@@ -424,18 +429,25 @@ def _tcp_options(b, base, lo, hi):
 
 
 @njit(cache=True)
-def _add_vlan(u8, u16, i, tpid, tci, outer):
-    """reference add_vlan: the first two tags of the outer Ethernet are recorded."""
-    if not outer:
+def _add_vlan(u8, u16, i, tpid, tci, outer, depth):
+    """reference add_vlan: the first two tags of the outer Ethernet are recorded, and
+    the first two inside the outermost tunnel's Ethernet (``depth == 1``)."""
+    if outer:
+        kd, kp0, kc0, kp1, kc1 = K_VLAN_DEPTH, K_VLAN_TPID0, K_VLAN_TCI0, K_VLAN_TPID1, \
+            K_VLAN_TCI1
+    elif depth == 1:
+        kd, kp0, kc0, kp1, kc1 = K_INNER_VLAN_DEPTH, K_INNER_VLAN_TPID0, K_INNER_VLAN_TCI0, \
+            K_INNER_VLAN_TPID1, K_INNER_VLAN_TCI1
+    else:
         return
-    d = np.int64(u8[K_VLAN_DEPTH, i])
+    d = np.int64(u8[kd, i])
     if d == 0:
-        u16[K_VLAN_TPID0, i] = tpid
-        u16[K_VLAN_TCI0, i] = tci
+        u16[kp0, i] = tpid
+        u16[kc0, i] = tci
     elif d == 1:
-        u16[K_VLAN_TPID1, i] = tpid
-        u16[K_VLAN_TCI1, i] = tci
-    u8[K_VLAN_DEPTH, i] = min(d + 1, 255)
+        u16[kp1, i] = tpid
+        u16[kc1, i] = tci
+    u8[kd, i] = min(d + 1, 255)
 
 
 @njit(cache=True, inline="always")
@@ -659,7 +671,7 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                     u16[K_ETH_TYPE, i] = C.ETH_P_8021Q
                     layers[nl] = LY_VLAN
                     nl += 1
-                    _add_vlan(u8, u16, i, C.ETH_P_8021Q, synth, True)
+                    _add_vlan(u8, u16, i, C.ETH_P_8021Q, synth, True, depth)
                 else:
                     u16[K_ETH_TYPE, i] = etype
                 st, off, outer = ST_VLANS, p + 2, True
@@ -688,7 +700,7 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                         break
                     layers[nl] = LY_VLAN
                     nl += 1
-                    _add_vlan(u8, u16, i, etype, _u16(buf, lo + off), outer)
+                    _add_vlan(u8, u16, i, etype, _u16(buf, lo + off), outer, depth)
                     etype = _u16(buf, lo + off + 2)
                     off += 4
                 if status != S.STATUS_OK:

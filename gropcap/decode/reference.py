@@ -268,16 +268,21 @@ class _FrameDecoder:
         return None
 
     def add_vlan(self, tpid: int, tci: int, outer: bool) -> None:
-        """Count a VLAN tag; the first two of the outer Ethernet are recorded."""
+        """Count a VLAN tag; the first two of the outer Ethernet are recorded (``vlan_*``),
+        and the first two inside the outermost tunnel's Ethernet (``inner_vlan_*``)."""
         self.layers.append("vlan")
-        if not outer:
+        if outer:
+            p = "vlan_"
+        elif self.depth == 1:
+            p = "inner_vlan_"
+        else:
             return
-        d = self.row["vlan_depth"]
+        d = self.row[p + "depth"]
         if d == 0:
-            self.row["vlan_tpid0"], self.row["vlan_tci0"] = tpid, tci
+            self.row[p + "tpid0"], self.row[p + "tci0"] = tpid, tci
         elif d == 1:
-            self.row["vlan_tpid1"], self.row["vlan_tci1"] = tpid, tci
-        self.row["vlan_depth"] = min(d + 1, 255)
+            self.row[p + "tpid1"], self.row[p + "tci1"] = tpid, tci
+        self.row[p + "depth"] = min(d + 1, 255)
 
     def l3_after_vlans(self, etype: int, off: int, outer: bool) -> None:
         """Skip 802.1Q/802.1ad/0x9100 tags starting at ``off``, then decode IPv4/IPv6."""

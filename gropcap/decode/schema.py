@@ -155,6 +155,12 @@ PACKET_FIELDS: list[pa.Field] = [
     pa.field("l4_csum", pa.uint16()),            # raw TCP/UDP checksum field
     pa.field("l4_csum_state", pa.uint8()),       # CSUM_* above
     pa.field("payload_len", pa.uint32()),        # L4 payload from IP lengths, not cap_len
+    # --- VLAN tags inside the outermost tunnel's Ethernet (gretap, VXLAN, Geneve, ERSPAN) ---
+    pa.field("inner_vlan_depth", pa.uint8()),    # in-band tags after inner_eth_* (saturates)
+    pa.field("inner_vlan_tpid0", pa.uint16()),   # first tag (its TPID is inner_eth_type)
+    pa.field("inner_vlan_tci0", pa.uint16()),
+    pa.field("inner_vlan_tpid1", pa.uint16()),   # second tag
+    pa.field("inner_vlan_tci1", pa.uint16()),
 ]
 
 PACKET_SCHEMA = pa.schema(PACKET_FIELDS)

@@ -1039,9 +1039,13 @@ class SameFlowIn(NamedTuple):
     ieth_src: np.ndarray
     sport: np.ndarray
     dport: np.ndarray
+    ivlan_depth: np.ndarray
+    ivlan_tci0: np.ndarray
+    ivlan_tpid1: np.ndarray
+    ivlan_tci1: np.ndarray
 
 
-SAME_FLOW_WORDS = 23      # + 1 with the pre-5.18 IPv6 hop limit word
+SAME_FLOW_WORDS = 24      # + 1 with the pre-5.18 IPv6 hop limit word
 FLOW_WORDS = 13
 
 
@@ -1072,7 +1076,7 @@ def _ip_words(out, at, r, version, proto, ext_mask, ext_len, flow_label, ext_dig
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _same_flow_row(k, r, gre_a, gre_b, gre_key, hops, out):
-    """Same-flow key words of row r into ``out`` (1-D, 23 or 24 words); layout in
+    """Same-flow key words of row r into ``out`` (1-D, 24 or 25 words); layout in
     ``engine._same_flow_keys``; every field at its full width (injective)."""
     s8 = np.uint64(8)
     s16 = np.uint64(16)
@@ -1101,13 +1105,18 @@ def _same_flow_row(k, r, gre_a, gre_b, gre_key, hops, out):
     out[20] = (_u(k.ieth_dst[r]) if teb else z) | ((_u(k.ieth_type[r]) if teb else z) << s48)
     out[21] = _u(k.ieth_src[r]) if teb else z
     out[22] = _u(k.sport[r]) | (_u(k.dport[r]) << s16)
+    # vlan_gro_receive on the inner tags of GRE-TEB (compare_vlan_header: whole TCI and
+    # encapsulated type; the first TPID is the inner EtherType of word 20)
+    out[23] = (_u(k.ivlan_depth[r]) | (_u(k.ivlan_tci0[r]) << s8)
+               | (_u(k.ivlan_tpid1[r]) << np.uint64(24))
+               | (_u(k.ivlan_tci1[r]) << np.uint64(40))) if teb else z
     if hops:
-        out[23] = hop0 | (hop1 << s8)
+        out[SAME_FLOW_WORDS] = hop0 | (hop1 << s8)
 
 
 @numba.njit(cache=True, nogil=True)
 def pack_same_flow(k, gre_a, gre_b, gre_key, out):
-    """Same-flow key words of every row into ``out`` ((23 or 24, n) uint64); the 24th
+    """Same-flow key words of every row into ``out`` ((24 or 25, n) uint64); the 25th
     word (if present) is the IPv6 hop limits."""
     w = out.shape[0]
     buf = np.empty(w, np.uint64)
@@ -1406,6 +1415,8 @@ class PreIn(NamedTuple):
     i_offset: np.ndarray
     i_rf: np.ndarray
     inner_eth_type: np.ndarray
+    inner_vlan_depth: np.ndarray
+    inner_vlan_tpid1: np.ndarray
 
 
 class PreCfg(NamedTuple):
@@ -1533,10 +1544,16 @@ def pre_and_flush(x, cfg, no_gro, sfl_fl, pre, sfl_out, sfl_in):
                     p = BYPASS_TUNNEL
                 if p == 0 and (tfl & GRE_CSUM) != 0 and not x.tun_csum_ok[r]:
                     p = BYPASS_TUNNEL
-            # eth_gro_receive on an inner Ethernet header (GRE-TEB): no packet_offload
-            # for a 0x9100 TPID -> flush
-            if p == 0 and tun == TUN_GRE_TEB and x.inner_eth_type[r] == ETH_P_QINQ1:
-                p = BYPASS_NOT_IP
+            # eth_gro_receive on an inner Ethernet header (GRE-TEB), vlan_gro_receive on
+            # its tags: a type without a packet_offload (0x9100; 0x8100 / 0x88A8 without
+            # CONFIG_VLAN_8021Q) -> flush
+            if p == 0 and tun == TUN_GRE_TEB:
+                ie = np.int64(x.inner_eth_type[r])
+                if ie == ETH_P_QINQ1 or (x.inner_vlan_depth[r] >= 2
+                                         and x.inner_vlan_tpid1[r] == ETH_P_QINQ1):
+                    p = BYPASS_NOT_IP
+                elif not cfg.vlan_gro and (ie == ETH_P_8021Q or ie == ETH_P_8021AD):
+                    p = BYPASS_NO_VLAN_GRO
         if enc and in_v != 0:
             # layer 1: the inner header of a native tunnel
             p, si = _ip_layer(p, si, in_v, np.int64(x.i_proto[r]), np.int64(x.i_ext_mask[r]),

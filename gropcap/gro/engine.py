@@ -93,7 +93,7 @@ def _pre_and_flush(t: pa.Table, config: GroConfig, no_gro=None, sfl_fl=None, col
         *[s(p + f) for p in ("outer_ip_", "ip_")
           for f in ("version", "proto", "ext_mask", "hdr_len", "mf", "frag_off", "csum_ok",
                     "tot_len", "offset", "rf")],
-        s("inner_eth_type"))
+        s("inner_eth_type"), s("inner_vlan_depth"), s("inner_vlan_tpid1"))
     cfg = K.PreCfg(native_gro=bool(config.native_gro),
                    gro_cells=config.tunnel_gro is not None,
                    dsa_gro=bool(config.kernel.dsa_gro), vlan_gro=bool(config.vlan_gro),
@@ -135,7 +135,8 @@ def _same_flow_input(t: pa.Table, hash_: np.ndarray, columns=None) -> K.SameFlow
         i("ip_flow_label"), i("ip_ext_digest"), c.words("ip_src"), c.words("ip_dst"),
         i("ip_ttl"), i("tun_type"), i("tun_flags"), i("tun_proto"), i("tun_key"),
         i("inner_eth_dst"), i("inner_eth_type"), i("inner_eth_src"), i("sport"),
-        i("dport"))
+        i("dport"), i("inner_vlan_depth"), i("inner_vlan_tci0"), i("inner_vlan_tpid1"),
+        i("inner_vlan_tci1"))
 
 
 _GRE_CONSTS = (np.uint64(TUN_GRE), np.uint64(TUN_GRE_TEB), np.uint64(GRE_KEY))
@@ -167,7 +168,8 @@ def _same_flow_keys(t: pa.Table, config: GroConfig, hash_: np.ndarray, columns=N
     gro_list_prepare (hash, dev, MAC header; DSA port), vlan_gro_receive (tags),
     inet/ipv6_gro_receive (protocol, addresses; IPv6 flow label and extension bytes; hop
     limit before 5.18), gre_gro_receive (flags, protocol, key when K), eth_gro_receive
-    (inner MACs of GRE-TEB), TCP ports (tcp_gro_lookup). Each field is packed into
+    (inner MACs of GRE-TEB) and vlan_gro_receive on its inner tags, TCP ports
+    (tcp_gro_lookup). Each field is packed into
     uint64 words at its full width (an injective packing, so equal rows <=> equal
     fields), by ``_kernels.pack_same_flow`` straight into one (words, n) matrix:
 
@@ -181,11 +183,12 @@ def _same_flow_keys(t: pa.Table, config: GroConfig, hash_: np.ndarray, columns=N
     11-17 inner / only IP, the same
     18-21 tunnel type + GRE flags; GRE proto + key (K); TEB inner MACs
     22    sport, dport
-    23    IPv6 hop limits, outer and inner (only before 5.18)
+    23    TEB inner VLAN tags: depth, first TCI, second TPID and TCI
+    24    IPv6 hop limits, outer and inner (only before 5.18)
     ====  ==============================================================
 
     Returns the matrices ``(key_mat, loose_mat)``; ``loose`` omits the pre-5.18 hop
-    limit (a view of the first 23 rows of ``key_mat``, no copy).
+    limit (a view of the first 24 rows of ``key_mat``, no copy).
     """
     sf = _same_flow_input(t, hash_, columns)
     hops = not config.kernel.ipv6_hop_limit_flush

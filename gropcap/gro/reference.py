@@ -154,6 +154,7 @@ class Skb:
     flist: bool = False       # NAPI_GRO_CB(skb)->is_flist (UDP fraglist mode)
     tcp_flist: bool = False   # NAPI_GRO_CB(skb)->is_flist of a TCP flow (v6.10 fraglist GRO)
     inner_eth_type: int = 0   # EtherType / first TPID of an inner Ethernet header
+    inner_vlan: tuple = (0, 0, 0, 0, 0)   # its in-band tags: depth, TPID/TCI x 2
     elide: bool = False       # the receiving device has GRO off (netif_elide_gro)
     frag_list: bool = False   # an arriving GRO packet that carries a frag_list
     gso_segs: int = 1         # NAPI_GRO_CB(skb)->count: > 1 for a frame captured coalesced
@@ -233,9 +234,14 @@ def gro_list_prepare_key(hash_: int, iface: int, dsa_port: int, eth_dst: int, et
     return (hash_, iface, dsa_port, eth_dst, eth_src, eth_type)
 
 
+_VLAN_FIELDS = ("depth", "tpid0", "tci0", "tpid1", "tci1")
+
+
 def vlan_gro_receive_key(depth: int, tpid0: int, tci0: int, tpid1: int, tci1: int) -> tuple:
     """vlan_gro_receive (0x8100 / 0x88A8, recursing for QinQ): compare_vlan_header, i.e.
-    TCI and encapsulated EtherType of every in-band tag."""
+    the whole TCI (PCP, DEI, VID) and encapsulated EtherType of every in-band tag. Used
+    for the outer link's tags (``vlan_*``) and the tags inside a tunnel's Ethernet
+    (``inner_vlan_*``: eth_gro_receive hands them to the same handler)."""
     return (depth, tpid0, tci0, tpid1, tci1)
 
 
@@ -251,7 +257,8 @@ def ip_key(h: IpHdr, with_hop: bool) -> tuple:
 
 def tunnel_key(tun_type: int, flags: int, proto: int, key: int, inner_eth: tuple) -> tuple:
     """gre_gro_receive: the flags word, protocol and (with K) key; for GRE-TEB also
-    eth_gro_receive on the inner Ethernet header. IPIP/SIT/ip6ip6/ip4ip6 add nothing."""
+    eth_gro_receive on the inner Ethernet header and vlan_gro_receive on its tags
+    (``inner_eth``). IPIP/SIT/ip6ip6/ip4ip6 add nothing."""
     if tun_type in (C.TUN_GRE, C.TUN_GRE_TEB):
         k = (tun_type, flags, proto, key if flags & C.GRE_KEY else 0)
         return k + inner_eth if tun_type == C.TUN_GRE_TEB else k
@@ -299,7 +306,7 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig,
              "tcp_flags", "tcp_doff", "tcp_window", "tcp_opt_len", "tcp_options",
              "l4_csum_state", "payload_len", "l4_offset", "outer_sport", "outer_dport",
              "outer_udp_csum", "tun_opt_len", "tun_opt_digest", "udp_len", "l4_csum",
-             "outer_udp_len"]
+             "outer_udp_len"] + ["inner_vlan_" + f for f in _VLAN_FIELDS]
     for prefix in ("ip_", "outer_ip_"):
         names += [f.name for f in S.PACKET_FIELDS if f.name.startswith(prefix)]
     cols = {name: _col(table, name) for name in names}
@@ -332,8 +339,10 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig,
                                    cols["vlan_tpid1"][i], cols["vlan_tci1"][i]))
         tun_type = cols["tun_type"][i]
         tun_flags = cols["tun_flags"][i]
+        # eth_gro_receive (inner MACs and EtherType), then vlan_gro_receive per inner tag
+        inner_vlan = tuple(cols["inner_vlan_" + f][i] for f in _VLAN_FIELDS)
         inner_eth = (cols["inner_eth_dst"][i], cols["inner_eth_src"][i],
-                     cols["inner_eth_type"][i])
+                     cols["inner_eth_type"][i], vlan_gro_receive_key(*inner_vlan))
         udp_sock = (tun_type in _UDP_TUNNEL_KIND and config.udp_tunnel_socket(
             _UDP_TUNNEL_KIND[tun_type], cols["outer_dport"][i]))
         if tun_type == C.TUN_VXLAN_GPE and not profile.vxlan_gpe:
@@ -394,7 +403,7 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig,
             udp_len=udp_len, udp_gro_len=udp_gro_len,
             flist=flist and l4_proto == C.IPPROTO_UDP,
             tcp_flist=tcp_flist and l4_proto == C.IPPROTO_TCP,
-            inner_eth_type=cols["inner_eth_type"][i])
+            inner_eth_type=cols["inner_eth_type"][i], inner_vlan=inner_vlan)
         ports = tcp_gro_lookup_key(skb.sport, skb.dport)
         skb.key = (l2, tuple(ip_key(x, hop_key) for x in layers), tkey, ports)
         skb.key_nohop = (l2, tuple(ip_key(x, False) for x in layers), tkey, ports)
@@ -522,8 +531,25 @@ def tunnel_gro_receive(skb: Skb, config: GroConfig) -> int:
             # skb_gro_checksum_simple_validate: a GRE checksum is computed by the sender's
             # stack, so a bad one is bad on the wire too (unlike offloaded TCP sums)
             return R.BYPASS_TUNNEL
-        if t == C.TUN_GRE_TEB and skb.inner_eth_type == C.ETH_P_QINQ1:
-            return R.BYPASS_NOT_IP  # eth_gro_receive: no packet_offload for TPID 0x9100
+        if t == C.TUN_GRE_TEB:
+            return inner_eth_gro_receive(skb, config)
+    return 0
+
+
+def inner_eth_gro_receive(skb: Skb, config: GroConfig) -> int:
+    """eth_gro_receive on an inner Ethernet header, then vlan_gro_receive per inner tag:
+    each looks up a packet_offload for the type it carries (gro_find_receive_by_type) and
+    flushes without one (``goto out``, p untouched): TPID 0x9100 never has one; 0x8100 /
+    0x88A8 only with CONFIG_VLAN_8021Q (``config.vlan_gro``). Bail code or 0.
+    The third and later tags' TPIDs are not recorded (``inner_vlan_*``), so not checked."""
+    depth, _, _, tpid1, _ = skb.inner_vlan
+    first = skb.inner_eth_type
+    if first == C.ETH_P_QINQ1:
+        return R.BYPASS_NOT_IP      # eth_gro_receive: no packet_offload for TPID 0x9100
+    if not config.vlan_gro and first in (C.ETH_P_8021Q, C.ETH_P_8021AD):
+        return R.BYPASS_NO_VLAN_GRO  # no vlan_gro_receive registered
+    if depth >= 2 and tpid1 == C.ETH_P_QINQ1:
+        return R.BYPASS_NOT_IP      # vlan_gro_receive: encapsulated type 0x9100
     return 0
 
 
@@ -553,8 +579,8 @@ def udp_tunnel_gro_receive(skb: Skb, config: GroConfig) -> int:
     elif t == C.TUN_GENEVE:
         if skb.tun_flags >> 30 or (skb.tun_flags >> 16) & C.GENEVE_FLAG_O:
             return R.BYPASS_TUNNEL
-    if skb.inner_eth_type == C.ETH_P_QINQ1:
-        return R.BYPASS_NOT_IP      # eth_gro_receive: no packet_offload for TPID 0x9100
+    if skb.inner_eth_type:
+        return inner_eth_gro_receive(skb, config)
     return 0
 
 

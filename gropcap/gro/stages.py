@@ -58,15 +58,17 @@ _IP6GRE_FAMILY = (C.TUN_GRE, C.TUN_GRE_TEB, C.TUN_ERSPAN2, C.TUN_ERSPAN3)
 _NO_CELLS = (C.TUN_SIT,)
 # ECN field (RFC 3168) values
 _NOT_ECT, _ECT_1, _ECT_0, _CE = 0, 1, 2, 3
-# inner Ethernet header after decapsulation (ARPHRD_ETHER devices)
+# inner Ethernet header after decapsulation (ARPHRD_ETHER devices; Geneve with protocol
+# 0x6558, see gro_cells_input)
 _INNER_ETH = (C.TUN_GRE_TEB, C.TUN_ERSPAN2, C.TUN_ERSPAN3, C.TUN_VXLAN)
+_VLAN_COLS = ("vlan_depth", "vlan_tpid0", "vlan_tci0", "vlan_tpid1", "vlan_tci1")
 _DEVICE_BASE = 0x8000     # iface numbers of the modelled gro_cells devices
 
 _TUN_COLS = ("tun_type", "tun_offset", "tun_flags", "tun_proto", "tun_key", "tun_seq",
              "tun_opt_len", "tun_opt_digest", "erspan_ver", "erspan_session",
              "inner_eth_dst", "inner_eth_src", "inner_eth_type", "outer_l4_proto",
-             "outer_sport", "outer_dport", "outer_udp_len", "outer_udp_csum", "vlan_depth",
-             "vlan_tpid0", "vlan_tci0", "vlan_tpid1", "vlan_tci1", "encap_depth")
+             "outer_sport", "outer_dport", "outer_udp_len", "outer_udp_csum", "encap_depth",
+             *_VLAN_COLS, *["inner_" + c for c in _VLAN_COLS])
 
 
 @dataclass
@@ -220,10 +222,16 @@ def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig, *,
         return tab.column(name).to_numpy(zero_copy_only=False).copy()
 
     tunnelled = kind > 0
-    eth_inner = np.isin(kind, _INNER_ETH)
+    # geneve_rx: an Ethernet payload (protocol 0x6558) goes through eth_type_trans
+    eth_inner = np.isin(kind, _INNER_ETH) | ((kind == C.TUN_GENEVE)
+                                             & (col("tun_proto") == C.ETH_P_TEB))
     ip_version = col("ip_version")
     ip_off_old = col("ip_offset").astype(np.int64)
-    ip_off = np.where(tunnelled, np.where(eth_inner, 14, 0), ip_off_old)
+    # the inner frame's in-band VLAN tags stay in skb->data after eth_type_trans (the
+    # tunnel device's dev_gro_receive hands them to vlan_gro_receive): they become the
+    # derived row's vlan_* columns, and its IP header follows them
+    inner_tags = col("inner_vlan_depth").astype(np.int64)
+    ip_off = np.where(tunnelled, np.where(eth_inner, 14 + 4 * inner_tags, 0), ip_off_old)
     shift = ip_off_old - ip_off
     hdr = col("ip_hdr_len").astype(np.int64)
     doff = col("tcp_doff").astype(np.int64)
@@ -263,6 +271,8 @@ def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig, *,
     for name in _TUN_COLS:
         base = col(name)
         changes[name] = np.where(tunnelled, np.zeros_like(base), base)
+    for name in _VLAN_COLS:
+        changes[name] = np.where(tunnelled & eth_inner, col("inner_" + name), changes[name])
     for f in S.PACKET_FIELDS:
         if f.name.startswith("outer_ip_") and f.type == S.ADDR:
             vals = tab.column(f.name).to_pylist()
