@@ -45,6 +45,7 @@ from gropcap.decode.schema import PACKET_SCHEMA, STATUS_NAMES
 from gropcap.errors import ConfigError
 from gropcap.gro.config import MODELS, GroConfig
 from gropcap.gro.reasons import ROLE_ALONE, ROLE_HEAD, ROLE_MERGED, reason_name
+from gropcap.io.columns import readable
 
 # `gropcap analyze --out DIR` streams by itself above this much input (files' bytes): the
 # in-memory path needs ~1.2 kB of RAM per packet, ~9x a 128-byte-snaplen capture's size
@@ -699,8 +700,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                     int(np.argmin(np.append(pend["seg_id"] == exp, False)))
                 if ready:
                     chunk = {k: v[:ready] for k, v in pend.items()}
-                    tbl = pa.table(chunk).append_column(
-                        "model", pa.array([run.model] * ready, pa.string()))
+                    tbl = readable(pa.table(chunk).append_column(
+                        "model", pa.array([run.model] * ready, pa.string())))
                     if sp_writer is None:
                         from gropcap.io.parquet import with_metadata
                         sp_writer = pq.ParquetWriter(
@@ -766,6 +767,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             if not out_dir:
                 r0 = r1
                 continue
+            t = readable(t)
             if pk_writer is None:
                 from gropcap.io.parquet import with_metadata
                 pk_writer = pq.ParquetWriter(pk_tmp, with_metadata(t.slice(0, 0), meta).schema,
@@ -776,13 +778,13 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         tm["packets"] = clock() - t_start
         if out_dir:
             if pk_writer is None:
-                empty = _empty_packets(models, primary)
+                empty = readable(_empty_packets(models, primary))
                 from gropcap.io.parquet import with_metadata
                 pq.write_table(with_metadata(empty, meta), pk_tmp, compression="zstd")
             else:
                 pk_writer.close()
             if sp_writer is None:
-                empty = _empty_superpackets()
+                empty = readable(_empty_superpackets())
                 from gropcap.io.parquet import with_metadata
                 pq.write_table(with_metadata(empty, meta), sp_tmp, compression="zstd")
             else:
