@@ -266,6 +266,9 @@ def decode(files, output, force, decoder, **kw):
                    "and the options allow it (no --plot, --egress, tunnel GRO, UDP GRO).")
 @click.option("-q", "--quiet", is_flag=True,
               help="No progress bar (it only shows on a terminal anyway).")
+@click.option("--top", "top", type=click.IntRange(0, None), default=5, show_default=True,
+              metavar="N", help="Flows listed in the report (text and JSON), most "
+                                "super-packets first.")
 @click.option("--jobs", type=click.IntRange(1, None), default=None,
               help="Run on N local Dask worker processes (same results as one process).")
 @click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
@@ -279,12 +282,12 @@ def decode(files, output, force, decoder, **kw):
 @_gro_options
 @_decode_options
 def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_scenario,
-            egress_features, egress_mtu, stream, quiet, jobs, scheduler, scratch, **kw):
+            egress_features, egress_mtu, stream, quiet, top, jobs, scheduler, scratch, **kw):
     """Simulate GRO over captures and summarise how far it aggregates and why it stops."""
     from gropcap.io.parquet import write_analysis
     from gropcap.pipeline import analyze as run
     from gropcap.report.progress import Progress
-    from gropcap.report.summary import render_text
+    from gropcap.report.summary import render_text, report_dict
 
     options = _make_decode_options(**_split(kw, _DECODE_KEYS))
     config = _make_gro_config(**_split(kw, _GRO_KEYS))
@@ -320,9 +323,10 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
                                                decode_options=options, out_dir=out_dir,
                                                force=force, progress=progress)
             if fmt == "json":
-                click.echo(json.dumps(res.summary, indent=2))
+                click.echo(json.dumps(report_dict(res, top=top), indent=2))
             else:
-                click.echo(streaming.render_text(res, color=sys.stdout.isatty()), nl=False)
+                click.echo(streaming.render_text(res, color=sys.stdout.isatty(),
+                                                 top_flows=top), nl=False)
             return
     if distributed:
         from gropcap.runner import analyze_distributed
@@ -345,9 +349,10 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
         from gropcap.report.plots import save_plots
         save_plots(analysis, plot)
     if fmt == "json":
-        click.echo(json.dumps(analysis.summary(), indent=2))
+        click.echo(json.dumps(report_dict(analysis, top=top), indent=2))
     else:
-        click.echo(render_text(analysis, color=sys.stdout.isatty()), nl=False)
+        click.echo(render_text(analysis, color=sys.stdout.isatty(), top_flows=top),
+                   nl=False)
     if getattr(analysis, "failures", None):
         sys.exit(1)   # results are complete for the other inputs, but not for these
 

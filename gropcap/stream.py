@@ -70,6 +70,8 @@ class StreamResult:
         peak_spill_bytes: largest size of the temporary files (decoded table + verdicts).
         timings: wall seconds per phase (``decode``, ``gro`` of which ``engine`` and
             ``coalesced``, ``superpackets``, ``packets``, ``flows``).
+        flow_causes: per flow, the probable cause of its breaks
+            (``report.explain.flow_causes``).
     """
 
     summary: dict
@@ -78,6 +80,7 @@ class StreamResult:
     metadata: dict
     peak_spill_bytes: int = 0
     timings: dict = dataclasses.field(default_factory=dict)
+    flow_causes: list = dataclasses.field(default_factory=list)
 
     @property
     def primary_model(self) -> str:
@@ -195,6 +198,9 @@ class _ModelRun:
         self.end_hist = np.zeros(256, np.int64)
         self.nseg = 0
         self.largest = 0
+        self.data_segs = 0      # super-packets with payload (counted in the segments pass)
+        self.file_segs = np.zeros(0, np.int64)       # super-packets per input file
+        self.file_data_segs = np.zeros(0, np.int64)  # ... with payload
         self.flow_segs = np.zeros(0, np.int64)
         self.top_keys = np.zeros(0, np.int64)
         self.top_counts = np.zeros(0, np.int64)
@@ -322,6 +328,12 @@ class _Counters:
     def __init__(self, verify_checksums: bool):
         self.verify = verify_checksums
         self.packets = 0
+        self.data_packets = 0     # rows with payload (report.summary.data_counts)
+        # per input file (report.summary.file_summaries); rows arrive file after file
+        self.file_packets = np.zeros(0, np.int64)
+        self.file_bytes = np.zeros(0, np.int64)
+        self.file_data = np.zeros(0, np.int64)
+        self.last_file = 0
         self.wire_bytes = 0
         self.status = np.zeros(256, np.int64)
         self.encap: dict[str, int] = {}
@@ -332,13 +344,35 @@ class _Counters:
         self.short = 0
         self.coalesced: _Coalesced | None = None
 
+    def _add_per_file(self, fidx: np.ndarray, wire: np.ndarray, has: np.ndarray) -> None:
+        if not len(fidx):
+            return
+        if fidx[0] < self.last_file or np.any(np.diff(fidx) < 0):
+            self.file_packets = None            # not file after file: no per-file table
+        self.last_file = int(fidx[-1])
+        if self.file_packets is None:
+            return
+        n = max(len(self.file_packets), int(fidx.max()) + 1)
+        grow = lambda a: np.pad(a, (0, n - len(a)))  # noqa: E731
+        self.file_packets = grow(self.file_packets) + np.bincount(fidx, minlength=n)
+        self.file_bytes = grow(self.file_bytes) + np.bincount(fidx, wire, minlength=n) \
+            .astype(np.int64)
+        self.file_data = grow(self.file_data) + np.bincount(fidx[has], minlength=n)
+
+    def file_of(self, rows: np.ndarray) -> np.ndarray:
+        """Input file of packet rows (rows are numbered file after file)."""
+        return np.searchsorted(np.cumsum(self.file_packets), rows, side="right")
+
     def add(self, t: pa.Table) -> None:
         from gropcap.constants import EPB_FLAG_TCP_SEG_OFFLOAD
         from gropcap.decode.schema import CSUM_PARTIAL, STATUS_TRUNCATED
 
         col = lambda name: t.column(name).to_numpy()  # noqa: E731
         self.packets += t.num_rows
+        has = col("payload_len") > 0
+        self.data_packets += int(np.count_nonzero(has))
         wire = col("wire_len")
+        self._add_per_file(col("file_index").astype(np.int64), wire.astype(np.int64), has)
         self.wire_bytes += int(wire.astype(np.int64).sum())
         self.status += np.bincount(col("status").astype(np.int64), minlength=256)
         for name, c in _encap_counts(t, np.ones(t.num_rows, np.bool_)).items():
@@ -675,6 +709,16 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             next_pos = 0
             for i in range(run.parts):
                 s = dict(zip(_SEG_FIELDS, run.segs.get(len(_SEG_FIELDS))))
+                run.data_segs += int(np.count_nonzero(s["payload"] > 0))
+                if counters.file_packets is not None and len(s["first"]):
+                    n_files = len(counters.file_packets)
+                    f = counters.file_of(s["first"])
+                    run.file_segs = run.file_segs[:n_files] + np.bincount(
+                        f, minlength=n_files)[:n_files] if len(run.file_segs) else \
+                        np.bincount(f, minlength=n_files)[:n_files]
+                    d = np.bincount(f[s["payload"] > 0], minlength=n_files)[:n_files]
+                    run.file_data_segs = run.file_data_segs + d if len(
+                        run.file_data_segs) else d
                 pos = so.positions(s["poll"])
                 if len(pos):
                     ipos[s["inst"]] = np.where(s["count"] > 1, pos, -pos - 1)
@@ -728,6 +772,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             run.verdicts.rewind()
         cursors = {r.model: (_RowCursor(r.rows, 2), _VerdictCursor(r.verdicts)) for r in runs}
 
+        from gropcap.report.explain import FlowCauses
+        causes = FlowCauses()
         r0 = 0
         for dec in decoded():
             n = dec.num_rows
@@ -757,6 +803,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                     run.encap[name] = run.encap.get(name, 0) + c_
                 if run.model == primary:
                     cols = {**c, **cols}
+                    causes.add(fid, t.column("tcp_seq").to_numpy(),
+                               t.column("payload_len").to_numpy(),
+                               t.column("l4_proto").to_numpy(), reason)
                 else:
                     cols.update({f"{run.model}_{k}": v for k, v in c.items() if k != "flow_id"})
             order = [k for k in ("flow_id", "gro_seg", "gro_role", "reason", "rx_queue",
@@ -797,7 +846,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                     os.path.dirname(os.path.abspath(dst)) else os.replace(src, dst)
                 written.append(dst)
         return StreamResult(summary=summary, flows=flows, paths=written, metadata=meta,
-                            peak_spill_bytes=peak, timings=tm)
+                            peak_spill_bytes=peak, timings=tm,
+                            flow_causes=causes.result(flows.num_rows))
     finally:
         for run in locals().get("runs", []):
             for sp in (run.rows, run.verdicts, run.segs):
@@ -830,6 +880,7 @@ def _empty_superpackets() -> pa.Table:
 
 def _summary(c: _Counters, runs, infos, config: GroConfig, flows: pa.Table) -> dict:
     """report.summary.summary_dict from the streaming counters."""
+    from gropcap.report.summary import data_counts
     statuses = {STATUS_NAMES.get(int(s), str(int(s))): int(c.status[s])
                 for s in np.nonzero(c.status)[0]}
     models = {}
@@ -840,6 +891,7 @@ def _summary(c: _Counters, runs, infos, config: GroConfig, flows: pa.Table) -> d
         models[r.model] = {
             "packets_in": c.packets, "segments_in": seg_in, "superpackets_out": n_out,
             "aggregation_ratio": round(seg_in / n_out, 4) if n_out else 0.0,
+            **data_counts(c.data_packets, r.data_segs),
             "merged_packets": int(r.reason_hist[0]),
             "largest_superpacket": r.largest if n_out else 0,
             "reasons": _by_name(r.reason_hist), "end_reasons": _by_name(r.end_hist),
@@ -852,11 +904,22 @@ def _summary(c: _Counters, runs, infos, config: GroConfig, flows: pa.Table) -> d
             row[r.model] = {"superpackets": sp,
                             "aggregation_ratio": round(c.encap[name] / sp, 4) if sp else 0.0}
         enc[name or "(none)"] = row
+    files = [{"path": i.path, "records": i.records, "sha256": i.sha256,
+              "warnings": list(i.warnings)} for i in infos]
+    if c.file_packets is not None and (c.coalesced is None or not c.coalesced.num):
+        for k, f in enumerate(files):
+            get = lambda a: int(a[k]) if k < len(a) else 0  # noqa: E731
+            f.update(packets=get(c.file_packets), wire_bytes=get(c.file_bytes), models={})
+            for r in runs:
+                sp = get(r.file_segs)
+                f["models"][r.model] = {
+                    "superpackets_out": sp,
+                    "aggregation_ratio": round(f["packets"] / sp, 4) if sp else 0.0,
+                    **data_counts(get(c.file_data), get(r.file_data_segs))}
     return {
         "gropcap": __version__,
         "kernel": config.kernel.name,
-        "files": [{"path": i.path, "records": i.records, "sha256": i.sha256,
-                   "warnings": list(i.warnings)} for i in infos],
+        "files": files,
         "packets": c.packets,
         "wire_bytes": c.wire_bytes,
         "status": statuses,

@@ -100,4 +100,4 @@ def test_probable_cause_needs_a_seq_jump():
 def test_flow_cause_counts_loss_and_retransmission(lossy):
     """Three FLUSH breaks: two jump ahead (after the loss, after the retransmission), one
     goes back."""
-    assert flow_causes(lossy) == ["loss or reordering (2 of 3 breaks)"]
+    assert flow_causes(lossy) == ["loss or reordering at 2 of 3 breaks"]

@@ -372,6 +372,67 @@ def probable_cause(codes, seq_delta: int = 0) -> str | None:
     return None
 
 
+class FlowCauses:
+    """Accumulator of :func:`flow_causes` over batches in capture order (the streamed run
+    adds one batch at a time); the expected next sequence number of each flow is carried
+    from one batch to the next."""
+
+    def __init__(self):
+        self.next_seq = np.full(0, -1, np.int64)   # per flow: seq + payload of its last packet
+        self.total = np.zeros(0, np.int64)
+        self.ahead = np.zeros(0, np.int64)
+        self.back = np.zeros(0, np.int64)
+
+    def _grow(self, n: int) -> None:
+        if n > len(self.next_seq):
+            pad = n - len(self.next_seq)
+            self.next_seq = np.concatenate([self.next_seq, np.full(pad, -1, np.int64)])
+            for k in ("total", "ahead", "back"):
+                setattr(self, k, np.concatenate([getattr(self, k), np.zeros(pad, np.int64)]))
+
+    def add(self, flow_id, tcp_seq, payload_len, l4_proto, reason) -> None:
+        """One batch: per packet its flow, TCP sequence number, payload, protocol and
+        reason code (primary model)."""
+        fid = np.asarray(flow_id, np.int64)
+        if not len(fid):
+            return
+        self._grow(int(fid.max()) + 1)
+        order = np.lexsort((np.arange(len(fid)), fid))
+        f = fid[order]
+        seq = np.asarray(tcp_seq, np.int64)[order]
+        end = seq + np.asarray(payload_len, np.int64)[order]
+        first = np.ones(len(f), bool)
+        first[1:] = f[1:] != f[:-1]
+        prev = np.empty(len(f), np.int64)
+        prev[1:] = end[:-1]
+        prev[first] = self.next_seq[f[first]]
+        r = np.asarray(reason)[order]
+        brk = ((np.asarray(l4_proto)[order] == C.IPPROTO_TCP) & (prev >= 0)
+               & (r >= R.FLUSH_CWR) & (r <= R.FLUSH_ZERO_PAYLOAD))
+        delta = (seq - prev + 2**31) % 2**32 - 2**31
+        n = len(self.next_seq)
+        self.total += np.bincount(f[brk], minlength=n)
+        self.ahead += np.bincount(f[brk & (delta > 0)], minlength=n)
+        self.back += np.bincount(f[brk & (delta < 0)], minlength=n)
+        last = np.ones(len(f), bool)
+        last[:-1] = f[1:] != f[:-1]
+        self.next_seq[f[last]] = end[last] & 0xFFFFFFFF
+
+    def result(self, n_flows: int) -> list[str]:
+        """One string per flow (see :func:`flow_causes`)."""
+        self._grow(n_flows)
+        out = []
+        for a, b, n in zip(self.ahead[:n_flows].tolist(), self.back[:n_flows].tolist(),
+                           self.total[:n_flows].tolist()):
+            if not a and not b:
+                out.append("")
+            elif a >= b:
+                out.append(f"loss or reordering at {a} of {n} breaks")
+            else:
+                out.append(f"retransmission at {b} of {n} breaks")
+        return out
+
+
 def flow_causes(analysis, model: str | None = None) -> list[str]:
     """Probable cause of each flow's breaks from the packet columns, one string per flow
     ("" when no sequence jump explains them).
@@ -380,36 +441,17 @@ def flow_causes(analysis, model: str | None = None) -> list[str]:
     (its seq + payload) counts as ``loss or reordering`` when it jumps ahead and as
     ``retransmission`` when it goes back: the sequence gap that :func:`flow_breaks` finds
     with the held super-packet, read here from neighbouring rows for all flows at once.
-    The cause with more breaks is named, e.g. ``loss or reordering (12 of 15 breaks)``.
+    The cause with more breaks is named, e.g. ``loss or reordering at 12 of 15 breaks``.
     """
     model = model or analysis.primary_model
     res = analysis.results[model]
     t = analysis.decoded
     n_flows = int(res.flow_id.max()) + 1 if len(res.flow_id) else 0
-    if len(res.flow_id) < 2:
-        return [""] * n_flows
-    order = np.lexsort((np.arange(len(res.flow_id)), res.flow_id))
-    fid = res.flow_id[order]
-    seq = t.column("tcp_seq").to_numpy().astype(np.int64)[order]
-    pay = t.column("payload_len").to_numpy().astype(np.int64)[order]
-    tcp = t.column("l4_proto").to_numpy()[order] == C.IPPROTO_TCP
-    reason = res.reason[order]
-    delta = (seq[1:] - (seq[:-1] + pay[:-1]) + 2**31) % 2**32 - 2**31
-    brk = ((fid[1:] == fid[:-1]) & tcp[1:]
-           & (reason[1:] >= R.FLUSH_CWR) & (reason[1:] <= R.FLUSH_ZERO_PAYLOAD))
-    f = fid[1:]
-    total = np.bincount(f[brk], minlength=n_flows)
-    ahead = np.bincount(f[brk & (delta > 0)], minlength=n_flows)
-    back = np.bincount(f[brk & (delta < 0)], minlength=n_flows)
-    out = []
-    for a, b, n in zip(ahead.tolist(), back.tolist(), total.tolist()):
-        if not a and not b:
-            out.append("")
-        elif a >= b:
-            out.append(f"loss or reordering ({a} of {n} breaks)")
-        else:
-            out.append(f"retransmission ({b} of {n} breaks)")
-    return out
+    acc = FlowCauses()
+    if n_flows:
+        acc.add(res.flow_id, t.column("tcp_seq").to_numpy(), t.column("payload_len").to_numpy(),
+                t.column("l4_proto").to_numpy(), res.reason)
+    return acc.result(n_flows)
 
 
 def _break(v, h: _Held | None, i: int, code: int, config, skbs: dict) -> Break:
@@ -638,5 +680,5 @@ def reason_lines(codes, width: int = 80) -> list[str]:
     return out
 
 
-__all__ = ["explain_flow", "flow_breaks", "Break", "Check", "probable_cause", "flow_causes", "find_flows", "parse_flow_spec", "FlowSpec", "flow_title",
+__all__ = ["explain_flow", "flow_breaks", "Break", "Check", "probable_cause", "flow_causes", "FlowCauses", "find_flows", "parse_flow_spec", "FlowSpec", "flow_title",
            "flag_letters", "flag_names", "reason_lines"]
