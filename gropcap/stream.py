@@ -301,6 +301,9 @@ class _Coalesced:
         self.stats = CoalescedStats(mtu)
         self.gso_segs = 0       # segments of the coalesced frames
         self.segs_total = 0     # segments of every row (segments_in)
+        self.data_segs = 0      # segments of the rows with payload
+        self.file_segs = np.zeros(0, np.int64)        # segments per input file
+        self.file_data_segs = np.zeros(0, np.int64)   # ... of the rows with payload
         self.sizes_seen: set[int] = set()
 
     @property
@@ -318,7 +321,17 @@ class _Coalesced:
         if rows.any():
             self.gso_segs += int(co.segs[rows].sum())
             self.sizes_seen.update(np.unique(co.gso_size[rows]).tolist())
-        self.segs_total += int(co.segs.astype(np.int64).sum())
+        segs = co.segs.astype(np.int64)
+        self.segs_total += int(segs.sum())
+        # per file and for the rows with payload (report.summary.file_summaries/data_counts)
+        has = t.column("payload_len").to_numpy() > 0
+        self.data_segs += int(segs[has].sum())
+        fidx = t.column("file_index").to_numpy().astype(np.int64)
+        n = max(len(self.file_segs), int(fidx.max()) + 1 if len(fidx) else 0)
+        self.file_segs = np.pad(self.file_segs, (0, n - len(self.file_segs))) + \
+            np.bincount(fidx, segs, minlength=n).astype(np.int64)
+        self.file_data_segs = np.pad(self.file_data_segs, (0, n - len(self.file_data_segs))) \
+            + np.bincount(fidx[has], segs[has], minlength=n).astype(np.int64)
         return co
 
 
@@ -884,14 +897,14 @@ def _summary(c: _Counters, runs, infos, config: GroConfig, flows: pa.Table) -> d
     statuses = {STATUS_NAMES.get(int(s), str(int(s))): int(c.status[s])
                 for s in np.nonzero(c.status)[0]}
     models = {}
-    seg_in = c.coalesced.segs_total if c.coalesced is not None and c.coalesced.num \
-        else c.packets
+    co = c.coalesced if c.coalesced is not None and c.coalesced.num else None
+    seg_in = co.segs_total if co else c.packets
     for r in runs:
         n_out = r.nseg
         models[r.model] = {
             "packets_in": c.packets, "segments_in": seg_in, "superpackets_out": n_out,
             "aggregation_ratio": round(seg_in / n_out, 4) if n_out else 0.0,
-            **data_counts(c.data_packets, r.data_segs),
+            **data_counts(co.data_segs if co else c.data_packets, r.data_segs),
             "merged_packets": int(r.reason_hist[0]),
             "largest_superpacket": r.largest if n_out else 0,
             "reasons": _by_name(r.reason_hist), "end_reasons": _by_name(r.end_hist),
@@ -906,16 +919,18 @@ def _summary(c: _Counters, runs, infos, config: GroConfig, flows: pa.Table) -> d
         enc[name or "(none)"] = row
     files = [{"path": i.path, "records": i.records, "sha256": i.sha256,
               "warnings": list(i.warnings)} for i in infos]
-    if c.file_packets is not None and (c.coalesced is None or not c.coalesced.num):
+    if c.file_packets is not None:
         for k, f in enumerate(files):
             get = lambda a: int(a[k]) if k < len(a) else 0  # noqa: E731
             f.update(packets=get(c.file_packets), wire_bytes=get(c.file_bytes), models={})
+            segs = get(co.file_segs) if co else f["packets"]
+            data = get(co.file_data_segs) if co else get(c.file_data)
             for r in runs:
                 sp = get(r.file_segs)
                 f["models"][r.model] = {
                     "superpackets_out": sp,
-                    "aggregation_ratio": round(f["packets"] / sp, 4) if sp else 0.0,
-                    **data_counts(get(c.file_data), get(r.file_data_segs))}
+                    "aggregation_ratio": round(segs / sp, 4) if sp else 0.0,
+                    **data_counts(data, get(r.file_data_segs))}
     return {
         "gropcap": __version__,
         "kernel": config.kernel.name,
