@@ -63,7 +63,8 @@ class StreamResult:
     """What :func:`stream_analyze` hands back.
 
     Attributes:
-        summary: the same dict as ``Analysis.summary()`` (``gropcap analyze --format json``).
+        summary: the same dict as ``Analysis.summary()`` (``gropcap analyze --format json``
+            adds ``top_flows``: ``report.summary.report_dict``).
         flows: the flows table (one row per flow; in memory, it grows with flows only).
         paths: the Parquet files written (empty when ``out_dir`` was None).
         metadata: the provenance written into every Parquet file.

@@ -254,3 +254,15 @@ def test_gro_cells_stage_recorded_and_checked(tmp_path):
     assert r.exit_code == 1, r.output
     assert ["crafted_gre.pcap", "ideal/gro_cells", "superpackets", "12", "9", "-25.0%"] in \
         [line.split() for line in r.output.splitlines()]
+
+
+def test_inputs_the_configuration_refuses_are_usage_exit_2(gre_base, tmp_path):
+    """Two captures with one file name cannot be keyed in a baseline: bad usage, not a
+    capture error (5) nor a moved metric (1)."""
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "crafted_gre.pcap").write_bytes(open(GRE, "rb").read())
+    r = run("baseline", "check", tmp_path / "a" / "crafted_gre.pcap",
+            tmp_path / "b" / "crafted_gre.pcap", "--against", gre_base)
+    assert r.exit_code == 2, r.output
+    assert "two captures named 'crafted_gre.pcap'" in r.output

@@ -430,7 +430,7 @@ def _section_flows(out: _Out, flows, primary: str, top: int, causes) -> None:
     """The flows with the most super-packets; under each flow's endpoints, its most
     frequent end reason and (packet columns at hand) the probable cause of its breaks."""
     tf = top_flows(flows, primary, top)
-    if not tf["total"]:
+    if not tf["shown"]:
         return
     more = "; --top N shows more" if tf["shown"] < tf["total"] else ""
     t = out.Table(title=f"Flows with the most super-packets ({primary}): "
