@@ -101,3 +101,31 @@ def test_flow_cause_counts_loss_and_retransmission(lossy):
     """Three FLUSH breaks: two jump ahead (after the loss, after the retransmission), one
     goes back."""
     assert flow_causes(lossy) == ["loss or reordering at 2 of 3 breaks"]
+
+
+@pytest.mark.parametrize("kernel", ["4.4", "5.10", "6.1", "6.18"])
+def test_every_rule_era_lists_both_checks(tmp_path, kernel):
+    """The IP ID rule moved (tcp_gro_receive's flush_id before 6.10, inet_gro_flush from
+    6.10); each era still reports the ID first and the sequence gap second."""
+    from gropcap.gro.config import KernelProfile
+
+    ks = [0, 1, 2, 4, 5]
+    path = tmp_path / "l.pcap"
+    write_pcap(path, [_segment(k) for k in ks], [10**18 + i * 1000 for i in range(len(ks))])
+    a = analyze([str(path)], GroConfig(kernel=KernelProfile.parse(kernel)),
+                models=("ideal",), engine="reference", decoder="reference")
+    (brk,) = flow_breaks(a, 0)
+    assert (brk.packet, [c.name for c in brk.checks]) == (3, ["FLUSH_IP_ID", "FLUSH_SEQ"])
+
+
+def test_fixed_ids_blame_only_the_sequence(tmp_path):
+    """DF and one fixed ID: a loss breaks the sequence only."""
+    ks = [0, 1, 2, 4, 5]
+    path = tmp_path / "f.pcap"
+    write_pcap(path, [_segment(k, ident=7) for k in ks],
+               [10**18 + i * 1000 for i in range(len(ks))])
+    a = analyze([str(path)], GroConfig(), models=("ideal",), engine="reference",
+                decoder="reference")
+    (brk,) = flow_breaks(a, 0)
+    assert [c.name for c in brk.checks] == ["FLUSH_SEQ"]
+    assert brk.cause == f"loss or reordering ({MSS} bytes missing)"
