@@ -235,7 +235,8 @@ def decode(files, output, force, decoder, **kw):
              "records": i.records} for i in infos]),
         "gropcap.linktypes": json.dumps(sorted({lt for i in infos for lt in i.linktypes})),
     }
-    write_table(table, output, meta, force=force)
+    from gropcap.io.columns import readable
+    write_table(readable(table), output, meta, force=force)
     click.echo(f"{table.num_rows} packets from {len(infos)} file(s) -> {output}")
 
 

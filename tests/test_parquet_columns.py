@@ -134,3 +134,23 @@ def test_schema_md_documents_every_column(written):
         cols = pq.read_schema(out / name).names
         missing = [c for c in cols if c not in documented]
         assert not missing, f"{name}: columns not in docs/schema.md: {missing}"
+
+
+def test_decode_output_is_readable_too(tmp_path):
+    from click.testing import CliRunner
+
+    from gropcap.cli import main
+    out = tmp_path / "p.parquet"
+    r = CliRunner().invoke(main, ["decode", GRE, "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    t = pq.read_table(out)
+    assert t.schema.field("ts_ns").type == TS_TYPE
+    assert set(t.column("status_name").to_pylist()) == {"OK"}
+    assert t.column("ip_src_text")[0].as_py() == "192.0.2.1"
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
