@@ -72,15 +72,15 @@ def address_text(raw: pa.ChunkedArray | pa.Array, version) -> pa.Array:
     if not n:
         return pa.array([], pa.string())
     buf = np.frombuffer(raw.buffers()[1], np.uint8)[raw.offset * 16:(raw.offset + n) * 16]
-    rows = buf.reshape(n, 16)
-    key = np.concatenate([rows, ver.astype(np.uint8)[:, None]], axis=1)
-    uniq, inverse = np.unique(key, axis=0, return_inverse=True)
-    text = []
-    for u in uniq:
-        b = bytes(u[:16])
-        text.append(str(ipaddress.IPv4Address(b[12:])) if u[16] == 4 else
-                    str(ipaddress.IPv6Address(b)) if u[16] == 6 else None)
-    return pa.array([text[i] for i in inverse.reshape(-1).tolist()], pa.string())
+    key = np.concatenate([buf.reshape(n, 16), ver.astype(np.uint8)[:, None]], axis=1)
+    # one 17-byte value per row: np.unique sorts these as bytes (fast), not row by row
+    uniq, inverse = np.unique(np.ascontiguousarray(key).view("V17").ravel(),
+                              return_inverse=True)
+    text = np.empty(len(uniq), object)
+    for k, u in enumerate(uniq.tolist()):
+        text[k] = (str(ipaddress.IPv4Address(u[12:16])) if u[16] == 4 else
+                   str(ipaddress.IPv6Address(u[:16])) if u[16] == 6 else None)
+    return pa.array(text[inverse.ravel()], pa.string())
 
 
 def readable(table: pa.Table) -> pa.Table:
