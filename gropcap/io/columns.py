@@ -72,15 +72,23 @@ def address_text(raw: pa.ChunkedArray | pa.Array, version) -> pa.Array:
     if not n:
         return pa.array([], pa.string())
     buf = np.frombuffer(raw.buffers()[1], np.uint8)[raw.offset * 16:(raw.offset + n) * 16]
-    key = np.concatenate([buf.reshape(n, 16), ver.astype(np.uint8)[:, None]], axis=1)
-    # one 17-byte value per row: np.unique sorts these as bytes (fast), not row by row
-    uniq, inverse = np.unique(np.ascontiguousarray(key).view("V17").ravel(),
-                              return_inverse=True)
-    text = np.empty(len(uniq), object)
-    for k, u in enumerate(uniq.tolist()):
-        text[k] = (str(ipaddress.IPv4Address(u[12:16])) if u[16] == 4 else
-                   str(ipaddress.IPv6Address(u[:16])) if u[16] == 6 else None)
-    return pa.array(text[inverse.ravel()], pa.string())
+    rows = buf.reshape(n, 16)
+    out = np.full(n, None, object)
+    v4 = ver == 4
+    if v4.any():
+        # IPv4 (mapped): the last 4 bytes as one uint32, unique values formatted once
+        words = np.ascontiguousarray(rows[v4, 12:16]).view(">u4").ravel()
+        uniq, inverse = np.unique(words, return_inverse=True)
+        text = np.array([str(ipaddress.IPv4Address(int(w))) for w in uniq.tolist()], object)
+        out[v4] = text[inverse.ravel()]
+    v6 = ver == 6
+    if v6.any():
+        uniq, inverse = np.unique(np.ascontiguousarray(rows[v6]).view("V16").ravel(),
+                                  return_inverse=True)
+        text = np.array([str(ipaddress.IPv6Address(bytes(u))) for u in uniq.tolist()],
+                        object)
+        out[v6] = text[inverse.ravel()]
+    return pa.array(out, pa.string())
 
 
 def readable(table: pa.Table) -> pa.Table:
