@@ -317,7 +317,8 @@ def decode(files, output, force, decoder, **kw):
              "records": i.records} for i in infos]),
         "gropcap.linktypes": json.dumps(sorted({lt for i in infos for lt in i.linktypes})),
     }
-    write_table(table, staged, meta, force=True)
+    from gropcap.io.columns import readable
+    write_table(readable(table), staged, meta, force=True)
     with deferred(drop=True):
         staged_outputs(force).commit()
         click.echo(f"{table.num_rows} packets from {len(infos)} file(s) -> {output}")
@@ -353,6 +354,9 @@ def decode(files, output, force, decoder, **kw):
 @click.option("-q", "--quiet", is_flag=True,
               help="No progress bar (it only shows on a terminal anyway), no note while "
                    "kernels compile, no closing line (packets, time, files written).")
+@click.option("--top", "top", type=click.IntRange(0, None), default=5, show_default=True,
+              metavar="N", help="Flows listed in the report (text and JSON), most "
+                                "super-packets first.")
 @click.option("--jobs", type=click.IntRange(1, None), default=None,
               help="Run on N local Dask worker processes (same results as one process).")
 @click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
@@ -366,7 +370,7 @@ def decode(files, output, force, decoder, **kw):
 @_gro_options
 @_decode_options
 def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_scenario,
-            egress_features, egress_mtu, stream, quiet, jobs, scheduler, scratch, **kw):
+            egress_features, egress_mtu, stream, quiet, top, jobs, scheduler, scratch, **kw):
     """Simulate GRO over captures and summarise how far it aggregates and why it stops.
 
     Every output target (--out, --plot) is checked before the first packet is read; files
@@ -380,7 +384,7 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
     from gropcap.io.parquet import write_analysis
     from gropcap.pipeline import analyze as run
     from gropcap.report.progress import Progress, phase
-    from gropcap.report.summary import render_text
+    from gropcap.report.summary import render_text, report_dict
 
     t_start = time.perf_counter()
     options = _make_decode_options(**_split(kw, _DECODE_KEYS))
@@ -424,7 +428,7 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
                                            decode_options=options, out_dir=stage_dir,
                                            force=True, progress=progress)
             res.summary["receive"] = _receive_context(config, res.summary["mtu"])
-            summary, failures = dict(res.summary), []
+            summary, failures = report_dict(res, top=top), []
             if fmt == "json" and res.udp_tunnel_hint:
                 summary["udp_tunnel_hint"] = res.udp_tunnel_hint
         else:
@@ -452,16 +456,16 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
             from gropcap.context import ReceiveContext
             from gropcap.report.receive import tunnel_hint
             analysis.receive = ReceiveContext.from_click(click.get_current_context(), config)
-            summary = analysis.summary()
+            summary = report_dict(analysis, top=top)
             hint = tunnel_hint(analysis) if fmt == "json" else None
             if hint:
                 summary["udp_tunnel_hint"] = hint
         if fmt == "json":
             text = json.dumps(summary, indent=2) + "\n"
         elif stream and not distributed:
-            text = streaming.render_text(res, color=sys.stdout.isatty())
+            text = streaming.render_text(res, color=sys.stdout.isatty(), top_flows=top)
         else:
-            text = render_text(analysis, color=sys.stdout.isatty())
+            text = render_text(analysis, color=sys.stdout.isatty(), top_flows=top)
     from gropcap.interrupt import deferred
     # the outputs are complete from here: an interrupt now lets the run finish
     with deferred(drop=True):

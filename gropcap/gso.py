@@ -563,7 +563,9 @@ class EgressResult:
 
     def totals(self) -> dict:
         """``{"superpackets", "segments", "hardware_segments", "software_segments",
-        "superpackets_hardware", "superpackets_software", "dropped", "fragmented"}``."""
+        "superpackets_hardware", "superpackets_software", "dropped", "fragmented",
+        "unsegmented"}``; ``segments == hardware_segments + software_segments +
+        unsegmented``."""
         import numpy as np
 
         hw = np.asarray(self.hardware) & (self.segments > 0)
@@ -577,6 +579,9 @@ class EgressResult:
             "superpackets_software": int(sw.sum()),
             "dropped": int(self.dropped.sum()),
             "fragmented": int((self.fragments > 1).sum()),
+            # super-packets of one packet leave unchanged: segments = hardware + software
+            # + unsegmented (dropped super-packets put none on the wire)
+            "unsegmented": int(self.segments[~hw & ~sw].sum()),
         }
 
 

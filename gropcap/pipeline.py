@@ -246,7 +246,10 @@ class Analysis:
         import json
         return {
             "gropcap.version": __version__,
-            "gropcap.config": self.config.to_json(),
+            # the models run are gropcap.models; the config's own model field is only a
+            # default that each run overrides, so it is not recorded
+            "gropcap.config": json.dumps({k: v for k, v in self.config.to_dict().items()
+                                          if k != "model"}, sort_keys=True),
             "gropcap.models": json.dumps(self.models),
             "gropcap.decode_options": json.dumps(dataclasses.asdict(self.decode_options)),
             "gropcap.sources": json.dumps([

@@ -45,6 +45,7 @@ from gropcap.decode.schema import PACKET_SCHEMA, STATUS_NAMES
 from gropcap.errors import ConfigError
 from gropcap.gro.config import MODELS, GroConfig
 from gropcap.gro.reasons import ROLE_ALONE, ROLE_HEAD, ROLE_MERGED, reason_name
+from gropcap.io.columns import readable
 
 # `gropcap analyze --out DIR` streams by itself above this much input (files' bytes): the
 # in-memory path needs ~1.2 kB of RAM per packet, ~9x a 128-byte-snaplen capture's size
@@ -61,13 +62,16 @@ class StreamResult:
     """What :func:`stream_analyze` hands back.
 
     Attributes:
-        summary: the same dict as ``Analysis.summary()`` (``gropcap analyze --format json``).
+        summary: the same dict as ``Analysis.summary()`` (``gropcap analyze --format json``
+            adds ``top_flows``: ``report.summary.report_dict``).
         flows: the flows table (one row per flow; in memory, it grows with flows only).
         paths: the Parquet files written (empty when ``out_dir`` was None).
         metadata: the provenance written into every Parquet file.
         peak_spill_bytes: largest size of the temporary files (decoded table + verdicts).
         timings: wall seconds per phase (``decode``, ``gro`` of which ``engine`` and
             ``coalesced``, ``superpackets``, ``packets``, ``flows``).
+        flow_causes: per flow, the probable cause of its breaks
+            (``report.explain.flow_causes``).
     """
 
     summary: dict
@@ -79,6 +83,7 @@ class StreamResult:
     # again), or None
     udp_tunnel_hint: dict | None = None
     timings: dict = dataclasses.field(default_factory=dict)
+    flow_causes: list = dataclasses.field(default_factory=list)
 
     @property
     def primary_model(self) -> str:
@@ -196,6 +201,9 @@ class _ModelRun:
         self.end_hist = np.zeros(256, np.int64)
         self.nseg = 0
         self.largest = 0
+        self.data_segs = 0      # super-packets with payload (counted in the segments pass)
+        self.file_segs = np.zeros(0, np.int64)       # super-packets per input file
+        self.file_data_segs = np.zeros(0, np.int64)  # ... with payload
         self.flow_segs = np.zeros(0, np.int64)
         self.top_keys = np.zeros(0, np.int64)
         self.top_counts = np.zeros(0, np.int64)
@@ -296,6 +304,9 @@ class _Coalesced:
         self.stats = CoalescedStats(mtu)
         self.gso_segs = 0       # segments of the coalesced frames
         self.segs_total = 0     # segments of every row (segments_in)
+        self.data_segs = 0      # segments of the rows with payload
+        self.file_segs = np.zeros(0, np.int64)        # segments per input file
+        self.file_data_segs = np.zeros(0, np.int64)   # ... of the rows with payload
         self.sizes_seen: set[int] = set()
 
     @property
@@ -313,7 +324,17 @@ class _Coalesced:
         if rows.any():
             self.gso_segs += int(co.segs[rows].sum())
             self.sizes_seen.update(np.unique(co.gso_size[rows]).tolist())
-        self.segs_total += int(co.segs.astype(np.int64).sum())
+        segs = co.segs.astype(np.int64)
+        self.segs_total += int(segs.sum())
+        # per file and for the rows with payload (report.summary.file_summaries/data_counts)
+        has = t.column("payload_len").to_numpy() > 0
+        self.data_segs += int(segs[has].sum())
+        fidx = t.column("file_index").to_numpy().astype(np.int64)
+        n = max(len(self.file_segs), int(fidx.max()) + 1 if len(fidx) else 0)
+        self.file_segs = np.pad(self.file_segs, (0, n - len(self.file_segs))) + \
+            np.bincount(fidx, segs, minlength=n).astype(np.int64)
+        self.file_data_segs = np.pad(self.file_data_segs, (0, n - len(self.file_data_segs))) \
+            + np.bincount(fidx[has], segs[has], minlength=n).astype(np.int64)
         return co
 
 
@@ -323,6 +344,12 @@ class _Counters:
     def __init__(self, verify_checksums: bool):
         self.verify = verify_checksums
         self.packets = 0
+        self.data_packets = 0     # rows with payload (report.summary.data_counts)
+        # per input file (report.summary.file_summaries); rows arrive file after file
+        self.file_packets = np.zeros(0, np.int64)
+        self.file_bytes = np.zeros(0, np.int64)
+        self.file_data = np.zeros(0, np.int64)
+        self.last_file = 0
         self.wire_bytes = 0
         self.status = np.zeros(256, np.int64)
         self.encap: dict[str, int] = {}
@@ -335,13 +362,35 @@ class _Counters:
         self.short = 0
         self.coalesced: _Coalesced | None = None
 
+    def _add_per_file(self, fidx: np.ndarray, wire: np.ndarray, has: np.ndarray) -> None:
+        if not len(fidx):
+            return
+        if fidx[0] < self.last_file or np.any(np.diff(fidx) < 0):
+            self.file_packets = None            # not file after file: no per-file table
+        self.last_file = int(fidx[-1])
+        if self.file_packets is None:
+            return
+        n = max(len(self.file_packets), int(fidx.max()) + 1)
+        grow = lambda a: np.pad(a, (0, n - len(a)))  # noqa: E731
+        self.file_packets = grow(self.file_packets) + np.bincount(fidx, minlength=n)
+        self.file_bytes = grow(self.file_bytes) + np.bincount(fidx, wire, minlength=n) \
+            .astype(np.int64)
+        self.file_data = grow(self.file_data) + np.bincount(fidx[has], minlength=n)
+
+    def file_of(self, rows: np.ndarray) -> np.ndarray:
+        """Input file of packet rows (rows are numbered file after file)."""
+        return np.searchsorted(np.cumsum(self.file_packets), rows, side="right")
+
     def add(self, t: pa.Table) -> None:
         from gropcap.constants import EPB_FLAG_TCP_SEG_OFFLOAD
         from gropcap.decode.schema import CSUM_PARTIAL, STATUS_TRUNCATED
 
         col = lambda name: t.column(name).to_numpy()  # noqa: E731
         self.packets += t.num_rows
+        has = col("payload_len") > 0
+        self.data_packets += int(np.count_nonzero(has))
         wire = col("wire_len")
+        self._add_per_file(col("file_index").astype(np.int64), wire.astype(np.int64), has)
         self.wire_bytes += int(wire.astype(np.int64).sum())
         self.status += np.bincount(col("status").astype(np.int64), minlength=256)
         for name, c in _encap_counts(t, np.ones(t.num_rows, np.bool_)).items():
@@ -708,6 +757,16 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             for i in range(run.parts):
                 sp_phase.advance(1)
                 s = dict(zip(_SEG_FIELDS, run.segs.get(len(_SEG_FIELDS))))
+                run.data_segs += int(np.count_nonzero(s["payload"] > 0))
+                if counters.file_packets is not None and len(s["first"]):
+                    n_files = len(counters.file_packets)
+                    f = counters.file_of(s["first"])
+                    run.file_segs = run.file_segs[:n_files] + np.bincount(
+                        f, minlength=n_files)[:n_files] if len(run.file_segs) else \
+                        np.bincount(f, minlength=n_files)[:n_files]
+                    d = np.bincount(f[s["payload"] > 0], minlength=n_files)[:n_files]
+                    run.file_data_segs = run.file_data_segs + d if len(
+                        run.file_data_segs) else d
                 pos = so.positions(s["poll"])
                 if len(pos):
                     ipos[s["inst"]] = np.where(s["count"] > 1, pos, -pos - 1)
@@ -733,8 +792,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                     int(np.argmin(np.append(pend["seg_id"] == exp, False)))
                 if ready:
                     chunk = {k: v[:ready] for k, v in pend.items()}
-                    tbl = pa.table(chunk).append_column(
-                        "model", pa.array([run.model] * ready, pa.string()))
+                    tbl = readable(pa.table(chunk).append_column(
+                        "model", pa.array([run.model] * ready, pa.string())))
                     if sp_writer is None:
                         from gropcap.io.parquet import with_metadata
                         sp_writer = pq.ParquetWriter(
@@ -762,6 +821,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             run.verdicts.rewind()
         cursors = {r.model: (_RowCursor(r.rows, 2), _VerdictCursor(r.verdicts)) for r in runs}
 
+        from gropcap.report.explain import FlowCauses
+        causes = FlowCauses()
         r0 = 0
         pk_phase = phase(progress, "packets.parquet" if out_dir else "verdicts",
                          counters.packets)
@@ -794,6 +855,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                     run.encap[name] = run.encap.get(name, 0) + c_
                 if run.model == primary:
                     cols = {**c, **cols}
+                    causes.add(fid, t.column("tcp_seq").to_numpy(),
+                               t.column("payload_len").to_numpy(),
+                               t.column("l4_proto").to_numpy(), reason)
                 else:
                     cols.update({f"{run.model}_{k}": v for k, v in c.items() if k != "flow_id"})
             order = [k for k in ("flow_id", "gro_seg", "gro_role", "reason", "rx_queue",
@@ -804,6 +868,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             if not out_dir:
                 r0 = r1
                 continue
+            t = readable(t)
             if pk_writer is None:
                 from gropcap.io.parquet import with_metadata
                 pk_writer = pq.ParquetWriter(pk_tmp, with_metadata(t.slice(0, 0), meta).schema,
@@ -815,13 +880,13 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         tm["packets"] = clock() - t_start
         if out_dir:
             if pk_writer is None:
-                empty = _empty_packets(models, primary)
+                empty = readable(_empty_packets(models, primary))
                 from gropcap.io.parquet import with_metadata
                 pq.write_table(with_metadata(empty, meta), pk_tmp, compression="zstd")
             else:
                 pk_writer.close()
             if sp_writer is None:
-                empty = _empty_superpackets()
+                empty = readable(_empty_superpackets())
                 from gropcap.io.parquet import with_metadata
                 pq.write_table(with_metadata(empty, meta), sp_tmp, compression="zstd")
             else:
@@ -836,7 +901,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         from gropcap.report.receive import missing_tunnels
         return StreamResult(summary=summary, flows=flows, paths=written, metadata=meta,
                             peak_spill_bytes=peak, timings=tm,
-                            udp_tunnel_hint=missing_tunnels(counters.udp_tunnels, config))
+                            udp_tunnel_hint=missing_tunnels(counters.udp_tunnels, config),
+                            flow_causes=causes.result(flows.num_rows))
     finally:
         for run in locals().get("runs", []):
             for sp in (run.rows, run.verdicts, run.segs):
@@ -871,16 +937,18 @@ def _summary(c: _Counters, runs, infos, config: GroConfig, flows: pa.Table) -> d
     """report.summary.summary_dict from the streaming counters."""
     from gropcap.context import ReceiveContext
     from gropcap.report.receive import napi_dependence
+    from gropcap.report.summary import data_counts
     statuses = {STATUS_NAMES.get(int(s), str(int(s))): int(c.status[s])
                 for s in np.nonzero(c.status)[0]}
     models = {}
-    seg_in = c.coalesced.segs_total if c.coalesced is not None and c.coalesced.num \
-        else c.packets
+    co = c.coalesced if c.coalesced is not None and c.coalesced.num else None
+    seg_in = co.segs_total if co else c.packets
     for r in runs:
         n_out = r.nseg
         models[r.model] = {
             "packets_in": c.packets, "segments_in": seg_in, "superpackets_out": n_out,
             "aggregation_ratio": round(seg_in / n_out, 4) if n_out else 0.0,
+            **data_counts(co.data_segs if co else c.data_packets, r.data_segs),
             "merged_packets": int(r.reason_hist[0]),
             "largest_superpacket": r.largest if n_out else 0,
             "reasons": _by_name(r.reason_hist), "end_reasons": _by_name(r.end_hist),
@@ -893,11 +961,24 @@ def _summary(c: _Counters, runs, infos, config: GroConfig, flows: pa.Table) -> d
             row[r.model] = {"superpackets": sp,
                             "aggregation_ratio": round(c.encap[name] / sp, 4) if sp else 0.0}
         enc[name or "(none)"] = row
+    files = [{"path": i.path, "records": i.records, "sha256": i.sha256,
+              "warnings": list(i.warnings)} for i in infos]
+    if c.file_packets is not None:
+        for k, f in enumerate(files):
+            get = lambda a: int(a[k]) if k < len(a) else 0  # noqa: E731
+            f.update(packets=get(c.file_packets), wire_bytes=get(c.file_bytes), models={})
+            segs = get(co.file_segs) if co else f["packets"]
+            data = get(co.file_data_segs) if co else get(c.file_data)
+            for r in runs:
+                sp = get(r.file_segs)
+                f["models"][r.model] = {
+                    "superpackets_out": sp,
+                    "aggregation_ratio": round(segs / sp, 4) if sp else 0.0,
+                    **data_counts(data, get(r.file_data_segs))}
     return {
         "gropcap": __version__,
         "kernel": config.kernel.name,
-        "files": [{"path": i.path, "records": i.records, "sha256": i.sha256,
-                   "warnings": list(i.warnings)} for i in infos],
+        "files": files,
         "packets": c.packets,
         "wire_bytes": c.wire_bytes,
         "status": statuses,

@@ -82,12 +82,13 @@ def test_recorded_metrics_of_crafted_gre(gre_base):
         hashlib.sha256(open(GRE, "rb").read()).hexdigest()
 
 
-def test_changed_configuration_is_exit_2(gre_base):
+def test_changed_configuration_is_compared_and_said(gre_base):
+    """Another kernel: the metrics are compared anyway (6.1 aggregates this capture as 6.18
+    does) and one line says what differs."""
     r = run("baseline", "check", GRE, "--against", gre_base, "--kernel", "6.1")
-    assert r.exit_code == 2, r.output
-    lines = r.output.splitlines()
-    assert lines[0].startswith("baseline mismatch: the captures or the configuration differ")
-    assert "  configuration kernel: baseline '6.18', now '6.1'" in lines
+    assert (r.exit_code, r.output) == (
+        0, "baseline ok: 2 capture/model results within 2%\n"
+           "differs from the baseline: configuration kernel '6.18' -> '6.1'\n")
 
 
 def test_recorded_configuration_passes(gre_base):
@@ -95,17 +96,71 @@ def test_recorded_configuration_passes(gre_base):
     assert (r.exit_code, r.output) == (0, "baseline ok: 2 capture/model results within 2%\n")
 
 
-def test_changed_capture_bytes_are_exit_2(gre_base, tmp_path):
+def test_changed_capture_bytes_are_compared_and_said(gre_base, tmp_path):
+    """A new recording of the same workload (other bytes, same packets) is compared."""
     other = tmp_path / "crafted_gre.pcap"
     data = bytearray(open(GRE, "rb").read())
     data[24 + 4] ^= 1                     # first record's microseconds: same packets
     other.write_bytes(bytes(data))
     r = run("baseline", "check", other, "--against", gre_base)
-    assert r.exit_code == 2
-    assert "capture crafted_gre.pcap: sha256" in r.output
+    import hashlib
+    new, old = (hashlib.sha256(d).hexdigest()[:12] for d in (bytes(data), open(GRE, "rb").read()))
+    assert (r.exit_code, r.output) == (
+        0, "baseline ok: 2 capture/model results within 2%\n"
+           f"differs from the baseline: capture crafted_gre.pcap sha256 {new}... "
+           f"(baseline {old}...)\n")
+
+
+def test_new_recording_under_another_name_is_paired(gre_base, tmp_path):
+    renamed = tmp_path / "gre-today.pcap"
+    renamed.write_bytes(open(GRE, "rb").read())
+    r = run("baseline", "check", renamed, "--against", gre_base)
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[1] == ("differs from the baseline: capture gre-today.pcap "
+                                        "compared with the baseline's crafted_gre.pcap")
+
+
+def test_extra_capture_is_said_and_the_rest_compared(gre_base):
     r = run("baseline", "check", GRE, os.path.join(SAMPLES, "crafted_ipip.pcap"),
             "--against", gre_base)
-    assert r.exit_code == 2 and "capture crafted_ipip.pcap: not in the baseline" in r.output
+    assert (r.exit_code, r.output) == (
+        0, "baseline ok: 2 capture/model results within 2%\n"
+           "differs from the baseline: capture crafted_ipip.pcap not in the baseline\n")
+
+
+def test_nothing_compared_is_exit_4(gre_base):
+    r = run("baseline", "check", os.path.join(SAMPLES, "crafted_ipip.pcap"),
+            os.path.join(SAMPLES, "crafted_sit.pcap"), "--against", gre_base)
+    assert r.exit_code == 4, r.output
+    assert r.output.splitlines()[0] == ("baseline check: nothing compared: no capture pairs "
+                                        "with the baseline's")
+
+
+def test_unreadable_capture_is_exit_5(gre_base, tmp_path):
+    bad = tmp_path / "crafted_gre.pcap"
+    bad.write_bytes(b"not a capture at all, not even close")
+    r = run("baseline", "check", bad, "--against", gre_base)
+    assert r.exit_code == 5, r.output
+    assert r.output.startswith(f"gropcap: error: {bad}")
+
+
+def test_exit_codes_are_distinct_and_documented():
+    from gropcap.report.baseline import EXIT_CODES
+    assert sorted(EXIT_CODES) == [0, 1, 2, 3, 4, 5]
+    r = run("baseline", "check", "--help")
+    text = " ".join(r.output.split())
+    for code, meaning in EXIT_CODES.items():
+        assert f"{code} " in text
+    for line in ("0 every compared metric is within the tolerance",
+                 "1 a metric moved by more than the tolerance",
+                 "3 the baseline file is missing, unreadable or not a baseline",
+                 "4 nothing compared: no capture pairs with the baseline's",
+                 "5 a capture could not be read or decoded"):
+        assert line in text
+    readme = " ".join(open(os.path.join(os.path.dirname(__file__), "..", "README.md"))
+                      .read().split())
+    for code in EXIT_CODES:
+        assert f"`{code}`" in readme[readme.index("baseline check` exit codes"):][:600]
 
 
 def _tamper(path, fn):
@@ -123,6 +178,7 @@ def test_moved_metrics_are_exit_1_with_a_table(gre_base):
     assert r.exit_code == 1, r.output
     lines = r.output.splitlines()
     assert lines[0] == "baseline check failed: 2 metrics moved by more than 2%"
+    assert not any(line.startswith("differs") for line in lines)
     rows = [line.split() for line in lines[3:]]
     assert ["crafted_gre.pcap", "napi", "superpackets", "12", "9", "-25.0%"] in rows
     assert ["crafted_gre.pcap", "napi", "end", "reason", "FLUSH_SEQ", "4", "1", "-25.0%"] \
@@ -140,14 +196,15 @@ def test_tolerance_decides(gre_base):
     assert r.exit_code == 2 and "--tolerance" in r.output
 
 
-def test_bad_baseline_file_is_one_line_exit_1(tmp_path):
+def test_bad_baseline_file_is_one_line_exit_3(tmp_path):
     bad = tmp_path / "b.json"
     bad.write_text("{not json")
     r = run("baseline", "check", GRE, "--against", bad)
-    assert r.exit_code == 1
+    assert r.exit_code == 3
     assert r.output.strip().splitlines() == [f"gropcap: error: {bad}: not JSON: Expecting "
                                              f"property name enclosed in double quotes at "
                                              f"line 1"]
+    assert run("baseline", "check", GRE, "--against", tmp_path / "none.json").exit_code == 3
     bad.write_text(json.dumps({"format": 99}))
     with pytest.raises(BaselineError, match="not a gropcap baseline"):
         load_baseline(bad)
@@ -197,3 +254,15 @@ def test_gro_cells_stage_recorded_and_checked(tmp_path):
     assert r.exit_code == 1, r.output
     assert ["crafted_gre.pcap", "ideal/gro_cells", "superpackets", "12", "9", "-25.0%"] in \
         [line.split() for line in r.output.splitlines()]
+
+
+def test_inputs_the_configuration_refuses_are_usage_exit_2(gre_base, tmp_path):
+    """Two captures with one file name cannot be keyed in a baseline: bad usage, not a
+    capture error (5) nor a moved metric (1)."""
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "crafted_gre.pcap").write_bytes(open(GRE, "rb").read())
+    r = run("baseline", "check", tmp_path / "a" / "crafted_gre.pcap",
+            tmp_path / "b" / "crafted_gre.pcap", "--against", gre_base)
+    assert r.exit_code == 2, r.output
+    assert "two captures named 'crafted_gre.pcap'" in r.output

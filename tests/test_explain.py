@@ -195,8 +195,11 @@ def test_ttl_tos_and_window_breaks_show_old_and_new():
                  results={"ideal": hand_result(packets, groups, reasons, ends)})
     text = explain_flow(a, 0, breaks_only=True)
     assert "why: ttl 64 -> 63" in text
-    assert "why: ECN Not-ECT -> CE (tos 0x00 -> 0x03)" in text
-    assert "why: tcp_window 502 -> 400" in text
+    # rows 4 and 6 also differ from their head in the field changed two rows before
+    # (ttl, tos): every failed check is listed, the recorded reason first
+    assert "FLUSH_ECN: ECN Not-ECT -> CE (tos 0x00 -> 0x03)\n" \
+           "                    FLUSH_TTL: ttl 63 -> 64" in text
+    assert "FLUSH_TCP_WINDOW: tcp_window 502 -> 400" in text
 
 
 @pytest.mark.parametrize("text, expect", [

@@ -29,7 +29,7 @@ def test_png_is_written_with_its_size_and_is_not_blank(analysis, tmp_path):
     path = save_plots(analysis, tmp_path / "report.png")
     with Image.open(path) as im:
         assert im.format == "PNG"
-        assert im.size == (900, 1300)        # 9 x 13 inches at 100 dpi
+        assert im.size == (1100, 1400)       # 11 x 14 inches at 100 dpi
         px = np.asarray(im.convert("L"))
     # drawn content: many distinct grey levels and a good share of non-white pixels
     assert len(np.unique(px)) > 20
@@ -63,7 +63,10 @@ def test_axes_carry_the_data(analysis):
     for p in ax.patches:
         row = round(p.get_y() + p.get_height() / 2)
         totals[row] = totals.get(row, 0) + p.get_width()
-    assert totals == {0: 6, 1: 3}     # flow 0: 6 super-packets, flow 1: 3 ACKs
+    # shares of each flow's super-packets, whose number is on the right-hand axis
+    assert totals == pytest.approx({0: 100.0, 1: 100.0})
+    (right,) = ax.child_axes
+    assert [t.get_text() for t in right.get_yticklabels()] == ["6", "3"]  # flow 0, 1 (ACKs)
 
     fig = plot_ratio_over_time(analysis)
     line = fig.axes[0].lines[0]
@@ -105,7 +108,104 @@ def test_cli_analyze_plot_option(tmp_path, ext):
     assert r.exit_code == 0, r.output
     if ext == "png":
         with Image.open(out) as im:
-            assert im.size == (900, 1300)
+            assert im.size == (1100, 1400)
             assert len(np.unique(np.asarray(im.convert("L")))) > 20
     else:
         assert "Aggregation ratio over time" in out.read_text()
+
+
+# --- issue 16 item 11: palette, legends, labels ------------------------------------------
+
+from gropcap.gro import reasons as R  # noqa: E402
+from gropcap.report.plots import REASON_COLOURS, duration_text, reason_colour  # noqa: E402
+
+# reasons that often end super-packets of the same capture: their colours must differ
+# at a glance (RGB distance, 0..sqrt(3))
+COMMON = (R.NOT_HELD_ZERO_PAYLOAD, R.END_PSH, R.END_POLL, R.END_POLL_OLD, R.END_BUCKET_FULL,
+          R.END_CAPTURE, R.END_SHORT_SEGMENT, R.FLUSH_SEQ, R.FLUSH_IP_ID, R.FLUSH_TCP_TS,
+          R.FLUSH_TCP_ACK, R.FLUSH_SIZE_LIMIT, R.FLUSH_TTL, R.FLUSH_TOS, R.FLUSH_ECN,
+          R.FLUSH_TCP_OPTIONS, R.NOT_HELD_PSH, R.NOT_HELD_SYN, R.NOT_HELD_FIN,
+          R.BYPASS_UDP_NO_GRO)
+
+
+def test_every_reason_has_one_fixed_colour():
+    from matplotlib.colors import to_rgb
+    assert set(REASON_COLOURS) == set(R.REASONS)
+    rgb = {c: np.array(to_rgb(REASON_COLOURS[c])) for c in COMMON}
+    worst = min((np.linalg.norm(rgb[a] - rgb[b]), R.reason_name(a), R.reason_name(b))
+                for i, a in enumerate(COMMON) for b in COMMON[i + 1:])
+    assert worst[0] >= 0.18, worst
+
+
+def _bar_colours(fig):
+    from matplotlib.colors import to_hex
+    ax = fig.axes[0]
+    handles, labels = ax.get_legend_handles_labels()
+    return {lab: to_hex(h.patches[0].get_facecolor() if hasattr(h, "patches")
+                        else h.get_facecolor()) for h, lab in zip(handles, labels)}
+
+
+def test_reason_colours_are_the_same_in_every_plot(analysis, tmp_path):
+    """Two analyses with different reason sets, and both models: a reason keeps its
+    colour (it was the k-th colour of a colormap before)."""
+    from gropcap.pipeline import analyze
+    from test_explain import SAMPLES
+    other = analyze(os.path.join(SAMPLES, "real_ipv4.pcap"))
+    seen = {}
+    for a, model in ((analysis, "ideal"), (other, "napi"), (other, "ideal")):
+        for name, colour in _bar_colours(plot_reasons_per_flow(a, model=model)).items():
+            assert seen.setdefault(name, colour) == colour, name
+    codes = {r.name: c for c, r in R.REASONS.items()}
+    from matplotlib.colors import to_hex
+    for name, colour in seen.items():
+        assert colour == to_hex(reason_colour(codes[name])), name
+    assert len(seen) >= 5
+
+
+def _overlaps(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_legends_are_outside_the_data_area(analysis):
+    fig = report_figure(analysis)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    panels = [ax for ax in fig.axes if ax.get_legend() is not None]
+    assert len(panels) == 3
+    for ax in panels:
+        legend = ax.get_legend().get_window_extent(renderer)
+        for other in panels:
+            assert not _overlaps(legend, other.get_window_extent(renderer)), ax.get_title()
+
+
+def test_flow_labels_readable_and_only_ip_flows(tmp_path):
+    """A capture with a non-IP flow: no row for it; labels at 9 pt, two lines."""
+    from gropcap.capture import write_pcap
+    from gropcap.pipeline import analyze
+    from tests.craft import eth, ipv4, tcp
+    from gropcap import constants as C
+    frames = [eth(b"\x00" * 46, etype=0x88B5)] * 3 + [
+        eth(ipv4("192.0.2.1", "192.0.2.2", C.IPPROTO_TCP,
+                 tcp(1, 2, seq=k * 100, payload=bytes(100)), ident=k)) for k in range(4)]
+    path = tmp_path / "mixed.pcap"
+    write_pcap(path, frames, [10**18 + k * 1000 for k in range(len(frames))])
+    fig = plot_reasons_per_flow(analyze([str(path)]))
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels == ["#1 192.0.2.1:1\n→ 192.0.2.2:2"]
+    assert all(t.get_fontsize() >= 9 for t in fig.axes[0].get_yticklabels())
+
+
+def test_time_bins_are_named_in_a_readable_unit(analysis):
+    from gropcap.pipeline import analyze
+    from test_explain import SAMPLES
+    a = analyze([os.path.join(SAMPLES, "real_ipv4.pcap"), os.path.join(SAMPLES, "real_vxlan.pcap")])
+    fig = plot_ratio_over_time(a)
+    ax = fig.axes[0]
+    label = ax.get_xlabel()
+    assert "e+" not in label and label.endswith("bins of 50 ms"), label
+    assert "of its file" in label          # two captures recorded at different times
+    # the highest line stays below the top of the axes (not clipped by the frame)
+    top = max(np.nanmax(line.get_ydata()) for line in ax.lines)
+    assert ax.get_ylim()[1] >= top * 1.05
+    assert [duration_text(x) for x in (5e6, 2e5, 1e9, 500)] == ["5 ms", "200 µs", "1 s",
+                                                                "500 ns"]

@@ -865,6 +865,23 @@ def gro_complete(p: HeldEntry, end_reason: int, profile: KernelProfile,
                     p.skb.queue)
 
 
+def _new_entry(skb: Skb, jiffy: int, seq_no: int) -> HeldEntry:
+    """dev_gro_receive: a packet held as a new p. A plain skb's gso_size becomes its
+    payload; a GSO skb keeps its own."""
+    return HeldEntry(skb=skb, packets=[skb.idx], count=skb.gso_segs, len=skb.p_len,
+                     gro_len=skb.len, gso_size=skb.gso_size or skb.len, age=jiffy,
+                     seq_no=seq_no, bucket=skb.bucket, is_atomic=_is_atomic_of(skb))
+
+
+def _tcp_merge(p: HeldEntry, skb: Skb) -> None:
+    """skb_gro_receive merged skb into p; tcp_gro_receive ORs FIN|PSH into p's header."""
+    p.count += skb.gso_segs
+    p.len += skb.len
+    p.gro_len += skb.len
+    p.packets.append(skb.idx)
+    p.flags_or |= skb.flags & (C.TCP_FLAG_FIN | C.TCP_FLAG_PSH)
+
+
 def _fou_inner_tun(skb: Skb) -> int:
     """FOU/GUE carry an IP protocol whose gro_complete adds its own bits
     (ipip_gro_complete / sit_gro_complete / ip6ip6 / ip4ip6)."""
@@ -967,12 +984,7 @@ class GroNode:
             self._remove(oldest)
             out.completed.append((oldest, R.END_BUCKET_FULL))
         self._seq += 1
-        # dev_gro_receive: a plain skb's gso_size becomes its payload; a GSO skb keeps its own
-        entry = HeldEntry(skb=skb, packets=[skb.idx], count=skb.gso_segs, len=skb.p_len,
-                          gro_len=skb.len, gso_size=skb.gso_size or skb.len, age=jiffy,
-                          seq_no=self._seq,
-                          bucket=skb.bucket, is_atomic=_is_atomic_of(skb))
-        self._insert(entry)
+        self._insert(_new_entry(skb, jiffy, self._seq))
         return out
 
     def _network_layers(self, skb: Skb) -> tuple[int, int]:
@@ -1032,12 +1044,7 @@ class GroNode:
             final = (skb_flush or (skb.flags & _TCP_FINAL)
                      or (_gso_short(skb) if skb.gso_size else length < 1))
             return p, reason, ("delivered" if final else "held"), reason
-        # merged (skb_gro_receive); FIN|PSH are ORed into p's header
-        p.count += skb.gso_segs
-        p.len += length
-        p.gro_len += length
-        p.packets.append(skb.idx)
-        p.flags_or |= skb.flags & (C.TCP_FLAG_FIN | C.TCP_FLAG_PSH)
+        _tcp_merge(p, skb)
         end = _end_reason(skb, length, p.gso_size)
         if not end and _gso_short(skb):
             end = R.END_SHORT_SEGMENT
@@ -1201,6 +1208,92 @@ class GroNode:
                 lst.pop()
                 out.append((e, reason_old if old_only else reason_all))
         return out
+
+
+# The kernel ORs every flush item of tcp_gro_receive into one ``flush``; the engines report
+# the first true item. flush_checks lists all of them: it repairs the field behind each
+# reason to the value p expects and runs the same checks again.
+_IP_REPAIR = {R.FLUSH_TTL: "ttl", R.FLUSH_OUTER_TTL: "ttl", R.FLUSH_TOS: "tos",
+              R.FLUSH_OUTER_TOS: "tos", R.FLUSH_ECN: "tos", R.FLUSH_OUTER_ECN: "tos",
+              R.FLUSH_DF: "df", R.FLUSH_OUTER_DF: "df"}
+_OUTER_REASONS = (R.FLUSH_OUTER_TTL, R.FLUSH_OUTER_TOS, R.FLUSH_OUTER_ECN, R.FLUSH_OUTER_DF,
+                  R.FLUSH_OUTER_IP_ID)
+_TCP_REPAIR = {R.FLUSH_TCP_DOFF: "doff", R.FLUSH_TCP_WINDOW: "window", R.FLUSH_TCP_ACK: "ack"}
+
+
+def _repaired(skb: Skb, p: HeldEntry, reason: int, check) -> Skb | None:
+    """A copy of ``skb`` whose field behind ``reason`` holds what p expects; None when the
+    reason is not about one field of the pair (size limit, lower-layer flush)."""
+    import copy
+
+    new = copy.copy(skb)
+    ph = p.skb
+    if reason in _IP_REPAIR or reason in (R.FLUSH_IP_ID, R.FLUSH_OUTER_IP_ID):
+        layer = 0 if reason in _OUTER_REASONS else len(skb.ip) - 1
+        new.ip = list(skb.ip)
+        h = new.ip[layer] = copy.copy(skb.ip[layer])
+        if reason in _IP_REPAIR:
+            setattr(h, _IP_REPAIR[reason], getattr(ph.ip[layer], _IP_REPAIR[reason]))
+            return new
+        # the ID p expects: incrementing (p.id + count) or fixed (p.id), whichever passes
+        for ident in ((ph.ip[layer].id + p.count) & 0xFFFF, ph.ip[layer].id):
+            h.id = ident
+            if check(new) not in (R.FLUSH_IP_ID, R.FLUSH_OUTER_IP_ID):
+                return new
+        return None
+    if reason in _TCP_REPAIR:
+        setattr(new, _TCP_REPAIR[reason], getattr(ph, _TCP_REPAIR[reason]))
+    elif reason == R.FLUSH_CWR:
+        new.flags = skb.flags & ~C.TCP_FLAG_CWR
+    elif reason in (R.FLUSH_TCP_FLAGS, R.FLUSH_FLAGS_FINAL):
+        keep = C.TCP_FLAG_FIN | C.TCP_FLAG_PSH | C.TCP_FLAG_CWR
+        new.flags = (skb.flags & keep) | ((ph.flags | p.flags_or) & ~keep)
+    elif reason in (R.FLUSH_TCP_TS, R.FLUSH_TCP_OPTIONS):
+        new.options, new.opt_len = ph.options, ph.opt_len
+    elif reason in (R.FLUSH_PAYLOAD_LARGER, R.FLUSH_ZERO_PAYLOAD):
+        new.len = p.gso_size
+    elif reason == R.FLUSH_SEQ:
+        new.seq = (ph.seq + p.gro_len) & 0xFFFFFFFF
+    else:
+        return None
+    return new
+
+
+def flush_checks(config: GroConfig, members: list[Skb], skb: Skb) -> list[int]:
+    """Every tcp_gro_receive flush item that is true for ``skb`` against the held p made of
+    ``members`` (p's packets in merge order), in the kernel's evaluation order.
+
+    The kernel ORs these items into one ``flush`` and the engines report the first; a
+    sequence gap after a lost segment also breaks an incrementing IP ID, so the first item
+    alone can blame the ID for a loss. p is rebuilt by replaying the merges (so the IP ID
+    mode decided on the second packet is the one the run used); then the field behind each
+    true item is set to what p expects and the checks run again, until none is true or the
+    item is not about one field (gro_max_size, a lower-layer flush: listed last).
+
+    Returns:
+        Reason codes (``gropcap.gro.reasons``), empty when skb would merge.
+    """
+    import copy
+
+    node = GroNode(config, unlimited=True)
+    p = _new_entry(members[0], 0, 0)
+    for m in members[1:]:
+        node._pair_flush(p, m, 0)           # sets the ID mode as the run did
+        _tcp_merge(p, m)
+
+    def check(s: Skb) -> int:
+        return (node._pair_flush(copy.copy(p), s, 0)
+                or skb_gro_receive(p, s, 0, config))
+
+    found: list[int] = []
+    reason = check(skb)
+    while reason and reason not in found:
+        found.append(reason)
+        skb = _repaired(skb, p, reason, check)
+        if skb is None:
+            break
+        reason = check(skb)
+    return found
 
 
 def _not_held_reason(skb: Skb, length: int) -> int:

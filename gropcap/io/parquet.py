@@ -28,6 +28,13 @@ def with_metadata(table: pa.Table, metadata: dict[str, str]) -> pa.Table:
     return table.replace_schema_metadata(meta)
 
 
+def current_umask() -> int:
+    """The process umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_table(table: pa.Table, path: str, metadata: dict[str, str], *,
                 force: bool = False) -> str:
     """Write ``table`` to ``path`` as Parquet with ``metadata``; returns the path."""
@@ -41,6 +48,7 @@ def write_table(table: pa.Table, path: str, metadata: dict[str, str], *,
         os.close(fd)
         try:
             pq.write_table(with_metadata(table, metadata), tmp, compression="zstd")
+            os.chmod(tmp, 0o666 & ~current_umask())   # mkstemp made it 0600
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):

@@ -9,11 +9,19 @@ input rows, super-packets, segments, ...) and ``<model>/delivered`` (what reache
 stack: super-packets and the overall ratio of wire segments to them); plus the GRO
 configuration and decoder options it was made with.
 
-A check compares like with like only: a capture whose bytes differ from the recorded ones,
-or a different configuration, is a *mismatch* (CLI exit 2), not a regression. Otherwise a
-metric *moved* when it changed by more than the tolerance (exit 1): counts and ratios
+A check compares the metrics whenever it can: a capture whose bytes differ from the
+recorded ones (a new recording of the same workload), or a different configuration, is
+compared anyway and the report says in one line what differs. Captures are paired by file
+name; one unpaired capture on each side is paired with the other (a new recording under a
+new name). A metric *moved* when it changed by more than the tolerance: counts and ratios
 relative to their recorded value, reason counts relative to the model's super-packets (the
 reason's share of all super-packets moved).
+
+Exit codes of `gropcap baseline check` (:data:`EXIT_CODES`): 0 every compared metric within
+the tolerance, 1 a metric moved, 2 bad usage (click: unknown option, bad --tolerance),
+3 the baseline file is missing, unreadable or not a baseline, 4 nothing could be compared
+(no capture pairs with the baseline's), 5 a capture could not be read or decoded, 130
+interrupted.
 """
 
 from __future__ import annotations
@@ -35,6 +43,23 @@ SCALAR_METRICS = ("packets_in", "superpackets", "segments", "aggregation_ratio",
 
 class BaselineError(GropcapError):
     """A baseline file is missing, unreadable or of an unknown format."""
+
+
+EXIT_OK = 0
+EXIT_MOVED = 1
+EXIT_USAGE = 2          # click's own code for bad usage
+EXIT_BASELINE = 3
+EXIT_NOTHING = 4
+EXIT_CAPTURE = 5
+EXIT_CODES = {
+    EXIT_OK: "every compared metric is within the tolerance (differences of the captures "
+             "or the configuration are reported, not failed)",
+    EXIT_MOVED: "a metric moved by more than the tolerance",
+    EXIT_USAGE: "bad usage: unknown option, bad --tolerance",
+    EXIT_BASELINE: "the baseline file is missing, unreadable or not a baseline",
+    EXIT_NOTHING: "nothing compared: no capture pairs with the baseline's",
+    EXIT_CAPTURE: "a capture could not be read or decoded",
+}
 
 
 def parse_tolerance(text: str | float) -> float:
@@ -197,25 +222,43 @@ class Moved:
 @dataclass
 class CheckResult:
     """Outcome of :func:`check_baseline`: ``status`` is ``"ok"``, ``"moved"`` or
-    ``"mismatch"`` (exit codes 0, 1, 2)."""
+    ``"nothing"`` (exit codes 0, 1, 4); ``differences`` says what differs from the
+    baseline (captures' bytes, configuration, unpaired captures) although the metrics were
+    compared."""
 
     status: str
     tolerance: float
     moved: list[Moved] = field(default_factory=list)
-    mismatches: list[str] = field(default_factory=list)
+    differences: list[str] = field(default_factory=list)
     compared: int = 0
 
     @property
     def exit_code(self) -> int:
-        return {"ok": 0, "moved": 1, "mismatch": 2}[self.status]
+        return {"ok": EXIT_OK, "moved": EXIT_MOVED, "nothing": EXIT_NOTHING}[self.status]
 
 
 def _dict_diff(old: dict, new: dict, what: str) -> list[str]:
     out = []
     for k in sorted(set(old) | set(new)):
         if old.get(k) != new.get(k):
-            out.append(f"{what} {k}: baseline {old.get(k)!r}, now {new.get(k)!r}")
+            out.append(f"{what} {k} {old.get(k)!r} -> {new.get(k)!r}")
     return out
+
+
+def _pairs(old_caps: dict, new_caps: dict) -> tuple[list[tuple[str, str]], list[str]]:
+    """``[(baseline name, new name)]`` by file name, plus one leftover pair when exactly one
+    capture on each side is unpaired; and notes on the unpaired ones."""
+    pairs = [(n, n) for n in sorted(set(old_caps) & set(new_caps))]
+    old_left = sorted(set(old_caps) - set(new_caps))
+    new_left = sorted(set(new_caps) - set(old_caps))
+    notes = []
+    if len(old_left) == 1 and len(new_left) == 1:
+        pairs.append((old_left[0], new_left[0]))
+        notes.append(f"capture {new_left[0]} compared with the baseline's {old_left[0]}")
+    else:
+        notes += [f"capture {n} in the baseline, not given" for n in old_left]
+        notes += [f"capture {n} not in the baseline" for n in new_left]
+    return pairs, notes
 
 
 def check_baseline(baseline: dict, analyses, tolerance: float = DEFAULT_TOLERANCE) -> CheckResult:
@@ -227,43 +270,43 @@ def check_baseline(baseline: dict, analyses, tolerance: float = DEFAULT_TOLERANC
         tolerance: allowed relative change (0.02 = 2%).
 
     Returns:
-        A :class:`CheckResult`; ``mismatch`` when the captures (sha256, set of files) or the
-        configuration differ from the recorded ones, ``moved`` when a metric changed by
-        more than ``tolerance``, else ``ok``.
+        A :class:`CheckResult`: ``moved`` when a metric changed by more than ``tolerance``,
+        ``nothing`` when no capture pairs with the baseline's, else ``ok``. Captures whose
+        bytes differ and a different configuration are compared anyway and listed in
+        ``differences``.
+
+    Example:
+        >>> r = check_baseline(load_baseline("base.json"), [analyze("new.pcap")])  # doctest: +SKIP
+        >>> r.status, r.differences                                               # doctest: +SKIP
+        ('ok', ["capture new.pcap compared with the baseline's old.pcap", ...])
     """
     now = make_baseline(analyses)
     res = CheckResult(status="ok", tolerance=tolerance)
-    res.mismatches += _dict_diff(baseline["config"], now["config"], "configuration")
-    res.mismatches += _dict_diff(baseline.get("decode_options", {}), now["decode_options"],
-                                 "decoder option")
+    res.differences += _dict_diff(baseline["config"], now["config"], "configuration")
+    res.differences += _dict_diff(baseline.get("decode_options", {}), now["decode_options"],
+                                  "decoder option")
     if baseline.get("models") != now["models"]:
-        res.mismatches.append(f"models: baseline {baseline.get('models')}, now {now['models']}")
+        res.differences.append(f"models {baseline.get('models')} -> {now['models']}")
     old_caps, new_caps = baseline["captures"], now["captures"]
-    for name in sorted(set(old_caps) | set(new_caps)):
-        if name not in new_caps:
-            res.mismatches.append(f"capture {name}: in the baseline, not given")
-        elif name not in old_caps:
-            res.mismatches.append(f"capture {name}: not in the baseline")
-        elif old_caps[name]["sha256"] != new_caps[name]["sha256"]:
-            res.mismatches.append(f"capture {name}: sha256 {new_caps[name]['sha256'][:12]}... "
-                                  f"differs from the baseline's "
-                                  f"{old_caps[name]['sha256'][:12]}...")
-        elif "mtu" in old_caps[name] and old_caps[name]["mtu"] != new_caps[name]["mtu"]:
-            o, n = old_caps[name]["mtu"], new_caps[name]["mtu"]
-            res.mismatches.append(f"capture {name}: MTU {n['mtu']} ({n['source']}) differs "
-                                  f"from the baseline's {o['mtu']} ({o['source']})")
-    if res.mismatches:
-        res.status = "mismatch"
-        return res
-    for name in sorted(old_caps):
-        for model, old in old_caps[name]["metrics"].items():
-            new = new_caps[name]["metrics"].get(model)
-            if new is None:
-                res.mismatches.append(f"capture {name}: no {model} results")
+    pairs, notes = _pairs(old_caps, new_caps)
+    res.differences += notes
+    for old_name, new_name in pairs:
+        old, new = old_caps[old_name], new_caps[new_name]
+        if old["sha256"] != new["sha256"]:
+            res.differences.append(f"capture {new_name} sha256 {new['sha256'][:12]}... "
+                                   f"(baseline {old['sha256'][:12]}...)")
+        if "mtu" in old and old["mtu"] != new.get("mtu"):
+            o, n = old["mtu"], new.get("mtu") or {}
+            res.differences.append(f"capture {new_name}: MTU {n.get('mtu')} "
+                                   f"({n.get('source')}) (baseline {o['mtu']} ({o['source']}))")
+        for model, metrics in old["metrics"].items():
+            got = new["metrics"].get(model)
+            if got is None:
+                res.differences.append(f"capture {new_name}: no {model} results now")
                 continue
-            res.moved += _compare_metrics(name, model, old, new, tolerance)
+            res.moved += _compare_metrics(new_name, model, metrics, got, tolerance)
             res.compared += 1
-    res.status = "mismatch" if res.mismatches else ("moved" if res.moved else "ok")
+    res.status = "moved" if res.moved else ("ok" if res.compared else "nothing")
     return res
 
 
@@ -296,16 +339,19 @@ def render_check(result: CheckResult, width: int = 80) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=width, color_system=None, highlight=False, markup=False)
     pct = f"{result.tolerance * 100:g}%"
-    if result.status == "mismatch":
-        console.print("baseline mismatch: the captures or the configuration differ from the "
-                      "recorded ones; nothing was compared")
-        for m in result.mismatches:
-            console.print(f"  {m}")
+    if result.status == "nothing":
+        console.print("baseline check: nothing compared: no capture pairs with the "
+                      "baseline's")
     elif result.status == "ok":
         console.print(f"baseline ok: {result.compared} capture/model results within {pct}")
     else:
         console.print(f"baseline check failed: {len(result.moved)} metrics moved by more "
                       f"than {pct}")
+    if result.differences:
+        # one line, not wrapped: a CI log shows what differs at a glance
+        console.print("differs from the baseline: " + "; ".join(result.differences),
+                      soft_wrap=True)
+    if result.status == "moved":
         t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
         for col in ("capture", "model", "metric", "baseline", "now", "change"):
             t.add_column(col, justify="right" if col in ("baseline", "now", "change")
@@ -322,4 +368,4 @@ def render_check(result: CheckResult, width: int = 80) -> str:
 
 __all__ = ["make_baseline", "save_baseline", "load_baseline", "check_baseline",
            "render_check", "parse_tolerance", "analysis_metrics", "CheckResult", "Moved",
-           "BaselineError", "DEFAULT_TOLERANCE"]
+           "BaselineError", "DEFAULT_TOLERANCE", "EXIT_CODES"]

@@ -4,9 +4,9 @@ Thin, like cli.py: options -> configuration -> pipeline -> report functions. The
 option decorators and their converters live in :mod:`gropcap.cli`; :func:`register` adds
 these commands to its ``main`` group (idempotent).
 
-Exit status: 0 success; 1 a gropcap error, or `baseline check` found metrics that moved;
-2 bad usage, or `baseline check` was given captures/configuration that do not match the
-baseline.
+Exit status: 0 success; 1 a gropcap error; 2 bad usage. `baseline check` has its own
+codes, one per outcome (report.baseline.EXIT_CODES): 0 within tolerance, 1 metrics moved,
+2 bad usage, 3 baseline file unusable, 4 nothing compared, 5 capture unreadable.
 """
 
 from __future__ import annotations
@@ -124,20 +124,46 @@ def baseline_save(files, output, force, model, engine, **kw):
 @_decode_options
 @click.pass_context
 def baseline_check(ctx, files, against, tolerance, engine, **kw):
-    """Exit 0 when every metric is within the tolerance of the baseline, 1 with a table of
-    what moved, 2 when the captures or the configuration do not match the baseline."""
-    from gropcap.errors import ConfigError
-    from gropcap.report.baseline import (check_baseline, load_baseline, parse_tolerance,
+    """Compare the metrics of FILES with a baseline and print what moved.
+
+    Captures are paired by file name (one unpaired capture on each side is paired with the
+    other). A capture whose bytes differ from the recorded one (a new recording) or a
+    different configuration is compared anyway; one line says what differs.
+
+    \b
+    Exit codes:
+      0  every compared metric is within the tolerance
+      1  a metric moved by more than the tolerance (table of what moved)
+      2  bad usage: unknown option, bad --tolerance
+      3  the baseline file is missing, unreadable or not a baseline
+      4  nothing compared: no capture pairs with the baseline's
+      5  a capture could not be read or decoded
+    """
+    from gropcap.errors import ConfigError, GropcapError
+    from gropcap.report.baseline import (EXIT_BASELINE, EXIT_CAPTURE, BaselineError,
+                                         check_baseline, load_baseline, parse_tolerance,
                                          render_check)
 
     try:
         tol = parse_tolerance(tolerance)
     except ConfigError as e:
         raise click.BadParameter(e.one_line(), param_hint="--tolerance") from None
-    options, config = _configs(kw)
-    base = load_baseline(against)
+    try:
+        base = load_baseline(against)
+    except BaselineError as e:
+        click.echo(f"gropcap: error: {e.one_line()}", err=True)
+        ctx.exit(EXIT_BASELINE)
     models = tuple(base.get("models") or ("ideal", "napi"))
-    result = check_baseline(base, _each_file(files, config, models, options, engine), tol)
+    try:
+        options, config = _configs(kw)
+        result = check_baseline(base, _each_file(files, config, models, options, engine),
+                                tol)
+    except ConfigError as e:
+        # an option value or input set the configuration refuses: bad usage
+        raise click.UsageError(e.one_line()) from None
+    except GropcapError as e:
+        click.echo(f"gropcap: error: {e.one_line()}", err=True)
+        ctx.exit(EXIT_CAPTURE)
     click.echo(render_check(result), nl=False)
     ctx.exit(result.exit_code)
 

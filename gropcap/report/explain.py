@@ -164,6 +164,43 @@ class _Held:
     count: int         # NAPI_GRO_CB(p)->count when the new packet arrived
     payload: int       # skb_gro_len(p): payload merged so far
     gso_size: int
+    members: tuple = ()  # rows merged into p, in order
+
+
+@dataclass(frozen=True)
+class Check:
+    """One flush check that failed at a break: its reason code and name, and the header
+    field behind it (``tcp_seq 1000 -> 2448, expected 1448 (...)``); ``detail`` is None
+    when no single field explains it."""
+
+    reason: int
+    name: str
+    detail: str | None
+
+
+@dataclass(frozen=True)
+class Break:
+    """A packet that did not merge onto a held super-packet (or was not held).
+
+    ``reason`` is the code the engine recorded (the kernel's first true flush item);
+    ``checks`` lists every check that failed, that one first (the kernel ORs them into one
+    flush); ``cause`` is the probable cause in plain English when the checks point to one
+    (loss or reordering, retransmission), else None.
+    """
+
+    packet: int
+    superpacket: int
+    reason: int
+    checks: tuple
+    cause: str | None
+
+    def to_dict(self) -> dict:
+        """Plain data for JSON: ``{"packet", "superpacket", "reason", "checks": [{"reason",
+        "detail"}], "cause"}`` with reasons as names."""
+        return {"packet": self.packet, "superpacket": self.superpacket,
+                "reason": reason_name(self.reason),
+                "checks": [{"reason": c.name, "detail": c.detail} for c in self.checks],
+                "cause": self.cause}
 
 
 def _ip_id_detail(v, h: _Held, i: int, outer: bool, kernel) -> str:
@@ -312,10 +349,165 @@ def _break_detail(v, h: _Held | None, i: int, code: int, config) -> str | None:
     return _ip_detail(v, h, i, code, config.kernel) or _tcp_detail(v, h, i, code)
 
 
-# --- the walk ----------------------------------------------------------------------------
+def _seq_delta(v, h: _Held, i: int) -> int:
+    """Signed bytes between the packet's sequence number and the one p expects."""
+    expect = (v["tcp_seq"][h.head] + h.payload) & 0xFFFFFFFF
+    return (v["tcp_seq"][i] - expect + 2**31) % 2**32 - 2**31
 
-def _flow_rows(analysis, flow: int, model: str | None):
-    """``(model, GroResult, the flow's packet rows, their columns)`` for a walk."""
+
+def probable_cause(codes, seq_delta: int = 0) -> str | None:
+    """The probable cause of a break from the checks that failed (reason codes) and the
+    sequence gap (bytes; > 0 ahead of p's end, < 0 behind it).
+
+    >>> probable_cause([R.FLUSH_IP_ID, R.FLUSH_SEQ], 1448)
+    'loss or reordering (1448 bytes missing)'
+    """
+    codes = set(codes)
+    if R.FLUSH_SEQ in codes and seq_delta > 0:
+        return f"loss or reordering ({seq_delta} bytes missing)"
+    if R.FLUSH_SEQ in codes and seq_delta < 0:
+        return f"retransmission or reordering ({-seq_delta} bytes already merged)"
+    if codes & {R.FLUSH_IP_ID, R.FLUSH_OUTER_IP_ID} and len(codes) == 1:
+        return "IP ID not p.id + count nor fixed: the sender or a middlebox sets IDs"
+    return None
+
+
+class FlowCauses:
+    """Accumulator of :func:`flow_causes` over batches in capture order (the streamed run
+    adds one batch at a time); the expected next sequence number of each flow is carried
+    from one batch to the next."""
+
+    def __init__(self):
+        self.next_seq = np.full(0, -1, np.int64)   # per flow: seq + payload of its last packet
+        self.total = np.zeros(0, np.int64)
+        self.ahead = np.zeros(0, np.int64)
+        self.back = np.zeros(0, np.int64)
+
+    def _grow(self, n: int) -> None:
+        if n > len(self.next_seq):
+            pad = n - len(self.next_seq)
+            self.next_seq = np.concatenate([self.next_seq, np.full(pad, -1, np.int64)])
+            for k in ("total", "ahead", "back"):
+                setattr(self, k, np.concatenate([getattr(self, k), np.zeros(pad, np.int64)]))
+
+    def add(self, flow_id, tcp_seq, payload_len, l4_proto, reason) -> None:
+        """One batch: per packet its flow, TCP sequence number, payload, protocol and
+        reason code (primary model)."""
+        fid = np.asarray(flow_id, np.int64)
+        if not len(fid):
+            return
+        self._grow(int(fid.max()) + 1)
+        order = np.lexsort((np.arange(len(fid)), fid))
+        f = fid[order]
+        seq = np.asarray(tcp_seq, np.int64)[order]
+        end = seq + np.asarray(payload_len, np.int64)[order]
+        first = np.ones(len(f), bool)
+        first[1:] = f[1:] != f[:-1]
+        prev = np.empty(len(f), np.int64)
+        prev[1:] = end[:-1]
+        prev[first] = self.next_seq[f[first]]
+        r = np.asarray(reason)[order]
+        brk = ((np.asarray(l4_proto)[order] == C.IPPROTO_TCP) & (prev >= 0)
+               & (r >= R.FLUSH_CWR) & (r <= R.FLUSH_ZERO_PAYLOAD))
+        delta = (seq - prev + 2**31) % 2**32 - 2**31
+        n = len(self.next_seq)
+        self.total += np.bincount(f[brk], minlength=n)
+        self.ahead += np.bincount(f[brk & (delta > 0)], minlength=n)
+        self.back += np.bincount(f[brk & (delta < 0)], minlength=n)
+        last = np.ones(len(f), bool)
+        last[:-1] = f[1:] != f[:-1]
+        self.next_seq[f[last]] = end[last] & 0xFFFFFFFF
+
+    def result(self, n_flows: int) -> list[str]:
+        """One string per flow (see :func:`flow_causes`)."""
+        self._grow(n_flows)
+        out = []
+        for a, b, n in zip(self.ahead[:n_flows].tolist(), self.back[:n_flows].tolist(),
+                           self.total[:n_flows].tolist()):
+            if not a and not b:
+                out.append("")
+            elif a >= b:
+                out.append(f"loss or reordering at {a} of {n} breaks")
+            else:
+                out.append(f"retransmission at {b} of {n} breaks")
+        return out
+
+
+def flow_causes(analysis, model: str | None = None) -> list[str]:
+    """Probable cause of each flow's breaks from the packet columns, one string per flow
+    ("" when no sequence jump explains them).
+
+    A FLUSH_* break whose TCP sequence number differs from the previous packet of the flow
+    (its seq + payload) counts as ``loss or reordering`` when it jumps ahead and as
+    ``retransmission`` when it goes back: the sequence gap that :func:`flow_breaks` finds
+    with the held super-packet, read here from neighbouring rows for all flows at once.
+    The cause with more breaks is named, e.g. ``loss or reordering at 12 of 15 breaks``.
+    """
+    model = model or analysis.primary_model
+    res = analysis.results[model]
+    t = analysis.decoded
+    n_flows = int(res.flow_id.max()) + 1 if len(res.flow_id) else 0
+    acc = FlowCauses()
+    if n_flows:
+        acc.add(res.flow_id, t.column("tcp_seq").to_numpy(), t.column("payload_len").to_numpy(),
+                t.column("l4_proto").to_numpy(), res.reason)
+    return acc.result(n_flows)
+
+
+def _break(v, h: _Held | None, i: int, code: int, config, skbs: dict) -> Break:
+    """All failed checks at row ``i`` (reference.flush_checks for a TCP pair), each with
+    its field detail, and the probable cause."""
+    codes = [code]
+    # a FLUSH_* code: a held p existed and the pair check refused the merge
+    if (h is not None and R.FLUSH_CWR <= code <= R.FLUSH_ZERO_PAYLOAD
+            and v["l4_proto"][i] == C.IPPROTO_TCP and i in skbs):
+        from gropcap.gro.reference import flush_checks
+
+        found = flush_checks(config, [skbs[m] for m in h.members], skbs[i])
+        # the engine's reason first (the kernel's first true item), then the others
+        codes += [c for c in found if c != code]
+    checks = tuple(Check(c, reason_name(c), _break_detail(v, h, i, c, config))
+                   for c in codes)
+    delta = _seq_delta(v, h, i) if h is not None and R.FLUSH_SEQ in codes else 0
+    return Break(packet=i, superpacket=-1, reason=code, checks=checks,
+                 cause=probable_cause(codes, delta))
+
+
+def _skbs(analysis, rows: np.ndarray) -> dict:
+    """The reference model's Skb for each row of the flow (for flush_checks)."""
+    import pyarrow as pa
+
+    from gropcap.gro.reference import build_skbs
+
+    t = analysis.decoded.take(pa.array(rows))
+    skbs = build_skbs(t, np.zeros(len(rows), np.uint32), analysis.config)
+    return dict(zip(rows.tolist(), skbs))
+
+
+def flow_breaks(analysis, flow: int, *, model: str | None = None) -> list[Break]:
+    """Every packet of a flow that did not merge (other than a first packet with nothing
+    held), with every check that failed there.
+
+    The data behind the ``why:`` lines of :func:`explain_flow`, for text and JSON alike.
+
+    Args:
+        analysis: an :class:`Analysis`.
+        flow: the flow id (row of ``analysis.flows``).
+        model: ``"ideal"`` or ``"napi"``; default the primary model.
+
+    Returns:
+        :class:`Break` per non-merged packet, in capture order.
+
+    Example:
+        >>> [b.to_dict() for b in flow_breaks(a, 0)][0]["checks"]   # doctest: +SKIP
+        [{'reason': 'FLUSH_IP_ID', 'detail': 'ip_id 40454 -> 40456, expected 40455 ...'},
+         {'reason': 'FLUSH_SEQ', 'detail': 'tcp_seq 1000 -> 2448, expected 1448 ...'}]
+    """
+    return [b for _, _, _, b in _walk(analysis, flow, model)[2] if b is not None]
+
+
+def _walk(analysis, flow: int, model: str | None):
+    """``(result, columns, [(row, super-packet, reason, Break or None)])`` for a flow."""
     model = model or analysis.primary_model
     if model not in analysis.results:
         raise ConfigError(f"model {model!r} was not run", hint=f"use one of {analysis.models}")
@@ -323,7 +515,25 @@ def _flow_rows(analysis, flow: int, model: str | None):
     rows = np.flatnonzero(res.flow_id == flow)
     if not len(rows):
         raise ConfigError(f"no flow {flow}")
-    return model, res, rows, _columns(analysis, rows)
+    v = _columns(analysis, rows)
+    skbs = _skbs(analysis, rows) if v["l4_proto"][int(rows[0])] == C.IPPROTO_TCP else {}
+    # packets of each super-packet seen so far: p's count/payload when a packet arrives
+    seen: dict[int, list[int]] = {}
+    out = []
+    for i in rows.tolist():
+        s = int(res.gro_seg[i])
+        code = int(res.reason[i])
+        held = _held_before(res, seen, i, code)
+        seen.setdefault(s, []).append(i)
+        brk = None
+        if code not in (R.MERGED, R.NO_HELD_PACKET):
+            brk = _break(v, held, i, code, analysis.config, skbs)
+            brk = Break(i, s, code, brk.checks, brk.cause)
+        out.append((i, s, code, brk))
+    return res, v, out
+
+
+# --- the walk ----------------------------------------------------------------------------
 
 
 def _columns(analysis, rows: np.ndarray) -> dict[str, list]:
@@ -368,7 +578,9 @@ def explain_flow(analysis, flow: int, *, model: str | None = None,
     Example:
         >>> print(explain_flow(gropcap.analyze("x.pcap"), 0))   # doctest: +SKIP
     """
-    model, res, rows, v = _flow_rows(analysis, flow, model)
+    model = model or analysis.primary_model
+    res, v, walk = _walk(analysis, flow, model)
+    rows = np.array([w[0] for w in walk])
     segs = np.unique(res.gro_seg[rows])
     lines = [f"flow {flow}: {flow_title(analysis.flows, flow)}",
              f"model {model}, kernel {analysis.config.kernel.name}: {len(rows)} packets -> "
@@ -377,17 +589,10 @@ def explain_flow(analysis, flow: int, *, model: str | None = None,
              f"{'pkt':>6} {'time_us':>11} {'seq':>10} {'len':>5} {'flags':<5} "
              f"{'super-pkt':>9} {'role':<6} verdict"]
     t0 = v["ts_ns"][int(rows[0])]
-    # packets of each super-packet seen so far: p's count/payload when a packet arrives
-    seen: dict[int, list[int]] = {}
     used: set[int] = set()
     is_tcp = analysis.flows.column("l4_proto")[flow].as_py() == C.IPPROTO_TCP
-    for i in rows.tolist():
-        s = int(res.gro_seg[i])
-        code = int(res.reason[i])
+    for i, s, code, brk in walk:
         role = ROLE_NAMES.get(int(res.gro_role[i]), "?")
-        held = _held_before(res, seen, i, code)
-        seen.setdefault(s, []).append(i)
-        detail = None if code == R.MERGED else _break_detail(v, held, i, code, analysis.config)
         show = not breaks_only or code != R.MERGED
         if show:
             seq = str(v["tcp_seq"][i]) if is_tcp else ""
@@ -395,16 +600,14 @@ def explain_flow(analysis, flow: int, *, model: str | None = None,
             lines.append(f"{i:>6} {(v['ts_ns'][i] - t0) / 1000:>11.3f} {seq:>10} "
                          f"{v['payload_len'][i]:>5} {flags:<5} {'#' + str(s):>9} {role:<6} "
                          f"{reason_name(code)}")
-            if detail:
-                lines.extend(textwrap.wrap(f"why: {detail}", width=80,
-                                           initial_indent=" " * 18,
-                                           subsequent_indent=" " * 23,
-                                           break_on_hyphens=False))
+            if brk is not None:
+                lines.extend(_break_lines(brk))
         # a packet delivered alone for its own reason needs no summary line
         alone_same = int(res.seg_count[s]) == 1 and int(res.seg_end_reason[s]) == code
         if int(res.seg_last_packet[s]) == i and not alone_same:
             lines.append(_seg_line(res, s))
         used.add(code)
+        used.update(c.reason for c in (brk.checks if brk else ()))
         used.add(int(res.seg_end_reason[s]))
     used.discard(R.MERGED)
     lines += ["", "reasons:"] + ["  " + line for line in reason_lines(sorted(used), 78)]
@@ -415,8 +618,8 @@ def explain_dict(analysis, flow: int, *, model: str | None = None,
                  breaks_only: bool = False) -> dict:
     """The walk of :func:`explain_flow` as plain data (`gropcap explain --format json`).
 
-    The same verdicts and the same ``why`` details (:func:`_break_detail` on the held
-    super-packet :func:`_held_before` finds) as the text.
+    The same walk as the text (:func:`_walk`): every failed check at each break
+    (:class:`Break`) and its probable cause.
 
     Returns:
         ``{"flow": {id, title, src, sport, dst, dport, l4_proto, encap}, "model",
@@ -431,25 +634,19 @@ def explain_dict(analysis, flow: int, *, model: str | None = None,
         >>> explain_dict(gropcap.analyze("x.pcap"), 0)["breaks"][0]   # doctest: +SKIP
         {'packet': 7, 'superpacket': 1, 'reason': 'FLUSH_PSH', 'checks': [...], 'cause': None}
     """
-    model, res, rows, v = _flow_rows(analysis, flow, model)
+    model = model or analysis.primary_model
+    res, v, walk = _walk(analysis, flow, model)
+    rows = np.array([w[0] for w in walk])
     segs = np.unique(res.gro_seg[rows])
     keys = ("src", "sport", "dst", "dport", "l4_proto", "encap")
     head = {"id": int(flow), "title": flow_title(analysis.flows, flow),
             **{k: analysis.flows.column(k)[flow].as_py() for k in keys}}
     is_tcp = head["l4_proto"] == C.IPPROTO_TCP
     t0 = v["ts_ns"][int(rows[0])]
-    seen: dict[int, list[int]] = {}
     packets, breaks = [], []
-    for i in rows.tolist():
-        s = int(res.gro_seg[i])
-        code = int(res.reason[i])
-        held = _held_before(res, seen, i, code)
-        seen.setdefault(s, []).append(i)
-        if code != R.MERGED:
-            detail = _break_detail(v, held, i, code, analysis.config)
-            breaks.append({"packet": i, "superpacket": s, "reason": reason_name(code),
-                           "checks": [{"reason": reason_name(code), "detail": detail}],
-                           "cause": None})
+    for i, s, code, brk in walk:
+        if brk is not None:
+            breaks.append(brk.to_dict())
         if breaks_only and code == R.MERGED:
             continue
         packets.append({"packet": i, "ts_ns": v["ts_ns"][i],
@@ -471,6 +668,28 @@ def explain_dict(analysis, flow: int, *, model: str | None = None,
             "packets": packets, "breaks": breaks, "superpackets": sps}
 
 
+def _break_lines(brk: Break) -> list[str]:
+    """``why:`` (one failed check) or ``why, every failed check:`` with one line each,
+    then ``probable cause:``; wrapped to 80 columns."""
+    def wrap(text):
+        return textwrap.wrap(text, width=80, initial_indent=" " * 18,
+                             subsequent_indent=" " * 23, break_on_hyphens=False)
+
+    checks = [c for c in brk.checks if c.detail]
+    out: list[str] = []
+    if len(brk.checks) == 1 and checks:
+        out += wrap(f"why: {checks[0].detail}")
+    elif len(brk.checks) > 1:
+        out += [" " * 18 + f"why, {len(brk.checks)} checks failed (the kernel ORs them):"]
+        for c in brk.checks:
+            out += textwrap.wrap(f"{c.name}: {c.detail or '(see below)'}", width=80,
+                                 initial_indent=" " * 20, subsequent_indent=" " * 25,
+                                 break_on_hyphens=False)
+    if brk.cause:
+        out += wrap(f"probable cause: {brk.cause}")
+    return out
+
+
 def _held_before(res, seen: dict[int, list[int]], i: int, code: int) -> _Held | None:
     """The held p a non-merged packet was checked against: the flow's most recent
     super-packet that ended with this packet's own reason (the pair check that refused the
@@ -485,7 +704,7 @@ def _held_before(res, seen: dict[int, list[int]], i: int, code: int) -> _Held | 
             return _Held(seg=seg, head=members[0], last=members[-1],
                          second=members[1] if len(members) > 1 else -1, count=len(members),
                          payload=int(res.seg_payload_len[seg]),
-                         gso_size=int(res.seg_gso_size[seg]))
+                         gso_size=int(res.seg_gso_size[seg]), members=tuple(members))
     return None
 
 
@@ -516,5 +735,7 @@ def reason_lines(codes, width: int = 80) -> list[str]:
     return out
 
 
-__all__ = ["explain_flow", "explain_dict", "find_flows", "parse_flow_spec", "FlowSpec",
-           "flow_title", "flag_letters", "flag_names", "reason_lines"]
+__all__ = ["explain_flow", "explain_dict", "flow_breaks", "Break", "Check",
+           "probable_cause", "flow_causes", "FlowCauses", "find_flows",
+           "parse_flow_spec", "FlowSpec", "flow_title", "flag_letters", "flag_names",
+           "reason_lines"]

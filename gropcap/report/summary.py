@@ -4,6 +4,7 @@ terminal text."""
 from __future__ import annotations
 
 import io
+import os
 import textwrap
 
 import numpy as np
@@ -15,23 +16,40 @@ from gropcap.gro.reasons import REASONS, reason_name
 from gropcap.report.tables import count_by_name
 
 
-def model_summary(result, segments=None) -> dict:
-    """Counts for one model: packets in, segments in, super-packets out, ratio, reason
-    histograms.
+def data_counts(data_segments: int, data_superpackets: int) -> dict:
+    """The data-direction part of a model summary: segments that carry payload, the
+    super-packets that carry payload, and their ratio. Pure ACKs are never aggregated
+    (NOT_HELD_ZERO_PAYLOAD), so they pull the all-packets ratio towards 1."""
+    return {"data_segments_in": data_segments, "data_superpackets_out": data_superpackets,
+            "data_ratio": round(data_segments / data_superpackets, 4)
+            if data_superpackets else 0.0}
+
+
+def model_summary(result, segments=None, payload_len=None) -> dict:
+    """Counts for one model: packets in, segments in, super-packets out, ratio, the same
+    for the segments that carry payload (``data_ratio``), reason histograms.
 
     ``segments``: wire segments per row when frames were captured already coalesced
     (``gso.CoalescedInput.segs``); then ``segments_in`` exceeds ``packets_in`` (the row
     count) and the aggregation ratio is ``segments_in / superpackets_out``: how many wire
     segments the stack receives per packet, the same measure as for plain captures.
+    ``payload_len``: per row, for the data-direction counts (omitted: not reported).
     """
     n_in = result.num_packets
     n_out = result.num_superpackets
-    seg_in = int(np.asarray(segments, np.int64).sum()) if segments is not None else n_in
+    seg = np.asarray(segments, np.int64) if segments is not None else None
+    seg_in = int(seg.sum()) if seg is not None else n_in
+    data = {}
+    if payload_len is not None:
+        has = np.asarray(payload_len) > 0
+        data = data_counts(int(seg[has].sum()) if seg is not None else int(has.sum()),
+                           int(np.count_nonzero(result.seg_payload_len > 0)))
     return {
         "packets_in": n_in,
         "segments_in": seg_in,
         "superpackets_out": n_out,
         "aggregation_ratio": round(seg_in / n_out, 4) if n_out else 0.0,
+        **data,
         "merged_packets": int(np.count_nonzero(result.reason == 0)),
         "largest_superpacket": int(result.seg_count.max()) if n_out else 0,
         "reasons": count_by_name(result.reason),
@@ -160,21 +178,102 @@ def _segments(analysis):
     return co.segs if co is not None and co.num_coalesced else None
 
 
+def file_summaries(analysis) -> list[dict]:
+    """Per input file: packets, wire bytes and, per model, super-packets (counted under
+    the file of their first packet), ratio and data ratio; one dict per ``analysis.infos``
+    entry, in input order."""
+    t = analysis.decoded
+    n_files = len(analysis.infos)
+    if not t.num_rows:
+        fidx = np.zeros(0, np.int64)
+    else:
+        fidx = t.column("file_index").to_numpy().astype(np.int64)
+    wire = t.column("wire_len").to_numpy().astype(np.int64) if t.num_rows else fidx
+    has = (t.column("payload_len").to_numpy() > 0) if t.num_rows else fidx.astype(bool)
+    seg = _segments(analysis)
+    seg = np.asarray(seg, np.int64) if seg is not None else np.ones(len(fidx), np.int64)
+    out = [{"packets": int(n), "wire_bytes": int(b), "models": {}} for n, b in zip(
+        np.bincount(fidx, minlength=n_files), np.bincount(fidx, wire, minlength=n_files))]
+    for m, r in analysis.results.items():
+        first = fidx[r.seg_first_packet] if len(fidx) else fidx
+        sp = np.bincount(first, minlength=n_files)
+        dsp = np.bincount(first[r.seg_payload_len > 0], minlength=n_files)
+        segs = np.bincount(fidx, seg, minlength=n_files)
+        dseg = np.bincount(fidx[has], seg[has], minlength=n_files)
+        for k in range(n_files):
+            out[k]["models"][m] = {
+                "superpackets_out": int(sp[k]),
+                "aggregation_ratio": round(float(segs[k]) / sp[k], 4) if sp[k] else 0.0,
+                **data_counts(int(dseg[k]), int(dsp[k]))}
+    return out
+
+
+def top_flows(flows, model: str, n: int) -> dict:
+    """The ``n`` flows with the most super-packets in ``model``: ``{"total": flows,
+    "shown": k, "flows": [{"flow_id", "src", "sport", "dst", "dport", "l4_proto",
+    "packets", "payload_bytes", "superpackets", "aggregation_ratio", "top_end_reason"}]}``,
+    ties in flow order. Works on any flows table (in memory, streamed or loaded)."""
+    total = flows.num_rows
+    if not total:
+        return {"total": 0, "shown": 0, "flows": []}
+    segs = flows.column(f"{model}_superpackets").to_numpy()
+    order = np.lexsort((np.arange(total), -segs))[:max(n, 0)].tolist()
+    cols = {k: flows.column(k).to_pylist() for k in
+            ("src", "sport", "dst", "dport", "l4_proto", "packets", "payload_bytes",
+             f"{model}_ratio", f"{model}_top_reason")}
+    rows = [{"flow_id": i, "src": cols["src"][i], "sport": cols["sport"][i],
+             "dst": cols["dst"][i], "dport": cols["dport"][i],
+             "l4_proto": cols["l4_proto"][i], "packets": cols["packets"][i],
+             "payload_bytes": cols["payload_bytes"][i], "superpackets": int(segs[i]),
+             "aggregation_ratio": round(cols[f"{model}_ratio"][i], 4),
+             "top_end_reason": cols[f"{model}_top_reason"][i]} for i in order]
+    return {"total": total, "shown": len(rows), "flows": rows}
+
+
+def report_dict(analysis, *, top: int = 5) -> dict:
+    """What `gropcap analyze --format json` prints: the summary plus ``top_flows`` (the
+    ``top`` flows with the most super-packets in the primary model, with their probable
+    cause when the packet columns are at hand). ``analysis``: an :class:`Analysis` or a
+    streamed result (anything with ``summary()`` or ``summary``, ``flows`` and
+    ``primary_model``)."""
+    s = analysis.summary() if callable(getattr(analysis, "summary", None)) \
+        else dict(analysis.summary)
+    tf = top_flows(analysis.flows, analysis.primary_model, top)
+    causes = _flow_causes(analysis)
+    for row in tf["flows"]:
+        row["probable_cause"] = causes[row["flow_id"]] if causes else None
+    return {**s, "top_flows": {"model": analysis.primary_model, **tf}}
+
+
+def _flow_causes(analysis) -> list[str] | None:
+    """Per flow, the probable cause of its breaks: computed by a streamed run, else
+    report.explain.flow_causes over the packet columns (None without them)."""
+    if getattr(analysis, "flow_causes", None) is not None:
+        return analysis.flow_causes
+    if getattr(analysis, "decoded", None) is None or not getattr(analysis, "results", None):
+        return None
+    from gropcap.report.explain import flow_causes
+    return flow_causes(analysis)
+
+
 def summary_dict(analysis) -> dict:
     """The JSON summary: ``{"kernel", "models": {model: {...}}, ...}``."""
     packets = analysis.decoded
     status = packets.column("status").to_numpy() if packets.num_rows else np.zeros(0, np.uint8)
     statuses = {STATUS_NAMES.get(int(s), str(int(s))): int(c)
                 for s, c in zip(*np.unique(status, return_counts=True))}
+    payload = packets.column("payload_len").to_numpy() if packets.num_rows else \
+        np.zeros(0, np.uint32)
     out = {
         "gropcap": __version__,
         "kernel": analysis.config.kernel.name,
         "files": [{"path": i.path, "records": i.records, "sha256": i.sha256,
-                   "warnings": list(i.warnings)} for i in analysis.infos],
+                   "warnings": list(i.warnings), **per}
+                  for i, per in zip(analysis.infos, file_summaries(analysis))],
         "packets": packets.num_rows,
         "wire_bytes": int(packets.column("wire_len").to_numpy().sum()) if packets.num_rows else 0,
         "status": statuses,
-        "models": {m: model_summary(r, _segments(analysis))
+        "models": {m: model_summary(r, _segments(analysis), payload)
                    for m, r in analysis.results.items()},
         "encapsulations": encap_summary(analysis),
         "warnings": capture_warnings(analysis),
@@ -203,132 +302,280 @@ def _ep(addr: str, port: int) -> str:
     return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
 
 
-def render_text(analysis, *, top_flows: int = 5, width: int = 80, color: bool = False) -> str:
-    """The terminal report as text (rich tables, no colour unless asked)."""
-    from functools import partial
+def human_bytes(n: int) -> str:
+    """Byte count in SI units, 3 significant digits.
 
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table as RichTable
+    >>> human_bytes(999), human_bytes(2855269), human_bytes(1_500_000_000)
+    ('999 B', '2.86 MB', '1.50 GB')
+    """
+    n = int(n)
+    for unit, scale in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= scale:
+            v = n / scale
+            return f"{v:.3g} {unit}" if v >= 100 else f"{v:.2f} {unit}" if v < 10 \
+                else f"{v:.1f} {unit}"
+    return f"{n} B"
 
-    # light rules, no heavy borders: readable at 80 columns and when piped
-    Table = partial(RichTable, box=box.SIMPLE_HEAD, title_justify="left", title_style=None,
-                    header_style="bold" if color else None, pad_edge=False,
-                    show_edge=False)
 
-    s = summary_dict(analysis)
-    buf = io.StringIO()
-    console = Console(file=buf, width=width, color_system="auto" if color else None,
-                      force_terminal=color, highlight=False, markup=False)
-    files = ", ".join(f["path"] for f in s["files"])
-    console.print(f"gropcap {__version__}: kernel {s['kernel']}, {s['packets']} packets, "
-                  f"{s['wire_bytes']} bytes on the wire")
-    console.print(f"capture: {files}")
+# --- the text report: one function per section, in the order render_text prints them ----
+# Each takes the summary dict ``s`` (and what else it needs) and prints to ``out``, a
+# _Out; a section with nothing to show prints nothing.
+
+class _Out:
+    """A rich console plus the table style of the report."""
+
+    def __init__(self, width: int, color: bool):
+        from functools import partial
+
+        from rich import box
+        from rich.console import Console
+        from rich.table import Table as RichTable
+
+        self.buf = io.StringIO()
+        self.width = width
+        self.console = Console(file=self.buf, width=width,
+                               color_system="auto" if color else None, force_terminal=color,
+                               highlight=False, markup=False)
+        # light rules, no heavy borders: readable at 80 columns and when piped
+        self.Table = partial(RichTable, box=box.SIMPLE_HEAD, title_justify="left",
+                             title_style=None, header_style="bold" if color else None,
+                             pad_edge=False, show_edge=False)
+
+    def print(self, *args, **kw):
+        self.console.print(*args, **kw)
+
+    def table(self, t):
+        """A blank line, the title on its own line (never wrapped to the table's
+        width), the table."""
+        self.console.print()
+        if t.title:
+            self.console.print(t.title, soft_wrap=True)
+            t.title = None
+        self.console.print(t)
+
+    def note(self, text: str):
+        """An indented, wrapped explanation under a table."""
+        for line in textwrap.wrap(text, width=self.width - 2, initial_indent="  ",
+                                  subsequent_indent="    ", break_on_hyphens=False):
+            self.console.print(line)
+
+    def text(self) -> str:
+        return "".join(line.rstrip() + "\n" for line in self.buf.getvalue().splitlines())
+
+
+def _section_header(out: _Out, s: dict) -> None:
+    paths = [f["path"] for f in s["files"]]
+    dirs = {os.path.dirname(p) for p in paths}
+    if len(paths) > 1 and len(dirs) == 1:
+        # the per-file table names each one
+        files = f"{len(paths)} files in {dirs.pop() or '.'}"
+    else:
+        files = ", ".join(paths)
+    out.print(f"gropcap {s['gropcap']}: kernel {s['kernel']}, {s['packets']} packets, "
+              f"{human_bytes(s['wire_bytes'])} on the wire")
+    out.print(f"capture: {files}", soft_wrap=True)
+
+
+def _section_receive(out: _Out, s: dict) -> None:
+    """The receive context: the MTU and its evidence, each parameter's source."""
     from gropcap.report import receive
-    for line in receive.receive_lines(s, width):
-        console.print(line)
+    for line in receive.receive_lines(s, out.width):
+        out.print(line)
     for f in s["files"]:
         for w in f["warnings"]:
-            console.print(f"warning: {w}")
+            out.print(f"warning: {w}")
     bad = {k: v for k, v in s["status"].items() if k != "OK"}
     if bad:
-        console.print("decode status: " + ", ".join(f"{k} {v}" for k, v in bad.items()))
+        out.print("decode status: " + ", ".join(f"{k} {v}" for k, v in bad.items()))
     for w in s["warnings"]:
-        console.print(f"warning: {w}")
+        out.print(f"warning: {w}")
 
-    t = Table(title="Aggregation")
+
+def _section_headline(out: _Out, s: dict, primary: str) -> None:
+    """The data-direction ratio first: pure ACKs are never aggregated and would hide it."""
+    ms = s["models"][primary]
+    if "data_ratio" not in ms:
+        return
+    others = ", ".join(f"{m} {v['data_ratio']:.2f}" for m, v in s["models"].items()
+                       if m != primary)
+    out.print()
+    out.print(f"data direction: {ms['data_ratio']:.2f} segments per super-packet "
+              f"({primary}{'; ' + others if others else ''}); all packets including pure "
+              f"ACKs: {ms['aggregation_ratio']:.2f}")
+
+
+def _section_aggregation(out: _Out, s: dict) -> None:
+    data = all("data_ratio" in ms for ms in s["models"].values())
+    t = out.Table(title="Aggregation")
     t.add_column("model")
+    if data:
+        t.add_column("data ratio", justify="right")
+    t.add_column("ratio", justify="right")
     t.add_column("packets in", justify="right")
     t.add_column("super-packets out", justify="right")
-    t.add_column("ratio", justify="right")
     t.add_column("largest", justify="right")
     for m, ms in s["models"].items():
-        t.add_row(m, str(ms["packets_in"]), str(ms["superpackets_out"]),
-                  f"{ms['aggregation_ratio']:.2f}", str(ms["largest_superpacket"]))
-    console.print()
-    console.print(t)
-    for line in (receive.dependence_lines(s, width)
-                 + receive.tunnel_lines(receive.tunnel_hint(analysis), width)):
-        console.print(line)
+        t.add_row(m, *([f"{ms['data_ratio']:.2f}"] if data else []),
+                  f"{ms['aggregation_ratio']:.2f}", str(ms["packets_in"]),
+                  str(ms["superpackets_out"]), str(ms["largest_superpacket"]))
+    out.table(t)
+    out.note(("data ratio: segments carrying payload per super-packet carrying payload; "
+              if data else "") +
+             "ratio: every packet in (pure ACKs included) per super-packet out; largest: "
+             "segments in the largest super-packet")
 
-    if "stages" in s:
-        t = Table(title="GRO stages (segments in, super-packets out)")
-        for col in ("model", "stage", "rows in", "segments in", "out", "ratio"):
-            t.add_column(col, justify="left" if col in ("model", "stage") else "right")
-        for m, st in s["stages"].items():
-            for name, row in st["stages"].items():
-                t.add_row(m, name, str(row["packets_in"]), str(row["segments_in"]),
-                          str(row["superpackets_out"]), f"{row['ratio']:.2f}")
-            t.add_row(m, "to the stack", "", str(s["packets"]), str(st["delivered"]),
-                      f"{st['overall_ratio']:.2f}")
-        console.print()
-        console.print(t)
 
-    if "egress" in s:
-        t = Table(title="Egress segmentation")
-        for col in ("model", "scenario", "super-packets", "segments", "hardware", "software",
-                    "dropped"):
-            t.add_column(col, justify="left" if col in ("model", "scenario") else "right")
-        for m, e in s["egress"].items():
-            t.add_row(m, e["scenario"], str(e["superpackets"]), str(e["segments"]),
-                      str(e["hardware_segments"]), str(e["software_segments"]),
-                      str(e["dropped"]))
-        console.print()
-        console.print(t)
+def _section_context_dependence(out: _Out, s: dict, analysis) -> None:
+    """How much of the napi answer the receive context decides, and UDP tunnels that met
+    no tunnel socket (with what the matching --udp-tunnel gives)."""
+    from gropcap.report import receive
+    for line in (receive.dependence_lines(s, out.width)
+                 + receive.tunnel_lines(receive.tunnel_hint(analysis), out.width)):
+        out.print(line)
 
-    if len(s["encapsulations"]) > 0:
-        t = Table(title="Per encapsulation")
-        t.add_column("encapsulation")
-        t.add_column("packets", justify="right")
-        for m in s["models"]:
-            t.add_column(f"{m} ratio", justify="right")
-        for name, row in s["encapsulations"].items():
-            t.add_row(name, str(row["packets"]),
-                      *[f"{row[m]['aggregation_ratio']:.2f}" for m in s["models"]])
-        console.print()
-        console.print(t)
 
-    primary = analysis.primary_model
+def _section_files(out: _Out, s: dict) -> None:
+    """One row per input file when there are several (a directory argument)."""
+    files = s["files"]
+    if len(files) < 2 or not all("models" in f for f in files):
+        return
+    models = list(s["models"])
+    t = out.Table(title=f"Per file ({len(files)} files)")
+    t.add_column("file", overflow="fold")
+    t.add_column("packets", justify="right")
+    t.add_column("bytes", justify="right")
+    for m in models:
+        t.add_column(f"{m} data / all", justify="right")
+    for f in files:
+        cells = [f"{f['models'][m]['data_ratio']:.2f} / "
+                 f"{f['models'][m]['aggregation_ratio']:.2f}" for m in models]
+        t.add_row(os.path.basename(f["path"]), str(f["packets"]),
+                  human_bytes(f["wire_bytes"]), *cells)
+    out.table(t)
+    out.note("data / all: the data ratio and the ratio of every packet, as above; a "
+             "super-packet counts for the file of its first packet")
+
+
+_ENDS_WIDTH = 36   # the endpoints column: IPv4 endpoints fit on one line at 80 columns
+
+
+def _section_flows(out: _Out, flows, primary: str, top: int, causes) -> None:
+    """The flows with the most super-packets; under each flow's endpoints, its most
+    frequent end reason and (packet columns at hand) the probable cause of its breaks."""
+    tf = top_flows(flows, primary, top)
+    if not tf["shown"]:
+        return
+    more = "; --top N shows more" if tf["shown"] < tf["total"] else ""
+    t = out.Table(title=f"Flows with the most super-packets ({primary}): "
+                        f"{tf['shown']} of {tf['total']}{more}")
+    for col in ("flow", "endpoints / top end reason", "pkts in", "super-pkts", "ratio"):
+        t.add_column(col, justify="left" if col.startswith("endpoints") else "right")
+    for r in tf["flows"]:
+        ends = (f"{_ep(r['src'], r['sport'])} > {_ep(r['dst'], r['dport'])}" if r["src"]
+                else "(not IP)")
+        why = r["top_end_reason"]
+        if causes and causes[r["flow_id"]]:
+            why += f"; {causes[r['flow_id']]}"
+        # IPv6 endpoints: destination under the source; the reason indented under them,
+        # wrapped to the column's width (rich would not indent)
+        if len(ends) > _ENDS_WIDTH:
+            ends = ends.replace(" > ", " >\n", 1)
+        width = max(_ENDS_WIDTH, *(len(x) for x in ends.splitlines()))
+        why = "\n".join(textwrap.wrap(why, width=width, initial_indent="  ",
+                                      subsequent_indent="  ", break_on_hyphens=False))
+        t.add_row(str(r["flow_id"]), f"{ends}\n{why}", str(r["packets"]),
+                  str(r["superpackets"]), f"{r['aggregation_ratio']:.2f}")
+    out.table(t)
+
+
+def _section_reasons(out: _Out, s: dict, primary: str) -> None:
     ms = s["models"][primary]
-    t = Table(title=f"Why super-packets ended ({primary})")
+    t = out.Table(title=f"Why super-packets ended ({primary})")
     t.add_column("reason")
     t.add_column("count", justify="right")
     t.add_column("share", justify="right")
     total = sum(ms["end_reasons"].values()) or 1
     for name, count in ms["end_reasons"].items():
         t.add_row(name, str(count), f"{100 * count / total:.1f}%")
-    console.print()
-    console.print(t)
+    out.table(t)
     codes = {r.name: r for r in REASONS.values()}
     for name in ms["end_reasons"]:
         if name in codes:
-            for line in textwrap.wrap(f"{name}: {codes[name].text}", width=width - 2,
-                                      initial_indent="  ", subsequent_indent="      ",
-                                      break_on_hyphens=False):
-                console.print(line)
-
-    flows = analysis.flows
-    if flows.num_rows:
-        ratio = flows.column(f"{primary}_ratio").to_numpy()
-        pk = flows.column("packets").to_numpy()
-        # flows that lose most: most super-packets beyond the ideal of one per 45 segments
-        loss = flows.column(f"{primary}_superpackets").to_numpy()
-        order = np.lexsort((np.arange(len(pk)), -loss))[:top_flows]
-        t = Table(title=f"Flows with the most super-packets ({primary})")
-        for col in ("flow", "endpoints", "pkts", "ratio", "top end reason"):
-            t.add_column(col, justify="right" if col in ("flow", "pkts", "ratio") else "left")
-        src = flows.column("src").to_pylist()
-        dst = flows.column("dst").to_pylist()
-        sp = flows.column("sport").to_pylist()
-        dp = flows.column("dport").to_pylist()
-        top = flows.column(f"{primary}_top_reason").to_pylist()
-        for i in order.tolist():
-            ends = f"{_ep(src[i], sp[i])} > {_ep(dst[i], dp[i])}" if src[i] else "(not IP)"
-            t.add_row(str(i), ends, str(int(pk[i])), f"{ratio[i]:.2f}", top[i])
-        console.print()
-        console.print(t)
-    return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
+            out.note(f"{name}: {codes[name].text}")
 
 
-__all__ = ["summary_dict", "render_text", "model_summary", "reason_name", "capture_warnings",
+def _section_encapsulations(out: _Out, s: dict) -> None:
+    if not len(s["encapsulations"]):
+        return
+    t = out.Table(title="Per encapsulation")
+    t.add_column("encapsulation")
+    t.add_column("packets", justify="right")
+    for m in s["models"]:
+        t.add_column(f"{m} ratio", justify="right")
+    for name, row in s["encapsulations"].items():
+        t.add_row(name, str(row["packets"]),
+                  *[f"{row[m]['aggregation_ratio']:.2f}" for m in s["models"]])
+    out.table(t)
+
+
+def _section_stages(out: _Out, s: dict) -> None:
+    if "stages" not in s:
+        return
+    t = out.Table(title="GRO stages (segments in, super-packets out)")
+    for col in ("model", "stage", "rows in", "segments in", "out", "ratio"):
+        t.add_column(col, justify="left" if col in ("model", "stage") else "right")
+    for m, st in s["stages"].items():
+        for name, row in st["stages"].items():
+            t.add_row(m, name, str(row["packets_in"]), str(row["segments_in"]),
+                      str(row["superpackets_out"]), f"{row['ratio']:.2f}")
+        t.add_row(m, "to the stack", "", str(s["packets"]), str(st["delivered"]),
+                  f"{st['overall_ratio']:.2f}")
+    out.table(t)
+
+
+def _section_egress(out: _Out, s: dict) -> None:
+    """Segments out = hardware + software + as is; dropped super-packets send none."""
+    if "egress" not in s:
+        return
+    t = out.Table(title="Egress segmentation")
+    for col in ("model", "scenario", "super-pkts", "segments", "hardware", "software",
+                "as is", "dropped"):
+        t.add_column(col, justify="left" if col in ("model", "scenario") else "right")
+    for m, e in s["egress"].items():
+        t.add_row(m, e["scenario"], str(e["superpackets"]), str(e["segments"]),
+                  str(e["hardware_segments"]), str(e["software_segments"]),
+                  str(e["unsegmented"]), str(e["dropped"]))
+    out.table(t)
+    out.note("segments = hardware (TSO/USO) + software (GSO) + as is (super-packets of one "
+             "packet, sent unchanged); dropped counts super-packets above the egress MTU "
+             "with DF (or IPv6), which put no segment on the wire")
+
+
+def render_text(analysis, *, top_flows: int = 5, width: int = 80, color: bool = False) -> str:
+    """The terminal report as text (rich tables, no colour unless asked).
+
+    Sections, in order: capture and warnings; the receive context (MTU, where each
+    parameter came from); the data-direction ratio; aggregation per model, how much of
+    the napi answer the receive context decides and UDP tunnels without a socket; per file (several inputs); the ``top_flows`` flows with the most super-packets;
+    why super-packets ended; per encapsulation; GRO stages; egress.
+    """
+    s = summary_dict(analysis)
+    primary = analysis.primary_model
+    out = _Out(width, color)
+    _section_header(out, s)
+    _section_receive(out, s)
+    _section_headline(out, s, primary)
+    _section_aggregation(out, s)
+    _section_context_dependence(out, s, analysis)
+    _section_files(out, s)
+    _section_flows(out, analysis.flows, primary, top_flows, _flow_causes(analysis))
+    _section_reasons(out, s, primary)
+    _section_encapsulations(out, s)
+    _section_stages(out, s)
+    _section_egress(out, s)
+    return out.text()
+
+
+__all__ = ["summary_dict", "render_text", "report_dict", "top_flows", "file_summaries",
+           "human_bytes", "data_counts", "model_summary", "reason_name", "capture_warnings",
            "encap_summary"]

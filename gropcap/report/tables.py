@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from gropcap.gro.reasons import reason_name
+from gropcap.io.columns import readable
 
 
 def _model_columns(result, prefix: str) -> dict[str, np.ndarray]:
@@ -15,7 +16,9 @@ def _model_columns(result, prefix: str) -> dict[str, np.ndarray]:
 
 
 def packets_table(analysis) -> pa.Table:
-    """Decoded packets plus GRO verdicts.
+    """Decoded packets plus GRO verdicts, with the readable columns of
+    :func:`gropcap.io.columns.readable` (``reason_name``, ``ip_src_text``, ``ts_ns`` as a
+    timestamp, ...).
 
     The primary model (napi when it ran) fills ``flow_id``, ``gro_seg``, ``gro_role``,
     ``reason``, ``rx_queue``, ``poll_id``; every other model adds the same columns prefixed
@@ -30,17 +33,18 @@ def packets_table(analysis) -> pa.Table:
                          if k != model + "_flow_id"})
     for name, arr in cols.items():
         table = table.append_column(name, pa.array(arr))
-    return table
+    return readable(table)
 
 
 def superpackets_table(analysis) -> pa.Table:
-    """All models' super-packets, a ``model`` column telling them apart."""
+    """All models' super-packets, a ``model`` column telling them apart, with the readable
+    columns of :func:`gropcap.io.columns.readable` (``end_reason_name``)."""
     parts = []
     for model, result in analysis.results.items():
         t = result.superpackets_table()
         t = t.append_column("model", pa.array([model] * t.num_rows, pa.string()))
         parts.append(t)
-    return pa.concat_tables(parts)
+    return readable(pa.concat_tables(parts))
 
 
 def addr_text(raw: bytes, version: int) -> str:
