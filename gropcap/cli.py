@@ -162,6 +162,11 @@ def _gro_options(f):
         click.option("--tunnel-gro/--no-tunnel-gro", default=None,
                      help="Model the gro_cells stage on tunnel/ERSPAN/DSA devices after "
                           "decapsulation, with GRO on or off there (default: not modelled)."),
+        click.option("--receiver", type=click.Path(dir_okay=False), default=None,
+                     metavar="PROFILE",
+                     help="Receiver profile (TOML, from `gropcap calibrate`): its values "
+                          "replace the defaults of the options above; an option given "
+                          "here still wins."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -171,9 +176,15 @@ def _gro_options(f):
 def _make_gro_config(kernel, verify_checksums, rss, rss_key, queues, budget, poll_gap_us, hz,
                      gro_flush_timeout_us, napi_defer_hard_irqs, gro_max_size,
                      gro_ipv4_max_size, udp_tunnels=(), udp_gro="off", native_gro=True,
-                     tunnel_gro=None, vlan_gro=True):
+                     tunnel_gro=None, vlan_gro=True, receiver=None):
     from gropcap.gro.config import GroConfig, KernelProfile
 
+    if receiver is not None:
+        # profile values replace option defaults; options given explicitly keep theirs
+        opts = {k: v for k, v in locals().items() if k not in ("receiver", "GroConfig",
+                                                                 "KernelProfile")}
+        opts = _apply_receiver(receiver, opts)
+        return _make_gro_config(**opts)
     kw = {}
     if rss_key:
         try:
@@ -194,12 +205,41 @@ def _make_gro_config(kernel, verify_checksums, rss, rss_key, queues, budget, pol
         raise click.BadParameter(e.one_line()) from None
 
 
+def _apply_receiver(path, options: dict) -> dict:
+    """``--receiver PROFILE``: the profile's values for the options of this command left at
+    their defaults. The :class:`gropcap.receiver.ReceiverInfo` (what was applied) is kept
+    in the click context for :func:`_receiver_info`."""
+    from click.core import ParameterSource
+
+    from gropcap.receiver import ReceiverInfo, apply_options, load_profile
+
+    profile = load_profile(path)
+    ctx = click.get_current_context(silent=True)
+    explicit = set()
+    if ctx is not None:
+        explicit = {k for k in profile
+                    if ctx.get_parameter_source(k) not in (None, ParameterSource.DEFAULT)}
+    opts, applied, unapplied = apply_options(options, profile, explicit)
+    if isinstance(opts.get("udp_tunnels"), str):
+        opts["udp_tunnels"] = (opts["udp_tunnels"],)
+    if ctx is not None:
+        ctx.meta["gropcap.receiver"] = ReceiverInfo(
+            str(path), profile, tuple(applied), tuple(sorted(explicit)), tuple(unapplied))
+    return opts
+
+
+def _receiver_info():
+    """The ReceiverInfo of this command's ``--receiver`` (None without one)."""
+    ctx = click.get_current_context(silent=True)
+    return None if ctx is None else ctx.meta.get("gropcap.receiver")
+
+
 _DECODE_KEYS = ("vxlan_ports", "geneve_ports", "vxlan_gpe_ports", "fou_ports", "gue_ports",
                 "dsa_tag")
 _GRO_KEYS = ("kernel", "verify_checksums", "rss", "rss_key", "queues", "budget", "poll_gap_us",
              "hz", "gro_flush_timeout_us", "napi_defer_hard_irqs", "gro_max_size",
              "gro_ipv4_max_size", "udp_tunnels", "udp_gro", "native_gro", "tunnel_gro",
-             "vlan_gro")
+             "vlan_gro", "receiver")
 
 
 def _split(kw: dict, keys) -> dict:
@@ -338,7 +378,8 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
     else:
         with Progress(None if not quiet else False) as progress:
             analysis = run(list(files), config, models=models, decode_options=options,
-                           engine=engine, decoder=decoder, egress=egress, progress=progress)
+                           engine=engine, decoder=decoder, egress=egress, progress=progress,
+                           receiver=_receiver_info())
     if out_dir:
         write_analysis(analysis, out_dir, force=force)
     if plot:
@@ -350,6 +391,70 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
         click.echo(render_text(analysis, color=sys.stdout.isatty()), nl=False)
     if getattr(analysis, "failures", None):
         sys.exit(1)   # results are complete for the other inputs, but not for these
+
+
+@main.command()
+@click.argument("wire", type=click.Path(dir_okay=False))
+@click.argument("postgro", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Receiver profile (TOML) to write.")
+@click.option("--force", is_flag=True, help="Replace an existing profile.")
+@click.option("--release", default=None, metavar="TEXT",
+              help="Kernel release of the receiver, recorded in the profile (default: the "
+                   "'kernel' of the pair's WIRE-stem .json when there is one).")
+@click.option("--engine", type=click.Choice(["fast", "reference"]), default="fast",
+              show_default=True, help="GRO engine (numba, or the plain-Python oracle).")
+@_decoder_option
+@_gro_options
+@_decode_options
+def calibrate(wire, postgro, output, force, release, engine, decoder, **kw):
+    """Fit the receive parameters (NAPI budget, poll gap, HZ, gro_flush_timeout,
+    napi_defer_hard_irqs, queues, MTU) to WIRE, the frames that reached the receiving
+    device, and POSTGRO, the kernel's post-GRO view of the same traffic (tcpdump on the
+    receiving device); print the fit and the remaining difference per flow, and write a
+    profile for --receiver. Options given here are held, not fitted."""
+    from click.core import ParameterSource
+
+    from gropcap.receiver import FIT_KEYS, PROFILE_KEYS, fit_receiver, render_fit, \
+        save_profile
+
+    if kw.get("receiver"):
+        raise click.UsageError("calibrate writes a profile; give the fixed values as options")
+    if os.path.exists(output) and not force:
+        raise ConfigError("output exists", path=output, hint="use --force to replace it")
+    ctx = click.get_current_context()
+    given = {k for k in kw if ctx.get_parameter_source(k) not in (None, ParameterSource.DEFAULT)}
+    options = _make_decode_options(**_split(kw, _DECODE_KEYS))
+    gro_kw = _split(kw, _GRO_KEYS)
+    config = _make_gro_config(**gro_kw)
+    fixed = {k: gro_kw[k] for k in FIT_KEYS if k in given and k in gro_kw}
+    fit = fit_receiver(wire, postgro, config, fixed=fixed, decode_options=options,
+                       engine=engine, decoder=decoder)
+    values = dict(fit.values)
+    # receive-path options stated for this host go into the profile as well
+    for k in PROFILE_KEYS:
+        if k in given and k not in values and k in gro_kw:
+            v = gro_kw[k]
+            values[k] = ",".join(v) if k == "udp_tunnels" else v
+    release = release or _pair_release(wire)
+    click.echo(render_fit(fit), nl=False)
+    save_profile(output, values, fit.profile_fit(kernel_release=release or "unknown"),
+                 force=force)
+    click.echo(f"profile -> {output}")
+
+
+def _pair_release(wire: str) -> str | None:
+    """The ``kernel`` of a recorded pair's description (``NAME.json`` next to
+    ``NAME.wire.pcap``, sample_pcaps/make_pairs.py), if there is one."""
+    stem = wire[:-len(".wire.pcap")] if wire.endswith(".wire.pcap") else \
+        os.path.splitext(wire)[0]
+    try:
+        with open(stem + ".json", encoding="utf-8") as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return None
+    value = meta.get("kernel") if isinstance(meta, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def _register_optional():

@@ -156,6 +156,8 @@ class Analysis:
         self.egress_options = egress
         # gso.CoalescedInput when frames were captured already coalesced (else None)
         self.coalesced = None
+        # receiver.ReceiverInfo: the --receiver profile and what it set (None: no profile)
+        self.receiver = None
         self._cache: dict = {}
 
     def __repr__(self) -> str:
@@ -227,18 +229,30 @@ class Analysis:
         from gropcap.report.summary import summary_dict
         return summary_dict(self)
 
+    def _config_json(self) -> str:
+        """The configuration as JSON; ``receiver_profile`` names the profile it came from
+        (``io.load.config_from_dict`` ignores the key)."""
+        if self.receiver is None:
+            return self.config.to_json()
+        import json
+        d = self.config.to_dict()
+        d["receiver_profile"] = self.receiver.path
+        return json.dumps(d, sort_keys=True)
+
     def metadata(self) -> dict[str, str]:
         """Provenance stored in every Parquet file's key-value metadata."""
         import json
         return {
             "gropcap.version": __version__,
-            "gropcap.config": self.config.to_json(),
+            "gropcap.config": self._config_json(),
             "gropcap.models": json.dumps(self.models),
             "gropcap.decode_options": json.dumps(dataclasses.asdict(self.decode_options)),
             "gropcap.sources": json.dumps([
                 {"path": i.path, "sha256": i.sha256, "format": i.format,
                  "linktypes": i.linktypes, "records": i.records,
                  "warnings": list(i.warnings)} for i in self.infos]),
+            **({"gropcap.receiver": json.dumps(self.receiver.as_dict())}
+               if self.receiver is not None else {}),
         }
 
 
@@ -261,7 +275,7 @@ class EgressOptions:
 def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             decode_options: DecodeOptions | None = None, engine: str = "fast",
             decoder: str = "fast", egress: EgressOptions | None = None,
-            progress=None) -> Analysis:
+            progress=None, receiver=None) -> Analysis:
     """Decode captures and run GRO under each model.
 
     Args:
@@ -273,6 +287,10 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         engine: ``"fast"`` (numba) or ``"reference"``.
         decoder: ``"fast"`` or ``"reference"``.
         egress: also account for egress segmentation (:class:`EgressOptions`).
+        receiver: a receiver profile (path, from ``gropcap calibrate``): its values apply
+            to the fields ``config`` leaves at their defaults (``receiver.apply_profile``);
+            or a ``receiver.ReceiverInfo`` of a profile the caller already applied (the
+            CLI). ``Analysis.receiver`` and the Parquet metadata record it.
 
     When ``config.tunnel_gro`` is not None the gro_cells second stage runs too
     (``gro.stages.simulate_stages``), per model.
@@ -290,6 +308,9 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         >>> a.summary()["models"]["ideal"]["aggregation_ratio"]  # doctest: +SKIP
     """
     config, decode_options, models = run_options(config, decode_options, models)
+    if receiver is not None and not hasattr(receiver, "applied"):
+        from gropcap.receiver import apply_profile
+        config, receiver = apply_profile(config, receiver)
     packets, infos = decode_files(paths, decode_options, decoder=decoder, progress=progress)
     from gropcap.gso import coalesced_input
     coalesced = coalesced_input(packets)
@@ -308,6 +329,7 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     analysis = Analysis(packets=packets, infos=infos, config=config, results=results,
                         decode_options=decode_options, stages=stages, egress=egress)
     analysis.coalesced = coalesced
+    analysis.receiver = receiver
     return analysis
 
 
