@@ -70,6 +70,8 @@ _COMMENTS = {
     "mtu": "receiving device MTU: frames above it were captured already coalesced",
 }
 MTU_DEFAULT = 1500
+# bounds checked here for keys GroConfig may not know (gro/config.py checks the rest)
+_RANGES = {"mtu": (68, 65536)}
 
 
 # --- the profile file ------------------------------------------------------------------
@@ -130,6 +132,10 @@ def read_profile(path) -> dict:
             raise ConfigError(f"[receiver] {key}: unknown key", path=path,
                               hint=f"use {', '.join(PROFILE_KEYS)}")
         rec[key] = _check_value(path, key, value, PROFILE_KEYS[key][3])
+        lo, hi = _RANGES.get(key, (None, None))
+        if lo is not None and not lo <= rec[key] <= hi:
+            raise ConfigError(f"[receiver] {key}: {rec[key]} out of range {lo}..{hi}",
+                              path=path)
     # the values must make a valid configuration, one key at a time so the error names it
     from gropcap.gro.config import GroConfig
     fields = {f.name for f in dataclasses.fields(GroConfig)}
@@ -575,13 +581,23 @@ def fit_receiver(wire, postgro, config=None, *, fixed: dict | None = None,
 
     Returns a :class:`Fit`.
     """
-    from gropcap.gro.config import GroConfig
     from gropcap.pipeline import decode_files
+
+    wire_t, wire_info = decode_files(wire, decode_options, decoder=decoder)
+    post_t, post_info = decode_files(postgro, decode_options, decoder=decoder)
+    fit = fit_tables(wire_t, post_t, config, fixed=fixed, engine=engine, progress=progress)
+    return dataclasses.replace(fit, wire=os.fspath(wire), postgro=os.fspath(postgro),
+                               wire_sha256=wire_info[0].sha256,
+                               postgro_sha256=post_info[0].sha256)
+
+
+def fit_tables(wire_t, post_t, config=None, *, fixed: dict | None = None,
+               engine: str = "fast", progress=None) -> Fit:
+    """:func:`fit_receiver` on decoded tables (PACKET_SCHEMA) of the two views."""
+    from gropcap.gro.config import GroConfig
 
     config = (config or GroConfig()).replace(model="napi")
     fixed = dict(fixed or {})
-    wire_t, wire_info = decode_files(wire, decode_options, decoder=decoder)
-    post_t, post_info = decode_files(postgro, decode_options, decoder=decoder)
     view = pair_view(wire_t, post_t)
     runner = _Runner(view, config, engine)
 
@@ -661,9 +677,8 @@ def fit_receiver(wire, postgro, config=None, *, fixed: dict | None = None,
     ideal = simulate(wire_t, config.replace(model="ideal"), engine=engine,
                      coalesced=runner._coalesced(int(best["mtu"])))
     return Fit(values=values, residual=r, default_residual=r0, fixed=fixed,
-               candidates=len(cache), kernel=config.kernel.name, wire=os.fspath(wire),
-               postgro=os.fspath(postgro), wire_sha256=wire_info[0].sha256,
-               postgro_sha256=post_info[0].sha256, ideal_total=ideal.num_superpackets)
+               candidates=len(cache), kernel=config.kernel.name, wire="", postgro="",
+               ideal_total=ideal.num_superpackets)
 
 
 def render_fit(fit: Fit) -> str:
