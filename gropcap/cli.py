@@ -358,7 +358,8 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
             with Progress(None if not quiet else False) as progress:
                 res = streaming.stream_analyze(list(files), config, models=models,
                                                decode_options=options, out_dir=out_dir,
-                                               force=force, progress=progress)
+                                               force=force, progress=progress,
+                                               receiver=_receiver_info())
             if fmt == "json":
                 click.echo(json.dumps(res.summary, indent=2))
             else:
@@ -372,6 +373,7 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
                                            decode_options=options, engine=engine,
                                            decoder=decoder, egress=egress, scratch=scratch,
                                            progress=progress)
+        analysis.receiver = _receiver_info()
         for f in analysis.failures:
             click.echo(f"gropcap: error: {f.path} (bytes {f.start}-{f.end or 'end'}) left "
                        f"out: {f.error}", err=True)

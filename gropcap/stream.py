@@ -512,7 +512,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                    decode_options: DecodeOptions | None = None, out_dir: str | None = None,
                    force: bool = False, batch_records: int = 65536,
                    engine: str = "fast", decoder: str = "fast", egress=None,
-                   tmp_dir: str | None = None, progress=None) -> StreamResult:
+                   tmp_dir: str | None = None, progress=None,
+                   receiver=None) -> StreamResult:
     """Analyse captures batch by batch in bounded memory (see the module docstring).
 
     Args:
@@ -527,6 +528,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             (65536: ~120 MB) on top of ~330 MB of code, JIT and Arrow pools.
         tmp_dir: where the temporary decoded table and verdicts go (default: ``out_dir``,
             else the system temporary directory); about the size of the packets output.
+        receiver: the ``receiver.ReceiverInfo`` of a profile already applied to
+            ``config`` (recorded in the Parquet metadata, as ``analyze`` does).
 
     Returns:
         A :class:`StreamResult`; ``summary`` equals ``analyze(...).summary()`` and the
@@ -644,8 +647,10 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         keys = pa.concat_tables(key_parts) if key_parts else \
             PACKET_SCHEMA.empty_table().select(_FLOW_KEY_COLS)
         flows = _flows_table(keys, flow_pk, flow_pay, runs)
-        meta = Analysis(PACKET_SCHEMA.empty_table(), infos, config,
-                        {m: None for m in models}, decode_options).metadata()
+        meta_of = Analysis(PACKET_SCHEMA.empty_table(), infos, config,
+                           {m: None for m in models}, decode_options)
+        meta_of.receiver = receiver   # receiver.ReceiverInfo of a profile the CLI applied
+        meta = meta_of.metadata()
 
         tm["flows"] = clock() - t_start
         t_start = clock()

@@ -236,3 +236,12 @@ def test_calibrate_cli_refuses_existing_output_before_work(tmp_path):
     r = CliRunner().invoke(main, ["calibrate", P4, P4, "-o", str(out)])
     assert r.exit_code == 1 and "exists" in r.stderr
     assert out.read_text() == "keep"
+
+
+@pytest.mark.parametrize("mode", [["--stream"], ["--jobs", "1"]])
+def test_streamed_and_distributed_runs_record_the_profile(tmp_path, profile, mode):
+    out = tmp_path / "o"
+    run("analyze", P4, "-q", "--receiver", profile, "--budget", 32, "--out", out, *mode)
+    config, receiver = _config_meta(out)
+    assert config["budget"] == 32 and config["hz"] == 1000
+    assert config["receiver_profile"] == str(profile) and receiver["overridden"] == ["budget"]
