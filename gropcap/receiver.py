@@ -453,7 +453,8 @@ GRID = {
 }
 # The poll gap has no kernel default to prefer: a geometric grid from 1 us to 1 s (8 steps
 # per decade); the coarse search uses every 4th value, the final one all of them and takes
-# the middle of the widest run of best values (the choice least sensitive to timing).
+# the middle of the widest run of best values (the choice least sensitive to timing), or
+# the default when it fits as well.
 GAP_GRID = tuple(float(f"{10 ** (k / 8):.3g}") for k in range(0, 49))
 _COARSE_GAPS = GAP_GRID[::4]
 _PREFERENCE = ("budget", "hz", "gro_flush_timeout_us", "napi_defer_hard_irqs", "queues",
@@ -668,6 +669,9 @@ def fit_tables(wire_t, post_t, config=None, *, fixed: dict | None = None,
                 start = None
         width, lo, hi = max(runs, key=lambda r: (r[0], -r[1]))
         best["poll_gap_us"] = GAP_GRID[(lo + hi) // 2]
+        # a pair that does not tell the gap apart from the default keeps the default
+        if evaluate({**best, "poll_gap_us": defaults["poll_gap_us"]})[0] == top:
+            best["poll_gap_us"] = defaults["poll_gap_us"]
     _, r = evaluate(best)
     _, r0 = evaluate(dict(defaults))
     values = {k: best[k] for k in FIT_KEYS}

