@@ -56,7 +56,7 @@ PROFILE_KEYS = {
     "udp_gro": ("udp_gro", *_SAME, str),
     "udp_tunnels": ("udp_tunnels", *_SAME, str),
     "native_gro": ("native_gro", *_SAME, bool),
-    "vlan_gro": ("vlan_gro", *_SAME, bool),
+    "tunnel_gro": ("tunnel_gro", *_SAME, bool),
 }
 FIT_KEYS = ("queues", "budget", "poll_gap_us", "hz", "gro_flush_timeout_us",
             "napi_defer_hard_irqs", "mtu")

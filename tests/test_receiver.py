@@ -52,7 +52,7 @@ def test_profile_round_trip(tmp_path):
     fit = {"wire": "a.wire.pcap", "kernel_packets": 59, "fixed": ["hz"],
            "flows": [{"flow": "10.0.0.1:1 > 10.0.0.2:2 tcp", "kernel": 13, "model": 12,
                       "boundaries": 1}]}
-    values = {**VALUES, "udp_gro": "socket", "udp_tunnels": "vxlan:4789", "vlan_gro": False}
+    values = {**VALUES, "udp_gro": "socket", "udp_tunnels": "vxlan:4789", "tunnel_gro": False}
     save_profile(path, values, fit)
     assert load_profile(path) == values
     doc = read_profile(path)

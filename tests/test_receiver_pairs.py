@@ -111,3 +111,15 @@ def test_profile_fitted_on_one_pair_holds_on_the_others(profile, name):
         f"{name}: kernel {kernel}, napi with the {TRAIN} profile {napi} " \
         f"({(napi - kernel) / kernel:+.1%}); profile {load_profile(profile)}"
 
+
+
+def test_calibrate_holds_given_options_and_records_stated_ones(tmp_path):
+    path = tmp_path / "host.toml"
+    r = CliRunner().invoke(main, ["calibrate", str(PAIRS / f"{TRAIN}.wire.pcap"),
+                                  str(PAIRS / f"{TRAIN}.postgro.pcap"), "-o", str(path),
+                                  "--budget", "300", "--gro-max-size", "65536"])
+    assert r.exit_code == 0, (r.output, r.exception)
+    assert "budget                 300          option" in r.output
+    doc = read_profile(path)
+    assert doc["receiver"]["budget"] == 300 and doc["receiver"]["gro_max_size"] == 65536
+    assert doc["fit"]["fixed"] == ["budget"]
