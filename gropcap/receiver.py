@@ -298,7 +298,7 @@ def apply_profile(config, profile, explicit=None):
 class FlowView:
     """One flow's packets as the kernel delivered them: ``count`` frames, ``starts`` the
     multiset of positions where a data super-packet began (TCP: sequence number; UDP: byte
-    offset into the flow's payload), ``bytes`` payload delivered."""
+    offset into the flow's payload)."""
 
     name: str
     count: int = 0
@@ -357,8 +357,7 @@ class PairView:
     wire_flow: np.ndarray         # flow index per wire row
     wire_pos: np.ndarray          # payload position per wire row (-1: none)
     flows: list                   # FlowView per flow index (kernel side)
-    kernel_total: int
-    postgro_rows: int
+    kernel_total: int             # frames of the post-GRO view
 
     def model_flows(self, first: np.ndarray) -> tuple[np.ndarray, list]:
         """Super-packets given by their first wire row -> (count per flow, starts per
@@ -402,7 +401,7 @@ def pair_view(wire, postgro) -> PairView:
         flows[j].count += 1
         if p >= 0:
             flows[j].starts[p] += 1
-    return PairView(wire, wire_flow, wire_pos, flows, len(keys_p), len(keys_p))
+    return PairView(wire, wire_flow, wire_pos, flows, len(keys_p))
 
 
 @dataclass
@@ -685,6 +684,9 @@ def fit_tables(wire_t, post_t, config=None, *, fixed: dict | None = None,
                ideal_total=ideal.num_superpackets)
 
 
+_FLOW_ROWS = 12
+
+
 def render_fit(fit: Fit) -> str:
     """Text report of a fit: the values, then the remaining difference per flow."""
     lines = ["fitted receive parameters (napi model):"]
@@ -699,10 +701,20 @@ def render_fit(fit: Fit) -> str:
     lines.append(f"remaining difference: {r.model_total - r.kernel_total:+d} packets in "
                  f"total, {r.count_difference} summed over flows, {r.boundary_difference} "
                  f"super-packet boundaries ({fit.candidates} candidates)")
-    w = max([len(f[0]) for f in r.flows] + [4])
-    lines.append(f"  {'flow':<{w}}  kernel   napi   diff  boundaries")
-    for name, k, m, b in sorted(r.flows, key=lambda f: (-abs(f[2] - f[1]) - f[3], f[0])):
-        lines.append(f"  {name:<{w}}  {k:>6} {m:>6} {m - k:>+6}  {b:>10}")
+    rows = sorted(r.flows, key=lambda f: (-abs(f[2] - f[1]) - f[3], f[0]))
+    if len(rows) > _FLOW_ROWS:     # many flows: those that differ (the worst first)
+        rows = [f for f in rows if f[1] != f[2] or f[3]][:_FLOW_ROWS]
+    same = sum(1 for f in r.flows if f[1] == f[2] and not f[3])
+    if not rows:
+        lines.append(f"  all {len(r.flows)} flows agree exactly")
+    else:
+        w = max([len(f[0]) for f in rows] + [4])
+        lines.append(f"  {'flow':<{w}}  kernel   napi   diff  boundaries")
+        for name, k, m, b in rows:
+            lines.append(f"  {name:<{w}}  {k:>6} {m:>6} {m - k:>+6}  {b:>10}")
+    if 0 < len(rows) < len(r.flows):
+        lines.append(f"  ... {len(r.flows) - len(rows)} more flows ({same} of "
+                     f"{len(r.flows)} agree exactly; the profile lists each)")
     return "\n".join(lines) + "\n"
 
 
