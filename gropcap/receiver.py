@@ -36,6 +36,8 @@ from gropcap.errors import ConfigError
 
 PROFILE_FORMAT = 1
 
+# A receive parameter the napi model gains is one entry here (and in GRID and FIT_KEYS
+# for calibrate to fit it).
 # What a profile may hold: option name (as the CLI spells it, without "--" and with "_")
 # -> (GroConfig field, option value -> field value, field value -> option value, type).
 # The napi model's receive parameters first (what calibrate fits), then receive-path

@@ -245,3 +245,23 @@ def test_streamed_and_distributed_runs_record_the_profile(tmp_path, profile, mod
     config, receiver = _config_meta(out)
     assert config["budget"] == 32 and config["hz"] == 1000
     assert config["receiver_profile"] == str(profile) and receiver["overridden"] == ["budget"]
+
+
+@pytest.mark.parametrize("changes", [
+    {}, {"queues": 4, "budget": 8}, {"hz": 1000, "poll_gap_ns": 5_000},
+    {"gro_flush_timeout_ns": 50_000, "napi_defer_hard_irqs": 2},
+])
+def test_rerun_prepared_equals_simulate(changes):
+    """The fit's shortcut (prepare once, kernels per candidate) builds the super-packets
+    a whole simulate() builds."""
+    from gropcap.gro import engine as E
+    wire, _ = decode_files(P4)
+    cfg = GroConfig(model="napi", **changes)
+    st = E.EngineState.new(cfg)
+    cols, ts = E.prepare(wire, cfg, st)
+    other = cfg.replace(budget=3, poll_gap_ns=1)       # a different candidate first
+    E.rerun_prepared(cols, ts, other.replace(queues=cfg.queues), st)
+    segs = E.rerun_prepared(cols, ts, cfg, st)
+    got = np.sort(np.concatenate([s["first"] for s in segs]))
+    want = np.sort(np.asarray(simulate(wire, cfg).seg_first_packet))
+    np.testing.assert_array_equal(got, want)
