@@ -645,7 +645,10 @@ def fit_tables(wire_t, post_t, config=None, *, fixed: dict | None = None,
                 top = (key, cand)
         return top[1]
 
-    choices = {**grid, "poll_gap_us": _COARSE_GAPS}
+    # the configured (default) gap is a candidate too
+    gaps = tuple(sorted(set(GAP_GRID) | {float(defaults["poll_gap_us"])}))
+    choices = {**grid, "poll_gap_us": tuple(sorted(set(_COARSE_GAPS)
+                                                   | {float(defaults["poll_gap_us"])}))}
     best = dict(defaults)
     # coarse grid over what shapes polls, then the flush timer pair, queues and MTU; again
     # until a round changes nothing
@@ -659,7 +662,7 @@ def fit_tables(wire_t, post_t, config=None, *, fixed: dict | None = None,
             break
     if "poll_gap_us" not in fixed:
         # refine: the poll gap over the fine grid, the middle of the widest run of best
-        scores = [evaluate({**best, "poll_gap_us": g})[0] for g in GAP_GRID]
+        scores = [evaluate({**best, "poll_gap_us": g})[0] for g in gaps]
         top = min(scores)
         runs, start = [], None
         for i, sc in enumerate(scores + [None]):
@@ -669,7 +672,7 @@ def fit_tables(wire_t, post_t, config=None, *, fixed: dict | None = None,
                 runs.append((i - start, start, i - 1))
                 start = None
         width, lo, hi = max(runs, key=lambda r: (r[0], -r[1]))
-        best["poll_gap_us"] = GAP_GRID[(lo + hi) // 2]
+        best["poll_gap_us"] = gaps[(lo + hi) // 2]
         # a pair that does not tell the gap apart from the default keeps the default
         if evaluate({**best, "poll_gap_us": defaults["poll_gap_us"]})[0] == top:
             best["poll_gap_us"] = defaults["poll_gap_us"]
