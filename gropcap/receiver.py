@@ -516,11 +516,9 @@ class _Runner:
     def __init__(self, view: PairView, base, engine: str):
         from gropcap.gro.reference import needs_reference
         self.view = view
-        self.base = base
         self.reference = engine == "reference" or needs_reference(base)
         self.prepared: dict = {}
         self.coalesced: dict = {}
-        self.runs = 0
 
     def _coalesced(self, mtu: int):
         if mtu not in self.coalesced:
@@ -530,7 +528,6 @@ class _Runner:
         return self.coalesced[mtu]
 
     def first_rows(self, config, mtu: int) -> np.ndarray:
-        self.runs += 1
         coalesced = self._coalesced(mtu)
         if self.reference:
             from gropcap.pipeline import simulate
@@ -570,13 +567,15 @@ def fit_receiver(wire, postgro, config=None, *, fixed: dict | None = None,
             sockets, ...); its model is set to napi.
         fixed: ``{option_name: value}`` of fit parameters the user stated (held, not
             fitted).
-        progress: called as ``progress(done, best_score)`` after each candidate.
+        progress: called as ``progress(candidates_run, score)`` after each candidate.
 
     The search: the wire view is decoded once; the GRO kernels re-run per candidate.
     A coarse grid over budget x HZ x poll gap, then gro_flush_timeout x
     napi_defer_hard_irqs, queues and MTU, each with the rest held at the best so far,
     repeated until a round changes nothing; then the poll gap on a fine grid (the middle
-    of the widest run of best values). The objective is the per-flow difference:
+    of the widest run of best values, or the default when it fits as well). The MTU
+    candidates are those at least the largest IP packet of the wire view (all of them
+    fit it alike unless frames are marked coalesced otherwise). The objective is the per-flow difference:
     super-packet starts found in one view and not the other plus |model - kernel|
     packets per flow, then the total difference; ties go to values earlier in
     :data:`GRID` (the kernel defaults).
@@ -696,7 +695,7 @@ def render_fit(fit: Fit) -> str:
     """Text report of a fit: the values, then the remaining difference per flow."""
     lines = ["fitted receive parameters (napi model):"]
     for k, v in fit.values.items():
-        src = "option" if k in fit.fixed else "fitted"
+        src = "option" if k in fit.fixed else "wire view" if k == "mtu" else "fitted"
         lines.append(f"  {k:<22} {v!s:<12} {src}")
     r, r0 = fit.residual, fit.default_residual
     lines.append(f"packets: kernel {r.kernel_total}, napi fitted {r.model_total} "

@@ -10,6 +10,7 @@ would, and win over the profile.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -104,6 +105,9 @@ def test_profile_fitted_on_one_pair_holds_on_the_others(profile, name):
         pytest.skip(f"{name} was recorded on another host than {TRAIN}")
     kernel = kernel_count(name)
     config = GroConfig(**describe(name).get("gropcap_options", {}))
+    if "mtu" in {f.name for f in dataclasses.fields(GroConfig)}:
+        # the device MTU of this pair's receiver, stated as --mtu would (mtu9000)
+        config = config.replace(mtu=describe(name)["receiver"]["mtu"])
     a = gropcap.analyze(PAIRS / f"{name}.wire.pcap", config, models=("napi",),
                         receiver=str(profile))
     napi = a.summary()["models"]["napi"]["superpackets_out"]
