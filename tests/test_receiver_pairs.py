@@ -81,25 +81,7 @@ def test_calibrate_writes_a_profile_of_the_pair(profile):
                                                - fit["kernel_packets"])
 
 
-# Known to fail, with the reason; strict, so the marker has to go once it passes.
-KNOWN = {
-    "lossreorder": "the kernel merged nothing on this recording (1111 post-GRO frames for "
-                   "1111 wire frames, largest 1448 bytes) while it merged on every other "
-                   "pair of the host: frames re-sent by the AF_PACKET forwarder took a "
-                   "receive path without GRO (likely veth_xmit's "
-                   "veth_skb_is_eligible_for_gro: TSO on the sending veth -> netif_rx), "
-                   "which the pair's gropcap_options do not state (--no-native-gro gives "
-                   "1111); a host profile of NAPI timings cannot express it",
-}
-
-
-def _param(name):
-    if name in KNOWN:
-        return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=KNOWN[name]))
-    return name
-
-
-@pytest.mark.parametrize("name", [_param(n) for n in pair_names() if n != TRAIN])
+@pytest.mark.parametrize("name", [n for n in pair_names() if n != TRAIN])
 def test_profile_fitted_on_one_pair_holds_on_the_others(profile, name):
     if not same_host(name):
         pytest.skip(f"{name} was recorded on another host than {TRAIN}")
