@@ -395,9 +395,9 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
         sys.exit(1)   # results are complete for the other inputs, but not for these
 
 
-@main.command()
-@click.argument("wire", type=click.Path(dir_okay=False))
-@click.argument("postgro", type=click.Path(dir_okay=False))
+@main.command(options_metavar="[OPTIONS]")
+@click.argument("pair", nargs=-1, required=True, metavar="WIRE POSTGRO [WIRE POSTGRO]...",
+                type=click.Path(dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Receiver profile (TOML) to write.")
 @click.option("--force", is_flag=True, help="Replace an existing profile.")
@@ -409,12 +409,13 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
 @_decoder_option
 @_gro_options
 @_decode_options
-def calibrate(wire, postgro, output, force, release, engine, decoder, **kw):
+def calibrate(pair, output, force, release, engine, decoder, **kw):
     """Fit the receive parameters (NAPI budget, poll gap, HZ, gro_flush_timeout,
     napi_defer_hard_irqs, queues, MTU) to WIRE, the frames that reached the receiving
     device, and POSTGRO, the kernel's post-GRO view of the same traffic (tcpdump on the
     receiving device); print the fit and the remaining difference per flow, and write a
-    profile for --receiver. Options given here are held, not fitted."""
+    profile for --receiver. Options given here are held, not fitted. Several pairs of
+    one host are fitted together."""
     from click.core import ParameterSource
 
     from gropcap.receiver import FIT_KEYS, PROFILE_KEYS, fit_receiver, render_fit, \
@@ -422,6 +423,9 @@ def calibrate(wire, postgro, output, force, release, engine, decoder, **kw):
 
     if kw.get("receiver"):
         raise click.UsageError("calibrate writes a profile; give the fixed values as options")
+    if len(pair) % 2:
+        raise click.UsageError("give captures in pairs: WIRE POSTGRO [WIRE POSTGRO]...")
+    wires, posts = list(pair[0::2]), list(pair[1::2])
     if os.path.exists(output) and not force:
         raise ConfigError("output exists", path=output, hint="use --force to replace it")
     ctx = click.get_current_context()
@@ -430,15 +434,16 @@ def calibrate(wire, postgro, output, force, release, engine, decoder, **kw):
     gro_kw = _split(kw, _GRO_KEYS)
     config = _make_gro_config(**gro_kw)
     fixed = {k: gro_kw[k] for k in FIT_KEYS if k in given and k in gro_kw}
-    fit = fit_receiver(wire, postgro, config, fixed=fixed, decode_options=options,
-                       engine=engine, decoder=decoder)
+    fit = fit_receiver(wires[0] if len(wires) == 1 else wires,
+                       posts[0] if len(posts) == 1 else posts, config, fixed=fixed,
+                       decode_options=options, engine=engine, decoder=decoder)
     values = dict(fit.values)
     # receive-path options stated for this host go into the profile as well
     for k in PROFILE_KEYS:
         if k in given and k not in values and k in gro_kw:
             v = gro_kw[k]
             values[k] = ",".join(v) if k == "udp_tunnels" else v
-    release = release or _pair_release(wire)
+    release = release or _pair_release(wires[0])
     click.echo(render_fit(fit), nl=False)
     save_profile(output, values, fit.profile_fit(kernel_release=release or "unknown"),
                  force=force)

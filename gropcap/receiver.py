@@ -439,6 +439,15 @@ def residual(view: PairView, first: np.ndarray) -> Residual:
     return Residual(view.kernel_total, int(counts.sum()), rows)
 
 
+def _combined(parts: list, labels: list) -> Residual:
+    """One Residual over several pairs (flows named ``label: flow``)."""
+    if len(parts) == 1:
+        return parts[0]
+    return Residual(sum(r.kernel_total for r in parts), sum(r.model_total for r in parts),
+                    [(f"{lab}: {f[0]}", *f[1:]) for lab, r in zip(labels, parts)
+                     for f in r.flows])
+
+
 # --- the fit ---------------------------------------------------------------------------
 
 # Candidate values per parameter, the most likely first: among candidates that fit equally
@@ -473,10 +482,10 @@ class Fit:
     fixed: dict
     candidates: int
     kernel: str
-    wire: str
-    postgro: str
-    wire_sha256: str = ""
-    postgro_sha256: str = ""
+    wire: str | list
+    postgro: str | list
+    wire_sha256: str | list = ""
+    postgro_sha256: str | list = ""
     ideal_total: int = 0
 
     def profile_fit(self, **extra) -> dict:
@@ -562,7 +571,8 @@ def fit_receiver(wire, postgro, config=None, *, fixed: dict | None = None,
     view of the same traffic.
 
     Args:
-        wire, postgro: capture paths (the same traffic, same filter).
+        wire, postgro: capture paths (the same traffic, same filter); or lists of paths,
+            several pairs of one host fitted together (the scores add up).
         config: the GroConfig of everything not fitted (kernel rule set, UDP GRO, tunnel
             sockets, ...); its model is set to napi.
         fixed: ``{option_name: value}`` of fit parameters the user stated (held, not
@@ -584,30 +594,51 @@ def fit_receiver(wire, postgro, config=None, *, fixed: dict | None = None,
     """
     from gropcap.pipeline import decode_files
 
-    wire_t, wire_info = decode_files(wire, decode_options, decoder=decoder)
-    post_t, post_info = decode_files(postgro, decode_options, decoder=decoder)
-    fit = fit_tables(wire_t, post_t, config, fixed=fixed, engine=engine, progress=progress)
-    return dataclasses.replace(fit, wire=os.fspath(wire), postgro=os.fspath(postgro),
-                               wire_sha256=wire_info[0].sha256,
-                               postgro_sha256=post_info[0].sha256)
+    single = not isinstance(wire, (list, tuple))
+    wires = [wire] if single else list(wire)
+    posts = [postgro] if single else list(postgro)
+    if len(wires) != len(posts) or not wires:
+        raise ConfigError("give a post-GRO view for every wire view")
+    tables, info = [], {"wire": [], "postgro": [], "wire_sha256": [], "postgro_sha256": []}
+    for w, p in zip(wires, posts):
+        wt, wi = decode_files(w, decode_options, decoder=decoder)
+        pt, pi = decode_files(p, decode_options, decoder=decoder)
+        tables.append((wt, pt))
+        info["wire"].append(os.fspath(w))
+        info["postgro"].append(os.fspath(p))
+        info["wire_sha256"].append(wi[0].sha256)
+        info["postgro_sha256"].append(pi[0].sha256)
+    fit = fit_pairs(tables, config, fixed=fixed, engine=engine, progress=progress,
+                    labels=[os.path.basename(w) for w in info["wire"]])
+    if single:
+        info = {k: v[0] for k, v in info.items()}
+    return dataclasses.replace(fit, **info)
 
 
 def fit_tables(wire_t, post_t, config=None, *, fixed: dict | None = None,
                engine: str = "fast", progress=None) -> Fit:
     """:func:`fit_receiver` on decoded tables (PACKET_SCHEMA) of the two views."""
+    return fit_pairs([(wire_t, post_t)], config, fixed=fixed, engine=engine,
+                     progress=progress)
+
+
+def fit_pairs(tables: list, config=None, *, fixed: dict | None = None,
+              engine: str = "fast", progress=None, labels=None) -> Fit:
+    """:func:`fit_receiver` on decoded ``(wire, postgro)`` table pairs of one host."""
     from gropcap.gro.config import GroConfig
 
     config = (config or GroConfig()).replace(model="napi")
     fixed = dict(fixed or {})
-    view = pair_view(wire_t, post_t)
-    runner = _Runner(view, config, engine)
+    labels = list(labels or [f"pair {i + 1}" for i in range(len(tables))])
+    views = [pair_view(w, p) for w, p in tables]
+    runners = [_Runner(v, config, engine) for v in views]
 
     defaults = {k: PROFILE_KEYS[k][2](getattr(config, PROFILE_KEYS[k][0]))
                 for k in FIT_KEYS if k != "mtu"}
     defaults["mtu"] = MTU_DEFAULT
     defaults.update(fixed)
     # MTU: at least the largest packet the wire view carries (frames on the wire fit it)
-    biggest = _wire_mtu(wire_t)
+    biggest = max(_wire_mtu(w) for w, _ in tables)
     grid = {k: tuple(v) for k, v in GRID.items()}
     grid["mtu"] = tuple(m for m in grid["mtu"] if m >= biggest) or (biggest,)
     if "mtu" not in fixed:
@@ -622,7 +653,8 @@ def fit_tables(wire_t, post_t, config=None, *, fixed: dict | None = None,
         key = tuple(sorted(values.items()))
         if key not in cache:
             cfg = _config_of(config, values)
-            r = residual(view, runner.first_rows(cfg, int(values["mtu"])))
+            r = _combined([residual(v, run.first_rows(cfg, int(values["mtu"])))
+                           for v, run in zip(views, runners)], labels)
             cache[key] = r
             if progress is not None:
                 progress(len(cache), r.score)
@@ -681,11 +713,12 @@ def fit_tables(wire_t, post_t, config=None, *, fixed: dict | None = None,
     for k in ("poll_gap_us", "gro_flush_timeout_us"):
         values[k] = float(values[k])
     from gropcap.pipeline import simulate
-    ideal = simulate(wire_t, config.replace(model="ideal"), engine=engine,
-                     coalesced=runner._coalesced(int(best["mtu"])))
+    ideal = sum(simulate(w, config.replace(model="ideal"), engine=engine,
+                         coalesced=run._coalesced(int(best["mtu"]))).num_superpackets
+                for (w, _), run in zip(tables, runners))
     return Fit(values=values, residual=r, default_residual=r0, fixed=fixed,
                candidates=len(cache), kernel=config.kernel.name, wire="", postgro="",
-               ideal_total=ideal.num_superpackets)
+               ideal_total=ideal)
 
 
 _FLOW_ROWS = 12

@@ -109,3 +109,19 @@ def test_calibrate_holds_given_options_and_records_stated_ones(tmp_path):
     doc = read_profile(path)
     assert doc["receiver"]["budget"] == 300 and doc["receiver"]["gro_max_size"] == 65536
     assert doc["fit"]["fixed"] == ["budget"]
+
+
+def test_calibrate_fits_several_pairs_together(tmp_path):
+    path = tmp_path / "host.toml"
+    names = ("p8", "nots")
+    args = [str(PAIRS / f"{n}.{v}.pcap") for n in names for v in ("wire", "postgro")]
+    r = CliRunner().invoke(main, ["calibrate", *args, "-o", str(path)])
+    assert r.exit_code == 0, (r.output, r.exception)
+    fit = read_profile(path)["fit"]
+    assert [os.path.basename(w) for w in fit["wire"]] == [f"{n}.wire.pcap" for n in names]
+    assert fit["kernel_packets"] == sum(kernel_count(n) for n in names)
+    assert {f["flow"].split(":")[0] for f in fit["flows"]} == \
+        {f"{n}.wire.pcap" for n in names}
+    assert sum(f["model"] for f in fit["flows"]) == fit["napi_packets"]
+    odd = CliRunner().invoke(main, ["calibrate", *args[:3], "-o", str(tmp_path / "x")])
+    assert odd.exit_code == 2 and "in pairs" in odd.output
