@@ -418,8 +418,8 @@ def calibrate(pair, output, force, release, engine, decoder, **kw):
     one host are fitted together."""
     from click.core import ParameterSource
 
-    from gropcap.receiver import FIT_KEYS, PROFILE_KEYS, fit_receiver, render_fit, \
-        save_profile
+    from gropcap.calibrate import FIT_KEYS, fit_receiver, render_fit
+    from gropcap.receiver import PROFILE_KEYS, save_profile
 
     if kw.get("receiver"):
         raise click.UsageError("calibrate writes a profile; give the fixed values as options")

@@ -27,8 +27,9 @@ from gropcap.cli import main  # noqa: E402
 from gropcap.errors import ConfigError  # noqa: E402
 from gropcap.gro.config import GroConfig  # noqa: E402
 from gropcap.pipeline import decode_files, simulate  # noqa: E402
+from gropcap.calibrate import fit_tables, pair_view, residual  # noqa: E402
 from gropcap.receiver import (  # noqa: E402
-    apply_profile, fit_tables, load_profile, pair_view, read_profile, residual, save_profile,
+    apply_profile, load_profile, read_profile, save_profile,
 )
 from gropcap.report.commands import register  # noqa: E402
 

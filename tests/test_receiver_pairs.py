@@ -25,7 +25,8 @@ import gropcap  # noqa: E402
 from gropcap.cli import main  # noqa: E402
 from gropcap.gro.config import GroConfig  # noqa: E402
 from gropcap.pipeline import decode_files  # noqa: E402
-from gropcap.receiver import FIT_KEYS, load_profile, read_profile  # noqa: E402
+from gropcap.calibrate import FIT_KEYS  # noqa: E402
+from gropcap.receiver import load_profile, read_profile  # noqa: E402
 
 PAIRS = Path(__file__).resolve().parent.parent / "sample_pcaps" / "pairs"
 TRAIN = "bulk"              # fitted on the plain one-stream recording
