@@ -528,8 +528,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             (65536: ~120 MB) on top of ~330 MB of code, JIT and Arrow pools.
         tmp_dir: where the temporary decoded table and verdicts go (default: ``out_dir``,
             else the system temporary directory); about the size of the packets output.
-        receiver: the ``receiver.ReceiverInfo`` of a profile already applied to
-            ``config`` (recorded in the Parquet metadata, as ``analyze`` does).
+        receiver: a receiver profile (path) or the ``receiver.ReceiverInfo`` of one
+            already applied to ``config``, as :func:`gropcap.pipeline.analyze` takes it.
 
     Returns:
         A :class:`StreamResult`; ``summary`` equals ``analyze(...).summary()`` and the
@@ -550,6 +550,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     from gropcap.pipeline import Analysis
 
     config = config or GroConfig()
+    if receiver is not None and not hasattr(receiver, "applied"):
+        from gropcap.receiver import apply_profile   # a path: apply it as analyze() does
+        config, receiver = apply_profile(config, receiver)
     decode_options = decode_options or DecodeOptions()
     models = list(models)
     _check(config, models, engine, decoder, egress)

@@ -268,3 +268,14 @@ def test_rerun_prepared_equals_simulate(changes):
     got = np.sort(np.concatenate([s["first"] for s in segs]))
     want = np.sort(np.asarray(simulate(wire, cfg).seg_first_packet))
     np.testing.assert_array_equal(got, want)
+
+
+def test_stream_api_takes_a_profile_path(tmp_path, profile):
+    from gropcap.stream import stream_analyze
+    res = stream_analyze(P4, GroConfig(budget=32), receiver=str(profile),
+                         out_dir=str(tmp_path / "s"))
+    config, receiver = _config_meta(tmp_path / "s")
+    assert config["budget"] == 32 and config["hz"] == 1000 and config["queues"] == 2
+    assert receiver["overridden"] == ["budget"]
+    a = gropcap.analyze(P4, GroConfig(budget=32), receiver=str(profile))
+    assert res.summary["models"] == a.summary()["models"]
