@@ -308,9 +308,8 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         >>> a.summary()["models"]["ideal"]["aggregation_ratio"]  # doctest: +SKIP
     """
     config, decode_options, models = run_options(config, decode_options, models)
-    if receiver is not None and not hasattr(receiver, "applied"):
-        from gropcap.receiver import apply_profile
-        config, receiver = apply_profile(config, receiver)
+    from gropcap.receiver import resolve_receiver
+    config, receiver = resolve_receiver(config, receiver)
     packets, infos = decode_files(paths, decode_options, decoder=decoder, progress=progress)
     from gropcap.gso import coalesced_input
     coalesced = coalesced_input(packets)

@@ -17,6 +17,7 @@ Public API::
     save_profile(path, values, fit=None, force=False)
     apply_options(options, profile, explicit) -> (options, applied, unapplied)
     apply_profile(config, profile_or_path, explicit=None) -> (config, ReceiverInfo)
+    resolve_receiver(config, receiver) -> (config, ReceiverInfo | None)
 """
 
 from __future__ import annotations
@@ -283,3 +284,12 @@ def apply_profile(config, profile, explicit=None):
         raise ConfigError(e.message, path=path) from None
     return config, ReceiverInfo(path, dict(profile), tuple(applied), tuple(overridden),
                                 tuple(unapplied))
+
+
+def resolve_receiver(config, receiver):
+    """``receiver=`` of the pipeline entry points: None, a profile (path or dict) to apply
+    to ``config``, or the :class:`ReceiverInfo` of one already applied (the CLI).
+    Returns ``(config, ReceiverInfo | None)``."""
+    if receiver is None or isinstance(receiver, ReceiverInfo):
+        return config, receiver
+    return apply_profile(config, receiver)

@@ -550,9 +550,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     from gropcap.pipeline import Analysis
 
     config = config or GroConfig()
-    if receiver is not None and not hasattr(receiver, "applied"):
-        from gropcap.receiver import apply_profile   # a path: apply it as analyze() does
-        config, receiver = apply_profile(config, receiver)
+    from gropcap.receiver import resolve_receiver
+    config, receiver = resolve_receiver(config, receiver)
     decode_options = decode_options or DecodeOptions()
     models = list(models)
     _check(config, models, engine, decoder, egress)
