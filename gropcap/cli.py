@@ -232,6 +232,11 @@ def _gro_options(f):
         click.option("--tunnel-gro/--no-tunnel-gro", default=None,
                      help="Model the gro_cells stage on tunnel/ERSPAN/DSA devices after "
                           "decapsulation, with GRO on or off there (default: not modelled)."),
+        click.option("--receiver", type=click.Path(dir_okay=False), default=None,
+                     metavar="PROFILE",
+                     help="Receiver profile (TOML, from `gropcap calibrate`): its values "
+                          "replace the defaults of the options above; an option given "
+                          "here still wins."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -242,9 +247,15 @@ def _make_gro_config(kernel, verify_checksums, rss, rss_key, queues, budget, pol
                      gro_flush_timeout_us, napi_defer_hard_irqs, gro_max_size,
                      gro_ipv4_max_size, udp_tunnels=(), udp_gro="off", native_gro=True,
                      tunnel_gro=None, vlan_gro=True, rx_gro_list=False, tcp_forwarded=False,
-                     mtu=None):
+                     mtu=None, receiver=None):
     from gropcap.gro.config import GroConfig, KernelProfile
 
+    if receiver is not None:
+        # profile values replace option defaults; options given explicitly keep theirs
+        opts = {k: v for k, v in locals().items() if k not in ("receiver", "GroConfig",
+                                                                 "KernelProfile")}
+        opts = _apply_receiver(receiver, opts)
+        return _make_gro_config(**opts)
     kw = {}
     if rss_key:
         try:
@@ -274,12 +285,42 @@ def _make_gro_config(kernel, verify_checksums, rss, rss_key, queues, budget, pol
         raise click.BadParameter(e.one_line()) from None
 
 
+def _apply_receiver(path, options: dict) -> dict:
+    """``--receiver PROFILE``: the profile's values for the options of this command left at
+    their defaults. The :class:`gropcap.receiver.ReceiverInfo` (what was applied) is kept
+    in the click context for :func:`_receiver_info`."""
+    from click.core import ParameterSource
+
+    from gropcap.receiver import ReceiverInfo, apply_options, load_profile
+
+    profile = load_profile(path)
+    ctx = click.get_current_context(silent=True)
+    explicit = set()
+    if ctx is not None:
+        explicit = {k for k in profile
+                    if ctx.get_parameter_source(k) not in (None, ParameterSource.DEFAULT)}
+    opts, applied, unapplied = apply_options(options, profile, explicit)
+    if isinstance(opts.get("udp_tunnels"), str):
+        opts["udp_tunnels"] = (opts["udp_tunnels"],)
+    if ctx is not None:
+        ctx.meta["gropcap.receiver"] = ReceiverInfo(
+            str(path), profile, tuple(applied), tuple(sorted(explicit)), tuple(unapplied))
+    return opts
+
+
+def _receiver_info():
+    """The ReceiverInfo of this command's ``--receiver`` (None without one)."""
+    ctx = click.get_current_context(silent=True)
+    return None if ctx is None else ctx.meta.get("gropcap.receiver")
+
+
 _DECODE_KEYS = ("vxlan_ports", "geneve_ports", "vxlan_gpe_ports", "fou_ports", "gue_ports",
                 "dsa_tag")
 _GRO_KEYS = ("kernel", "verify_checksums", "rss", "rss_key", "queues", "budget", "poll_gap_us",
              "hz", "gro_flush_timeout_us", "napi_defer_hard_irqs", "gro_max_size",
              "gro_ipv4_max_size", "udp_tunnels", "udp_gro", "native_gro", "tunnel_gro",
-             "vlan_gro", "rx_gro_list", "tcp_forwarded", "mtu")
+             "vlan_gro", "rx_gro_list", "tcp_forwarded", "mtu",
+             "receiver")
 
 
 def _split(kw: dict, keys) -> dict:
@@ -426,7 +467,8 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
         if stream and not distributed:
             res = streaming.stream_analyze(list(files), config, models=models,
                                            decode_options=options, out_dir=stage_dir,
-                                           force=True, progress=progress)
+                                           force=True, progress=progress,
+                                           receiver=_receiver_info())
             res.summary["receive"] = _receive_context(config, res.summary["mtu"])
             summary, failures = report_dict(res, top=top), []
             if fmt == "json" and res.udp_tunnel_hint:
@@ -439,10 +481,12 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
                                                decode_options=options, engine=engine,
                                                decoder=decoder, egress=egress,
                                                scratch=scratch, progress=progress)
+                analysis.receiver = _receiver_info()
             else:
                 analysis = run(list(files), config, models=models,
                                decode_options=options, engine=engine, decoder=decoder,
-                               egress=egress, progress=progress)
+                               egress=egress, progress=progress,
+                               receiver=_receiver_info())
             failures = getattr(analysis, "failures", None) or []
             if out_dir:
                 with phase(progress, "writing Parquet", 3, "files") as advance:
@@ -453,9 +497,8 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
                 with phase(progress, "plotting", 1, "files") as advance:
                     save_plots(analysis, stage_plot)
                     advance(1)
-            from gropcap.context import ReceiveContext
             from gropcap.report.receive import tunnel_hint
-            analysis.receive = ReceiveContext.from_click(click.get_current_context(), config)
+            analysis.receive = _receive_ctx(config)
             summary = report_dict(analysis, top=top)
             hint = tunnel_hint(analysis) if fmt == "json" else None
             if hint:
@@ -517,10 +560,88 @@ def _done_line(summary: dict, seconds: float, written: list) -> str:
 
 def _receive_context(config, mtu: dict) -> dict:
     """The summary's ``receive`` for this command line (options typed vs defaults)."""
-    from gropcap.context import ReceiveContext
     from gropcap.mtu import MtuInference
-    return ReceiveContext.from_click(click.get_current_context(), config).with_mtu(
-        MtuInference(**mtu)).as_dict()
+    return _receive_ctx(config).with_mtu(MtuInference(**mtu)).as_dict()
+
+
+def _receive_ctx(config):
+    """The receive context of this command: each parameter's source (an option typed, a
+    --receiver profile's value, or the default)."""
+    from gropcap.context import PARAMS, ReceiveContext
+    rc = ReceiveContext.from_click(click.get_current_context(), config)
+    info = _receiver_info()
+    if info is not None:
+        rc.apply_profile({k: info.values[k] for k in info.applied if k in PARAMS})
+    return rc
+
+
+@main.command(options_metavar="[OPTIONS]")
+@click.argument("pair", nargs=-1, required=True, metavar="WIRE POSTGRO [WIRE POSTGRO]...",
+                type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Receiver profile (TOML) to write.")
+@click.option("--force", is_flag=True, help="Replace an existing profile.")
+@click.option("--release", default=None, metavar="TEXT",
+              help="Kernel release of the receiver, recorded in the profile (default: the "
+                   "'kernel' of the pair's WIRE-stem .json when there is one).")
+@click.option("--engine", type=click.Choice(["fast", "reference"]), default="fast",
+              show_default=True, help="GRO engine (numba, or the plain-Python oracle).")
+@_decoder_option
+@_gro_options
+@_decode_options
+def calibrate(pair, output, force, release, engine, decoder, **kw):
+    """Fit the receive parameters (NAPI budget, poll gap, HZ, gro_flush_timeout,
+    napi_defer_hard_irqs, queues, MTU) to WIRE, the frames that reached the receiving
+    device, and POSTGRO, the kernel's post-GRO view of the same traffic (tcpdump on the
+    receiving device); print the fit and the remaining difference per flow, and write a
+    profile for --receiver. Options given here are held, not fitted. Several pairs of
+    one host are fitted together."""
+    from click.core import ParameterSource
+
+    from gropcap.calibrate import FIT_KEYS, fit_receiver, render_fit
+    from gropcap.receiver import PROFILE_KEYS, save_profile
+
+    if kw.get("receiver"):
+        raise click.UsageError("calibrate writes a profile; give the fixed values as options")
+    if len(pair) % 2:
+        raise click.UsageError("give captures in pairs: WIRE POSTGRO [WIRE POSTGRO]...")
+    wires, posts = list(pair[0::2]), list(pair[1::2])
+    if os.path.exists(output) and not force:
+        raise ConfigError("output exists", path=output, hint="use --force to replace it")
+    ctx = click.get_current_context()
+    given = {k for k in kw if ctx.get_parameter_source(k) not in (None, ParameterSource.DEFAULT)}
+    options = _make_decode_options(**_split(kw, _DECODE_KEYS))
+    gro_kw = _split(kw, _GRO_KEYS)
+    config = _make_gro_config(**gro_kw)
+    fixed = {k: gro_kw[k] for k in FIT_KEYS if k in given and k in gro_kw}
+    fit = fit_receiver(wires[0] if len(wires) == 1 else wires,
+                       posts[0] if len(posts) == 1 else posts, config, fixed=fixed,
+                       decode_options=options, engine=engine, decoder=decoder)
+    values = dict(fit.values)
+    # receive-path options stated for this host go into the profile as well
+    for k in PROFILE_KEYS:
+        if k in given and k not in values and k in gro_kw:
+            v = gro_kw[k]
+            values[k] = ",".join(v) if k == "udp_tunnels" else v
+    release = release or _pair_release(wires[0])
+    click.echo(render_fit(fit), nl=False)
+    save_profile(output, values, fit.profile_fit(kernel_release=release or "unknown"),
+                 force=force)
+    click.echo(f"profile -> {output}")
+
+
+def _pair_release(wire: str) -> str | None:
+    """The ``kernel`` of a recorded pair's description (``NAME.json`` next to
+    ``NAME.wire.pcap``, sample_pcaps/make_pairs.py), if there is one."""
+    stem = wire[:-len(".wire.pcap")] if wire.endswith(".wire.pcap") else \
+        os.path.splitext(wire)[0]
+    try:
+        with open(stem + ".json", encoding="utf-8") as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return None
+    value = meta.get("kernel") if isinstance(meta, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def _register_optional():

@@ -169,6 +169,8 @@ class Analysis:
         # context.ReceiveContext set by the CLI (options typed) or a receiver profile;
         # None: taken from ``config`` (report.receive.receive_of)
         self.receive = None
+        # receiver.ReceiverInfo: the --receiver profile and what it set (None: no profile)
+        self.receiver = None
         self._cache: dict = {}
 
     def __repr__(self) -> str:
@@ -241,15 +243,23 @@ class Analysis:
         from gropcap.report.summary import summary_dict
         return summary_dict(self)
 
+    def _config_json(self) -> str:
+        """The configuration as JSON; ``receiver_profile`` names the profile it came from
+        (``io.load.config_from_dict`` ignores the key)."""
+        import json
+        # the models run are gropcap.models; the config's own model field is only a
+        # default that each run overrides, so it is not recorded
+        d = {k: v for k, v in self.config.to_dict().items() if k != "model"}
+        if self.receiver is not None:
+            d["receiver_profile"] = self.receiver.path
+        return json.dumps(d, sort_keys=True)
+
     def metadata(self) -> dict[str, str]:
         """Provenance stored in every Parquet file's key-value metadata."""
         import json
         return {
             "gropcap.version": __version__,
-            # the models run are gropcap.models; the config's own model field is only a
-            # default that each run overrides, so it is not recorded
-            "gropcap.config": json.dumps({k: v for k, v in self.config.to_dict().items()
-                                          if k != "model"}, sort_keys=True),
+            "gropcap.config": self._config_json(),
             "gropcap.models": json.dumps(self.models),
             "gropcap.decode_options": json.dumps(dataclasses.asdict(self.decode_options)),
             "gropcap.sources": json.dumps([
@@ -258,6 +268,8 @@ class Analysis:
                  "warnings": list(i.warnings)} for i in self.infos]),
             **({"gropcap.mtu": json.dumps(self.mtu.as_dict())} if self.mtu is not None
                else {}),
+            **({"gropcap.receiver": json.dumps(self.receiver.as_dict())}
+               if self.receiver is not None else {}),
         }
 
 
@@ -280,7 +292,7 @@ class EgressOptions:
 def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             decode_options: DecodeOptions | None = None, engine: str = "fast",
             decoder: str = "fast", egress: EgressOptions | None = None,
-            progress=None) -> Analysis:
+            progress=None, receiver=None) -> Analysis:
     """Decode captures and run GRO under each model.
 
     Args:
@@ -292,6 +304,10 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         engine: ``"fast"`` (numba) or ``"reference"``.
         decoder: ``"fast"`` or ``"reference"``.
         egress: also account for egress segmentation (:class:`EgressOptions`).
+        receiver: a receiver profile (path, from ``gropcap calibrate``): its values apply
+            to the fields ``config`` leaves at their defaults (``receiver.apply_profile``);
+            or a ``receiver.ReceiverInfo`` of a profile the caller already applied (the
+            CLI). ``Analysis.receiver`` and the Parquet metadata record it.
 
     When ``config.tunnel_gro`` is not None the gro_cells second stage runs too
     (``gro.stages.simulate_stages``), per model.
@@ -310,6 +326,8 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         >>> a.summary()["models"]["ideal"]["aggregation_ratio"]  # doctest: +SKIP
     """
     config, decode_options, models = run_options(config, decode_options, models)
+    from gropcap.receiver import resolve_receiver
+    config, receiver = resolve_receiver(config, receiver)
     packets, infos = decode_files(paths, decode_options, decoder=decoder, progress=progress)
     from gropcap.gso import CoalescedStats
     stats = CoalescedStats(config.mtu)
@@ -336,6 +354,7 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                         decode_options=decode_options, stages=stages, egress=egress)
     analysis.coalesced = coalesced
     analysis.mtu = stats.mtu_inference()
+    analysis.receiver = receiver
     return analysis
 
 

@@ -583,7 +583,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                    decode_options: DecodeOptions | None = None, out_dir: str | None = None,
                    force: bool = False, batch_records: int = 65536,
                    engine: str = "fast", decoder: str = "fast", egress=None,
-                   tmp_dir: str | None = None, progress=None) -> StreamResult:
+                   tmp_dir: str | None = None, progress=None,
+                   receiver=None) -> StreamResult:
     """Analyse captures batch by batch in bounded memory (see the module docstring).
 
     Args:
@@ -598,6 +599,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             (65536: ~120 MB) on top of ~330 MB of code, JIT and Arrow pools.
         tmp_dir: where the temporary decoded table and verdicts go (default: ``out_dir``,
             else the system temporary directory); about the size of the packets output.
+        receiver: a receiver profile (path) or the ``receiver.ReceiverInfo`` of one
+            already applied to ``config``, as :func:`gropcap.pipeline.analyze` takes it.
 
     Returns:
         A :class:`StreamResult`; ``summary`` equals ``analyze(...).summary()`` and the
@@ -618,6 +621,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     from gropcap.pipeline import Analysis
 
     config = config or GroConfig()
+    from gropcap.receiver import resolve_receiver
+    config, receiver = resolve_receiver(config, receiver)
     decode_options = decode_options or DecodeOptions()
     models = list(models)
     _check(config, models, engine, decoder, egress)
@@ -726,6 +731,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         meta_of = Analysis(PACKET_SCHEMA.empty_table(), infos, config,
                            {m: None for m in models}, decode_options)
         meta_of.mtu = coal.stats.mtu_inference()
+        meta_of.receiver = receiver   # receiver.ReceiverInfo of a profile the CLI applied
         meta = meta_of.metadata()
 
         tm["flows"] = clock() - t_start

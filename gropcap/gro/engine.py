@@ -933,3 +933,24 @@ def simulate(packets: pa.Table, config: GroConfig | None = None, *, polls=None,
     part, _ = simulate_batch(packets, config, None, final=True, polls=polls,
                              coalesced=coalesced, hashes=hashes, no_gro=no_gro)
     return assemble([part], config)
+
+
+def rerun_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig,
+                   prepared: EngineState) -> list[dict]:
+    """Run the kernels again on columns :func:`prepare` built (with ``prepared``, the state
+    it numbered the keys in) under another ``config``, from an empty GRO table, as one
+    final batch: the super-packets emitted (``_SEG_FIELDS`` arrays per part).
+
+    For parameter searches (``gropcap.receiver`` fits budget, poll gap, HZ and the flush
+    timers this way): decoding and :func:`prepare` run once, only the kernels per
+    candidate. ``config`` may differ from the preparing one only in what the kernels read
+    from it (:func:`_cfg`: budget, poll gap, HZ, timeout, defer); queues, RSS and the
+    rule set shape the prepared columns.
+    """
+    st = EngineState.new(config)
+    st.key_ids, st.loose_ids, st.flow_ids = prepared.key_ids, prepared.loose_ids, \
+        prepared.flow_ids
+    st.kernel = _grow(st.kernel, len(st.key_ids), max(len(st.loose_ids), len(st.key_ids)))
+    st.row_base = prepared.row_base
+    _, segs, _ = run_prepared(cols, ts, config, st, True)
+    return segs
