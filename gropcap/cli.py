@@ -578,8 +578,8 @@ def _receive_ctx(config):
 @main.command(options_metavar="[OPTIONS]")
 @click.argument("pair", nargs=-1, required=True, metavar="WIRE POSTGRO [WIRE POSTGRO]...",
                 type=click.Path(dir_okay=False))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
-              help="Receiver profile (TOML) to write.")
+@option("-o", "--out", "output", required=True, type=click.Path(dir_okay=False),
+        aliases=("--output",), help="Receiver profile (TOML) to write.")
 @click.option("--force", is_flag=True, help="Replace an existing profile.")
 @click.option("--release", default=None, metavar="TEXT",
               help="Kernel release of the receiver, recorded in the profile (default: the "
@@ -590,12 +590,14 @@ def _receive_ctx(config):
 @_gro_options
 @_decode_options
 def calibrate(pair, output, force, release, engine, decoder, **kw):
-    """Fit the receive parameters (NAPI budget, poll gap, HZ, gro_flush_timeout,
-    napi_defer_hard_irqs, queues, MTU) to WIRE, the frames that reached the receiving
-    device, and POSTGRO, the kernel's post-GRO view of the same traffic (tcpdump on the
-    receiving device); print the fit and the remaining difference per flow, and write a
-    profile for --receiver. Options given here are held, not fitted. Several pairs of
-    one host are fitted together."""
+    """Fit a host's receive parameters to a wire view and the kernel's post-GRO view of
+    the same traffic, and write a profile for --receiver.
+
+    The parameters: NAPI budget, poll gap, HZ, gro_flush_timeout, napi_defer_hard_irqs,
+    queues, MTU. WIRE holds the frames that reached the receiving device, POSTGRO the
+    kernel's post-GRO view (tcpdump on the receiving device). Prints the fit and the
+    remaining difference per flow. Options given here are held, not fitted. Several
+    pairs of one host are fitted together."""
     from click.core import ParameterSource
 
     from gropcap.calibrate import FIT_KEYS, fit_receiver, render_fit
@@ -606,8 +608,7 @@ def calibrate(pair, output, force, release, engine, decoder, **kw):
     if len(pair) % 2:
         raise click.UsageError("give captures in pairs: WIRE POSTGRO [WIRE POSTGRO]...")
     wires, posts = list(pair[0::2]), list(pair[1::2])
-    if os.path.exists(output) and not force:
-        raise ConfigError("output exists", path=output, hint="use --force to replace it")
+    staged = staged_outputs(force).file(output)   # checked before any packet is read
     ctx = click.get_current_context()
     given = {k for k in kw if ctx.get_parameter_source(k) not in (None, ParameterSource.DEFAULT)}
     options = _make_decode_options(**_split(kw, _DECODE_KEYS))
@@ -624,10 +625,13 @@ def calibrate(pair, output, force, release, engine, decoder, **kw):
             v = gro_kw[k]
             values[k] = ",".join(v) if k == "udp_tunnels" else v
     release = release or _pair_release(wires[0])
-    click.echo(render_fit(fit), nl=False)
-    save_profile(output, values, fit.profile_fit(kernel_release=release or "unknown"),
-                 force=force)
-    click.echo(f"profile -> {output}")
+    save_profile(staged, values, fit.profile_fit(kernel_release=release or "unknown"),
+                 force=True)
+    from gropcap.interrupt import deferred
+    with deferred(drop=True):
+        staged_outputs(force).commit()
+        click.echo(render_fit(fit), nl=False)
+        click.echo(f"profile -> {output}")
 
 
 def _pair_release(wire: str) -> str | None:

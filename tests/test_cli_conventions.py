@@ -50,6 +50,9 @@ Commands:
                  and why it stops.
   baseline       Regression baselines: record GRO metrics of captures, check
                  later runs against them.
+  calibrate      Fit a host's receive parameters to a wire view and the
+                 kernel's post-GRO view of the same traffic, and write a
+                 profile for --receiver.
   compare        Two captures side by side (A B), or one capture under two
                  configurations (A --set-b kernel=6.1).
   decode         Decode captures into a packet table (Parquet), one row per
