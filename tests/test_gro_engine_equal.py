@@ -79,6 +79,43 @@ def test_equal_explicit_polls(seed, n, queues, kernel, windows):
     assert_same(f, r, f"seed={seed} explicit polls")
 
 
+TIMER_KERNELS = ["4.14", "4.19", "4.20", "5.6", "5.7", "6.18"]
+TIMER_CONFIGS = [
+    GroConfig(model="napi", rss="none", hz=1000, gro_flush_timeout_ns=200_000),
+    GroConfig(model="napi", queues=2, hz=1000, gro_flush_timeout_ns=1_000_000, budget=4),
+    GroConfig(model="napi", hz=250, gro_flush_timeout_ns=50_000, poll_gap_ns=1_000),
+]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), flows=st.integers(1, 12),
+       kernel=st.sampled_from(TIMER_KERNELS), cfg=st.sampled_from(TIMER_CONFIGS))
+def test_equal_napi_complete_done_timer_4_19_vs_4_20(seed, n, flows, kernel, cfg):
+    """napi_complete_done with gro_flush_timeout and no deferral: nothing flushed when the
+    timer is armed before 605108acfe62 (v4.20), old entries from it; napi_watchdog polls
+    only with something held before v5.7. fast == reference on each side."""
+    table = packet_table(random_traffic(np.random.default_rng(seed), n, flows, False))
+    config = cfg.replace(kernel=KernelProfile.parse(kernel))
+    f, r = both(table, config)
+    f.check_invariants(table.column("payload_len").to_numpy())
+    assert_same(f, r, f"seed={seed} n={n} flows={flows} kernel={kernel} {config}")
+
+
+@pytest.mark.parametrize("kernel", ["4.19", "4.20", "5.6", "5.7"])
+def test_equal_napi_complete_done_lonely_packet(kernel):
+    """The crafted lonely-packet traffic of test_gro_rules_napi (4.19: END_POLL at the
+    timer poll; 4.20: END_POLL_OLD at each new jiffy): fast == reference."""
+    from test_gro_rules_napi import lonely_and_stream
+    from test_gro_reference import frames_table
+    frames, ts = lonely_and_stream()
+    table = frames_table(frames, ts_ns=ts)
+    config = GroConfig(model="napi", hz=1000, rss="none", poll_gap_ns=10_000,
+                       gro_flush_timeout_ns=200_000, kernel=KernelProfile.parse(kernel))
+    f, r = both(table, config)
+    assert_same(f, r, f"lonely packet {kernel}")
+    assert len(np.unique(f.seg_end_reason)) == (1 if kernel == "4.19" else 2)
+
+
 @pytest.mark.skipif(not SAMPLES, reason="no sample captures in sample_pcaps/")
 @pytest.mark.parametrize("path", SAMPLES, ids=os.path.basename)
 def test_equal_sample_captures(path):

@@ -25,6 +25,11 @@ CONFIGS = [
     GroConfig(model="napi", gro_flush_timeout_ns=200_000, napi_defer_hard_irqs=2),
     GroConfig(model="napi", gro_flush_timeout_ns=50_000, napi_defer_hard_irqs=0, budget=4),
     GroConfig(model="napi", rss="none", kernel=KernelProfile.parse("4.14")),
+    # napi_complete_done before 605108acfe62 (4.19) / napi_watchdog before 5.7 (4.20)
+    GroConfig(model="napi", hz=1000, gro_flush_timeout_ns=200_000,
+              kernel=KernelProfile.parse("4.19")),
+    GroConfig(model="napi", hz=1000, gro_flush_timeout_ns=200_000, budget=4,
+              kernel=KernelProfile.parse("4.20")),
 ]
 
 

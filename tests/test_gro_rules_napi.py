@@ -90,6 +90,98 @@ def test_deferred_partial_flush_is_poll_old():
     assert res.poll_id.tolist() == [0, 2] and res.seg_poll_id.tolist() == [1, 3]
 
 
+def lonely_and_stream():
+    """Flow A: one lonely segment at T0; flow B: 30 segments every 100 us (HZ 1000: jiffy
+    boundaries at T0 + 1, 2, 3 ms); then one late packet of flow C at T0 + 5 ms, after
+    the last timer. gro_flush_timeout 200 us, no deferral: every B arrival comes before
+    the timer, so every poll ends in napi_complete_done arming the timer."""
+    frames = ([v4(0, sport=1)] + [v4(100 * k, sport=2) for k in range(30)]
+              + [v4(0, sport=3)])
+    ts = [T0] + [T0 + (k + 1) * 100 * US for k in range(30)] + [T0 + 5 * MS]
+    return frames, ts
+
+
+def _timer_run(kernel):
+    frames, ts = lonely_and_stream()
+    return run(frames, kernel, model="napi", hz=1000, rss="none", poll_gap_ns=10 * US,
+               gro_flush_timeout_ns=200 * US, ts_ns=ts)[0]
+
+
+def test_napi_complete_done_4_19_timer_poll_flushes_nothing():
+    """v4.19 napi_complete_done: ``if (timeout) hrtimer_start(...); else
+    napi_gro_flush(n, false);`` (before 605108acfe62): the 31 polls that arm the timer
+    flush nothing, the lonely packet waits for the timer poll (no work: napi_complete_done
+    with work 0 flushes all, END_POLL)."""
+    res = _timer_run((4, 19))
+    assert seg_packets(res) == [[0], list(range(1, 31)), [31]]
+    assert names(res.seg_end_reason) == ["END_POLL"] * 3
+    # polls 0..30 one per packet, 31 the timer poll that flushes A and B, 32 flow C's,
+    # 33 its timer poll
+    assert res.poll_id.tolist() == list(range(31)) + [32]
+    assert res.seg_poll_id.tolist() == [31, 31, 33]
+
+
+def test_napi_complete_done_4_20_flushes_old_before_arming_the_timer():
+    """605108acfe62 "net: don't keep lonely packets forever in the gro hash" (v4.20):
+    ``napi_gro_flush(n, !!timeout)`` before arming the timer: the first poll of each new
+    jiffy flushes what an older jiffy held (END_POLL_OLD). 4.20 is before 6f8b12d661d0
+    (v5.7): napi_watchdog schedules a poll only ``if (napi->gro_bitmask && ...)``, so the
+    timer after the last B poll (nothing held any more) polls nothing."""
+    res = _timer_run((4, 20))
+    # the polls at T0 + 1 ms (packet 10) and + 2 ms (packet 20) and 3 ms (packet 30)
+    assert seg_packets(res) == [[0], list(range(1, 11)), list(range(11, 21)),
+                                list(range(21, 31)), [31]]
+    assert names(res.seg_end_reason) == ["END_POLL_OLD"] * 4 + ["END_POLL"]
+    assert res.poll_id.tolist() == list(range(32))       # no timer poll before C's
+    assert res.seg_poll_id.tolist() == [10, 10, 20, 30, 32]
+
+
+def test_napi_watchdog_from_5_7_polls_with_nothing_held():
+    """6f8b12d661d0 (v5.7) dropped the gro_bitmask test from napi_watchdog: the timer
+    armed by the last B poll polls with nothing held, so flow C's poll is number 32 (31
+    on 5.6) and its timer poll 33; the flushes are 4.20's."""
+    old, new = _timer_run((5, 6)), _timer_run((5, 7))
+    assert seg_packets(new) == seg_packets(old) == seg_packets(_timer_run((4, 20)))
+    assert np.array_equal(new.seg_end_reason, old.seg_end_reason)
+    assert old.poll_id.tolist()[-1] == 31 and new.poll_id.tolist()[-1] == 32
+    assert new.seg_poll_id.tolist() == [10, 10, 20, 30, 33]
+
+
+def test_cli_kernel_4_19_vs_4_20_with_gro_flush_timeout(tmp_path):
+    """``gropcap analyze --kernel 4.19`` vs ``4.20`` with --gro-flush-timeout-us on the
+    lonely-packet capture: napi_complete_done's END_POLL / END_POLL_OLD shares differ."""
+    import json
+
+    from click.testing import CliRunner
+
+    from gropcap.capture import write_pcap
+    from gropcap.cli import main
+    frames, ts = lonely_and_stream()
+    path = tmp_path / "lonely.pcap"
+    write_pcap(str(path), frames, ts, nanosecond=True)
+    shares = {}
+    for kernel in ("4.19", "4.20"):
+        r = CliRunner().invoke(main, ["analyze", str(path), "--kernel", kernel, "--model",
+                                      "napi", "--hz", "1000", "--rss", "none",
+                                      "--poll-gap-us", "10", "--gro-flush-timeout-us",
+                                      "200", "--format", "json"])
+        assert r.exit_code == 0, r.output
+        nd = json.loads(r.stdout)["napi_dependence"]
+        shares[kernel] = (nd["superpackets"], nd["shares"]["END_POLL_OLD"])
+    assert shares == {"4.19": (3, 0.0), "4.20": (5, 0.8)}
+
+
+@pytest.mark.parametrize("kernel", [(4, 19), (4, 20), (6, 18)])
+def test_full_budget_poll_flush_same_before_and_after_4_20(kernel):
+    """__napi_poll's full-budget ``napi_gro_flush(n, HZ >= 1000)`` was napi_poll's (called
+    from net_rx_action) before v4.20 with the same test: 605108acfe62 left it alone."""
+    ts = [T0 + k * US for k in range(6)]
+    res, _ = run(stream(6), kernel, model="napi", budget=4, hz=250, ts_ns=ts,
+                 gro_flush_timeout_ns=200 * US)
+    assert seg_sizes(res) == [400, 200]
+    assert names(res.seg_end_reason) == ["END_POLL", "END_POLL"]
+
+
 # --- buckets --------------------------------------------------------------------------------------
 
 def nine_flows():

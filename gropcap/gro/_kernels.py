@@ -124,6 +124,9 @@ class Cfg(NamedTuple):
     timeout_ns: int
     defer: int
     tcp_flist: bool        # GroConfig.tcp_fraglist: is_flist on every TCP flow (v6.10)
+    timer_flush_old: bool  # >= 4.20 (605108acfe62): napi_complete_done flushes old entries
+                           # when it arms the gro_flush_timeout timer; before: nothing
+    watchdog_empty: bool   # >= 5.7 (6f8b12d661d0): napi_watchdog polls with nothing held
 
 
 class State(NamedTuple):
@@ -797,7 +800,9 @@ def run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final):
       non-final batch stays open (``st.win``).
     * napi, polls inferred (docs/gro-model.md "NAPI polls"): mirrors ``__napi_poll``
       (full budget: flush all if HZ < 1000, else old entries; poll again at once) and
-      ``napi_complete_done`` (gro_flush_timeout / napi_defer_hard_irqs). Streaming:
+      ``napi_complete_done`` (gro_flush_timeout / napi_defer_hard_irqs; before v4.20 no
+      flush when the timer is armed) and ``napi_watchdog`` (before v5.7 no poll when
+      nothing is held). Streaming:
       unless ``final``, a queue stops before any decision that depends on packets not
       given yet (a poll that could still grow, a timer racing the next arrival) and
       records in ``st.qs[q, QS_NEXT]`` the first position it did not process; the caller
@@ -879,6 +884,10 @@ def run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final):
                     qs[q, QS_HAS_TIMER] = 0
                     was_timer = True
                     if cnt == 0:
+                        if not cfg.watchdog_empty and not _held_any(q, st):
+                            # napi_watchdog before v5.7: `if (napi->gro_bitmask && ...)`
+                            qs[q, QS_MASKED] = 0
+                            continue
                         # timer poll without work: no reload of the defer counter
                         poll = st.ctr[2]
                         st.ctr[2] += 1
@@ -936,7 +945,10 @@ def run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final):
             else:
                 qs[q, QS_MASKED] = 0
             qs[q, QS_DEFER] = defer
-            _flush_queue(q, st, out, poll, timeout != 0, jf, END_POLL, END_POLL_OLD)
+            if timeout == 0 or cfg.timer_flush_old:
+                # napi_gro_flush(n, !!timeout) (v4.20); before 605108acfe62 a poll that
+                # armed the timer flushed nothing
+                _flush_queue(q, st, out, poll, timeout != 0, jf, END_POLL, END_POLL_OLD)
             if timeout != 0:
                 qs[q, QS_TIMER] = now + timeout
                 qs[q, QS_HAS_TIMER] = 1

@@ -50,7 +50,7 @@ class KernelProfile:
     vxlan_gpe                    4.7      e1e5314de08b
     ip6gre_gro_cells             4.17     "net: ipv6/gre: Add GRO support"
     hash_buckets (8)             4.19     07d78363dcff (not in 4.18)
-    timeout_flushes_old          4.20     605108acfe62 (not read by the NAPI loops yet)
+    timeout_flushes_old          4.20     605108acfe62 (read by the NAPI loops)
     udp_gro_socket               5.0      e20cf8d3f1f7
     udp_gro_fraglist             5.6      9fd1ff5d2ac7
     napi_defer_hard_irqs         5.7      6f8b12d661d0
@@ -129,7 +129,9 @@ class KernelProfile:
     @property
     def napi_defer_hard_irqs(self) -> bool:
         """6f8b12d661d0 "net: napi: add hard irqs deferral feature" (v5.7): the
-        ``napi_defer_hard_irqs`` sysfs knob exists."""
+        ``napi_defer_hard_irqs`` sysfs knob exists. The same commit dropped
+        ``napi->gro_bitmask`` from napi_watchdog's test: before it a timer that fires with
+        nothing held schedules no poll (read by both NAPI loops)."""
         return self.version >= (5, 7)
 
     @property
@@ -138,8 +140,9 @@ class KernelProfile:
         Abeni, v4.20; backported to 4.14.y in May 2019): napi_complete_done calls
         ``napi_gro_flush(n, !!timeout)`` before arming the gro_flush_timeout timer. Before
         it (``if (timeout) hrtimer_start(...); else napi_gro_flush(n, false);``) a poll
-        that armed the timer flushed nothing. Not read yet by the NAPI loops (which flush
-        old entries on every release): see docs/gro-model.md."""
+        that armed the timer flushed nothing: held packets waited for the timer poll
+        (work 0: ``napi_gro_flush(n, false)``, everything) or a full-budget poll. Read by
+        both NAPI loops (reference ``NapiQueue.run``, ``_kernels.run``)."""
         return self.version >= (4, 20)
 
     @property

@@ -293,7 +293,8 @@ def _cfg(config: GroConfig, model: int) -> K.Cfg:
                  flag_mask=mask, queues=config.queues, buckets=kp.hash_buckets,
                  budget=config.budget, gap_ns=config.poll_gap_ns, hz=config.hz,
                  timeout_ns=config.gro_flush_timeout_ns, defer=config.napi_defer_hard_irqs,
-                 tcp_flist=config.tcp_fraglist)
+                 tcp_flist=config.tcp_fraglist, timer_flush_old=kp.timeout_flushes_old,
+                 watchdog_empty=kp.napi_defer_hard_irqs)
 
 
 def _model(config: GroConfig, explicit_polls: bool) -> int:

@@ -1393,7 +1393,8 @@ class NapiQueue:
 
     Mirrors ``__napi_poll`` (full budget: flush all when HZ < 1000, else old entries) and
     ``napi_complete_done`` (gro_flush_timeout / napi_defer_hard_irqs: partial flush, timer,
-    interrupt masked while the defer counter runs).
+    interrupt masked while the defer counter runs; before v4.20 no flush when the timer is
+    armed) and ``napi_watchdog`` (before v5.7 no poll when nothing is held).
     """
 
     def __init__(self, queue: int, skbs: list, config: GroConfig, rec: _Recorder):
@@ -1467,6 +1468,11 @@ class NapiQueue:
                 batch = self._take_until(k, now)
                 was_timer = True
                 if not batch:
+                    if not cfg.kernel.napi_defer_hard_irqs and not self.node.any_held():
+                        # napi_watchdog before 6f8b12d661d0 (v5.7): `if (napi->gro_bitmask
+                        # && ...) __napi_schedule_irqoff(napi)`: nothing held, no poll
+                        masked = False
+                        continue
                     # timer poll without work: no reload of the defer counter
                     poll = self._poll(now, [])
                     if defer > 0:
@@ -1501,7 +1507,13 @@ class NapiQueue:
                 masked = timeout != 0
             else:
                 masked = False
-            self.rec.flush(self.node, timeout != 0, j, poll.events)
+            if not timeout:
+                self.rec.flush(self.node, False, j, poll.events)
+            elif cfg.kernel.timeout_flushes_old:
+                # 605108acfe62 (v4.20): napi_gro_flush(n, !!timeout), then the timer
+                self.rec.flush(self.node, True, j, poll.events)
+            # else before it: `if (timeout) hrtimer_start(...); else napi_gro_flush(n,
+            # false);`: a poll that arms the timer flushes nothing
             timer = now + timeout if timeout else None
         if self.node.any_held():
             last = self.polls[-1]
