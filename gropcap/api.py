@@ -14,7 +14,7 @@ from __future__ import annotations
 from gropcap.errors import ConfigError
 
 # options of `gropcap analyze` a notebook does not pass: it gets the Analysis object back
-CLI_ONLY = ("files", "fmt", "out_dir", "force", "plot", "stream", "quiet", "jobs",
+CLI_ONLY = ("files", "fmt", "out_dir", "force", "plot", "stream", "quiet", "top", "jobs",
             "scheduler", "scratch")
 # analyze's own options :func:`analyze` hands on (besides cli._GRO_KEYS, cli._DECODE_KEYS)
 RUN_KEYS = ("model", "engine", "decoder", "egress_scenario", "egress_features", "egress_mtu")
@@ -64,7 +64,10 @@ def _convert(options: dict) -> dict:
                         f"{', '.join(keywords())} (and models, config, decode_options, "
                         f"progress)")
     given = {params[k].name: (k, v) for k, v in options.items()}
-    ctx = click.Context(cli.analyze, info_name="analyze")
+    # under the group's context settings: click caches a command's help option on the
+    # first context made for it, and a bare context would leave it without -h
+    parent = click.Context(cli.main, info_name="gropcap", **cli.main.context_settings)
+    ctx = click.Context(cli.analyze, info_name="analyze", parent=parent)
     values = {}
     for p in {id(p): p for p in params.values()}.values():
         key, given_value = given.get(p.name, (None, None))
@@ -120,7 +123,12 @@ def analyze(paths, config=None, *, models=None, decode_options=None, progress=No
                                                       pipeline.EgressOptions) else None
     values = _convert(options)
     given = {keyword_params()[k].name for k in options}
-    for obj, keys, what in ((config, cli._GRO_KEYS, "config"),
+    # a receiver profile goes with config= too: pipeline.analyze applies it where the
+    # config keeps a default
+    receiver = values.pop("receiver", None)
+    given.discard("receiver")
+    gro_keys = tuple(k for k in cli._GRO_KEYS if k != "receiver")
+    for obj, keys, what in ((config, gro_keys, "config"),
                             (decode_options, cli._DECODE_KEYS, "decode_options")):
         clash = sorted(given & set(keys))
         if obj is not None and clash:
@@ -128,7 +136,7 @@ def analyze(paths, config=None, *, models=None, decode_options=None, progress=No
                               hint=f"pass one of them (keywords build the {what})")
     try:
         if config is None:
-            config = cli._make_gro_config(**cli._split(values, cli._GRO_KEYS))
+            config = cli._make_gro_config(**cli._split(values, gro_keys))
         if decode_options is None:
             decode_options = cli._make_decode_options(**cli._split(values, cli._DECODE_KEYS))
     except click.BadParameter as e:   # the shared converters speak click
@@ -142,7 +150,7 @@ def analyze(paths, config=None, *, models=None, decode_options=None, progress=No
                                         values["egress_features"], values["egress_mtu"])
     return pipeline.analyze(paths, config, models=models, decode_options=decode_options,
                             engine=values["engine"], decoder=values["decoder"],
-                            egress=egress, progress=progress)
+                            egress=egress, progress=progress, receiver=receiver)
 
 
 __all__ = ["analyze", "keywords", "keyword_params", "CLI_ONLY", "RUN_KEYS"]

@@ -96,9 +96,10 @@ def main():
     super-packet become again.
 
     \b
-    Exit status: 0 success; 1 an error, one line (a damaged capture, one with no frame of
-    a supported link type, an output that cannot be written: checked before any packet
-    is read); 2 bad usage; 130 interrupted (nothing left behind)."""
+    Exit status: 0 success; 1 an error, reported in one line (a damaged
+    capture, no frame of a supported link type, an output that cannot be
+    written: checked before any packet is read); 2 bad usage; 130
+    interrupted (nothing left behind)."""
 
 
 def staged_outputs(force: bool):

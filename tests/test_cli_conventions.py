@@ -29,7 +29,7 @@ def invoke(*args, **kw):
 def ok(*args, **kw):
     r = invoke(*args, **kw)
     assert r.exit_code == 0, r.output
-    return r.output
+    return r.stdout     # stderr has progress and the closing line
 
 
 # --- help -------------------------------------------------------------------------------
@@ -41,6 +41,11 @@ Usage: gropcap [OPTIONS] COMMAND [ARGS]...
   traffic, why does each packet stop aggregating, and how many segments does
   each super-packet become again.
 
+  Exit status: 0 success; 1 an error, reported in one line (a damaged
+  capture, no frame of a supported link type, an output that cannot be
+  written: checked before any packet is read); 2 bad usage; 130
+  interrupted (nothing left behind).
+
 Options:
   --version   Show the version and exit.
   -h, --help  Show this message and exit.
@@ -50,9 +55,9 @@ Commands:
                  and why it stops.
   baseline       Regression baselines: record GRO metrics of captures, check
                  later runs against them.
-  calibrate      Fit a host's receive parameters to a wire view and the
-                 kernel's post-GRO view of the same traffic, and write a
-                 profile for --receiver.
+  calibrate      Fit a host's receive parameters to a wire view and the kernel's
+                 post-GRO view of the same traffic, and write a profile for
+                 --receiver.
   compare        Two captures side by side (A B), or one capture under two
                  configurations (A --set-b kernel=6.1).
   decode         Decode captures into a packet table (Parquet), one row per
@@ -150,8 +155,9 @@ def test_every_help_is_in_sections(argv, sections):
 
 ANALYZE_KERNEL_SECTION = """\
 Kernel options:
-  --kernel X.Y                Kernel release whose GRO rules apply (default:
-                              newest modelled, 6.18).
+  --kernel X.Y                Kernel release whose GRO rules apply: 4.4-4.20,
+                              5.0-5.19 or 6.0-6.18 (default: newest modelled,
+                              6.18).
   --hz INTEGER RANGE          CONFIG_HZ (jiffy length for the old-packet flush).
                               [default: 250; 1<=x<=10000]
   --vlan-gro / --no-vlan-gro  VLAN GRO (vlan_gro_receive); off for kernels built
@@ -201,7 +207,7 @@ def test_gro_flush_timeout_one_name_one_type():
 @pytest.mark.parametrize("argv,line", [
     (["analyze", REAL, "--kernel", "3.0"],
      "Error: Invalid value for '--kernel': kernel 3.0 is not modelled; choose a release "
-     "from 4.4 to 6.18"),
+     "from 4.4-4.20, 5.0-5.19, 6.0-6.18"),
     (["analyze", REAL, "--kernel", "banana"],
      "Error: Invalid value for '--kernel': kernel version 'banana' is not X.Y; give a "
      "release such as 6.18, 6.6 or 5.15"),
@@ -213,7 +219,7 @@ def test_gro_flush_timeout_one_name_one_type():
      "vxlan:4789,geneve:6081"),
     (["kernel-replay", REAL, "--kernel", "9.9"],
      "Error: Invalid value for '--kernel': kernel 9.9 is not modelled; choose a release "
-     "from 4.4 to 6.18"),
+     "from 4.4-4.20, 5.0-5.19, 6.0-6.18"),
     (["kernel-replay", REAL, "--udp-tunnel", "gre:1"],
      "Error: Invalid value for '--udp-tunnel': unknown udp tunnel kind 'gre'; use one of "
      "vxlan, vxlan-gpe, geneve, fou, gue"),
@@ -285,7 +291,7 @@ def test_compare_unknown_setting_says_what_is_valid():
         "Error: Invalid value for '--set-b': 'colour=blue' is not KEY=VALUE with KEY one of: "
         "budget, gro-flush-timeout-us, gro-ipv4-max-size, gro-max-size, hz, kernel, mtu, "
         "napi-defer-hard-irqs, native-gro, no-native-gro, no-rx-gro-list, no-tunnel-gro, "
-        "no-vlan-gro, poll-gap-us, queues, rss, rss-key, rx-gro-list, tcp-forwarded, "
+        "no-vlan-gro, poll-gap-us, queues, receiver, rss, rss-key, rx-gro-list, tcp-forwarded, "
         "tcp-local-socket, tunnel-gro, udp-gro, udp-tunnel, "
         "verify-checksums, vlan-gro (GroConfig field names such as poll_gap_ns are "
         "accepted too)")

@@ -411,7 +411,7 @@ def test_cli_rx_gro_list_tcp_forwarded(tmp_path):
         r = CliRunner().invoke(main, ["analyze", str(path), "--model", "ideal", "--format",
                                       "json", "--kernel", "6.12", *extra])
         assert r.exit_code == 0, r.output
-        out[" ".join(extra)] = json.loads(r.output)["models"]["ideal"]["superpackets_out"]
+        out[" ".join(extra)] = json.loads(r.stdout)["models"]["ideal"]["superpackets_out"]
     assert out == {"": 2, "--rx-gro-list --tcp-forwarded": 3,
                    "--rx-gro-list --tcp-local-socket": 2}
 

@@ -165,7 +165,8 @@ def test_encap_forwarding_keeps_gre_bits_and_counts_segments():
                    df=df, ip_hdr_len=ihl, mtu=1500)
     assert e.totals() == {"superpackets": 1, "segments": 5, "hardware_segments": 5,
                           "software_segments": 0, "superpackets_hardware": 1,
-                          "superpackets_software": 0, "dropped": 0, "fragmented": 0}
+                          "superpackets_software": 0, "dropped": 0, "fragmented": 0,
+                          "unsegmented": 0}
     hdr_d, _, _ = gso.egress_headers(t, r.seg_first_packet, "decap")
     assert list(hdr_d) == [20 + 32]
     # a 1050-byte egress MTU: the 1076-byte outer segments do not fit; DF -> dropped

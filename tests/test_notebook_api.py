@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import gropcap
+from gropcap.report.summary import report_dict
 from gropcap.errors import ConfigError
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
@@ -26,7 +27,7 @@ def cli_json(*args):
     from gropcap.cli import main
     r = CliRunner().invoke(main, ["analyze", *map(str, args), "--format", "json"])
     assert r.exit_code == 0, r.output
-    return json.loads(r.output)
+    return json.loads(r.stdout)
 
 
 def test_keywords_give_the_cli_result():
@@ -35,7 +36,7 @@ def test_keywords_give_the_cli_result():
     assert a.config.kernel.name == "6.1" and a.config.queues == 2
     assert a.config.gro_flush_timeout_ns == 50_000 and a.config.poll_gap_ns == 20_000
     assert a.models == ["napi"]
-    assert a.summary() == cli_json(GRE, "--kernel", "6.1", "--queues", "2", "--model", "napi",
+    assert report_dict(a) == cli_json(GRE, "--kernel", "6.1", "--queues", "2", "--model", "napi",
                                    "--budget", "8", "--gro-flush-timeout-us", "50",
                                    "--poll-gap-us", "20")
 
@@ -45,11 +46,11 @@ def test_repeatable_flag_and_egress_keywords():
     a = gropcap.analyze(vx, udp_tunnel="vxlan:4789", model="ideal")
     b = gropcap.analyze(vx, udp_tunnel=["vxlan:4789"], model="ideal")
     assert a.config.udp_tunnels == b.config.udp_tunnels == (("vxlan", 4789),)
-    assert a.summary() == cli_json(vx, "--udp-tunnel", "vxlan:4789", "--model", "ideal")
+    assert report_dict(a) == cli_json(vx, "--udp-tunnel", "vxlan:4789", "--model", "ideal")
     er = os.path.join(SAMPLES, "crafted_erspan2.pcap")
     c = gropcap.analyze(er, model="napi", tunnel_gro=True, egress="decap",
                         egress_features="tso", native_gro=True)
-    assert c.summary() == cli_json(er, "--model", "napi", "--tunnel-gro", "--egress", "decap",
+    assert report_dict(c) == cli_json(er, "--model", "napi", "--tunnel-gro", "--egress", "decap",
                                    "--egress-features", "tso")
 
 
@@ -163,3 +164,12 @@ def test_cli_only_options_are_real_options():
     for name in api.CLI_ONLY:
         assert name in params
         assert name == "files" or isinstance(params[name], click.Option)
+
+
+def test_keywords_leave_the_cli_help_option_alone():
+    """Regression: the keyword conversion made a bare click context for `analyze`, click
+    cached its help option from it, and `gropcap analyze -h` then failed in that process."""
+    from gropcap.cli import main
+    gropcap.analyze(GRE, kernel="6.1", model="ideal")
+    r = CliRunner().invoke(main, ["analyze", "-h"])
+    assert r.exit_code == 0 and "-h, --help" in r.stdout

@@ -30,7 +30,7 @@ IPIP = os.path.join(SAMPLES, "crafted_ipip.pcap")
 def run(*args) -> str:
     r = CliRunner().invoke(main, [str(a) for a in args])
     assert r.exit_code == 0, r.output
-    return r.output
+    return r.stdout
 
 
 GRE_REPORT = (

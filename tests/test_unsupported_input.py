@@ -74,7 +74,7 @@ def test_some_frames_unsupported_is_a_warning_and_status_codes(tmp_path):
 def test_kernel_that_never_existed_is_refused_naming_the_option(kernel):
     r = run("analyze", SAMPLE, "--kernel", kernel)
     assert r.exit_code == 2
-    assert "Invalid value for --kernel" in r.stderr
+    assert "Invalid value for '--kernel'" in r.stderr
     assert "choose a release from 4.4-4.20, 5.0-5.19, 6.0-6.18" in r.stderr
 
 
