@@ -34,6 +34,11 @@ def run(*args) -> str:
 
 
 GRE_REPORT = (
+    'MTU 1500, the Ethernet default (no SYN MSS, no jumbo or loopback frames)\n'
+    'receive context, defaults: budget 64, hz 250, gro_flush_timeout_us 0,\n'
+    '  napi_defer_hard_irqs 0, poll_gap_us 50, queues 1, rss toeplitz, udp_tunnels\n'
+    '  none, tunnel_gro not modelled, native_gro on, udp_gro off, gro_max_size 65536,\n'
+    '  gro_ipv4_max_size 65536\n'
     '\n'
     'data direction: 5.33 segments per super-packet (napi; ideal 5.33); all packets\n'
     'including pure ACKs: 3.89\n'
@@ -46,6 +51,9 @@ GRE_REPORT = (
     '  data ratio: segments carrying payload per super-packet carrying payload;\n'
     '    ratio: every packet in (pure ACKs included) per super-packet out; largest:\n'
     '    segments in the largest super-packet\n'
+    'napi depends on them: of its 9 super-packets 0% by a poll end, 0% by a\n'
+    '  full-budget or deferred flush, 0% by a GRO table eviction; ratio napi 3.89,\n'
+    '  ideal 3.89 (no polls, unlimited table)\n'
     '\n'
     'Flows with the most super-packets (napi): 2 of 2\n'
     'flow   endpoints / top end reason           pkts in   super-pkts   ratio\n'
@@ -83,6 +91,11 @@ def test_gre_report_exact():
 
 
 TWO_FILES_REPORT = (
+    'MTU 1500, the Ethernet default (no SYN MSS, no jumbo or loopback frames)\n'
+    'receive context, defaults: budget 64, hz 250, gro_flush_timeout_us 0,\n'
+    '  napi_defer_hard_irqs 0, poll_gap_us 50, queues 1, rss toeplitz, udp_tunnels\n'
+    '  none, tunnel_gro not modelled, native_gro on, udp_gro off, gro_max_size 65536,\n'
+    '  gro_ipv4_max_size 65536\n'
     '\n'
     'data direction: 4.92 segments per super-packet (napi); all packets including\n'
     'pure ACKs: 3.68\n'
@@ -94,6 +107,8 @@ TWO_FILES_REPORT = (
     '  data ratio: segments carrying payload per super-packet carrying payload;\n'
     '    ratio: every packet in (pure ACKs included) per super-packet out; largest:\n'
     '    segments in the largest super-packet\n'
+    'napi depends on them: of its 19 super-packets 5% by a poll end, 0% by a\n'
+    '  full-budget or deferred flush, 0% by a GRO table eviction\n'
     '\n'
     'Per file (2 files)\n'
     'file                packets     bytes   napi data / all\n'
