@@ -881,6 +881,26 @@ def _tcp_merge(p: HeldEntry, skb: Skb) -> None:
     p.packets.append(skb.idx)
     p.flags_or |= skb.flags & (C.TCP_FLAG_FIN | C.TCP_FLAG_PSH)
 
+def _tcp_refused(p, skb, skb_flush: int, length: int, reason: int):
+    """tcp_gro_receive when the merge is refused: p is completed (pp); the packet goes up
+    now if it carries a flush of its own (a lower layer's, len < 1 / short GSO, a final
+    flag: out_check_final), else it becomes a new head."""
+    final = (skb_flush or (skb.flags & _TCP_FINAL)
+             or (_gso_short(skb) if skb.gso_size else length < 1))
+    return p, reason, ("delivered" if final else "held"), reason
+
+
+def _tcp_merged(p, skb, length: int):
+    """tcp_gro_receive after a merge: p is pushed up at once when the segment ends it
+    (PSH/FIN/URG..., a short segment: out_check_final), else it stays held."""
+    end = _end_reason(skb, length, p.gso_size)
+    if not end and _gso_short(skb):
+        end = R.END_SHORT_SEGMENT
+    if end:
+        return p, end, "merged", R.MERGED
+    return None, 0, "merged", R.MERGED
+
+
 
 def _fou_inner_tun(skb: Skb) -> int:
     """FOU/GUE carry an IP protocol whose gro_complete adds its own bits
@@ -1039,18 +1059,9 @@ class GroNode:
         if not reason:
             reason = skb_gro_receive(p, skb, skb_flush, self.config)
         if reason:
-            # not merged: p is completed (pp); the packet goes up now if it carries a flush
-            # of its own (lower layer, len < 1, final flags), else it becomes a new head
-            final = (skb_flush or (skb.flags & _TCP_FINAL)
-                     or (_gso_short(skb) if skb.gso_size else length < 1))
-            return p, reason, ("delivered" if final else "held"), reason
+            return _tcp_refused(p, skb, skb_flush, length, reason)
         _tcp_merge(p, skb)
-        end = _end_reason(skb, length, p.gso_size)
-        if not end and _gso_short(skb):
-            end = R.END_SHORT_SEGMENT
-        if end:
-            return p, end, "merged", R.MERGED
-        return None, 0, "merged", R.MERGED
+        return _tcp_merged(p, skb, length)
 
     def _tcp_flist_receive(self, p: HeldEntry, skb: Skb, skb_flush: int, length: int):
         """tcp_gro_receive with ``NAPI_GRO_CB(p)->is_flist`` (v6.10): every check of the
@@ -1067,22 +1078,14 @@ class GroNode:
             reason = R.FLUSH_MAX_SEGS
         reason = reason or skb_gro_receive_list(p, skb)
         if reason:
-            # mss = 1: out_check_final flushes on len < 1 or a final flag; an skb flush
-            # of a lower layer sends the packet up too
-            final = (skb_flush or (skb.flags & _TCP_FINAL)
-                     or (_gso_short(skb) if skb.gso_size else length < 1))
-            return p, reason, ("delivered" if final else "held"), reason
+            # mss = 1: out_check_final flushes on len < 1 or a final flag
+            return _tcp_refused(p, skb, skb_flush, length, reason)
         # merged: skb_pull to the GRO offset (the TCP payload), p->len += skb->len
         p.count += skb.gso_segs
         p.len += length
         p.gro_len += length
         p.packets.append(skb.idx)
-        end = _end_reason(skb, length, p.gso_size)
-        if not end and _gso_short(skb):
-            end = R.END_SHORT_SEGMENT
-        if end:
-            return p, end, "merged", R.MERGED
-        return None, 0, "merged", R.MERGED
+        return _tcp_merged(p, skb, length)
 
     def udp_gro_receive_segment(self, skb: Skb, skb_flush: int):
         """udp_gro_receive_segment (segment and fraglist modes); same return shape as
