@@ -33,12 +33,18 @@ def run(*args) -> str:
     return r.stdout
 
 
-GRE_REPORT = (
+# the receive context of a run with no receive option: every value a default
+RECEIVE_DEFAULTS = (
     'MTU 1500, the Ethernet default (no SYN MSS, no jumbo or loopback frames)\n'
     'receive context, defaults: budget 64, hz 250, gro_flush_timeout_us 0,\n'
     '  napi_defer_hard_irqs 0, poll_gap_us 50, queues 1, rss toeplitz, udp_tunnels\n'
     '  none, tunnel_gro not modelled, native_gro on, udp_gro off, gro_max_size 65536,\n'
     '  gro_ipv4_max_size 65536\n'
+)
+
+
+GRE_REPORT = (
+    RECEIVE_DEFAULTS +
     '\n'
     'data direction: 5.33 segments per super-packet (napi; ideal 5.33); all packets\n'
     'including pure ACKs: 3.89\n'
@@ -91,11 +97,7 @@ def test_gre_report_exact():
 
 
 TWO_FILES_REPORT = (
-    'MTU 1500, the Ethernet default (no SYN MSS, no jumbo or loopback frames)\n'
-    'receive context, defaults: budget 64, hz 250, gro_flush_timeout_us 0,\n'
-    '  napi_defer_hard_irqs 0, poll_gap_us 50, queues 1, rss toeplitz, udp_tunnels\n'
-    '  none, tunnel_gro not modelled, native_gro on, udp_gro off, gro_max_size 65536,\n'
-    '  gro_ipv4_max_size 65536\n'
+    RECEIVE_DEFAULTS +
     '\n'
     'data direction: 4.92 segments per super-packet (napi); all packets including\n'
     'pure ACKs: 3.68\n'
