@@ -12,7 +12,10 @@ compares against without qemu). ``--results FILE`` compares stored results inste
 booting. Exit status 0 when every job agrees, 1 otherwise.
 
 Sets: ``selftest`` (gropcap.selftest_cases over ipv4/ipv6/ipip), ``samples`` (every
-replayable sample_pcaps file, and the UDP tunnel samples again with their tunnel socket).
+replayable sample_pcaps file, and the UDP tunnel samples again with their tunnel socket),
+``cells`` (the tunnel samples' data direction into a real tunnel device: gre, gretap,
+erspan, ipip, sit, ip6gre, ip6gretap, ip6erspan, ip6tnl, geneve, vxlan; GRO on the veth on
+and off; the device's super-packets against ``--tunnel-gro``'s second stage).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from gropcap.errors import GropcapError  # noqa: E402
 from gropcap.replay import guest as G  # noqa: E402
 
-SETS = ("selftest", "samples")
+SETS = ("selftest", "samples", "cells")
 
 
 def build_jobs(sets, protos=None, cases=None) -> list:
@@ -37,6 +40,8 @@ def build_jobs(sets, protos=None, cases=None) -> list:
         jobs += G.selftest_jobs(protos, cases)
     if "samples" in sets:
         jobs += G.sample_jobs()
+    if "cells" in sets:
+        jobs += G.cells_jobs()
     return jobs
 
 

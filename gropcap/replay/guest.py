@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 
 from gropcap.errors import GropcapError
 
-__all__ = ["Job", "selftest_jobs", "sample_jobs", "file_jobs", "run_jobs", "boot_guest",
+__all__ = ["Job", "selftest_jobs", "sample_jobs", "file_jobs", "cells_jobs", "run_jobs",
+           "boot_guest",
            "compare_results", "JobOutcome", "image_release", "GUEST_FLUSH_TIMEOUT_NS",
            "load_results", "kernel_of_release"]
 
@@ -56,18 +57,24 @@ class Job:
     wire_lens: list | None = None
     csum_not_ready: list | None = None
     udp_tunnels: tuple = ()
+    # "native": the veth's GRO (replay/kernel.py); "cells": the tunnel device's gro_cells
+    # after it (replay/cells.py), with GRO on the veth on or off
+    kind: str = "native"
+    native_gro: bool = True
 
     def to_dict(self) -> dict:
         return {"name": self.name, "frames": [bytes(f).hex() for f in self.frames],
                 "bursts": list(self.bursts), "wire_lens": self.wire_lens,
                 "csum_not_ready": self.csum_not_ready,
-                "udp_tunnels": [list(t) for t in self.udp_tunnels]}
+                "udp_tunnels": [list(t) for t in self.udp_tunnels], "kind": self.kind,
+                "native_gro": self.native_gro}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Job":
         return cls(d["name"], [bytes.fromhex(h) for h in d["frames"]], d["bursts"],
                    d.get("wire_lens"), d.get("csum_not_ready"),
-                   tuple((k, int(p)) for k, p in d.get("udp_tunnels") or ()))
+                   tuple((k, int(p)) for k, p in d.get("udp_tunnels") or ()),
+                   d.get("kind", "native"), bool(d.get("native_gro", True)))
 
     def sent_frames(self) -> tuple[list[bytes], list[str]]:
         """The frames the replay injects (padding / checksum repair) and what was done."""
@@ -86,7 +93,9 @@ class Job:
         h = hashlib.sha256()
         for f in self.sent_frames()[0]:
             h.update(len(f).to_bytes(4, "big") + f)
-        h.update(json.dumps([list(self.bursts), [list(t) for t in self.udp_tunnels]]).encode())
+        h.update(json.dumps([list(self.bursts), [list(t) for t in self.udp_tunnels]]
+                            + ([self.kind, self.native_gro] if self.kind != "native"
+                               else [])).encode())
         return h.hexdigest()[:16]
 
 
@@ -141,6 +150,59 @@ def sample_jobs(sample_dir: str | None = None) -> list[Job]:
     return jobs
 
 
+# the tunnel samples replayed into their tunnel device (the second stage on real devices)
+CELLS_SAMPLES = ("crafted_gre.pcap", "crafted_gre_key.pcap", "crafted_gre_csum.pcap",
+                 "crafted_gretap.pcap", "crafted_erspan2.pcap", "crafted_erspan3.pcap",
+                 "crafted_ipip.pcap", "crafted_sit.pcap", "crafted_ip6gre.pcap",
+                 "crafted_ip6ip6.pcap", "crafted_ip4ip6.pcap", "crafted_geneve.pcap",
+                 "real_vxlan.pcap")
+# ... and these again with the outer IPv4 header replaced by IPv6 (ip6gretap, ip6erspan)
+CELLS_IPV6_OUTER = {"crafted_gretap.pcap": "ip6gretap", "crafted_erspan2.pcap": "ip6erspan2",
+                    "crafted_erspan3.pcap": "ip6erspan3"}
+CELLS_FLUSH_TIMEOUT_NS = 20_000_000     # the tunnel device's deferred flush, native GRO off
+_OUTER6_SRC = bytes.fromhex("20010db800ff00000000000000000001")    # 2001:db8:ff::1
+_OUTER6_DST = bytes.fromhex("20010db800ff00000000000000000002")    # 2001:db8:ff::2
+
+
+def ipv6_outer(frame: bytes) -> bytes:
+    """``frame`` (Ethernet, outer IPv4 without options, GRE without checksum) with an
+    IPv6 outer header instead (2001:db8:ff::1 -> ::2, hop limit 64)."""
+    import struct
+    tot = struct.unpack_from("!H", frame, 16)[0]
+    ip6 = struct.pack("!IHBB", 6 << 28, tot - 20, frame[23], 64) + _OUTER6_SRC + _OUTER6_DST
+    return frame[:12] + b"\x86\xdd" + ip6 + frame[34:]
+
+
+def cells_jobs(sample_dir: str | None = None) -> list[Job]:
+    """The tunnel samples' data direction into their tunnel device, native GRO on and off
+    (``cells/NAME/native-on``, ``.../native-off``)."""
+    d = sample_dir or os.path.join(REPO, "sample_pcaps")
+    out = []
+    for name in CELLS_SAMPLES:
+        p = os.path.join(d, name)
+        if not os.path.exists(p):
+            continue
+        (j,), _s = file_jobs([p], "cells")
+        keep = [i for i, f in enumerate(j.frames)
+                if f[:6] == j.frames[0][:6] and f[12:14] == j.frames[0][12:14]
+                and _outer_dst(f) == _outer_dst(j.frames[0])]
+        variants = [(name, [j.frames[i] for i in keep], [j.wire_lens[i] for i in keep])]
+        if name in CELLS_IPV6_OUTER:
+            variants.append((CELLS_IPV6_OUTER[name] + ".pcap",
+                             [ipv6_outer(j.frames[i]) for i in keep],
+                             [j.wire_lens[i] + 20 for i in keep]))
+        for vname, frames, wires in variants:
+            for on in (True, False):
+                out.append(Job(f"cells/{vname}/native-{'on' if on else 'off'}", frames,
+                               [i // BURST for i in range(len(frames))], wires,
+                               [False] * len(frames), (), "cells", on))
+    return out
+
+
+def _outer_dst(frame: bytes) -> bytes:
+    return frame[30:34] if frame[12:14] == b"\x08\x00" else frame[38:54]
+
+
 # ------------------------------------------------------------------ the guest side
 def _runs(idx) -> list:
     """Index tuple -> runs ``[[a, b], ...]`` of consecutive numbers (compact JSON)."""
@@ -177,8 +239,13 @@ def run_jobs(jobs_path: str, out_path: str) -> dict:
                "jobs": {}}
     groups: dict[tuple, list[Job]] = {}
     for j in jobs:
-        groups.setdefault(j.udp_tunnels, []).append(j)
+        if j.kind == "native":
+            groups.setdefault(j.udp_tunnels, []).append(j)
     t0 = time.monotonic()
+    for j in jobs:
+        if j.kind == "cells":
+            results["jobs"][j.name] = _run_cells(j, flush_ns)
+            print(f"{time.monotonic() - t0:7.1f}s {j.name}", flush=True)
     for tunnels, group in groups.items():
         with K.ReplaySession(flush_timeout_ns=flush_ns, udp_tunnels=tunnels) as s:
             results["xdp"] = s.xdp
@@ -190,6 +257,25 @@ def run_jobs(jobs_path: str, out_path: str) -> dict:
         json.dump(results, fh, sort_keys=True, separators=(",", ":"))
     os.replace(tmp, out_path)
     return results
+
+
+def _run_cells(job: Job, flush_ns: int) -> dict:
+    from gropcap.replay.cells import replay_gro_cells
+    d: dict = {"digest": job.digest()}
+    try:
+        r = replay_gro_cells(job.frames, job.bursts, wire_lens=job.wire_lens,
+                             csum_not_ready=job.csum_not_ready, native_gro=job.native_gro,
+                             cells_flush_timeout_ns=0 if job.native_gro
+                             else CELLS_FLUSH_TIMEOUT_NS, flush_timeout_ns=flush_ns,
+                             pause_s=3 * flush_ns / 1e9 + 0.01)
+    except GropcapError as e:
+        d["error"] = e.one_line()
+        return d
+    d["cells"] = [_runs(u) for u in r.units]
+    d["lost"] = r.lost
+    d["device"] = r.device
+    d["xdp"] = r.xdp
+    return d
 
 
 def _run_one(session, job: Job, received_sizes) -> dict:
@@ -359,12 +445,45 @@ def compare_results(jobs: list[Job], results: dict, *, kernel: str | None = None
             out.append(JobOutcome(job.name, "stale", "the frames differ from the replayed "
                                                      "ones: run the guest again"))
             continue
+        if job.kind == "cells":
+            out.append(_compare_cells(job, res, results, kernel))
+            continue
         kr = kernel_result(job, res, results)
         packets, sim = simulate_replay(kr, kernel=kernel, engine=engine)
         rep = compare(packets, kr, sim)
         out.append(JobOutcome(job.name, "agree" if rep.ok else "differ",
                               rep.summary_line(), rep, [d.line() for d in rep.differences]))
     return out
+
+
+def _compare_cells(job: Job, res: dict, results: dict, kernel: str) -> JobOutcome:
+    """The tunnel device's units against ``simulate_cells`` (as sets of frame indices)."""
+    from gropcap.replay.cells import CellsReplayResult, simulate_cells
+    from gropcap.replay.kernel import split_bursts
+    sent, _acts = job.sent_frames()
+    polls = split_bursts(job.bursts, len(sent), 64)
+    units = [_unruns(r) for r in res["cells"]]
+    cr = CellsReplayResult(sent, polls, units, list(res["lost"]), res["device"],
+                           bool(res["xdp"]))
+    sim = simulate_cells(cr, native_gro=job.native_gro, kernel=kernel,
+                         flush_timeout_ns=results["flush_timeout_ns"])
+    k_only = sorted(set(units) - set(sim))
+    s_only = sorted(set(sim) - set(units))
+    same = len(set(units) & set(sim))
+    ok = sorted(units) == sorted(sim) and not res["lost"]
+    owner = {i: n for n, u in enumerate(sim) for i in u}
+    inside = sum(len({owner.get(i, -1) for i in u}) == 1 for u in units)
+    detail = (f"{res['device']}: {same}/{max(len(units), len(sim))} units equal, "
+              f"{inside}/{len(units)} kernel units inside one simulator unit"
+              + (f", lost {res['lost'][:10]}" if res["lost"] else ""))
+    lines = [f"kernel only: {_fmt_units(k_only)}", f"simulator only: {_fmt_units(s_only)}"] \
+        if not ok else []
+    return JobOutcome(job.name, "agree" if ok else "differ", detail, None, lines)
+
+
+def _fmt_units(units) -> str:
+    return " ".join(f"#{u[0]}" if len(u) == 1 else f"#{u[0]}-{u[-1]}x{len(u)}"
+                    for u in units[:12]) or "-"
 
 
 def main(argv=None) -> int:
