@@ -112,8 +112,9 @@ def selftest_jobs(protos=None, names=None) -> list[Job]:
     return out
 
 
-def file_jobs(paths, prefix: str = "file", udp_tunnels=()) -> tuple[list[Job], dict]:
-    """Jobs for capture files (bursts of :data:`BURST` frames) and ``{path: why}`` for
+def file_jobs(paths, prefix: str = "file", udp_tunnels=(),
+              burst: int = BURST) -> tuple[list[Job], dict]:
+    """Jobs for capture files (bursts of ``burst`` frames) and ``{path: why}`` for
     the files with nothing replayable (``replay.command.unreplayable_reason``)."""
     from gropcap.capture import read_capture
     from gropcap.replay.command import capture_frames, unreplayable_reason
@@ -125,7 +126,7 @@ def file_jobs(paths, prefix: str = "file", udp_tunnels=()) -> tuple[list[Job], d
             skipped[str(p)] = unreplayable_reason(batch.linktype)
             continue
         jobs.append(Job(f"{prefix}/{os.path.basename(p)}", frames,
-                        [i // BURST for i in range(len(frames))], wires, cnr,
+                        [i // burst for i in range(len(frames))], wires, cnr,
                         tuple(udp_tunnels)))
     return jobs, skipped
 
