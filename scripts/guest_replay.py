@@ -15,7 +15,9 @@ Sets: ``selftest`` (gropcap.selftest_cases over ipv4/ipv6/ipip), ``samples`` (ev
 replayable sample_pcaps file, and the UDP tunnel samples again with their tunnel socket),
 ``cells`` (the tunnel samples' data direction into a real tunnel device: gre, gretap,
 erspan, ipip, sit, ip6gre, ip6gretap, ip6erspan, ip6tnl, geneve, vxlan; GRO on the veth on
-and off; the device's super-packets against ``--tunnel-gro``'s second stage).
+and off; the device's super-packets against ``--tunnel-gro``'s second stage), ``fraglist``
+(the selftest catalogue over IPv4/IPv6 with rx-gro-list on the receiving veth: no socket
+in the namespace, so every flow is "forwarded", TCP fraglist GRO from 6.10).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from gropcap.errors import GropcapError  # noqa: E402
 from gropcap.replay import guest as G  # noqa: E402
 
-SETS = ("selftest", "samples", "cells")
+SETS = ("selftest", "samples", "cells", "fraglist")
 
 
 def build_jobs(sets, protos=None, cases=None) -> list:
@@ -42,6 +44,8 @@ def build_jobs(sets, protos=None, cases=None) -> list:
         jobs += G.sample_jobs()
     if "cells" in sets:
         jobs += G.cells_jobs()
+    if "fraglist" in sets:
+        jobs += G.selftest_jobs(protos or ["ipv4", "ipv6"], cases, gro_list=True)
     return jobs
 
 

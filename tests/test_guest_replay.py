@@ -119,11 +119,12 @@ def test_cli_guest_renders_and_exits_like_a_local_replay(monkeypatch):
     img = "/boot/vmlinuz-6.1.0-57-amd64"
     if not os.path.exists(img):
         img = sample                   # any existing file passes the option's check
-    r = CliRunner().invoke(kernel_replay, ["--guest", img, sample])
+    r = CliRunner().invoke(kernel_replay, ["--guest", img, sample, "--engine", "reference"])
     assert seen["jobs"] == [sample] and seen["flush"] == G.GUEST_FLUSH_TIMEOUT_NS
     assert r.exit_code == 0, r.output
     assert r.output.startswith(f"{sample}: kernel 6.1: ") and "super-packets agree" in r.output
-    r = CliRunner().invoke(kernel_replay, ["--guest", img, sample, "--format", "json"])
+    r = CliRunner().invoke(kernel_replay, ["--guest", img, sample, "--format", "json",
+                                        "--engine", "reference"])
     d = json.loads(r.output.strip().splitlines()[-1])
     assert d["ok"] and d["status"] == "agree" and d["simulated_kernel"] == "6.1"
 

@@ -26,7 +26,8 @@ _JOBS: dict = {}
 
 def _jobs() -> dict:
     if not _JOBS:
-        for j in G.selftest_jobs() + G.sample_jobs():
+        for j in G.selftest_jobs() + G.sample_jobs() + G.cells_jobs() + \
+            G.selftest_jobs(["ipv4", "ipv6"], gro_list=True):
             _JOBS[j.name] = j
     return _JOBS
 
@@ -47,12 +48,23 @@ def _stored():
 
 # differences between a live kernel and the simulator that are known and owned by the GRO
 # rules (issue 13); strict: once the rule is fixed the mark must go
-KNOWN: dict[tuple[str, str], str] = {}
+KNOWN: dict[tuple[str, str], str] = {
+    ("5.10", "sockets/crafted_vxlan_gpe.pcap"):
+        "issue 13 item 6: 5.10.223 has no vxlan_gpe_gro_receive, the GPE socket's GRO "
+        "takes the Ethernet path and flushes every packet; the simulator aggregates GPE "
+        "on every release (Debian's 6.1.192 and 6.12 do aggregate: stable backport)",
+}
+# jobs no simulator setting describes yet: rx-gro-list on the receiver makes TCP flows
+# without a local socket use fraglist GRO from 6.10 (issue 13 item 1, modelled on branch
+# kernel13); the live results are kept for that model
+NO_MODEL = {"fraglist": "TCP fraglist GRO (issue 13 item 1) is not modelled here yet"}
 
 
 @pytest.mark.parametrize("path,name", _stored())
 def test_simulator_matches_guest_kernel(path, name, request):
     res = _load(path)
+    if name.split("/")[0] in NO_MODEL:
+        pytest.skip(NO_MODEL[name.split("/")[0]])
     why = KNOWN.get((res["kernel"], name))
     if why:
         request.applymarker(pytest.mark.xfail(strict=True, reason=why))
@@ -65,7 +77,7 @@ def test_simulator_matches_guest_kernel(path, name, request):
         pytest.skip(f"not replayable on {res['release']}: {r['error']}")
     (o,) = G.compare_results([job], res)
     assert o.status == "agree", "\n".join([o.detail] + o.lines[:20])
-    assert r["lost"] == [] and r["unmatched"] == []
+    assert r["lost"] == [] and r.get("unmatched", []) == []
 
 
 @pytest.mark.parametrize("path,name", [p for p in _stored()

@@ -466,7 +466,7 @@ class VethPair:
 
     def __init__(self, *, mtu: int = 65535, flush_timeout_ns: int = 20_000_000,
                  defer: int = 1, prefix: str = "gropcap", udp_tunnels=(),
-                 record_dir: str | None = None, xdp: bool = False):
+                 record_dir: str | None = None, xdp: bool = False, gro_list: bool = False):
         tag = secrets.token_hex(4)
         self.tag = tag
         self.record_dir = record_dir
@@ -485,6 +485,9 @@ class VethPair:
         # an XDP_PASS program on the receiver: the only way to veth GRO before v5.13
         # (replay/_xdp.py); the sender's MTU is then capped at VETH_XDP_MAX_MTU
         self.xdp = bool(xdp)
+        # rx-gro-list on the receiver (NETIF_F_GRO_FRAGLIST): fraglist GRO for flows
+        # without a local socket (UDP 5.6+, TCP 6.10+); no socket exists in the namespace
+        self.gro_list = bool(gro_list)
         self.tx_mtu = self.mtu
         if self.xdp:
             from gropcap.replay._xdp import VETH_XDP_MAX_MTU
@@ -569,6 +572,9 @@ class VethPair:
         # GRO on the receiver gives veth a NAPI instance (veth_set_features, 5.13+).
         _run(["ip", "netns", "exec", self.ns_rx, "ethtool", "-K", self.dev_rx,
               "gro", "on", "tso", "off"])
+        if self.gro_list:
+            _run(["ip", "netns", "exec", self.ns_rx, "ethtool", "-K", self.dev_rx,
+                  "rx-gro-list", "on"])
         self.set_rx_sysfs("gro_flush_timeout", self.flush_timeout_ns)
         self.set_rx_sysfs("napi_defer_hard_irqs", self.defer)
         for ns, dev in ((self.ns_tx, self.dev_tx), (self.ns_rx, self.dev_rx)):

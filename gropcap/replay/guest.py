@@ -61,20 +61,22 @@ class Job:
     # after it (replay/cells.py), with GRO on the veth on or off
     kind: str = "native"
     native_gro: bool = True
+    gro_list: bool = False          # rx-gro-list on the receiving veth (no local socket)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "frames": [bytes(f).hex() for f in self.frames],
                 "bursts": list(self.bursts), "wire_lens": self.wire_lens,
                 "csum_not_ready": self.csum_not_ready,
                 "udp_tunnels": [list(t) for t in self.udp_tunnels], "kind": self.kind,
-                "native_gro": self.native_gro}
+                "native_gro": self.native_gro, "gro_list": self.gro_list}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Job":
         return cls(d["name"], [bytes.fromhex(h) for h in d["frames"]], d["bursts"],
                    d.get("wire_lens"), d.get("csum_not_ready"),
                    tuple((k, int(p)) for k, p in d.get("udp_tunnels") or ()),
-                   d.get("kind", "native"), bool(d.get("native_gro", True)))
+                   d.get("kind", "native"), bool(d.get("native_gro", True)),
+                   bool(d.get("gro_list", False)))
 
     def sent_frames(self) -> tuple[list[bytes], list[str]]:
         """The frames the replay injects (padding / checksum repair) and what was done."""
@@ -95,20 +97,22 @@ class Job:
             h.update(len(f).to_bytes(4, "big") + f)
         h.update(json.dumps([list(self.bursts), [list(t) for t in self.udp_tunnels]]
                             + ([self.kind, self.native_gro] if self.kind != "native"
-                               else [])).encode())
+                               else []) + (["gro_list"] if self.gro_list else [])).encode())
         return h.hexdigest()[:16]
 
 
 # ------------------------------------------------------------------ jobs (host)
-def selftest_jobs(protos=None, names=None) -> list[Job]:
-    """The selftest catalogue (``gropcap.selftest_cases``) as jobs ``selftest/PROTO/CASE``."""
+def selftest_jobs(protos=None, names=None, gro_list: bool = False) -> list[Job]:
+    """The selftest catalogue (``gropcap.selftest_cases``) as jobs ``selftest/PROTO/CASE``
+    (with ``gro_list``: ``fraglist/PROTO/CASE``, rx-gro-list on, no local socket)."""
     from gropcap import selftest_cases as ST
     out = []
     for proto in protos or ST.PROTOS:
         for c in ST.cases_for(proto):
             if names and c.name not in names:
                 continue
-            out.append(Job(f"selftest/{proto}/{c.name}", c.frames(proto), c.bursts(proto)))
+            out.append(Job(f"{'fraglist' if gro_list else 'selftest'}/{proto}/{c.name}",
+                           c.frames(proto), c.bursts(proto), gro_list=gro_list))
     return out
 
 
@@ -241,14 +245,15 @@ def run_jobs(jobs_path: str, out_path: str) -> dict:
     groups: dict[tuple, list[Job]] = {}
     for j in jobs:
         if j.kind == "native":
-            groups.setdefault(j.udp_tunnels, []).append(j)
+            groups.setdefault((j.udp_tunnels, j.gro_list), []).append(j)
     t0 = time.monotonic()
     for j in jobs:
         if j.kind == "cells":
             results["jobs"][j.name] = _run_cells(j, flush_ns)
             print(f"{time.monotonic() - t0:7.1f}s {j.name}", flush=True)
-    for tunnels, group in groups.items():
-        with K.ReplaySession(flush_timeout_ns=flush_ns, udp_tunnels=tunnels) as s:
+    for (tunnels, gro_list), group in groups.items():
+        with K.ReplaySession(flush_timeout_ns=flush_ns, udp_tunnels=tunnels,
+                             gro_list=gro_list) as s:
             results["xdp"] = s.xdp
             for j in group:
                 results["jobs"][j.name] = _run_one(s, j, received_sizes)
@@ -293,7 +298,7 @@ def _run_one(session, job: Job, received_sizes) -> dict:
     d["lost"] = r.lost
     d["attempts"] = r.config.get("attempts", 1)
     d["slow_bursts"] = r.config.get("slow_bursts", [])
-    if job.name.startswith("selftest/"):
+    if job.name.startswith(("selftest/", "fraglist/")):
         d["sizes"] = received_sizes(job.name.split("/")[1], [u.data for u in r.units])
     return d
 

@@ -281,8 +281,9 @@ class ReplaySession:
 
     def __init__(self, *, mtu: int = 65535, flush_timeout_ns: int = 20_000_000,
                  defer: int = 1, budget: int = 64, pause_s: float | None = None,
-                 udp_tunnels=(), xdp: bool | None = None):
+                 udp_tunnels=(), xdp: bool | None = None, gro_list: bool = False):
         self.mtu = mtu
+        self.gro_list = bool(gro_list)
         # veth GRO needs an XDP program before v5.13 (replay/_xdp.py); None: when needed
         if xdp is None:
             from gropcap.replay._xdp import VETH_NAPI_WITHOUT_XDP
@@ -302,7 +303,8 @@ class ReplaySession:
 
     def __enter__(self) -> "ReplaySession":
         self.pair = VethPair(mtu=self.mtu, flush_timeout_ns=self.flush_timeout_ns,
-                             defer=self.defer, udp_tunnels=self.udp_tunnels, xdp=self.xdp)
+                             defer=self.defer, udp_tunnels=self.udp_tunnels, xdp=self.xdp,
+                             gro_list=self.gro_list)
         self.pair.__enter__()
         try:
             self.tx, self.tx_ifindex = self.pair.packet_socket("tx", proto=0,
@@ -474,7 +476,7 @@ class ReplaySession:
         rel = os.uname().release
         cfg = {"flush_timeout_ns": self.flush_timeout_ns, "defer": self.defer,
                "budget": self.budget, "mtu": self.mtu, "pause_s": self.pause_s,
-               "xdp": self.xdp,
+               "xdp": self.xdp, "gro_list": self.gro_list,
                "udp_tunnels": ",".join(f"{k}:{p}" for k, p in self.udp_tunnels)}
         return KernelReplayResult(sent, actions, polls, units, lost, running_kernel(), rel,
                                   cfg)
