@@ -118,3 +118,23 @@ def test_release_names():
     assert G.kernel_of_release("5.10.0-32-amd64") == "5.10"
     with pytest.raises(Exception, match="release"):
         G.image_release("/boot/bzImage")
+
+
+@pytest.mark.parametrize("release,name,other", [
+    # IPv6 hop limit joined the flow compare in 5.18 (ipv6_gro_receive)
+    ("5.10", "selftest/ipv6/ip_hoplimit6", "6.1"),
+    # CWR leaves the flushing flag set in 6.15; outer fixed IDs in 6.18
+    ("6.1", "selftest/ipip/flags_cwr", "6.18"),
+    ("6.1", "selftest/ipip/ip_id_df0_fixed", "6.18"),
+])
+def test_stored_results_tell_releases_apart(release, name, other):
+    """What a release delivered disagrees with a later release's rules where a rule
+    changed in between: the stored runs pin the profile switches, not just one answer."""
+    path = os.path.join(HERE, "live_results", f"{release}.json")
+    if not os.path.exists(path):
+        pytest.skip(f"no stored {release} results")
+    res = _load(path)
+    job = _jobs()[name]
+    (same,) = G.compare_results([job], res)
+    (later,) = G.compare_results([job], res, kernel=other)
+    assert same.status == "agree" and later.status == "differ", (same.detail, later.detail)
