@@ -48,7 +48,8 @@ from dataclasses import dataclass
 from gropcap.errors import GropcapError
 from gropcap.replay import _wire
 from gropcap.replay._netns import VethPair, _run, check_environment
-from gropcap.replay.kernel import _Matcher, split_bursts
+from gropcap.replay import kernel as K
+from gropcap.replay.kernel import _Matcher, is_kick, kick_frame, split_bursts
 
 __all__ = ["replay_gro_cells", "simulate_cells", "CellsReplayResult", "VXLAN_OVERHEAD",
            "Decap", "decap_device"]
@@ -131,6 +132,9 @@ def decap_device(frame: bytes) -> Decap:
         if flags & C.GRE_KEY:
             k = struct.unpack_from("!I", frame, nxt + 4 + 4 * bool(flags & C.GRE_CSUM))[0]
             key = ("key", str(k))
+        if flags & C.GRE_CSUM:
+            # ip_tunnel_rcv drops a packet whose C bit differs from the device's icsum
+            key += ("icsum",)
         six = "ip6" if ver == 6 else ""
         if gproto in (C.ETH_P_IP, C.ETH_P_IPV6):
             return Decap(f"{six}gre", ends + key, ver, local, remote, nxt + gh, True)
@@ -145,8 +149,9 @@ def decap_device(frame: bytes) -> Decap:
                 o_bit = frame[e + 11] & 0x01
                 verargs = ("erspan_ver", "2", "erspan_dir", "ingress", "erspan_hwid", "1")
                 hl = 12 + 8 * o_bit
-            return Decap(f"{six}erspan", ends + ("key", str(session)) + verargs, ver, local,
-                         remote, e + hl, False)
+            # erspan_validate: exactly the GRE sequence and key flags (session = key)
+            return Decap(f"{six}erspan", ends + ("seq", "key", str(session)) + verargs, ver,
+                         local, remote, e + hl, False)
         raise GropcapError(f"GRE protocol {gproto:#06x} has no tunnel device here")
     if proto in (C.IPPROTO_IPIP, C.IPPROTO_IPV6):
         if ver == 4:
@@ -177,7 +182,7 @@ def replay_gro_cells(frames: list[bytes], bursts: list[int] | None = None, *,
                      wire_lens=None, csum_not_ready=None, native_gro: bool = True,
                      cells_flush_timeout_ns: int = 0, flush_timeout_ns: int = 20_000_000,
                      budget: int = 64, pause_s: float = 0.07,
-                     xdp: bool | None = None) -> CellsReplayResult:
+                     xdp: bool | None = None, kick: bool = False) -> CellsReplayResult:
     """Inject tunnel ``frames`` (one receiver) and read the tunnel device's GRO output.
 
     The device comes from the first frame (:func:`decap_device`: gre, gretap, erspan,
@@ -186,7 +191,12 @@ def replay_gro_cells(frames: list[bytes], bursts: list[int] | None = None, *,
     :func:`gropcap.replay.kernel.replay`; ``native_gro`` switches GRO on the receiving veth,
     ``cells_flush_timeout_ns`` sets gro_flush_timeout (with napi_defer_hard_irqs 1) on the
     tunnel device, ``xdp`` an XDP_PASS program on the veth (default: before 5.13, where
-    veth has NAPI only with XDP). Needs root, netns and the tunnel's module.
+    veth has NAPI only with XDP), ``kick`` a kick frame before each burst
+    (``replay.kernel.kick_frame``). With GRO off, ``xdp`` and ``kick`` make the veth a NIC
+    that polls each burst at once: its deferred NAPI hands the whole burst up in one poll
+    (``netif_elide_gro``: no merging) and the tunnel device's cell polls it together,
+    without the jiffy-dependent splits of a deferred cell. Needs root, netns and the
+    tunnel's module.
     """
     from gropcap.replay._netns import missing_device_error
     from gropcap.replay._xdp import VETH_NAPI_WITHOUT_XDP
@@ -249,6 +259,9 @@ def replay_gro_cells(frames: list[bytes], bursts: list[int] | None = None, *,
                 j = i
                 while j < len(sent) and polls[j] == polls[i]:
                     j += 1
+                if kick:
+                    tx.send(kick_frame(sent[i]))
+                    time.sleep(K.KICK_SETTLE_S)
                 for k in range(i, j):
                     tx.send(sent[k])
                 time.sleep(pause_s + 3 * cells_flush_timeout_ns / 1e9)
@@ -260,7 +273,7 @@ def replay_gro_cells(frames: list[bytes], bursts: list[int] | None = None, *,
                     data, addr = rx.recvfrom(1 << 19)
                 except BlockingIOError:
                     break
-                if addr[2] != PACKET_OUTGOING:
+                if addr[2] != PACKET_OUTGOING and not is_kick(data):
                     got.append(_fake_eth(data) if dev.l3 else data)
         finally:
             rx.close()
