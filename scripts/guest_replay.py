@@ -79,6 +79,8 @@ def main() -> int:
     ap.add_argument("--sets", default="selftest,samples")
     ap.add_argument("--protos", default=None, help="selftest protocols (ipv4,ipv6,ipip)")
     ap.add_argument("--cases", default=None, help="selftest case names (comma-separated)")
+    ap.add_argument("--only", default=None, metavar="TEXT",
+                    help="only the jobs whose name contains TEXT")
     ap.add_argument("--kernel", default=None, help="simulator rule set (default: guest's)")
     ap.add_argument("--workdir", default=None, help="guest work directory")
     ap.add_argument("--timeout", type=float, default=3600)
@@ -92,6 +94,8 @@ def main() -> int:
     if bad or (a.image is None) == (a.results is None):
         ap.error(f"give IMAGE or --results; sets are {', '.join(SETS)}")
     jobs = build_jobs(sets, a.protos and a.protos.split(","), a.cases and a.cases.split(","))
+    if a.only:
+        jobs = [j for j in jobs if a.only in j.name]
     try:
         if a.results:
             results = G.load_results(a.results)

@@ -96,7 +96,7 @@ class Job:
         for f in self.sent_frames()[0]:
             h.update(len(f).to_bytes(4, "big") + f)
         h.update(json.dumps([list(self.bursts), [list(t) for t in self.udp_tunnels]]
-                            + ([self.kind, self.native_gro, CELLS_METHOD]
+                            + ([self.kind, self.native_gro, CELLS_METHOD[self.native_gro]]
                                if self.kind != "native" else []) + (["gro_list"] if self.gro_list else [])).encode())
         return h.hexdigest()[:16]
 
@@ -164,7 +164,10 @@ CELLS_SAMPLES = ("crafted_gre.pcap", "crafted_gre_key.pcap", "crafted_gre_csum.p
 # ... and these again with the outer IPv4 header replaced by IPv6 (ip6gretap, ip6erspan)
 CELLS_IPV6_OUTER = {"crafted_gretap.pcap": "ip6gretap", "crafted_erspan2.pcap": "ip6erspan2",
                     "crafted_erspan3.pcap": "ip6erspan3"}
-CELLS_METHOD = 2      # GRO off: XDP + kick on the veth (1: netif_rx and a deferred cell)
+# how a cells job is replayed (in its digest): GRO off 2: XDP + kick on the veth (1 was
+# netif_rx and a deferred cell); GRO on 3: a kick opens each burst (2 had none: the first
+# frame was polled at once, alone)
+CELLS_METHOD = {False: 2, True: 3}
 _OUTER6_SRC = bytes.fromhex("20010db800ff00000000000000000001")    # 2001:db8:ff::1
 _OUTER6_DST = bytes.fromhex("20010db800ff00000000000000000002")    # 2001:db8:ff::2
 
@@ -269,12 +272,13 @@ def _run_cells(job: Job, flush_ns: int) -> dict:
     from gropcap.replay.cells import replay_gro_cells
     d: dict = {"digest": job.digest()}
     try:
-        # GRO off on the veth: XDP and a kick make it poll each burst at once (a NIC with
-        # GRO off still polls in batches); without them veth has no NAPI (netif_rx)
+        # a kick opens each burst, so the burst is one veth poll (as in replay/kernel.py);
+        # GRO off on the veth: XDP gives it NAPI (a NIC with GRO off still polls in
+        # batches), without it veth has none (netif_rx)
         r = replay_gro_cells(job.frames, job.bursts, wire_lens=job.wire_lens,
                              csum_not_ready=job.csum_not_ready, native_gro=job.native_gro,
                              flush_timeout_ns=flush_ns, pause_s=3 * flush_ns / 1e9 + 0.01,
-                             xdp=None if job.native_gro else True, kick=not job.native_gro)
+                             xdp=None if job.native_gro else True, kick=True)
     except GropcapError as e:
         d["error"] = e.one_line()
         return d
