@@ -232,6 +232,7 @@ def run_jobs(jobs_path: str, out_path: str) -> dict:
     the results to ``out_path`` (JSON, see :func:`load_results`) and return them."""
     from gropcap.replay import kernel as K
     from gropcap.replay._netns import kernel_config_option
+    from gropcap.replay._xdp import VETH_NAPI_WITHOUT_XDP
     from gropcap.selftest_cases import received_sizes
 
     K.KICK_SETTLE_S = GUEST_KICK_SETTLE_S
@@ -244,7 +245,7 @@ def run_jobs(jobs_path: str, out_path: str) -> dict:
     results = {"version": RESULTS_VERSION, "release": os.uname().release,
                "kernel": f"{major}.{minor}", "vlan_gro": vlan in ("y", "m", None),
                "flush_timeout_ns": flush_ns, "kick_settle_s": GUEST_KICK_SETTLE_S,
-               "jobs": {}}
+               "xdp": (major, minor) < VETH_NAPI_WITHOUT_XDP, "jobs": {}}
     groups: dict[tuple, list[Job]] = {}
     for j in jobs:
         if j.kind == "native":
