@@ -482,7 +482,7 @@ class VethPair:
 
     def __init__(self, *, mtu: int = 65535, flush_timeout_ns: int = 20_000_000,
                  defer: int = 1, prefix: str = "gropcap", udp_tunnels=(),
-                 record_dir: str | None = None):
+                 record_dir: str | None = None, xdp: bool = False, gro_list: bool = False):
         tag = secrets.token_hex(4)
         self.tag = tag
         self.record_dir = record_dir
@@ -498,6 +498,16 @@ class VethPair:
         # a gro_receive hook for the port (("vxlan", 4789), ("vxlan-gpe", 4790))
         self.udp_tunnels = tuple(udp_tunnels)
         self.tunnel_devs: list[str] = []
+        # an XDP_PASS program on the receiver: the only way to veth GRO before v5.13
+        # (replay/_xdp.py); the sender's MTU is then capped at VETH_XDP_MAX_MTU
+        self.xdp = bool(xdp)
+        # rx-gro-list on the receiver (NETIF_F_GRO_FRAGLIST): fraglist GRO for flows
+        # without a local socket (UDP 5.6+, TCP 6.10+); no socket exists in the namespace
+        self.gro_list = bool(gro_list)
+        self.tx_mtu = self.mtu
+        if self.xdp:
+            from gropcap.replay._xdp import VETH_XDP_MAX_MTU
+            self.tx_mtu = min(self.mtu, VETH_XDP_MAX_MTU)
         self._created: list[str] = []
         self._old_handlers: dict[int, object] = {}
 
@@ -568,8 +578,9 @@ class VethPair:
                   "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"])
         _run(["ip", "link", "add", self.dev_tx, "netns", self.ns_tx, "type", "veth",
               "peer", "name", self.dev_rx, "netns", self.ns_rx])
-        for ns, dev in ((self.ns_tx, self.dev_tx), (self.ns_rx, self.dev_rx)):
-            _run(["ip", "-n", ns, "link", "set", "dev", dev, "mtu", str(self.mtu)])
+        for ns, dev, mtu in ((self.ns_tx, self.dev_tx, self.tx_mtu),
+                             (self.ns_rx, self.dev_rx, self.mtu)):
+            _run(["ip", "-n", ns, "link", "set", "dev", dev, "mtu", str(mtu)])
         # veth_skb_is_eligible_for_gro(): the SENDING device must not have TSO, else veth
         # bypasses the peer's NAPI/GRO; GSO off so nothing is re-segmented on the way.
         _run(["ip", "netns", "exec", self.ns_tx, "ethtool", "-K", self.dev_tx,
@@ -577,10 +588,17 @@ class VethPair:
         # GRO on the receiver gives veth a NAPI instance (veth_set_features, 5.13+).
         _run(["ip", "netns", "exec", self.ns_rx, "ethtool", "-K", self.dev_rx,
               "gro", "on", "tso", "off"])
+        if self.gro_list:
+            _run(["ip", "netns", "exec", self.ns_rx, "ethtool", "-K", self.dev_rx,
+                  "rx-gro-list", "on"])
         self.set_rx_sysfs("gro_flush_timeout", self.flush_timeout_ns)
         self.set_rx_sysfs("napi_defer_hard_irqs", self.defer)
         for ns, dev in ((self.ns_tx, self.dev_tx), (self.ns_rx, self.dev_rx)):
             _run(["ip", "-n", ns, "link", "set", "dev", dev, "up"])
+        if self.xdp:
+            from gropcap.replay._xdp import attach_xdp_pass
+            with self.inside(self.ns_rx):
+                attach_xdp_pass(socket.if_nametoindex(self.dev_rx))
         for k, (kind, port) in enumerate(self.udp_tunnels):
             self.add_udp_tunnel(kind, int(port), f"gtun{k}")
 

@@ -18,8 +18,11 @@ killed (SIGKILL, OOM, power cut), using the owner records of ``replay/_netns.py`
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import struct
 import sys
+import tempfile
 import textwrap
 
 import click
@@ -218,13 +221,19 @@ def unreplayable_reason(linktypes) -> str:
         metavar="BYTES", section="receiver",
         help="MTU of the veth pair (every replayed frame must fit: the simulator takes them "
              "all as wire frames).")
+@option("--guest", "guest", default=None, metavar="IMAGE", section="run",
+        type=click.Path(exists=True, dir_okay=False),
+        help="Replay inside this kernel image instead (e.g. /boot/vmlinuz-6.1.0-57-amd64, "
+             "a Debian linux-image package), booted under qemu with virtme-ng (TCG, slow: "
+             "about a minute to boot); the simulator defaults to its X.Y. The guest's "
+             "receiver uses a 100 ms flush timeout unless given.")
 @option("--cleanup-stale", is_flag=True, section="run",
         help="Instead of replaying: delete the namespaces left behind by killed replays "
              "(owner process gone), one line per namespace. No FILES.")
 @option("--dry-run", is_flag=True, section="run",
         help="With --cleanup-stale: only list the stale namespaces.")
 def kernel_replay(files, kernel, burst, gro_flush_timeout_us, engine, no_fix_checksums, fmt,
-                  as_json, udp_tunnel, mtu, cleanup_stale, dry_run):
+                  as_json, udp_tunnel, mtu, guest, cleanup_stale, dry_run):
     """Replay capture FILES through this machine's kernel GRO (veth, root) and compare the
     super-packets it builds with the simulator's.
 
@@ -244,8 +253,14 @@ def kernel_replay(files, kernel, burst, gro_flush_timeout_us, engine, no_fix_che
     from gropcap.gro.config import parse_udp_tunnels
 
     as_json = as_json or fmt == "json"
-    kernel = kernel or _default_kernel()
     tunnels = parse_udp_tunnels(",".join(udp_tunnel))
+    if guest:
+        src = click.get_current_context().get_parameter_source("gro_flush_timeout_us")
+        explicit = src is not None and src.name != "DEFAULT"
+        _replay_in_guest(files, guest, kernel, burst,
+                         gro_flush_timeout_us if explicit else None, engine, tunnels,
+                         as_json, not no_fix_checksums)
+    kernel = kernel or _default_kernel()
     settings = {"burst": burst, "gro_flush_timeout_us": gro_flush_timeout_us,
                 "napi_defer_hard_irqs": _DEFER, "budget": _BUDGET, "engine": engine,
                 "udp_tunnels": [f"{k}:{p}" for k, p in tunnels], "mtu": mtu}
@@ -277,6 +292,49 @@ def kernel_replay(files, kernel, burst, gro_flush_timeout_us, engine, no_fix_che
     if not replayed and counts["skipped"]:
         click.echo("gropcap: error: no file could be replayed", err=True)
     sys.exit(0 if replayed and not counts["differ"] and not counts["failed"] else 1)
+
+
+def _replay_in_guest(files, image, kernel, burst, flush_timeout_us, engine, tunnels, as_json,
+                     fix_checksums) -> None:
+    """``--guest IMAGE``: every file replayed inside the booted image, compared on the host
+    with ``--kernel`` (default: the guest's X.Y); exits like a local replay."""
+    from gropcap.replay import guest as G
+    if not fix_checksums:
+        raise click.UsageError("--no-fix-checksums does not go with --guest")
+    flush_ns = (G.GUEST_FLUSH_TIMEOUT_NS if flush_timeout_us is None
+                else int(round(flush_timeout_us * 1000)))
+    try:
+        jobs, skipped = G.file_jobs(files, "file", tunnels, burst=burst)
+        for j, path in zip(jobs, [p for p in files if str(p) not in skipped]):
+            j.name = str(path)
+        outcomes = []
+        if jobs:
+            work = os.path.join(tempfile.gettempdir(),
+                                f"gropcap-guest-{os.getpid()}-{G.image_release(image)}")
+            results = G.boot_guest(image, jobs, work, flush_timeout_ns=flush_ns)
+            outcomes = G.compare_results(jobs, results, kernel=kernel, engine=engine)
+            shutil.rmtree(work, ignore_errors=True)
+    except GropcapError as e:
+        click.echo(f"gropcap: error: {e.one_line()}", err=True)
+        sys.exit(1)
+    for path, why in skipped.items():
+        click.echo(json.dumps({"file": path, "skipped": why}, sort_keys=True) if as_json
+                   else f"{path}: skipped: {why}")
+    for o in outcomes:
+        if as_json:
+            d = o.report.to_dict() if o.report is not None else {"ok": False}
+            d.update(file=o.name, status=o.status, guest=image,
+                     simulated_kernel=kernel or results["kernel"], detail=o.detail)
+            click.echo(json.dumps(d, sort_keys=True))
+        else:
+            what = o.detail if o.report is not None else f"{o.status}: {o.detail}"
+            click.echo(f"{o.name}: {what} (guest {results['release']})")
+            for line in o.lines:
+                click.echo(f"  {line}")
+    ok = outcomes and all(o.status == "agree" for o in outcomes)
+    if not outcomes:
+        click.echo("gropcap: error: no file could be replayed", err=True)
+    sys.exit(0 if ok else 1)
 
 
 def _replay_file(path, kernel, burst, flush_timeout_us, engine, fix_checksums, tunnels,

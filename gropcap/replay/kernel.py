@@ -280,8 +280,14 @@ class ReplaySession:
 
     def __init__(self, *, mtu: int = 65535, flush_timeout_ns: int = 20_000_000,
                  defer: int = 1, budget: int = 64, pause_s: float | None = None,
-                 udp_tunnels=()):
+                 udp_tunnels=(), xdp: bool | None = None, gro_list: bool = False):
         self.mtu = mtu
+        self.gro_list = bool(gro_list)
+        # veth GRO needs an XDP program before v5.13 (replay/_xdp.py); None: when needed
+        if xdp is None:
+            from gropcap.replay._xdp import VETH_NAPI_WITHOUT_XDP
+            xdp = running_kernel() < VETH_NAPI_WITHOUT_XDP
+        self.xdp = bool(xdp)
         self.udp_tunnels = tuple(udp_tunnels)
         self.flush_timeout_ns = int(flush_timeout_ns)
         self.defer = int(defer)
@@ -296,7 +302,8 @@ class ReplaySession:
 
     def __enter__(self) -> "ReplaySession":
         self.pair = VethPair(mtu=self.mtu, flush_timeout_ns=self.flush_timeout_ns,
-                             defer=self.defer, udp_tunnels=self.udp_tunnels)
+                             defer=self.defer, udp_tunnels=self.udp_tunnels, xdp=self.xdp,
+                             gro_list=self.gro_list)
         self.pair.__enter__()
         try:
             self.tx, self.tx_ifindex = self.pair.packet_socket("tx", proto=0,
@@ -373,8 +380,10 @@ class ReplaySession:
             cnr = bool(csum_not_ready[i]) if csum_not_ready is not None else False
             g, act = _wire.fix_frame(bytes(f), wl, fix_checksums=fix_checksums,
                                      csum_not_ready=cnr)
-            if len(g) > self.mtu + 14:
-                raise GropcapError(f"frame {i} is {len(g)} bytes, more than MTU {self.mtu}")
+            mtu = self.pair.tx_mtu if self.pair is not None else self.mtu
+            if len(g) > mtu + 14:
+                why = " (the sender's cap with XDP on the receiver)" if mtu < self.mtu else ""
+                raise GropcapError(f"frame {i} is {len(g)} bytes, more than MTU {mtu}{why}")
             if len(g) < 14:
                 raise GropcapError(f"frame {i} is shorter than an Ethernet header")
             sent.append(g)
@@ -466,6 +475,7 @@ class ReplaySession:
         rel = os.uname().release
         cfg = {"flush_timeout_ns": self.flush_timeout_ns, "defer": self.defer,
                "budget": self.budget, "mtu": self.mtu, "pause_s": self.pause_s,
+               "xdp": self.xdp, "gro_list": self.gro_list,
                "udp_tunnels": ",".join(f"{k}:{p}" for k, p in self.udp_tunnels)}
         return KernelReplayResult(sent, actions, polls, units, lost, running_kernel(), rel,
                                   cfg)
