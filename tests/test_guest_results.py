@@ -49,14 +49,10 @@ def _stored():
 # differences between a live kernel and the simulator that are known and owned by the GRO
 # rules (issue 13); strict: once the rule is fixed the mark must go
 KNOWN: dict[tuple[str, str], str] = {
-    ("5.10", "sockets/crafted_vxlan_gpe.pcap"):
-        "issue 13 item 6: 5.10.223 has no vxlan_gpe_gro_receive, the GPE socket's GRO "
-        "takes the Ethernet path and flushes every packet; the simulator aggregates GPE "
-        "on every release (Debian's 6.1.192 and 6.12 do aggregate: stable backport)",
-    **{(rel, "cells/crafted_sit.pcap/native-off"):
-       "issue 13 item 3: the sit device delivers every inner packet alone (ipip6_rcv ends "
-       "in netif_rx, no gro_cells); gro/stages.py runs a second GRO stage on SIT"
-       for rel in ("5.10", "6.1", "6.12")},
+    ("6.1", "sockets/crafted_vxlan_gpe.pcap"):
+        "Debian's 6.1.192 aggregates VXLAN-GPE IP payloads (a stable backport of "
+        "vxlan_gpe_gro_receive); the 6.1 profile follows mainline, where it arrived in 6.5 "
+        "(b0b672c4d095) and 5.10.223 flushes every GPE packet, as modelled",
     # found live on 5.10.223 only, not explained yet (6.1 and 6.12 agree): with an IPv6
     # outer header and an Ethernet inner one, the device's cell merges nothing
     **{("5.10", f"cells/{n}"):
@@ -71,17 +67,11 @@ KNOWN: dict[tuple[str, str], str] = {
        "unit #24-30 instead of merging it (ipip and ip6gre merge it); unexplained"
        for n in ("ip6ip6", "ip4ip6")},
 }
-# jobs no simulator setting describes yet: rx-gro-list on the receiver makes TCP flows
-# without a local socket use fraglist GRO from 6.10 (issue 13 item 1, modelled on branch
-# kernel13); the live results are kept for that model
-NO_MODEL = {"fraglist": "TCP fraglist GRO (issue 13 item 1) is not modelled here yet"}
 
 
 @pytest.mark.parametrize("path,name", _stored())
 def test_simulator_matches_guest_kernel(path, name, request):
     res = _load(path)
-    if name.split("/")[0] in NO_MODEL:
-        pytest.skip(NO_MODEL[name.split("/")[0]])
     why = KNOWN.get((res["kernel"], name))
     if why:
         request.applymarker(pytest.mark.xfail(strict=True, reason=why))

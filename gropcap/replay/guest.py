@@ -461,7 +461,11 @@ def compare_results(jobs: list[Job], results: dict, *, kernel: str | None = None
             out.append(_compare_cells(job, res, results, kernel))
             continue
         kr = kernel_result(job, res, results)
-        packets, sim = simulate_replay(kr, kernel=kernel, engine=engine)
+        # rx-gro-list on and no local socket: TCP fraglist GRO from 6.10
+        # (tcp4/6_check_fraglist_gro), UDP in fraglist mode
+        changes = dict(rx_gro_list=True, tcp_local_socket=False,
+                       udp_gro="fraglist") if job.gro_list else {}
+        packets, sim = simulate_replay(kr, kernel=kernel, engine=engine, **changes)
         rep = compare(packets, kr, sim)
         out.append(JobOutcome(job.name, "agree" if rep.ok else "differ",
                               rep.summary_line(), rep, [d.line() for d in rep.differences]))
