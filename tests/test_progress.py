@@ -41,7 +41,7 @@ def test_cli_output_has_no_progress_when_not_a_terminal():
     assert q.stderr == ""
     # off a terminal, stderr holds the closing line only
     n = json.loads(r.stdout)["packets"]
-    assert re.fullmatch(rf"gropcap: {n} packets in \d+\.\d s \(\d+\.\d+ [kM] packets/s\), "
+    assert re.fullmatch(rf"gropcap: {n} packets in \d+\.\d s \(\d+(\.\d+ [kM])? packets/s\), "
                         r"nothing written\n", r.stderr), r.stderr
 
 
@@ -80,3 +80,13 @@ def test_quiet_progress_prints_no_note(capsys):
         p.note("x")
         p.note("x")                              # once
     assert capsys.readouterr().err == "gropcap: x\n"
+
+
+def test_closing_line_rates():
+    """Regression: a first run (numba compiling) gave '0.0 k packets/s'."""
+    from gropcap.cli import _done_line
+    assert _done_line({"packets": 2373}, 62.7, []) == \
+        "gropcap: 2373 packets in 62.7 s (38 packets/s), nothing written"
+    assert _done_line({"packets": 2373}, 0.5, ["o/p.parquet"]) == \
+        "gropcap: 2373 packets in 0.5 s (4.7 k packets/s), wrote o/p.parquet"
+    assert "(2.00 M packets/s)" in _done_line({"packets": 2_000_000}, 1.0, [])
