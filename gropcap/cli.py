@@ -555,7 +555,7 @@ def _done_line(summary: dict, seconds: float, written: list) -> str:
     n = summary.get("packets", 0)
     rate = n / seconds if seconds > 0 else 0.0
     rate_text = (f"{rate / 1e6:.2f} M" if rate >= 1e6 else f"{rate / 1e3:.1f} k"
-                 if rate >= 1e3 else f"{rate:.0f} ")
+                 if rate >= 1e3 else f"{rate:.0f}")
     where = "wrote " + ", ".join(written) if written else "nothing written"
     return f"gropcap: {n} packets in {seconds:.1f} s ({rate_text} packets/s), {where}"
 
