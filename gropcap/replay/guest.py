@@ -377,12 +377,15 @@ def boot_guest(image: str, jobs: list[Job], workdir: str, *, memory: str = "2G",
         fh.write(f"cd {REPO}\nexport NUMBA_CACHE_DIR={workdir}/numba PYTHONDONTWRITEBYTECODE=1\n"
                  f"{sys.executable} -m gropcap.replay.guest run {jobs_path} {out_path} "
                  f"> {log_path} 2>&1\n")
-    argv = [_vng(), "--disable-kvm", "--run", image, "--memory", memory, "--rwdir", workdir,
-            "--exec", f"sh {script}"]
+    # vng from this interpreter's environment first (pip install 'gropcap[guest]')
+    env = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(sys.executable),
+                                                 os.environ.get("PATH", os.defpath)]))
     t0 = time.monotonic()
     try:
-        p = subprocess.run(argv, capture_output=True, timeout=timeout_s, cwd=workdir,
-                           stdin=subprocess.DEVNULL)
+        p = subprocess.run(["vng", "--disable-kvm", "--run", image, "--memory", memory,
+                            "--rwdir", workdir, "--exec", f"sh {script}"],
+                           capture_output=True, timeout=timeout_s, cwd=workdir,
+                           stdin=subprocess.DEVNULL, env=env)
     except subprocess.TimeoutExpired:
         raise GropcapError(f"the guest ({image}) did not finish in {timeout_s:g} s",
                            hint=f"see {log_path}") from None
