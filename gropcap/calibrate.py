@@ -230,6 +230,13 @@ class Fit:
     wire_sha256: str | list = ""
     postgro_sha256: str | list = ""
     ideal_total: int = 0
+    gap_range: tuple | None = None   # the poll gaps (us) that fit as well as the chosen one
+
+    @property
+    def polls_unseen(self) -> bool:
+        """True when the ideal model (no polls) already gives the kernel's count: the
+        pair's polls ended no super-packet, so it only bounds the poll parameters."""
+        return self.ideal_total == self.residual.kernel_total
 
     def profile_fit(self, **extra) -> dict:
         """The ``[fit]`` table of the profile."""
@@ -244,6 +251,8 @@ class Fit:
              "boundary_difference": r.boundary_difference,
              "napi_default_packets": self.default_residual.model_total,
              "ideal_packets": self.ideal_total}
+        if self.gap_range is not None:
+            d["poll_gap_us_range"] = list(self.gap_range)
         d["flows"] = [{"flow": name, "kernel": k, "model": m, "boundaries": b}
                       for name, k, m, b in r.flows]
         return d
@@ -434,6 +443,7 @@ def fit_pairs(tables: list, config=None, *, fixed: dict | None = None,
         best = search(best, ("mtu",), choices)
         if best == before:
             break
+    gap_range = None
     if "poll_gap_us" not in fixed:
         # refine: the poll gap over the fine grid, the middle of the widest run of best
         scores = [evaluate({**best, "poll_gap_us": g})[0] for g in gaps]
@@ -450,6 +460,9 @@ def fit_pairs(tables: list, config=None, *, fixed: dict | None = None,
         # a pair that does not tell the gap apart from the default keeps the default
         if evaluate({**best, "poll_gap_us": defaults["poll_gap_us"]})[0] == top:
             best["poll_gap_us"] = defaults["poll_gap_us"]
+            i = gaps.index(float(defaults["poll_gap_us"]))
+            lo, hi = next((a, b) for _, a, b in runs if a <= i <= b)
+        gap_range = (gaps[lo], gaps[hi])
     _, r = evaluate(best)
     _, r0 = evaluate(dict(defaults))
     values = {k: best[k] for k in FIT_KEYS}
@@ -461,7 +474,7 @@ def fit_pairs(tables: list, config=None, *, fixed: dict | None = None,
                 for (w, _), run in zip(tables, runners))
     return Fit(values=values, residual=r, default_residual=r0, fixed=fixed,
                candidates=len(cache), kernel=config.kernel.name, wire="", postgro="",
-               ideal_total=ideal)
+               ideal_total=ideal, gap_range=gap_range)
 
 
 _FLOW_ROWS = 12
@@ -472,6 +485,8 @@ def render_fit(fit: Fit) -> str:
     lines = ["fitted receive parameters (napi model):"]
     for k, v in fit.values.items():
         src = "option" if k in fit.fixed else "wire view" if k == "mtu" else "fitted"
+        if k == "poll_gap_us" and fit.gap_range is not None:
+            src += f" (any of {fit.gap_range[0]:g}-{fit.gap_range[1]:g} us fits as well)"
         lines.append(f"  {k:<22} {v!s:<12} {src}")
     r, r0 = fit.residual, fit.default_residual
     lines.append(f"packets: kernel {r.kernel_total}, napi fitted {r.model_total} "
@@ -495,6 +510,12 @@ def render_fit(fit: Fit) -> str:
     if 0 < len(rows) < len(r.flows):
         lines.append(f"  ... {len(r.flows) - len(rows)} more flows ({same} of "
                      f"{len(r.flows)} agree exactly; the profile lists each)")
+    if fit.polls_unseen and "poll_gap_us" not in fit.fixed:
+        lines.append("note: the ideal model (no polls) already gives the kernel's count: "
+                     "no poll ended a super-packet here, so this traffic only bounds the "
+                     "poll parameters. Fit on traffic whose polls end super-packets (a small "
+                     "MSS or many flows, polls that use the whole budget), or on several "
+                     "pairs together.")
     return "\n".join(lines) + "\n"
 
 

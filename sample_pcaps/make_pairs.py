@@ -152,7 +152,10 @@ def napi_polls(perf_data: Path, dev: str) -> dict:
             "polls_with_work": len(busy), "polls_without_work": len(work) - len(busy),
             "frames": sum(busy), "budget": budget,
             "full_budget_polls": sum(1 for w in busy if w >= budget > 0),
-            "work_histogram": {str(k): hist[k] for k in sorted(hist)}}
+            "work_histogram": {str(k): hist[k] for k in sorted(hist)},
+            # the polls with work in the order they ran: they took the wire view's frames
+            # in order, so this places every poll boundary on the wire view
+            "work_sequence": busy}
 
 
 def kernel_hz() -> int | None:

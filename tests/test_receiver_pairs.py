@@ -30,6 +30,7 @@ from gropcap.receiver import load_profile, read_profile  # noqa: E402
 
 PAIRS = Path(__file__).resolve().parent.parent / "sample_pcaps" / "pairs"
 TRAIN = "bulk"              # fitted on the plain one-stream recording
+DETERMINES = "mss536"       # its polls end super-packets (pushes longer than the budget)
 TOLERANCE = 0.03            # issue 12: "each within 3%"
 
 
@@ -51,14 +52,18 @@ def kernel_count(name: str) -> int:
     return table.num_rows
 
 
-@pytest.fixture(scope="module")
-def profile(tmp_path_factory):
-    path = tmp_path_factory.mktemp("receiver") / "host.toml"
-    r = CliRunner().invoke(main, ["calibrate", str(PAIRS / f"{TRAIN}.wire.pcap"),
-                                  str(PAIRS / f"{TRAIN}.postgro.pcap"), "-o", str(path)])
+def fit_profile(directory: Path, path: Path) -> Path:
+    """``gropcap calibrate`` on the TRAIN pair of ``directory``, profile written to ``path``."""
+    r = CliRunner().invoke(main, ["calibrate", str(directory / f"{TRAIN}.wire.pcap"),
+                                  str(directory / f"{TRAIN}.postgro.pcap"), "-o", str(path)])
     assert r.exit_code == 0, (r.output, r.exception)
     assert "remaining difference" in r.output
     return path
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory):
+    return fit_profile(PAIRS, tmp_path_factory.mktemp("receiver") / "host.toml")
 
 
 def test_pairs_are_there():
@@ -98,6 +103,60 @@ def test_profile_fitted_on_one_pair_holds_on_the_others(profile, name):
         f"{name}: kernel {kernel}, napi with the {TRAIN} profile {napi} " \
         f"({(napi - kernel) / kernel:+.1%}); profile {load_profile(profile)}"
 
+
+
+SET2 = PAIRS / "set2"
+# A second recording session of the same kinds (same host, an hour later): the bulk
+# profile keeps the default gap (bulk only bounds it), and on this session's MSS 536
+# recording that gap splits the pushes where the kernel's polls did not (the kernel's own
+# polls give its count exactly: test_pairs.py). Not yet robust: issue 12 stays open.
+SET2_KNOWN = {"mss536": "kernel 51, napi with the bulk profile 48 (-5.9%): poll gap "
+                        "inference (exact with the kernel's polls)"}
+
+
+@pytest.fixture(scope="module")
+def profile2(tmp_path_factory):
+    return fit_profile(SET2, tmp_path_factory.mktemp("receiver2") / "host.toml")
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=SET2_KNOWN[n]))
+    if n in SET2_KNOWN else n
+    for n in sorted(p.name[:-len(".wire.pcap")] for p in SET2.glob("*.wire.pcap"))
+    if n != TRAIN])
+def test_profile_fitted_on_one_pair_holds_on_a_second_session(profile2, name):
+    meta = json.loads((SET2 / f"{name}.json").read_text())
+    config = GroConfig(**meta.get("gropcap_options", {})).replace(mtu=meta["receiver"]["mtu"])
+    kernel = decode_files(SET2 / f"{name}.postgro.pcap")[0].num_rows
+    a = gropcap.analyze(SET2 / f"{name}.wire.pcap", config, models=("napi",),
+                        receiver=str(profile2))
+    napi = a.summary()["models"]["napi"]["superpackets_out"]
+    assert abs(napi - kernel) <= TOLERANCE * kernel, \
+        f"set2/{name}: kernel {kernel}, napi with the {TRAIN} profile {napi}"
+
+
+def _calibrate(tmp_path, name):
+    path = tmp_path / f"{name}.toml"
+    r = CliRunner().invoke(main, ["calibrate", str(PAIRS / f"{name}.wire.pcap"),
+                                  str(PAIRS / f"{name}.postgro.pcap"), "-o", str(path)])
+    assert r.exit_code == 0, (r.output, r.exception)
+    return r.output, read_profile(path)["fit"]
+
+
+def test_calibrate_says_when_a_pair_only_bounds_the_polls(tmp_path):
+    """On the one-stream recording every poll ended at a push boundary, where the
+    super-packet ended anyway (ideal model = kernel): the fit says the poll gap is only
+    bounded there, and gives the range that fits as well. The MSS 536 recording
+    determines it (its ideal count is not the kernel's) and gets no such note."""
+    out, fit = _calibrate(tmp_path, TRAIN)
+    assert fit["ideal_packets"] == fit["kernel_packets"]
+    assert "only bounds the poll parameters" in out
+    lo, hi = fit["poll_gap_us_range"]
+    assert lo <= read_profile(tmp_path / f"{TRAIN}.toml")["receiver"]["poll_gap_us"] <= hi
+    assert f"any of {lo:g}-{hi:g} us fits as well" in out
+    out, fit = _calibrate(tmp_path, DETERMINES)
+    assert fit["ideal_packets"] != fit["kernel_packets"]
+    assert "only bounds" not in out
 
 
 def test_calibrate_holds_given_options_and_records_stated_ones(tmp_path):

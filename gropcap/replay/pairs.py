@@ -99,18 +99,59 @@ class PairCounts:
         return (self.models[label] - self.kernel) / self.kernel
 
 
+def kernel_poll_times(ts_ns, work_sequence) -> "np.ndarray":
+    """Timestamps that make the napi model poll exactly as the kernel did.
+
+    ``work_sequence``: the frames each NAPI poll with work took, in order
+    (``napi:napi_poll`` ``work``, recorded by make_pairs.py as ``kernel_polls``). The
+    tracepoint also counts the few frames the views' BPF filter leaves out (ARP, neighbour
+    discovery before the first TCP frame), so the first ``sum - len(ts_ns)`` are taken as
+    those. Every frame of a poll gets the arrival time of the poll's last frame (the poll
+    ran after it arrived), at least 1 ns after the previous poll; with ``poll_gap_ns=0`` the
+    model's gap rule then joins exactly one kernel poll's frames and nothing else.
+    """
+    import numpy as np
+
+    ts = np.asarray(ts_ns, dtype=np.int64)
+    extra = int(sum(work_sequence)) - len(ts)
+    if not 0 <= extra <= max(2, len(ts) // 100):
+        raise GropcapError(f"the recorded polls took {sum(work_sequence)} frames for a "
+                           f"{len(ts)}-frame wire view: not the same traffic",
+                           hint="record the pair again (perf may have lost events)")
+    poll = np.repeat(np.arange(len(work_sequence)), work_sequence)[extra:]
+    last = np.maximum.reduceat(ts, np.flatnonzero(np.r_[True, poll[1:] != poll[:-1]]))
+    out = np.empty_like(last)
+    t = np.iinfo(np.int64).min
+    for i, v in enumerate(last):       # one value per poll (hundreds): plain loop
+        t = out[i] = max(int(v), t + 1)
+    return out[np.unique(poll, return_inverse=True)[1]]
+
+
 def count_pair(pair: Pair, configs: dict[str, GroConfig], *,
-               engine: str = "fast") -> PairCounts:
+               engine: str = "fast", kernel_polls: bool = False) -> PairCounts:
     """Decode both views and run each configuration on the wire view.
 
     ``configs``: label -> GroConfig (e.g. ``{"ideal": pair.config(model="ideal")}``).
     The wire view is wire-sized by construction (make_pairs.py checks it), so it is fed as
-    one segment per frame.
+    one segment per frame. ``kernel_polls``: retime the wire view with
+    :func:`kernel_poll_times` from the pair's recorded polls (the configurations should
+    then use ``poll_gap_ns=0``): the napi model polls as the kernel did, and what remains
+    is the GRO rules alone.
     """
+    import pyarrow as pa
+
     from gropcap.pipeline import decode_files, simulate
 
     wire, _ = decode_files([pair.wire])
     post, _ = decode_files([pair.postgro])
+    if kernel_polls:
+        seq = pair.meta.get("kernel_polls", {}).get("work_sequence")
+        if not seq:
+            raise GropcapError(f"pair {pair.name}: no recorded poll sequence",
+                               hint="record it with make_pairs.py where perf is installed")
+        ts = kernel_poll_times(wire.column("ts_ns").to_numpy(), seq)
+        wire = wire.set_column(wire.schema.get_field_index("ts_ns"), "ts_ns",
+                               pa.array(ts, pa.int64()))
     models = {label: simulate(wire, cfg, engine=engine).num_superpackets
               for label, cfg in configs.items()}
     return PairCounts(pair.name, wire.num_rows, post.num_rows, models,
