@@ -20,7 +20,9 @@ hash (``skb_clear_hash_if_not_l4``): GRE/IPIP/DSA rows land in bucket 0, UDP tun
 the outer Toeplitz hash. A first-stage packet of more than ``MAX_SKB_FRAGS`` segments
 carries a frag_list and is never merged again (``dev_gro_receive``: ``flush =
 skb_has_frag_list``). Devices without cells (ip6gre family before v4.17, DSA before v5.8,
-``tunnel_gro=False``) deliver with ``netif_rx``: their rows skip GRO.
+``tunnel_gro=False``) deliver with ``netif_rx``: their rows skip GRO. An ip6tnl device's
+``hard_header_len`` (until 4b3e33fcc38f, v6.11 and stable) makes gro_list_prepare compare
+more than the Ethernet header: :func:`_ip6tnl_mac_compare`.
 
 Both stages run on the engine the caller names (``engine="fast"``: the numba engine,
 which implements GSO input, ``hashes=`` and ``no_gro=`` bit for bit with the reference;
