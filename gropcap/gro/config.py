@@ -57,19 +57,28 @@ class KernelProfile:
     ecn_decap_ect1               5.7      "tunnel: Propagate ECT(1) when decapsulating"
     dsa_gro                      5.8      e131a5634830
     udp_gro_forwarding           5.12     NETIF_F_GRO_UDP_FWD
+    ip6_tnl_mac_header_reset     5.14     da5a2e49f064 (read by the gro_cells stage)
     ipv6_hop_limit_flush         5.18     6fc2f3832d36
     gso_skb_gro                  5.19     5eddb24901ee (absent 5.18, present 6.1)
     big_tcp_ipv4 / per_family    6.3      b1a78b9b9886
-    vxlan_gpe_gro                6.5      b0b672c4d095
+    vxlan_gpe_gro                6.5      b0b672c4d095 (stable 6.1.43)
     udp_l3_checks                6.9      Gobert, UDP flush checks
     flush_id_era ends            6.10     Gobert, "move L3 flush checks"
     tcp_gro_fraglist             6.10     "net: add code for TCP fraglist GRO" + heuristic
+    ip6_tnl_hard_header_len ends 6.11     4b3e33fcc38f (stable 5.10.225, 5.15.166,
+                                          6.1.107, 6.6.48, 6.10.7; gro_cells stage)
     cwr_in_flag_word             6.15     4e4f7cefb130
     two_bit_fixedid              6.18     Gobert, "restore outer ip ids"
     ===========================  =======  ==============================================
+
+    ``stable`` is the stable point release (the Z of X.Y.Z; 0 = the mainline release X.Y,
+    which every switch follows unless its docstring names stable backports, see
+    :meth:`_fixed_in`). Distribution ABI names such as Debian's ``6.1.0-57-amd64`` carry
+    no stable number: give the upstream version (``uname -v``: ``Debian 6.1.192-1``).
     """
 
     version: tuple[int, int]
+    stable: int = 0
 
     @classmethod
     def parse(cls, text: str | tuple[int, int] | None) -> "KernelProfile":
@@ -80,14 +89,17 @@ class KernelProfile:
         """
         if text is None:
             return cls(NEWEST_KERNEL)
+        stable = 0
         if isinstance(text, tuple):
-            ver = text
+            ver = tuple(text[:2])
+            stable = int(text[2]) if len(text) > 2 else 0
         else:
-            m = re.match(r"^\s*(\d+)\.(\d+)", str(text))
+            m = re.match(r"^\s*(\d+)\.(\d+)(?:\.(\d+))?", str(text))
             if not m:
                 raise ConfigError(f"kernel version {text!r} is not X.Y",
                                   hint="give a release such as 6.18, 6.6 or 5.15")
             ver = (int(m.group(1)), int(m.group(2)))
+            stable = int(m.group(3) or 0)
         if ver < OLDEST_KERNEL or ver > NEWEST_KERNEL:
             raise ConfigError(
                 f"kernel {ver[0]}.{ver[1]} is not modelled",
@@ -95,11 +107,21 @@ class KernelProfile:
         if ver not in KERNEL_RELEASES:
             raise ConfigError(f"kernel {ver[0]}.{ver[1]} was never released",
                               hint=f"choose a release from {KERNEL_RELEASES_TEXT}")
-        return cls(ver)
+        return cls(ver, stable)
 
     @property
     def name(self) -> str:
-        return f"{self.version[0]}.{self.version[1]}"
+        base = f"{self.version[0]}.{self.version[1]}"
+        return f"{base}.{self.stable}" if self.stable else base
+
+    def _fixed_in(self, mainline: tuple[int, int], **stable: int) -> bool:
+        """A change that entered ``mainline`` (X.Y) and stable series as backports:
+        ``v6_1=107`` means 6.1.107 and later 6.1.y have it (a profile without a stable
+        number, X.Y, follows mainline X.Y: no backport)."""
+        if self.version >= mainline:
+            return True
+        first = stable.get(f"v{self.version[0]}_{self.version[1]}")
+        return first is not None and self.stable >= first
 
     # --- rule switches ---
     @property
@@ -156,8 +178,10 @@ class KernelProfile:
         VXLAN-GPE sockets. Before it a GPE
         socket used vxlan_gro_receive, whose eth_gro_receive reads an inner IP header as
         Ethernet, finds no handler and flushes (the packet goes up alone); a GPE payload
-        of next protocol Ethernet still aggregates."""
-        return self.version >= (6, 5)
+        of next protocol Ethernet still aggregates. Stable: 6.1.43 ("[PATCH 6.1 090/228]
+        vxlan: fix GRO with VXLAN-GPE", August 2023; Debian's 6.1.192 aggregates GPE IP
+        payloads live); other series' backports not checked."""
+        return self._fixed_in((6, 5), v6_1=43)
 
     @property
     def tcp_gro_fraglist(self) -> bool:
@@ -229,6 +253,30 @@ class KernelProfile:
         merge window): ip6gre / ip6gretap / ip6erspan call gro_cells_init; before it
         gro_cells_receive fell back to netif_rx (no GRO on those devices)."""
         return self.version >= (4, 17)
+
+    @property
+    def ip6_tnl_hard_header_len(self) -> bool:
+        """ip6_tnl_link_config (net/ipv6/ip6_tunnel.c) sets an ip6tnl device's
+        ``dev->hard_header_len = tdev->hard_header_len + t_hlen`` (lower device + 40; and
+        ip6_tnl_dev_init_gen ``LL_MAX_HEADER + t_hlen`` when no route to the remote exists)
+        until 4b3e33fcc38f "ip6_tunnel: Fix broken GRO" (Thomas Bogendoerfer, v6.11-rc5:
+        needed_headroom instead; stable 5.10.225, 5.15.166, 6.1.107, 6.6.48, 6.10.7).
+        gro_list_prepare memcmp()s ``hard_header_len`` bytes from ``skb_mac_header`` when
+        it is not ETH_HLEN, so at the gro_cells stage of an ip6ip6 / ip4ip6 device those
+        bytes join the flow key (see :attr:`ip6_tnl_mac_header_reset` for which bytes)."""
+        return not self._fixed_in((6, 11), v5_10=225, v5_15=166, v6_1=107, v6_6=48,
+                                  v6_10=7)
+
+    @property
+    def ip6_tnl_mac_header_reset(self) -> bool:
+        """da5a2e49f064 "ip6_tunnel: allow redirecting ip6gre and ipxip6 packets to eth
+        devices" (Guillaume Nault, v5.14): __ip6_tnl_rcv calls skb_reset_mac_header for a
+        non-Ethernet tunnel device, so the MAC header is the inner IP header. Before it
+        (e.g. 5.10) it stays the lower device's: gro_list_prepare's memcmp over
+        :attr:`ip6_tnl_hard_header_len` bytes covers the outer Ethernet and IPv6 headers
+        (payload length included); from it, the inner IP and L4 headers (TCP sequence
+        number included: nothing merges)."""
+        return self.version >= (5, 14)
 
     @property
     def strip_tunnel_gso_on_decap(self) -> bool:

@@ -20,7 +20,9 @@ hash (``skb_clear_hash_if_not_l4``): GRE/IPIP/DSA rows land in bucket 0, UDP tun
 the outer Toeplitz hash. A first-stage packet of more than ``MAX_SKB_FRAGS`` segments
 carries a frag_list and is never merged again (``dev_gro_receive``: ``flush =
 skb_has_frag_list``). Devices without cells (ip6gre family before v4.17, DSA before v5.8,
-``tunnel_gro=False``) deliver with ``netif_rx``: their rows skip GRO.
+``tunnel_gro=False``) deliver with ``netif_rx``: their rows skip GRO. An ip6tnl device's
+``hard_header_len`` (until 4b3e33fcc38f, v6.11 and stable) makes gro_list_prepare compare
+more than the Ethernet header: :func:`_ip6tnl_mac_compare`.
 
 Both stages run on the engine the caller names (``engine="fast"``: the numba engine,
 which implements GSO input, ``hashes=`` and ``no_gro=`` bit for bit with the reference;
@@ -281,6 +283,11 @@ def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig, *,
         elif f.name.startswith("outer_ip_"):
             base = col(f.name)
             changes[f.name] = np.where(tunnelled, np.zeros_like(base), base)
+    if prof.ip6_tnl_hard_header_len and n:
+        changes["eth_src"] = _ip6tnl_mac_compare(
+            kind, device, changes["eth_src"], col, prof.ip6_tnl_mac_header_reset,
+            np.where(gso_unit, (ip_off_old - col("outer_ip_offset")) + tot_len,
+                     col("outer_ip_tot_len")))
     arrays = []
     for f in S.PACKET_FIELDS:
         if isinstance(changes.get(f.name), pa.Array):
@@ -317,6 +324,44 @@ def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig, *,
         from gropcap.gro import reasons as R
         polls = polls * 2 + (native.seg_end_reason[sel] == R.END_POLL)
     return derived, count, sel.astype(np.int64), device, gro, co, hashes, polls, dropped
+
+
+def _ip6tnl_mac_compare(kind, device, eth_src, col, reset: bool, outer_len) -> np.ndarray:
+    """gro_list_prepare's MAC-header check on an ip6tnl (ip6ip6 / ip4ip6) device whose
+    ``hard_header_len`` is not 0 (:attr:`KernelProfile.ip6_tnl_hard_header_len`): not
+    ETH_HLEN, so ``memcmp(skb_mac_header(p), skb_mac_header(skb), maclen)`` with maclen =
+    the lower device's 14 + 40 (ip6_tnl_link_config with a route to the remote, as a
+    configured point-to-point tunnel has; without one LL_MAX_HEADER + 40, which compares
+    the inner headers too). Modelled by giving the derived rows of such a device an L2
+    source address that is equal exactly when those bytes are (the engines compare it with
+    the rest of the MAC header):
+
+    * before da5a2e49f064 (v5.14) the MAC header is still the lower device's: the 54
+      bytes are the outer Ethernet header and the fixed outer IPv6 header as the cell
+      receives it (version, traffic class, flow label, payload length -- a first-stage
+      unit's as ipv6_gro_complete rewrote it --, next header, hop limit, addresses): a
+      segment of another length is another flow (5.10: the flow's last, short segment);
+    * from it skb_reset_mac_header points at the inner IP header: the bytes are the inner
+      IP header and the start of the L4 header (TCP sequence number, UDP length and
+      checksum), different for every segment: no two rows are the same flow (a
+      byte-identical duplicate would be, the model does not look for one).
+
+    Other rows keep ``eth_src``."""
+    ip6tnl = np.isin(kind, (C.TUN_IP6IP6, C.TUN_IP4IP6))
+    out = np.asarray(eth_src, dtype=np.uint64).copy()
+    if not ip6tnl.any():
+        return out
+    if reset:
+        out[ip6tnl] = np.flatnonzero(ip6tnl).astype(np.uint64) + 1
+        return out
+    parts = [device, col("eth_dst"), col("eth_src"), col("eth_type"), col("vlan_depth"),
+             col("vlan_tci0"), col("outer_ip_tos"), col("outer_ip_flow_label"),
+             col("outer_ip_ttl"), col("outer_ip_ext_mask"), np.asarray(outer_len)]
+    ids: dict = {}
+    for j in np.flatnonzero(ip6tnl):
+        key = tuple(int(p[j]) for p in parts)
+        out[j] = ids.setdefault(key, len(ids) + 1)
+    return out
 
 
 def _keep_arriving_gso_type(res: GroResult, arriving: np.ndarray) -> None:

@@ -37,12 +37,16 @@ from gropcap.errors import GropcapError
 __all__ = ["Job", "selftest_jobs", "sample_jobs", "file_jobs", "cells_jobs", "run_jobs",
            "boot_guest",
            "compare_results", "JobOutcome", "image_release", "GUEST_FLUSH_TIMEOUT_NS",
-           "load_results", "kernel_of_release"]
+           "load_results", "kernel_of_release", "upstream_version"]
 
 GUEST_FLUSH_TIMEOUT_NS = 100_000_000
 GUEST_KICK_SETTLE_S = 0.005
 BURST = 63                      # frames per burst (budget 64 minus the kick)
 RESULTS_VERSION = 1
+# Debian ABI release names (``uname -r``) carry no stable number; the upstream version of
+# the guest kernels whose results are kept (``uname -v``: "Debian 5.10.223-1", ...), for
+# the profile switches that stable backports moved (KernelProfile.stable)
+DEBIAN_UPSTREAM = {"5.10.0-32-amd64": "5.10.223", "6.1.0-57-amd64": "6.1.192"}
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -442,12 +446,26 @@ def kernel_result(job: Job, res: dict, results: dict):
                               (major, minor), results["release"], cfg)
 
 
+def upstream_version(results: dict) -> str:
+    """The guest's upstream kernel version X.Y.Z when known (a release name that carries
+    it, ``6.12.117+deb12-amd64``, or :data:`DEBIAN_UPSTREAM`), else its X.Y."""
+    release = results.get("release", "")
+    if release in DEBIAN_UPSTREAM:
+        return DEBIAN_UPSTREAM[release]
+    parts = release.split("-")[0].split("+")[0].split(".")
+    if len(parts) >= 3 and parts[2].isdigit() and int(parts[2]) \
+            and kernel_of_release(release) == results["kernel"]:
+        return ".".join(parts[:3])
+    return results["kernel"]
+
+
 def compare_results(jobs: list[Job], results: dict, *, kernel: str | None = None,
                     engine: str = "reference") -> list[JobOutcome]:
-    """Simulate each job with ``--kernel`` (default: the guest's X.Y) and compare with
-    what the guest delivered. Jobs the results do not hold are left out."""
+    """Simulate each job with ``--kernel`` (default: the guest's upstream version,
+    :func:`upstream_version`) and compare with what the guest delivered. Jobs the results
+    do not hold are left out."""
     from gropcap.replay.compare import compare, simulate_replay
-    kernel = kernel or results["kernel"]
+    kernel = kernel or upstream_version(results)
     out = []
     for job in jobs:
         res = results["jobs"].get(job.name)
