@@ -434,7 +434,7 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
     models = ("ideal", "napi") if model == "both" else (model,)
     egress = None
     if egress_scenario or egress_mtu:
-        from gropcap.pipeline import EgressOptions
+        from gropcap.run.options import EgressOptions
         egress = EgressOptions(egress_scenario or "encap", egress_features, egress_mtu)
     distributed = jobs is not None or scheduler is not None
     if distributed and stream:
@@ -507,7 +507,7 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
         if fmt == "json":
             text = json.dumps(summary, indent=2) + "\n"
         elif stream and not distributed:
-            text = streaming.render_text(res, color=sys.stdout.isatty(), top_flows=top)
+            text = render_text(res, color=sys.stdout.isatty(), top_flows=top)
         else:
             text = render_text(analysis, color=sys.stdout.isatty(), top_flows=top)
     from gropcap.interrupt import deferred

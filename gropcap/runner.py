@@ -38,18 +38,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import os
 
 import numpy as np
 import pyarrow as pa
 
+from gropcap.capture.scan import BATCH_RECORDS as PIPELINE_BATCH
 from gropcap.capture.scan import iter_scan_batches
 from gropcap.decode.options import DecodeOptions
 from gropcap.decode.schema import PACKET_SCHEMA
 from gropcap.errors import ConfigError
 from gropcap.gro.config import MODELS, GroConfig
-from gropcap.pipeline import Analysis, EgressOptions, run_options
+from gropcap.pipeline import Analysis
+from gropcap.run.options import EgressOptions, run_options
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,8 +83,8 @@ class DistributedAnalysis(Analysis):
 
 SPLIT_BYTES = 1 << 30          # a byte range per GiB of a large file
 BATCH_RECORDS = 262144         # records per scan batch in byte-range decoding
-# records per batch of a one-process run (capture.scan.iter_scan_batches' default)
-PIPELINE_BATCH = inspect.signature(iter_scan_batches).parameters["batch_records"].default
+# records per batch of a one-process run: PIPELINE_BATCH (capture.scan.BATCH_RECORDS,
+# iter_scan_batches' default), imported above
 
 
 # ---- tasks (run on workers; module-level so they pickle by reference) ----
@@ -92,27 +93,8 @@ def decode_file_task(path: str, file_index: int, options: DecodeOptions,
                      decoder: str = "fast"):
     """Decode one whole capture file: ``(table, CaptureInfo)`` (PACKET_SCHEMA rows with
     ``file_index``), the per-file part of ``pipeline.decode_files``."""
-    if decoder == "fast":
-        from gropcap.capture.scan import iter_scan_batches as batches_of
-        from gropcap.decode.fast import decode_batch
-    else:
-        from gropcap.capture import iter_batches
-        from gropcap.decode.reference import decode_batch
-
-        def batches_of(p):
-            return iter_batches(p, engine="reference")
-    from gropcap.decode.support import LinktypeCheck
-    batches = []
-    info = None
-    linktypes = LinktypeCheck()
-    for info, batch in batches_of(path):
-        if len(batch):
-            linktypes.add(batch)
-            batches.append(decode_batch(batch, options, file_index=file_index))
-    linktypes.finish(info)
-    table = pa.Table.from_batches(batches, schema=PACKET_SCHEMA) if batches \
-        else PACKET_SCHEMA.empty_table()
-    return table, info
+    from gropcap.run.inputs import decode_table
+    return decode_table(path, file_index, options, decoder=decoder)
 
 
 def plan_ranges_task(path: str, split_bytes: int, batch_records: int):
@@ -569,13 +551,11 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
     Example:
         >>> a = analyze_distributed("sample_pcaps", jobs=2)  # doctest: +SKIP
     """
-    from gropcap.capture import expand_inputs
+    from gropcap.run.inputs import input_files
     config, decode_options, models = run_options(config, decode_options, models,
                                                  decoder=decoder, engine=engine,
                                                  egress=egress)
-    if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
-        paths = [paths]
-    files = expand_inputs([str(p) for p in paths])
+    files = input_files(paths)
     with open_client(client, jobs=jobs, scheduler=scheduler) as c, \
             _scratch_dir(c, scratch) as tmp:
         nworkers = _nworkers(c)

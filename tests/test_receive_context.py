@@ -158,7 +158,8 @@ def test_reason_text_names_udp_tunnel():
 def test_streamed_vxlan_names_the_option(tmp_path):
     """A streamed run detects the tunnels while decoding and names the option (no decoded
     table to run the model again)."""
-    from gropcap.stream import render_text, stream_analyze
+    from gropcap.report.summary import render_text
+    from gropcap.stream import stream_analyze
     r = stream_analyze(VXLAN, tmp_dir=str(tmp_path))
     assert r.udp_tunnel_hint == {"tunnels": [{"kind": "vxlan", "port": 4789,
                                               "packets": 1973}],

@@ -130,7 +130,8 @@ def tune(paths, config=None, *, decode_options=None, dev: str = "DEV",
     """
     from gropcap.gro.config import GroConfig
     from gropcap.gso import CoalescedStats
-    from gropcap.pipeline import decode_files, run_options
+    from gropcap.pipeline import decode_files
+    from gropcap.run.options import run_options
 
     config, decode_options, _ = run_options(config or GroConfig(), decode_options, ["napi"],
                                             decoder=decoder, engine=engine)
