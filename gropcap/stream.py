@@ -78,8 +78,7 @@ class StreamResult:
     paths: list
     metadata: dict
     peak_spill_bytes: int = 0
-    # UDP tunnels on ports without a tunnel socket (report.receive.tunnel_hint, not run
-    # again), or None
+    # UDP tunnels on ports without a tunnel socket (report.receive.tunnel_hint), or None
     udp_tunnel_hint: dict | None = None
     timings: dict = dataclasses.field(default_factory=dict)
     flow_causes: list = dataclasses.field(default_factory=list)
@@ -259,6 +258,66 @@ class _Coalesced:
         return co
 
 
+class _TunnelHint:
+    """``report.receive.tunnel_hint`` for a streamed run: UDP tunnels on ports without a
+    tunnel socket are known after the decode pass (their counts); the ideal model is run
+    again on their rows, collected in the GRO pass (up to ``HINT_MAX_ROWS``), the napi
+    model on the whole capture read back (up to ``HINT_NAPI_MAX_ROWS`` rows), as the
+    in-memory hint does."""
+
+    def __init__(self, counts: dict, config: GroConfig, models):
+        from gropcap.report.receive import HINT_MAX_ROWS, missing_tunnels
+        self.config = config
+        self.hint = missing_tunnels(counts, config)
+        tunnels = self.hint["tunnels"] if self.hint else []
+        self.pairs = tuple((m["kind"], m["port"]) for m in tunnels)
+        self.collect = bool(self.pairs) and sum(m["packets"] for m in tunnels) <= HINT_MAX_ROWS
+        self.rows: list[pa.Table] = []
+        self.co: list = []
+        self.before = {m: 0 for m in models}
+
+    def gro_batch(self, t: pa.Table, co) -> None:
+        """The tunnel rows of a batch and their coalesced input."""
+        if not self.collect:
+            return
+        from gropcap.report.receive import tunnel_mask
+        idx = np.flatnonzero(tunnel_mask(t, self.pairs))
+        self.rows.append(t.take(idx))
+        self.co.append(None if co is None else
+                       (co.is_gso[idx], co.gso_size[idx], co.segs[idx], co.source[idx]))
+
+    def packets_batch(self, t: pa.Table, model: str, first: np.ndarray) -> None:
+        """Count ``model``'s super-packets that start at a tunnel row (``first``: rows
+        that start a super-packet)."""
+        if self.pairs:
+            from gropcap.report.receive import tunnel_mask
+            self.before[model] += int(np.count_nonzero(tunnel_mask(t, self.pairs) & first))
+
+    def finish(self, models: dict, segments: int, packets: int, whole) -> dict | None:
+        """The hint (None without one); ``models``: the summary's; ``whole()``: the
+        whole decoded table and its coalesced input, read back."""
+        if self.hint is None:
+            return None
+        from gropcap.gso import CoalescedInput
+        from gropcap.report.receive import HINT_NAPI_MAX_ROWS, sockets_models
+        tunnel_rows = None
+        if self.collect:
+            table = pa.concat_tables(self.rows) if self.rows else \
+                PACKET_SCHEMA.empty_table()
+            co = None
+            if self.co and all(c is not None for c in self.co):
+                co = CoalescedInput(*[np.concatenate([c[k] for c in self.co])
+                                      for k in range(4)])
+                co = co if co.num_coalesced else None
+            tunnel_rows = (table, co)
+        big = packets > HINT_NAPI_MAX_ROWS or all(m == "ideal" for m in models)
+        self.hint["models"] = sockets_models(
+            self.config, self.pairs, models, segments, tunnel_rows=tunnel_rows,
+            before=self.before, whole=None if big else whole())
+        self.hint["left_out"] = [m for m in models if m not in (self.hint["models"] or {})]
+        return self.hint
+
+
 class _RowCursor:
     """Per-row arrays spilled in row order (flow_id, rx_queue), served in row ranges."""
 
@@ -408,6 +467,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         # 2. GRO pass: every model over the decoded rows, state carried
         from gropcap.report.progress import phase
         gro_phase = phase(progress, f"GRO {'+'.join(models)}", counters.packets)
+        hint = _TunnelHint(counters.udp_tunnels, config, models)
         for dec in decoded():
             gro_phase.advance(dec.num_rows)
             t = pa.Table.from_batches([dec])
@@ -416,6 +476,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             t1 = clock()
             parts = [run.feed(t, final=False, coalesced=co, file_of=counters.file_of)
                      for run in runs]
+            hint.gro_batch(t, co)
             tm["coalesced"] += t1 - t0
             tm["engine"] += clock() - t1
             if parts:
@@ -550,6 +611,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                      "reason": reason.astype(np.uint8), "rx_queue": rxq.astype(np.uint16),
                      "poll_id": poll_id.astype(np.int64)}
                 run.counts.add_encap(t, role != ROLE_MERGED)
+                hint.packets_batch(t, run.model, role != ROLE_MERGED)
                 if run.model == primary:
                     cols = {**c, **cols}
                     causes.add(fid, t.column("tcp_seq").to_numpy(),
@@ -578,6 +640,13 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         summary = render_summary(tot, infos=infos, config=config,
                                  mtu=coal.stats.mtu_inference(),
                                  receive=ReceiveContext.from_config(config))
+
+        def whole():
+            table = pa.Table.from_batches(list(decoded()), schema=PACKET_SCHEMA)
+            co = coal.stats.infer(table) if coal.num else None
+            return table, (co if co is not None and co.num_coalesced else None)
+        seg_in = tot.coalesced.segs_total if tot.coalesced else counters.packets
+        tunnel_hint = hint.finish(summary["models"], seg_in, counters.packets, whole)
         tm["packets"] = clock() - t_start
         if out_dir:
             if pk_writer is None:
@@ -599,11 +668,10 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 shutil.move(src, dst) if os.path.dirname(os.path.abspath(src)) != \
                     os.path.dirname(os.path.abspath(dst)) else os.replace(src, dst)
                 written.append(dst)
-        from gropcap.report.receive import missing_tunnels
         return StreamResult(summary=summary, flows=flows, paths=written, metadata=meta,
                             totals=tot,
                             peak_spill_bytes=peak, timings=tm,
-                            udp_tunnel_hint=missing_tunnels(counters.udp_tunnels, config),
+                            udp_tunnel_hint=tunnel_hint,
                             flow_causes=causes.result(flows.num_rows))
     finally:
         for run in locals().get("runs", []):

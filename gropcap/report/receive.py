@@ -115,46 +115,76 @@ def tunnel_hint(analysis, max_rows: int = HINT_MAX_ROWS,
     return hint
 
 
-def _with_sockets(analysis, pairs, max_rows: int, napi_max_rows: int) -> dict | None:
-    """``{model: {"ratio", "ratio_with"}}`` with tunnel sockets for ``pairs`` added.
-
-    The ideal model has no polls and no table limit, so flows do not interact: only the
-    rows of those tunnels can change, and they are run alone (up to ``max_rows``). The
-    napi model shares polls and the GRO table between flows: it runs on the whole table
-    (up to ``napi_max_rows``). Models left out are missing from the dict."""
-    from gropcap.gso import CoalescedInput
-    from gropcap.pipeline import simulate
-    from gropcap.report.summary import _segments, model_summary
-
-    t = analysis.decoded
-    cfg = analysis.config.replace(udp_tunnels=analysis.config.udp_tunnels + pairs)
-    co = getattr(analysis, "coalesced", None)
-    seg = _segments(analysis)
-    segments = int(np.asarray(seg, np.int64).sum()) if seg is not None else t.num_rows
+def tunnel_mask(t, pairs) -> np.ndarray:
+    """Rows of packet table ``t`` that are UDP tunnels of ``pairs`` ``((kind, port),
+    ...)``."""
     tun = t.column("tun_type").to_numpy()
     port = t.column("outer_dport").to_numpy()
     mask = np.zeros(t.num_rows, bool)
     for kind, p in pairs:
         code = next(c for c, k in UDP_TUNNEL_KINDS.items() if k == kind)
         mask |= (tun == code) & (port == p)
-    mask &= t.column("outer_l4_proto").to_numpy() == C.IPPROTO_UDP
+    return mask & (t.column("outer_l4_proto").to_numpy() == C.IPPROTO_UDP)
+
+
+def sub_coalesced(co, idx):
+    """The ``gso.CoalescedInput`` of rows ``idx`` (None stays None; None when none of
+    them is coalesced)."""
+    from gropcap.gso import CoalescedInput
+    if co is None:
+        return None
+    sco = CoalescedInput(co.is_gso[idx], co.gso_size[idx], co.segs[idx], co.source[idx])
+    return sco if sco.num_coalesced else None
+
+
+def sockets_models(config, pairs, models: dict, segments: int, *, tunnel_rows=None,
+                   before: dict | None = None, whole=None) -> dict | None:
+    """``{model: {"ratio", "ratio_with"}}`` with tunnel sockets for ``pairs`` added.
+
+    The ideal model has no polls and no table limit, so flows do not interact: only the
+    rows of those tunnels can change, and they are run alone (``tunnel_rows``: their
+    ``(table, CoalescedInput or None)``, None when there are too many); ``before``: per
+    model, its super-packets that start at a tunnel row. The napi model shares polls and
+    the GRO table between flows: it runs on the whole table (``whole``: ``(table,
+    CoalescedInput or None)``, None when too large). ``models``: the summary's models
+    (``superpackets_out``, ``aggregation_ratio``); ``segments``: segments in. Models
+    left out are missing from the dict."""
+    from gropcap.pipeline import simulate
+
+    cfg = config.replace(udp_tunnels=config.udp_tunnels + pairs)
     out = {}
-    for m, res in analysis.results.items():
-        if m == "ideal" and mask.sum() <= max_rows:
-            idx = np.flatnonzero(mask)
-            sco = None if co is None else CoalescedInput(co.is_gso[idx], co.gso_size[idx],
-                                                         co.segs[idx], co.source[idx])
-            sub = simulate(t.take(idx), cfg.replace(model=m),
-                           coalesced=sco if sco is not None and sco.num_coalesced else None)
-            before = int(np.count_nonzero(mask[res.seg_first_packet]))
-            total = res.num_superpackets - before + sub.num_superpackets
-        elif m != "ideal" and t.num_rows <= napi_max_rows:
-            total = simulate(t, cfg.replace(model=m), coalesced=co).num_superpackets
+    for m, ms in models.items():
+        if m == "ideal" and tunnel_rows is not None:
+            sub = simulate(tunnel_rows[0], cfg.replace(model=m), coalesced=tunnel_rows[1])
+            total = ms["superpackets_out"] - before[m] + sub.num_superpackets
+        elif m != "ideal" and whole is not None:
+            total = simulate(whole[0], cfg.replace(model=m),
+                             coalesced=whole[1]).num_superpackets
         else:
             continue
-        out[m] = {"ratio": model_summary(res, seg)["aggregation_ratio"],
+        out[m] = {"ratio": ms["aggregation_ratio"],
                   "ratio_with": round(segments / total, 4) if total else 0.0}
     return out or None
+
+
+def _with_sockets(analysis, pairs, max_rows: int, napi_max_rows: int) -> dict | None:
+    """:func:`sockets_models` of an in-memory analysis."""
+    from gropcap.report.summary import summary_dict
+
+    t = analysis.decoded
+    co = getattr(analysis, "coalesced", None)
+    models = summary_dict(analysis)["models"]
+    mask = tunnel_mask(t, pairs)
+    tunnel_rows = None
+    if mask.sum() <= max_rows:
+        idx = np.flatnonzero(mask)
+        tunnel_rows = (t.take(idx), sub_coalesced(co, idx))
+    before = {m: int(np.count_nonzero(mask[res.seg_first_packet]))
+              for m, res in analysis.results.items()}
+    whole = (t, co) if t.num_rows <= napi_max_rows else None
+    segments = next(iter(models.values()))["segments_in"] if models else t.num_rows
+    return sockets_models(analysis.config, pairs, models, segments,
+                          tunnel_rows=tunnel_rows, before=before, whole=whole)
 
 
 def _wrap(lines, width):
@@ -220,6 +250,7 @@ def tunnel_lines(hint: dict | None, width: int = 80) -> list[str]:
 
 
 __all__ = ["receive_of", "napi_dependence", "tunnel_hint", "udp_tunnel_counts",
-           "missing_tunnels", "receive_lines",
+           "missing_tunnels", "tunnel_mask", "sub_coalesced", "sockets_models",
+           "receive_lines",
            "dependence_lines", "tunnel_lines",
            "POLL_END_REASONS", "UDP_TUNNEL_KINDS", "HINT_MAX_ROWS", "HINT_NAPI_MAX_ROWS"]
