@@ -79,8 +79,9 @@ class _Group(Group):
         except BrokenPipeError:
             sys.exit(1)
         except MemoryError:
-            click.echo("gropcap: error: out of memory; --stream analyses in bounded memory "
-                       "(it leaves out --plot, --egress and tunnel/UDP GRO)", err=True)
+            click.echo("gropcap: error: out of memory; runs hold the capture in memory with "
+                       "--no-stream, --plot, --egress, tunnel/UDP GRO or the reference "
+                       "engine: drop them for a bounded-memory run", err=True)
             sys.exit(1)
         finally:
             if previous is not None:
@@ -389,10 +390,12 @@ def decode(files, output, force, decoder, **kw):
 @click.option("--egress-mtu", type=click.IntRange(68, 65535), default=None,
               help="Egress MTU (default: every segment fits).")
 @click.option("--stream/--no-stream", "stream", default=None,
-              help="Bounded memory: decode, simulate and write batch by batch (temporary "
-                   "files in --out or $TMPDIR). Default: on when an input is compressed "
-                   "(its decompressed size is unknown) or the inputs exceed 512 MiB, and "
-                   "the options allow it (no --plot, --egress, tunnel GRO, UDP GRO).")
+              help="--stream (the default, kept for old command lines): bounded memory, "
+                   "decode, simulate and write batch by batch (temporary files in --out "
+                   "or $TMPDIR); what only whole-table models run (--engine/--decoder "
+                   "reference, UDP GRO, UDP tunnel sockets, tunnel GRO, --egress, --plot) "
+                   "is held in memory by itself. --no-stream: hold the whole run in "
+                   "memory.")
 @click.option("-q", "--quiet", is_flag=True,
               help="No progress bar (it only shows on a terminal anyway), no note while "
                    "kernels compile, no closing line (packets, time, files written).")
@@ -423,10 +426,10 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
     record, with a warning naming the record and byte offset (exit 0)."""
     import time
 
-    from gropcap.io.parquet import write_analysis
-    from gropcap.pipeline import analyze as run
-    from gropcap.report.progress import Progress, phase
+    from gropcap.report.progress import Progress
+    from gropcap.report.receive import tunnel_hint
     from gropcap.report.summary import render_text, report_dict
+    from gropcap.run.core import analyze_run
 
     t_start = time.perf_counter()
     options = _make_decode_options(**_split(kw, _DECODE_KEYS))
@@ -449,67 +452,26 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
         if os.path.splitext(plot)[1].lower() not in FORMATS:
             raise click.BadParameter(f"{plot}: use a .png or .svg file name",
                                      param_hint="--plot")
-    if stream is not False and not distributed:
-        from gropcap import stream as streaming
-        why_not = streaming.streamable(config, engine=engine, decoder=decoder, egress=egress)
-        why_not = why_not or ("--plot needs the in-memory tables" if plot else None)
-        if stream and why_not:
-            raise click.UsageError(f"--stream: {why_not}")
-        if stream is None and not why_not:
-            stream, why = _auto_stream(files)
-            if stream and not quiet:
-                click.echo(f"gropcap: {why}: streaming in bounded memory (--no-stream holds "
-                           f"it in memory)", err=True)
     outs = staged_outputs(force)
     # every target is checked (and its staging entry made) before any packet is read
     stage_dir = outs.directory(out_dir, _OUT_NAMES) if out_dir else None
     stage_plot = outs.file(plot) if plot else None
     with Progress(None if not quiet else False) as progress:
-        if stream and not distributed:
-            res = streaming.stream_analyze(list(files), config, models=models,
-                                           decode_options=options, out_dir=stage_dir,
-                                           force=True, progress=progress,
-                                           receiver=_receiver_info())
-            res.summary["receive"] = _receive_context(config, res.summary["mtu"])
-            summary, failures = report_dict(res, top=top), []
-            if fmt == "json" and res.udp_tunnel_hint:
-                summary["udp_tunnel_hint"] = res.udp_tunnel_hint
-        else:
-            if distributed:
-                from gropcap.runner import analyze_distributed
-                analysis = analyze_distributed(list(files), config, jobs=jobs,
-                                               scheduler=scheduler, models=models,
-                                               decode_options=options, engine=engine,
-                                               decoder=decoder, egress=egress,
-                                               scratch=scratch, progress=progress)
-                analysis.receiver = _receiver_info()
-            else:
-                analysis = run(list(files), config, models=models,
-                               decode_options=options, engine=engine, decoder=decoder,
-                               egress=egress, progress=progress,
-                               receiver=_receiver_info())
-            failures = getattr(analysis, "failures", None) or []
-            if out_dir:
-                with phase(progress, "writing Parquet", 3, "files") as advance:
-                    write_analysis(analysis, stage_dir, force=True)
-                    advance(3)
-            if plot:
-                from gropcap.report.plots import save_plots
-                with phase(progress, "plotting", 1, "files") as advance:
-                    save_plots(analysis, stage_plot)
-                    advance(1)
-            from gropcap.report.receive import tunnel_hint
-            analysis.receive = _receive_ctx(config)
-            summary = report_dict(analysis, top=top)
-            hint = tunnel_hint(analysis) if fmt == "json" else None
-            if hint:
-                summary["udp_tunnel_hint"] = hint
+        result = analyze_run(list(files), config, models=models, decode_options=options,
+                             engine=engine, decoder=decoder, egress=egress,
+                             out_dir=stage_dir, plot=stage_plot, force=True,
+                             in_memory=stream is False, jobs=jobs, scheduler=scheduler,
+                             scratch=scratch, progress=progress, receiver=_receiver_info(),
+                             receive=_receive_ctx(config))
+        failures = getattr(result, "failures", None) or []
+        summary = report_dict(result, top=top)
+        hint = tunnel_hint(result) if fmt == "json" else None
+        if hint:
+            summary["udp_tunnel_hint"] = hint
         if fmt == "json":
             text = json.dumps(summary, indent=2) + "\n"
-        elif stream and not distributed:
-            text = render_text(res, color=sys.stdout.isatty(), top_flows=top)
         else:
-            text = render_text(analysis, color=sys.stdout.isatty(), top_flows=top)
+            text = render_text(result, color=sys.stdout.isatty(), top_flows=top)
     from gropcap.interrupt import deferred
     # the outputs are complete from here: an interrupt now lets the run finish
     with deferred(drop=True):
@@ -528,28 +490,6 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
 _OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
 
 
-def _auto_stream(files) -> tuple[bool, str]:
-    """Whether `analyze` streams by itself, and why: memory follows the decompressed
-    records, so any compressed input (its decompressed size is unknown until read) or
-    one that is not a regular file streams, as do plain inputs over STREAM_AUTO_BYTES."""
-    from gropcap.capture import expand_inputs
-    from gropcap.capture.compress import sniff_compression
-    from gropcap.stream import STREAM_AUTO_BYTES
-
-    size = 0
-    for p in expand_inputs(list(files)):
-        if not os.path.isfile(p):
-            return True, f"{p} is not a regular file"
-        with open(p, "rb") as fh:
-            kind = sniff_compression(fh.read(6))
-        if kind:
-            return True, f"{p} is {kind}-compressed"
-        size += os.path.getsize(p)
-    if size > STREAM_AUTO_BYTES:
-        return True, f"{size >> 20} MiB of input"
-    return False, ""
-
-
 def _done_line(summary: dict, seconds: float, written: list) -> str:
     """The last line of a run (stderr): packets, wall time, rate, what was written."""
     n = summary.get("packets", 0)
@@ -558,12 +498,6 @@ def _done_line(summary: dict, seconds: float, written: list) -> str:
                  if rate >= 1e3 else f"{rate:.0f}")
     where = "wrote " + ", ".join(written) if written else "nothing written"
     return f"gropcap: {n} packets in {seconds:.1f} s ({rate_text} packets/s), {where}"
-
-
-def _receive_context(config, mtu: dict) -> dict:
-    """The summary's ``receive`` for this command line (options typed vs defaults)."""
-    from gropcap.mtu import MtuInference
-    return _receive_ctx(config).with_mtu(MtuInference(**mtu)).as_dict()
 
 
 def _receive_ctx(config):

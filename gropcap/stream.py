@@ -30,6 +30,7 @@ paths written).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import shutil
 import struct
@@ -46,14 +47,19 @@ from gropcap.gro.config import MODELS, GroConfig
 from gropcap.gro.reasons import ROLE_ALONE, ROLE_HEAD, ROLE_MERGED
 from gropcap.io.columns import readable
 
-# `gropcap analyze --out DIR` streams by itself above this much input (files' bytes): the
-# in-memory path needs ~1.2 kB of RAM per packet, ~9x a 128-byte-snaplen capture's size
-STREAM_AUTO_BYTES = 512 << 20
 OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
-# zstd as io.parquet; Parquet dictionary pages only for the string columns: for numeric
-# columns they cost ~35% of the write time and made the files larger (measured on the
-# benchmark capture's packets table)
-_PARQUET_OPTIONS = {"compression": "zstd", "use_dictionary": ["encap", "model"]}
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+
+
+def _parquet_options(schema: pa.Schema) -> dict:
+    """zstd as io.parquet; Parquet dictionary pages only for the string columns (``encap``,
+    ``model`` and the readable ``*_name`` columns, whose dictionaries then load back
+    whole, as ``io.parquet.write_analysis`` writes them): for numeric columns they cost
+    ~35% of the write time and made the files larger (measured on the benchmark
+    capture's packets table)."""
+    strings = [f.name for f in schema if f.name in ("encap", "model")
+               or pa.types.is_dictionary(f.type)]
+    return {"compression": "zstd", "use_dictionary": strings}
 
 
 @dataclasses.dataclass
@@ -362,7 +368,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                    force: bool = False, batch_records: int = 65536,
                    engine: str = "fast", decoder: str = "fast", egress=None,
                    tmp_dir: str | None = None, progress=None,
-                   receiver=None) -> StreamResult:
+                   receiver=None, receive=None) -> StreamResult:
     """Analyse captures batch by batch in bounded memory (see the module docstring).
 
     Args:
@@ -379,6 +385,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             else the system temporary directory); about the size of the packets output.
         receiver: a receiver profile (path) or the ``receiver.ReceiverInfo`` of one
             already applied to ``config``, as :func:`gropcap.pipeline.analyze` takes it.
+        receive: the :class:`gropcap.context.ReceiveContext` the summary reports (the
+            CLI's, which knows what was typed); None: from ``config``.
 
     Returns:
         A :class:`StreamResult`; ``summary`` equals ``analyze(...).summary()`` and the
@@ -557,7 +565,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                         from gropcap.io.parquet import with_metadata
                         sp_writer = pq.ParquetWriter(
                             sp_tmp, with_metadata(tbl.slice(0, 0), meta).schema,
-                            **_PARQUET_OPTIONS)
+                            **_parquet_options(tbl.schema))
                     sp_writer.write_table(tbl)
                     next_pos += ready
                     pend = {k: v[ready:] for k, v in pend.items()}
@@ -631,7 +639,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             if pk_writer is None:
                 from gropcap.io.parquet import with_metadata
                 pk_writer = pq.ParquetWriter(pk_tmp, with_metadata(t.slice(0, 0), meta).schema,
-                                             **_PARQUET_OPTIONS)
+                                             **_parquet_options(t.schema))
             pk_writer.write_table(t)
             r0 = r1
         pk_phase.end()
@@ -639,7 +647,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         from gropcap.report.summary import render_summary
         summary = render_summary(tot, infos=infos, config=config,
                                  mtu=coal.stats.mtu_inference(),
-                                 receive=ReceiveContext.from_config(config))
+                                 receive=receive or ReceiveContext.from_config(config))
 
         def whole():
             table = pa.Table.from_batches(list(decoded()), schema=PACKET_SCHEMA)
@@ -673,6 +681,12 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                             peak_spill_bytes=peak, timings=tm,
                             udp_tunnel_hint=tunnel_hint,
                             flow_causes=causes.result(flows.num_rows))
+    except OSError as e:
+        # a full or read-only disk under the temporary files or the outputs: one line
+        if e.errno not in _WRITE_ERRNOS:
+            raise
+        raise OutputError(f"cannot write: {e.strerror or e}", path=out_dir or tmp,
+                          hint="check free space and permissions (--out, $TMPDIR)") from None
     finally:
         for run in locals().get("runs", []):
             for sp in (run.rows, run.verdicts, run.segs):
@@ -703,5 +717,4 @@ def _empty_superpackets() -> pa.Table:
     return pa.table(cols)
 
 
-__all__ = ["stream_analyze", "StreamResult", "streamable",
-           "STREAM_AUTO_BYTES"]
+__all__ = ["stream_analyze", "StreamResult", "streamable"]
