@@ -25,8 +25,11 @@ from gropcap.decode.options import DecodeOptions
 from gropcap.decode.schema import PACKET_SCHEMA
 from gropcap.gro.config import MODELS, GroConfig
 from gropcap.gro.result import GroResult
+# the names pipeline has always offered; defined in run/ (options checked once, the
+# engine chosen in one place)
+from gropcap.run.engines import simulate  # noqa: F401
 from gropcap.run.options import (DECODERS, ENGINES, EgressOptions,  # noqa: F401
-                                 check_engine, run_options)
+                                 run_options)
 
 
 def decode_files(paths, options: DecodeOptions | None = None, *,
@@ -62,30 +65,6 @@ def decode_files(paths, options: DecodeOptions | None = None, *,
     table = pa.Table.from_batches(batches, schema=PACKET_SCHEMA) if batches \
         else PACKET_SCHEMA.empty_table()
     return table, infos
-
-
-def simulate(packets: pa.Table, config: GroConfig, *, engine: str = "fast",
-             polls=None, coalesced=None) -> GroResult:
-    """Run one GRO engine (``"fast"`` numba or ``"reference"`` plain Python).
-
-    Configurations that use a receive-path feature only the reference model implements
-    (``gro.reference.needs_reference``: UDP GRO modes, UDP tunnel sockets) run on the
-    reference model even when ``engine="fast"``; the results are the same by definition of
-    the reference, only slower.
-
-    ``coalesced``: a :class:`gropcap.gso.CoalescedInput` (frames captured after TSO/GRO
-    arrive as GSO packets, ``count`` = their segments); None: every frame is one segment.
-    """
-    from gropcap.gro.reference import needs_reference
-
-    check_engine(engine)
-    if engine == "reference" or needs_reference(config):
-        from gropcap.gro.reference import simulate as run
-    else:
-        from gropcap.gro.engine import simulate as run
-    if coalesced is not None and coalesced.num_coalesced:
-        return run(packets, config, polls=polls, coalesced=coalesced)
-    return run(packets, config, polls=polls)
 
 
 class Analysis:

@@ -298,7 +298,7 @@ def load_part(ref):
 def model_task(sources, config: GroConfig, engine: str, stats):
     """One model over the whole table (``pipeline.simulate`` and, when configured, the
     gro_cells stage): ``(GroResult, stages or None)``."""
-    from gropcap.pipeline import simulate
+    from gropcap.run.engines import simulate
     packets = _packets_of(sources)
     coalesced = stats.infer(packets) if stats is not None and stats.num else None
     result = simulate(packets, config, engine=engine, coalesced=coalesced)

@@ -13,15 +13,13 @@ import textwrap
 import numpy as np
 
 from gropcap import constants as C
+# counted while a run adds its batches (run.accumulators.CaptureCounts); here for the hint
+from gropcap.run.accumulators import UDP_TUNNEL_KINDS, udp_tunnel_counts  # noqa: F401
 
 # napi end reasons that come from the receive context rather than from the packets
 POLL_END_REASONS = {"END_POLL": "a poll end",
                     "END_POLL_OLD": "a full-budget or deferred flush",
                     "END_BUCKET_FULL": "a GRO table eviction"}
-# UDP tunnels a local socket must own before GRO looks inside (udp_gro_receive ->
-# udp_sk(sk)->gro_receive): constants.TUN_* -> the --udp-tunnel kind
-UDP_TUNNEL_KINDS = {C.TUN_VXLAN: "vxlan", C.TUN_VXLAN_GPE: "vxlan-gpe",
-                    C.TUN_GENEVE: "geneve", C.TUN_FOU: "fou", C.TUN_GUE: "gue"}
 # above this many rows the hint names the option but does not run the model again (UDP
 # tunnel sockets run on the reference engine, a few thousand rows per second): the
 # tunnels' rows for the ideal model, the whole capture for napi
@@ -55,20 +53,6 @@ def napi_dependence(models: dict) -> dict | None:
     out["context_share"] = round(sum(out["shares"].values()), 4)
     if "ideal" in models:
         out["ideal_ratio"] = models["ideal"]["aggregation_ratio"]
-    return out
-
-
-def udp_tunnel_counts(t) -> dict[tuple[str, int], int]:
-    """``{(kind, UDP port): packets}`` of the UDP tunnels decoded in packet table ``t``."""
-    tun = t.column("tun_type").to_numpy()
-    udp = (t.column("outer_l4_proto").to_numpy() == C.IPPROTO_UDP) & \
-        np.isin(tun, list(UDP_TUNNEL_KINDS))
-    out: dict = {}
-    if udp.any():
-        port = t.column("outer_dport").to_numpy()[udp].astype(np.int64)
-        pair = tun[udp].astype(np.int64) * 65536 + port
-        for key, n in zip(*np.unique(pair, return_counts=True)):
-            out[(UDP_TUNNEL_KINDS[int(key) >> 16], int(key) & 0xFFFF)] = int(n)
     return out
 
 
@@ -149,7 +133,7 @@ def sockets_models(config, pairs, models: dict, segments: int, *, tunnel_rows=No
     CoalescedInput or None)``, None when too large). ``models``: the summary's models
     (``superpackets_out``, ``aggregation_ratio``); ``segments``: segments in. Models
     left out are missing from the dict."""
-    from gropcap.pipeline import simulate
+    from gropcap.run.engines import simulate
 
     cfg = config.replace(udp_tunnels=config.udp_tunnels + pairs)
     out = {}
@@ -169,11 +153,9 @@ def sockets_models(config, pairs, models: dict, segments: int, *, tunnel_rows=No
 
 def _with_sockets(analysis, pairs, max_rows: int, napi_max_rows: int) -> dict | None:
     """:func:`sockets_models` of an in-memory analysis."""
-    from gropcap.report.summary import summary_dict
-
     t = analysis.decoded
     co = getattr(analysis, "coalesced", None)
-    models = summary_dict(analysis)["models"]
+    models = analysis.summary()["models"]
     mask = tunnel_mask(t, pairs)
     tunnel_rows = None
     if mask.sum() <= max_rows:

@@ -101,7 +101,7 @@ def variants(config, packets, dev: str = "DEV") -> list[Variant]:
 
 def _napi_ratio(packets, config, coalesced, segments, engine: str):
     """(ratio, super-packets reaching the stack) of the napi model under ``config``."""
-    from gropcap.pipeline import simulate
+    from gropcap.run.engines import simulate
     cfg = config.replace(model="napi")
     res = simulate(packets, cfg, engine=engine, coalesced=coalesced)
     out = res.num_superpackets

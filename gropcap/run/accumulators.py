@@ -32,10 +32,29 @@ import ipaddress
 import numpy as np
 import pyarrow as pa
 
+from gropcap import constants as C
 from gropcap.gro.reasons import reason_name
 
+# UDP tunnels a local socket must own before GRO looks inside (udp_gro_receive ->
+# udp_sk(sk)->gro_receive): constants.TUN_* -> the --udp-tunnel kind
+UDP_TUNNEL_KINDS = {C.TUN_VXLAN: "vxlan", C.TUN_VXLAN_GPE: "vxlan-gpe",
+                    C.TUN_GENEVE: "geneve", C.TUN_FOU: "fou", C.TUN_GUE: "gue"}
 FLOW_KEY_COLS = ("encap", "ip_version", "ip_src", "ip_dst", "l4_proto", "sport", "dport",
                  "tun_type", "tun_key", "vlan_tci0", "dsa_port")
+
+
+def udp_tunnel_counts(t) -> dict[tuple[str, int], int]:
+    """``{(kind, UDP port): packets}`` of the UDP tunnels decoded in packet table ``t``."""
+    tun = t.column("tun_type").to_numpy()
+    udp = (t.column("outer_l4_proto").to_numpy() == C.IPPROTO_UDP) & \
+        np.isin(tun, list(UDP_TUNNEL_KINDS))
+    out: dict = {}
+    if udp.any():
+        port = t.column("outer_dport").to_numpy()[udp].astype(np.int64)
+        pair = tun[udp].astype(np.int64) * 65536 + port
+        for key, n in zip(*np.unique(pair, return_counts=True)):
+            out[(UDP_TUNNEL_KINDS[int(key) >> 16], int(key) & 0xFFFF)] = int(n)
+    return out
 
 
 def _add_at(acc: np.ndarray, add: np.ndarray) -> np.ndarray:
@@ -105,7 +124,6 @@ class CaptureCounts:
     def add(self, t: pa.Table) -> None:
         from gropcap.constants import EPB_FLAG_TCP_SEG_OFFLOAD
         from gropcap.decode.schema import CSUM_PARTIAL, STATUS_TRUNCATED
-        from gropcap.report.receive import udp_tunnel_counts
 
         if not t.num_rows:
             return
@@ -429,6 +447,6 @@ def totals_of_analysis(analysis) -> Totals:
     return tot
 
 
-__all__ = ["Totals", "CaptureCounts", "CoalescedCounts", "ModelCounts", "FlowCounts",
+__all__ = ["UDP_TUNNEL_KINDS", "udp_tunnel_counts", "Totals", "CaptureCounts", "CoalescedCounts", "ModelCounts", "FlowCounts",
            "totals_of_analysis", "encap_counts", "hist_by_name", "flow_key_columns",
            "addr_text", "FLOW_KEY_COLS"]
