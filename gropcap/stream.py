@@ -588,7 +588,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             run.verdicts.rewind()
         cursors = {r.model: (_RowCursor(r.rows, 2), _VerdictCursor(r.verdicts)) for r in runs}
 
-        from gropcap.report.explain import FlowCauses
+        from gropcap.run.accumulators import FlowCauses
         causes = FlowCauses()
         r0 = 0
         pk_phase = phase(progress, "packets.parquet" if out_dir else "verdicts",

@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from gropcap import constants as C
-from gropcap.gro.reasons import reason_name
+from gropcap.gro.reasons import FLUSH_CWR, FLUSH_ZERO_PAYLOAD, reason_name
 
 # UDP tunnels a local socket must own before GRO looks inside (udp_gro_receive ->
 # udp_sk(sk)->gro_receive): constants.TUN_* -> the --udp-tunnel kind
@@ -392,6 +392,68 @@ class FlowCounts:
         return pa.table(cols)
 
 
+class FlowCauses:
+    """Accumulator of ``report.explain.flow_causes`` over batches in capture order (the
+    streamed run adds one batch at a time); the expected next sequence number of each
+    flow is carried from one batch to the next, so it adds batches in order and has no
+    ``merge``."""
+
+    def __init__(self):
+        self.next_seq = np.full(0, -1, np.int64)   # per flow: seq + payload of its last packet
+        self.total = np.zeros(0, np.int64)
+        self.ahead = np.zeros(0, np.int64)
+        self.back = np.zeros(0, np.int64)
+
+    def _grow(self, n: int) -> None:
+        if n > len(self.next_seq):
+            pad = n - len(self.next_seq)
+            self.next_seq = np.concatenate([self.next_seq, np.full(pad, -1, np.int64)])
+            for k in ("total", "ahead", "back"):
+                setattr(self, k, np.concatenate([getattr(self, k), np.zeros(pad, np.int64)]))
+
+    def add(self, flow_id, tcp_seq, payload_len, l4_proto, reason) -> None:
+        """One batch: per packet its flow, TCP sequence number, payload, protocol and
+        reason code (primary model)."""
+        fid = np.asarray(flow_id, np.int64)
+        if not len(fid):
+            return
+        self._grow(int(fid.max()) + 1)
+        order = np.lexsort((np.arange(len(fid)), fid))
+        f = fid[order]
+        seq = np.asarray(tcp_seq, np.int64)[order]
+        end = seq + np.asarray(payload_len, np.int64)[order]
+        first = np.ones(len(f), bool)
+        first[1:] = f[1:] != f[:-1]
+        prev = np.empty(len(f), np.int64)
+        prev[1:] = end[:-1]
+        prev[first] = self.next_seq[f[first]]
+        r = np.asarray(reason)[order]
+        brk = ((np.asarray(l4_proto)[order] == C.IPPROTO_TCP) & (prev >= 0)
+               & (r >= FLUSH_CWR) & (r <= FLUSH_ZERO_PAYLOAD))
+        delta = (seq - prev + 2**31) % 2**32 - 2**31
+        n = len(self.next_seq)
+        self.total += np.bincount(f[brk], minlength=n)
+        self.ahead += np.bincount(f[brk & (delta > 0)], minlength=n)
+        self.back += np.bincount(f[brk & (delta < 0)], minlength=n)
+        last = np.ones(len(f), bool)
+        last[:-1] = f[1:] != f[:-1]
+        self.next_seq[f[last]] = end[last] & 0xFFFFFFFF
+
+    def result(self, n_flows: int) -> list[str]:
+        """One string per flow (see ``report.explain.flow_causes``)."""
+        self._grow(n_flows)
+        out = []
+        for a, b, n in zip(self.ahead[:n_flows].tolist(), self.back[:n_flows].tolist(),
+                           self.total[:n_flows].tolist()):
+            if not a and not b:
+                out.append("")
+            elif a >= b:
+                out.append(f"loss or reordering at {a} of {n} breaks")
+            else:
+                out.append(f"retransmission at {b} of {n} breaks")
+        return out
+
+
 class Totals:
     """Every accumulator of one run: ``capture``, ``coalesced`` (None: no frame was
     captured already coalesced), ``models`` (``{model: ModelCounts}``) and ``flows``."""
@@ -447,6 +509,6 @@ def totals_of_analysis(analysis) -> Totals:
     return tot
 
 
-__all__ = ["UDP_TUNNEL_KINDS", "udp_tunnel_counts", "Totals", "CaptureCounts", "CoalescedCounts", "ModelCounts", "FlowCounts",
+__all__ = ["UDP_TUNNEL_KINDS", "udp_tunnel_counts", "FlowCauses", "Totals", "CaptureCounts", "CoalescedCounts", "ModelCounts", "FlowCounts",
            "totals_of_analysis", "encap_counts", "hist_by_name", "flow_key_columns",
            "addr_text", "FLOW_KEY_COLS"]
