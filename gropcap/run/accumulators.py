@@ -3,9 +3,11 @@
 
 One set of accumulators (:class:`Totals`) serves every way a run is computed: the
 bounded-memory core adds decoded batches and the engine's partial results as they come;
-an in-memory :class:`~gropcap.pipeline.Analysis` (one process or Dask) is added as one
-batch (:func:`totals_of_analysis`). ``report/summary.py`` renders finished totals (the
-JSON summary, the warnings, the text report); ``flows_table`` builds the flows table.
+an in-memory :class:`~gropcap.pipeline.Analysis` is added as one batch
+(:func:`totals_of_analysis`); the Dask runner merges each decode task's
+:class:`CaptureCounts` and each GRO partition's :class:`ModelCounts`.
+``report/summary.py`` renders finished totals (the JSON summary, the warnings, the text
+report); :meth:`Totals.flows_table` builds the flows table.
 
 * :class:`CaptureCounts`: rows, wire bytes, decode status, rows per encapsulation and per
   input file, the evidence of capture warnings (frames above the MTU, offload-partial
@@ -20,7 +22,8 @@ JSON summary, the warnings, the text report); ``flows_table`` builds the flows t
   payload bytes.
 
 Merging: counts add; a per-file or per-flow array adds by index (both sides numbered the
-same way, as the one-process run numbers them).
+same way, as the one-process run numbers them); flow key rows merge in capture order
+(:class:`FlowCauses` carries state from batch to batch: add only).
 
 Layer: reads packet columns (decode/) and GRO results (gro/); imports nothing above.
 """
@@ -158,9 +161,10 @@ class CaptureCounts:
         self.udp_tunnels = _merge_dicts(self.udp_tunnels, udp_tunnel_counts(t))
         self.partial += int(np.count_nonzero(col("l4_csum_state") == CSUM_PARTIAL))
         self.cut += int(np.count_nonzero(col("status") == STATUS_TRUNCATED))
-        if self.verify:
-            self.short += int(np.count_nonzero((col("cap_len") < col("wire_len"))
-                                               & (col("l4_proto") != 0)))
+        # counted always (a piece decoded on a Dask worker does not know the option);
+        # reported under --verify-checksums (report.summary.warnings_of)
+        self.short += int(np.count_nonzero((col("cap_len") < col("wire_len"))
+                                           & (col("l4_proto") != 0)))
 
     def _tot(self, k: int, frames: int, largest: int) -> None:
         e = self.tot_hist.setdefault(k, [0, 0])
@@ -173,8 +177,19 @@ class CaptureCounts:
         n = self.pre + sum(e[0] for e in above)
         return n, (max([self.pre_largest] + [e[1] for e in above]) if n else 0)
 
+    def renumber_file(self, old: int, new: int) -> "CaptureCounts":
+        """Counts of rows of one input file, moved from ``file_index`` ``old`` to ``new``
+        (an earlier input was left out); returns self."""
+        for k in ("file_packets", "file_bytes", "file_data"):
+            a = getattr(self, k)
+            moved = np.zeros(new + 1, np.int64)
+            moved[new] = int(a[old]) if old < len(a) else 0
+            setattr(self, k, moved)
+        return self
+
     def merge(self, later: "CaptureCounts") -> "CaptureCounts":
-        """Fold in the counts of later rows; returns self."""
+        """Fold in the counts of later rows (or of rows that share no file with these);
+        returns self."""
         for k in ("packets", "data_packets", "wire_bytes", "pre", "partial", "cut", "short"):
             setattr(self, k, getattr(self, k) + getattr(later, k))
         for k in ("file_packets", "file_bytes", "file_data"):
@@ -339,13 +354,14 @@ class FlowCounts:
     first packet's key columns), packets and payload bytes."""
 
     def __init__(self):
-        self.key_parts: list[pa.Table] = []
+        self.key_parts: list[pa.Table] = []     # key rows, first seen here ...
+        self.key_ids: list[np.ndarray] = []     # ... and their flow ids
         self.n_flows = 0
         self.packets = np.zeros(0, np.int64)
         self.payload = np.zeros(0, np.float64)
 
     def add(self, t: pa.Table, flow_id: np.ndarray) -> None:
-        """Rows ``t`` and their flow ids."""
+        """Rows ``t`` (after every row added so far) and their flow ids."""
         fid = np.asarray(flow_id).astype(np.int64)
         if not len(fid):
             return
@@ -355,18 +371,22 @@ class FlowCounts:
             fid, weights=t.column("payload_len").to_numpy().astype(np.float64)))
         if top > self.n_flows:
             new = np.nonzero(fid >= self.n_flows)[0]
-            _, first = np.unique(fid[new], return_index=True)
+            ids, first = np.unique(fid[new], return_index=True)
             self.key_parts.append(t.select(FLOW_KEY_COLS).take(new[first]))
+            self.key_ids.append(ids)
             self.n_flows = top
 
     def merge(self, later: "FlowCounts") -> "FlowCounts":
-        """Fold in the counts of later rows numbered over the same flows."""
+        """Fold in the counts of the rows after these (flow ids numbered over the whole
+        run, so a later piece's new flows are the ids from ``n_flows`` on)."""
         self.packets = _add_at(self.packets, later.packets)
         self.payload = _add_at(self.payload, later.payload)
-        if later.n_flows > self.n_flows:
-            keys = pa.concat_tables(later.key_parts)
-            self.key_parts.append(keys.slice(self.n_flows))
-            self.n_flows = later.n_flows
+        for keys, ids in zip(later.key_parts, later.key_ids):
+            pick = np.flatnonzero(ids >= self.n_flows)
+            if len(pick):
+                self.key_parts.append(keys.take(pick))
+                self.key_ids.append(ids[pick])
+        self.n_flows = max(self.n_flows, later.n_flows)
         return self
 
     def table(self, models: dict[str, ModelCounts]) -> pa.Table:
@@ -375,6 +395,10 @@ class FlowCounts:
         from gropcap.decode.schema import PACKET_SCHEMA
         keys = pa.concat_tables(self.key_parts) if self.key_parts else \
             PACKET_SCHEMA.empty_table().select(FLOW_KEY_COLS)
+        if len(self.key_parts) > 1:
+            ids = np.concatenate(self.key_ids)
+            if np.any(np.diff(ids) < 0):
+                keys = keys.take(np.argsort(ids, kind="stable"))
         n_flows = keys.num_rows
         pk = np.zeros(n_flows, np.int64)
         pk[:min(n_flows, len(self.packets))] = self.packets[:n_flows]
@@ -483,32 +507,55 @@ class Totals:
         return self
 
 
-def totals_of_analysis(analysis) -> Totals:
+def model_counts(model: str, table: pa.Table, file_index: np.ndarray, *, reasons, count,
+                 end, payload, flow, first) -> ModelCounts:
+    """One model's counts over rows of ``table`` (global rows): per-row ``reasons`` and,
+    per super-packet, segments, end reason, payload bytes, flow id and first row."""
+    mc = ModelCounts(model)
+    mc.add_reasons(reasons)
+    first = np.asarray(first, np.int64)
+    mc.add_segs(count=count, end=end, payload=payload, flow=flow, file=file_index[first])
+    mask = np.zeros(table.num_rows, np.bool_)
+    mask[first] = True
+    mc.add_encap(table, mask)
+    return mc
+
+
+def file_index_of(table: pa.Table) -> np.ndarray:
+    return table.column("file_index").to_numpy().astype(np.int64) if table.num_rows else \
+        np.zeros(0, np.int64)
+
+
+def totals_of_analysis(analysis, capture: CaptureCounts | None = None,
+                       models: dict | None = None) -> Totals:
     """The totals of an in-memory analysis (its whole table as one batch): the decoded
-    rows, its ``coalesced`` input and each model's ``GroResult``."""
+    rows, its ``coalesced`` input and each model's ``GroResult``. ``capture``, ``models``:
+    counts already merged from pieces or partitions (the Dask runner), used as given."""
     t = analysis.decoded
     tot = Totals(analysis.results, analysis.config.verify_checksums)
-    tot.capture.add(t)
+    if capture is not None:
+        capture.verify = tot.capture.verify
+        tot.capture = capture
+    else:
+        tot.capture.add(t)
     co = getattr(analysis, "coalesced", None)
     if co is not None and co.num_coalesced:
         tot.coalesced = CoalescedCounts()
         tot.coalesced.add(t, co)
-    fidx = t.column("file_index").to_numpy().astype(np.int64) if t.num_rows else \
-        np.zeros(0, np.int64)
+    fidx = file_index_of(t)
     for m, r in analysis.results.items():
-        mc = tot.models[m]
-        mc.add_reasons(r.reason)
-        first = np.asarray(r.seg_first_packet, np.int64)
-        mc.add_segs(count=r.seg_count, end=r.seg_end_reason, payload=r.seg_payload_len,
-                    flow=r.seg_flow_id, file=fidx[first])
-        mask = np.zeros(t.num_rows, np.bool_)
-        mask[first] = True
-        mc.add_encap(t, mask)
+        if models and m in models:
+            tot.models[m] = models[m]
+            continue
+        tot.models[m] = model_counts(m, t, fidx, reasons=r.reason, count=r.seg_count,
+                                     end=r.seg_end_reason, payload=r.seg_payload_len,
+                                     flow=r.seg_flow_id, first=r.seg_first_packet)
     if analysis.results:
         tot.flows.add(t, next(iter(analysis.results.values())).flow_id)
     return tot
 
 
-__all__ = ["UDP_TUNNEL_KINDS", "udp_tunnel_counts", "FlowCauses", "Totals", "CaptureCounts", "CoalescedCounts", "ModelCounts", "FlowCounts",
-           "totals_of_analysis", "encap_counts", "hist_by_name", "flow_key_columns",
-           "addr_text", "FLOW_KEY_COLS"]
+__all__ = ["UDP_TUNNEL_KINDS", "udp_tunnel_counts", "FlowCauses", "Totals", "CaptureCounts",
+           "CoalescedCounts", "ModelCounts", "FlowCounts", "totals_of_analysis",
+           "model_counts", "file_index_of", "encap_counts", "hist_by_name",
+           "flow_key_columns", "addr_text", "FLOW_KEY_COLS"]
