@@ -266,11 +266,14 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     if not coalesced.num_coalesced:
         coalesced = None
     from gropcap.report.progress import phase
+    from gropcap.run.engines import simulate_batches
+    # the decoded batches, each fed to the engine with the state carried (run/engines.py)
+    batches = [pa.Table.from_batches([b]) for b in packets.to_batches()]
     results = {}
     for m in models:
         with phase(progress, f"GRO {m}", packets.num_rows) as advance:
-            results[m] = simulate(packets, config.replace(model=m), engine=engine,
-                                  coalesced=coalesced)
+            results[m] = simulate_batches(batches, config.replace(model=m), engine=engine,
+                                          coalesced=coalesced)
             advance(packets.num_rows)
     stages = {}
     if config.tunnel_gro is not None:

@@ -151,9 +151,10 @@ class _ModelRun:
     """One model's engine state, spill files and counts (``run.accumulators``)."""
 
     def __init__(self, model: str, config: GroConfig, tmp: str, counts):
+        from gropcap.run.engines import BatchGro
         self.model = model
         self.config = config.replace(model=model)
-        self.state = None
+        self.gro = BatchGro(self.config)      # the engine state, carried batch to batch
         self.rows = _Spill(os.path.join(tmp, f"{model}.rows"))
         self.verdicts = _Spill(os.path.join(tmp, f"{model}.verdicts"))
         self.segs = _Spill(os.path.join(tmp, f"{model}.segs"))
@@ -164,9 +165,8 @@ class _ModelRun:
         self.poll_queue: list = []
 
     def feed(self, table: pa.Table, final: bool, coalesced=None, file_of=None):
-        from gropcap.gro.engine import _SEG_FIELDS, simulate_batch
-        part, self.state = simulate_batch(table, self.config, self.state, final=final,
-                                          coalesced=coalesced)
+        from gropcap.gro.engine import _SEG_FIELDS
+        part = self.gro.feed(table, final=final, coalesced=coalesced)
         self.parts += 1
         self.rows.put(part.flow_id, part.rx_queue)
         self.verdicts.put(part.p_row, part.p_reason, part.p_inst, part.p_poll)
@@ -524,7 +524,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 s = dict(zip(_SEG_FIELDS, run.segs.get(len(_SEG_FIELDS))))
                 so.count(s["poll"])
             so.start()
-            ninst = int(run.state.kernel.ctr[1])
+            ninst = int(run.gro.state.kernel.ctr[1])
             # delivery position per instance; -(pos + 1) for a super-packet of one packet
             ipos = np.full(ninst, -1, np.int32 if run.nseg < 2 ** 31 - 1 else np.int64)
             gtable = _gso_table(run.config)
