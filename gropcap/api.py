@@ -4,9 +4,10 @@ Layer: an entry point beside cli.py. The keywords are the options of ``gropcap a
 (read from its click parameters, so the two cannot drift): each is named after its long
 option (``--gro-flush-timeout-us`` -> ``gro_flush_timeout_us``, ``--udp-tunnel`` ->
 ``udp_tunnel``) and converted and checked exactly as on the command line, then handed to
-:func:`gropcap.pipeline.analyze`. Options that only steer the command's output or the way
+:func:`gropcap.run.core.analyze_run` with ``in_memory=True``. Options that only steer the command's output or the way
 it runs (``--out``, ``--format``, ``--plot``, ``--jobs``, ...) are not keywords: a notebook
-gets the :class:`~gropcap.pipeline.Analysis` back and writes or plots it itself.
+gets the :class:`~gropcap.pipeline.Analysis` back and writes or plots it itself. The run
+is the one core's (``run.core.analyze_run``) with the collecting sink.
 """
 
 from __future__ import annotations
@@ -115,12 +116,13 @@ def analyze(paths, config=None, *, models=None, decode_options=None, progress=No
     """
     import click
 
-    from gropcap import cli, pipeline
+    from gropcap import cli
+    from gropcap.run.options import EgressOptions
 
     if "model" in options and models is not None:
         raise ConfigError("give models=... or model=..., not both")
     egress_obj = options.pop("egress") if isinstance(options.get("egress"),
-                                                      pipeline.EgressOptions) else None
+                                                      EgressOptions) else None
     values = _convert(options)
     given = {keyword_params()[k].name for k in options}
     # a receiver profile goes with config= too: pipeline.analyze applies it where the
@@ -146,11 +148,13 @@ def analyze(paths, config=None, *, models=None, decode_options=None, progress=No
         models = ("ideal", "napi") if model == "both" else (model,)
     egress = egress_obj
     if egress is None and (values.get("egress_scenario") or values.get("egress_mtu")):
-        egress = pipeline.EgressOptions(values["egress_scenario"] or "encap",
-                                        values["egress_features"], values["egress_mtu"])
-    return pipeline.analyze(paths, config, models=models, decode_options=decode_options,
-                            engine=values["engine"], decoder=values["decoder"],
-                            egress=egress, progress=progress, receiver=receiver)
+        egress = EgressOptions(values["egress_scenario"] or "encap",
+                               values["egress_features"], values["egress_mtu"])
+    # the one core (run/core.py) with the collecting sink: an Analysis in memory
+    from gropcap.run.core import analyze_run
+    return analyze_run(paths, config, models=models, decode_options=decode_options,
+                       engine=values["engine"], decoder=values["decoder"], egress=egress,
+                       progress=progress, receiver=receiver, in_memory=True)
 
 
 __all__ = ["analyze", "keywords", "keyword_params", "CLI_ONLY", "RUN_KEYS"]

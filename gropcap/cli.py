@@ -15,8 +15,14 @@ import sys
 import click
 
 from gropcap import __version__
-from gropcap.clihelp import Group, capture_files, check_kernel, check_udp_tunnels, option
-from gropcap.errors import ConfigError, GropcapError
+from gropcap.clihelp import Group, capture_files, option
+# the options shared by every command, and their converters (cliopts.py; the names stay
+# importable from here: api.py and the tests read cli._GRO_KEYS, cli._make_gro_config)
+from gropcap.cliopts import (_DECODE_KEYS, _GRO_KEYS, _apply_receiver,  # noqa: F401
+                             _decode_options, _decoder_option, _default_poll_gap_us,
+                             _gro_options, _make_decode_options, _make_gro_config,
+                             _receiver_info, _split, staged_outputs)
+from gropcap.errors import GropcapError
 
 
 def _fail(err: GropcapError) -> None:
@@ -79,8 +85,9 @@ class _Group(Group):
         except BrokenPipeError:
             sys.exit(1)
         except MemoryError:
-            click.echo("gropcap: error: out of memory; --stream analyses in bounded memory "
-                       "(it leaves out --plot, --egress and tunnel/UDP GRO)", err=True)
+            click.echo("gropcap: error: out of memory; runs hold the capture in memory with "
+                       "--no-stream, --plot, --egress, tunnel/UDP GRO or the reference "
+                       "engine: drop them for a bounded-memory run", err=True)
             sys.exit(1)
         finally:
             if previous is not None:
@@ -100,232 +107,6 @@ def main():
     capture, no frame of a supported link type, an output that cannot be
     written: checked before any packet is read); 2 bad usage; 130
     interrupted (nothing left behind)."""
-
-
-def staged_outputs(force: bool):
-    """The command's :class:`gropcap.io.outputs.Outputs` (one per click context): targets
-    are checked and staged when named, and whatever is not committed is removed when the
-    command ends (error, Ctrl-C)."""
-    from gropcap.io.outputs import Outputs
-
-    ctx = click.get_current_context()
-    outs = ctx.meta.get("gropcap.outputs")
-    if outs is None:
-        outs = ctx.meta["gropcap.outputs"] = Outputs(force=force)
-        ctx.call_on_close(outs.discard)
-    return outs
-
-
-# --- shared options -------------------------------------------------------------------
-
-def _decode_options(f):
-    opts = [
-        click.option("--vxlan-port", "vxlan_ports", type=click.IntRange(1, 65535), multiple=True,
-                     help="UDP port decoded as VXLAN (repeatable; default 4789)."),
-        click.option("--geneve-port", "geneve_ports", type=click.IntRange(1, 65535),
-                     multiple=True, help="UDP port decoded as Geneve (default 6081)."),
-        click.option("--vxlan-gpe-port", "vxlan_gpe_ports", type=click.IntRange(1, 65535),
-                     multiple=True, help="UDP port decoded as VXLAN-GPE (default 4790)."),
-        click.option("--fou-port", "fou_ports", multiple=True, metavar="PORT:PROTO",
-                     help="Foo-over-UDP receive port and the IP protocol it carries "
-                          "(4, 41 or 47), e.g. 5555:4."),
-        click.option("--gue-port", "gue_ports", type=click.IntRange(1, 65535), multiple=True,
-                     help="UDP port decoded as GUE."),
-        click.option("--dsa-tag", type=click.Choice(["dsa", "edsa", "brcm", "brcm-prepend"]),
-                     default=None, help="Ethernet capture taken on a DSA conduit: tag to strip."),
-    ]
-    for o in reversed(opts):
-        f = o(f)
-    return f
-
-
-def _make_decode_options(vxlan_ports, geneve_ports, vxlan_gpe_ports, fou_ports, gue_ports,
-                         dsa_tag):
-    from gropcap.decode.options import DecodeOptions
-
-    kw = {}
-    if vxlan_ports:
-        kw["vxlan_ports"] = vxlan_ports
-    if geneve_ports:
-        kw["geneve_ports"] = geneve_ports
-    if vxlan_gpe_ports:
-        kw["vxlan_gpe_ports"] = vxlan_gpe_ports
-    if gue_ports:
-        kw["gue_ports"] = gue_ports
-    if fou_ports:
-        pairs = []
-        for text in fou_ports:
-            port, sep, proto = text.partition(":")
-            if not sep or not port.isdigit() or not proto.isdigit():
-                raise click.BadParameter(f"{text!r} is not PORT:PROTO", param_hint="--fou-port")
-            pairs.append((int(port), int(proto)))
-        kw["fou_ports"] = tuple(pairs)
-    try:
-        return DecodeOptions(dsa_tag=dsa_tag, **kw)
-    except ConfigError as e:
-        raise click.BadParameter(e.one_line()) from None
-
-
-_decoder_option = click.option(
-    "--decoder", type=click.Choice(["fast", "reference"]), default="fast", show_default=True,
-    help="Capture reader and header decoder: numba over a memory map, or the plain-Python "
-         "reference (identical tables).")
-
-
-def _default_poll_gap_us() -> float:
-    from gropcap.gro.config import DEFAULT_POLL_GAP_NS
-    return DEFAULT_POLL_GAP_NS / 1000
-
-
-def _gro_options(f):
-    opts = [
-        click.option("--kernel", default=None, metavar="X.Y", callback=check_kernel,
-                     help="Kernel release whose GRO rules apply: 4.4-4.20, 5.0-5.19 or "
-                          "6.0-6.18 (default: newest modelled, 6.18)."),
-        click.option("--verify-checksums", is_flag=True,
-                     help="Check TCP/UDP checksums as software GRO does (default: the NIC "
-                          "validated them; captures from a sending host carry partial sums)."),
-        click.option("--rss", type=click.Choice(["toeplitz", "none"]), default="toeplitz",
-                     show_default=True, help="RX hash: NIC Toeplitz RSS, or none (bucket 0)."),
-        click.option("--rss-key", default=None, metavar="HEX", help="Toeplitz key (40 bytes hex)."),
-        click.option("--queues", type=click.IntRange(1, 4096), default=1, show_default=True,
-                     help="RX queues (napi model)."),
-        click.option("--budget", type=click.IntRange(1, 65536), default=64, show_default=True,
-                     help="NAPI budget: frames per poll."),
-        click.option("--poll-gap-us", type=click.FloatRange(0), default=_default_poll_gap_us(),
-                     show_default=True,
-                     help="A gap longer than this between frames of a queue ends a poll "
-                          "(default: the ice/i40e RX interrupt moderation, 50 us)."),
-        click.option("--hz", type=click.IntRange(1, 10000), default=250, show_default=True,
-                     help="CONFIG_HZ (jiffy length for the old-packet flush)."),
-        option("--gro-flush-timeout-us", type=click.FloatRange(0), default=0.0,
-               show_default=True, aliases=("--flush-timeout-us",),
-               help="Device gro_flush_timeout (microseconds)."),
-        click.option("--napi-defer-hard-irqs", type=click.IntRange(0, 2**31 - 1), default=0,
-                     show_default=True, help="Device napi_defer_hard_irqs."),
-        click.option("--gro-max-size", type=click.IntRange(1, 524288), default=65536,
-                     show_default=True, help="gro_max_size (IPv6; all families before 6.12)."),
-        click.option("--gro-ipv4-max-size", type=click.IntRange(1, 524288), default=65536,
-                     show_default=True, help="gro_ipv4_max_size (BIG TCP for IPv4)."),
-        click.option("--udp-tunnel", "udp_tunnels", multiple=True, metavar="KIND:PORT[,...]",
-                     callback=check_udp_tunnels,
-                     help="A local UDP tunnel socket owns PORT (vxlan, vxlan-gpe, geneve, fou, "
-                          "gue), so native GRO goes through the tunnel; e.g. vxlan:4789."),
-        click.option("--udp-gro", type=click.Choice(["off", "socket", "forward", "fraglist"]),
-                     default="off", show_default=True,
-                     help="UDP GRO: UDP_GRO socket, rx-udp-gro-forwarding or rx-gro-list."),
-        click.option("--rx-gro-list/--no-rx-gro-list", default=False, show_default=True,
-                     help="rx-gro-list (NETIF_F_GRO_FRAGLIST) on the receiving device; for "
-                          "TCP from 6.10 together with --tcp-forwarded."),
-        click.option("--tcp-forwarded/--tcp-local-socket", "tcp_forwarded", default=False,
-                     show_default=True,
-                     help="The TCP flows are forwarded (no local socket, a router): with "
-                          "--rx-gro-list, 6.10+ aggregates them as a frag_list."),
-        click.option("--native-gro/--no-native-gro", default=True, show_default=True,
-                     help="GRO on the receiving device (ethtool -K DEV gro on|off)."),
-        click.option("--vlan-gro/--no-vlan-gro", default=True, show_default=True,
-                     help="VLAN GRO (vlan_gro_receive); off for kernels built without "
-                          "CONFIG_VLAN_8021Q: 802.1Q/802.1ad frames skip GRO."),
-        click.option("--mtu", type=click.IntRange(68, 65536), default=None, metavar="BYTES",
-                     help="MTU of the receiving device: frames with more IP bytes were "
-                          "captured already coalesced (default: inferred from the SYN MSS "
-                          "and frame sizes; the report says from what)."),
-        click.option("--tunnel-gro/--no-tunnel-gro", default=None,
-                     help="Model the gro_cells stage on tunnel/ERSPAN/DSA devices after "
-                          "decapsulation, with GRO on or off there (default: not modelled)."),
-        click.option("--receiver", type=click.Path(dir_okay=False), default=None,
-                     metavar="PROFILE",
-                     help="Receiver profile (TOML, from `gropcap calibrate`): its values "
-                          "replace the defaults of the options above; an option given "
-                          "here still wins."),
-    ]
-    for o in reversed(opts):
-        f = o(f)
-    return f
-
-
-def _make_gro_config(kernel, verify_checksums, rss, rss_key, queues, budget, poll_gap_us, hz,
-                     gro_flush_timeout_us, napi_defer_hard_irqs, gro_max_size,
-                     gro_ipv4_max_size, udp_tunnels=(), udp_gro="off", native_gro=True,
-                     tunnel_gro=None, vlan_gro=True, rx_gro_list=False, tcp_forwarded=False,
-                     mtu=None, receiver=None):
-    from gropcap.gro.config import GroConfig, KernelProfile
-
-    if receiver is not None:
-        # profile values replace option defaults; options given explicitly keep theirs
-        opts = {k: v for k, v in locals().items() if k not in ("receiver", "GroConfig",
-                                                                 "KernelProfile")}
-        opts = _apply_receiver(receiver, opts)
-        return _make_gro_config(**opts)
-    kw = {}
-    if rss_key:
-        try:
-            kw["rss_key"] = bytes.fromhex(rss_key.replace(":", ""))
-        except ValueError:
-            raise click.BadParameter("not hex", param_hint="--rss-key") from None
-    try:
-        profile = KernelProfile.parse(kernel)
-    except ConfigError as e:
-        raise click.BadParameter(e.one_line(), param_hint="--kernel") from None
-    if napi_defer_hard_irqs and not profile.napi_defer_hard_irqs:
-        raise click.BadParameter(f"kernel {profile.name} has no such knob (napi_defer_hard_irqs "
-                                 f"arrived in 5.7, 6f8b12d661d0)",
-                                 param_hint="--napi-defer-hard-irqs")
-    try:
-        return GroConfig(kernel=profile, verify_checksums=verify_checksums,
-                         rss=rss, queues=queues, budget=budget,
-                         poll_gap_ns=int(poll_gap_us * 1000), hz=hz,
-                         gro_flush_timeout_ns=int(gro_flush_timeout_us * 1000),
-                         napi_defer_hard_irqs=napi_defer_hard_irqs, gro_max_size=gro_max_size,
-                         gro_ipv4_max_size=gro_ipv4_max_size,
-                         udp_tunnels=",".join(udp_tunnels), udp_gro=udp_gro,
-                         native_gro=native_gro, tunnel_gro=tunnel_gro, vlan_gro=vlan_gro,
-                         rx_gro_list=rx_gro_list, tcp_local_socket=not tcp_forwarded, mtu=mtu,
-                         **kw)
-    except ConfigError as e:
-        raise click.BadParameter(e.one_line()) from None
-
-
-def _apply_receiver(path, options: dict) -> dict:
-    """``--receiver PROFILE``: the profile's values for the options of this command left at
-    their defaults. The :class:`gropcap.receiver.ReceiverInfo` (what was applied) is kept
-    in the click context for :func:`_receiver_info`."""
-    from click.core import ParameterSource
-
-    from gropcap.receiver import ReceiverInfo, apply_options, load_profile
-
-    profile = load_profile(path)
-    ctx = click.get_current_context(silent=True)
-    explicit = set()
-    if ctx is not None:
-        explicit = {k for k in profile
-                    if ctx.get_parameter_source(k) not in (None, ParameterSource.DEFAULT)}
-    opts, applied, unapplied = apply_options(options, profile, explicit)
-    if isinstance(opts.get("udp_tunnels"), str):
-        opts["udp_tunnels"] = (opts["udp_tunnels"],)
-    if ctx is not None:
-        ctx.meta["gropcap.receiver"] = ReceiverInfo(
-            str(path), profile, tuple(applied), tuple(sorted(explicit)), tuple(unapplied))
-    return opts
-
-
-def _receiver_info():
-    """The ReceiverInfo of this command's ``--receiver`` (None without one)."""
-    ctx = click.get_current_context(silent=True)
-    return None if ctx is None else ctx.meta.get("gropcap.receiver")
-
-
-_DECODE_KEYS = ("vxlan_ports", "geneve_ports", "vxlan_gpe_ports", "fou_ports", "gue_ports",
-                "dsa_tag")
-_GRO_KEYS = ("kernel", "verify_checksums", "rss", "rss_key", "queues", "budget", "poll_gap_us",
-             "hz", "gro_flush_timeout_us", "napi_defer_hard_irqs", "gro_max_size",
-             "gro_ipv4_max_size", "udp_tunnels", "udp_gro", "native_gro", "tunnel_gro",
-             "vlan_gro", "rx_gro_list", "tcp_forwarded", "mtu",
-             "receiver")
-
-
-def _split(kw: dict, keys) -> dict:
-    return {k: kw.pop(k) for k in keys}
 
 
 # --- commands --------------------------------------------------------------------------
@@ -389,10 +170,12 @@ def decode(files, output, force, decoder, **kw):
 @click.option("--egress-mtu", type=click.IntRange(68, 65535), default=None,
               help="Egress MTU (default: every segment fits).")
 @click.option("--stream/--no-stream", "stream", default=None,
-              help="Bounded memory: decode, simulate and write batch by batch (temporary "
-                   "files in --out or $TMPDIR). Default: on when an input is compressed "
-                   "(its decompressed size is unknown) or the inputs exceed 512 MiB, and "
-                   "the options allow it (no --plot, --egress, tunnel GRO, UDP GRO).")
+              help="--stream (the default, kept for old command lines): bounded memory, "
+                   "decode, simulate and write batch by batch (temporary files in --out "
+                   "or $TMPDIR); what only whole-table models run (--engine/--decoder "
+                   "reference, UDP GRO, UDP tunnel sockets, tunnel GRO, --egress, --plot) "
+                   "is held in memory by itself. --no-stream: hold the whole run in "
+                   "memory.")
 @click.option("-q", "--quiet", is_flag=True,
               help="No progress bar (it only shows on a terminal anyway), no note while "
                    "kernels compile, no closing line (packets, time, files written).")
@@ -423,10 +206,10 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
     record, with a warning naming the record and byte offset (exit 0)."""
     import time
 
-    from gropcap.io.parquet import write_analysis
-    from gropcap.pipeline import analyze as run
-    from gropcap.report.progress import Progress, phase
+    from gropcap.report.progress import Progress
+    from gropcap.report.receive import tunnel_hint
     from gropcap.report.summary import render_text, report_dict
+    from gropcap.run.core import analyze_run
 
     t_start = time.perf_counter()
     options = _make_decode_options(**_split(kw, _DECODE_KEYS))
@@ -434,7 +217,7 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
     models = ("ideal", "napi") if model == "both" else (model,)
     egress = None
     if egress_scenario or egress_mtu:
-        from gropcap.pipeline import EgressOptions
+        from gropcap.run.options import EgressOptions
         egress = EgressOptions(egress_scenario or "encap", egress_features, egress_mtu)
     distributed = jobs is not None or scheduler is not None
     if distributed and stream:
@@ -449,67 +232,26 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
         if os.path.splitext(plot)[1].lower() not in FORMATS:
             raise click.BadParameter(f"{plot}: use a .png or .svg file name",
                                      param_hint="--plot")
-    if stream is not False and not distributed:
-        from gropcap import stream as streaming
-        why_not = streaming.streamable(config, engine=engine, decoder=decoder, egress=egress)
-        why_not = why_not or ("--plot needs the in-memory tables" if plot else None)
-        if stream and why_not:
-            raise click.UsageError(f"--stream: {why_not}")
-        if stream is None and not why_not:
-            stream, why = _auto_stream(files)
-            if stream and not quiet:
-                click.echo(f"gropcap: {why}: streaming in bounded memory (--no-stream holds "
-                           f"it in memory)", err=True)
     outs = staged_outputs(force)
     # every target is checked (and its staging entry made) before any packet is read
     stage_dir = outs.directory(out_dir, _OUT_NAMES) if out_dir else None
     stage_plot = outs.file(plot) if plot else None
     with Progress(None if not quiet else False) as progress:
-        if stream and not distributed:
-            res = streaming.stream_analyze(list(files), config, models=models,
-                                           decode_options=options, out_dir=stage_dir,
-                                           force=True, progress=progress,
-                                           receiver=_receiver_info())
-            res.summary["receive"] = _receive_context(config, res.summary["mtu"])
-            summary, failures = report_dict(res, top=top), []
-            if fmt == "json" and res.udp_tunnel_hint:
-                summary["udp_tunnel_hint"] = res.udp_tunnel_hint
-        else:
-            if distributed:
-                from gropcap.runner import analyze_distributed
-                analysis = analyze_distributed(list(files), config, jobs=jobs,
-                                               scheduler=scheduler, models=models,
-                                               decode_options=options, engine=engine,
-                                               decoder=decoder, egress=egress,
-                                               scratch=scratch, progress=progress)
-                analysis.receiver = _receiver_info()
-            else:
-                analysis = run(list(files), config, models=models,
-                               decode_options=options, engine=engine, decoder=decoder,
-                               egress=egress, progress=progress,
-                               receiver=_receiver_info())
-            failures = getattr(analysis, "failures", None) or []
-            if out_dir:
-                with phase(progress, "writing Parquet", 3, "files") as advance:
-                    write_analysis(analysis, stage_dir, force=True)
-                    advance(3)
-            if plot:
-                from gropcap.report.plots import save_plots
-                with phase(progress, "plotting", 1, "files") as advance:
-                    save_plots(analysis, stage_plot)
-                    advance(1)
-            from gropcap.report.receive import tunnel_hint
-            analysis.receive = _receive_ctx(config)
-            summary = report_dict(analysis, top=top)
-            hint = tunnel_hint(analysis) if fmt == "json" else None
-            if hint:
-                summary["udp_tunnel_hint"] = hint
+        result = analyze_run(list(files), config, models=models, decode_options=options,
+                             engine=engine, decoder=decoder, egress=egress,
+                             out_dir=stage_dir, plot=stage_plot, force=True,
+                             in_memory=stream is False, jobs=jobs, scheduler=scheduler,
+                             scratch=scratch, progress=progress, receiver=_receiver_info(),
+                             receive=_receive_ctx(config))
+        failures = getattr(result, "failures", None) or []
+        summary = report_dict(result, top=top)
+        hint = tunnel_hint(result) if fmt == "json" else None
+        if hint:
+            summary["udp_tunnel_hint"] = hint
         if fmt == "json":
             text = json.dumps(summary, indent=2) + "\n"
-        elif stream and not distributed:
-            text = streaming.render_text(res, color=sys.stdout.isatty(), top_flows=top)
         else:
-            text = render_text(analysis, color=sys.stdout.isatty(), top_flows=top)
+            text = render_text(result, color=sys.stdout.isatty(), top_flows=top)
     from gropcap.interrupt import deferred
     # the outputs are complete from here: an interrupt now lets the run finish
     with deferred(drop=True):
@@ -528,28 +270,6 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
 _OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
 
 
-def _auto_stream(files) -> tuple[bool, str]:
-    """Whether `analyze` streams by itself, and why: memory follows the decompressed
-    records, so any compressed input (its decompressed size is unknown until read) or
-    one that is not a regular file streams, as do plain inputs over STREAM_AUTO_BYTES."""
-    from gropcap.capture import expand_inputs
-    from gropcap.capture.compress import sniff_compression
-    from gropcap.stream import STREAM_AUTO_BYTES
-
-    size = 0
-    for p in expand_inputs(list(files)):
-        if not os.path.isfile(p):
-            return True, f"{p} is not a regular file"
-        with open(p, "rb") as fh:
-            kind = sniff_compression(fh.read(6))
-        if kind:
-            return True, f"{p} is {kind}-compressed"
-        size += os.path.getsize(p)
-    if size > STREAM_AUTO_BYTES:
-        return True, f"{size >> 20} MiB of input"
-    return False, ""
-
-
 def _done_line(summary: dict, seconds: float, written: list) -> str:
     """The last line of a run (stderr): packets, wall time, rate, what was written."""
     n = summary.get("packets", 0)
@@ -558,12 +278,6 @@ def _done_line(summary: dict, seconds: float, written: list) -> str:
                  if rate >= 1e3 else f"{rate:.0f}")
     where = "wrote " + ", ".join(written) if written else "nothing written"
     return f"gropcap: {n} packets in {seconds:.1f} s ({rate_text} packets/s), {where}"
-
-
-def _receive_context(config, mtu: dict) -> dict:
-    """The summary's ``receive`` for this command line (options typed vs defaults)."""
-    from gropcap.mtu import MtuInference
-    return _receive_ctx(config).with_mtu(MtuInference(**mtu)).as_dict()
 
 
 def _receive_ctx(config):

@@ -14,6 +14,9 @@ except
   not below ``Dispatcher._compile_for_args``): it notes the interrupt and asks again every
   :data:`RETRY_S` seconds (``_thread.interrupt_main``) until the main thread is back in
   ordinary Python code, a few milliseconds later for a batch-sized call;
+- inside a callback whose exceptions its caller swallows (llvmlite's object-cache
+  callbacks while numba compiles, distributed's gc callback: ``_SWALLOWING``): retried the
+  same way;
 - inside :func:`deferred` (renaming finished outputs into place): the interrupt waits for
   the end of the block.
 
@@ -68,6 +71,27 @@ def called_from_compiled_code(frame) -> bool:
     return inside
 
 
+# Python callbacks whose exceptions the caller swallows ("Exception ignored ..."): an
+# interrupt raised inside one is printed with a traceback and lost, so it waits for the
+# callback to return. (function name, package): llvmlite's object-cache callbacks, called
+# from LLVM through ctypes while numba compiles; distributed's gc callback.
+_SWALLOWING = {("_raw_object_cache_notify", "llvmlite"),
+               ("_raw_object_cache_getbuffer", "llvmlite"),
+               ("_gc_callback", "distributed")}
+
+
+def in_swallowing_callback(frame) -> bool:
+    """True when ``frame`` runs inside a callback whose exceptions are swallowed."""
+    f = frame
+    while f is not None:
+        code = f.f_code
+        for name, package in _SWALLOWING:
+            if code.co_name == name and f"{os.sep}{package}{os.sep}" in code.co_filename:
+                return True
+        f = f.f_back
+    return False
+
+
 def _retry() -> None:
     import _thread
     _thread.interrupt_main(signal.SIGINT)
@@ -80,7 +104,7 @@ def on_signal(signum, frame):
     if _state["depth"]:
         _state["pending"] = True
         return
-    if called_from_compiled_code(frame):
+    if called_from_compiled_code(frame) or in_swallowing_callback(frame):
         _state["pending"] = True
         t = threading.Timer(RETRY_S, _retry)
         t.daemon = True

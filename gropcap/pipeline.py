@@ -20,16 +20,16 @@ import dataclasses
 import pyarrow as pa
 
 from gropcap import __version__
-from gropcap.capture import expand_inputs, iter_batches
 from gropcap.capture.records import CaptureInfo
 from gropcap.decode.options import DecodeOptions
 from gropcap.decode.schema import PACKET_SCHEMA
-from gropcap.errors import ConfigError
 from gropcap.gro.config import MODELS, GroConfig
 from gropcap.gro.result import GroResult
-
-DECODERS = ("fast", "reference")
-ENGINES = ("reference", "fast")
+# the names pipeline has always offered; defined in run/ (options checked once, the
+# engine chosen in one place)
+from gropcap.run.engines import simulate  # noqa: F401
+from gropcap.run.options import (DECODERS, ENGINES, EgressOptions,  # noqa: F401
+                                 run_options)
 
 
 def decode_files(paths, options: DecodeOptions | None = None, *,
@@ -53,83 +53,18 @@ def decode_files(paths, options: DecodeOptions | None = None, *,
         DecodeError: a file none of whose frames has a link type gropcap decodes
             (``decode.support``); files where only some have one get a warning instead.
     """
-    if decoder not in DECODERS:
-        raise ConfigError(f"unknown decoder {decoder!r}", hint=f"use one of {DECODERS}")
-    if decoder == "fast":
-        from gropcap.capture.scan import iter_scan_batches as batches_of
-        from gropcap.decode.fast import decode_batch
-    else:
-        from gropcap.decode.reference import decode_batch
-
-        def batches_of(path):
-            return iter_batches(path, engine="reference")
-
+    from gropcap.run.inputs import check_decoder, decode_file, drain, input_files
+    check_decoder(decoder)
     options = options or DecodeOptions()
-    if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
-        paths = [paths]
-    files = expand_inputs([str(p) for p in paths])
     batches: list[pa.RecordBatch] = []
     infos: list[CaptureInfo] = []
-    from gropcap.decode.support import LinktypeCheck
-    for file_index, path in enumerate(files):
-        info = None
-        linktypes = LinktypeCheck()
-        for info, batch in batches_of(path):
-            if progress is not None:
-                progress.batch(path, info, batch)
-            if len(batch):
-                linktypes.add(batch)
-                batches.append(decode_batch(batch, options, file_index=file_index))
-        linktypes.finish(info)
+    for file_index, path in enumerate(input_files(paths)):
+        info = drain(decode_file(path, file_index, options, decoder=decoder,
+                                     progress=progress), batches)
         infos.append(info)
     table = pa.Table.from_batches(batches, schema=PACKET_SCHEMA) if batches \
         else PACKET_SCHEMA.empty_table()
     return table, infos
-
-
-def simulate(packets: pa.Table, config: GroConfig, *, engine: str = "fast",
-             polls=None, coalesced=None) -> GroResult:
-    """Run one GRO engine (``"fast"`` numba or ``"reference"`` plain Python).
-
-    Configurations that use a receive-path feature only the reference model implements
-    (``gro.reference.needs_reference``: UDP GRO modes, UDP tunnel sockets) run on the
-    reference model even when ``engine="fast"``; the results are the same by definition of
-    the reference, only slower.
-
-    ``coalesced``: a :class:`gropcap.gso.CoalescedInput` (frames captured after TSO/GRO
-    arrive as GSO packets, ``count`` = their segments); None: every frame is one segment.
-    """
-    from gropcap.gro.reference import needs_reference
-
-    if engine not in ENGINES:
-        raise ConfigError(f"unknown engine {engine!r}", hint=f"use one of {ENGINES}")
-    if engine == "reference" or needs_reference(config):
-        from gropcap.gro.reference import simulate as run
-    else:
-        from gropcap.gro.engine import simulate as run
-    if coalesced is not None and coalesced.num_coalesced:
-        return run(packets, config, polls=polls, coalesced=coalesced)
-    return run(packets, config, polls=polls)
-
-
-def run_options(config, decode_options, models, *, decoder: str | None = None,
-                engine: str | None = None, egress=None):
-    """Defaults and checks shared by :func:`analyze` and the Dask runner: ``(config,
-    decode_options, models)``; a bad model, decoder, engine or egress feature name raises
-    :class:`ConfigError` before any work starts."""
-    config = config or GroConfig()
-    decode_options = decode_options or DecodeOptions()
-    models = list(models)
-    for m in models:
-        if m not in MODELS:
-            raise ConfigError(f"unknown model {m!r}", hint=f"use one of {MODELS}")
-    if decoder is not None and decoder not in DECODERS:
-        raise ConfigError(f"unknown decoder {decoder!r}", hint=f"use one of {DECODERS}")
-    if engine is not None and engine not in ENGINES:
-        raise ConfigError(f"unknown engine {engine!r}", hint=f"use one of {ENGINES}")
-    if egress is not None:
-        egress.features  # validate the feature names before any work is reported
-    return config, decode_options, models
 
 
 class Analysis:
@@ -205,10 +140,21 @@ class Analysis:
         return self._cache["superpackets"]
 
     @property
+    def totals(self):
+        """The run's finished accumulators (``run.accumulators.Totals``): what the summary
+        and the flows table are rendered from."""
+        if "totals" not in self._cache:
+            from gropcap.run.accumulators import totals_of_analysis
+            tot = self._cache["totals"] = totals_of_analysis(self)
+            if "flows" in self._cache:       # loaded from flows.parquet (io.load)
+                tot._flows_table = self._cache["flows"]
+        return self._cache["totals"]
+
+    @property
     def flows(self) -> pa.Table:
-        from gropcap.report.tables import flows_table
+        """One row per flow and direction (``Totals.flows_table``)."""
         if "flows" not in self._cache:
-            self._cache["flows"] = flows_table(self)
+            self._cache["flows"] = self.totals.flows_table()
         return self._cache["flows"]
 
     def egress(self) -> dict:
@@ -273,22 +219,6 @@ class Analysis:
         }
 
 
-@dataclasses.dataclass(frozen=True)
-class EgressOptions:
-    """Where the super-packets leave: ``scenario`` ``"encap"`` (forwarded still
-    encapsulated) or ``"decap"`` (decapsulated, then forwarded), the egress device's
-    offload features (``"tso,tx-gre-segmentation"``), and its MTU (None: segments fit)."""
-
-    scenario: str = "encap"
-    feature_text: str = "tso,tx-tcp6-segmentation"
-    mtu: int | None = None
-
-    @property
-    def features(self) -> int:
-        from gropcap.gso import parse_features
-        return parse_features(self.feature_text)
-
-
 def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             decode_options: DecodeOptions | None = None, engine: str = "fast",
             decoder: str = "fast", egress: EgressOptions | None = None,
@@ -336,11 +266,14 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     if not coalesced.num_coalesced:
         coalesced = None
     from gropcap.report.progress import phase
+    from gropcap.run.engines import simulate_batches
+    # the decoded batches, each fed to the engine with the state carried (run/engines.py)
+    batches = [pa.Table.from_batches([b]) for b in packets.to_batches()]
     results = {}
     for m in models:
         with phase(progress, f"GRO {m}", packets.num_rows) as advance:
-            results[m] = simulate(packets, config.replace(model=m), engine=engine,
-                                  coalesced=coalesced)
+            results[m] = simulate_batches(batches, config.replace(model=m), engine=engine,
+                                          coalesced=coalesced)
             advance(packets.num_rows)
     stages = {}
     if config.tunnel_gro is not None:
@@ -356,11 +289,3 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     analysis.mtu = stats.mtu_inference()
     analysis.receiver = receiver
     return analysis
-
-
-def stream_analyze(paths, config: GroConfig | None = None, **kwargs):
-    """The same analysis in bounded memory, written to Parquet batch by batch:
-    :func:`gropcap.stream.stream_analyze` (returns a ``StreamResult`` whose ``summary``
-    equals ``analyze(...).summary()``)."""
-    from gropcap.stream import stream_analyze as run
-    return run(paths, config, **kwargs)

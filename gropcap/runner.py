@@ -38,18 +38,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import os
 
 import numpy as np
 import pyarrow as pa
 
+from gropcap.capture.scan import BATCH_RECORDS as PIPELINE_BATCH
 from gropcap.capture.scan import iter_scan_batches
 from gropcap.decode.options import DecodeOptions
 from gropcap.decode.schema import PACKET_SCHEMA
 from gropcap.errors import ConfigError
 from gropcap.gro.config import MODELS, GroConfig
-from gropcap.pipeline import Analysis, EgressOptions, run_options
+from gropcap.pipeline import Analysis
+from gropcap.run.options import EgressOptions, run_options
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,8 +83,8 @@ class DistributedAnalysis(Analysis):
 
 SPLIT_BYTES = 1 << 30          # a byte range per GiB of a large file
 BATCH_RECORDS = 262144         # records per scan batch in byte-range decoding
-# records per batch of a one-process run (capture.scan.iter_scan_batches' default)
-PIPELINE_BATCH = inspect.signature(iter_scan_batches).parameters["batch_records"].default
+# records per batch of a one-process run: PIPELINE_BATCH (capture.scan.BATCH_RECORDS,
+# iter_scan_batches' default), imported above
 
 
 # ---- tasks (run on workers; module-level so they pickle by reference) ----
@@ -92,27 +93,8 @@ def decode_file_task(path: str, file_index: int, options: DecodeOptions,
                      decoder: str = "fast"):
     """Decode one whole capture file: ``(table, CaptureInfo)`` (PACKET_SCHEMA rows with
     ``file_index``), the per-file part of ``pipeline.decode_files``."""
-    if decoder == "fast":
-        from gropcap.capture.scan import iter_scan_batches as batches_of
-        from gropcap.decode.fast import decode_batch
-    else:
-        from gropcap.capture import iter_batches
-        from gropcap.decode.reference import decode_batch
-
-        def batches_of(p):
-            return iter_batches(p, engine="reference")
-    from gropcap.decode.support import LinktypeCheck
-    batches = []
-    info = None
-    linktypes = LinktypeCheck()
-    for info, batch in batches_of(path):
-        if len(batch):
-            linktypes.add(batch)
-            batches.append(decode_batch(batch, options, file_index=file_index))
-    linktypes.finish(info)
-    table = pa.Table.from_batches(batches, schema=PACKET_SCHEMA) if batches \
-        else PACKET_SCHEMA.empty_table()
-    return table, info
+    from gropcap.run.inputs import decode_table
+    return decode_table(path, file_index, options, decoder=decoder)
 
 
 def plan_ranges_task(path: str, split_bytes: int, batch_records: int):
@@ -160,12 +142,16 @@ def decode_range_task(path: str, file_index: int, first_batch: int, end_batch: i
 
 def piece_meta_task(decoded):
     """What the client needs of one decoded piece without fetching its rows:
-    ``(rows, CaptureInfo or None, gso.CoalescedStats)``."""
+    ``(rows, CaptureInfo or None, gso.CoalescedStats, run.accumulators.CaptureCounts)``
+    (both merged on the client in input order)."""
     from gropcap.gso import CoalescedStats
+    from gropcap.run.accumulators import CaptureCounts
     table, info = decoded if isinstance(decoded, tuple) else (decoded, None)
     stats = CoalescedStats()
     stats.add(table)
-    return table.num_rows, info, stats
+    counts = CaptureCounts()
+    counts.add(table)
+    return table.num_rows, info, stats, counts
 
 
 def store_task(fn, args: tuple, path: str, splits: tuple = ()):
@@ -316,7 +302,7 @@ def load_part(ref):
 def model_task(sources, config: GroConfig, engine: str, stats):
     """One model over the whole table (``pipeline.simulate`` and, when configured, the
     gro_cells stage): ``(GroResult, stages or None)``."""
-    from gropcap.pipeline import simulate
+    from gropcap.run.engines import simulate
     packets = _packets_of(sources)
     coalesced = stats.infer(packets) if stats is not None and stats.num else None
     result = simulate(packets, config, engine=engine, coalesced=coalesced)
@@ -569,13 +555,11 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
     Example:
         >>> a = analyze_distributed("sample_pcaps", jobs=2)  # doctest: +SKIP
     """
-    from gropcap.capture import expand_inputs
+    from gropcap.run.inputs import input_files
     config, decode_options, models = run_options(config, decode_options, models,
                                                  decoder=decoder, engine=engine,
                                                  egress=egress)
-    if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
-        paths = [paths]
-    files = expand_inputs([str(p) for p in paths])
+    files = input_files(paths)
     with open_client(client, jobs=jobs, scheduler=scheduler) as c, \
             _scratch_dir(c, scratch) as tmp:
         nworkers = _nworkers(c)
@@ -604,14 +588,41 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
                              c.gather([p.ref for p in d.pieces]), d.index, d.new_index)
                   for d in decoded]
         packets = pa.concat_tables(tables) if tables else PACKET_SCHEMA.empty_table()
-        results, stages = _gather_models(c, pending, n)
+        results, stages, partitions = _gather_models(c, pending, n)
     a = DistributedAnalysis(packets=packets, infos=infos, config=config, results=results,
                             decode_options=decode_options, stages=stages, egress=egress)
     a.coalesced = stats.infer(packets) if stats is not None and stats.num else None
     from gropcap.gso import CoalescedStats
     a.mtu = (stats or CoalescedStats(config.mtu)).mtu_inference()
     a.failures = failures
+    a._cache["totals"] = _merged_totals(a, decoded, partitions)
     return a
+
+
+def _merged_totals(a, decoded: list, partitions: dict):
+    """The run's ``run.accumulators.Totals`` merged from its pieces and partitions: the
+    capture counts each decode task made (file indexes moved past failed inputs), and
+    per split model one ``ModelCounts`` per GRO partition (flows and rows numbered over
+    the whole capture). The flows table and the coalesced-input counts are made once
+    over the client's table (flow keys come from each flow's first row)."""
+    from gropcap.run.accumulators import file_index_of, model_counts, totals_of_analysis
+    capture = None
+    for d in decoded:
+        for p in d.pieces:
+            c = p.counts if d.index == d.new_index else \
+                p.counts.renumber_file(d.index, d.new_index)
+            capture = c if capture is None else capture.merge(c)
+    fidx = file_index_of(a.decoded)
+    models = {}
+    for m, parts in partitions.items():
+        for part, rows in parts:
+            s = part.segs
+            first = rows[s["first"]]
+            mc = model_counts(m, a.decoded, fidx, reasons=part.p_reason, count=s["count"],
+                              end=s["end"], payload=s["payload"],
+                              flow=a.results[m].flow_id[first], first=first)
+            models[m] = mc if m not in models else models[m].merge(mc)
+    return totals_of_analysis(a, capture=capture, models=models)
 
 
 @contextlib.contextmanager
@@ -673,6 +684,7 @@ class _Piece:
     end: int | None = None
     rows: int = 0
     stats: object = None
+    counts: object = None      # run.accumulators.CaptureCounts of its rows
     offset: int = 0
 
 
@@ -750,18 +762,18 @@ def _decode_all(c, files, options, decoder, split_bytes, batch_records, scratch=
         for piece, meta in pieces:
             try:
                 try:
-                    rows, pinfo, stats = meta.result()
+                    rows, pinfo, stats, counts = meta.result()
                 except KilledWorker:
                     # lost with a dying worker, maybe not by its own fault: once more alone
                     piece.ref, meta = submit(piece.task, piece.args,
                                              piece.ref if scratch else None)
-                    rows, pinfo, stats = meta.result()
+                    rows, pinfo, stats, counts = meta.result()
             except Exception as exc:   # parse error, or the worker died again
                 failed = InputFailure(path, piece.start if kind == "ranges" else 0,
                                       piece.end if kind == "ranges" else None,
                                       _err_text(exc))
                 break
-            piece.rows, piece.stats = rows, stats
+            piece.rows, piece.stats, piece.counts = rows, stats, counts
             if kind == "file":
                 info = pinfo
         if failed is not None:
@@ -866,18 +878,20 @@ def _submit_models(c, decoded: list, n: int, config: GroConfig, models, engine, 
 
 
 def _gather_models(c, pending: dict, n: int):
-    """Wait for the GRO tasks and reduce: ``(results, stages)``. A task lost with a
+    """Wait for the GRO tasks and reduce: ``(results, stages, partitions)`` (per split
+    model its ``(BatchResult, global rows)`` per partition). A task lost with a
     dying worker is retried once; a second loss fails the run (a GRO partition cannot be
     left out without changing every count)."""
-    results, stages = {}, {}
+    results, stages, partitions = {}, {}, {}
     for m, (kind, cfg, tasks) in pending.items():
         if kind == "parts":
             done = [load_part(_result_or_retry(c, f, fn, *args)[0]) for f, args, fn in tasks]
             results[m] = merge_parts([d[0] for d in done], [d[1] for d in done],
                                      [d[2] for d in done], n, cfg)
+            partitions[m] = [(d[0], d[1]) for d in done]
         else:
             fut, args = tasks[0]
             (results[m], st), _ = _result_or_retry(c, fut, model_task, *args)
             if st is not None:
                 stages[m] = st
-    return results, stages
+    return results, stages, partitions

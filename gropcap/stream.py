@@ -30,6 +30,7 @@ paths written).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import shutil
 import struct
@@ -39,22 +40,26 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gropcap import __version__
 from gropcap.decode.options import DecodeOptions
-from gropcap.decode.schema import PACKET_SCHEMA, STATUS_NAMES
+from gropcap.decode.schema import PACKET_SCHEMA
 from gropcap.errors import ConfigError
 from gropcap.gro.config import MODELS, GroConfig
-from gropcap.gro.reasons import ROLE_ALONE, ROLE_HEAD, ROLE_MERGED, reason_name
+from gropcap.gro.reasons import ROLE_ALONE, ROLE_HEAD, ROLE_MERGED
 from gropcap.io.columns import readable
 
-# `gropcap analyze --out DIR` streams by itself above this much input (files' bytes): the
-# in-memory path needs ~1.2 kB of RAM per packet, ~9x a 128-byte-snaplen capture's size
-STREAM_AUTO_BYTES = 512 << 20
 OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
-# zstd as io.parquet; Parquet dictionary pages only for the string columns: for numeric
-# columns they cost ~35% of the write time and made the files larger (measured on the
-# benchmark capture's packets table)
-_PARQUET_OPTIONS = {"compression": "zstd", "use_dictionary": ["encap", "model"]}
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+
+
+def _parquet_options(schema: pa.Schema) -> dict:
+    """zstd as io.parquet; Parquet dictionary pages only for the string columns (``encap``,
+    ``model`` and the readable ``*_name`` columns, whose dictionaries then load back
+    whole, as ``io.parquet.write_analysis`` writes them): for numeric columns they cost
+    ~35% of the write time and made the files larger (measured on the benchmark
+    capture's packets table)."""
+    strings = [f.name for f in schema if f.name in ("encap", "model")
+               or pa.types.is_dictionary(f.type)]
+    return {"compression": "zstd", "use_dictionary": strings}
 
 
 @dataclasses.dataclass
@@ -79,11 +84,12 @@ class StreamResult:
     paths: list
     metadata: dict
     peak_spill_bytes: int = 0
-    # UDP tunnels on ports without a tunnel socket (report.receive.tunnel_hint, not run
-    # again), or None
+    # UDP tunnels on ports without a tunnel socket (report.receive.tunnel_hint), or None
     udp_tunnel_hint: dict | None = None
     timings: dict = dataclasses.field(default_factory=dict)
     flow_causes: list = dataclasses.field(default_factory=list)
+    # the run's finished accumulators (run.accumulators.Totals) the summary renders
+    totals: object = None
 
     @property
     def primary_model(self) -> str:
@@ -96,31 +102,12 @@ class StreamResult:
         return list(self.summary["models"])
 
 
-def render_text(result: StreamResult, **kwargs) -> str:
-    """The terminal report of ``gropcap analyze`` for a :class:`StreamResult`.
-
-    ``report.summary.render_text`` run with this result's summary instead of one computed
-    from in-memory tables (it reads only the summary, ``flows`` and ``primary_model``).
-    """
-    import types
-
-    from gropcap.report import summary as S
-    f = S.render_text
-    g = dict(f.__globals__)
-    g["summary_dict"] = lambda _analysis: result.summary
-    fn = types.FunctionType(f.__code__, g, f.__name__, f.__defaults__, f.__closure__)
-    fn.__kwdefaults__ = f.__kwdefaults__
-    return fn(result, **kwargs)
-
-
 def streamable(config: GroConfig, *, engine: str = "fast", decoder: str = "fast",
                egress=None) -> str | None:
-    """None when :func:`stream_analyze` models this run, else why not (one line)."""
-    try:
-        _check(config, MODELS, engine, decoder, egress)
-    except ConfigError as e:
-        return str(e.args[0]) if e.args else "not streamable"
-    return None
+    """None when :func:`stream_analyze` models this run, else why not (one line):
+    ``run.options.memory_reason``."""
+    from gropcap.run.options import memory_reason
+    return memory_reason(config, engine=engine, decoder=decoder, egress=egress)
 
 
 class _Spill:
@@ -160,78 +147,35 @@ class _Spill:
         self.f.close()
 
 
-def _grow(a: np.ndarray, n: int) -> np.ndarray:
-    if n <= len(a):
-        return a
-    out = np.zeros(max(n, 2 * len(a)), a.dtype)
-    out[:len(a)] = a
-    return out
-
-
-def _add_counts(acc_keys, acc_counts, keys):
-    """Running histogram of int64 keys (keys, counts) merged with new values."""
-    if not len(keys):
-        return acc_keys, acc_counts
-    u, c = np.unique(keys, return_counts=True)
-    k = np.concatenate([acc_keys, u])
-    v = np.concatenate([acc_counts, c])
-    uu, inv = np.unique(k, return_inverse=True)
-    return uu, np.bincount(inv.ravel(), weights=v, minlength=len(uu)).astype(np.int64)
-
-
-def _by_name(hist: np.ndarray) -> dict[str, int]:
-    """report.tables.count_by_name from a 256-bin histogram."""
-    codes = np.nonzero(hist)[0]
-    pairs = sorted(((int(hist[c]), int(c)) for c in codes), key=lambda p: (-p[0], p[1]))
-    return {reason_name(c): n for n, c in pairs}
-
-
 class _ModelRun:
-    """One model's engine state, spill files and counters."""
+    """One model's engine state, spill files and counts (``run.accumulators``)."""
 
-    def __init__(self, model: str, config: GroConfig, tmp: str):
+    def __init__(self, model: str, config: GroConfig, tmp: str, counts):
+        from gropcap.run.engines import BatchGro
         self.model = model
         self.config = config.replace(model=model)
-        self.state = None
+        self.gro = BatchGro(self.config)      # the engine state, carried batch to batch
         self.rows = _Spill(os.path.join(tmp, f"{model}.rows"))
         self.verdicts = _Spill(os.path.join(tmp, f"{model}.verdicts"))
         self.segs = _Spill(os.path.join(tmp, f"{model}.segs"))
         self.parts = 0
-        self.reason_hist = np.zeros(256, np.int64)
-        self.end_hist = np.zeros(256, np.int64)
         self.nseg = 0
-        self.largest = 0
-        self.data_segs = 0      # super-packets with payload (counted in the segments pass)
-        self.file_segs = np.zeros(0, np.int64)       # super-packets per input file
-        self.file_data_segs = np.zeros(0, np.int64)  # ... with payload
-        self.flow_segs = np.zeros(0, np.int64)
-        self.top_keys = np.zeros(0, np.int64)
-        self.top_counts = np.zeros(0, np.int64)
+        self.counts = counts            # run.accumulators.ModelCounts
         self.poll_time: list = []
         self.poll_queue: list = []
-        self.encap: dict[str, int] = {}
 
-    def feed(self, table: pa.Table, final: bool, coalesced=None):
-        from gropcap.gro.engine import simulate_batch
-        part, self.state = simulate_batch(table, self.config, self.state, final=final,
-                                          coalesced=coalesced)
+    def feed(self, table: pa.Table, final: bool, coalesced=None, file_of=None):
+        from gropcap.gro.engine import _SEG_FIELDS
+        part = self.gro.feed(table, final=final, coalesced=coalesced)
         self.parts += 1
         self.rows.put(part.flow_id, part.rx_queue)
         self.verdicts.put(part.p_row, part.p_reason, part.p_inst, part.p_poll)
         s = part.segs
-        from gropcap.gro.engine import _SEG_FIELDS
         self.segs.put(*[s[f] for f in _SEG_FIELDS])
-        self.reason_hist += np.bincount(part.p_reason, minlength=256)
-        m = len(s["first"])
-        if m:
-            self.nseg += m
-            self.end_hist += np.bincount(s["end"].astype(np.int64), minlength=256)
-            self.largest = max(self.largest, int(s["count"].max()))
-            flow = s["flow"].astype(np.int64)
-            self.flow_segs = _grow(self.flow_segs, int(flow.max()) + 1)
-            self.flow_segs[:int(flow.max()) + 1] += np.bincount(flow)
-            self.top_keys, self.top_counts = _add_counts(
-                self.top_keys, self.top_counts, flow * 256 + s["end"].astype(np.int64))
+        self.counts.add_reasons(part.p_reason)
+        self.nseg += len(s["first"])
+        self.counts.add_segs(count=s["count"], end=s["end"], payload=s["payload"],
+                             flow=s["flow"], file=file_of(s["first"]))
         if self.poll_time or len(part.poll_time):
             assert part.poll_base == sum(len(t) for t in self.poll_time)
         self.poll_time.append(part.poll_time)
@@ -294,20 +238,16 @@ class _SegOrder:
 
 
 class _Coalesced:
-    """gso.CoalescedStats over a stream, counting what the summary reports: the first
-    pass :meth:`add` s every batch, the GRO pass then gives each batch its
-    :class:`gso.CoalescedInput` (gso_size needs the whole capture: the peer's SYN or the
-    direction's most common segment may come later)."""
+    """gso.CoalescedStats over a stream: the first pass :meth:`add` s every batch, the
+    GRO pass then gives each batch its :class:`gso.CoalescedInput` (gso_size needs the
+    whole capture: the peer's SYN or the direction's most common segment may come later)
+    and counts it (``run.accumulators.CoalescedCounts``)."""
 
     def __init__(self, mtu: int | None = None):
         from gropcap.gso import CoalescedStats
+        from gropcap.run.accumulators import CoalescedCounts
         self.stats = CoalescedStats(mtu)
-        self.gso_segs = 0       # segments of the coalesced frames
-        self.segs_total = 0     # segments of every row (segments_in)
-        self.data_segs = 0      # segments of the rows with payload
-        self.file_segs = np.zeros(0, np.int64)        # segments per input file
-        self.file_data_segs = np.zeros(0, np.int64)   # ... of the rows with payload
-        self.sizes_seen: set[int] = set()
+        self.counts = CoalescedCounts()
 
     @property
     def num(self) -> int:
@@ -320,208 +260,68 @@ class _Coalesced:
     def batch(self, t: pa.Table):
         """The batch's gso.CoalescedInput (after every batch went through :meth:`add`)."""
         co = self.stats.infer(t)
-        rows = co.is_gso
-        if rows.any():
-            self.gso_segs += int(co.segs[rows].sum())
-            self.sizes_seen.update(np.unique(co.gso_size[rows]).tolist())
-        segs = co.segs.astype(np.int64)
-        self.segs_total += int(segs.sum())
-        # per file and for the rows with payload (report.summary.file_summaries/data_counts)
-        has = t.column("payload_len").to_numpy() > 0
-        self.data_segs += int(segs[has].sum())
-        fidx = t.column("file_index").to_numpy().astype(np.int64)
-        n = max(len(self.file_segs), int(fidx.max()) + 1 if len(fidx) else 0)
-        self.file_segs = np.pad(self.file_segs, (0, n - len(self.file_segs))) + \
-            np.bincount(fidx, segs, minlength=n).astype(np.int64)
-        self.file_data_segs = np.pad(self.file_data_segs, (0, n - len(self.file_data_segs))) \
-            + np.bincount(fidx[has], segs[has], minlength=n).astype(np.int64)
+        self.counts.add(t, co)
         return co
 
 
-class _Counters:
-    """Capture-level counters for the summary (report.summary.summary_dict)."""
+class _TunnelHint:
+    """``report.receive.tunnel_hint`` for a streamed run: UDP tunnels on ports without a
+    tunnel socket are known after the decode pass (their counts); the ideal model is run
+    again on their rows, collected in the GRO pass (up to ``HINT_MAX_ROWS``), the napi
+    model on the whole capture read back (up to ``HINT_NAPI_MAX_ROWS`` rows), as the
+    in-memory hint does."""
 
-    def __init__(self, verify_checksums: bool):
-        self.verify = verify_checksums
-        self.packets = 0
-        self.data_packets = 0     # rows with payload (report.summary.data_counts)
-        # per input file (report.summary.file_summaries); rows arrive file after file
-        self.file_packets = np.zeros(0, np.int64)
-        self.file_bytes = np.zeros(0, np.int64)
-        self.file_data = np.zeros(0, np.int64)
-        self.last_file = 0
-        self.wire_bytes = 0
-        self.status = np.zeros(256, np.int64)
-        self.encap: dict[str, int] = {}
-        self.pre = 0            # frames marked coalesced whatever the MTU
-        self.pre_largest = 0
-        self.tot_hist: dict[int, list[int]] = {}  # IP length -> [frames, largest frame]
-        self.udp_tunnels: dict = {}   # (kind, port) -> packets (report.receive)
-        self.partial = 0
-        self.cut = 0
-        self.short = 0
-        self.coalesced: _Coalesced | None = None
+    def __init__(self, counts: dict, config: GroConfig, models):
+        from gropcap.report.receive import HINT_MAX_ROWS, missing_tunnels
+        self.config = config
+        self.hint = missing_tunnels(counts, config)
+        tunnels = self.hint["tunnels"] if self.hint else []
+        self.pairs = tuple((m["kind"], m["port"]) for m in tunnels)
+        self.collect = bool(self.pairs) and sum(m["packets"] for m in tunnels) <= HINT_MAX_ROWS
+        self.rows: list[pa.Table] = []
+        self.co: list = []
+        self.before = {m: 0 for m in models}
 
-    def _add_per_file(self, fidx: np.ndarray, wire: np.ndarray, has: np.ndarray) -> None:
-        if not len(fidx):
+    def gro_batch(self, t: pa.Table, co) -> None:
+        """The tunnel rows of a batch and their coalesced input."""
+        if not self.collect:
             return
-        if fidx[0] < self.last_file or np.any(np.diff(fidx) < 0):
-            self.file_packets = None            # not file after file: no per-file table
-        self.last_file = int(fidx[-1])
-        if self.file_packets is None:
-            return
-        n = max(len(self.file_packets), int(fidx.max()) + 1)
-        grow = lambda a: np.pad(a, (0, n - len(a)))  # noqa: E731
-        self.file_packets = grow(self.file_packets) + np.bincount(fidx, minlength=n)
-        self.file_bytes = grow(self.file_bytes) + np.bincount(fidx, wire, minlength=n) \
-            .astype(np.int64)
-        self.file_data = grow(self.file_data) + np.bincount(fidx[has], minlength=n)
+        from gropcap.report.receive import tunnel_mask
+        idx = np.flatnonzero(tunnel_mask(t, self.pairs))
+        self.rows.append(t.take(idx))
+        self.co.append(None if co is None else
+                       (co.is_gso[idx], co.gso_size[idx], co.segs[idx], co.source[idx]))
 
-    def file_of(self, rows: np.ndarray) -> np.ndarray:
-        """Input file of packet rows (rows are numbered file after file)."""
-        return np.searchsorted(np.cumsum(self.file_packets), rows, side="right")
+    def packets_batch(self, t: pa.Table, model: str, first: np.ndarray) -> None:
+        """Count ``model``'s super-packets that start at a tunnel row (``first``: rows
+        that start a super-packet)."""
+        if self.pairs:
+            from gropcap.report.receive import tunnel_mask
+            self.before[model] += int(np.count_nonzero(tunnel_mask(t, self.pairs) & first))
 
-    def add(self, t: pa.Table) -> None:
-        from gropcap.constants import EPB_FLAG_TCP_SEG_OFFLOAD
-        from gropcap.decode.schema import CSUM_PARTIAL, STATUS_TRUNCATED
-
-        col = lambda name: t.column(name).to_numpy()  # noqa: E731
-        self.packets += t.num_rows
-        has = col("payload_len") > 0
-        self.data_packets += int(np.count_nonzero(has))
-        wire = col("wire_len")
-        self._add_per_file(col("file_index").astype(np.int64), wire.astype(np.int64), has)
-        self.wire_bytes += int(wire.astype(np.int64).sum())
-        self.status += np.bincount(col("status").astype(np.int64), minlength=256)
-        for name, c in _encap_counts(t, np.ones(t.num_rows, np.bool_)).items():
-            self.encap[name] = self.encap.get(name, 0) + c
-        # report.summary.capture_warnings, counted per batch
-        outer = col("outer_ip_version") != 0
-        ver = np.where(outer, col("outer_ip_version"), col("ip_version"))
-        tot = np.where(outer, col("outer_ip_tot_len"), col("ip_tot_len")).astype(np.int64)
-        # frames above the MTU are counted when it is known (warnings())
-        pre = ((ver == 4) & (tot == 0)) | ((col("epb_flags") & EPB_FLAG_TCP_SEG_OFFLOAD) != 0)
-        if pre.any():
-            self.pre += int(pre.sum())
-            self.pre_largest = max(self.pre_largest, int(wire[pre].max()))
-        rest = (ver != 0) & ~pre
-        if rest.any():
-            u, inv, cnt = np.unique(tot[rest], return_inverse=True, return_counts=True)
-            big = np.zeros(len(u), np.int64)
-            np.maximum.at(big, inv.ravel(), wire[rest].astype(np.int64))
-            for k, c, b in zip(u.tolist(), cnt.tolist(), big.tolist()):
-                e = self.tot_hist.setdefault(k, [0, 0])
-                e[0] += c
-                e[1] = max(e[1], b)
-        from gropcap.report.receive import udp_tunnel_counts
-        for k, n in udp_tunnel_counts(t).items():
-            self.udp_tunnels[k] = self.udp_tunnels.get(k, 0) + n
-        self.partial += int(np.count_nonzero(col("l4_csum_state") == CSUM_PARTIAL))
-        self.cut += int(np.count_nonzero(col("status") == STATUS_TRUNCATED))
-        if self.verify:
-            self.short += int(np.count_nonzero((col("cap_len") < wire)
-                                               & (col("l4_proto") != 0)))
-
-    def warnings(self, flows: pa.Table) -> list[str]:
-        """The text of report.summary.capture_warnings from the counters."""
-        from gropcap.constants import IPPROTO_TCP
-        out: list[str] = []
-        if not self.packets:
-            return out
-        mtu = self.coalesced.stats.mtu_inference()
-        if mtu.conflict:
-            out.append(mtu.conflict)
-        above = [e for k, e in self.tot_hist.items() if k > mtu.mtu]
-        pre = self.pre + sum(e[0] for e in above)
-        if pre:
-            largest = max([self.pre_largest] + [e[1] for e in above])
-            out.append(f"{pre} frames are already coalesced (more IP bytes than the "
-                       f"{mtu.mtu}-byte MTU, IPv4 total length 0 or the pcapng TSO flag; "
-                       f"largest {largest} bytes): captured after GRO/TSO or on a "
-                       f"jumbo MTU, so the capture does not show the segments on the wire")
-            co = self.coalesced
-            if co is not None and co.num:
-                sizes = sorted(co.sizes_seen)
-                shown = ", ".join(str(int(x)) for x in sizes[:4]) + (", ..." if len(sizes) > 4
-                                                                     else "")
-                out[-1] += (f"; {co.num} TCP frames are treated as arriving GSO packets "
-                            f"of {co.gso_segs} segments with the gso_size "
-                            f"inferred from their flow ({shown} bytes: SYN MSS, else the most "
-                            f"common full segment)")
-        if self.partial:
-            out.append(f"{self.partial} TCP/UDP checksums hold only the pseudo-header sum "
-                       f"(offload partial: captured on the sending host)")
-        if self.cut:
-            out.append(f"{self.cut} frames are cut by the snap length inside their "
-                       f"headers: GRO cannot compare them (BYPASS_DECODE); capture with a "
-                       f"larger snap length (tcpdump -s)")
-        if self.verify and self.short:
-            out.append(f"{self.short} frames are cut by the snap length: their "
-                       f"TCP/UDP checksums cannot be verified")
-        if flows.num_rows:
-            proto = flows.column("l4_proto").to_pylist()
-            keys = list(zip(flows.column("src").to_pylist(), flows.column("sport").to_pylist(),
-                            flows.column("dst").to_pylist(),
-                            flows.column("dport").to_pylist()))
-            tcp = [bool(p == IPPROTO_TCP and (k[1] or k[3])) for k, p in zip(keys, proto)]
-            present = {k for k, t in zip(keys, tcp) if t}
-            one_way = [i for i, (k, t) in enumerate(zip(keys, tcp))
-                       if t and (k[2], k[3], k[0], k[1]) not in present]
-            if one_way:
-                a, ap, b, bp = keys[one_way[0]]
-                out.append(f"{len(one_way)} of {sum(tcp)} TCP flows are seen in one direction "
-                           f"only (e.g. flow {one_way[0]}, {a}:{ap} > {b}:{bp}): a filtered, "
-                           f"mirrored or asymmetric capture")
-        return out
-
-
-def _encap_counts(t: pa.Table, mask: np.ndarray) -> dict[str, int]:
-    """Rows of ``t`` where ``mask`` counted per ``encap`` string."""
-    out: dict[str, int] = {}
-    if not t.num_rows or not mask.any():
-        return out
-    enc = t.column("encap").cast(pa.string()).combine_chunks().dictionary_encode()
-    idx = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)[mask]
-    names = enc.dictionary.to_pylist()
-    for k, c in enumerate(np.bincount(idx, minlength=len(names)).tolist()):
-        if c:
-            out[names[k]] = out.get(names[k], 0) + c
-    return out
-
-
-_FLOW_KEY_COLS = ("encap", "ip_version", "ip_src", "ip_dst", "l4_proto", "sport", "dport",
-                  "tun_type", "tun_key", "vlan_tci0", "dsa_port")
-
-
-def _flows_table(keys: pa.Table, packets: np.ndarray, payload: np.ndarray,
-                 runs: list[_ModelRun]) -> pa.Table:
-    """report.tables.flows_table from per-flow counters."""
-    from gropcap.report.tables import flow_key_columns
-
-    n_flows = keys.num_rows
-    cols = {
-        **flow_key_columns(keys),
-        "packets": packets[:n_flows].astype(np.int64),
-        "payload_bytes": payload[:n_flows].astype(np.int64),
-    }
-    for run in runs:
-        segs = np.zeros(n_flows, np.int64)
-        k = min(n_flows, len(run.flow_segs))
-        segs[:k] = run.flow_segs[:k]
-        cols[f"{run.model}_superpackets"] = segs
-        with np.errstate(divide="ignore", invalid="ignore"):
-            cols[f"{run.model}_ratio"] = np.where(segs > 0, cols["packets"] / np.maximum(segs, 1),
-                                                  0.0)
-        top = [""] * n_flows
-        best: dict[int, tuple[int, int]] = {}
-        for key, c in zip(run.top_keys.tolist(), run.top_counts.tolist()):
-            f, r = divmod(key, 256)
-            if f not in best or c > best[f][0]:
-                best[f] = (c, r)
-        for f, (_, r) in best.items():
-            top[f] = reason_name(r)
-        cols[f"{run.model}_top_reason"] = pa.array(top, pa.string())
-    return pa.table(cols)
+    def finish(self, models: dict, segments: int, packets: int, whole) -> dict | None:
+        """The hint (None without one); ``models``: the summary's; ``whole()``: the
+        whole decoded table and its coalesced input, read back."""
+        if self.hint is None:
+            return None
+        from gropcap.gso import CoalescedInput
+        from gropcap.report.receive import HINT_NAPI_MAX_ROWS, sockets_models
+        tunnel_rows = None
+        if self.collect:
+            table = pa.concat_tables(self.rows) if self.rows else \
+                PACKET_SCHEMA.empty_table()
+            co = None
+            if self.co and all(c is not None for c in self.co):
+                co = CoalescedInput(*[np.concatenate([c[k] for c in self.co])
+                                      for k in range(4)])
+                co = co if co.num_coalesced else None
+            tunnel_rows = (table, co)
+        big = packets > HINT_NAPI_MAX_ROWS or all(m == "ideal" for m in models)
+        self.hint["models"] = sockets_models(
+            self.config, self.pairs, models, segments, tunnel_rows=tunnel_rows,
+            before=self.before, whole=None if big else whole())
+        self.hint["left_out"] = [m for m in models if m not in (self.hint["models"] or {})]
+        return self.hint
 
 
 class _RowCursor:
@@ -563,28 +363,12 @@ class _VerdictCursor:
         return out
 
 
-def _check(config: GroConfig, models, engine: str, decoder: str, egress) -> None:
-    from gropcap.gro.reference import needs_reference
-    for m in models:
-        if m not in MODELS:
-            raise ConfigError(f"unknown model {m!r}", hint=f"use one of {MODELS}")
-    if engine != "fast" or decoder != "fast":
-        raise ConfigError("streaming runs the fast decoder and engine only",
-                          hint="drop --stream to use the reference path")
-    if needs_reference(config):
-        raise ConfigError("streaming does not model UDP GRO or UDP tunnel sockets (reference "
-                          "engine only)", hint="analyze without --stream (in memory)")
-    if config.tunnel_gro is not None or egress is not None:
-        raise ConfigError("streaming does not model the gro_cells stage or egress yet",
-                          hint="analyze without --stream (in memory)")
-
-
 def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                    decode_options: DecodeOptions | None = None, out_dir: str | None = None,
                    force: bool = False, batch_records: int = 65536,
                    engine: str = "fast", decoder: str = "fast", egress=None,
                    tmp_dir: str | None = None, progress=None,
-                   receiver=None) -> StreamResult:
+                   receiver=None, receive=None) -> StreamResult:
     """Analyse captures batch by batch in bounded memory (see the module docstring).
 
     Args:
@@ -601,6 +385,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             else the system temporary directory); about the size of the packets output.
         receiver: a receiver profile (path) or the ``receiver.ReceiverInfo`` of one
             already applied to ``config``, as :func:`gropcap.pipeline.analyze` takes it.
+        receive: the :class:`gropcap.context.ReceiveContext` the summary reports (the
+            CLI's, which knows what was typed); None: from ``config``.
 
     Returns:
         A :class:`StreamResult`; ``summary`` equals ``analyze(...).summary()`` and the
@@ -614,21 +400,22 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         >>> r = stream_analyze("big.pcap", out_dir="out")          # doctest: +SKIP
         >>> r.summary["models"]["napi"]["aggregation_ratio"]        # doctest: +SKIP
     """
-    from gropcap.capture import expand_inputs
-    from gropcap.capture.scan import iter_scan_batches
-    from gropcap.decode.fast import decode_batch
     from gropcap.io.parquet import OutputError
     from gropcap.pipeline import Analysis
+    from gropcap.run.accumulators import Totals
+    from gropcap.run.inputs import decode_file, input_files
+    from gropcap.run.options import memory_reason, run_options
 
-    config = config or GroConfig()
+    config, decode_options, models = run_options(config, decode_options, models,
+                                                 decoder=decoder, engine=engine,
+                                                 egress=egress)
     from gropcap.receiver import resolve_receiver
     config, receiver = resolve_receiver(config, receiver)
-    decode_options = decode_options or DecodeOptions()
-    models = list(models)
-    _check(config, models, engine, decoder, egress)
-    if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
-        paths = [paths]
-    files = expand_inputs([str(p) for p in paths])
+    why = memory_reason(config, engine=engine, decoder=decoder, egress=egress)
+    if why:
+        raise ConfigError(f"not streamable: {why}",
+                          hint="gropcap.analyze (or `gropcap analyze`) runs it in memory")
+    files = input_files(paths)
     targets = [os.path.join(out_dir, n) for n in OUT_NAMES] if out_dir else []
     if not force:
         for p in targets:
@@ -639,16 +426,13 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     tmp = tempfile.mkdtemp(prefix=".gropcap-stream-", dir=tmp_dir or out_dir)
     written: list[str] = []
     try:
-        runs = [_ModelRun(m, config, tmp) for m in models]
-        counters = _Counters(config.verify_checksums)
+        tot = Totals(models, config.verify_checksums)
+        counters = tot.capture
+        runs = [_ModelRun(m, config, tmp, tot.models[m]) for m in models]
         # Arrow IPC with lz4 buffers: 3-4x cheaper to write and read back than Parquet
         dec_path = os.path.join(tmp, "decoded.arrow")
         dec_writer = None
         infos = []
-        key_parts: list[pa.Table] = []
-        flow_pk = np.zeros(0, np.int64)
-        flow_pay = np.zeros(0, np.float64)
-        n_flows = 0
         peak = 0
         import time
         clock = time.perf_counter
@@ -656,18 +440,15 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         t_start = clock()
         # 1. decode pass: decoded rows to a temporary Parquet, counters, coalesced stats
         coal = _Coalesced(config.mtu)
-        counters.coalesced = coal
-        from gropcap.decode.support import LinktypeCheck
         for file_index, path in enumerate(files):
-            info = None
-            linktypes = LinktypeCheck()
-            for info, rb in iter_scan_batches(path, batch_records=batch_records):
-                if progress is not None:
-                    progress.batch(path, info, rb)
-                if not len(rb):
-                    continue
-                linktypes.add(rb)
-                dec = decode_batch(rb, decode_options, file_index=file_index)
+            batches = decode_file(path, file_index, decode_options,
+                                  batch_records=batch_records, progress=progress)
+            while True:
+                try:
+                    dec = next(batches)
+                except StopIteration as stop:
+                    info = stop.value
+                    break
                 t = pa.Table.from_batches([dec])
                 counters.add(t)
                 coal.add(t)
@@ -678,7 +459,6 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                         dec_sink, PACKET_SCHEMA,
                         options=pa.ipc.IpcWriteOptions(compression="lz4"))
                 dec_writer.write_table(t)
-            linktypes.finish(info)
             infos.append(info)
         if dec_writer is not None:
             dec_writer.close()
@@ -695,39 +475,30 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         # 2. GRO pass: every model over the decoded rows, state carried
         from gropcap.report.progress import phase
         gro_phase = phase(progress, f"GRO {'+'.join(models)}", counters.packets)
+        hint = _TunnelHint(counters.udp_tunnels, config, models)
         for dec in decoded():
             gro_phase.advance(dec.num_rows)
             t = pa.Table.from_batches([dec])
             t0 = clock()
             co = coal.batch(t) if coal.num else None
             t1 = clock()
-            parts = [run.feed(t, final=False, coalesced=co) for run in runs]
+            parts = [run.feed(t, final=False, coalesced=co, file_of=counters.file_of)
+                     for run in runs]
+            hint.gro_batch(t, co)
             tm["coalesced"] += t1 - t0
             tm["engine"] += clock() - t1
             if parts:
-                fid = parts[0].flow_id.astype(np.int64)
-                top = int(fid.max()) + 1
-                flow_pk = _grow(flow_pk, top)
-                flow_pay = _grow(flow_pay, top)
-                flow_pk[:top] += np.bincount(fid)
-                flow_pay[:top] += np.bincount(fid, weights=t.column("payload_len")
-                                              .to_numpy().astype(np.float64))
-                if top > n_flows:
-                    new = np.nonzero(fid >= n_flows)[0]
-                    _, first = np.unique(fid[new], return_index=True)
-                    key_parts.append(t.select(_FLOW_KEY_COLS).take(new[first]))
-                    n_flows = top
+                tot.flows.add(t, parts[0].flow_id)
         for run in runs:
-            run.feed(PACKET_SCHEMA.empty_table(), final=True)
+            run.feed(PACKET_SCHEMA.empty_table(), final=True, file_of=counters.file_of)
+        tot.coalesced = coal.counts if coal.num else None
         gro_phase.end()
         peak = sum(r.rows.size() + r.verdicts.size() + r.segs.size() for r in runs) + \
             (os.path.getsize(dec_path) if os.path.exists(dec_path) else 0)
 
         tm["gro"] = clock() - t_start
         t_start = clock()
-        keys = pa.concat_tables(key_parts) if key_parts else \
-            PACKET_SCHEMA.empty_table().select(_FLOW_KEY_COLS)
-        flows = _flows_table(keys, flow_pk, flow_pay, runs)
+        flows = tot.flows_table()
         meta_of = Analysis(PACKET_SCHEMA.empty_table(), infos, config,
                            {m: None for m in models}, decode_options)
         meta_of.mtu = coal.stats.mtu_inference()
@@ -753,7 +524,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 s = dict(zip(_SEG_FIELDS, run.segs.get(len(_SEG_FIELDS))))
                 so.count(s["poll"])
             so.start()
-            ninst = int(run.state.kernel.ctr[1])
+            ninst = int(run.gro.state.kernel.ctr[1])
             # delivery position per instance; -(pos + 1) for a super-packet of one packet
             ipos = np.full(ninst, -1, np.int32 if run.nseg < 2 ** 31 - 1 else np.int64)
             gtable = _gso_table(run.config)
@@ -763,16 +534,6 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             for i in range(run.parts):
                 sp_phase.advance(1)
                 s = dict(zip(_SEG_FIELDS, run.segs.get(len(_SEG_FIELDS))))
-                run.data_segs += int(np.count_nonzero(s["payload"] > 0))
-                if counters.file_packets is not None and len(s["first"]):
-                    n_files = len(counters.file_packets)
-                    f = counters.file_of(s["first"])
-                    run.file_segs = run.file_segs[:n_files] + np.bincount(
-                        f, minlength=n_files)[:n_files] if len(run.file_segs) else \
-                        np.bincount(f, minlength=n_files)[:n_files]
-                    d = np.bincount(f[s["payload"] > 0], minlength=n_files)[:n_files]
-                    run.file_data_segs = run.file_data_segs + d if len(
-                        run.file_data_segs) else d
                 pos = so.positions(s["poll"])
                 if len(pos):
                     ipos[s["inst"]] = np.where(s["count"] > 1, pos, -pos - 1)
@@ -804,7 +565,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                         from gropcap.io.parquet import with_metadata
                         sp_writer = pq.ParquetWriter(
                             sp_tmp, with_metadata(tbl.slice(0, 0), meta).schema,
-                            **_PARQUET_OPTIONS)
+                            **_parquet_options(tbl.schema))
                     sp_writer.write_table(tbl)
                     next_pos += ready
                     pend = {k: v[ready:] for k, v in pend.items()}
@@ -827,7 +588,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             run.verdicts.rewind()
         cursors = {r.model: (_RowCursor(r.rows, 2), _VerdictCursor(r.verdicts)) for r in runs}
 
-        from gropcap.report.explain import FlowCauses
+        from gropcap.run.accumulators import FlowCauses
         causes = FlowCauses()
         r0 = 0
         pk_phase = phase(progress, "packets.parquet" if out_dir else "verdicts",
@@ -857,8 +618,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 c = {"flow_id": fid.astype(np.int64), "gro_seg": gro_seg, "gro_role": role,
                      "reason": reason.astype(np.uint8), "rx_queue": rxq.astype(np.uint16),
                      "poll_id": poll_id.astype(np.int64)}
-                for name, c_ in _encap_counts(t, role != ROLE_MERGED).items():
-                    run.encap[name] = run.encap.get(name, 0) + c_
+                run.counts.add_encap(t, role != ROLE_MERGED)
+                hint.packets_batch(t, run.model, role != ROLE_MERGED)
                 if run.model == primary:
                     cols = {**c, **cols}
                     causes.add(fid, t.column("tcp_seq").to_numpy(),
@@ -878,11 +639,22 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             if pk_writer is None:
                 from gropcap.io.parquet import with_metadata
                 pk_writer = pq.ParquetWriter(pk_tmp, with_metadata(t.slice(0, 0), meta).schema,
-                                             **_PARQUET_OPTIONS)
+                                             **_parquet_options(t.schema))
             pk_writer.write_table(t)
             r0 = r1
         pk_phase.end()
-        summary = _summary(counters, runs, infos, config, flows)
+        from gropcap.context import ReceiveContext
+        from gropcap.report.summary import render_summary
+        summary = render_summary(tot, infos=infos, config=config,
+                                 mtu=coal.stats.mtu_inference(),
+                                 receive=receive or ReceiveContext.from_config(config))
+
+        def whole():
+            table = pa.Table.from_batches(list(decoded()), schema=PACKET_SCHEMA)
+            co = coal.stats.infer(table) if coal.num else None
+            return table, (co if co is not None and co.num_coalesced else None)
+        seg_in = tot.coalesced.segs_total if tot.coalesced else counters.packets
+        tunnel_hint = hint.finish(summary["models"], seg_in, counters.packets, whole)
         tm["packets"] = clock() - t_start
         if out_dir:
             if pk_writer is None:
@@ -904,11 +676,17 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 shutil.move(src, dst) if os.path.dirname(os.path.abspath(src)) != \
                     os.path.dirname(os.path.abspath(dst)) else os.replace(src, dst)
                 written.append(dst)
-        from gropcap.report.receive import missing_tunnels
         return StreamResult(summary=summary, flows=flows, paths=written, metadata=meta,
+                            totals=tot,
                             peak_spill_bytes=peak, timings=tm,
-                            udp_tunnel_hint=missing_tunnels(counters.udp_tunnels, config),
+                            udp_tunnel_hint=tunnel_hint,
                             flow_causes=causes.result(flows.num_rows))
+    except OSError as e:
+        # a full or read-only disk under the temporary files or the outputs: one line
+        if e.errno not in _WRITE_ERRNOS:
+            raise
+        raise OutputError(f"cannot write: {e.strerror or e}", path=out_dir or tmp,
+                          hint="check free space and permissions (--out, $TMPDIR)") from None
     finally:
         for run in locals().get("runs", []):
             for sp in (run.rows, run.verdicts, run.segs):
@@ -939,64 +717,4 @@ def _empty_superpackets() -> pa.Table:
     return pa.table(cols)
 
 
-def _summary(c: _Counters, runs, infos, config: GroConfig, flows: pa.Table) -> dict:
-    """report.summary.summary_dict from the streaming counters."""
-    from gropcap.context import ReceiveContext
-    from gropcap.report.receive import napi_dependence
-    from gropcap.report.summary import data_counts
-    statuses = {STATUS_NAMES.get(int(s), str(int(s))): int(c.status[s])
-                for s in np.nonzero(c.status)[0]}
-    models = {}
-    co = c.coalesced if c.coalesced is not None and c.coalesced.num else None
-    seg_in = co.segs_total if co else c.packets
-    for r in runs:
-        n_out = r.nseg
-        models[r.model] = {
-            "packets_in": c.packets, "segments_in": seg_in, "superpackets_out": n_out,
-            "aggregation_ratio": round(seg_in / n_out, 4) if n_out else 0.0,
-            **data_counts(co.data_segs if co else c.data_packets, r.data_segs),
-            "merged_packets": int(r.reason_hist[0]),
-            "largest_superpacket": r.largest if n_out else 0,
-            "reasons": _by_name(r.reason_hist), "end_reasons": _by_name(r.end_hist),
-        }
-    enc = {}
-    for name in sorted(c.encap, key=lambda k: (-c.encap[k], k)):
-        row: dict = {"packets": c.encap[name]}
-        for r in runs:
-            sp = r.encap.get(name, 0)
-            row[r.model] = {"superpackets": sp,
-                            "aggregation_ratio": round(c.encap[name] / sp, 4) if sp else 0.0}
-        enc[name or "(none)"] = row
-    files = [{"path": i.path, "records": i.records, "sha256": i.sha256,
-              "warnings": list(i.warnings)} for i in infos]
-    if c.file_packets is not None:
-        for k, f in enumerate(files):
-            get = lambda a: int(a[k]) if k < len(a) else 0  # noqa: E731
-            f.update(packets=get(c.file_packets), wire_bytes=get(c.file_bytes), models={})
-            segs = get(co.file_segs) if co else f["packets"]
-            data = get(co.file_data_segs) if co else get(c.file_data)
-            for r in runs:
-                sp = get(r.file_segs)
-                f["models"][r.model] = {
-                    "superpackets_out": sp,
-                    "aggregation_ratio": round(segs / sp, 4) if sp else 0.0,
-                    **data_counts(data, get(r.file_data_segs))}
-    return {
-        "gropcap": __version__,
-        "kernel": config.kernel.name,
-        "files": files,
-        "packets": c.packets,
-        "wire_bytes": c.wire_bytes,
-        "status": statuses,
-        "models": models,
-        "encapsulations": enc,
-        "warnings": c.warnings(flows),
-        "mtu": c.coalesced.stats.mtu_inference().as_dict(),
-        "receive": ReceiveContext.from_config(config).with_mtu(
-            c.coalesced.stats.mtu_inference()).as_dict(),
-        "napi_dependence": napi_dependence(models),
-    }
-
-
-__all__ = ["stream_analyze", "StreamResult", "render_text", "streamable",
-           "STREAM_AUTO_BYTES"]
+__all__ = ["stream_analyze", "StreamResult", "streamable"]

@@ -11,7 +11,8 @@ empty --out directory.
 
 The runs are real subprocesses over a capture that takes a few seconds; the interrupt is
 sent at fractions of the measured run time, so every phase is hit (imports, decode, GRO
-per model, super-packets, writing) in memory and with --stream.
+per model, super-packets, writing) in memory (--no-stream) and in bounded memory (the
+default).
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def _interrupt(capture, base, delay, *extra, group=True):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", [(), ("--stream",)], ids=["in-memory", "stream"])
+@pytest.mark.parametrize("mode", [("--no-stream",), ()], ids=["in-memory", "bounded"])
 def test_sigint_at_every_phase_exits_130_and_leaves_nothing(capture, tmp_path, mode):
     # one full run first: its length spreads the interrupts over every phase
     t0 = time.monotonic()
@@ -156,3 +157,22 @@ def test_sigint_while_numba_compiles(capture, tmp_path):
     assert p.returncode == 130 and rest.decode() == "gropcap: interrupted\n", rest
     assert time.monotonic() - t0 < 30
     assert not out.exists() and [n for n in os.listdir(tmp_path) if "gropcap" in n] == []
+
+
+def test_interrupt_waits_out_callbacks_that_swallow_exceptions():
+    """A SIGINT that lands in llvmlite's object-cache callback (called from LLVM through
+    ctypes while numba compiles) or distributed's gc callback would be printed as
+    "Exception ignored ... KeyboardInterrupt" and lost: the handler retries instead."""
+    from gropcap.interrupt import in_swallowing_callback
+
+    def frame_in(filename, name):
+        ns = {}
+        exec(compile(f"def {name}():\n    import sys\n    return sys._getframe()\n",
+                     filename, "exec"), ns)
+        return ns[name]()
+    llvm = os.path.join(os.sep, "site", "llvmlite", "binding", "executionengine.py")
+    gc = os.path.join(os.sep, "site", "distributed", "gc.py")
+    assert in_swallowing_callback(frame_in(llvm, "_raw_object_cache_notify"))
+    assert in_swallowing_callback(frame_in(gc, "_gc_callback"))
+    assert not in_swallowing_callback(frame_in(llvm, "add_module"))
+    assert not in_swallowing_callback(frame_in(__file__, "_raw_object_cache_notify"))

@@ -155,17 +155,21 @@ def test_reason_text_names_udp_tunnel():
     assert "--udp-tunnel" in REASONS[BYPASS_UDP_NO_GRO].text
 
 
-def test_streamed_vxlan_names_the_option(tmp_path):
-    """A streamed run detects the tunnels while decoding and names the option (no decoded
-    table to run the model again)."""
-    from gropcap.stream import render_text, stream_analyze
-    r = stream_analyze(VXLAN, tmp_dir=str(tmp_path))
-    assert r.udp_tunnel_hint == {"tunnels": [{"kind": "vxlan", "port": 4789,
-                                              "packets": 1973}],
-                                 "option": "--udp-tunnel vxlan:4789", "models": None}
+def test_streamed_vxlan_hint_equals_in_memory(tmp_path):
+    """A streamed run detects the tunnels while decoding, names the option and runs the
+    models again on the tunnel rows (ideal) and the capture read back (napi), as the
+    in-memory hint does."""
+    from gropcap.report.summary import render_text
+    from gropcap.stream import stream_analyze
+    r = stream_analyze(VXLAN, tmp_dir=str(tmp_path), batch_records=500)
+    a = analyze(VXLAN)
+    assert r.udp_tunnel_hint == tunnel_hint(a)
+    assert r.udp_tunnel_hint["tunnels"] == [{"kind": "vxlan", "port": 4789, "packets": 1973}]
+    assert r.udp_tunnel_hint["option"] == "--udp-tunnel vxlan:4789"
+    assert set(r.udp_tunnel_hint["models"]) == {"ideal", "napi"}
     out = " ".join(render_text(r).split())
     assert "tunnel sockets: 1973 VXLAN packets on UDP 4789 met no tunnel socket" in out
-    assert "(--udp-tunnel vxlan:4789) was not modelled again" in out
+    assert render_text(r) == render_text(a)
     d = json.loads(cli("analyze", VXLAN, "-q", "--stream", "--format", "json"))
     assert d["udp_tunnel_hint"]["option"] == "--udp-tunnel vxlan:4789"
     assert d["receive"] == json.loads(cli("analyze", VXLAN, "-q", "--format",

@@ -16,6 +16,7 @@ from gropcap.errors import ConfigError
 from gropcap.gro.config import GroConfig
 from gropcap.io.parquet import read_metadata, write_analysis
 from gropcap.pipeline import analyze
+from gropcap.report.receive import tunnel_hint
 from gropcap.stream import OUT_NAMES, stream_analyze
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,6 +36,7 @@ def assert_same(paths, config, tmp_path, batch_records, models=("ideal", "napi")
                        batch_records=batch_records)
     assert r.summary == a.summary()
     assert _plain(r.flows) == _plain(a.flows)
+    assert r.udp_tunnel_hint == tunnel_hint(a)
     for name in OUT_NAMES:
         want = pq.read_table(mem_dir / name)
         got = pq.read_table(st_dir / name)

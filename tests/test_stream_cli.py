@@ -1,6 +1,7 @@
-"""`gropcap analyze --stream`: the same JSON and text as the in-memory path, Parquet files
-written, options only the in-memory path models refused with exit 2, automatic streaming
-above the size threshold."""
+"""`gropcap analyze`: bounded memory by default (--stream, kept as a no-op), the same JSON
+and text as the in-memory run (--no-stream), Parquet files written; options only the
+whole-table models run (--plot, --egress, the reference engine) are held in memory by the
+core instead of being refused."""
 
 from __future__ import annotations
 
@@ -35,19 +36,34 @@ def test_stream_json_and_text_equal_in_memory(tmp_path):
     assert sp.column(0).to_pylist().count("napi") == summary["models"]["napi"]["superpackets_out"]
 
 
-def test_stream_refuses_plot_and_egress(tmp_path):
+def test_stream_runs_plot_and_egress(tmp_path):
+    """--stream is the default and refuses nothing: what only the whole-table models run
+    is held in memory by the core, with the results of --no-stream."""
     r = _run("--stream", "--plot", str(tmp_path / "p.png"))
-    assert r.exit_code == 2 and "--plot" in r.stderr
-    r = _run("--stream", "--egress", "decap")
-    assert r.exit_code == 2 and "egress" in r.stderr
+    assert r.exit_code == 0, r.stderr
+    assert (tmp_path / "p.png").stat().st_size > 0
+    for extra in (("--egress", "decap"), ("--engine", "reference")):
+        st = _run("--stream", "--format", "json", "-q", *extra)
+        mem = _run("--no-stream", "--format", "json", "-q", *extra)
+        assert st.exit_code == 0 and mem.exit_code == 0, st.stderr
+        assert st.stdout == mem.stdout
+    assert "egress" in json.loads(st.stdout) or extra[0] == "--engine"
 
 
-def test_auto_stream_above_threshold(monkeypatch):
-    monkeypatch.setattr(streaming, "STREAM_AUTO_BYTES", 1000)
+def test_bounded_memory_is_the_default(monkeypatch):
+    calls = []
+    real = streaming.stream_analyze
+
+    def spy(*args, **kw):
+        calls.append(kw.get("out_dir"))
+        return real(*args, **kw)
+    monkeypatch.setattr(streaming, "stream_analyze", spy)
     r = _run("--format", "json")
-    assert r.exit_code == 0
-    assert "streaming in bounded memory" in r.stderr
+    assert r.exit_code == 0, r.stderr
+    assert len(calls) == 1
     assert json.loads(r.stdout) == json.loads(_run("--no-stream", "--format", "json").stdout)
-    # an option streaming does not model keeps the in-memory path, silently
+    assert len(calls) == 1                     # --no-stream holds the run in memory
+    # an option only the whole-table models run is held in memory, silently
     r = _run("--format", "json", "--egress", "decap")
-    assert r.exit_code == 0 and "streaming" not in r.stderr
+    assert r.exit_code == 0 and "egress" in json.loads(r.stdout)
+    assert len(calls) == 1

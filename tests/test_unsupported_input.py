@@ -41,7 +41,7 @@ WIFI_ERROR = ("gropcap: error: {}: link type 105 (IEEE 802.11) is not supported:
               "the receiving host's interface (tcpdump -i IFACE, or -i any for Linux SLL2)")
 
 
-@pytest.mark.parametrize("args", [("analyze",), ("analyze", "--stream"),
+@pytest.mark.parametrize("args", [("analyze",), ("analyze", "--no-stream"),
                                   ("analyze", "--decoder", "reference"),
                                   ("explain", "--flow", "0")])
 def test_no_frame_of_a_supported_link_type_is_an_error(wifi, args):

@@ -35,7 +35,7 @@ from gropcap.capture.reader import _scanner, _snapshot, iter_batches
 from gropcap.capture.records import CaptureInfo, RecordBatch
 from gropcap.errors import CaptureError
 
-__all__ = ["iter_scan_batches", "WINDOW_BYTES"]
+__all__ = ["iter_scan_batches", "WINDOW_BYTES", "BATCH_RECORDS"]
 
 WINDOW_BYTES = 64 << 20          # bytes mapped beyond the current batch's start
 _GRAN = mmap.ALLOCATIONGRANULARITY
@@ -62,7 +62,12 @@ class _Window:
         return np.frombuffer(self.mm, dtype=np.uint8)[lo - self.base:hi - self.base]
 
 
-def iter_scan_batches(path, *, batch_records: int = 262144,
+# records per scan batch unless a caller asks otherwise (the Dask runner cuts byte ranges
+# in whole batches of this size to lay out ``encap`` dictionaries as one process does)
+BATCH_RECORDS = 262144
+
+
+def iter_scan_batches(path, *, batch_records: int = BATCH_RECORDS,
                       window_bytes: int = WINDOW_BYTES
                       ) -> Iterator[tuple[CaptureInfo, RecordBatch]]:
     """Stream a capture in batches, mapping at most a window of a plain file at a time.

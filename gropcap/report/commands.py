@@ -1,8 +1,8 @@
 """CLI commands of the report layer: `explain`, `baseline save|check`, `compare`, `tune`.
 
 Thin, like cli.py: options -> configuration -> pipeline -> report functions. The shared
-option decorators and their converters live in :mod:`gropcap.cli`; :func:`register` adds
-these commands to its ``main`` group (idempotent).
+option decorators and their converters live in :mod:`gropcap.cliopts`; :func:`register`
+adds these commands to a group (cli.py registers them on its ``main``; idempotent).
 
 Exit status: 0 success; 1 a gropcap error; 2 bad usage. `baseline check` has its own
 codes, one per outcome (report.baseline.EXIT_CODES): 0 within tolerance, 1 metrics moved,
@@ -17,10 +17,10 @@ import sys
 
 import click
 
-from gropcap.cli import (_DECODE_KEYS, _GRO_KEYS, _decode_options, _gro_options,
-                         _make_decode_options, _make_gro_config, _split)
 from gropcap.clihelp import (CapturePath, Command, Group, capture_files, option,
                               shown_opts)
+from gropcap.cliopts import (_DECODE_KEYS, _GRO_KEYS, _decode_options, _gro_options,
+                             _make_decode_options, _make_gro_config, _split)
 
 _ENGINE = click.option("--engine", type=click.Choice(["fast", "reference"]), default="fast",
                        show_default=True, help="GRO engine (numba, or the plain-Python oracle).")
@@ -98,7 +98,7 @@ def baseline_save(files, output, force, model, engine, **kw):
     model (and stage), with the configuration and each capture's sha256."""
     from gropcap.report.baseline import make_baseline, save_baseline
 
-    from gropcap.cli import staged_outputs
+    from gropcap.cliopts import staged_outputs
     from gropcap.interrupt import deferred
 
     options, config = _configs(kw)
@@ -332,15 +332,3 @@ def register(group: click.Group) -> None:
 
 
 __all__ = ["explain", "baseline", "compare", "tune", "register", "COMMANDS"]
-
-
-def _self_register() -> None:
-    """Importing this module registers its commands on gropcap.cli's ``main``, whichever of
-    the two modules is imported first (cli.py's own registration is then a no-op)."""
-    from gropcap import cli
-
-    if hasattr(cli, "main"):
-        register(cli.main)
-
-
-_self_register()

@@ -23,6 +23,8 @@ from gropcap import constants as C
 from gropcap.errors import ConfigError
 from gropcap.gro import reasons as R
 from gropcap.gro.reasons import REASONS, ROLE_NAMES, reason_name
+# per flow, the breaks a sequence jump explains, counted batch by batch
+from gropcap.run.accumulators import FlowCauses
 
 # decoded columns the explanation reads
 _COLS = ("ts_ns", "wire_len", "cap_len", "encap", "status", "ip_version", "ip_offset",
@@ -370,67 +372,6 @@ def probable_cause(codes, seq_delta: int = 0) -> str | None:
     if codes & {R.FLUSH_IP_ID, R.FLUSH_OUTER_IP_ID} and len(codes) == 1:
         return "IP ID not p.id + count nor fixed: the sender or a middlebox sets IDs"
     return None
-
-
-class FlowCauses:
-    """Accumulator of :func:`flow_causes` over batches in capture order (the streamed run
-    adds one batch at a time); the expected next sequence number of each flow is carried
-    from one batch to the next."""
-
-    def __init__(self):
-        self.next_seq = np.full(0, -1, np.int64)   # per flow: seq + payload of its last packet
-        self.total = np.zeros(0, np.int64)
-        self.ahead = np.zeros(0, np.int64)
-        self.back = np.zeros(0, np.int64)
-
-    def _grow(self, n: int) -> None:
-        if n > len(self.next_seq):
-            pad = n - len(self.next_seq)
-            self.next_seq = np.concatenate([self.next_seq, np.full(pad, -1, np.int64)])
-            for k in ("total", "ahead", "back"):
-                setattr(self, k, np.concatenate([getattr(self, k), np.zeros(pad, np.int64)]))
-
-    def add(self, flow_id, tcp_seq, payload_len, l4_proto, reason) -> None:
-        """One batch: per packet its flow, TCP sequence number, payload, protocol and
-        reason code (primary model)."""
-        fid = np.asarray(flow_id, np.int64)
-        if not len(fid):
-            return
-        self._grow(int(fid.max()) + 1)
-        order = np.lexsort((np.arange(len(fid)), fid))
-        f = fid[order]
-        seq = np.asarray(tcp_seq, np.int64)[order]
-        end = seq + np.asarray(payload_len, np.int64)[order]
-        first = np.ones(len(f), bool)
-        first[1:] = f[1:] != f[:-1]
-        prev = np.empty(len(f), np.int64)
-        prev[1:] = end[:-1]
-        prev[first] = self.next_seq[f[first]]
-        r = np.asarray(reason)[order]
-        brk = ((np.asarray(l4_proto)[order] == C.IPPROTO_TCP) & (prev >= 0)
-               & (r >= R.FLUSH_CWR) & (r <= R.FLUSH_ZERO_PAYLOAD))
-        delta = (seq - prev + 2**31) % 2**32 - 2**31
-        n = len(self.next_seq)
-        self.total += np.bincount(f[brk], minlength=n)
-        self.ahead += np.bincount(f[brk & (delta > 0)], minlength=n)
-        self.back += np.bincount(f[brk & (delta < 0)], minlength=n)
-        last = np.ones(len(f), bool)
-        last[:-1] = f[1:] != f[:-1]
-        self.next_seq[f[last]] = end[last] & 0xFFFFFFFF
-
-    def result(self, n_flows: int) -> list[str]:
-        """One string per flow (see :func:`flow_causes`)."""
-        self._grow(n_flows)
-        out = []
-        for a, b, n in zip(self.ahead[:n_flows].tolist(), self.back[:n_flows].tolist(),
-                           self.total[:n_flows].tolist()):
-            if not a and not b:
-                out.append("")
-            elif a >= b:
-                out.append(f"loss or reordering at {a} of {n} breaks")
-            else:
-                out.append(f"retransmission at {b} of {n} breaks")
-        return out
 
 
 def flow_causes(analysis, model: str | None = None) -> list[str]:

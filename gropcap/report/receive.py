@@ -13,15 +13,13 @@ import textwrap
 import numpy as np
 
 from gropcap import constants as C
+# counted while a run adds its batches (run.accumulators.CaptureCounts); here for the hint
+from gropcap.run.accumulators import UDP_TUNNEL_KINDS, udp_tunnel_counts  # noqa: F401
 
 # napi end reasons that come from the receive context rather than from the packets
 POLL_END_REASONS = {"END_POLL": "a poll end",
                     "END_POLL_OLD": "a full-budget or deferred flush",
                     "END_BUCKET_FULL": "a GRO table eviction"}
-# UDP tunnels a local socket must own before GRO looks inside (udp_gro_receive ->
-# udp_sk(sk)->gro_receive): constants.TUN_* -> the --udp-tunnel kind
-UDP_TUNNEL_KINDS = {C.TUN_VXLAN: "vxlan", C.TUN_VXLAN_GPE: "vxlan-gpe",
-                    C.TUN_GENEVE: "geneve", C.TUN_FOU: "fou", C.TUN_GUE: "gue"}
 # above this many rows the hint names the option but does not run the model again (UDP
 # tunnel sockets run on the reference engine, a few thousand rows per second): the
 # tunnels' rows for the ideal model, the whole capture for napi
@@ -55,20 +53,6 @@ def napi_dependence(models: dict) -> dict | None:
     out["context_share"] = round(sum(out["shares"].values()), 4)
     if "ideal" in models:
         out["ideal_ratio"] = models["ideal"]["aggregation_ratio"]
-    return out
-
-
-def udp_tunnel_counts(t) -> dict[tuple[str, int], int]:
-    """``{(kind, UDP port): packets}`` of the UDP tunnels decoded in packet table ``t``."""
-    tun = t.column("tun_type").to_numpy()
-    udp = (t.column("outer_l4_proto").to_numpy() == C.IPPROTO_UDP) & \
-        np.isin(tun, list(UDP_TUNNEL_KINDS))
-    out: dict = {}
-    if udp.any():
-        port = t.column("outer_dport").to_numpy()[udp].astype(np.int64)
-        pair = tun[udp].astype(np.int64) * 65536 + port
-        for key, n in zip(*np.unique(pair, return_counts=True)):
-            out[(UDP_TUNNEL_KINDS[int(key) >> 16], int(key) & 0xFFFF)] = int(n)
     return out
 
 
@@ -115,46 +99,74 @@ def tunnel_hint(analysis, max_rows: int = HINT_MAX_ROWS,
     return hint
 
 
-def _with_sockets(analysis, pairs, max_rows: int, napi_max_rows: int) -> dict | None:
-    """``{model: {"ratio", "ratio_with"}}`` with tunnel sockets for ``pairs`` added.
-
-    The ideal model has no polls and no table limit, so flows do not interact: only the
-    rows of those tunnels can change, and they are run alone (up to ``max_rows``). The
-    napi model shares polls and the GRO table between flows: it runs on the whole table
-    (up to ``napi_max_rows``). Models left out are missing from the dict."""
-    from gropcap.gso import CoalescedInput
-    from gropcap.pipeline import simulate
-    from gropcap.report.summary import _segments, model_summary
-
-    t = analysis.decoded
-    cfg = analysis.config.replace(udp_tunnels=analysis.config.udp_tunnels + pairs)
-    co = getattr(analysis, "coalesced", None)
-    seg = _segments(analysis)
-    segments = int(np.asarray(seg, np.int64).sum()) if seg is not None else t.num_rows
+def tunnel_mask(t, pairs) -> np.ndarray:
+    """Rows of packet table ``t`` that are UDP tunnels of ``pairs`` ``((kind, port),
+    ...)``."""
     tun = t.column("tun_type").to_numpy()
     port = t.column("outer_dport").to_numpy()
     mask = np.zeros(t.num_rows, bool)
     for kind, p in pairs:
         code = next(c for c, k in UDP_TUNNEL_KINDS.items() if k == kind)
         mask |= (tun == code) & (port == p)
-    mask &= t.column("outer_l4_proto").to_numpy() == C.IPPROTO_UDP
+    return mask & (t.column("outer_l4_proto").to_numpy() == C.IPPROTO_UDP)
+
+
+def sub_coalesced(co, idx):
+    """The ``gso.CoalescedInput`` of rows ``idx`` (None stays None; None when none of
+    them is coalesced)."""
+    from gropcap.gso import CoalescedInput
+    if co is None:
+        return None
+    sco = CoalescedInput(co.is_gso[idx], co.gso_size[idx], co.segs[idx], co.source[idx])
+    return sco if sco.num_coalesced else None
+
+
+def sockets_models(config, pairs, models: dict, segments: int, *, tunnel_rows=None,
+                   before: dict | None = None, whole=None) -> dict | None:
+    """``{model: {"ratio", "ratio_with"}}`` with tunnel sockets for ``pairs`` added.
+
+    The ideal model has no polls and no table limit, so flows do not interact: only the
+    rows of those tunnels can change, and they are run alone (``tunnel_rows``: their
+    ``(table, CoalescedInput or None)``, None when there are too many); ``before``: per
+    model, its super-packets that start at a tunnel row. The napi model shares polls and
+    the GRO table between flows: it runs on the whole table (``whole``: ``(table,
+    CoalescedInput or None)``, None when too large). ``models``: the summary's models
+    (``superpackets_out``, ``aggregation_ratio``); ``segments``: segments in. Models
+    left out are missing from the dict."""
+    from gropcap.run.engines import simulate
+
+    cfg = config.replace(udp_tunnels=config.udp_tunnels + pairs)
     out = {}
-    for m, res in analysis.results.items():
-        if m == "ideal" and mask.sum() <= max_rows:
-            idx = np.flatnonzero(mask)
-            sco = None if co is None else CoalescedInput(co.is_gso[idx], co.gso_size[idx],
-                                                         co.segs[idx], co.source[idx])
-            sub = simulate(t.take(idx), cfg.replace(model=m),
-                           coalesced=sco if sco is not None and sco.num_coalesced else None)
-            before = int(np.count_nonzero(mask[res.seg_first_packet]))
-            total = res.num_superpackets - before + sub.num_superpackets
-        elif m != "ideal" and t.num_rows <= napi_max_rows:
-            total = simulate(t, cfg.replace(model=m), coalesced=co).num_superpackets
+    for m, ms in models.items():
+        if m == "ideal" and tunnel_rows is not None:
+            sub = simulate(tunnel_rows[0], cfg.replace(model=m), coalesced=tunnel_rows[1])
+            total = ms["superpackets_out"] - before[m] + sub.num_superpackets
+        elif m != "ideal" and whole is not None:
+            total = simulate(whole[0], cfg.replace(model=m),
+                             coalesced=whole[1]).num_superpackets
         else:
             continue
-        out[m] = {"ratio": model_summary(res, seg)["aggregation_ratio"],
+        out[m] = {"ratio": ms["aggregation_ratio"],
                   "ratio_with": round(segments / total, 4) if total else 0.0}
     return out or None
+
+
+def _with_sockets(analysis, pairs, max_rows: int, napi_max_rows: int) -> dict | None:
+    """:func:`sockets_models` of an in-memory analysis."""
+    t = analysis.decoded
+    co = getattr(analysis, "coalesced", None)
+    models = analysis.summary()["models"]
+    mask = tunnel_mask(t, pairs)
+    tunnel_rows = None
+    if mask.sum() <= max_rows:
+        idx = np.flatnonzero(mask)
+        tunnel_rows = (t.take(idx), sub_coalesced(co, idx))
+    before = {m: int(np.count_nonzero(mask[res.seg_first_packet]))
+              for m, res in analysis.results.items()}
+    whole = (t, co) if t.num_rows <= napi_max_rows else None
+    segments = next(iter(models.values()))["segments_in"] if models else t.num_rows
+    return sockets_models(analysis.config, pairs, models, segments,
+                          tunnel_rows=tunnel_rows, before=before, whole=whole)
 
 
 def _wrap(lines, width):
@@ -220,6 +232,7 @@ def tunnel_lines(hint: dict | None, width: int = 80) -> list[str]:
 
 
 __all__ = ["receive_of", "napi_dependence", "tunnel_hint", "udp_tunnel_counts",
-           "missing_tunnels", "receive_lines",
+           "missing_tunnels", "tunnel_mask", "sub_coalesced", "sockets_models",
+           "receive_lines",
            "dependence_lines", "tunnel_lines",
            "POLL_END_REASONS", "UDP_TUNNEL_KINDS", "HINT_MAX_ROWS", "HINT_NAPI_MAX_ROWS"]

@@ -8,12 +8,10 @@ import os
 import textwrap
 
 import numpy as np
-import pyarrow as pa
 
 from gropcap import __version__
 from gropcap.decode.schema import STATUS_NAMES
 from gropcap.gro.reasons import REASONS, reason_name
-from gropcap.report.tables import count_by_name
 
 
 def data_counts(data_segments: int, data_superpackets: int) -> dict:
@@ -25,9 +23,30 @@ def data_counts(data_segments: int, data_superpackets: int) -> dict:
             if data_superpackets else 0.0}
 
 
+def model_dict(mc, packets_in: int, segments_in: int,
+               data_segments_in: int | None = None) -> dict:
+    """Counts for one model from its finished ``run.accumulators.ModelCounts``: packets
+    in, segments in, super-packets out, ratio, the same for the segments that carry
+    payload (``data_ratio``; left out when ``data_segments_in`` is None), reason
+    histograms."""
+    from gropcap.run.accumulators import hist_by_name
+    n_out = mc.nseg
+    data = {} if data_segments_in is None else data_counts(data_segments_in, mc.data_segs)
+    return {
+        "packets_in": packets_in,
+        "segments_in": segments_in,
+        "superpackets_out": n_out,
+        "aggregation_ratio": round(segments_in / n_out, 4) if n_out else 0.0,
+        **data,
+        "merged_packets": int(mc.reason_hist[0]),
+        "largest_superpacket": mc.largest if n_out else 0,
+        "reasons": hist_by_name(mc.reason_hist),
+        "end_reasons": hist_by_name(mc.end_hist),
+    }
+
+
 def model_summary(result, segments=None, payload_len=None) -> dict:
-    """Counts for one model: packets in, segments in, super-packets out, ratio, the same
-    for the segments that carry payload (``data_ratio``), reason histograms.
+    """:func:`model_dict` of one ``GroResult``.
 
     ``segments``: wire segments per row when frames were captured already coalesced
     (``gso.CoalescedInput.segs``); then ``segments_in`` exceeds ``packets_in`` (the row
@@ -35,26 +54,19 @@ def model_summary(result, segments=None, payload_len=None) -> dict:
     segments the stack receives per packet, the same measure as for plain captures.
     ``payload_len``: per row, for the data-direction counts (omitted: not reported).
     """
-    n_in = result.num_packets
-    n_out = result.num_superpackets
+    from gropcap.run.accumulators import ModelCounts
+    mc = ModelCounts("")
+    mc.add_reasons(result.reason)
+    mc.add_segs(count=result.seg_count, end=result.seg_end_reason,
+                payload=result.seg_payload_len, flow=result.seg_flow_id,
+                file=np.zeros(result.num_superpackets, np.int64))
     seg = np.asarray(segments, np.int64) if segments is not None else None
-    seg_in = int(seg.sum()) if seg is not None else n_in
-    data = {}
+    seg_in = int(seg.sum()) if seg is not None else result.num_packets
+    data = None
     if payload_len is not None:
         has = np.asarray(payload_len) > 0
-        data = data_counts(int(seg[has].sum()) if seg is not None else int(has.sum()),
-                           int(np.count_nonzero(result.seg_payload_len > 0)))
-    return {
-        "packets_in": n_in,
-        "segments_in": seg_in,
-        "superpackets_out": n_out,
-        "aggregation_ratio": round(seg_in / n_out, 4) if n_out else 0.0,
-        **data,
-        "merged_packets": int(np.count_nonzero(result.reason == 0)),
-        "largest_superpacket": int(result.seg_count.max()) if n_out else 0,
-        "reasons": count_by_name(result.reason),
-        "end_reasons": count_by_name(result.seg_end_reason),
-    }
+        data = int(seg[has].sum()) if seg is not None else int(has.sum())
+    return model_dict(mc, result.num_packets, seg_in, data)
 
 
 def mtu_of(analysis):
@@ -68,8 +80,10 @@ def mtu_of(analysis):
     return analysis.mtu
 
 
-def capture_warnings(analysis) -> list[str]:
-    """Plain-English warnings about the capture that change how to read the results.
+def warnings_of(tot, mtu, flows) -> list[str]:
+    """Plain-English warnings about the capture that change how to read the results,
+    from a run's finished totals (``run.accumulators.Totals``), its MTU inference and its
+    flows table.
 
     Conflicting MTU evidence (:mod:`gropcap.mtu`), pre-coalesced input (frames with more
     IP bytes than the receiving device's MTU, IPv4 total length 0, or the pcapng
@@ -78,58 +92,39 @@ def capture_warnings(analysis) -> list[str]:
     cannot be verified under ``--verify-checksums``, and TCP flows seen in one direction
     only.
     """
-    from gropcap.constants import EPB_FLAG_TCP_SEG_OFFLOAD, IPPROTO_TCP
-    from gropcap.decode.schema import CSUM_PARTIAL, STATUS_TRUNCATED
-
-    t = analysis.decoded
+    from gropcap.constants import IPPROTO_TCP
+    c = tot.capture
     out: list[str] = []
-    if not t.num_rows:
+    if not c.packets:
         return out
-    mtu = mtu_of(analysis)
     if mtu.conflict:
         out.append(mtu.conflict)
-
-    def col(name):
-        return t.column(name).to_numpy()
-
-    outer = col("outer_ip_version") != 0
-    ver = np.where(outer, col("outer_ip_version"), col("ip_version"))
-    tot = np.where(outer, col("outer_ip_tot_len"), col("ip_tot_len")).astype(np.int64)
-    big = (ver != 0) & (tot > mtu.mtu)
-    zero_len = (ver == 4) & (tot == 0)
-    tso = (col("epb_flags") & EPB_FLAG_TCP_SEG_OFFLOAD) != 0
-    pre = big | zero_len | tso
-    co = getattr(analysis, "coalesced", None)
-    if pre.any():
-        largest = int(col("wire_len")[pre].max())
-        text = (f"{int(pre.sum())} frames are already coalesced (more IP bytes than the "
+    pre, largest = c.above_mtu(mtu.mtu)
+    if pre:
+        text = (f"{pre} frames are already coalesced (more IP bytes than the "
                 f"{mtu.mtu}-byte MTU, IPv4 total length 0 or the pcapng TSO flag; "
                 f"largest {largest} bytes): captured after GRO/TSO or on a jumbo MTU, "
                 f"so the capture does not show the segments on the wire")
-        if co is not None and co.num_coalesced:
-            sizes = np.unique(co.gso_size[co.is_gso])
+        co = tot.coalesced
+        if co is not None and co.num:
+            sizes = sorted(co.sizes_seen)
             shown = ", ".join(str(int(x)) for x in sizes[:4]) + (", ..." if len(sizes) > 4
                                                                  else "")
-            text += (f"; {co.num_coalesced} TCP frames are treated as arriving GSO packets "
-                     f"of {int(co.segs[co.is_gso].sum())} segments with the gso_size "
+            text += (f"; {co.num} TCP frames are treated as arriving GSO packets "
+                     f"of {co.gso_segs} segments with the gso_size "
                      f"inferred from their flow ({shown} bytes: SYN MSS, else the most "
                      f"common full segment)")
         out.append(text)
-    partial = col("l4_csum_state") == CSUM_PARTIAL
-    if partial.any():
-        out.append(f"{int(partial.sum())} TCP/UDP checksums hold only the pseudo-header sum "
+    if c.partial:
+        out.append(f"{c.partial} TCP/UDP checksums hold only the pseudo-header sum "
                    f"(offload partial: captured on the sending host)")
-    cut = col("status") == STATUS_TRUNCATED
-    if cut.any():
-        out.append(f"{int(cut.sum())} frames are cut by the snap length inside their "
+    if c.cut:
+        out.append(f"{c.cut} frames are cut by the snap length inside their "
                    f"headers: GRO cannot compare them (BYPASS_DECODE); capture with a "
                    f"larger snap length (tcpdump -s)")
-    if analysis.config.verify_checksums:
-        short = (col("cap_len") < col("wire_len")) & (col("l4_proto") != 0)
-        if short.any():
-            out.append(f"{int(short.sum())} frames are cut by the snap length: their "
-                       f"TCP/UDP checksums cannot be verified")
-    flows = analysis.flows
+    if c.verify and c.short:
+        out.append(f"{c.short} frames are cut by the snap length: their "
+                   f"TCP/UDP checksums cannot be verified")
     if flows.num_rows:
         proto = flows.column("l4_proto").to_pylist()
         keys = list(zip(flows.column("src").to_pylist(), flows.column("sport").to_pylist(),
@@ -140,72 +135,71 @@ def capture_warnings(analysis) -> list[str]:
         one_way = [i for i, (k, t) in enumerate(zip(keys, tcp))
                    if t and (k[2], k[3], k[0], k[1]) not in present]
         if one_way:
-            n_tcp = sum(tcp)
             a, ap, b, bp = keys[one_way[0]]
-            out.append(f"{len(one_way)} of {n_tcp} TCP flows are seen in one direction only "
-                       f"(e.g. flow {one_way[0]}, {a}:{ap} > {b}:{bp}): a filtered, mirrored "
-                       f"or asymmetric capture")
+            out.append(f"{len(one_way)} of {sum(tcp)} TCP flows are seen in one direction "
+                       f"only (e.g. flow {one_way[0]}, {a}:{ap} > {b}:{bp}): a filtered, "
+                       f"mirrored or asymmetric capture")
+    return out
+
+
+def capture_warnings(analysis) -> list[str]:
+    """:func:`warnings_of` an :class:`Analysis`."""
+    return warnings_of(analysis.totals, mtu_of(analysis), analysis.flows)
+
+
+def encap_dict(tot) -> dict[str, dict]:
+    """Per encapsulation (``encap`` string), most packets first: packets, and
+    super-packets and ratio per model (a super-packet counts under the encapsulation of
+    its first packet)."""
+    c = tot.capture
+    out: dict[str, dict] = {}
+    for name in sorted(c.encap, key=lambda k: (-c.encap[k], k)):
+        row: dict = {"packets": c.encap[name]}
+        for m, mc in tot.models.items():
+            sp = mc.encap.get(name, 0)
+            row[m] = {"superpackets": sp,
+                      "aggregation_ratio": round(c.encap[name] / sp, 4) if sp else 0.0}
+        out[name or "(none)"] = row
     return out
 
 
 def encap_summary(analysis) -> dict[str, dict]:
-    """Per encapsulation (``encap`` string): packets, and super-packets and ratio per model.
+    """:func:`encap_dict` of an :class:`Analysis`."""
+    return encap_dict(analysis.totals)
 
-    A super-packet counts under the encapsulation of its first packet.
-    """
-    t = analysis.decoded
-    if not t.num_rows:
-        return {}
-    enc = t.column("encap").cast(pa.string()).combine_chunks().dictionary_encode()
-    idx = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    names = enc.dictionary.to_pylist()
-    pk = np.bincount(idx, minlength=len(names))
-    per_model = {m: np.bincount(idx[r.seg_first_packet], minlength=len(names))
-                 for m, r in analysis.results.items()}
-    out: dict[str, dict] = {}
-    for k in sorted(range(len(names)), key=lambda k: (-int(pk[k]), names[k])):
-        row: dict = {"packets": int(pk[k])}
-        for m, sp in per_model.items():
-            row[m] = {"superpackets": int(sp[k]),
-                      "aggregation_ratio": round(int(pk[k]) / int(sp[k]), 4) if sp[k] else 0.0}
-        out[names[k] or "(none)"] = row
-    return out
+
+def files_list(tot, infos) -> list[dict]:
+    """Per input file, in input order: path, records, sha256, warnings, packets, wire
+    bytes and, per model, super-packets (counted under the file of their first packet),
+    ratio and data ratio."""
+    c, co = tot.capture, tot.coalesced
+    files = [{"path": i.path, "records": i.records, "sha256": i.sha256,
+              "warnings": list(i.warnings)} for i in infos]
+    for k, f in enumerate(files):
+        get = lambda a: int(a[k]) if k < len(a) else 0  # noqa: E731
+        f.update(packets=get(c.file_packets), wire_bytes=get(c.file_bytes), models={})
+        segs = get(co.file_segs) if co else f["packets"]
+        data = get(co.file_data_segs) if co else get(c.file_data)
+        for m, mc in tot.models.items():
+            sp = get(mc.file_segs)
+            f["models"][m] = {
+                "superpackets_out": sp,
+                "aggregation_ratio": round(segs / sp, 4) if sp else 0.0,
+                **data_counts(data, get(mc.file_data_segs))}
+    return files
+
+
+def file_summaries(analysis) -> list[dict]:
+    """The per-file part of :func:`files_list` of an :class:`Analysis` (one dict per
+    ``analysis.infos`` entry: packets, wire bytes, models)."""
+    return [{k: f[k] for k in ("packets", "wire_bytes", "models")}
+            for f in files_list(analysis.totals, analysis.infos)]
 
 
 def _segments(analysis):
     """Segments per row when the pipeline found coalesced frames, else None."""
     co = getattr(analysis, "coalesced", None)
     return co.segs if co is not None and co.num_coalesced else None
-
-
-def file_summaries(analysis) -> list[dict]:
-    """Per input file: packets, wire bytes and, per model, super-packets (counted under
-    the file of their first packet), ratio and data ratio; one dict per ``analysis.infos``
-    entry, in input order."""
-    t = analysis.decoded
-    n_files = len(analysis.infos)
-    if not t.num_rows:
-        fidx = np.zeros(0, np.int64)
-    else:
-        fidx = t.column("file_index").to_numpy().astype(np.int64)
-    wire = t.column("wire_len").to_numpy().astype(np.int64) if t.num_rows else fidx
-    has = (t.column("payload_len").to_numpy() > 0) if t.num_rows else fidx.astype(bool)
-    seg = _segments(analysis)
-    seg = np.asarray(seg, np.int64) if seg is not None else np.ones(len(fidx), np.int64)
-    out = [{"packets": int(n), "wire_bytes": int(b), "models": {}} for n, b in zip(
-        np.bincount(fidx, minlength=n_files), np.bincount(fidx, wire, minlength=n_files))]
-    for m, r in analysis.results.items():
-        first = fidx[r.seg_first_packet] if len(fidx) else fidx
-        sp = np.bincount(first, minlength=n_files)
-        dsp = np.bincount(first[r.seg_payload_len > 0], minlength=n_files)
-        segs = np.bincount(fidx, seg, minlength=n_files)
-        dseg = np.bincount(fidx[has], seg[has], minlength=n_files)
-        for k in range(n_files):
-            out[k]["models"][m] = {
-                "superpackets_out": int(sp[k]),
-                "aggregation_ratio": round(float(segs[k]) / sp[k], 4) if sp[k] else 0.0,
-                **data_counts(int(dseg[k]), int(dsp[k]))}
-    return out
 
 
 def top_flows(flows, model: str, n: int) -> dict:
@@ -236,13 +230,19 @@ def report_dict(analysis, *, top: int = 5) -> dict:
     cause when the packet columns are at hand). ``analysis``: an :class:`Analysis` or a
     streamed result (anything with ``summary()`` or ``summary``, ``flows`` and
     ``primary_model``)."""
-    s = analysis.summary() if callable(getattr(analysis, "summary", None)) \
-        else dict(analysis.summary)
+    s = _summary_of(analysis)
     tf = top_flows(analysis.flows, analysis.primary_model, top)
     causes = _flow_causes(analysis)
     for row in tf["flows"]:
         row["probable_cause"] = causes[row["flow_id"]] if causes else None
     return {**s, "top_flows": {"model": analysis.primary_model, **tf}}
+
+
+def _summary_of(analysis) -> dict:
+    """The summary of an :class:`Analysis` (``summary()``) or of a streamed result (its
+    ``summary`` dict, already rendered from its totals)."""
+    return analysis.summary() if callable(getattr(analysis, "summary", None)) \
+        else dict(analysis.summary)
 
 
 def _flow_causes(analysis) -> list[str] | None:
@@ -256,34 +256,46 @@ def _flow_causes(analysis) -> list[str] | None:
     return flow_causes(analysis)
 
 
-def summary_dict(analysis) -> dict:
-    """The JSON summary: ``{"kernel", "models": {model: {...}}, ...}``."""
-    packets = analysis.decoded
-    status = packets.column("status").to_numpy() if packets.num_rows else np.zeros(0, np.uint8)
-    statuses = {STATUS_NAMES.get(int(s), str(int(s))): int(c)
-                for s, c in zip(*np.unique(status, return_counts=True))}
-    payload = packets.column("payload_len").to_numpy() if packets.num_rows else \
-        np.zeros(0, np.uint32)
+def render_summary(tot, *, infos, config, mtu, receive, extra: dict | None = None) -> dict:
+    """The JSON summary from a run's finished totals (``run.accumulators.Totals``): how
+    they were computed (in memory, batch by batch, on Dask) does not show.
+
+    ``mtu``: the run's :class:`gropcap.mtu.MtuInference`; ``receive``: its
+    :class:`gropcap.context.ReceiveContext` (without the MTU); ``extra``: ``stages`` and
+    ``egress`` when they were modelled."""
+    from gropcap.report.receive import napi_dependence
+    c, co = tot.capture, tot.coalesced
+    statuses = {STATUS_NAMES.get(int(s), str(int(s))): int(c.status[s])
+                for s in np.nonzero(c.status)[0]}
+    seg_in = co.segs_total if co else c.packets
+    data_in = co.data_segs if co else c.data_packets
     out = {
         "gropcap": __version__,
-        "kernel": analysis.config.kernel.name,
-        "files": [{"path": i.path, "records": i.records, "sha256": i.sha256,
-                   "warnings": list(i.warnings), **per}
-                  for i, per in zip(analysis.infos, file_summaries(analysis))],
-        "packets": packets.num_rows,
-        "wire_bytes": int(packets.column("wire_len").to_numpy().sum()) if packets.num_rows else 0,
+        "kernel": config.kernel.name,
+        "files": files_list(tot, infos),
+        "packets": c.packets,
+        "wire_bytes": c.wire_bytes,
         "status": statuses,
-        "models": {m: model_summary(r, _segments(analysis), payload)
-                   for m, r in analysis.results.items()},
-        "encapsulations": encap_summary(analysis),
-        "warnings": capture_warnings(analysis),
-        "mtu": mtu_of(analysis).as_dict(),
-        **_stage_and_egress(analysis),
+        "models": {m: model_dict(mc, c.packets, seg_in, data_in)
+                   for m, mc in tot.models.items()},
+        "encapsulations": encap_dict(tot),
+        "warnings": warnings_of(tot, mtu, tot.flows_table()),
+        "mtu": mtu.as_dict(),
+        **(extra or {}),
+        "receive": receive.with_mtu(mtu).as_dict(),
     }
-    from gropcap.report.receive import napi_dependence, receive_of
-    out["receive"] = receive_of(analysis, mtu_of(analysis)).as_dict()
     out["napi_dependence"] = napi_dependence(out["models"])
     return out
+
+
+def summary_dict(analysis) -> dict:
+    """The JSON summary of an :class:`Analysis`: ``{"kernel", "models": {model: {...}},
+    ...}`` (:func:`render_summary` of its totals)."""
+    from gropcap.context import ReceiveContext
+    mtu = mtu_of(analysis)
+    receive = getattr(analysis, "receive", None) or ReceiveContext.from_config(analysis.config)
+    return render_summary(analysis.totals, infos=analysis.infos, config=analysis.config,
+                          mtu=mtu, receive=receive, extra=_stage_and_egress(analysis))
 
 
 def _stage_and_egress(analysis) -> dict:
@@ -552,14 +564,15 @@ def _section_egress(out: _Out, s: dict) -> None:
 
 
 def render_text(analysis, *, top_flows: int = 5, width: int = 80, color: bool = False) -> str:
-    """The terminal report as text (rich tables, no colour unless asked).
+    """The terminal report as text (rich tables, no colour unless asked) of an
+    :class:`Analysis` or a streamed result (anything :func:`report_dict` takes).
 
     Sections, in order: capture and warnings; the receive context (MTU, where each
     parameter came from); the data-direction ratio; aggregation per model, how much of
     the napi answer the receive context decides and UDP tunnels without a socket; per file (several inputs); the ``top_flows`` flows with the most super-packets;
     why super-packets ended; per encapsulation; GRO stages; egress.
     """
-    s = summary_dict(analysis)
+    s = _summary_of(analysis)
     primary = analysis.primary_model
     out = _Out(width, color)
     _section_header(out, s)
@@ -576,6 +589,7 @@ def render_text(analysis, *, top_flows: int = 5, width: int = 80, color: bool = 
     return out.text()
 
 
-__all__ = ["summary_dict", "render_text", "report_dict", "top_flows", "file_summaries",
-           "human_bytes", "data_counts", "model_summary", "reason_name", "capture_warnings",
-           "encap_summary"]
+__all__ = ["summary_dict", "render_summary", "render_text", "report_dict", "top_flows",
+           "file_summaries", "files_list", "human_bytes", "data_counts", "model_summary",
+           "model_dict", "reason_name", "capture_warnings", "warnings_of", "encap_summary",
+           "encap_dict"]

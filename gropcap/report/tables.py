@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import ipaddress
-
 import numpy as np
 import pyarrow as pa
 
 from gropcap.gro.reasons import reason_name
 from gropcap.io.columns import readable
+from gropcap.run.accumulators import addr_text  # noqa: F401 (the name report used)
 
 
 def _model_columns(result, prefix: str) -> dict[str, np.ndarray]:
@@ -47,74 +46,10 @@ def superpackets_table(analysis) -> pa.Table:
     return readable(pa.concat_tables(parts))
 
 
-def addr_text(raw: bytes, version: int) -> str:
-    """16-byte column value -> printable address."""
-    if version == 4:
-        return str(ipaddress.IPv4Address(raw[12:16]))
-    if version == 6:
-        return str(ipaddress.IPv6Address(raw))
-    return ""
-
-
-def flow_key_columns(keys: pa.Table) -> dict:
-    """The key columns of the flows table from each flow's first packet (one row a flow)."""
-    ver = keys.column("ip_version").to_numpy()
-    src = keys.column("ip_src").to_pylist()
-    dst = keys.column("ip_dst").to_pylist()
-    return {
-        "flow_id": np.arange(keys.num_rows, dtype=np.int64),
-        "encap": keys.column("encap").cast(pa.string()),
-        "ip_version": keys.column("ip_version"),
-        "src": pa.array([addr_text(s, v) for s, v in zip(src, ver)], pa.string()),
-        "dst": pa.array([addr_text(d, v) for d, v in zip(dst, ver)], pa.string()),
-        **{name: keys.column(name) for name in ("l4_proto", "sport", "dport", "tun_type",
-                                                "tun_key", "vlan_tci0", "dsa_port")},
-    }
-
-
 def flows_table(analysis) -> pa.Table:
-    """One row per flow: keys, packets, super-packets and ratio per model, top reason."""
-    packets = analysis.decoded
-    first_result = next(iter(analysis.results.values()))
-    flow_id = first_result.flow_id
-    n_flows = int(flow_id.max()) + 1 if len(flow_id) else 0
-    first = np.full(n_flows, -1, dtype=np.int64)
-    # first packet of each flow: flows are numbered by first appearance
-    order = np.arange(len(flow_id))[::-1]
-    first[flow_id[order]] = order
-    take = pa.array(first)
-    keys = packets.take(take) if n_flows else packets.slice(0, 0)
-    cols = {
-        **flow_key_columns(keys),
-        "packets": np.bincount(flow_id, minlength=n_flows).astype(np.int64),
-        "payload_bytes": np.bincount(flow_id, weights=packets.column("payload_len")
-                                     .to_numpy().astype(np.float64),
-                                     minlength=n_flows).astype(np.int64),
-    }
-    for model, result in analysis.results.items():
-        segs = np.bincount(result.seg_flow_id, minlength=n_flows).astype(np.int64)
-        cols[f"{model}_superpackets"] = segs
-        with np.errstate(divide="ignore", invalid="ignore"):
-            cols[f"{model}_ratio"] = np.where(segs > 0, cols["packets"] / np.maximum(segs, 1), 0.0)
-        cols[f"{model}_top_reason"] = pa.array(_top_reasons(result, n_flows), pa.string())
-    return pa.table(cols)
-
-
-def _top_reasons(result, n_flows: int) -> list[str]:
-    """Most frequent non-MERGED end reason per flow (what most often ends its super-packets)."""
-    out = [""] * n_flows
-    if not len(result.seg_flow_id):
-        return out
-    key = result.seg_flow_id.astype(np.int64) * 256 + result.seg_end_reason.astype(np.int64)
-    uniq, counts = np.unique(key, return_counts=True)
-    best: dict[int, tuple[int, int]] = {}
-    for k, c in zip(uniq.tolist(), counts.tolist()):
-        f, r = divmod(k, 256)
-        if f not in best or c > best[f][0]:
-            best[f] = (c, r)
-    for f, (_, r) in best.items():
-        out[f] = reason_name(r)
-    return out
+    """One row per flow: keys, packets, super-packets and ratio per model, top end reason
+    (``run.accumulators.FlowCounts.table`` of the analysis' totals)."""
+    return analysis.totals.flows_table()
 
 
 def count_by_name(codes: np.ndarray) -> dict[str, int]:

@@ -101,7 +101,7 @@ def variants(config, packets, dev: str = "DEV") -> list[Variant]:
 
 def _napi_ratio(packets, config, coalesced, segments, engine: str):
     """(ratio, super-packets reaching the stack) of the napi model under ``config``."""
-    from gropcap.pipeline import simulate
+    from gropcap.run.engines import simulate
     cfg = config.replace(model="napi")
     res = simulate(packets, cfg, engine=engine, coalesced=coalesced)
     out = res.num_superpackets
@@ -130,7 +130,8 @@ def tune(paths, config=None, *, decode_options=None, dev: str = "DEV",
     """
     from gropcap.gro.config import GroConfig
     from gropcap.gso import CoalescedStats
-    from gropcap.pipeline import decode_files, run_options
+    from gropcap.pipeline import decode_files
+    from gropcap.run.options import run_options
 
     config, decode_options, _ = run_options(config or GroConfig(), decode_options, ["napi"],
                                             decoder=decoder, engine=engine)

@@ -1,0 +1,561 @@
+"""What an analysis run counts: accumulators that ``add`` batches in capture order and
+``merge`` with each other.
+
+One set of accumulators (:class:`Totals`) serves every way a run is computed: the
+bounded-memory core adds decoded batches and the engine's partial results as they come;
+an in-memory :class:`~gropcap.pipeline.Analysis` is added as one batch
+(:func:`totals_of_analysis`); the Dask runner merges each decode task's
+:class:`CaptureCounts` and each GRO partition's :class:`ModelCounts`.
+``report/summary.py`` renders finished totals (the JSON summary, the warnings, the text
+report); :meth:`Totals.flows_table` builds the flows table.
+
+* :class:`CaptureCounts`: rows, wire bytes, decode status, rows per encapsulation and per
+  input file, the evidence of capture warnings (frames above the MTU, offload-partial
+  checksums, headers cut short), UDP tunnels by port;
+* :class:`CoalescedCounts`: frames captured already coalesced: their segments, per file
+  and for rows with payload, and the gso_sizes inferred (``gso.CoalescedInput`` per
+  batch);
+* :class:`ModelCounts`: one GRO model: reason and end-reason histograms, super-packets
+  (per file, with payload, per flow, per encapsulation), the largest, each flow's end
+  reasons;
+* :class:`FlowCounts`: per flow (numbered by first appearance), its key row, packets and
+  payload bytes.
+
+Merging: counts add; a per-file or per-flow array adds by index (both sides numbered the
+same way, as the one-process run numbers them); flow key rows merge in capture order
+(:class:`FlowCauses` carries state from batch to batch: add only).
+
+Layer: reads packet columns (decode/) and GRO results (gro/); imports nothing above.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+import numpy as np
+import pyarrow as pa
+
+from gropcap import constants as C
+from gropcap.gro.reasons import FLUSH_CWR, FLUSH_ZERO_PAYLOAD, reason_name
+
+# UDP tunnels a local socket must own before GRO looks inside (udp_gro_receive ->
+# udp_sk(sk)->gro_receive): constants.TUN_* -> the --udp-tunnel kind
+UDP_TUNNEL_KINDS = {C.TUN_VXLAN: "vxlan", C.TUN_VXLAN_GPE: "vxlan-gpe",
+                    C.TUN_GENEVE: "geneve", C.TUN_FOU: "fou", C.TUN_GUE: "gue"}
+FLOW_KEY_COLS = ("encap", "ip_version", "ip_src", "ip_dst", "l4_proto", "sport", "dport",
+                 "tun_type", "tun_key", "vlan_tci0", "dsa_port")
+
+
+def udp_tunnel_counts(t) -> dict[tuple[str, int], int]:
+    """``{(kind, UDP port): packets}`` of the UDP tunnels decoded in packet table ``t``."""
+    tun = t.column("tun_type").to_numpy()
+    udp = (t.column("outer_l4_proto").to_numpy() == C.IPPROTO_UDP) & \
+        np.isin(tun, list(UDP_TUNNEL_KINDS))
+    out: dict = {}
+    if udp.any():
+        port = t.column("outer_dport").to_numpy()[udp].astype(np.int64)
+        pair = tun[udp].astype(np.int64) * 65536 + port
+        for key, n in zip(*np.unique(pair, return_counts=True)):
+            out[(UDP_TUNNEL_KINDS[int(key) >> 16], int(key) & 0xFFFF)] = int(n)
+    return out
+
+
+def _add_at(acc: np.ndarray, add: np.ndarray) -> np.ndarray:
+    """``acc + add`` elementwise, the shorter one padded with zeros."""
+    n = max(len(acc), len(add))
+    out = np.zeros(n, np.result_type(acc, add))
+    out[:len(acc)] += acc
+    out[:len(add)] += add
+    return out
+
+
+def _merge_dicts(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + v
+    return out
+
+
+def encap_counts(t: pa.Table, mask: np.ndarray) -> dict[str, int]:
+    """Rows of ``t`` where ``mask`` counted per ``encap`` string (in first-seen order)."""
+    out: dict[str, int] = {}
+    if not t.num_rows or not mask.any():
+        return out
+    enc = t.column("encap").cast(pa.string()).combine_chunks().dictionary_encode()
+    idx = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)[mask]
+    names = enc.dictionary.to_pylist()
+    for k, c in enumerate(np.bincount(idx, minlength=len(names)).tolist()):
+        if c:
+            out[names[k]] = out.get(names[k], 0) + c
+    return out
+
+
+def hist_by_name(hist: np.ndarray) -> dict[str, int]:
+    """A 256-bin reason histogram keyed by reason name, most frequent first (ties: lower
+    code first)."""
+    codes = np.nonzero(hist)[0]
+    pairs = sorted(((int(hist[c]), int(c)) for c in codes), key=lambda p: (-p[0], p[1]))
+    return {reason_name(c): n for n, c in pairs}
+
+
+class CaptureCounts:
+    """Capture-level counts (the summary's ``packets``, ``wire_bytes``, ``status``,
+    per-file rows and encapsulations, and the evidence of its warnings)."""
+
+    def __init__(self, verify_checksums: bool = False):
+        self.verify = verify_checksums
+        self.packets = 0
+        self.data_packets = 0     # rows with payload
+        self.file_packets = np.zeros(0, np.int64)   # per input file (file_index)
+        self.file_bytes = np.zeros(0, np.int64)
+        self.file_data = np.zeros(0, np.int64)
+        self.wire_bytes = 0
+        self.status = np.zeros(256, np.int64)
+        self.encap: dict[str, int] = {}
+        self.pre = 0            # frames marked coalesced whatever the MTU
+        self.pre_largest = 0
+        self.tot_hist: dict[int, list[int]] = {}  # IP length -> [frames, largest frame]
+        self.udp_tunnels: dict = {}   # (kind, port) -> packets (report.receive)
+        self.partial = 0
+        self.cut = 0
+        self.short = 0
+
+    def file_of(self, rows: np.ndarray) -> np.ndarray:
+        """Input file of global packet rows (rows are numbered file after file)."""
+        return np.searchsorted(np.cumsum(self.file_packets), rows, side="right")
+
+    def add(self, t: pa.Table) -> None:
+        from gropcap.constants import EPB_FLAG_TCP_SEG_OFFLOAD
+        from gropcap.decode.schema import CSUM_PARTIAL, STATUS_TRUNCATED
+
+        if not t.num_rows:
+            return
+        col = lambda name: t.column(name).to_numpy()  # noqa: E731
+        self.packets += t.num_rows
+        has = col("payload_len") > 0
+        self.data_packets += int(np.count_nonzero(has))
+        wire = col("wire_len").astype(np.int64)
+        fidx = col("file_index").astype(np.int64)
+        self.file_packets = _add_at(self.file_packets, np.bincount(fidx))
+        self.file_bytes = _add_at(self.file_bytes,
+                                  np.bincount(fidx, wire).astype(np.int64))
+        self.file_data = _add_at(self.file_data, np.bincount(fidx[has]))
+        self.wire_bytes += int(wire.sum())
+        self.status += np.bincount(col("status").astype(np.int64), minlength=256)
+        self.encap = _merge_dicts(self.encap, encap_counts(t, np.ones(t.num_rows, np.bool_)))
+        outer = col("outer_ip_version") != 0
+        ver = np.where(outer, col("outer_ip_version"), col("ip_version"))
+        tot = np.where(outer, col("outer_ip_tot_len"), col("ip_tot_len")).astype(np.int64)
+        # frames above the MTU are counted when it is known (report.summary.warnings)
+        pre = ((ver == 4) & (tot == 0)) | ((col("epb_flags") & EPB_FLAG_TCP_SEG_OFFLOAD) != 0)
+        if pre.any():
+            self.pre += int(pre.sum())
+            self.pre_largest = max(self.pre_largest, int(wire[pre].max()))
+        rest = (ver != 0) & ~pre
+        if rest.any():
+            u, inv, cnt = np.unique(tot[rest], return_inverse=True, return_counts=True)
+            big = np.zeros(len(u), np.int64)
+            np.maximum.at(big, inv.ravel(), wire[rest])
+            for k, c, b in zip(u.tolist(), cnt.tolist(), big.tolist()):
+                self._tot(k, c, b)
+        self.udp_tunnels = _merge_dicts(self.udp_tunnels, udp_tunnel_counts(t))
+        self.partial += int(np.count_nonzero(col("l4_csum_state") == CSUM_PARTIAL))
+        self.cut += int(np.count_nonzero(col("status") == STATUS_TRUNCATED))
+        # counted always (a piece decoded on a Dask worker does not know the option);
+        # reported under --verify-checksums (report.summary.warnings_of)
+        self.short += int(np.count_nonzero((col("cap_len") < col("wire_len"))
+                                           & (col("l4_proto") != 0)))
+
+    def _tot(self, k: int, frames: int, largest: int) -> None:
+        e = self.tot_hist.setdefault(k, [0, 0])
+        e[0] += frames
+        e[1] = max(e[1], largest)
+
+    def above_mtu(self, mtu: int) -> tuple[int, int]:
+        """``(frames, largest frame)`` already coalesced with this MTU."""
+        above = [e for k, e in self.tot_hist.items() if k > mtu]
+        n = self.pre + sum(e[0] for e in above)
+        return n, (max([self.pre_largest] + [e[1] for e in above]) if n else 0)
+
+    def renumber_file(self, old: int, new: int) -> "CaptureCounts":
+        """Counts of rows of one input file, moved from ``file_index`` ``old`` to ``new``
+        (an earlier input was left out); returns self."""
+        for k in ("file_packets", "file_bytes", "file_data"):
+            a = getattr(self, k)
+            moved = np.zeros(new + 1, np.int64)
+            moved[new] = int(a[old]) if old < len(a) else 0
+            setattr(self, k, moved)
+        return self
+
+    def merge(self, later: "CaptureCounts") -> "CaptureCounts":
+        """Fold in the counts of later rows (or of rows that share no file with these);
+        returns self."""
+        for k in ("packets", "data_packets", "wire_bytes", "pre", "partial", "cut", "short"):
+            setattr(self, k, getattr(self, k) + getattr(later, k))
+        for k in ("file_packets", "file_bytes", "file_data"):
+            setattr(self, k, _add_at(getattr(self, k), getattr(later, k)))
+        self.status = self.status + later.status
+        self.encap = _merge_dicts(self.encap, later.encap)
+        self.pre_largest = max(self.pre_largest, later.pre_largest)
+        for k, (c, b) in later.tot_hist.items():
+            self._tot(k, c, b)
+        self.udp_tunnels = _merge_dicts(self.udp_tunnels, later.udp_tunnels)
+        return self
+
+
+class CoalescedCounts:
+    """Frames captured already coalesced, per batch's ``gso.CoalescedInput``: segments
+    of every row (``segments_in``), of the rows with payload, per file, and the
+    coalesced frames and gso_sizes the warning names."""
+
+    def __init__(self):
+        self.num = 0            # coalesced frames treated as GSO packets
+        self.gso_segs = 0       # segments of those frames
+        self.segs_total = 0     # segments of every row
+        self.data_segs = 0      # segments of the rows with payload
+        self.file_segs = np.zeros(0, np.int64)
+        self.file_data_segs = np.zeros(0, np.int64)
+        self.sizes_seen: set[int] = set()
+
+    def add(self, t: pa.Table, co) -> None:
+        """Rows ``t`` and their ``gso.CoalescedInput``."""
+        rows = co.is_gso
+        if rows.any():
+            self.num += int(np.count_nonzero(rows))
+            self.gso_segs += int(co.segs[rows].sum())
+            self.sizes_seen.update(np.unique(co.gso_size[rows]).tolist())
+        if not t.num_rows:
+            return
+        segs = co.segs.astype(np.int64)
+        self.segs_total += int(segs.sum())
+        has = t.column("payload_len").to_numpy() > 0
+        self.data_segs += int(segs[has].sum())
+        fidx = t.column("file_index").to_numpy().astype(np.int64)
+        self.file_segs = _add_at(self.file_segs, np.bincount(fidx, segs).astype(np.int64))
+        self.file_data_segs = _add_at(self.file_data_segs,
+                                      np.bincount(fidx[has], segs[has]).astype(np.int64))
+
+    def merge(self, later: "CoalescedCounts") -> "CoalescedCounts":
+        for k in ("num", "gso_segs", "segs_total", "data_segs"):
+            setattr(self, k, getattr(self, k) + getattr(later, k))
+        self.file_segs = _add_at(self.file_segs, later.file_segs)
+        self.file_data_segs = _add_at(self.file_data_segs, later.file_data_segs)
+        self.sizes_seen |= later.sizes_seen
+        return self
+
+
+class ModelCounts:
+    """One GRO model's counts: per-row reasons, and per super-packet its end reason,
+    size, payload, flow and input file (of its first packet)."""
+
+    def __init__(self, model: str):
+        self.model = model
+        self.reason_hist = np.zeros(256, np.int64)
+        self.end_hist = np.zeros(256, np.int64)
+        self.nseg = 0
+        self.largest = 0
+        self.data_segs = 0      # super-packets with payload
+        self.file_segs = np.zeros(0, np.int64)
+        self.file_data_segs = np.zeros(0, np.int64)
+        self.flow_segs = np.zeros(0, np.int64)
+        self.top_keys = np.zeros(0, np.int64)     # flow * 256 + end reason
+        self.top_counts = np.zeros(0, np.int64)
+        self.encap: dict[str, int] = {}           # super-packets per encap (first packet)
+
+    def add_reasons(self, reasons: np.ndarray) -> None:
+        """Per-row reason codes."""
+        self.reason_hist += np.bincount(np.asarray(reasons, np.int64), minlength=256)
+
+    def add_segs(self, *, count, end, payload, flow, file) -> None:
+        """Super-packets: segments each, end reason, payload bytes, flow id and the input
+        file of the first packet."""
+        m = len(count)
+        if not m:
+            return
+        end = np.asarray(end).astype(np.int64)
+        self.nseg += m
+        self.end_hist += np.bincount(end, minlength=256)
+        self.largest = max(self.largest, int(np.max(count)))
+        has = np.asarray(payload) > 0
+        self.data_segs += int(np.count_nonzero(has))
+        file = np.asarray(file, np.int64)
+        self.file_segs = _add_at(self.file_segs, np.bincount(file))
+        self.file_data_segs = _add_at(self.file_data_segs, np.bincount(file[has]))
+        flow = np.asarray(flow).astype(np.int64)
+        self.flow_segs = _add_at(self.flow_segs, np.bincount(flow))
+        self._top(*np.unique(flow * 256 + end, return_counts=True))
+
+    def _top(self, keys: np.ndarray, counts: np.ndarray) -> None:
+        if not len(keys):
+            return
+        k = np.concatenate([self.top_keys, keys])
+        v = np.concatenate([self.top_counts, counts])
+        uu, inv = np.unique(k, return_inverse=True)
+        self.top_keys = uu
+        self.top_counts = np.bincount(inv.ravel(), weights=v,
+                                      minlength=len(uu)).astype(np.int64)
+
+    def add_encap(self, t: pa.Table, first: np.ndarray) -> None:
+        """Rows of ``t`` that are a super-packet's first packet (``first`` mask)."""
+        self.encap = _merge_dicts(self.encap, encap_counts(t, first))
+
+    def top_reasons(self, n_flows: int) -> list[str]:
+        """Most frequent end reason per flow (ties: the lower code), "" for none."""
+        top = [""] * n_flows
+        best: dict[int, tuple[int, int]] = {}
+        for key, c in zip(self.top_keys.tolist(), self.top_counts.tolist()):
+            f, r = divmod(key, 256)
+            if f not in best or c > best[f][0]:
+                best[f] = (c, r)
+        for f, (_, r) in best.items():
+            top[f] = reason_name(r)
+        return top
+
+    def merge(self, later: "ModelCounts") -> "ModelCounts":
+        self.reason_hist = self.reason_hist + later.reason_hist
+        self.end_hist = self.end_hist + later.end_hist
+        self.nseg += later.nseg
+        self.largest = max(self.largest, later.largest)
+        self.data_segs += later.data_segs
+        for k in ("file_segs", "file_data_segs", "flow_segs"):
+            setattr(self, k, _add_at(getattr(self, k), getattr(later, k)))
+        self._top(later.top_keys, later.top_counts)
+        self.encap = _merge_dicts(self.encap, later.encap)
+        return self
+
+
+def addr_text(raw: bytes, version: int) -> str:
+    """16-byte column value -> printable address."""
+    if version == 4:
+        return str(ipaddress.IPv4Address(raw[12:16]))
+    if version == 6:
+        return str(ipaddress.IPv6Address(raw))
+    return ""
+
+
+def flow_key_columns(keys: pa.Table) -> dict:
+    """The key columns of the flows table from each flow's first packet (one row a flow)."""
+    ver = keys.column("ip_version").to_numpy()
+    src = keys.column("ip_src").to_pylist()
+    dst = keys.column("ip_dst").to_pylist()
+    return {
+        "flow_id": np.arange(keys.num_rows, dtype=np.int64),
+        "encap": keys.column("encap").cast(pa.string()),
+        "ip_version": keys.column("ip_version"),
+        "src": pa.array([addr_text(s, v) for s, v in zip(src, ver)], pa.string()),
+        "dst": pa.array([addr_text(d, v) for d, v in zip(dst, ver)], pa.string()),
+        **{name: keys.column(name) for name in ("l4_proto", "sport", "dport", "tun_type",
+                                                "tun_key", "vlan_tci0", "dsa_port")},
+    }
+
+
+class FlowCounts:
+    """Per flow (ids numbered by first appearance over the whole run): its key row (the
+    first packet's key columns), packets and payload bytes."""
+
+    def __init__(self):
+        self.key_parts: list[pa.Table] = []     # key rows, first seen here ...
+        self.key_ids: list[np.ndarray] = []     # ... and their flow ids
+        self.n_flows = 0
+        self.packets = np.zeros(0, np.int64)
+        self.payload = np.zeros(0, np.float64)
+
+    def add(self, t: pa.Table, flow_id: np.ndarray) -> None:
+        """Rows ``t`` (after every row added so far) and their flow ids."""
+        fid = np.asarray(flow_id).astype(np.int64)
+        if not len(fid):
+            return
+        top = int(fid.max()) + 1
+        self.packets = _add_at(self.packets, np.bincount(fid))
+        self.payload = _add_at(self.payload, np.bincount(
+            fid, weights=t.column("payload_len").to_numpy().astype(np.float64)))
+        if top > self.n_flows:
+            new = np.nonzero(fid >= self.n_flows)[0]
+            ids, first = np.unique(fid[new], return_index=True)
+            self.key_parts.append(t.select(FLOW_KEY_COLS).take(new[first]))
+            self.key_ids.append(ids)
+            self.n_flows = top
+
+    def merge(self, later: "FlowCounts") -> "FlowCounts":
+        """Fold in the counts of the rows after these (flow ids numbered over the whole
+        run, so a later piece's new flows are the ids from ``n_flows`` on)."""
+        self.packets = _add_at(self.packets, later.packets)
+        self.payload = _add_at(self.payload, later.payload)
+        for keys, ids in zip(later.key_parts, later.key_ids):
+            pick = np.flatnonzero(ids >= self.n_flows)
+            if len(pick):
+                self.key_parts.append(keys.take(pick))
+                self.key_ids.append(ids[pick])
+        self.n_flows = max(self.n_flows, later.n_flows)
+        return self
+
+    def table(self, models: dict[str, ModelCounts]) -> pa.Table:
+        """The flows table: one row per flow: keys, packets, payload bytes, and per model
+        super-packets, ratio and most frequent end reason."""
+        from gropcap.decode.schema import PACKET_SCHEMA
+        keys = pa.concat_tables(self.key_parts) if self.key_parts else \
+            PACKET_SCHEMA.empty_table().select(FLOW_KEY_COLS)
+        if len(self.key_parts) > 1:
+            ids = np.concatenate(self.key_ids)
+            if np.any(np.diff(ids) < 0):
+                keys = keys.take(np.argsort(ids, kind="stable"))
+        n_flows = keys.num_rows
+        pk = np.zeros(n_flows, np.int64)
+        pk[:min(n_flows, len(self.packets))] = self.packets[:n_flows]
+        pay = np.zeros(n_flows, np.float64)
+        pay[:min(n_flows, len(self.payload))] = self.payload[:n_flows]
+        cols = {**flow_key_columns(keys), "packets": pk, "payload_bytes": pay.astype(np.int64)}
+        for model, mc in models.items():
+            segs = np.zeros(n_flows, np.int64)
+            k = min(n_flows, len(mc.flow_segs))
+            segs[:k] = mc.flow_segs[:k]
+            cols[f"{model}_superpackets"] = segs
+            with np.errstate(divide="ignore", invalid="ignore"):
+                cols[f"{model}_ratio"] = np.where(segs > 0, pk / np.maximum(segs, 1), 0.0)
+            cols[f"{model}_top_reason"] = pa.array(mc.top_reasons(n_flows), pa.string())
+        return pa.table(cols)
+
+
+class FlowCauses:
+    """Accumulator of ``report.explain.flow_causes`` over batches in capture order (the
+    streamed run adds one batch at a time); the expected next sequence number of each
+    flow is carried from one batch to the next, so it adds batches in order and has no
+    ``merge``."""
+
+    def __init__(self):
+        self.next_seq = np.full(0, -1, np.int64)   # per flow: seq + payload of its last packet
+        self.total = np.zeros(0, np.int64)
+        self.ahead = np.zeros(0, np.int64)
+        self.back = np.zeros(0, np.int64)
+
+    def _grow(self, n: int) -> None:
+        if n > len(self.next_seq):
+            pad = n - len(self.next_seq)
+            self.next_seq = np.concatenate([self.next_seq, np.full(pad, -1, np.int64)])
+            for k in ("total", "ahead", "back"):
+                setattr(self, k, np.concatenate([getattr(self, k), np.zeros(pad, np.int64)]))
+
+    def add(self, flow_id, tcp_seq, payload_len, l4_proto, reason) -> None:
+        """One batch: per packet its flow, TCP sequence number, payload, protocol and
+        reason code (primary model)."""
+        fid = np.asarray(flow_id, np.int64)
+        if not len(fid):
+            return
+        self._grow(int(fid.max()) + 1)
+        order = np.lexsort((np.arange(len(fid)), fid))
+        f = fid[order]
+        seq = np.asarray(tcp_seq, np.int64)[order]
+        end = seq + np.asarray(payload_len, np.int64)[order]
+        first = np.ones(len(f), bool)
+        first[1:] = f[1:] != f[:-1]
+        prev = np.empty(len(f), np.int64)
+        prev[1:] = end[:-1]
+        prev[first] = self.next_seq[f[first]]
+        r = np.asarray(reason)[order]
+        brk = ((np.asarray(l4_proto)[order] == C.IPPROTO_TCP) & (prev >= 0)
+               & (r >= FLUSH_CWR) & (r <= FLUSH_ZERO_PAYLOAD))
+        delta = (seq - prev + 2**31) % 2**32 - 2**31
+        n = len(self.next_seq)
+        self.total += np.bincount(f[brk], minlength=n)
+        self.ahead += np.bincount(f[brk & (delta > 0)], minlength=n)
+        self.back += np.bincount(f[brk & (delta < 0)], minlength=n)
+        last = np.ones(len(f), bool)
+        last[:-1] = f[1:] != f[:-1]
+        self.next_seq[f[last]] = end[last] & 0xFFFFFFFF
+
+    def result(self, n_flows: int) -> list[str]:
+        """One string per flow (see ``report.explain.flow_causes``)."""
+        self._grow(n_flows)
+        out = []
+        for a, b, n in zip(self.ahead[:n_flows].tolist(), self.back[:n_flows].tolist(),
+                           self.total[:n_flows].tolist()):
+            if not a and not b:
+                out.append("")
+            elif a >= b:
+                out.append(f"loss or reordering at {a} of {n} breaks")
+            else:
+                out.append(f"retransmission at {b} of {n} breaks")
+        return out
+
+
+class Totals:
+    """Every accumulator of one run: ``capture``, ``coalesced`` (None: no frame was
+    captured already coalesced), ``models`` (``{model: ModelCounts}``) and ``flows``."""
+
+    def __init__(self, models, verify_checksums: bool = False):
+        self.capture = CaptureCounts(verify_checksums)
+        self.coalesced: CoalescedCounts | None = None
+        self.models = {m: ModelCounts(m) for m in models}
+        self.flows = FlowCounts()
+        self._flows_table = None
+
+    def flows_table(self) -> pa.Table:
+        if self._flows_table is None:
+            self._flows_table = self.flows.table(self.models)
+        return self._flows_table
+
+    def merge(self, later: "Totals") -> "Totals":
+        """Fold in the totals of the rows after these (same flow numbering)."""
+        self.capture.merge(later.capture)
+        if later.coalesced is not None:
+            self.coalesced = later.coalesced if self.coalesced is None else \
+                self.coalesced.merge(later.coalesced)
+        for m, mc in later.models.items():
+            self.models[m] = self.models[m].merge(mc) if m in self.models else mc
+        self.flows.merge(later.flows)
+        self._flows_table = None
+        return self
+
+
+def model_counts(model: str, table: pa.Table, file_index: np.ndarray, *, reasons, count,
+                 end, payload, flow, first) -> ModelCounts:
+    """One model's counts over rows of ``table`` (global rows): per-row ``reasons`` and,
+    per super-packet, segments, end reason, payload bytes, flow id and first row."""
+    mc = ModelCounts(model)
+    mc.add_reasons(reasons)
+    first = np.asarray(first, np.int64)
+    mc.add_segs(count=count, end=end, payload=payload, flow=flow, file=file_index[first])
+    mask = np.zeros(table.num_rows, np.bool_)
+    mask[first] = True
+    mc.add_encap(table, mask)
+    return mc
+
+
+def file_index_of(table: pa.Table) -> np.ndarray:
+    return table.column("file_index").to_numpy().astype(np.int64) if table.num_rows else \
+        np.zeros(0, np.int64)
+
+
+def totals_of_analysis(analysis, capture: CaptureCounts | None = None,
+                       models: dict | None = None) -> Totals:
+    """The totals of an in-memory analysis (its whole table as one batch): the decoded
+    rows, its ``coalesced`` input and each model's ``GroResult``. ``capture``, ``models``:
+    counts already merged from pieces or partitions (the Dask runner), used as given."""
+    t = analysis.decoded
+    tot = Totals(analysis.results, analysis.config.verify_checksums)
+    if capture is not None:
+        capture.verify = tot.capture.verify
+        tot.capture = capture
+    else:
+        tot.capture.add(t)
+    co = getattr(analysis, "coalesced", None)
+    if co is not None and co.num_coalesced:
+        tot.coalesced = CoalescedCounts()
+        tot.coalesced.add(t, co)
+    fidx = file_index_of(t)
+    for m, r in analysis.results.items():
+        if models and m in models:
+            tot.models[m] = models[m]
+            continue
+        tot.models[m] = model_counts(m, t, fidx, reasons=r.reason, count=r.seg_count,
+                                     end=r.seg_end_reason, payload=r.seg_payload_len,
+                                     flow=r.seg_flow_id, first=r.seg_first_packet)
+    if analysis.results:
+        tot.flows.add(t, next(iter(analysis.results.values())).flow_id)
+    return tot
+
+
+__all__ = ["UDP_TUNNEL_KINDS", "udp_tunnel_counts", "FlowCauses", "Totals", "CaptureCounts",
+           "CoalescedCounts", "ModelCounts", "FlowCounts", "totals_of_analysis",
+           "model_counts", "file_index_of", "encap_counts", "hist_by_name",
+           "flow_key_columns", "addr_text", "FLOW_KEY_COLS"]

@@ -1,0 +1,92 @@
+"""Which GRO engine runs, and GRO over a run's batches with the engine state carried.
+
+:func:`simulate`: a whole table on the numba engine, or the plain-Python reference model
+(asked for, or the only one that implements the configuration). :class:`BatchGro`: one
+model over the batches of a run (``engine.simulate_batch``, the state carried from batch
+to batch): the bounded-memory core spills its parts, :func:`simulate_batches` (the
+in-memory run) assembles them (``engine.assemble``).
+
+Layer: run/, calls gro/ only.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from gropcap.gro.config import GroConfig
+from gropcap.gro.result import GroResult
+from gropcap.run.options import check_engine
+
+
+def simulate(packets: pa.Table, config: GroConfig, *, engine: str = "fast",
+             polls=None, coalesced=None) -> GroResult:
+    """Run one GRO engine (``"fast"`` numba or ``"reference"`` plain Python).
+
+    Configurations that use a receive-path feature only the reference model implements
+    (``gro.reference.needs_reference``: UDP GRO modes, UDP tunnel sockets) run on the
+    reference model even when ``engine="fast"``; the results are the same by definition of
+    the reference, only slower.
+
+    ``coalesced``: a :class:`gropcap.gso.CoalescedInput` (frames captured after TSO/GRO
+    arrive as GSO packets, ``count`` = their segments); None: every frame is one segment.
+    """
+    from gropcap.gro.reference import needs_reference
+
+    check_engine(engine)
+    if engine == "reference" or needs_reference(config):
+        from gropcap.gro.reference import simulate as run
+    else:
+        from gropcap.gro.engine import simulate as run
+    if coalesced is not None and coalesced.num_coalesced:
+        return run(packets, config, polls=polls, coalesced=coalesced)
+    return run(packets, config, polls=polls)
+
+
+class BatchGro:
+    """One model's numba GRO over the batches of a run, in capture order: the engine
+    state (held super-packets, flows, polls, counters) carried from one batch to the
+    next (``engine.simulate_batch``)."""
+
+    def __init__(self, config: GroConfig):
+        self.config = config
+        self.state = None
+
+    def feed(self, table: pa.Table, *, final: bool = False, coalesced=None):
+        """The next batch (``final``: the last one, flushes what is held): its
+        ``engine.BatchResult``."""
+        from gropcap.gro.engine import simulate_batch
+        part, self.state = simulate_batch(table, self.config, self.state, final=final,
+                                          coalesced=coalesced)
+        return part
+
+
+def simulate_batches(tables: list, config: GroConfig, *, engine: str = "fast",
+                     coalesced=None) -> GroResult:
+    """GRO over a run's decoded batches (tables in capture order): :class:`BatchGro`
+    fed batch by batch, the parts assembled (``engine.assemble``). The reference model
+    (asked for, or the only one that implements ``config``) runs on the whole table.
+    ``coalesced``: the whole run's ``gso.CoalescedInput`` (None: none)."""
+    from gropcap.decode.schema import PACKET_SCHEMA
+    from gropcap.gro.reference import needs_reference
+
+    check_engine(engine)
+    if engine == "reference" or needs_reference(config):
+        whole = pa.concat_tables(tables) if tables else PACKET_SCHEMA.empty_table()
+        return simulate(whole, config, engine=engine, coalesced=coalesced)
+    from gropcap.gro.engine import assemble
+    from gropcap.gso import CoalescedInput
+    run = BatchGro(config)
+    parts = []
+    lo = 0
+    for t in tables:
+        hi = lo + t.num_rows
+        co = None if coalesced is None else CoalescedInput(
+            coalesced.is_gso[lo:hi], coalesced.gso_size[lo:hi], coalesced.segs[lo:hi],
+            coalesced.source[lo:hi])
+        parts.append(run.feed(t, coalesced=co))
+        lo = hi
+    parts.append(run.feed(PACKET_SCHEMA.empty_table(), final=True))
+    return assemble(parts, config)
+
+
+__all__ = ["simulate", "simulate_batches", "BatchGro"]

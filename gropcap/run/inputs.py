@@ -1,0 +1,90 @@
+"""Inputs: paths -> capture files -> decoded batches, the one loop every entry point runs.
+
+Layer: calls capture/ (record batches) and decode/ (packet columns); hands decoded
+``pa.RecordBatch`` es (:data:`gropcap.decode.schema.PACKET_SCHEMA`) to the core.
+"""
+
+from __future__ import annotations
+
+from gropcap.run.options import check_decoder
+
+
+def input_files(paths) -> list[str]:
+    """A path or a list of files/directories -> the capture files, directories expanded
+    in sorted order (``capture.expand_inputs``)."""
+    from gropcap.capture import expand_inputs
+    if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
+        paths = [paths]
+    return expand_inputs([str(p) for p in paths])
+
+
+def record_batches(decoder: str = "fast", batch_records: int | None = None):
+    """``(batches_of, decode_batch)`` of a decoder: ``"fast"`` (numba scan over a
+    windowed memory map, numba decode) or ``"reference"`` (plain-Python reader and
+    decoder); ``batches_of(path)`` yields ``(CaptureInfo, RecordBatch)``."""
+    check_decoder(decoder)
+    if decoder == "fast":
+        from gropcap.capture.scan import BATCH_RECORDS, iter_scan_batches
+        from gropcap.decode.fast import decode_batch
+
+        def batches_of(path):
+            return iter_scan_batches(path, batch_records=batch_records or BATCH_RECORDS)
+    else:
+        from gropcap.capture import iter_batches
+        from gropcap.decode.reference import decode_batch
+
+        def batches_of(path):
+            if batch_records:
+                return iter_batches(path, engine="reference", batch_records=batch_records)
+            return iter_batches(path, engine="reference")
+    return batches_of, decode_batch
+
+
+def decode_file(path: str, file_index: int, options, *, decoder: str = "fast",
+                batch_records: int | None = None, progress=None):
+    """Decode one capture file batch by batch: yields ``pa.RecordBatch`` es with
+    ``file_index`` set; the generator's return value is the file's ``CaptureInfo``
+    (``info = yield from decode_file(...)``).
+
+    Raises:
+        DecodeError: no frame of the file has a link type gropcap decodes
+            (``decode.support``); files where only some have one get a warning instead.
+    """
+    from gropcap.decode.support import LinktypeCheck
+    batches_of, decode_batch = record_batches(decoder, batch_records)
+    info = None
+    linktypes = LinktypeCheck()
+    for info, batch in batches_of(path):
+        if progress is not None:
+            progress.batch(path, info, batch)
+        if len(batch):
+            linktypes.add(batch)
+            yield decode_batch(batch, options, file_index=file_index)
+    linktypes.finish(info)
+    return info
+
+
+def drain(gen, out: list):
+    """Append everything ``gen`` yields to ``out``; return the generator's return value."""
+    try:
+        while True:
+            out.append(next(gen))
+    except StopIteration as stop:
+        return stop.value
+
+
+def decode_table(path: str, file_index: int, options, *, decoder: str = "fast",
+                 batch_records: int | None = None, progress=None):
+    """One file decoded into one table: ``(table, CaptureInfo)``."""
+    import pyarrow as pa
+
+    from gropcap.decode.schema import PACKET_SCHEMA
+    batches: list = []
+    info = drain(decode_file(path, file_index, options, decoder=decoder,
+                             batch_records=batch_records, progress=progress), batches)
+    table = pa.Table.from_batches(batches, schema=PACKET_SCHEMA) if batches \
+        else PACKET_SCHEMA.empty_table()
+    return table, info
+
+
+__all__ = ["input_files", "record_batches", "decode_file", "decode_table", "drain"]
