@@ -1177,7 +1177,9 @@ def _intern(buf, w, slots, keys, nid):
         if c < 0:
             if nid == keys.shape[0]:
                 grown = np.empty((2 * nid, w), np.uint64)
-                grown[:nid] = keys[:nid]
+                for y in range(nid):       # a loop, not a slice copy: no error-message
+                    for x in range(w):     # formatting code to compile
+                        grown[y, x] = keys[y, x]
                 keys = grown
             for x in range(w):
                 keys[nid, x] = buf[x]
