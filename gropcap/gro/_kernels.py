@@ -587,83 +587,90 @@ def _sfl_flush(sfl):
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _receive(i, c, cfg, st, out, poll, age):
-    """dev_gro_receive for packet i: bypass, merge, complete pp, hold or deliver."""
+    """dev_gro_receive for packet i: bypass, merge, complete pp, hold or deliver.
+
+    Decides first, then acts at one site each (complete pp, deliver, hold): the helpers
+    are inlined, and every extra call site would be compiled again."""
     out.ppoll[i] = poll
     out.cur[0] = c.row[i]
+    deliver = -1                   # reason when the packet goes up alone now
+    hold = -1                      # reason when it becomes a held entry
+    end = 0                        # end reason of the held entry pp completed now
+    k = c.key[i]
+    ln = c.tlen[i]
+    segs = c.segs[i]
+    gsz = c.gsz[i]
     pre = c.pre[i]
     if pre != 0:
         # a layer bailed before L4: delivered now, the flow's held entry untouched
-        out.reason[i] = pre
-        _deliver(i, pre, c, st, out, poll)
-        return
-    k = c.key[i]
-    ln = c.tlen[i]
-    fl = c.flags[i]
-    sfl = c.sfl_out[i] if c.sfl_out[i] != 0 else c.sfl_in[i]
-    if sfl == 0:
-        sfl = c.sfl_fl[i]          # dev_gro_receive: flush = skb_has_frag_list(skb)
-    segs = c.segs[i]
-    gsz = c.gsz[i]
-    if st.e_first[k] < 0:
+        deliver = pre
+    elif st.e_first[k] < 0:
+        fl = c.flags[i]
+        sfl = c.sfl_out[i] if c.sfl_out[i] != 0 else c.sfl_in[i]
+        if sfl == 0:
+            sfl = c.sfl_fl[i]      # dev_gro_receive: flush = skb_has_frag_list(skb)
         # tcp_gro_receive, no p: out_check_final with mss = 1 (GSO skb: len vs count*size)
         r = sfl if sfl != 0 else _not_held_reason(fl, ln)
         if r == 0:
             r = _gso_short(ln, segs, gsz)
         if r != 0:
-            out.reason[i] = r
-            _deliver(i, r, c, st, out, poll)
-            return
-        if st.loose_held[c.loose[i]] > 0:
+            deliver = r
+        elif st.loose_held[c.loose[i]] > 0:
             # before 5.18 the IPv6 hop limit was a flow key: the held entry of this flow
             # stays, the packet starts a parallel one (ipv6_gro_receive, 6fc2f3832d36)
-            _hold(i, k, FLUSH_HOP_LIMIT_FLOW, c, cfg, st, out, poll, age)
+            hold = FLUSH_HOP_LIMIT_FLOW
         else:
-            _hold(i, k, NO_HELD_PACKET, c, cfg, st, out, poll, age)
-        return
-    flush_reason = _pair_checks(i, k, c, cfg, st)
-    if flush_reason == 0 and cfg.tcp_flist:
-        # tcp_gro_receive, is_flist (v6.10): the whole flag word, count >= 64, then
-        # skb_gro_receive_list (65536 on whole lengths, no check of the skb's flush)
-        if fl != st.e_flags[k]:
-            flush_reason = FLUSH_TCP_FLAGS
-        elif st.e_count[k] >= TCP_FLIST_MAX_SEGS:
-            flush_reason = FLUSH_MAX_SEGS
-        elif st.e_len[k] + c.plen[i] >= FLIST_MAX_LEN:
-            flush_reason = FLUSH_SIZE_LIMIT
-    elif flush_reason == 0:
-        # skb_gro_receive: -E2BIG when p->len + len >= gro_max_size or skb flush
-        if st.e_len[k] + ln >= st.e_limit[k]:
-            flush_reason = FLUSH_SIZE_LIMIT
-        elif sfl != 0:
-            flush_reason = _sfl_flush(sfl)
-    q = c.queue[i]
-    if flush_reason == 0:
-        st.e_last[k] = c.row[i]
-        st.e_count[k] += segs
-        st.e_payload[k] += c.payload[i]
-        st.e_grolen[k] += ln
-        st.e_len[k] += ln
-        out.reason[i] = MERGED
-        out.inst[i] = st.e_inst[k]
-        end = _end_reason(fl, ln, st.e_mss[k])
-        if end == 0 and _gso_short(ln, segs, gsz) != 0:
-            end = END_SHORT_SEGMENT
-        if end != 0:
-            if cfg.model != MODEL_IDEAL:
-                _unlink(st.tbl, st.tcnt, q, c.bucket[i], k)
-            _complete(k, end, st, out, poll)
-        return
-    # not merged: pp = p is completed before the packet is delivered or held
-    if cfg.model != MODEL_IDEAL:
-        _unlink(st.tbl, st.tcnt, q, c.bucket[i], k)
-    _complete(k, flush_reason, st, out, poll)
-    short = _gso_short(ln, segs, gsz) != 0 if gsz != 0 else ln < 1
-    if sfl != 0 or short or (fl & (TCP_FLAG_URG | TCP_FLAG_PSH | TCP_FLAG_RST |
-                                    TCP_FLAG_SYN | TCP_FLAG_FIN)) != 0:
-        out.reason[i] = flush_reason
-        _deliver(i, flush_reason, c, st, out, poll)
-        return
-    _hold(i, k, flush_reason, c, cfg, st, out, poll, age)
+            hold = NO_HELD_PACKET
+    else:
+        fl = c.flags[i]
+        sfl = c.sfl_out[i] if c.sfl_out[i] != 0 else c.sfl_in[i]
+        if sfl == 0:
+            sfl = c.sfl_fl[i]
+        flush_reason = _pair_checks(i, k, c, cfg, st)
+        if flush_reason == 0 and cfg.tcp_flist:
+            # tcp_gro_receive, is_flist (v6.10): the whole flag word, count >= 64, then
+            # skb_gro_receive_list (65536 on whole lengths, no check of the skb's flush)
+            if fl != st.e_flags[k]:
+                flush_reason = FLUSH_TCP_FLAGS
+            elif st.e_count[k] >= TCP_FLIST_MAX_SEGS:
+                flush_reason = FLUSH_MAX_SEGS
+            elif st.e_len[k] + c.plen[i] >= FLIST_MAX_LEN:
+                flush_reason = FLUSH_SIZE_LIMIT
+        elif flush_reason == 0:
+            # skb_gro_receive: -E2BIG when p->len + len >= gro_max_size or skb flush
+            if st.e_len[k] + ln >= st.e_limit[k]:
+                flush_reason = FLUSH_SIZE_LIMIT
+            elif sfl != 0:
+                flush_reason = _sfl_flush(sfl)
+        if flush_reason == 0:
+            st.e_last[k] = c.row[i]
+            st.e_count[k] += segs
+            st.e_payload[k] += c.payload[i]
+            st.e_grolen[k] += ln
+            st.e_len[k] += ln
+            out.reason[i] = MERGED
+            out.inst[i] = st.e_inst[k]
+            end = _end_reason(fl, ln, st.e_mss[k])
+            if end == 0 and _gso_short(ln, segs, gsz) != 0:
+                end = END_SHORT_SEGMENT
+        else:
+            # not merged: pp = p is completed before the packet is delivered or held
+            end = flush_reason
+            short = _gso_short(ln, segs, gsz) != 0 if gsz != 0 else ln < 1
+            if sfl != 0 or short or (fl & (TCP_FLAG_URG | TCP_FLAG_PSH | TCP_FLAG_RST |
+                                            TCP_FLAG_SYN | TCP_FLAG_FIN)) != 0:
+                deliver = flush_reason
+            else:
+                hold = flush_reason
+    if end != 0:
+        if cfg.model != MODEL_IDEAL:
+            _unlink(st.tbl, st.tcnt, np.int64(c.queue[i]), np.int64(c.bucket[i]), k)
+        _complete(k, end, st, out, poll)
+    if deliver >= 0:
+        out.reason[i] = deliver
+        _deliver(i, deliver, c, st, out, poll)
+    elif hold >= 0:
+        _hold(i, k, hold, c, cfg, st, out, poll, age)
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
@@ -671,8 +678,8 @@ def _hold(i, k, reason, c, cfg, st, out, poll, age):
     """dev_gro_receive tail: hold packet i as a new entry (evict the oldest if full)."""
     out.reason[i] = reason
     if cfg.model != MODEL_IDEAL:
-        q = c.queue[i]
-        b = c.bucket[i]
+        q = np.int64(c.queue[i])
+        b = np.int64(c.bucket[i])
         if st.tcnt[q, b] >= MAX_GRO_SKBS:
             # gro_flush_oldest: the tail (oldest) entry of the bucket goes up first
             old = st.tbl[q, b, 0]
@@ -728,9 +735,12 @@ def _hold(i, k, reason, c, cfg, st, out, poll, age):
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def _flush_queue(q, st, out, poll, old_only, jiffy, end_all, end_old):
+def _flush_queue(q, st, out, poll, old_only, jiffy):
     """__gro_flush: buckets in index order, oldest entry first; a partial flush stops a
-    bucket's walk at the first entry held in the current jiffy."""
+    bucket's walk at the first entry held in the current jiffy (END_POLL_OLD, else
+    END_POLL). Callers wrap constant arguments in ``np.bool_``/``np.int64``: a literal
+    argument would compile one more specialisation of this function per call site."""
+    end = END_POLL_OLD if old_only else END_POLL
     out.cur[0] = -1
     for b in range(st.tcnt.shape[1]):
         while st.tcnt[q, b] > 0:
@@ -738,7 +748,7 @@ def _flush_queue(q, st, out, poll, old_only, jiffy, end_all, end_old):
             if old_only and st.e_age[k] == jiffy:
                 break
             _unlink(st.tbl, st.tcnt, q, b, k)
-            _complete(k, end_old if old_only else end_all, st, out, poll)
+            _complete(k, end, st, out, poll)
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
@@ -749,14 +759,20 @@ def _held_any(q, st):
     return False
 
 
-@numba.njit(cache=True, nogil=True)
 def flush_ideal(st, out):
-    """End of capture in the ideal model: held entries oldest first (END_CAPTURE)."""
+    """End of capture in the ideal model: held entries oldest first (END_CAPTURE).
+
+    The order is found with numpy (hold serials are unique): a numba argsort would
+    compile a sort for this one call."""
+    keys = np.flatnonzero(st.e_first >= 0)
+    _complete_keys(keys[np.argsort(st.e_order[keys])], st, out)
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def _complete_keys(keys, st, out):
     out.cur[0] = -1
-    keys = np.nonzero(st.e_first >= 0)[0]
-    order = np.argsort(st.e_order[keys])
-    for x in range(order.shape[0]):
-        _complete(keys[order[x]], END_CAPTURE, st, out, -1)
+    for x in range(keys.shape[0]):
+        _complete(keys[x], END_CAPTURE, st, out, -1)
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
@@ -841,7 +857,7 @@ def run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final):
                 w = c.poll_win[rows[j]]
                 if st.win[1] != 0 and w != st.win[0]:
                     for fq in range(cfg.queues):
-                        _flush_queue(fq, st, out, st.win[2], False, 0, END_POLL, END_POLL)
+                        _flush_queue(fq, st, out, st.win[2], np.bool_(False), np.int64(0))
                     st.win[2] += 1
                     st.win[1] = 0
                 st.win[0] = w
@@ -898,11 +914,11 @@ def run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final):
                         jf = _jiffy(now, cfg.hz)
                         if qs[q, QS_DEFER] > 0:
                             qs[q, QS_DEFER] -= 1
-                            _flush_queue(q, st, out, poll, True, jf, END_POLL, END_POLL_OLD)
+                            _flush_queue(q, st, out, poll, np.bool_(True), jf)
                             qs[q, QS_TIMER] = now + T
                             qs[q, QS_HAS_TIMER] = 1
                         else:
-                            _flush_queue(q, st, out, poll, False, jf, END_POLL, END_POLL)
+                            _flush_queue(q, st, out, poll, np.bool_(False), jf)
                             qs[q, QS_MASKED] = 0
                         continue
                 else:
@@ -929,9 +945,9 @@ def run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final):
             if cnt == budget:
                 # __napi_poll: "Flush too old packets. If HZ < 1000, flush all packets."
                 if cfg.hz < 1000:
-                    _flush_queue(q, st, out, poll, False, jf, END_POLL, END_POLL)
+                    _flush_queue(q, st, out, poll, np.bool_(False), jf)
                 else:
-                    _flush_queue(q, st, out, poll, True, jf, END_POLL, END_POLL_OLD)
+                    _flush_queue(q, st, out, poll, np.bool_(True), jf)
                 qs[q, QS_CONT] = 2 if was_timer else 1
                 qs[q, QS_CONT_T] = now
                 continue
@@ -948,7 +964,7 @@ def run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final):
             if timeout == 0 or cfg.timer_flush_old:
                 # napi_gro_flush(n, !!timeout) (v4.20); before 605108acfe62 a poll that
                 # armed the timer flushed nothing
-                _flush_queue(q, st, out, poll, timeout != 0, jf, END_POLL, END_POLL_OLD)
+                _flush_queue(q, st, out, poll, timeout != 0, jf)
             if timeout != 0:
                 qs[q, QS_TIMER] = now + timeout
                 qs[q, QS_HAS_TIMER] = 1
@@ -957,7 +973,7 @@ def run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final):
         qs[q, QS_NEXT] = j
     if cfg.model == MODEL_WINDOWS and final and st.win[1] != 0:
         for fq in range(cfg.queues):
-            _flush_queue(fq, st, out, st.win[2], False, 0, END_POLL, END_POLL)
+            _flush_queue(fq, st, out, st.win[2], np.bool_(False), np.int64(0))
         st.win[1] = 0
         st.win[2] += 1
     return st.ctr[2] - base
@@ -970,7 +986,7 @@ def napi_finish(st, out):
     for q in range(st.qs.shape[0]):
         if st.qs[q, QS_LAST_POLL] >= 0 and _held_any(q, st):
             _flush_queue(q, st, out, st.qs[q, QS_LAST_POLL],
-                         False, 0, END_POLL, END_POLL)
+                         np.bool_(False), np.int64(0))
 
 
 # --- column preparation helpers ---------------------------------------------------------
