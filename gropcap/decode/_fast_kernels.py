@@ -431,7 +431,10 @@ def _tcp_options(b, base, lo, hi):
 @njit(cache=True)
 def _add_vlan(u8, u16, i, tpid, tci, outer, depth):
     """reference add_vlan: the first two tags of the outer Ethernet are recorded, and
-    the first two inside the outermost tunnel's Ethernet (``depth == 1``)."""
+    the first two inside the outermost tunnel's Ethernet (``depth == 1``).
+
+    Like :func:`_enter_tunnel`, called with constants wrapped in ``np.int64``/``np.bool_``:
+    a literal argument compiles one more specialisation per call site."""
     if outer:
         kd, kp0, kc0, kp1, kc1 = K_VLAN_DEPTH, K_VLAN_TPID0, K_VLAN_TCI0, K_VLAN_TPID1, \
             K_VLAN_TCI1
@@ -671,7 +674,8 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                     u16[K_ETH_TYPE, i] = C.ETH_P_8021Q
                     layers[nl] = LY_VLAN
                     nl += 1
-                    _add_vlan(u8, u16, i, C.ETH_P_8021Q, synth, True, depth)
+                    _add_vlan(u8, u16, i, np.int64(C.ETH_P_8021Q), synth, np.bool_(True),
+                              np.int64(depth))
                 else:
                     u16[K_ETH_TYPE, i] = etype
                 st, off, outer = ST_VLANS, p + 2, True
@@ -700,7 +704,8 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                         break
                     layers[nl] = LY_VLAN
                     nl += 1
-                    _add_vlan(u8, u16, i, etype, _u16(buf, lo + off), outer, depth)
+                    _add_vlan(u8, u16, i, np.int64(etype), _u16(buf, lo + off),
+                              np.bool_(outer), np.int64(depth))
                     etype = _u16(buf, lo + off + 2)
                     off += 4
                 if status != S.STATUS_OK:
@@ -985,7 +990,7 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                         status = S.STATUS_UNSUPPORTED_ENCAP
                         break
                     depth += 1
-                    _enter_tunnel(o, i, depth, tt, off + 8)
+                    _enter_tunnel(o, i, depth, np.int64(tt), off + 8)
                     inner, inner_len = off + 8, ulen - 8
                     if tt == C.TUN_VXLAN:
                         st, off = ST_VXLAN, inner
@@ -1016,13 +1021,15 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                         break
                     depth += 1
                     if proto == C.IPPROTO_GRE:
-                        _enter_tunnel(o, i, depth, C.TUN_GRE, off)
+                        _enter_tunnel(o, i, depth, np.int64(C.TUN_GRE), np.int64(off))
                         st = ST_GRE
                     elif proto == C.IPPROTO_IPIP:
-                        _enter_tunnel(o, i, depth, C.TUN_IPIP if ipver == 4 else C.TUN_IP4IP6, off)
+                        _enter_tunnel(o, i, depth, C.TUN_IPIP if ipver == 4 else C.TUN_IP4IP6,
+                                      np.int64(off))
                         st = ST_IPV4
                     else:
-                        _enter_tunnel(o, i, depth, C.TUN_SIT if ipver == 4 else C.TUN_IP6IP6, off)
+                        _enter_tunnel(o, i, depth, C.TUN_SIT if ipver == 4 else C.TUN_IP6IP6,
+                                      np.int64(off))
                         st = ST_IPV6
                     continue
                 # other_l4: no header decoded, payload_len is the IP payload
@@ -1055,7 +1062,7 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                         status = S.STATUS_UNSUPPORTED_ENCAP
                         break
                     depth += 1
-                    _enter_tunnel(o, i, depth, C.TUN_GRE, off)
+                    _enter_tunnel(o, i, depth, np.int64(C.TUN_GRE), np.int64(off))
                     st = ST_GRE
                 else:
                     status = S.STATUS_UNSUPPORTED_ENCAP
