@@ -947,7 +947,9 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                         u32[K_TCP_TSECR, i] = tse
                     u32[K_PAYLOAD_LEN, i] = ln - hl
                     if verify:
-                        u8[K_L4_CSUM_STATE, i] = _csum_state(buf, lo, cap, field, off, ln, pseudo)
+                        u8[K_L4_CSUM_STATE, i] = _csum_state(
+                            buf, lo, cap, np.int64(field), np.int64(off), np.int64(ln),
+                            np.int64(pseudo))
                     break
                 elif is_udp:
                     # UDP header (RFC 768); a UDP tunnel port continues into the tunnel
@@ -983,7 +985,9 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                     if field == 0:
                         u8[K_L4_CSUM_STATE, i] = S.CSUM_ZERO
                     else:
-                        u8[K_L4_CSUM_STATE, i] = _csum_state(buf, lo, cap, field, off, ulen, pseudo)
+                        u8[K_L4_CSUM_STATE, i] = _csum_state(
+                            buf, lo, cap, np.int64(field), np.int64(off), np.int64(ulen),
+                            np.int64(pseudo))
                     tt = port_tun[dport]
                     if tt == C.TUN_NONE:
                         break

@@ -1077,12 +1077,12 @@ SAME_FLOW_WORDS = 24      # + 1 with the pre-5.18 IPv6 hop limit word
 FLOW_WORDS = 13
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _u(x):
     return np.uint64(x)
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _ip_words(out, at, r, version, proto, ext_mask, ext_len, flow_label, ext_digest, src,
               dst, ttl):
     """One IP header's 7 same-flow words of row r into ``out[at:at + 7]``; returns its
@@ -1102,7 +1102,7 @@ def _ip_words(out, at, r, version, proto, ext_mask, ext_len, flow_label, ext_dig
     return _u(ttl[r]) if is6 else z
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _same_flow_row(k, r, gre_a, gre_b, gre_key, hops, out):
     """Same-flow key words of row r into ``out`` (1-D, 24 or 25 words); layout in
     ``engine._same_flow_keys``; every field at its full width (injective)."""
@@ -1118,9 +1118,9 @@ def _same_flow_row(k, r, gre_a, gre_b, gre_key, hops, out):
     out[3] = _u(k.vlan_tpid0[r]) | (_u(k.vlan_tci0[r]) << s16) \
         | (_u(k.vlan_tpid1[r]) << s32) | (_u(k.vlan_tci1[r]) << s48)
     # outer IP header (inet/ipv6_gro_receive fields), then the inner / only one
-    hop0 = _ip_words(out, 4, r, k.o_version, k.o_proto, k.o_ext_mask, k.o_ext_len,
+    hop0 = _ip_words(out, np.int64(4), r, k.o_version, k.o_proto, k.o_ext_mask, k.o_ext_len,
                      k.o_flow_label, k.o_ext_digest, k.o_src, k.o_dst, k.o_ttl)
-    hop1 = _ip_words(out, 11, r, k.i_version, k.i_proto, k.i_ext_mask, k.i_ext_len,
+    hop1 = _ip_words(out, np.int64(11), r, k.i_version, k.i_proto, k.i_ext_mask, k.i_ext_len,
                      k.i_flow_label, k.i_ext_digest, k.i_src, k.i_dst, k.i_ttl)
     # gre_gro_receive: flags, protocol, key when K; eth_gro_receive for GRE-TEB
     tun = _u(k.tun_type[r])
@@ -1154,7 +1154,7 @@ def pack_same_flow(k, gre_a, gre_b, gre_key, out):
             out[x, r] = buf[x]
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _hash_words(buf, w):
     """Slot hash of a key: four independent multiply lanes (a short dependency chain;
     only the probe position depends on it, every hit is confirmed word by word)."""
@@ -1181,7 +1181,7 @@ def _hash_words(buf, w):
     return h
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _intern(buf, w, slots, keys, nid):
     """Class id of the key in ``buf`` in an open-addressing table (``slots``: class id
     or -1; ``keys``: one row per class, every hit confirmed word by word). Returns
@@ -1268,7 +1268,7 @@ class FlowIn(NamedTuple):
     outer_ip_dst: np.ndarray
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _flow_row(f, r, out):
     """flows.FLOW_KEY_COLUMNS of row r as 13 uint64 words into ``out`` (layout in
     ``engine._flow_keys``)."""
@@ -1316,7 +1316,7 @@ def flow_classes(f, n):
     nid = 0
     for r in range(n):
         _flow_row(f, r, buf)
-        c, keys, nid = _intern(buf, FLOW_WORDS, slots, keys, nid)
+        c, keys, nid = _intern(buf, np.int64(FLOW_WORDS), slots, keys, nid)
         ids[r] = c
     return ids, keys[:nid]
 
@@ -1459,7 +1459,7 @@ class PreCfg(NamedTuple):
     ip6_tunnel_gro: bool   # KernelProfile.ip6_tunnel_gro: ip6ip6 / ip4ip6 offloads (v4.7)
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _l3_handler(proto):
     # inet_offloads[] with a gro_receive (net/ipv4/af_inet.c, gre_offload.c,
     # udp_offload.c); inet6_offloads[] register the same (ip6_offload.c): TCP, UDP, GRE,
@@ -1468,7 +1468,7 @@ def _l3_handler(proto):
         or proto == IPPROTO_IPIP or proto == IPPROTO_IPV6
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _ip_layer(p, sfl, v, proto, ext, hdr_len, mf, frag_off, csum_ok, tot, offset, rf, wire,
               ip6_tun):
     """inet_gro_receive / ipv6_gro_receive checks of one present IP header: the bypass
