@@ -6,7 +6,7 @@ What is timed (wall clock and the child's CPU time, ``RUSAGE_CHILDREN``):
 - ``cold``: ``gropcap analyze CAPTURE --format json`` with ``NUMBA_CACHE_DIR`` set to a
   new empty directory (what a new user and every CI job without a cache sees);
 - ``warm``: the same command again with that cache directory (best and median of
-  ``--rounds``);
+  ``--rounds``; with ``--against``, the two trees' warm runs alternate);
 - ``reference``: ``python -c "import dpkt, numpy"`` in the same run, the start-up floor
   of any Python tool in this field; the warm run is reported as a ratio to it.
 
@@ -117,7 +117,7 @@ def _analyze(tree: str, capture: str, cache: str) -> dict:
     return r
 
 
-def _measure(tree: str, capture: str, rounds: int, scratch: str) -> dict:
+def _cold(tree: str, capture: str, scratch: str) -> dict:
     cache = tempfile.mkdtemp(prefix="numba-cache-", dir=scratch)
     cold = _analyze(tree, capture, cache)
     if not cold["stderr"] or cold["stderr"][0] != NOTE:
@@ -125,22 +125,25 @@ def _measure(tree: str, capture: str, rounds: int, scratch: str) -> dict:
                          f"{cold['stderr'][:3]}")
     if not any(os.scandir(cache)):
         raise SystemExit(f"{tree}: the cold run left nothing in {cache}")
-    warm = [_analyze(tree, capture, cache) for _ in range(rounds)]
-    for w in warm:
-        if NOTE in w["stderr"]:
-            raise SystemExit(f"{tree}: a warm run compiled again: {w['stderr']}")
-        if w["summary"] != cold["summary"]:
-            raise SystemExit(f"{tree}: a warm run printed another summary than the cold one")
-    summary = cold.pop("summary")
-    for w in warm:
-        del w["summary"]
-    return {
-        "tree": tree, "cold": cold, "warm_runs": warm,
-        "warm_best_wall_s": min(w["wall_s"] for w in warm),
-        "warm_median_wall_s": statistics.median(w["wall_s"] for w in warm),
-        "warm_best_cpu_s": min(w["cpu_s"] for w in warm),
-        "summary": summary,
-    }
+    return {"tree": tree, "cache": cache, "cold": cold, "warm_runs": []}
+
+
+def _warm(m: dict, capture: str) -> None:
+    w = _analyze(m["tree"], capture, m["cache"])
+    if NOTE in w["stderr"]:
+        raise SystemExit(f"{m['tree']}: a warm run compiled again: {w['stderr']}")
+    if w.pop("summary") != m["cold"]["summary"]:
+        raise SystemExit(f"{m['tree']}: a warm run printed another summary than the cold one")
+    m["warm_runs"].append(w)
+
+
+def _finish(m: dict) -> None:
+    warm = m["warm_runs"]
+    m["summary"] = m["cold"].pop("summary")
+    del m["cache"]
+    m["warm_best_wall_s"] = min(w["wall_s"] for w in warm)
+    m["warm_median_wall_s"] = statistics.median(w["wall_s"] for w in warm)
+    m["warm_best_cpu_s"] = min(w["cpu_s"] for w in warm)
 
 
 def _compiles(tree: str, capture: str, scratch: str) -> list[dict]:
@@ -196,8 +199,12 @@ def main() -> None:
     scratch = tempfile.mkdtemp(prefix="gropcap-startup-")
     try:
         ref = _reference(max(args.rounds, 3))
-        results = {label: _measure(tree, args.capture, args.rounds, scratch)
-                   for label, tree in trees.items()}
+        results = {label: _cold(tree, args.capture, scratch) for label, tree in trees.items()}
+        for _ in range(args.rounds):           # warm runs alternate between the trees
+            for m in results.values():
+                _warm(m, args.capture)
+        for m in results.values():
+            _finish(m)
         if args.against and results["this"]["summary"] != results["against"]["summary"]:
             raise SystemExit("the two trees printed different summaries")
         compiles = _compiles(ROOT, args.capture, scratch) if args.compiles else None
