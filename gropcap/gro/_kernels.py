@@ -979,14 +979,14 @@ def run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final):
     return st.ctr[2] - base
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False)
 def napi_finish(st, out):
     """End of capture (after a final napi-model run): what is still held goes up with
-    END_POLL in its queue's last poll."""
+    END_POLL in its queue's last poll. A Python loop over the queues calling the
+    ``_flush_queue`` that ``run`` compiled (same argument types): nothing more to compile."""
     for q in range(st.qs.shape[0]):
-        if st.qs[q, QS_LAST_POLL] >= 0 and _held_any(q, st):
-            _flush_queue(q, st, out, st.qs[q, QS_LAST_POLL],
-                         np.bool_(False), np.int64(0))
+        poll = st.qs[q, QS_LAST_POLL]
+        if poll >= 0 and np.any(st.tcnt[q] > 0):
+            _flush_queue(np.int64(q), st, out, np.int64(poll), np.bool_(False), np.int64(0))
 
 
 # --- column preparation helpers ---------------------------------------------------------
