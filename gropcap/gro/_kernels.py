@@ -329,7 +329,7 @@ def _area_byte(a, row, lenbyte, b):
     return 0
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False)
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _ts_at(a, row, lenbyte, end):
     """Start of the first timestamp option (kind 8, length 10) of an option area walked
     up to ``end``, -1 if none (the walk of :func:`zero_timestamps`)."""
