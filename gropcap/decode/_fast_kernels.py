@@ -754,8 +754,8 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                 u8[K_IP_TTL, i] = buf[lo + off + 8]
                 proto = np.int64(buf[lo + off + 9])
                 u8[K_IP_PROTO, i] = proto
-                _set_addr_v4(addr, K_IP_SRC, i, buf, lo + off + 12)
-                _set_addr_v4(addr, K_IP_DST, i, buf, lo + off + 16)
+                _set_addr_v4(addr, np.int64(K_IP_SRC), i, buf, lo + off + 12)
+                _set_addr_v4(addr, np.int64(K_IP_DST), i, buf, lo + off + 16)
                 if ihl < 20:
                     status = S.STATUS_BAD_IP_HEADER
                     break
@@ -774,7 +774,8 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                 u16[K_IP_EXT_LEN, i] = ihl - 20
                 u64[K_IP_EXT_DIGEST, i] = _digest_or_zero(buf, lo, off + 20, off + ihl)
                 # a header that checksums to 0xffff (including its checksum) is valid
-                u8[K_IP_CSUM_OK, i] = 1 if _fold16(_ones_sum(buf, lo, off, off + ihl, 0)) == 0xFFFF else 0
+                hsum = _fold16(_ones_sum(buf, lo, np.int64(off), off + ihl, np.int64(0)))
+                u8[K_IP_CSUM_OK, i] = 1 if hsum == 0xFFFF else 0
                 pseudo = _ones_sum(buf, lo, off + 12, off + 20, proto)
                 nonfirst = (frag & C.IP_OFFMASK) != 0
                 fragment = nonfirst or (frag & C.IP_MF) != 0
@@ -802,8 +803,8 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                 u32[K_IP_FLOW_LABEL, i] = w0 & 0xFFFFF
                 u32[K_IP_TOT_LEN, i] = C.IP6_HLEN + plen
                 u8[K_IP_TTL, i] = buf[lo + off + 7]
-                _set_addr(addr, K_IP_SRC, i, buf, lo + off + 8)
-                _set_addr(addr, K_IP_DST, i, buf, lo + off + 24)
+                _set_addr(addr, np.int64(K_IP_SRC), i, buf, lo + off + 8)
+                _set_addr(addr, np.int64(K_IP_DST), i, buf, lo + off + 24)
                 u8[K_IP_CSUM_OK, i] = 1
                 u16[K_IP_HDR_LEN, i] = C.IP6_HLEN
                 u8[K_IP_PROTO, i] = nh
@@ -1105,7 +1106,8 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                 p = off + C.GRE_HLEN
                 if flags & C.GRE_CSUM:
                     if off + ln <= cap and depth == 1:   # verifiable with the whole packet only
-                        ok = _fold16(_ones_sum(buf, lo, off, off + ln, 0)) == 0xFFFF
+                        gsum = _fold16(_ones_sum(buf, lo, np.int64(off), off + ln, np.int64(0)))
+                        ok = gsum == 0xFFFF
                         u8[K_TUN_CSUM_OK, i] = 1 if ok else 0
                     p += 4
                 if flags & C.GRE_KEY:

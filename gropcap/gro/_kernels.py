@@ -1234,7 +1234,7 @@ def same_flow_classes(k, use, hops, gre_a, gre_b, gre_key):
     ids = np.full(n, -1, np.int64)
     slots = _slots(n)
     keys = np.empty((min(max(n, 1), 1024), w), np.uint64)
-    nid = 0
+    nid = np.int64(0)             # not a literal: _intern compiles for int64 only
     for r in range(n):
         if not use[r]:
             continue
@@ -1313,7 +1313,7 @@ def flow_classes(f, n):
     ids = np.empty(n, np.int64)
     slots = _slots(n)
     keys = np.empty((min(max(n, 1), 1024), FLOW_WORDS), np.uint64)
-    nid = 0
+    nid = np.int64(0)             # not a literal: _intern compiles for int64 only
     for r in range(n):
         _flow_row(f, r, buf)
         c, keys, nid = _intern(buf, np.int64(FLOW_WORDS), slots, keys, nid)
@@ -1361,7 +1361,7 @@ def dedup_reps(mat, use):
     slots = np.full(size, -1, np.int64)
     reps = np.empty(n, np.int64)
     mask = np.uint64(size - 1)
-    nid = 0
+    nid = np.int64(0)             # not a literal: _intern compiles for int64 only
     for r in range(n):
         if not use[r]:
             continue
@@ -1538,8 +1538,8 @@ def pre_and_flush(x, cfg, no_gro, sfl_fl, pre, sfl_out, sfl_in):
             p = BYPASS_NOT_IP
         enc = out_v != 0
         wire = np.int64(x.wire[r])
-        so = 0
-        si = 0
+        so = np.int64(0)            # not literals: one _ip_layer signature
+        si = np.int64(0)
         if enc:
             # layer 0: the outer header of a tunnel
             p, so = _ip_layer(p, so, out_v, np.int64(x.o_proto[r]), np.int64(x.o_ext_mask[r]),
