@@ -157,6 +157,15 @@ def pcapng_scan(buf, pos, end, be, if_lt, if_gid, if_snap, if_num, if_den, if_of
     return n, pos, last_ts, spb
 
 
+def window(win) -> np.ndarray:
+    """``win`` (an mmap, or the bytearray window of a compressed stream) as a read-only
+    ``uint8`` array: the scan kernels then have one compiled signature for plain and
+    compressed captures (a writable view compiled each kernel a second time)."""
+    arr = np.frombuffer(win, dtype=np.uint8)
+    arr.flags.writeable = False
+    return arr
+
+
 def alloc(k: int):
     """Output arrays for up to ``k`` records: data, cap, wire, ts, lt, gid, flags, foff."""
     return (np.empty(k, np.int64), np.empty(k, np.int64), np.empty(k, np.int64),

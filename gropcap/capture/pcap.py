@@ -91,7 +91,7 @@ class PcapScanner:
 
     def _fast(self, win, pos, base, want, len_limit, cols):
         """Bulk of the records through the numba kernel; the rest stays for step()."""
-        arr = np.frombuffer(win, dtype=np.uint8)
+        arr = fast.window(win)
         n = len(arr)
         be = self.info.byte_order == "big"
         got = 0

@@ -203,7 +203,7 @@ class PcapngScanner:
         Same contract as :meth:`gropcap.capture.pcap.PcapScanner.step`: returns
         ``(new_pos, status)`` with status NEED_MORE, LIMIT or DONE.
         """
-        arr = np.frombuffer(win, dtype=np.uint8) if self.fast else None
+        arr = fast.window(win) if self.fast else None
         try:
             return self._step(win, arr, pos, base, eof, want, cols)
         finally:

@@ -329,7 +329,7 @@ def _area_byte(a, row, lenbyte, b):
     return 0
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False)
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _ts_at(a, row, lenbyte, end):
     """Start of the first timestamp option (kind 8, length 10) of an option area walked
     up to ``end``, -1 if none (the walk of :func:`zero_timestamps`)."""
@@ -587,83 +587,90 @@ def _sfl_flush(sfl):
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _receive(i, c, cfg, st, out, poll, age):
-    """dev_gro_receive for packet i: bypass, merge, complete pp, hold or deliver."""
+    """dev_gro_receive for packet i: bypass, merge, complete pp, hold or deliver.
+
+    Decides first, then acts at one site each (complete pp, deliver, hold): the helpers
+    are inlined, and every extra call site would be compiled again."""
     out.ppoll[i] = poll
     out.cur[0] = c.row[i]
+    deliver = -1                   # reason when the packet goes up alone now
+    hold = -1                      # reason when it becomes a held entry
+    end = 0                        # end reason of the held entry pp completed now
+    k = c.key[i]
+    ln = c.tlen[i]
+    segs = c.segs[i]
+    gsz = c.gsz[i]
     pre = c.pre[i]
     if pre != 0:
         # a layer bailed before L4: delivered now, the flow's held entry untouched
-        out.reason[i] = pre
-        _deliver(i, pre, c, st, out, poll)
-        return
-    k = c.key[i]
-    ln = c.tlen[i]
-    fl = c.flags[i]
-    sfl = c.sfl_out[i] if c.sfl_out[i] != 0 else c.sfl_in[i]
-    if sfl == 0:
-        sfl = c.sfl_fl[i]          # dev_gro_receive: flush = skb_has_frag_list(skb)
-    segs = c.segs[i]
-    gsz = c.gsz[i]
-    if st.e_first[k] < 0:
+        deliver = pre
+    elif st.e_first[k] < 0:
+        fl = c.flags[i]
+        sfl = c.sfl_out[i] if c.sfl_out[i] != 0 else c.sfl_in[i]
+        if sfl == 0:
+            sfl = c.sfl_fl[i]      # dev_gro_receive: flush = skb_has_frag_list(skb)
         # tcp_gro_receive, no p: out_check_final with mss = 1 (GSO skb: len vs count*size)
         r = sfl if sfl != 0 else _not_held_reason(fl, ln)
         if r == 0:
             r = _gso_short(ln, segs, gsz)
         if r != 0:
-            out.reason[i] = r
-            _deliver(i, r, c, st, out, poll)
-            return
-        if st.loose_held[c.loose[i]] > 0:
+            deliver = r
+        elif st.loose_held[c.loose[i]] > 0:
             # before 5.18 the IPv6 hop limit was a flow key: the held entry of this flow
             # stays, the packet starts a parallel one (ipv6_gro_receive, 6fc2f3832d36)
-            _hold(i, k, FLUSH_HOP_LIMIT_FLOW, c, cfg, st, out, poll, age)
+            hold = FLUSH_HOP_LIMIT_FLOW
         else:
-            _hold(i, k, NO_HELD_PACKET, c, cfg, st, out, poll, age)
-        return
-    flush_reason = _pair_checks(i, k, c, cfg, st)
-    if flush_reason == 0 and cfg.tcp_flist:
-        # tcp_gro_receive, is_flist (v6.10): the whole flag word, count >= 64, then
-        # skb_gro_receive_list (65536 on whole lengths, no check of the skb's flush)
-        if fl != st.e_flags[k]:
-            flush_reason = FLUSH_TCP_FLAGS
-        elif st.e_count[k] >= TCP_FLIST_MAX_SEGS:
-            flush_reason = FLUSH_MAX_SEGS
-        elif st.e_len[k] + c.plen[i] >= FLIST_MAX_LEN:
-            flush_reason = FLUSH_SIZE_LIMIT
-    elif flush_reason == 0:
-        # skb_gro_receive: -E2BIG when p->len + len >= gro_max_size or skb flush
-        if st.e_len[k] + ln >= st.e_limit[k]:
-            flush_reason = FLUSH_SIZE_LIMIT
-        elif sfl != 0:
-            flush_reason = _sfl_flush(sfl)
-    q = c.queue[i]
-    if flush_reason == 0:
-        st.e_last[k] = c.row[i]
-        st.e_count[k] += segs
-        st.e_payload[k] += c.payload[i]
-        st.e_grolen[k] += ln
-        st.e_len[k] += ln
-        out.reason[i] = MERGED
-        out.inst[i] = st.e_inst[k]
-        end = _end_reason(fl, ln, st.e_mss[k])
-        if end == 0 and _gso_short(ln, segs, gsz) != 0:
-            end = END_SHORT_SEGMENT
-        if end != 0:
-            if cfg.model != MODEL_IDEAL:
-                _unlink(st.tbl, st.tcnt, q, c.bucket[i], k)
-            _complete(k, end, st, out, poll)
-        return
-    # not merged: pp = p is completed before the packet is delivered or held
-    if cfg.model != MODEL_IDEAL:
-        _unlink(st.tbl, st.tcnt, q, c.bucket[i], k)
-    _complete(k, flush_reason, st, out, poll)
-    short = _gso_short(ln, segs, gsz) != 0 if gsz != 0 else ln < 1
-    if sfl != 0 or short or (fl & (TCP_FLAG_URG | TCP_FLAG_PSH | TCP_FLAG_RST |
-                                    TCP_FLAG_SYN | TCP_FLAG_FIN)) != 0:
-        out.reason[i] = flush_reason
-        _deliver(i, flush_reason, c, st, out, poll)
-        return
-    _hold(i, k, flush_reason, c, cfg, st, out, poll, age)
+            hold = NO_HELD_PACKET
+    else:
+        fl = c.flags[i]
+        sfl = c.sfl_out[i] if c.sfl_out[i] != 0 else c.sfl_in[i]
+        if sfl == 0:
+            sfl = c.sfl_fl[i]
+        flush_reason = _pair_checks(i, k, c, cfg, st)
+        if flush_reason == 0 and cfg.tcp_flist:
+            # tcp_gro_receive, is_flist (v6.10): the whole flag word, count >= 64, then
+            # skb_gro_receive_list (65536 on whole lengths, no check of the skb's flush)
+            if fl != st.e_flags[k]:
+                flush_reason = FLUSH_TCP_FLAGS
+            elif st.e_count[k] >= TCP_FLIST_MAX_SEGS:
+                flush_reason = FLUSH_MAX_SEGS
+            elif st.e_len[k] + c.plen[i] >= FLIST_MAX_LEN:
+                flush_reason = FLUSH_SIZE_LIMIT
+        elif flush_reason == 0:
+            # skb_gro_receive: -E2BIG when p->len + len >= gro_max_size or skb flush
+            if st.e_len[k] + ln >= st.e_limit[k]:
+                flush_reason = FLUSH_SIZE_LIMIT
+            elif sfl != 0:
+                flush_reason = _sfl_flush(sfl)
+        if flush_reason == 0:
+            st.e_last[k] = c.row[i]
+            st.e_count[k] += segs
+            st.e_payload[k] += c.payload[i]
+            st.e_grolen[k] += ln
+            st.e_len[k] += ln
+            out.reason[i] = MERGED
+            out.inst[i] = st.e_inst[k]
+            end = _end_reason(fl, ln, st.e_mss[k])
+            if end == 0 and _gso_short(ln, segs, gsz) != 0:
+                end = END_SHORT_SEGMENT
+        else:
+            # not merged: pp = p is completed before the packet is delivered or held
+            end = flush_reason
+            short = _gso_short(ln, segs, gsz) != 0 if gsz != 0 else ln < 1
+            if sfl != 0 or short or (fl & (TCP_FLAG_URG | TCP_FLAG_PSH | TCP_FLAG_RST |
+                                            TCP_FLAG_SYN | TCP_FLAG_FIN)) != 0:
+                deliver = flush_reason
+            else:
+                hold = flush_reason
+    if end != 0:
+        if cfg.model != MODEL_IDEAL:
+            _unlink(st.tbl, st.tcnt, np.int64(c.queue[i]), np.int64(c.bucket[i]), k)
+        _complete(k, end, st, out, poll)
+    if deliver >= 0:
+        out.reason[i] = deliver
+        _deliver(i, deliver, c, st, out, poll)
+    elif hold >= 0:
+        _hold(i, k, hold, c, cfg, st, out, poll, age)
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
@@ -671,8 +678,8 @@ def _hold(i, k, reason, c, cfg, st, out, poll, age):
     """dev_gro_receive tail: hold packet i as a new entry (evict the oldest if full)."""
     out.reason[i] = reason
     if cfg.model != MODEL_IDEAL:
-        q = c.queue[i]
-        b = c.bucket[i]
+        q = np.int64(c.queue[i])
+        b = np.int64(c.bucket[i])
         if st.tcnt[q, b] >= MAX_GRO_SKBS:
             # gro_flush_oldest: the tail (oldest) entry of the bucket goes up first
             old = st.tbl[q, b, 0]
@@ -728,9 +735,12 @@ def _hold(i, k, reason, c, cfg, st, out, poll, age):
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def _flush_queue(q, st, out, poll, old_only, jiffy, end_all, end_old):
+def _flush_queue(q, st, out, poll, old_only, jiffy):
     """__gro_flush: buckets in index order, oldest entry first; a partial flush stops a
-    bucket's walk at the first entry held in the current jiffy."""
+    bucket's walk at the first entry held in the current jiffy (END_POLL_OLD, else
+    END_POLL). Callers wrap constant arguments in ``np.bool_``/``np.int64``: a literal
+    argument would compile one more specialisation of this function per call site."""
+    end = END_POLL_OLD if old_only else END_POLL
     out.cur[0] = -1
     for b in range(st.tcnt.shape[1]):
         while st.tcnt[q, b] > 0:
@@ -738,7 +748,7 @@ def _flush_queue(q, st, out, poll, old_only, jiffy, end_all, end_old):
             if old_only and st.e_age[k] == jiffy:
                 break
             _unlink(st.tbl, st.tcnt, q, b, k)
-            _complete(k, end_old if old_only else end_all, st, out, poll)
+            _complete(k, end, st, out, poll)
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
@@ -749,14 +759,20 @@ def _held_any(q, st):
     return False
 
 
-@numba.njit(cache=True, nogil=True)
 def flush_ideal(st, out):
-    """End of capture in the ideal model: held entries oldest first (END_CAPTURE)."""
+    """End of capture in the ideal model: held entries oldest first (END_CAPTURE).
+
+    The order is found with numpy (hold serials are unique): a numba argsort would
+    compile a sort for this one call."""
+    keys = np.flatnonzero(st.e_first >= 0)
+    _complete_keys(keys[np.argsort(st.e_order[keys])], st, out)
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def _complete_keys(keys, st, out):
     out.cur[0] = -1
-    keys = np.nonzero(st.e_first >= 0)[0]
-    order = np.argsort(st.e_order[keys])
-    for x in range(order.shape[0]):
-        _complete(keys[order[x]], END_CAPTURE, st, out, -1)
+    for x in range(keys.shape[0]):
+        _complete(keys[x], END_CAPTURE, st, out, -1)
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
@@ -841,7 +857,7 @@ def run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final):
                 w = c.poll_win[rows[j]]
                 if st.win[1] != 0 and w != st.win[0]:
                     for fq in range(cfg.queues):
-                        _flush_queue(fq, st, out, st.win[2], False, 0, END_POLL, END_POLL)
+                        _flush_queue(fq, st, out, st.win[2], np.bool_(False), np.int64(0))
                     st.win[2] += 1
                     st.win[1] = 0
                 st.win[0] = w
@@ -898,11 +914,11 @@ def run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final):
                         jf = _jiffy(now, cfg.hz)
                         if qs[q, QS_DEFER] > 0:
                             qs[q, QS_DEFER] -= 1
-                            _flush_queue(q, st, out, poll, True, jf, END_POLL, END_POLL_OLD)
+                            _flush_queue(q, st, out, poll, np.bool_(True), jf)
                             qs[q, QS_TIMER] = now + T
                             qs[q, QS_HAS_TIMER] = 1
                         else:
-                            _flush_queue(q, st, out, poll, False, jf, END_POLL, END_POLL)
+                            _flush_queue(q, st, out, poll, np.bool_(False), jf)
                             qs[q, QS_MASKED] = 0
                         continue
                 else:
@@ -929,9 +945,9 @@ def run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final):
             if cnt == budget:
                 # __napi_poll: "Flush too old packets. If HZ < 1000, flush all packets."
                 if cfg.hz < 1000:
-                    _flush_queue(q, st, out, poll, False, jf, END_POLL, END_POLL)
+                    _flush_queue(q, st, out, poll, np.bool_(False), jf)
                 else:
-                    _flush_queue(q, st, out, poll, True, jf, END_POLL, END_POLL_OLD)
+                    _flush_queue(q, st, out, poll, np.bool_(True), jf)
                 qs[q, QS_CONT] = 2 if was_timer else 1
                 qs[q, QS_CONT_T] = now
                 continue
@@ -948,7 +964,7 @@ def run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final):
             if timeout == 0 or cfg.timer_flush_old:
                 # napi_gro_flush(n, !!timeout) (v4.20); before 605108acfe62 a poll that
                 # armed the timer flushed nothing
-                _flush_queue(q, st, out, poll, timeout != 0, jf, END_POLL, END_POLL_OLD)
+                _flush_queue(q, st, out, poll, timeout != 0, jf)
             if timeout != 0:
                 qs[q, QS_TIMER] = now + timeout
                 qs[q, QS_HAS_TIMER] = 1
@@ -957,20 +973,20 @@ def run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final):
         qs[q, QS_NEXT] = j
     if cfg.model == MODEL_WINDOWS and final and st.win[1] != 0:
         for fq in range(cfg.queues):
-            _flush_queue(fq, st, out, st.win[2], False, 0, END_POLL, END_POLL)
+            _flush_queue(fq, st, out, st.win[2], np.bool_(False), np.int64(0))
         st.win[1] = 0
         st.win[2] += 1
     return st.ctr[2] - base
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False)
 def napi_finish(st, out):
     """End of capture (after a final napi-model run): what is still held goes up with
-    END_POLL in its queue's last poll."""
+    END_POLL in its queue's last poll. A Python loop over the queues calling the
+    ``_flush_queue`` that ``run`` compiled (same argument types): nothing more to compile."""
     for q in range(st.qs.shape[0]):
-        if st.qs[q, QS_LAST_POLL] >= 0 and _held_any(q, st):
-            _flush_queue(q, st, out, st.qs[q, QS_LAST_POLL],
-                         False, 0, END_POLL, END_POLL)
+        poll = st.qs[q, QS_LAST_POLL]
+        if poll >= 0 and np.any(st.tcnt[q] > 0):
+            _flush_queue(np.int64(q), st, out, np.int64(poll), np.bool_(False), np.int64(0))
 
 
 # --- column preparation helpers ---------------------------------------------------------
@@ -1061,12 +1077,12 @@ SAME_FLOW_WORDS = 24      # + 1 with the pre-5.18 IPv6 hop limit word
 FLOW_WORDS = 13
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _u(x):
     return np.uint64(x)
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _ip_words(out, at, j, r, version, proto, ext_mask, ext_len, flow_label, ext_digest,
               src, dst, ttl):
     """One IP header's 7 same-flow words of row r into ``out[at:at + 7, j]``; returns its
@@ -1109,10 +1125,12 @@ def _same_flow_rows(k, lo, hi, gre_a, gre_b, gre_key, hops, out):
         out[3, j] = _u(k.vlan_tpid0[r]) | (_u(k.vlan_tci0[r]) << s16) \
             | (_u(k.vlan_tpid1[r]) << s32) | (_u(k.vlan_tci1[r]) << s48)
         # outer IP header (inet/ipv6_gro_receive fields), then the inner / only one
-        hop0 = _ip_words(out, 4, j, r, k.o_version, k.o_proto, k.o_ext_mask, k.o_ext_len,
-                         k.o_flow_label, k.o_ext_digest, k.o_src, k.o_dst, k.o_ttl)
-        hop1 = _ip_words(out, 11, j, r, k.i_version, k.i_proto, k.i_ext_mask, k.i_ext_len,
-                         k.i_flow_label, k.i_ext_digest, k.i_src, k.i_dst, k.i_ttl)
+        hop0 = _ip_words(out, np.int64(4), j, r, k.o_version, k.o_proto, k.o_ext_mask,
+                         k.o_ext_len, k.o_flow_label, k.o_ext_digest, k.o_src, k.o_dst,
+                         k.o_ttl)
+        hop1 = _ip_words(out, np.int64(11), j, r, k.i_version, k.i_proto, k.i_ext_mask,
+                         k.i_ext_len, k.i_flow_label, k.i_ext_digest, k.i_src, k.i_dst,
+                         k.i_ttl)
         # gre_gro_receive: flags, protocol, key when K; eth_gro_receive for GRE-TEB
         tun = _u(k.tun_type[r])
         gre = tun == gre_a or tun == gre_b
@@ -1142,7 +1160,7 @@ def pack_same_flow(k, gre_a, gre_b, gre_key, out):
                     out.shape[0] > SAME_FLOW_WORDS, out)
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _hash_words(buf, w):
     """Slot hash of a key: four independent multiply lanes (a short dependency chain;
     only the probe position depends on it, every hit is confirmed word by word)."""
@@ -1169,7 +1187,7 @@ def _hash_words(buf, w):
     return h
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _intern(buf, w, slots, keys, nid):
     """Class id of the key in ``buf`` in an open-addressing table (``slots``: class id
     or -1; ``keys``: one row per class, every hit confirmed word by word). Returns
@@ -1181,7 +1199,9 @@ def _intern(buf, w, slots, keys, nid):
         if c < 0:
             if nid == keys.shape[0]:
                 grown = np.empty((2 * nid, w), np.uint64)
-                grown[:nid] = keys[:nid]
+                for y in range(nid):       # a loop, not a slice copy: no error-message
+                    for x in range(w):     # formatting code to compile
+                        grown[y, x] = keys[y, x]
                 keys = grown
             for x in range(w):
                 keys[nid, x] = buf[x]
@@ -1225,7 +1245,7 @@ def same_flow_classes(k, use, hops, gre_a, gre_b, gre_key):
     ids = np.full(n, -1, np.int64)
     slots = _slots(n)
     keys = np.empty((min(max(n, 1), 1024), w), np.uint64)
-    nid = 0
+    nid = np.int64(0)             # not a literal: _intern compiles for int64 only
     for lo in range(0, n, _CLASS_CHUNK):
         hi = min(n, lo + _CLASS_CHUNK)
         _same_flow_rows(k, lo, hi, gre_a, gre_b, gre_key, hops, chunk)
@@ -1273,7 +1293,7 @@ class FlowIn(NamedTuple):
     outer_ip_dst: np.ndarray
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _flow_row(f, r, out):
     """flows.FLOW_KEY_COLUMNS of row r as 13 uint64 words into ``out`` (layout in
     ``engine._flow_keys``)."""
@@ -1318,10 +1338,10 @@ def flow_classes(f, n):
     ids = np.empty(n, np.int64)
     slots = _slots(n)
     keys = np.empty((min(max(n, 1), 1024), FLOW_WORDS), np.uint64)
-    nid = 0
+    nid = np.int64(0)             # not a literal: _intern compiles for int64 only
     for r in range(n):
         _flow_row(f, r, buf)
-        c, keys, nid = _intern(buf, FLOW_WORDS, slots, keys, nid)
+        c, keys, nid = _intern(buf, np.int64(FLOW_WORDS), slots, keys, nid)
         ids[r] = c
     return ids, keys[:nid]
 
@@ -1366,7 +1386,7 @@ def dedup_reps(mat, use):
     slots = np.full(size, -1, np.int64)
     reps = np.empty(n, np.int64)
     mask = np.uint64(size - 1)
-    nid = 0
+    nid = np.int64(0)             # not a literal: _intern compiles for int64 only
     for r in range(n):
         if not use[r]:
             continue
@@ -1464,7 +1484,7 @@ class PreCfg(NamedTuple):
     ip6_tunnel_gro: bool   # KernelProfile.ip6_tunnel_gro: ip6ip6 / ip4ip6 offloads (v4.7)
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _l3_handler(proto):
     # inet_offloads[] with a gro_receive (net/ipv4/af_inet.c, gre_offload.c,
     # udp_offload.c); inet6_offloads[] register the same (ip6_offload.c): TCP, UDP, GRE,
@@ -1473,7 +1493,7 @@ def _l3_handler(proto):
         or proto == IPPROTO_IPIP or proto == IPPROTO_IPV6
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _ip_layer(p, sfl, v, proto, ext, hdr_len, mf, frag_off, csum_ok, tot, offset, rf, wire,
               ip6_tun):
     """inet_gro_receive / ipv6_gro_receive checks of one present IP header: the bypass
@@ -1543,8 +1563,8 @@ def pre_and_flush(x, cfg, no_gro, sfl_fl, pre, sfl_out, sfl_in):
             p = BYPASS_NOT_IP
         enc = out_v != 0
         wire = np.int64(x.wire[r])
-        so = 0
-        si = 0
+        so = np.int64(0)            # not literals: one _ip_layer signature
+        si = np.int64(0)
         if enc:
             # layer 0: the outer header of a tunnel
             p, so = _ip_layer(p, so, out_v, np.int64(x.o_proto[r]), np.int64(x.o_ext_mask[r]),
