@@ -49,23 +49,8 @@ def _stored():
 # differences between a live kernel and the simulator that are known and owned by the GRO
 # rules (issue 13); strict: once the rule is fixed the mark must go
 KNOWN: dict[tuple[str, str], str] = {
-    # found live on 5.10.223 only (6.1.192 and 6.12.117 merge): with an IPv6 outer header
-    # and an Ethernet inner one, the device's cell merges nothing. Read in the source
-    # (docs/gro-model.md, "ip6gretap / ip6erspan on 5.10"): ether_setup gives these
-    # devices eth_header_ops, so ip6gre_calc_hlen / ip6gre_tnl_link_config_route (since
-    # 832ba596494b, v5.10-rc7) set hard_header_len = LL_MAX_HEADER or the lower device's
-    # 14, + 40 + GRE (+ ERSPAN) instead of needed_headroom; not ETH_HLEN, so
-    # gro_list_prepare memcmp()s that many bytes from the inner Ethernet header (inner IP
-    # and TCP sequence number: every packet its own flow, as delivered, 8 held per bucket).
-    # Not modelled: the same lines are in 6.1.y and mainline ip6_gre.c, whose live cells
-    # merge; the change that makes them merge was not found
-    **{("5.10", f"cells/{n}"):
-       "5.10.223: ip6gretap / ip6erspan deliver every inner packet alone "
-       "(hard_header_len != ETH_HLEN -> gro_list_prepare memcmp over the inner headers); "
-       "6.1.192 / 6.12.117 merge from the same ip6_gre.c lines: not modelled"
-       for n in ("ip6gretap.pcap/native-off", "ip6erspan2.pcap/native-on",
-                 "ip6erspan2.pcap/native-off", "ip6erspan3.pcap/native-on",
-                 "ip6erspan3.pcap/native-off")},
+    # (empty: the last ones, 5.10.223's ip6gretap / ip6erspan cells, are modelled by
+    # KernelProfile.ip6gre_tap_hard_header_len, tests/test_gro_ip6gretap_hard_header_len.py)
 }
 
 

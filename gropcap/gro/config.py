@@ -56,6 +56,9 @@ class KernelProfile:
     napi_defer_hard_irqs         5.7      6f8b12d661d0
     ecn_decap_ect1               5.7      "tunnel: Propagate ECT(1) when decapsulating"
     dsa_gro                      5.8      e131a5634830
+    ip6gre_tap_hard_header_len   5.10     832ba596494b (5.9.13); ends 505b6d296c48 (after
+                                          v7.2; stable 5.10.270, 6.1.188, 6.12.109;
+                                          gro_cells stage)
     udp_gro_forwarding           5.12     NETIF_F_GRO_UDP_FWD
     ip6_tnl_mac_header_reset     5.14     da5a2e49f064 (read by the gro_cells stage)
     ipv6_hop_limit_flush         5.18     6fc2f3832d36
@@ -266,6 +269,31 @@ class KernelProfile:
         bytes join the flow key (see :attr:`ip6_tnl_mac_header_reset` for which bytes)."""
         return not self._fixed_in((6, 11), v5_10=225, v5_15=166, v6_1=107, v6_6=48,
                                   v6_10=7)
+
+    @property
+    def ip6gre_tap_hard_header_len(self) -> bool:
+        """An ip6gretap / ip6erspan device's ``hard_header_len`` is the whole outer stack.
+        ether_setup gives these ARPHRD_ETHER devices ``eth_header_ops``, and since
+        832ba596494b "net: ip6_gre: set dev->hard_header_len when using header_ops" (Antoine
+        Tenart, v5.10-rc7) net/ipv6/ip6_gre.c tests only ``dev->header_ops``:
+        ip6gre_calc_hlen sets ``hard_header_len = LL_MAX_HEADER + t_hlen`` and
+        ip6gre_tnl_link_config_route ``rt->dst.dev->hard_header_len + t_hlen`` (lower
+        Ethernet 14 + IPv6 40 + GRE [+ ERSPAN]) instead of ``needed_headroom``. Not
+        ETH_HLEN, so gro_list_prepare memcmp()s that many bytes from the inner Ethernet
+        header (see the gro_cells stage). Until 505b6d296c48 "ip6_gre: fix hardware header
+        length for NBMA tunnels" (netdev/net, 18 August 2026, after v7.2; CVE-2026-89562):
+        only an NBMA ip6gre device (ip6gre_header_ops, ARPHRD_IP6GRE) keeps a
+        hard_header_len, the route path sets needed_headroom only, so the taps keep
+        ether_setup's ETH_HLEN. Stable: 5.10.270 (cb1afd087aed, 14 September 2026),
+        6.1.188 and 6.12.109 (Debian's changelogs; Debian 6.1.192 and 6.12.117 merge these
+        devices live, 5.10.223 does not); other series' backports not checked. From
+        5.10, and 5.9.13 (Debian's changelog lists 832ba596494b there); its backports to
+        older stable series are not checked, nor is the release of eb95f52fc72d "net:
+        ipv6_gre: Fix GRO to work on IPv6 over GRE tap", before which ip6gre_calc_hlen set
+        ``hard_header_len = LL_MAX_HEADER + t_hlen`` for every ip6gre device: releases
+        before 5.10 are modelled with ETH_HLEN (they merge)."""
+        return self._fixed_in((5, 10), v5_9=13) and not self._fixed_in(
+            (7, 3), v5_10=270, v6_1=188, v6_12=109)
 
     @property
     def ip6_tnl_mac_header_reset(self) -> bool:

@@ -22,7 +22,9 @@ carries a frag_list and is never merged again (``dev_gro_receive``: ``flush =
 skb_has_frag_list``). Devices without cells (ip6gre family before v4.17, DSA before v5.8,
 ``tunnel_gro=False``) deliver with ``netif_rx``: their rows skip GRO. An ip6tnl device's
 ``hard_header_len`` (until 4b3e33fcc38f, v6.11 and stable) makes gro_list_prepare compare
-more than the Ethernet header: :func:`_ip6tnl_mac_compare`.
+more than the Ethernet header: :func:`_ip6tnl_mac_compare`; so does an ip6gretap /
+ip6erspan device's (832ba596494b, v5.10, until 505b6d296c48, stable 5.10.270, 6.1.188,
+6.12.109): :func:`_ip6gre_tap_mac_compare`.
 
 Both stages run on the engine the caller names (``engine="fast"``: the numba engine,
 which implements GSO input, ``hashes=`` and ``no_gro=`` bit for bit with the reference;
@@ -288,6 +290,9 @@ def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig, *,
             kind, device, changes["eth_src"], col, prof.ip6_tnl_mac_header_reset,
             np.where(gso_unit, (ip_off_old - col("outer_ip_offset")) + tot_len,
                      col("outer_ip_tot_len")))
+    if prof.ip6gre_tap_hard_header_len and n:
+        changes["eth_src"] = _ip6gre_tap_mac_compare(
+            kind, col("outer_ip_version"), col("tun_flags"), ip_off, hdr, changes, col)
     arrays = []
     for f in S.PACKET_FIELDS:
         if isinstance(changes.get(f.name), pa.Array):
@@ -362,6 +367,75 @@ def _ip6tnl_mac_compare(kind, device, eth_src, col, reset: bool, outer_len) -> n
         key = tuple(int(p[j]) for p in parts)
         out[j] = ids.setdefault(key, len(ids) + 1)
     return out
+
+
+# gro_list_prepare's memcmp on an ip6gretap / ip6erspan device: the compared inner bytes
+# [start, end) of each header field a row carries (IP header fields from the IP offset,
+# L4 fields from the L4 offset); the TCP sequence number ends the list (different for
+# every segment)
+_IPV4_FIELDS = ((1, "ip_tos"), (2, "ip_tot_len"), (4, "ip_id"), (6, "ip_df"), (6, "ip_mf"),
+                (6, "ip_frag_off"), (8, "ip_ttl"), (9, "ip_proto"), (12, "ip_src"),
+                (16, "ip_dst"))
+_IPV6_FIELDS = ((0, "ip_tos"), (1, "ip_flow_label"), (4, "ip_tot_len"), (6, "ip_proto"),
+                (7, "ip_ttl"), (8, "ip_src"), (24, "ip_dst"), (40, "ip_ext_digest"))
+_L4_FIELDS = ((0, "sport"), (2, "dport"), (4, "udp_len"), (6, "l4_csum"))
+
+
+def _ip6gre_tap_mac_compare(kind, outer_version, tun_flags, ip_off, ip_hdr, changes,
+                            col) -> np.ndarray:
+    """gro_list_prepare's MAC-header check on an ip6gretap / ip6erspan device
+    (:attr:`KernelProfile.ip6gre_tap_hard_header_len`): ``maclen = hard_header_len`` is
+    not ETH_HLEN, so ``memcmp(skb_mac_header(p), skb_mac_header(skb), maclen)`` over the
+    inner frame from its Ethernet header (eth_type_trans reset the MAC header there).
+    maclen = ip6gre_tnl_link_config_route's lower Ethernet 14 + IPv6 40 + t_hlen's tunnel
+    header: GRE ``gre_calc_hlen(o_flags)`` for ip6gretap (4, + 4 with a key: the device is
+    assumed to send with the key it receives, no checksum or sequence number, as the live
+    replay configures it), ip6erspan_calc_hlen's 8 + erspan_hdr_len (type II 8, type III
+    12). That is 58 bytes or more: with a route to the remote, as a configured tunnel has
+    (without one LL_MAX_HEADER + t_hlen, which compares more of the same headers).
+
+    Modelled like :func:`_ip6tnl_mac_compare`: the derived rows of such a device get an L2
+    source address equal exactly when the compared bytes are. When they reach a TCP
+    sequence number (any of its bytes; an inner IPv4 frame: 14 + 20 + 4) every segment is its own
+    flow (a byte-identical duplicate would not be; the model does not look for one);
+    otherwise (inner IPv6 behind ip6gretap: the 58 bytes end at the ports) the Ethernet,
+    VLAN, IP header and L4 fields that start inside them are the key, so full segments of
+    one flow merge and a segment of another length does not. Other rows keep ``eth_src``."""
+    eth_src = np.asarray(changes["eth_src"], dtype=np.uint64).copy()
+    rows = np.flatnonzero(np.isin(kind, (C.TUN_GRE_TEB, C.TUN_ERSPAN2, C.TUN_ERSPAN3))
+                          & (outer_version == 6))
+    if not len(rows):
+        return eth_src
+    tunnel = np.where(kind == C.TUN_ERSPAN2, 8 + 8, np.where(
+        kind == C.TUN_ERSPAN3, 8 + 12, 4 + 4 * ((tun_flags & C.GRE_KEY) != 0)))
+    maclen = C.ETH_HLEN + 40 + tunnel
+    l4_off = ip_off + ip_hdr
+    tcp = col("l4_proto") == C.IPPROTO_TCP
+    seq_covered = tcp & (maclen > l4_off + 4)
+    vals = {name: col(name) for _, name in _IPV4_FIELDS + _IPV6_FIELDS + _L4_FIELDS}
+    vals["ip_tot_len"] = np.asarray(changes["ip_tot_len"])
+    vals["ip_tos"] = np.asarray(changes["ip_tos"])
+    v6 = col("ip_version") == 6
+    ids: dict = {}
+    for j in rows:
+        j = int(j)
+        if seq_covered[j]:
+            key: tuple = ("row", j)
+        else:
+            key = tuple(int(changes[c][j]) for c in ("iface", "eth_dst", "eth_type")) + \
+                (int(eth_src[j]),) + tuple(int(changes[c][j]) for c in _VLAN_COLS)
+            fields = _IPV6_FIELDS if v6[j] else _IPV4_FIELDS
+            key += tuple(_as_key(vals[c][j]) for at, c in fields
+                         if ip_off[j] + at < maclen[j])
+            key += tuple(_as_key(vals[c][j]) for at, c in _L4_FIELDS
+                         if l4_off[j] + at < maclen[j] and (at < 4 or not tcp[j]))
+        eth_src[j] = ids.setdefault(key, len(ids) + 1)
+    return eth_src
+
+
+def _as_key(v):
+    return bytes(v) if isinstance(v, (bytes, bytearray, memoryview)) else \
+        (v if isinstance(v, (str, type(None))) else int(v))
 
 
 def _keep_arriving_gso_type(res: GroResult, arriving: np.ndarray) -> None:
