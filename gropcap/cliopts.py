@@ -92,9 +92,10 @@ def _default_poll_gap_us() -> float:
 
 def _gro_options(f):
     opts = [
-        click.option("--kernel", default=None, metavar="X.Y", callback=check_kernel,
+        click.option("--kernel", default=None, metavar="X.Y[.Z]", callback=check_kernel,
                      help="Kernel release whose GRO rules apply: 4.4-4.20, 5.0-5.19 or "
-                          "6.0-6.18 (default: newest modelled, 6.18)."),
+                          "6.0-6.18 (default: newest modelled, 6.18); X.Y.Z adds the "
+                          "stable backports up to that release."),
         click.option("--verify-checksums", is_flag=True,
                      help="Check TCP/UDP checksums as software GRO does (default: the NIC "
                           "validated them; captures from a sending host carry partial sums)."),

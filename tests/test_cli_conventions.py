@@ -155,9 +155,10 @@ def test_every_help_is_in_sections(argv, sections):
 
 ANALYZE_KERNEL_SECTION = """\
 Kernel options:
-  --kernel X.Y                Kernel release whose GRO rules apply: 4.4-4.20,
+  --kernel X.Y[.Z]            Kernel release whose GRO rules apply: 4.4-4.20,
                               5.0-5.19 or 6.0-6.18 (default: newest modelled,
-                              6.18).
+                              6.18); X.Y.Z adds the stable backports up to that
+                              release.
   --hz INTEGER RANGE          CONFIG_HZ (jiffy length for the old-packet flush).
                               [default: 250; 1<=x<=10000]
   --vlan-gro / --no-vlan-gro  VLAN GRO (vlan_gro_receive); off for kernels built
@@ -209,8 +210,11 @@ def test_gro_flush_timeout_one_name_one_type():
      "Error: Invalid value for '--kernel': kernel 3.0 is not modelled; choose a release "
      "from 4.4-4.20, 5.0-5.19, 6.0-6.18"),
     (["analyze", REAL, "--kernel", "banana"],
-     "Error: Invalid value for '--kernel': kernel version 'banana' is not X.Y; give a "
-     "release such as 6.18, 6.6 or 5.15"),
+     "Error: Invalid value for '--kernel': kernel version 'banana' is not X.Y or X.Y.Z; "
+     "give a release such as 6.18, 6.6 or 5.15, or a stable one such as 6.1.192"),
+    (["analyze", REAL, "--kernel", "6.1.x"],
+     "Error: Invalid value for '--kernel': kernel version '6.1.x' is not X.Y or X.Y.Z; "
+     "give a release such as 6.18, 6.6 or 5.15, or a stable one such as 6.1.192"),
     (["analyze", REAL, "--udp-tunnel", "bogus:1"],
      "Error: Invalid value for '--udp-tunnel': unknown udp tunnel kind 'bogus'; use one "
      "of vxlan, vxlan-gpe, geneve, fou, gue"),

@@ -97,10 +97,12 @@ class KernelProfile:
             ver = tuple(text[:2])
             stable = int(text[2]) if len(text) > 2 else 0
         else:
-            m = re.match(r"^\s*(\d+)\.(\d+)(?:\.(\d+))?", str(text))
+            # X.Y, X.Y.Z, or a release string such as uname -r's "6.1.0-57-amd64"
+            m = re.fullmatch(r"\s*(\d+)\.(\d+)(?:\.(\d+))?(?:[-+~][\w.+~-]*)?\s*", str(text))
             if not m:
-                raise ConfigError(f"kernel version {text!r} is not X.Y",
-                                  hint="give a release such as 6.18, 6.6 or 5.15")
+                raise ConfigError(f"kernel version {text!r} is not X.Y or X.Y.Z",
+                                  hint="give a release such as 6.18, 6.6 or 5.15, or a "
+                                       "stable one such as 6.1.192")
             ver = (int(m.group(1)), int(m.group(2)))
             stable = int(m.group(3) or 0)
         if ver < OLDEST_KERNEL or ver > NEWEST_KERNEL:
