@@ -365,14 +365,11 @@ def _pair_release(wire: str) -> str | None:
 
 
 def _register_optional():
-    """Commands owned by other layers, registered when their modules import."""
-    try:
-        from gropcap.replay.command import kernel_replay
-    except ImportError:  # pragma: no cover - layer not installed
-        return
-    main.add_command(kernel_replay, name="kernel-replay")
-    from gropcap.report.commands import register
-    register(main)
+    """Commands owned by other layers, imported when they are looked up (the replay layer
+    and report/commands cost a tenth of a second of every start)."""
+    main.add_lazy("kernel-replay", "gropcap.replay.command:kernel_replay")
+    for name in ("explain", "baseline", "compare", "tune"):
+        main.add_lazy(name, f"gropcap.report.commands:{name}")
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m gropcap.cli`

@@ -120,6 +120,29 @@ class Group(click.Group):
     command_class = Command
     group_class = type   # subgroups are Groups too
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy: dict[str, str] = {}
+
+    def add_lazy(self, name: str, target: str) -> None:
+        """Register command ``name`` as ``"module:attribute"``, imported when the command
+        is looked up (run, or listed in the help): a start does not import every layer."""
+        self.lazy[name] = target
+
+    def list_commands(self, ctx):
+        return sorted(set(self.commands) | set(self.lazy))
+
+    def get_command(self, ctx, name):
+        if name not in self.commands and name in self.lazy:
+            import importlib
+            module, _, attr = self.lazy[name].partition(":")
+            try:
+                cmd = getattr(importlib.import_module(module), attr)
+            except ImportError:  # pragma: no cover - layer not installed
+                return None
+            self.add_command(cmd, name=name)
+        return super().get_command(ctx, name)
+
     def parse_args(self, ctx, args):
         if not args and self.no_args_is_help and not ctx.resilient_parsing:
             click.echo(ctx.get_help(), color=ctx.color)

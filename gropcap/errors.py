@@ -48,3 +48,7 @@ class DecodeError(GropcapError):
 
 class ConfigError(GropcapError):
     """Invalid configuration or option values."""
+
+
+class OutputError(GropcapError):
+    """An output file could not be written."""

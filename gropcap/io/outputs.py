@@ -27,7 +27,7 @@ import os
 import shutil
 import tempfile
 
-from gropcap.io.parquet import OutputError
+from gropcap.errors import OutputError   # not io.parquet: no pyarrow.parquet at start
 
 _PREFIX = ".gropcap-"
 

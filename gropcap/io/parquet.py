@@ -15,11 +15,7 @@ import tempfile
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gropcap.errors import GropcapError
-
-
-class OutputError(GropcapError):
-    """An output file could not be written."""
+from gropcap.errors import OutputError  # noqa: F401  (defined with the other errors)
 
 
 def with_metadata(table: pa.Table, metadata: dict[str, str]) -> pa.Table:
