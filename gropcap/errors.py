@@ -1,6 +1,19 @@
 """One exception tree for gropcap. Every user-facing error carries its location.
 
-The CLI turns any :class:`GropcapError` into one line on stderr and exit status 1.
+The CLI turns any :class:`GropcapError` into one line on stderr and exit status 1
+(``gropcap baseline`` maps :class:`BaselineError` to its own exit code). The whole tree::
+
+    GropcapError                  path, byte offset, record, hint -> one line
+    +-- CaptureError              the capture file is malformed
+    |   +-- CaptureTruncatedError     it ends inside a header or record
+    +-- DecodeError               a decoder asked for what it cannot do
+    +-- ConfigError               an option or configuration value is invalid
+    +-- OutputError               an output target cannot be written
+    +-- LoadError                 a directory is not a complete gropcap analysis
+    +-- BaselineError             a baseline file is missing, unreadable or unknown
+    +-- ReplayEnvironmentError    this machine cannot run a live-kernel replay
+
+Not in the tree: Ctrl-C (``KeyboardInterrupt``, exit 130 in ``interrupt.py``) and bugs.
 """
 
 from __future__ import annotations
@@ -52,3 +65,16 @@ class ConfigError(GropcapError):
 
 class OutputError(GropcapError):
     """An output file could not be written."""
+
+
+class LoadError(GropcapError):
+    """A directory does not hold a complete, readable gropcap analysis."""
+
+
+class BaselineError(GropcapError):
+    """A baseline file is missing, unreadable or of an unknown format."""
+
+
+class ReplayEnvironmentError(GropcapError):
+    """This machine cannot run the replay at all (no root, a missing kernel feature): no
+    file can be replayed, so a multi-file run stops instead of skipping file by file."""

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from gropcap.capture.records import CaptureInfo
 from gropcap.decode.options import DecodeOptions
 from gropcap.decode.schema import PACKET_COLUMNS, PACKET_SCHEMA
-from gropcap.errors import GropcapError
+from gropcap.errors import LoadError
 from gropcap.gro.config import DEFAULT_RSS_KEY, GroConfig, KernelProfile
 from gropcap.gro.result import PACKET_RESULT_DTYPES, SEG_DTYPES, GroResult
 
@@ -28,10 +28,6 @@ if TYPE_CHECKING:  # the pipeline imports the engines; load it only when called
     from gropcap.pipeline import Analysis
 
 FILES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
-
-
-class LoadError(GropcapError):
-    """A directory does not hold a complete, readable gropcap analysis."""
 
 
 def config_from_dict(d: dict) -> GroConfig:

@@ -31,7 +31,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from gropcap.errors import GropcapError
+from gropcap.errors import GropcapError, ReplayEnvironmentError
 
 CLONE_NEWNET = 0x40000000          # include/uapi/linux/sched.h
 NETNS_RUN_DIR = "/run/netns"       # where `ip netns add` bind-mounts a namespace
@@ -58,11 +58,6 @@ def _run(argv: list[str], *, input: bytes | None = None, check: bool = True) -> 
         raise GropcapError(f"command failed ({p.returncode}): {' '.join(argv)}: "
                            f"{p.stderr.decode(errors='replace').strip()}")
     return p.stdout.decode(errors="replace")
-
-
-class ReplayEnvironmentError(GropcapError):
-    """This machine cannot run the replay at all (no root, a missing kernel feature): no
-    file can be replayed, so a multi-file run stops instead of skipping file by file."""
 
 
 # ip link kind -> (kernel module, build option) of the devices a replay may create

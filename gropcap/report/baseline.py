@@ -32,17 +32,13 @@ import os
 from dataclasses import dataclass, field
 
 from gropcap import __version__
-from gropcap.errors import ConfigError, GropcapError
+from gropcap.errors import BaselineError, ConfigError
 
 BASELINE_FORMAT = 1
 DEFAULT_TOLERANCE = 0.02
 # metrics compared relative to their own recorded value
 SCALAR_METRICS = ("packets_in", "superpackets", "segments", "aggregation_ratio",
                   "largest_superpacket", "merged_packets")
-
-
-class BaselineError(GropcapError):
-    """A baseline file is missing, unreadable or of an unknown format."""
 
 
 EXIT_OK = 0
