@@ -1,7 +1,7 @@
 """Poll ends from the receiver's ACKs against the kernel (docs/gro-model.md, "Poll ends
 from the receiver's ACKs").
 
-    python scripts/ack_polls_table.py [DIR ...]   # default: sample_pcaps/pairs/acks1 acks2
+    python scripts/ack_polls_table.py [DIR ...]   # default: sample_pcaps/pairs/acks1..3
 
 For pairs recorded with ``make_pairs.py --acks`` (``<name>.both.pcap``: the wire view with
 the receiver's ACKs). First table, per pair: the kernel's count, the ideal model, the napi
@@ -58,7 +58,7 @@ def _ack_delays(pair) -> dict:
 
 def main(argv: list[str]) -> int:
     root = Path(__file__).resolve().parent.parent / "sample_pcaps" / "pairs"
-    dirs = [Path(a) for a in argv] or [root / "acks1", root / "acks2"]
+    dirs = [Path(a) for a in argv] or [root / "acks1", root / "acks2", root / "acks3"]
     rows, sweep, delays = [], {}, {}
     for d in dirs:
         for p in find_pairs(d):
