@@ -20,8 +20,8 @@ What is used, per TCP direction that carries data:
 Polls that sent no ACK (delayed ACKs; a socket its reader held, whose backlog is ACKed
 from process context later) are found as before: a gap longer than ``poll_gap_ns``
 between frames ends a poll, and a poll takes at most ``budget`` frames. The receiver's
-own pure ACKs (no payload, of a direction whose other side carries data) are not frames
-that receiver polled: they do not count towards the budget.
+own pure ACKs (of a direction without payload whose other direction carries payload) are
+not frames that receiver polled: they do not count towards the budget.
 
 The inferred polls reach the napi model as arrival times, outside the engine: every
 frame of a poll gets the arrival time of the poll's last frame (at least 1 ns after the
@@ -109,8 +109,11 @@ def ack_evidence(table) -> AckEvidence:
     data = tcp & (span > 0)
     end = (seq + span) & 0xFFFFFFFF
     has_data = set(fwd[data].tolist())
-    # the receiver's own pure ACKs: not frames it polled
-    counted &= ~(tcp & (span == 0) & np.isin(rev, list(has_data)))
+    # the receiver's own pure ACKs, not frames it polled: those of a direction without
+    # payload whose other direction carries payload
+    carries = np.isin(np.arange(max(int(fwd.max()), int(rev.max())) + 2),
+                      np.unique(fwd[tcp & (payload > 0)]))
+    counted &= ~(tcp & (span == 0) & carries[rev] & ~carries[fwd])
     last: dict = {}        # (direction, end sequence) -> latest data row ending there
     high: dict = {}        # direction -> highest acknowledgement number seen
     acks, answered = 0, set()
