@@ -243,3 +243,49 @@ def test_analyze_with_the_profile_counts_as_count_pair(profiles, pair):
     ours = sum(n for n, k in zip(f.column("napi_superpackets").to_pylist(), keys(f))
                if k in dw)
     assert ours == counted
+
+
+# --- root: a live --acks recording ---------------------------------------------------
+
+def _record_reason() -> str | None:
+    import shutil
+    if os.geteuid() != 0:
+        return "recording pairs needs root (ip netns, tcpdump)"
+    sys.path.insert(0, str(PAIRS_DIR.parent))
+    import make_pairs
+    missing = make_pairs.missing_tools()
+    if missing:
+        return f"recording pairs needs {', '.join(missing)}"
+    if shutil.which("perf") is None:
+        return "the polls' times are recorded with perf (napi:napi_poll); install linux-perf"
+    return None
+
+
+RECORD_REASON = _record_reason()
+
+
+@pytest.mark.root
+@pytest.mark.skipif(RECORD_REASON is not None, reason=f"{RECORD_REASON}")
+def test_live_acks_recording_puts_the_receivers_acks_at_its_poll_ends(tmp_path):
+    """``make_pairs.py --acks`` on this machine: the capture of both directions holds the
+    wire view and the receiver's ACKs, every poll has its tracepoint time, and the ACK of
+    a poll's last frame leaves within microseconds of the poll's end (the mechanism
+    ``--poll-acks`` rests on: the ACK is sent from the poll's flush)."""
+    import make_pairs
+    make_pairs.record_case(tmp_path, "bulk", acks=True)
+    pair = load_pair(tmp_path / "bulk")
+    polls = pair.meta["kernel_polls"]
+    assert polls["work_sequence"] and len(polls["time_ns"]) == len(polls["work_sequence"])
+    from gropcap.pipeline import decode_files
+    wire, _ = decode_files(pair.wire)
+    both, _ = decode_files(pair.both)
+    acks, _ = decode_files(pair.file("acks"))
+    assert both.num_rows == wire.num_rows + acks.num_rows
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "ack_polls_table", PAIRS_DIR.parent.parent / "scripts" / "ack_polls_table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    delays = np.array(table._ack_delays(pair)["receiver veth -Q out (acks.pcap)"])
+    assert len(delays) >= 20
+    assert abs(np.median(delays)) < 20, delays
