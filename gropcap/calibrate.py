@@ -33,7 +33,7 @@ from gropcap.receiver import PROFILE_KEYS
 
 # What calibrate fits (option names of receiver.PROFILE_KEYS).
 FIT_KEYS = ("queues", "budget", "poll_gap_us", "hz", "gro_flush_timeout_us",
-            "napi_defer_hard_irqs", "mtu")
+            "napi_defer_hard_irqs", "mtu", "poll_acks")
 MTU_DEFAULT = 1500
 
 
@@ -103,6 +103,9 @@ class PairView:
     wire_pos: np.ndarray          # payload position per wire row (-1: none)
     flows: list                   # FlowView per flow index (kernel side)
     kernel_total: int             # frames of the post-GRO view
+    # per flow: none of its frames in the post-GRO view: the receiver's own direction (its
+    # ACKs, in a wire view taken on the link), left out of the residual
+    own: np.ndarray | None = None
 
     def model_flows(self, first: np.ndarray) -> tuple[np.ndarray, list]:
         """Super-packets given by their first wire row -> (count per flow, starts per
@@ -146,7 +149,8 @@ def pair_view(wire, postgro) -> PairView:
         flows[j].count += 1
         if p >= 0:
             flows[j].starts[p] += 1
-    return PairView(wire, wire_flow, wire_pos, flows, len(keys_p))
+    own = np.array([f.count == 0 for f in flows], bool)
+    return PairView(wire, wire_flow, wire_pos, flows, len(keys_p), own)
 
 
 @dataclass
@@ -177,6 +181,9 @@ def residual(view: PairView, first: np.ndarray) -> Residual:
     counts, starts = view.model_flows(np.asarray(first, np.int64))
     rows = []
     for j, fv in enumerate(view.flows):
+        if view.own is not None and view.own[j]:
+            counts[j] = 0      # the receiver's ACKs: not what its GRO delivered
+            continue
         b = sum(((fv.starts - starts[j]) + (starts[j] - fv.starts)).values())
         rows.append((fv.name, fv.count, int(counts[j]), int(b)))
     return Residual(view.kernel_total, int(counts.sum()), rows)
@@ -231,6 +238,7 @@ class Fit:
     postgro_sha256: str | list = ""
     ideal_total: int = 0
     gap_range: tuple | None = None   # the poll gaps (us) that fit as well as the chosen one
+    acks: int = 0                    # ACKs of the wire views that close a frame (poll_acks)
 
     @property
     def polls_unseen(self) -> bool:
@@ -275,11 +283,23 @@ class _Runner:
     the reference model implements run whole on it."""
 
     def __init__(self, view: PairView, base, engine: str):
+        from gropcap import ackpolls
         from gropcap.gro.reference import needs_reference
         self.view = view
         self.reference = engine == "reference" or needs_reference(base)
         self.prepared: dict = {}
         self.coalesced: dict = {}
+        # which frames the receiver's ACKs close (poll_acks candidates)
+        self.acks = ackpolls.ack_evidence(view.wire)
+
+    def _acked(self, config, ts):
+        """``config`` and arrival times the engine runs with: with ``poll_acks`` and
+        ACKs in the wire view, the polls inferred from them (``gropcap.ackpolls``)."""
+        if not (config.poll_acks and self.acks):
+            return config, ts
+        from gropcap import ackpolls
+        polls = ackpolls.poll_ids(ts, self.acks, config.poll_gap_ns, config.budget)
+        return ackpolls.engine_config(config), ackpolls.poll_times(ts, polls)
 
     def _coalesced(self, mtu: int):
         if mtu not in self.coalesced:
@@ -291,8 +311,14 @@ class _Runner:
     def first_rows(self, config, mtu: int) -> np.ndarray:
         coalesced = self._coalesced(mtu)
         if self.reference:
+            import pyarrow as pa
+
             from gropcap.pipeline import simulate
-            res = simulate(self.view.wire, config, engine="reference", coalesced=coalesced)
+            wire = self.view.wire
+            config, ts = self._acked(config, wire.column("ts_ns").to_numpy())
+            i = wire.schema.get_field_index("ts_ns")
+            wire = wire.set_column(i, wire.schema.field(i), pa.array(ts, pa.int64()))
+            res = simulate(wire, config, engine="reference", coalesced=coalesced)
             return np.asarray(res.seg_first_packet, np.int64)
         from gropcap.gro import engine as E
         key = (config.queues, mtu)
@@ -301,6 +327,7 @@ class _Runner:
             cols, ts = E.prepare(self.view.wire, config, st, coalesced=coalesced)
             self.prepared[key] = (cols, ts, st)
         cols, ts, st = self.prepared[key]
+        config, ts = self._acked(config, ts)
         segs = E.rerun_prepared(cols, ts, config, st)
         parts = [s["first"] for s in segs]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
@@ -395,6 +422,10 @@ def fit_pairs(tables: list, config=None, *, fixed: dict | None = None,
     grid["mtu"] = tuple(m for m in grid["mtu"] if m >= biggest) or (biggest,)
     if "mtu" not in fixed:
         defaults["mtu"] = grid["mtu"][0]
+    acks = sum(run.acks.acks for run in runners)
+    if "poll_acks" not in fixed:
+        # the wire views carry the receiver's ACKs (taken on the link): polls end there
+        defaults["poll_acks"] = all(run.acks for run in runners)
     cache: dict = {}
 
     def preference(values) -> tuple:
@@ -457,8 +488,13 @@ def fit_pairs(tables: list, config=None, *, fixed: dict | None = None,
                 start = None
         width, lo, hi = max(runs, key=lambda r: (r[0], -r[1]))
         best["poll_gap_us"] = gaps[(lo + hi) // 2]
+        if best["poll_acks"]:
+            # the ACKs mark the poll ends that delivered data; the gap rule only adds the
+            # polls that sent no ACK, each a guess beyond the evidence: the longest gap
+            # that fits as well adds the fewest
+            best["poll_gap_us"] = gaps[hi]
         # a pair that does not tell the gap apart from the default keeps the default
-        if evaluate({**best, "poll_gap_us": defaults["poll_gap_us"]})[0] == top:
+        elif evaluate({**best, "poll_gap_us": defaults["poll_gap_us"]})[0] == top:
             best["poll_gap_us"] = defaults["poll_gap_us"]
             i = gaps.index(float(defaults["poll_gap_us"]))
             lo, hi = next((a, b) for _, a, b in runs if a <= i <= b)
@@ -468,13 +504,15 @@ def fit_pairs(tables: list, config=None, *, fixed: dict | None = None,
     values = {k: best[k] for k in FIT_KEYS}
     for k in ("poll_gap_us", "gro_flush_timeout_us"):
         values[k] = float(values[k])
+    values["poll_acks"] = bool(values["poll_acks"])
     from gropcap.pipeline import simulate
-    ideal = sum(simulate(w, config.replace(model="ideal"), engine=engine,
-                         coalesced=run._coalesced(int(best["mtu"]))).num_superpackets
-                for (w, _), run in zip(tables, runners))
+    ideal = sum(residual(v, np.asarray(simulate(
+        w, config.replace(model="ideal"), engine=engine,
+        coalesced=run._coalesced(int(best["mtu"]))).seg_first_packet, np.int64)).model_total
+        for (w, _), v, run in zip(tables, views, runners))
     return Fit(values=values, residual=r, default_residual=r0, fixed=fixed,
                candidates=len(cache), kernel=config.kernel.name, wire="", postgro="",
-               ideal_total=ideal, gap_range=gap_range)
+               ideal_total=ideal, gap_range=gap_range, acks=acks)
 
 
 _FLOW_ROWS = 12
@@ -487,6 +525,9 @@ def render_fit(fit: Fit) -> str:
         src = "option" if k in fit.fixed else "wire view" if k == "mtu" else "fitted"
         if k == "poll_gap_us" and fit.gap_range is not None:
             src += f" (any of {fit.gap_range[0]:g}-{fit.gap_range[1]:g} us fits as well)"
+        if k == "poll_acks" and k not in fit.fixed:
+            src = (f"wire view: {fit.acks} receiver ACKs close a frame" if v else
+                   "wire view: no receiver ACKs")
         lines.append(f"  {k:<22} {v!s:<12} {src}")
     r, r0 = fit.residual, fit.default_residual
     lines.append(f"packets: kernel {r.kernel_total}, napi fitted {r.model_total} "

@@ -32,7 +32,7 @@ SECTION_OF = {
     # receiver: the receiving device and its NAPI context (what the capture does not show)
     "receiver": "receiver", "mtu": "receiver", "verify_checksums": "receiver",
     "rss": "receiver", "rss_key": "receiver", "queues": "receiver", "budget": "receiver",
-    "poll_gap_us": "receiver", "gro_flush_timeout_us": "receiver",
+    "poll_gap_us": "receiver", "poll_acks": "receiver", "gro_flush_timeout_us": "receiver",
     "napi_defer_hard_irqs": "receiver", "gro_max_size": "receiver",
     "gro_ipv4_max_size": "receiver", "udp_gro": "receiver", "native_gro": "receiver",
     "rx_gro_list": "receiver", "tcp_forwarded": "receiver",

@@ -144,6 +144,10 @@ def _gro_options(f):
                      help="MTU of the receiving device: frames with more IP bytes were "
                           "captured already coalesced (default: inferred from the SYN MSS "
                           "and frame sizes; the report says from what)."),
+        click.option("--poll-acks/--no-poll-acks", default=False, show_default=True,
+                     help="napi model: end a poll where the receiver's ACKs in the capture "
+                          "show a delivery (a tap or mirror with both directions); the poll "
+                          "gap and budget still end polls that sent no ACK."),
         click.option("--tunnel-gro/--no-tunnel-gro", default=None,
                      help="Model the gro_cells stage on tunnel/ERSPAN/DSA devices after "
                           "decapsulation, with GRO on or off there (default: not modelled)."),
@@ -162,7 +166,7 @@ def _make_gro_config(kernel, verify_checksums, rss, rss_key, queues, budget, pol
                      gro_flush_timeout_us, napi_defer_hard_irqs, gro_max_size,
                      gro_ipv4_max_size, udp_tunnels=(), udp_gro="off", native_gro=True,
                      tunnel_gro=None, vlan_gro=True, rx_gro_list=False, tcp_forwarded=False,
-                     mtu=None, receiver=None):
+                     mtu=None, receiver=None, poll_acks=False):
     from gropcap.gro.config import GroConfig, KernelProfile
 
     if receiver is not None:
@@ -195,7 +199,7 @@ def _make_gro_config(kernel, verify_checksums, rss, rss_key, queues, budget, pol
                          udp_tunnels=",".join(udp_tunnels), udp_gro=udp_gro,
                          native_gro=native_gro, tunnel_gro=tunnel_gro, vlan_gro=vlan_gro,
                          rx_gro_list=rx_gro_list, tcp_local_socket=not tcp_forwarded, mtu=mtu,
-                         **kw)
+                         poll_acks=poll_acks, **kw)
     except ConfigError as e:
         raise click.BadParameter(e.one_line()) from None
 
@@ -235,7 +239,7 @@ _GRO_KEYS = ("kernel", "verify_checksums", "rss", "rss_key", "queues", "budget",
              "hz", "gro_flush_timeout_us", "napi_defer_hard_irqs", "gro_max_size",
              "gro_ipv4_max_size", "udp_tunnels", "udp_gro", "native_gro", "tunnel_gro",
              "vlan_gro", "rx_gro_list", "tcp_forwarded", "mtu",
-             "receiver")
+             "receiver", "poll_acks")
 
 
 def _split(kw: dict, keys) -> dict:

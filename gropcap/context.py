@@ -27,6 +27,8 @@ PARAMS = {
     "gro_flush_timeout_us": ("gro_flush_timeout_ns", "gro_flush_timeout_us", *_US),
     "napi_defer_hard_irqs": ("napi_defer_hard_irqs", "napi_defer_hard_irqs", *_SAME),
     "poll_gap_us": ("poll_gap_ns", "poll_gap_us", *_US),
+    "poll_acks": ("poll_acks", "poll_acks", lambda v: "on" if v else "off",
+                  lambda s: s in (True, "on")),
     "queues": ("queues", "queues", *_SAME),
     "rss": ("rss", "rss", *_SAME),
     "udp_tunnels": ("udp_tunnels", "udp_tunnels",

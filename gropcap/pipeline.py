@@ -101,6 +101,8 @@ class Analysis:
         self.coalesced = None
         # mtu.MtuInference: the receiving device's MTU in use and where it came from
         self.mtu = None
+        # ackpolls.AckEvidence when --poll-acks asked for poll ends from the ACKs (else None)
+        self.poll_acks = None
         # context.ReceiveContext set by the CLI (options typed) or a receiver profile;
         # None: taken from ``config`` (report.receive.receive_of)
         self.receive = None
@@ -270,10 +272,19 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     # the decoded batches, each fed to the engine with the state carried (run/engines.py)
     batches = [pa.Table.from_batches([b]) for b in packets.to_batches()]
     results = {}
+    acks = None
     for m in models:
+        cfg, feed = config.replace(model=m), batches
+        if m == "napi" and config.poll_acks:
+            # poll ends from the receiver's ACKs: the polls reach the engine as arrival
+            # times (gropcap/ackpolls.py); without ACK evidence the gap rule stays
+            from gropcap import ackpolls
+            timed, acks = ackpolls.retimed(packets, cfg)
+            if acks:
+                cfg, feed = ackpolls.engine_config(cfg), [
+                    pa.Table.from_batches([b]) for b in timed.to_batches()]
         with phase(progress, f"GRO {m}", packets.num_rows) as advance:
-            results[m] = simulate_batches(batches, config.replace(model=m), engine=engine,
-                                          coalesced=coalesced)
+            results[m] = simulate_batches(feed, cfg, engine=engine, coalesced=coalesced)
             advance(packets.num_rows)
     stages = {}
     if config.tunnel_gro is not None:
@@ -286,6 +297,7 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     analysis = Analysis(packets=packets, infos=infos, config=config, results=results,
                         decode_options=decode_options, stages=stages, egress=egress)
     analysis.coalesced = coalesced
+    analysis.poll_acks = acks      # ackpolls.AckEvidence of --poll-acks (None: not asked)
     analysis.mtu = stats.mtu_inference()
     analysis.receiver = receiver
     return analysis

@@ -35,6 +35,16 @@ routing sends through a detour namespace and back (behind the rest of their burs
 
 With ``perf`` installed, the receiving veth's NAPI polls are recorded too
 (``perf record -e napi:napi_poll``) and summarised in the JSON as ``kernel_polls``.
+
+``--acks`` also records the reverse direction, the receiver's ACKs, with the same BPF
+filter, in two more files: ``<name>.acks.pcap`` (``tcpdump -Q out`` on the receiving
+veth: the ACK as the receiver's TCP sends it, inside the poll that delivered the data it
+acknowledges) and ``<name>.both.pcap``: the wire view merged in time order with
+``tcpdump -Q in`` on the wire view's veth (the ACKs where they reach the sender's side),
+i.e. both directions as one tap on the link sees them, what ``gropcap`` reads with
+``--poll-acks``. The polls' tracepoint times then come with the sequence
+(``kernel_polls.time_ns``, on the taps' clock). Pairs without ``--acks`` stay as they
+were.
 """
 
 from __future__ import annotations
@@ -49,6 +59,7 @@ import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -131,19 +142,29 @@ def _read(path: str) -> str:
         return ""
 
 
-def napi_polls(perf_data: Path, dev: str) -> dict:
+def napi_polls(perf_data: Path, dev: str, clock_offset_ns: int | None = None) -> dict:
     """The receiving device's NAPI polls from a ``perf record -e napi:napi_poll`` file:
     how many polls, how many frames each took (``work``; ``budget`` is the weight), and
     how many used the whole budget (after which ``__napi_poll`` flushes GRO: all held
-    packets when HZ < 1000)."""
-    text = subprocess.run(["perf", "script", "-i", str(perf_data)], capture_output=True,
-                          text=True).stdout
-    work, budget = [], 0
+    packets when HZ < 1000). ``clock_offset_ns`` (perf recorded on CLOCK_MONOTONIC; this is
+    CLOCK_REALTIME - CLOCK_MONOTONIC, the taps' clock): also the tracepoint's time of each
+    poll with work (``time_ns``, on the taps' clock). The tracepoint fires in
+    ``__napi_poll`` right after ``veth_poll`` returned, so after the poll's
+    ``napi_complete_done`` flush (under budget) and before the full-budget flush."""
+    times = clock_offset_ns is not None
+    text = subprocess.run(["perf", "script", "--ns", "-F", "time,trace", "-i",
+                           str(perf_data)] if times else ["perf", "script", "-i",
+                                                          str(perf_data)],
+                          capture_output=True, text=True).stdout
+    work, budget, when = [], 0, []
     for line in text.splitlines():
         if f"for device {dev} " in line:
             f = line.split()
             work.append(int(f[f.index("work") + 1]))
             budget = int(f[f.index("budget") + 1])
+            if times:
+                sec, ns = f[0].rstrip(":").split(".")
+                when.append(int(sec) * 10**9 + int(ns.ljust(9, "0")) + clock_offset_ns)
     busy = [w for w in work if w]
     hist: dict[int, int] = {}
     for w in busy:
@@ -155,7 +176,22 @@ def napi_polls(perf_data: Path, dev: str) -> dict:
             "work_histogram": {str(k): hist[k] for k in sorted(hist)},
             # the polls with work in the order they ran: they took the wire view's frames
             # in order, so this places every poll boundary on the wire view
-            "work_sequence": busy}
+            "work_sequence": busy,
+            **({"time_ns": [t for t, w in zip(when, work) if w]} if times else {})}
+
+
+def _realtime_offset() -> int:
+    """CLOCK_REALTIME - CLOCK_MONOTONIC in ns (the tightest of a few readings): perf
+    records on CLOCK_MONOTONIC (CLOCK_REALTIME is refused for tracepoints here), tcpdump
+    stamps with the real-time clock."""
+    best = None
+    for _ in range(20):
+        a = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        r = time.time_ns()
+        b = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        if best is None or b - a < best[0]:
+            best = (b - a, r - (a + b) // 2)
+    return best[1]
 
 
 def kernel_hz() -> int | None:
@@ -178,6 +214,25 @@ def tool_versions() -> dict:
     return {"tcpdump": first("tcpdump", "--version"), "iperf3": first("iperf3", "--version"),
             "ip": first("ip", "-V"), "nft": first("nft", "--version") if shutil.which("nft")
             else "", "python": sys.version.split()[0]}
+
+
+def merge_pcaps(out: Path, *paths: Path) -> int:
+    """Write the records of little-endian microsecond pcaps (same link type, as tcpdump
+    writes them) to ``out`` in time order, the earlier file first on equal times: one
+    capture of both directions, as a tap on the link would take. Returns the records."""
+    recs, header = [], b""
+    for k, path in enumerate(paths):
+        data, off = Path(path).read_bytes(), 24
+        header = header or data[:24]
+        if data[20:24] != header[20:24]:
+            raise RuntimeError(f"{path}: another link type than {paths[0]}")
+        while off + 16 <= len(data):
+            sec, usec, incl = struct.unpack_from("<III", data, off)
+            recs.append(((sec, usec, k, off), data[off:off + 16 + incl]))
+            off += 16 + incl
+    recs.sort(key=lambda r: r[0])
+    out.write_bytes(header + b"".join(r for _, r in recs))
+    return len(recs)
 
 
 class _Bridge(threading.Thread):
@@ -438,16 +493,19 @@ class PairLab:
             srv.kill()
             srv.wait(timeout=10)
 
-    def record(self, out: Path, name: str) -> list[Path]:
-        """Capture the case into ``out/name.{wire,postgro}.pcap`` + ``out/name.json``."""
-        finals = [out / f"{name}.wire.pcap", out / f"{name}.postgro.pcap"]
-        tmps = [out / f".{name}.{self.suf}.{k}.pcap" for k in ("wire", "postgro")]
+    def record(self, out: Path, name: str, acks: bool = False) -> list[Path]:
+        """Capture the case into ``out/name.{wire,postgro}.pcap`` + ``out/name.json``;
+        ``acks``: also ``name.acks.pcap`` and ``name.acks_wire.pcap`` (module docstring)."""
+        kinds = ("wire", "postgro") + (("acks", "acks_wire") if acks else ())
+        finals = [out / f"{name}.{k}.pcap" for k in kinds]
+        tmps = [out / f".{name}.{self.suf}.{k}.pcap" for k in kinds]
         wns, wdev = self.wire_ns_dev
+        taps = ((wns, wdev, "out"), (self.ns_r, self.vr, "in"), (self.ns_r, self.vr, "out"),
+                (wns, wdev, "in"))
         dumps = [self._bg(ns, "tcpdump", "-i", dev, "-Q", q, "-s", str(SNAPLEN), "-U", "-n",
                           "--immediate-mode",
                           "-Z", "root", "-w", str(t), self.case.bpf, err=subprocess.PIPE)
-                 for (ns, dev, q), t in zip(((wns, wdev, "out"), (self.ns_r, self.vr, "in")),
-                                            tmps)]
+                 for (ns, dev, q), t in zip(taps, tmps)]
         perf_data = out / f".{name}.{self.suf}.perf"
         perf = None
         try:
@@ -458,6 +516,7 @@ class PairLab:
             if shutil.which("perf"):
                 # the receiver's NAPI polls as the kernel ran them (napi:napi_poll: work)
                 perf = subprocess.Popen(["perf", "record", "-q", "-a", "-e", "napi:napi_poll",
+                                         *(["-k", "CLOCK_MONOTONIC"] if acks else []),
                                          "-o", str(perf_data)], stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)
                 self.procs.append(perf)
@@ -483,7 +542,8 @@ class PairLab:
             if perf is not None:
                 perf.send_signal(signal.SIGINT)
                 perf.wait(timeout=30)
-                polls = napi_polls(perf_data, self.vr)
+                polls = napi_polls(perf_data, self.vr,
+                                   clock_offset_ns=_realtime_offset() if acks else None)
             meta = {
                 "name": name, "what": self.case.what,
                 "wire": finals[0].name, "postgro": finals[1].name,
@@ -499,6 +559,14 @@ class PairLab:
                 "gropcap_options": self.case.gropcap,
                 "tools": tool_versions(),
             }
+            if acks:
+                meta["acks"] = finals[2].name
+                meta["acks_tap"] = "tcpdump -Q out on the receiving veth (the receiver's ACKs)"
+                meta["both"] = f"{name}.both.pcap"
+                meta["both_tap"] = ("the wire view's veth in both directions, as one tap on "
+                                    "the link: the wire view merged in time order with "
+                                    "tcpdump -Q in on that veth (the receiver's ACKs where "
+                                    "they reach the sender's side)")
             if polls is not None:
                 meta["kernel_polls"] = polls
             if self.bridge is not None:
@@ -511,6 +579,10 @@ class PairLab:
                                    f"{self.case.mtu}: segmentation offload left on")
             for t, f in zip(tmps, finals):
                 os.replace(t, f)
+            if acks:
+                merge_pcaps(out / meta["both"], finals[0], finals[3])
+                finals[3].unlink()
+                finals[3] = out / meta["both"]
             (out / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
         finally:
             for t in tmps + [perf_data]:
@@ -537,13 +609,14 @@ def missing_tools() -> list[str]:
     return [t for t in REQUIRED_TOOLS if shutil.which(t) is None]
 
 
-def record_case(out: Path, name: str, case: Case | None = None) -> list[Path]:
+def record_case(out: Path, name: str, case: Case | None = None,
+                acks: bool = False) -> list[Path]:
     """Record one case (root): ``CASES[name]``, or ``case`` under that name. Returns the
-    wire and post-GRO paths."""
+    wire and post-GRO paths (then the two ACK views with ``acks``)."""
     lab = PairLab(case or CASES[name])
     try:
         lab.setup()
-        return lab.record(out, name)
+        return lab.record(out, name, acks=acks)
     finally:
         lab.close()
 
@@ -553,6 +626,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-o", "--out", type=Path,
                     default=Path(__file__).resolve().parent / "pairs")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
+    ap.add_argument("--acks", action="store_true",
+                    help="also record the receiver's ACKs (NAME.acks.pcap, NAME.both.pcap) "
+                         "and the polls' times")
     ap.add_argument("cases", nargs="*", help="subset of the cases (default: all)")
     a = ap.parse_args(argv)
     if a.list:
@@ -572,8 +648,8 @@ def main(argv: list[str] | None = None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     for name in a.cases:
-        w, p = record_case(a.out, name)
-        print(f"{name}: {w.stat().st_size} + {p.stat().st_size} bytes")
+        paths = record_case(a.out, name, acks=a.acks)
+        print(f"{name}: " + " + ".join(f"{f.stat().st_size}" for f in paths) + " bytes")
     return 0
 
 

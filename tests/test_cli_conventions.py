@@ -294,8 +294,8 @@ def test_compare_unknown_setting_says_what_is_valid():
     assert r.output.splitlines()[-1] == (
         "Error: Invalid value for '--set-b': 'colour=blue' is not KEY=VALUE with KEY one of: "
         "budget, gro-flush-timeout-us, gro-ipv4-max-size, gro-max-size, hz, kernel, mtu, "
-        "napi-defer-hard-irqs, native-gro, no-native-gro, no-rx-gro-list, no-tunnel-gro, "
-        "no-vlan-gro, poll-gap-us, queues, receiver, rss, rss-key, rx-gro-list, tcp-forwarded, "
+        "napi-defer-hard-irqs, native-gro, no-native-gro, no-poll-acks, no-rx-gro-list, "
+        "no-tunnel-gro, no-vlan-gro, poll-acks, poll-gap-us, queues, receiver, rss, rss-key, rx-gro-list, tcp-forwarded, "
         "tcp-local-socket, tunnel-gro, udp-gro, udp-tunnel, "
         "verify-checksums, vlan-gro (GroConfig field names such as poll_gap_ns are "
         "accepted too)")

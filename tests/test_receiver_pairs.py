@@ -109,7 +109,10 @@ SET2 = PAIRS / "set2"
 # A second recording session of the same kinds (same host, an hour later): the bulk
 # profile keeps the default gap (bulk only bounds it), and on this session's MSS 536
 # recording that gap splits the pushes where the kernel's polls did not (the kernel's own
-# polls give its count exactly: test_pairs.py). Not yet robust: issue 12 stays open.
+# polls give its count exactly: test_pairs.py). This is timing only: these wire views hold
+# no ACKs. Recordings that also hold the receiver's ACKs (sample_pcaps/pairs/acks1..3)
+# pass the same test with --poll-acks (tests/test_ack_polls.py; docs/gro-model.md, "Poll
+# ends from the receiver's ACKs").
 SET2_KNOWN = {"mss536": "kernel 51, napi with the bulk profile 48 (-5.9%): poll gap "
                         "inference (exact with the kernel's polls)"}
 

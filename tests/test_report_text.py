@@ -37,9 +37,9 @@ def run(*args) -> str:
 RECEIVE_DEFAULTS = (
     'MTU 1500, the Ethernet default (no SYN MSS, no jumbo or loopback frames)\n'
     'receive context, defaults: budget 64, hz 250, gro_flush_timeout_us 0,\n'
-    '  napi_defer_hard_irqs 0, poll_gap_us 50, queues 1, rss toeplitz, udp_tunnels\n'
-    '  none, tunnel_gro not modelled, native_gro on, udp_gro off, gro_max_size 65536,\n'
-    '  gro_ipv4_max_size 65536\n'
+    '  napi_defer_hard_irqs 0, poll_gap_us 50, poll_acks off, queues 1, rss toeplitz,\n'
+    '  udp_tunnels none, tunnel_gro not modelled, native_gro on, udp_gro off,\n'
+    '  gro_max_size 65536, gro_ipv4_max_size 65536\n'
 )
 
 

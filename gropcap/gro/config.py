@@ -349,7 +349,7 @@ class KernelProfile:
 MODELS = ("ideal", "napi")
 _OPTIONAL_DEFAULTS = {"native_gro": True, "tunnel_gro": None, "udp_tunnels": "",
                       "udp_gro": "off", "vlan_gro": True, "rx_gro_list": False,
-                      "tcp_local_socket": True, "mtu": None}
+                      "tcp_local_socket": True, "mtu": None, "poll_acks": False}
 
 # --udp-gro: udp_gro_receive's modes (net/ipv4/udp_offload.c)
 UDP_GRO_MODES = ("off", "socket", "forward", "fraglist")
@@ -444,6 +444,10 @@ class GroConfig:
         mtu: the receiving device's MTU (bytes of IP packet): a frame with at most this
             many outermost IP bytes is a wire frame, a larger one was captured already
             coalesced. ``None``: inferred from the capture (:mod:`gropcap.mtu`).
+        poll_acks: ``napi`` model: a poll also ends where the receiver's ACKs in the
+            capture show a delivery (:mod:`gropcap.ackpolls`); the gap rule and the budget
+            still end the polls that sent no ACK. The pipeline and calibrate apply it
+            before the engine runs (the engine itself reads only arrival times).
     """
 
     kernel: KernelProfile = field(default_factory=lambda: KernelProfile(NEWEST_KERNEL))
@@ -467,6 +471,7 @@ class GroConfig:
     rx_gro_list: bool = False
     tcp_local_socket: bool = True
     mtu: int | None = None
+    poll_acks: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "udp_tunnels", parse_udp_tunnels(self.udp_tunnels))

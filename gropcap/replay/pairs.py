@@ -5,7 +5,11 @@ to the receiver, segmentation offloads off: wire-sized frames), ``<name>.postgro
 (tcpdump on the receiving veth: one frame per skb that GRO delivered) and ``<name>.json``
 (the receiver's settings). Both views hold only the direction the receiver aggregates, with
 the same BPF filter, so the post-GRO frame count is the kernel's packet count for the wire
-view's traffic. This module loads a pair, builds the GroConfig its metadata describes, and
+view's traffic. Recordings made with ``--acks`` also have ``<name>.both.pcap``: the wire
+view with the receiver's ACKs, both directions as a tap on the link takes them (what
+``--poll-acks`` reads); their models' counts are those of the wire view's directions.
+A pair's captures may be stored zstd-compressed (``<file>.zst``, as the committed
+``acks1``/``acks2`` sets are); gropcap reads them as they are. This module loads a pair, builds the GroConfig its metadata describes, and
 counts what the models deliver on the wire view next to the kernel's count.
 
 Layer: capture paths -> :class:`PairCounts` (runs decode + GRO through ``pipeline``).
@@ -42,6 +46,17 @@ class Pair:
     postgro: Path
     meta: dict
 
+    @property
+    def both(self) -> Path | None:
+        """The capture of both directions (``make_pairs.py --acks``), or None."""
+        return self.file("both")
+
+    def file(self, key: str) -> Path | None:
+        """The pair's file the JSON names under ``key`` (``acks``, ``both``), as stored
+        (plain or ``.zst``), or None."""
+        name = self.meta.get(key)
+        return _stored(self.wire.parent / name) if name else None
+
     def config(self, **changes) -> GroConfig:
         """The GroConfig of the recorded receiver: the gropcap options the recording names
         (UDP tunnel sockets, UDP_GRO sockets), the receiving veth's queues, gro_max_size,
@@ -61,16 +76,24 @@ class Pair:
         return GroConfig(**kw)
 
 
+def _stored(path: Path) -> Path:
+    """``path``, or its zstd-compressed ``path.zst`` when only that exists."""
+    z = path.with_name(path.name + ".zst")
+    return z if not path.exists() and z.exists() else path
+
+
 def load_pair(path) -> Pair:
     """Load the pair named by ``path``: ``DIR/NAME`` or any of ``NAME.json``,
     ``NAME.wire.pcap``, ``NAME.postgro.pcap``."""
     p = Path(path)
     name = p.name
-    for suffix in (".json", ".wire.pcap", ".postgro.pcap"):
+    for suffix in (".json", ".wire.pcap", ".postgro.pcap", ".wire.pcap.zst",
+                   ".postgro.pcap.zst"):
         if name.endswith(suffix):
             name = name[: -len(suffix)]
     base = p.parent / name
-    files = [base.with_name(name + s) for s in (".wire.pcap", ".postgro.pcap", ".json")]
+    files = [_stored(base.with_name(name + s))
+             for s in (".wire.pcap", ".postgro.pcap", ".json")]
     missing = [str(f) for f in files if not f.exists()]
     if missing:
         raise GropcapError(f"pair {base}: missing {', '.join(missing)}",
@@ -127,8 +150,15 @@ def kernel_poll_times(ts_ns, work_sequence) -> "np.ndarray":
     return out[np.unique(poll, return_inverse=True)[1]]
 
 
+def _directions(table) -> list:
+    """Per row: its (addresses, ports) direction."""
+    cols = [table.column(c).to_pylist() for c in ("ip_src", "ip_dst", "sport", "dport")]
+    return list(zip(*cols))
+
+
 def count_pair(pair: Pair, configs: dict[str, GroConfig], *,
-               engine: str = "fast", kernel_polls: bool = False) -> PairCounts:
+               engine: str = "fast", kernel_polls: bool = False,
+               both: bool = False) -> PairCounts:
     """Decode both views and run each configuration on the wire view.
 
     ``configs``: label -> GroConfig (e.g. ``{"ideal": pair.config(model="ideal")}``).
@@ -136,7 +166,9 @@ def count_pair(pair: Pair, configs: dict[str, GroConfig], *,
     one segment per frame. ``kernel_polls``: retime the wire view with
     :func:`kernel_poll_times` from the pair's recorded polls (the configurations should
     then use ``poll_gap_ns=0``): the napi model polls as the kernel did, and what remains
-    is the GRO rules alone.
+    is the GRO rules alone. ``both``: run the models on :attr:`Pair.both` (the receiver's
+    ACKs with the data, for ``poll_acks``) and count the super-packets of the wire view's
+    directions only (the kernel's view has no others).
     """
     import pyarrow as pa
 
@@ -144,6 +176,22 @@ def count_pair(pair: Pair, configs: dict[str, GroConfig], *,
 
     wire, _ = decode_files([pair.wire])
     post, _ = decode_files([pair.postgro])
+    if both:
+        import numpy as np
+
+        if pair.both is None:
+            raise GropcapError(f"pair {pair.name}: no capture of both directions",
+                               hint="record it with make_pairs.py --acks")
+        table, _ = decode_files([pair.both])
+        ours = set(_directions(wire))
+        mine = np.array([d in ours for d in _directions(table)], bool)
+        models = {}
+        for label, cfg in configs.items():
+            first = np.asarray(simulate(table, cfg, engine=engine).seg_first_packet, np.int64)
+            models[label] = int(mine[first].sum())
+        return PairCounts(pair.name, wire.num_rows, post.num_rows, models,
+                          int(wire.column("payload_len").to_numpy().sum()),
+                          int(post.column("payload_len").to_numpy().sum()))
     if kernel_polls:
         seq = pair.meta.get("kernel_polls", {}).get("work_sequence")
         if not seq:

@@ -66,6 +66,11 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
         return stream_analyze(paths, config, models=models, decode_options=decode_options,
                               out_dir=out_dir, force=force, progress=progress,
                               receiver=receiver, receive=receive)
+    if distributed and config.poll_acks:
+        from gropcap.errors import ConfigError
+        raise ConfigError("--poll-acks reads the whole capture (an ACK follows the data it "
+                          "closes): it does not run on Dask partitions",
+                          hint="drop --jobs/--scheduler, or --poll-acks")
     if distributed:
         from gropcap.runner import analyze_distributed
         analysis = analyze_distributed(paths, config, jobs=jobs, scheduler=scheduler,

@@ -29,10 +29,18 @@ def simulate(packets: pa.Table, config: GroConfig, *, engine: str = "fast",
 
     ``coalesced``: a :class:`gropcap.gso.CoalescedInput` (frames captured after TSO/GRO
     arrive as GSO packets, ``count`` = their segments); None: every frame is one segment.
+
+    ``config.poll_acks`` (napi model, no explicit ``polls``): the polls the receiver's
+    ACKs show reach the engine as arrival times (:mod:`gropcap.ackpolls`).
     """
     from gropcap.gro.reference import needs_reference
 
     check_engine(engine)
+    if config.poll_acks and config.model == "napi" and polls is None:
+        from gropcap import ackpolls
+        packets, evidence = ackpolls.retimed(packets, config)
+        if evidence:
+            config = ackpolls.engine_config(config)
     if engine == "reference" or needs_reference(config):
         from gropcap.gro.reference import simulate as run
     else:

@@ -83,6 +83,9 @@ def memory_reason(config: GroConfig, *, engine: str = "fast", decoder: str = "fa
         return "egress accounting runs on the whole table"
     if plot:
         return "the plots read the whole table"
+    if config.poll_acks:
+        return ("poll ends from the receiver's ACKs (--poll-acks) read the whole capture "
+                "(an ACK follows the data it closes)")
     return None
 
 
