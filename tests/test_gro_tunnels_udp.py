@@ -37,7 +37,8 @@ def run(frames, config):
 # --- needs_reference ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("kw,expected", [
-    ({}, False), ({"udp_gro": "forward"}, True), ({"udp_tunnels": "geneve:6081"}, True),
+    ({}, False), ({"udp_gro": "forward"}, False), ({"udp_tunnels": "geneve:6081"}, False),
+    ({"udp_gro": "fraglist", "udp_tunnels": "vxlan:4789,gue:6080"}, False),
     ({"native_gro": False}, False), ({"tunnel_gro": True}, False),
     ({"tunnel_gro": False}, False), ({"vlan_gro": False}, False),
     ({"queues": 4, "model": "napi"}, False)])

@@ -898,7 +898,9 @@ def _complete_keys(keys, st, out):
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
 def _jiffy(t, hz):
-    return (t * hz) // 1000000000
+    # t * hz // 1e9 without the int64 overflow of t * hz (epoch nanoseconds times HZ
+    # passes 2**63): floor division splits exactly, as the reference's Python ints
+    return (t // 1000000000) * hz + ((t % 1000000000) * hz) // 1000000000
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
