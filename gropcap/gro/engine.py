@@ -8,7 +8,9 @@ This module is the validating wrapper: it extracts the columns the kernel rules 
 decides per packet what depends on that packet alone (which layer bails before L4, which
 sets an skb flush, the exact same-flow class), and hands plain arrays to the kernels in
 ``_kernels.py`` (``@njit(cache=True, nogil=True)``), which run the per-pair rules, the
-8x8 table and the NAPI poll model. Results are packed into a GroResult.
+8x8 table and the NAPI poll model. Results are packed into a GroResult. UDP GRO and UDP
+tunnel sockets add a per-packet step of their own (``_udp_prepare.UdpView``: the batch as
+the TCP preparation should see it, and the UDP columns of ``K.Cols``).
 
 Public API::
 
