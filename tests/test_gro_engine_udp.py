@@ -345,3 +345,28 @@ def test_equal_with_gro_cells_stage(mode, sockets, model):
         assert [s.name for s in fast] == [s.name for s in ref]
         for a, b in zip(fast, ref):
             assert_same(a.result, b.result, f"{a.name} {config}")
+
+
+@pytest.mark.parametrize("kw", [dict(udp_tunnels="vxlan:4789"),
+                                dict(udp_tunnels="vxlan:4789", udp_gro="forward",
+                                     model="napi"),
+                                dict(udp_gro="fraglist"),
+                                dict(udp_tunnels="vxlan:4789", rx_gro_list=True,
+                                     tcp_local_socket=False)])
+def test_equal_arriving_gso_packets_in_a_tunnel_socket(kw):
+    """Frames that arrive as TCP GSO packets (coalesced=) inside a VXLAN socket: merged
+    (UDP_TUNNEL_CSUM | TCPV4 completions) and delivered alone (their own GSO type)."""
+    from gropcap.gso import CoalescedInput
+    table, _ = decode_files(os.path.join(SAMPLES, "real_vxlan.pcap"))
+    n = table.num_rows
+    rng = np.random.default_rng(5)
+    pay = table.column("payload_len").to_numpy().astype(np.int32)
+    is_gso = (rng.random(n) < 0.2) & (pay > 2)
+    segs = np.where(is_gso, 2, 1).astype(np.int32)
+    gsz = np.where(is_gso, (pay + 1) // 2, 0).astype(np.int32)
+    co = CoalescedInput(is_gso, gsz, segs, np.zeros(n, np.uint8))
+    config = GroConfig(**kw)
+    f = simulate(table, config, coalesced=co)
+    r = reference.simulate(table, config, coalesced=co)
+    assert_same(f, r, str(config))
+    assert (f.seg_count > 2).any()

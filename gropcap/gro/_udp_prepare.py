@@ -233,23 +233,24 @@ class UdpView:
             return state
         ids = state.udp_ids
         if not ids:
-            from gropcap.gro.engine import KeyTable
-            ids.update(key=KeyTable(), loose=KeyTable())
+            table = type(state.key_ids)             # engine.KeyTable
+            ids.update(key=table(), loose=table())
         return types.SimpleNamespace(key_ids=ids["key"], loose_ids=ids["loose"])
 
-    def tunnel_ids(self, key: np.ndarray, loose: np.ndarray, use: np.ndarray, state):
+    def tunnel_ids(self, key: np.ndarray, loose: np.ndarray, use: np.ndarray, state,
+                   number):
         """reference.udp_tunnel_key: the TCP classes refined by the tunnel socket's fields
         (outer ports, checksum presence, VXLAN / Geneve / GUE header words, inner
-        Ethernet), numbered in ``state.key_ids`` / ``loose_ids``."""
+        Ethernet), numbered in ``state.key_ids`` / ``loose_ids`` by ``number``
+        (engine._global_ids)."""
         if not self.config.udp_tunnels:
             return key, loose
-        from gropcap.gro.engine import _global_ids
         extra = self._tunnel_words()
-        key2 = _global_ids(np.vstack([key.astype(np.uint64)[None], extra]), use,
+        key2 = number(np.vstack([key.astype(np.uint64)[None], extra]), use,
                            state.key_ids)
         if self.config.kernel.ipv6_hop_limit_flush:
             return key2, np.maximum(key2, 0)
-        loose2 = _global_ids(np.vstack([loose.astype(np.uint64)[None], extra]), use,
+        loose2 = number(np.vstack([loose.astype(np.uint64)[None], extra]), use,
                              state.loose_ids)
         return key2, np.maximum(loose2, 0)
 

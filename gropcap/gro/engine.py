@@ -556,7 +556,7 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
     key, loose = _same_flow_ids(t, config, hash_, use,
                                 state if udp is None else udp.base_ids(state), columns=g)
     if udp is not None:
-        key, loose = udp.tunnel_ids(key, loose, use, state)
+        key, loose = udp.tunnel_ids(key, loose, use, state, _global_ids)
     # option bytes: a zero-copy uint64 view of the Arrow column (read-only: one numba type)
     ob = g.bytes("tcp_options")
     if ob.shape[1] != K.OPT_BYTES:
