@@ -99,8 +99,9 @@ def test_misuse_is_refused():
     assert isinstance(EngineState.new(GroConfig()), EngineState)
 
 
-def test_configs_only_the_reference_implements_are_refused():
-    table = packet_table(random_traffic(np.random.default_rng(2), 10, 2))
+def test_udp_configs_run_on_the_numba_engine():
+    """UDP GRO and UDP tunnel sockets were reference-only; the engine runs them now
+    (equality with the reference: tests/test_gro_engine_udp.py)."""
+    table = packet_table(random_traffic(np.random.default_rng(2), 10, 2, tunnels=True))
     for cfg in (GroConfig(udp_tunnels="vxlan:4789"), GroConfig(udp_gro="forward")):
-        with pytest.raises(ConfigError):
-            simulate(table, cfg)
+        assert simulate(table, cfg).gro_seg.shape == (10,)

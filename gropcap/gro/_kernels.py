@@ -42,6 +42,7 @@ from gropcap.gro.reasons import (
     BYPASS_DECODE, BYPASS_GRO_DISABLED, BYPASS_IP_CSUM, BYPASS_IP_FRAGMENT, BYPASS_IP_OPTIONS,
     BYPASS_IPV6_EXTHDR, BYPASS_L4_CSUM, BYPASS_NO_L4_OFFLOAD, BYPASS_NO_VLAN_GRO,
     BYPASS_NOT_IP, BYPASS_TCP_HEADER, BYPASS_TUNNEL, BYPASS_UDP_NO_GRO, NOT_HELD_LENGTH,
+    END_UDP_MAX_SEGS, FLUSH_UDP_LARGER,
     END_BUCKET_FULL, END_CAPTURE, END_FIN, END_POLL, END_POLL_OLD, END_PSH,
     END_SHORT_SEGMENT, END_URG, FLUSH_CWR, FLUSH_DF, FLUSH_ECN, FLUSH_HOP_LIMIT_FLOW,
     FLUSH_FLAGS_FINAL, FLUSH_IP_ID, FLUSH_IP_RF, FLUSH_LENGTH, FLUSH_OUTER_DF,
@@ -108,6 +109,9 @@ class Cols(NamedTuple):
     #                        that arrives as a GSO packet (captured coalesced, gro_cells), 1
     gsz: np.ndarray        # int64 skb_shinfo(skb)->gso_size of such a frame, 0 otherwise
     sfl_fl: np.ndarray     # uint8 NOT_HELD_FRAG_LIST when it carries a frag_list, else 0
+    udp: np.ndarray        # uint8 UDP_SEGMENT / UDP_FRAGLIST: the packet enters
+    #                        udp_gro_receive_segment (gro/_udp_prepare.py), 0: TCP
+    udp_len: np.ndarray    # uint16 uh->len of such a packet
 
 
 class Cfg(NamedTuple):
@@ -127,6 +131,7 @@ class Cfg(NamedTuple):
     timer_flush_old: bool  # >= 4.20 (605108acfe62): napi_complete_done flushes old entries
                            # when it arms the gro_flush_timeout timer; before: nothing
     watchdog_empty: bool   # >= 5.7 (6f8b12d661d0): napi_watchdog polls with nothing held
+    udp_l3: bool           # >= 6.9: udp_gro_receive_segment runs the L3 pair checks
 
 
 class State(NamedTuple):
@@ -167,6 +172,7 @@ class State(NamedTuple):
     e_out_tos: np.ndarray
     e_out_df: np.ndarray
     e_out_id: np.ndarray
+    e_udp_len: np.ndarray  # uint16 uh->len of p's first datagram (UDP GRO)
     loose_held: np.ndarray  # int32 held entries per loose key
     tbl: np.ndarray        # int64 [queues, buckets, 8] keys, oldest first
     tcnt: np.ndarray       # int64 [queues, buckets]
@@ -371,52 +377,12 @@ def _options_differ_beyond_ts(i, k, c, st):
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
-def _pair_checks(i, k, c, cfg, st):
-    """tcp_gro_receive flush items for packet i against held entry k, in kernel order.
-
-    Returns the reason code of the first item that holds (0: the merge may proceed to
-    skb_gro_receive). Mutates the entry's fixed-ID state exactly as the kernel does, even
-    when another item flushes (the kernel ORs every item).
-    """
-    count = st.e_count[k]
-    reason = 0
-    # --- 4.7-6.9 and older: p->flush was filled in the L3 loop (inet_gro_receive /
-    # ipv6_gro_receive) and is the first term of tcp_gro_receive's flush.
-    if cfg.era <= ERA_FLUSH_ID:
-        if c.out_v[i] != 0:
-            reason = _ip_pair(c.out_v[i], c.out_ttl[i], c.out_tos[i], c.out_df[i],
-                              st.e_out_ttl[k], st.e_out_tos[k], st.e_out_df[k], cfg.hop_flush,
-                              FLUSH_OUTER_TTL, FLUSH_OUTER_TOS, FLUSH_OUTER_ECN,
-                              FLUSH_OUTER_DF)
-            if reason == 0 and c.sfl_out[i] != 0:
-                # inet_gro_receive: NAPI_GRO_CB(p)->flush |= flush (N's length / RF)
-                reason = FLUSH_IP_RF if c.sfl_out[i] == NOT_HELD_IP_RF else FLUSH_LENGTH
-        if reason == 0:
-            reason = _ip_pair(c.in_v[i], c.in_ttl[i], c.in_tos[i], c.in_df[i],
-                              st.e_in_ttl[k], st.e_in_tos[k], st.e_in_df[k], cfg.hop_flush,
-                              FLUSH_TTL, FLUSH_TOS, FLUSH_ECN, FLUSH_DF)
-            if reason == 0 and c.sfl_in[i] != 0:
-                reason = FLUSH_IP_RF if c.sfl_in[i] == NOT_HELD_IP_RF else FLUSH_LENGTH
-    # --- tcp_gro_receive: CWR, flag word, ack, options
-    fl = c.flags[i]
-    if reason == 0 and (fl & TCP_FLAG_CWR) != 0:
-        reason = FLUSH_CWR
-    if reason == 0:
-        diff = (fl ^ st.e_flags[k]) & ~cfg.flag_mask
-        if (diff & (TCP_FLAG_SYN | TCP_FLAG_RST | TCP_FLAG_URG)) != 0:
-            reason = FLUSH_FLAGS_FINAL     # never equal: a held p has none of them
-        elif diff != 0:
-            reason = FLUSH_TCP_FLAGS
-        elif c.doff[i] != st.e_doff[k]:
-            reason = FLUSH_TCP_DOFF
-        elif c.window[i] != st.e_window[k]:
-            reason = FLUSH_TCP_WINDOW
-    if reason == 0 and c.ack[i] != st.e_ack[k]:
-        reason = FLUSH_TCP_ACK
-    if reason == 0 and not _same_options(i, k, c, st):
-        reason = FLUSH_TCP_OPTIONS if _options_differ_beyond_ts(i, k, c, st) \
-            else FLUSH_TCP_TS
-    # --- IP ID (and, from 6.10, all L3 pair checks): gro_receive_network_flush
+def _ip_id_checks(i, k, c, cfg, st, count):
+    """The IP ID rule of packet i against held entry k (``count``: p's segments), and
+    from 6.10 every L3 pair check (inet_gro_flush / ipv6_gro_flush per header, outer
+    first: gro_receive_network_flush): the reason of the first item that holds, 0 none.
+    Shared by tcp_gro_receive (:func:`_pair_checks`) and udp_gro_receive_segment
+    (:func:`_udp_l3_checks`); mutates the entry's fixed-ID state as the kernel does."""
     r_id = 0
     if cfg.era == ERA_INNER_ID:
         # < 4.7: only the innermost IPv4 ID is checked, it must be p.id + count
@@ -512,6 +478,57 @@ def _pair_checks(i, k, c, cfg, st):
                 bad = off != ((count * (1 - fixed)) & 0xFFFF)
             if bad and r_id == 0:
                 r_id = rid
+    return r_id
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _pair_checks(i, k, c, cfg, st):
+    """tcp_gro_receive flush items for packet i against held entry k, in kernel order.
+
+    Returns the reason code of the first item that holds (0: the merge may proceed to
+    skb_gro_receive). Mutates the entry's fixed-ID state exactly as the kernel does, even
+    when another item flushes (the kernel ORs every item).
+    """
+    count = st.e_count[k]
+    reason = 0
+    # --- 4.7-6.9 and older: p->flush was filled in the L3 loop (inet_gro_receive /
+    # ipv6_gro_receive) and is the first term of tcp_gro_receive's flush.
+    if cfg.era <= ERA_FLUSH_ID:
+        if c.out_v[i] != 0:
+            reason = _ip_pair(c.out_v[i], c.out_ttl[i], c.out_tos[i], c.out_df[i],
+                              st.e_out_ttl[k], st.e_out_tos[k], st.e_out_df[k], cfg.hop_flush,
+                              FLUSH_OUTER_TTL, FLUSH_OUTER_TOS, FLUSH_OUTER_ECN,
+                              FLUSH_OUTER_DF)
+            if reason == 0 and c.sfl_out[i] != 0:
+                # inet_gro_receive: NAPI_GRO_CB(p)->flush |= flush (N's length / RF)
+                reason = FLUSH_IP_RF if c.sfl_out[i] == NOT_HELD_IP_RF else FLUSH_LENGTH
+        if reason == 0:
+            reason = _ip_pair(c.in_v[i], c.in_ttl[i], c.in_tos[i], c.in_df[i],
+                              st.e_in_ttl[k], st.e_in_tos[k], st.e_in_df[k], cfg.hop_flush,
+                              FLUSH_TTL, FLUSH_TOS, FLUSH_ECN, FLUSH_DF)
+            if reason == 0 and c.sfl_in[i] != 0:
+                reason = FLUSH_IP_RF if c.sfl_in[i] == NOT_HELD_IP_RF else FLUSH_LENGTH
+    # --- tcp_gro_receive: CWR, flag word, ack, options
+    fl = c.flags[i]
+    if reason == 0 and (fl & TCP_FLAG_CWR) != 0:
+        reason = FLUSH_CWR
+    if reason == 0:
+        diff = (fl ^ st.e_flags[k]) & ~cfg.flag_mask
+        if (diff & (TCP_FLAG_SYN | TCP_FLAG_RST | TCP_FLAG_URG)) != 0:
+            reason = FLUSH_FLAGS_FINAL     # never equal: a held p has none of them
+        elif diff != 0:
+            reason = FLUSH_TCP_FLAGS
+        elif c.doff[i] != st.e_doff[k]:
+            reason = FLUSH_TCP_DOFF
+        elif c.window[i] != st.e_window[k]:
+            reason = FLUSH_TCP_WINDOW
+    if reason == 0 and c.ack[i] != st.e_ack[k]:
+        reason = FLUSH_TCP_ACK
+    if reason == 0 and not _same_options(i, k, c, st):
+        reason = FLUSH_TCP_OPTIONS if _options_differ_beyond_ts(i, k, c, st) \
+            else FLUSH_TCP_TS
+    # --- IP ID (and, from 6.10, all L3 pair checks): gro_receive_network_flush
+    r_id = _ip_id_checks(i, k, c, cfg, st, count)
     if reason == 0:
         reason = r_id
     if reason != 0:
@@ -604,6 +621,8 @@ def _receive(i, c, cfg, st, out, poll, age):
     if pre != 0:
         # a layer bailed before L4: delivered now, the flow's held entry untouched
         deliver = pre
+    elif c.udp[i] != 0:
+        deliver, hold, end = _udp_receive(i, k, c, cfg, st, out)
     elif st.e_first[k] < 0:
         fl = c.flags[i]
         sfl = c.sfl_out[i] if c.sfl_out[i] != 0 else c.sfl_in[i]
@@ -734,6 +753,108 @@ def _hold(i, k, reason, c, cfg, st, out, poll, age):
     st.loose_held[c.loose[i]] += 1
 
 
+# --- UDP GRO: udp_gro_receive_segment (net/ipv4/udp_offload.c) ------------------------
+# Which packets get here (socket UDP_GRO, rx-udp-gro-forwarding, fraglist; the outer UDP
+# datagram of a UDP tunnel that has no tunnel socket), and their lengths, keys and
+# gso_type codes, is decided per packet by gro/_udp_prepare.py; the reference is
+# reference.GroNode.udp_gro_receive_segment. UDP tunnels with a socket (vxlan, geneve,
+# fou, gue gro_receive) reach tcp_gro_receive like a native tunnel. These functions live
+# here, not in a module of their own, because numba's cache is per source file: a
+# ``run`` cached from this file would not see a change in another one.
+
+UDP_SEGMENT = 1           # Cols.udp: udp_gro_receive_segment, skb_gro_receive
+UDP_FRAGLIST = 2          # Cols.udp: NAPI_GRO_CB(skb)->is_flist, skb_gro_receive_list
+UDP_GRO_CNT_MAX = 64      # include/net/udp.h: segments per UDP GRO packet
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _udp_l3_checks(i, k, c, cfg, st):
+    """gro_receive_network_flush as udp_gro_receive_segment runs it (v6.9+): before
+    v6.10 the IP loop's ``NAPI_GRO_CB(p)->flush`` (TTL/TOS/DF, IPv6 TC / hop limit), then
+    the flush_id rule; from v6.10 inet_gro_flush / ipv6_gro_flush per header. First
+    reason or 0 (reference.GroNode._l3_pair_flush)."""
+    if cfg.era <= ERA_FLUSH_ID:
+        if c.out_v[i] != 0:
+            r = _ip_pair(c.out_v[i], c.out_ttl[i], c.out_tos[i], c.out_df[i],
+                         st.e_out_ttl[k], st.e_out_tos[k], st.e_out_df[k], cfg.hop_flush,
+                         FLUSH_OUTER_TTL, FLUSH_OUTER_TOS, FLUSH_OUTER_ECN, FLUSH_OUTER_DF)
+            if r != 0:
+                return r
+        r = _ip_pair(c.in_v[i], c.in_ttl[i], c.in_tos[i], c.in_df[i], st.e_in_ttl[k],
+                     st.e_in_tos[k], st.e_in_df[k], cfg.hop_flush, FLUSH_TTL, FLUSH_TOS,
+                     FLUSH_ECN, FLUSH_DF)
+        if r != 0:
+            return r
+    return _ip_id_checks(i, k, c, cfg, st, st.e_count[k])
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _udp_receive(i, k, c, cfg, st, out):
+    """udp_gro_receive_segment for packet i (UDP checksum and length already passed:
+    a zero checksum or ``uh->len`` != the bytes received was a bypass code). Returns
+    ``(deliver, hold, end)`` as :func:`_receive` acts on them; a merge is done here.
+
+    No p: held (or delivered with a lower layer's flush). With p: the L3 checks (v6.9+),
+    then a datagram longer than p's first completes p and starts a new head; otherwise
+    skb_gro_receive (gro_max_size, the skb's own flush) or, fraglist,
+    skb_gro_receive_list (p->len + skb->len >= 65536, whole lengths); after a merge p
+    completes when this datagram was shorter than the first or p reached
+    UDP_GRO_CNT_MAX segments."""
+    deliver = -1
+    hold = -1
+    end = 0
+    sfl = c.sfl_out[i] if c.sfl_out[i] != 0 else c.sfl_in[i]
+    if sfl == 0:
+        sfl = c.sfl_fl[i]
+    ulen = np.int64(c.udp_len[i])
+    if st.e_first[k] < 0:
+        if sfl != 0:
+            deliver = np.int64(sfl)
+        else:
+            hold = NO_HELD_PACKET
+            st.e_udp_len[k] = ulen
+        return deliver, hold, end
+    flush = _udp_l3_checks(i, k, c, cfg, st) if cfg.udp_l3 else 0
+    r = 0
+    merge_refused = False          # skb_gro_receive / skb_gro_receive_list said -E2BIG
+    if ulen > np.int64(st.e_udp_len[k]):
+        r = FLUSH_UDP_LARGER
+    elif flush != 0:
+        r = flush
+    else:
+        merge_refused = True
+        if c.udp[i] == UDP_FRAGLIST:
+            if st.e_len[k] + c.plen[i] >= FLIST_MAX_LEN:
+                r = FLUSH_SIZE_LIMIT
+        elif st.e_len[k] + c.tlen[i] >= st.e_limit[k]:
+            r = FLUSH_SIZE_LIMIT
+        elif sfl != 0:
+            r = _sfl_flush(sfl)
+    if r != 0:
+        # pp = p goes up; after a refused merge the datagram is delivered when it
+        # carries a flush of its own, else it is the new head
+        end = r
+        if merge_refused and sfl != 0:
+            deliver = r
+        else:
+            hold = r
+            st.e_udp_len[k] = ulen
+        return deliver, hold, end
+    ln = c.tlen[i]
+    st.e_last[k] = c.row[i]
+    st.e_count[k] += 1
+    st.e_payload[k] += c.payload[i]
+    st.e_grolen[k] += ln
+    st.e_len[k] += ln
+    out.reason[i] = MERGED
+    out.inst[i] = st.e_inst[k]
+    if ulen != np.int64(st.e_udp_len[k]):
+        end = END_SHORT_SEGMENT
+    elif st.e_count[k] >= UDP_GRO_CNT_MAX:
+        end = END_UDP_MAX_SEGS
+    return deliver, hold, end
+
+
 @numba.njit(cache=True, nogil=True, _nrt=False)
 def _flush_queue(q, st, out, poll, old_only, jiffy):
     """__gro_flush: buckets in index order, oldest entry first; a partial flush stops a
@@ -777,7 +898,9 @@ def _complete_keys(keys, st, out):
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
 def _jiffy(t, hz):
-    return (t * hz) // 1000000000
+    # t * hz // 1e9 without the int64 overflow of t * hz (epoch nanoseconds times HZ
+    # passes 2**63): floor division splits exactly, as the reference's Python ints
+    return (t // 1000000000) * hz + ((t % 1000000000) * hz) // 1000000000
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)

@@ -8,7 +8,9 @@ This module is the validating wrapper: it extracts the columns the kernel rules 
 decides per packet what depends on that packet alone (which layer bails before L4, which
 sets an skb flush, the exact same-flow class), and hands plain arrays to the kernels in
 ``_kernels.py`` (``@njit(cache=True, nogil=True)``), which run the per-pair rules, the
-8x8 table and the NAPI poll model. Results are packed into a GroResult.
+8x8 table and the NAPI poll model. Results are packed into a GroResult. UDP GRO and UDP
+tunnel sockets add a per-packet step of their own (``_udp_prepare.UdpView``: the batch as
+the TCP preparation should see it, and the UDP columns of ``K.Cols``).
 
 Public API::
 
@@ -40,6 +42,7 @@ from gropcap.constants import (
 from gropcap.decode.schema import PACKET_SCHEMA
 from gropcap.errors import ConfigError
 from gropcap.gro import _kernels as K
+from gropcap.gro import _udp_prepare
 from gropcap.gro.config import GroConfig
 from gropcap.gro.flows import FLOW_KEY_COLUMNS, flow_key_matrix
 from gropcap.gro.reasons import NOT_HELD_FRAG_LIST, ROLE_ALONE, ROLE_HEAD, ROLE_MERGED
@@ -294,7 +297,7 @@ def _cfg(config: GroConfig, model: int) -> K.Cfg:
                  budget=config.budget, gap_ns=config.poll_gap_ns, hz=config.hz,
                  timeout_ns=config.gro_flush_timeout_ns, defer=config.napi_defer_hard_irqs,
                  tcp_flist=config.tcp_fraglist, timer_flush_old=kp.timeout_flushes_old,
-                 watchdog_empty=kp.napi_defer_hard_irqs)
+                 watchdog_empty=kp.napi_defer_hard_irqs, udp_l3=kp.udp_l3_checks)
 
 
 def _model(config: GroConfig, explicit_polls: bool) -> int:
@@ -310,11 +313,11 @@ def _model(config: GroConfig, explicit_polls: bool) -> int:
 # ids stay int64. Per key: ~180 bytes (was 336 with every field int64 and two 48-byte
 # option copies).
 _STATE_DTYPES = {
-    "e_fixed": np.uint8, "e_queue": np.int32, "e_limit": np.int32, "e_gcode": np.uint8,
+    "e_fixed": np.uint8, "e_queue": np.int32, "e_limit": np.int32, "e_gcode": np.uint16,
     "e_seq": np.uint32, "e_ack": np.uint32, "e_flags": np.uint16, "e_doff": np.uint8,
     "e_window": np.uint16, "e_in_ttl": np.uint8, "e_in_tos": np.uint8, "e_in_df": np.uint8,
     "e_in_id": np.uint16, "e_out_ttl": np.uint8, "e_out_tos": np.uint8,
-    "e_out_df": np.uint8, "e_out_id": np.uint16,
+    "e_out_df": np.uint8, "e_out_id": np.uint16, "e_udp_len": np.uint16,
 }
 _STATE_ROW_FIELDS = [f for f in K.State._fields if f.startswith("e_")]
 
@@ -379,6 +382,9 @@ class EngineState:
     pending_arr: np.ndarray | None = None
     q_maxts: np.ndarray | None = None
     finished: bool = False
+    # UDP tunnel sockets: the TCP same-flow classes before the tunnel fields refine them
+    # (gro/_udp_prepare.py: UdpView.base_ids)
+    udp_ids: dict = field(default_factory=dict)
 
     @classmethod
     def new(cls, config: GroConfig, explicit_polls: bool = False) -> "EngineState":
@@ -521,6 +527,10 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
     t = packets
     n = t.num_rows
     g = ColumnReader(t)     # every column converted once, shared by the helpers below
+    g0 = g                  # the original columns (RSS hash, flow ids)
+    udp = _udp_prepare.UdpView.of(t, config, g)   # UDP GRO / tunnel sockets, else None
+    if udp is not None:
+        g = udp.columns
     napi = config.model == "napi"
     # the ideal model has no RSS: hash 0, one list
     if napi and hashes is not None:
@@ -529,7 +539,7 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
             raise ConfigError(f"hashes has {hash_.shape} values for {n} packets")
     else:
         hash_ = rss_hash(t, config.rss_key, enabled=napi and config.rss == "toeplitz",
-                         columns=g)
+                         columns=g0)
     if no_gro is not None and np.shape(no_gro) != (n,):
         raise ConfigError(f"no_gro has {np.shape(no_gro)} values for {n} packets")
     segs, gsz, sfl_fl = _gso_input(n, coalesced, config.kernel.gso_skb_gro)
@@ -540,8 +550,13 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
         queue = np.zeros(n, np.int32)
         bucket = np.zeros(n, np.int32)
     pre, sfl_out, sfl_in = _pre_and_flush(t, config, no_gro, sfl_fl, columns=g)
+    if udp is not None:
+        pre = udp.fix_pre(pre, sfl_out, sfl_in, sfl_fl)
     use = pre == 0
-    key, loose = _same_flow_ids(t, config, hash_, use, state, columns=g)
+    key, loose = _same_flow_ids(t, config, hash_, use,
+                                state if udp is None else udp.base_ids(state), columns=g)
+    if udp is not None:
+        key, loose = udp.tunnel_ids(key, loose, use, state, _global_ids)
     # option bytes: a zero-copy uint64 view of the Arrow column (read-only: one numba type)
     ob = g.bytes("tcp_options")
     if ob.shape[1] != K.OPT_BYTES:
@@ -560,7 +575,7 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
                      s("payload_len"), s("ip_version"), flags, s("tun_type"), TCP_FLAG_CWR,
                      plen, tlen, gcode)
     # flow ids: the fast packing when it covers exactly flows.FLOW_KEY_COLUMNS
-    flow = _flow_ids(t, state, columns=g)
+    flow = _flow_ids(t, state, columns=g0)
     if polls is None:
         poll_win = np.zeros(n, np.int64)
     else:
@@ -585,7 +600,10 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
         in_id=i32("ip_id"), out_v=s("outer_ip_version"), out_ttl=s("outer_ip_ttl"),
         out_tos=s("outer_ip_tos"), out_df=i32("outer_ip_df"), out_id=i32("outer_ip_id"),
         gcode=gcode, flow=flow, poll_win=poll_win, segs=segs, gsz=gsz, sfl_fl=sfl_fl,
+        udp=np.zeros(n, np.uint8), udp_len=np.zeros(n, np.uint16),
     )
+    if udp is not None:
+        cols = udp.finish(cols)
     return cols, g("ts_ns")
 
 
@@ -749,8 +767,7 @@ def simulate_batch(packets: pa.Table, config: GroConfig, state: EngineState | No
     packets = _check_table(packets)
     from gropcap.gro.reference import needs_reference
     if needs_reference(config):
-        raise ConfigError("the numba engine does not implement this configuration "
-                          "(UDP GRO or UDP tunnel sockets)",
+        raise ConfigError("the numba engine does not implement this configuration",
                           hint="run gropcap.gro.reference.simulate (engine='reference')")
     if polls is not None and config.model != "napi":
         raise ConfigError("explicit polls need the napi model",
@@ -812,7 +829,7 @@ def _gso_table(config: GroConfig) -> np.ndarray:
                         t = gso_type_for(config.kernel.version, 6 if v6 else 4,
                                          tun_type=tun) | SKB_GSO_FRAGLIST
                     table[row, fx] = t
-    return table
+    return _udp_prepare.gso_rows(table, config)
 
 
 def assemble(parts: list[BatchResult], config: GroConfig) -> GroResult:
@@ -891,6 +908,7 @@ def partition_of(packets: pa.Table, config: GroConfig, parts: int) -> np.ndarray
     """
     n = packets.num_rows
     parts = max(1, int(parts))
+    packets = _udp_prepare.partition_table(packets, config)
     if config.model == "napi":
         h = rss_hash(packets, config.rss_key, enabled=config.rss == "toeplitz")
         return (np.asarray(rx_queue(h, config.queues)).astype(np.int64) % parts)

@@ -39,7 +39,7 @@ fraglist). ERSPAN is delivered alone (``BYPASS_TUNNEL``). The gro_cells second s
 decapsulation is :mod:`gropcap.gro.stages`, which runs :func:`simulate` again over a derived
 table of arriving GSO packets (``coalesced=``).
 
-Features the numba engine does not have: see :func:`needs_reference`.
+Features only this model has: see :func:`needs_reference` (none today).
 """
 
 from __future__ import annotations
@@ -1643,19 +1643,21 @@ def needs_reference(config: GroConfig) -> bool:
     """True when ``config`` uses a rule only this reference model implements, so a caller
     must run :func:`simulate` here instead of the numba engine (``gro/engine.py``).
 
-    Those rules: UDP GRO (``udp_gro != "off"``) and UDP tunnel sockets (``udp_tunnels``).
-    TCP fraglist GRO (``rx_gro_list``, ``tcp_local_socket``) is in both engines.
-    GRO off on the device (``native_gro``, ``no_gro=``), the DSA conduit of the gro_cells
-    stage (``tunnel_gro``), VLAN GRO (``vlan_gro``) and arriving GSO packets
-    (``coalesced=``, ``hashes=``) are in both engines, so the gro_cells stage
-    (:mod:`gropcap.gro.stages`) runs on the numba engine too.
+    None today: UDP GRO (``udp_gro``: socket, forward, fraglist) and UDP tunnel sockets
+    (``udp_tunnels``) are in both engines (``gro/_udp_prepare.py``,
+    ``_kernels._udp_receive``), as are TCP fraglist GRO (``rx_gro_list``,
+    ``tcp_local_socket``), GRO off on the device (``native_gro``, ``no_gro=``), the DSA
+    conduit of the gro_cells stage (``tunnel_gro``), VLAN GRO (``vlan_gro``) and arriving
+    GSO packets (``coalesced=``, ``hashes=``), so the gro_cells stage
+    (:mod:`gropcap.gro.stages`) runs on the numba engine too. Kept as the one place a
+    future reference-only rule is declared.
 
     >>> needs_reference(GroConfig())
     False
-    >>> needs_reference(GroConfig(udp_tunnels="vxlan:4789"))
-    True
+    >>> needs_reference(GroConfig(udp_tunnels="vxlan:4789", udp_gro="fraglist"))
+    False
     """
-    return bool(config.udp_gro != "off" or config.udp_tunnels)
+    return False
 
 
 def _flush_window(nodes: dict, rec: _Recorder, events: list, window: int,

@@ -206,7 +206,7 @@ def unreplayable_reason(linktypes) -> str:
              "send, so a burst is one GRO window.")
 @click.option("--engine", type=click.Choice(["fast", "reference"]), default="fast",
               show_default=True, help="Simulator implementation to compare against (the "
-                                      "same results; UDP tunnel sockets run on reference).")
+                                      "same results).")
 @option("--no-fix-checksums", is_flag=True, section="input",
         help="Inject frames as captured (no padding checksum repair).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",

@@ -252,7 +252,8 @@ def simulate_replay(kernel_result: KernelReplayResult, *, kernel=None, engine: s
     if config_changes:
         config = config.replace(**config_changes)
     polls = np.asarray(kernel_result.polls, dtype=np.int64)
-    # rules only the reference model has (UDP tunnel sockets): it runs whatever ``engine``
+    # rules only the reference model has (gro.reference.needs_reference; none today): it
+    # runs whatever ``engine``
     if engine == "reference" or needs_reference(config):
         from gropcap.gro.reference import simulate
     else:

@@ -285,7 +285,7 @@ def compare(ctx, a, b, set_a, set_b, model, fmt, engine, **kw):
     cfg_b = _config_for(ctx, gro_kw, set_b, "--set-b")
     from gropcap.gro.reference import needs_reference
 
-    # rules only the reference model has (UDP GRO, tunnel sockets, stage switches)
+    # rules only the reference model has (gro.reference.needs_reference; none today)
     eng_a = "reference" if needs_reference(cfg_a) else engine
     eng_b = "reference" if needs_reference(cfg_b) else engine
     ra = analyze(a, cfg_a, models=models, decode_options=options, engine=eng_a)

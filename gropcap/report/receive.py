@@ -20,9 +20,10 @@ from gropcap.run.accumulators import UDP_TUNNEL_KINDS, udp_tunnel_counts  # noqa
 POLL_END_REASONS = {"END_POLL": "a poll end",
                     "END_POLL_OLD": "a full-budget or deferred flush",
                     "END_BUCKET_FULL": "a GRO table eviction"}
-# above this many rows the hint names the option but does not run the model again (UDP
-# tunnel sockets run on the reference engine, a few thousand rows per second): the
-# tunnels' rows for the ideal model, the whole capture for napi
+# above this many rows the hint names the option but does not run the model again (set
+# when UDP tunnel sockets ran on the reference engine, a few thousand rows per second;
+# the numba engine runs them now): the tunnels' rows for the ideal model, the whole
+# capture for napi
 HINT_MAX_ROWS = 60_000
 HINT_NAPI_MAX_ROWS = 20_000
 

@@ -23,9 +23,9 @@ def simulate(packets: pa.Table, config: GroConfig, *, engine: str = "fast",
     """Run one GRO engine (``"fast"`` numba or ``"reference"`` plain Python).
 
     Configurations that use a receive-path feature only the reference model implements
-    (``gro.reference.needs_reference``: UDP GRO modes, UDP tunnel sockets) run on the
-    reference model even when ``engine="fast"``; the results are the same by definition of
-    the reference, only slower.
+    (``gro.reference.needs_reference``; none today: UDP GRO modes and UDP tunnel sockets
+    are in the numba engine too) run on the reference model even when ``engine="fast"``;
+    the results are the same by definition of the reference, only slower.
 
     ``coalesced``: a :class:`gropcap.gso.CoalescedInput` (frames captured after TSO/GRO
     arrive as GSO packets, ``count`` = their segments); None: every frame is one segment.

@@ -70,13 +70,14 @@ def memory_reason(config: GroConfig, *, engine: str = "fast", decoder: str = "fa
                   egress=None, plot: bool = False) -> str | None:
     """None when the core runs batch by batch in bounded memory, else why this run needs
     the whole decoded table (one line): what only the in-memory models implement today
-    (the reference engine or decoder, UDP GRO and UDP tunnel sockets, the gro_cells
-    stage, egress accounting) or what reads the whole table (plots)."""
+    (the reference engine or decoder, a rule only the reference model implements
+    (none today: gro.reference.needs_reference), the gro_cells stage, egress
+    accounting) or what reads the whole table (plots)."""
     from gropcap.gro.reference import needs_reference
     if engine != "fast" or decoder != "fast":
         return "only the fast engine and decoder run batch by batch"
     if needs_reference(config):
-        return "UDP GRO and UDP tunnel sockets run on the reference model (whole table)"
+        return "the configuration uses a rule only the reference model implements"
     if config.tunnel_gro is not None:
         return "the gro_cells stage runs on the whole table"
     if egress is not None:
