@@ -760,7 +760,9 @@ def _hold(i, k, reason, c, cfg, st, out, poll, age):
 # reference.GroNode.udp_gro_receive_segment. UDP tunnels with a socket (vxlan, geneve,
 # fou, gue gro_receive) reach tcp_gro_receive like a native tunnel. These functions live
 # here, not in a module of their own, because numba's cache is per source file: a
-# ``run`` cached from this file would not see a change in another one.
+# ``run`` cached from this file would not see a change in another one. _udp_receive is
+# a call, not inlined: ``run``'s one inlined body (and its compile time) stays the TCP
+# one; the call costs nothing measurable next to the preparation (benchmarks/bench_udp.py).
 
 UDP_SEGMENT = 1           # Cols.udp: udp_gro_receive_segment, skb_gro_receive
 UDP_FRAGLIST = 2          # Cols.udp: NAPI_GRO_CB(skb)->is_flist, skb_gro_receive_list
@@ -788,7 +790,7 @@ def _udp_l3_checks(i, k, c, cfg, st):
     return _ip_id_checks(i, k, c, cfg, st, st.e_count[k])
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _udp_receive(i, k, c, cfg, st, out):
     """udp_gro_receive_segment for packet i (UDP checksum and length already passed:
     a zero checksum or ``uh->len`` != the bytes received was a bypass code). Returns
