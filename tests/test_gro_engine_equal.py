@@ -173,3 +173,20 @@ def test_equal_receive_switches(seed, n, kernel, model, switch):
         from gropcap.gro.reasons import BYPASS_NO_VLAN_GRO
         assert np.all(f.reason[tagged & (table.column("dsa_tag").to_numpy() == 0)]
                       == BYPASS_NO_VLAN_GRO)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("hz", [100, 250, 1000])
+def test_equal_epoch_timestamps_jiffies(seed, hz):
+    """Epoch nanoseconds times HZ pass 2**63: the engine's jiffies (``_kernels._jiffy``)
+    must not wrap, or old-only flushes (full budget, gro_flush_timeout) fall at other
+    jiffy boundaries than the reference's."""
+    rows = random_traffic(np.random.default_rng(seed), 300, 4)
+    for row in rows:
+        row["ts_ns"] += 1_700_000_000_000_000_000
+    table = packet_table(rows)
+    for cfg in (GroConfig(model="napi", budget=4, hz=hz),
+                GroConfig(model="napi", hz=hz, gro_flush_timeout_ns=200_000,
+                          napi_defer_hard_irqs=1)):
+        f, r = both(table, cfg)
+        assert_same(f, r, f"seed={seed} {cfg}")

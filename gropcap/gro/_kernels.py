@@ -377,6 +377,74 @@ def _options_differ_beyond_ts(i, k, c, st):
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _pair_checks(i, k, c, cfg, st):
+    """tcp_gro_receive flush items for packet i against held entry k, in kernel order.
+
+    Returns the reason code of the first item that holds (0: the merge may proceed to
+    skb_gro_receive). Mutates the entry's fixed-ID state exactly as the kernel does, even
+    when another item flushes (the kernel ORs every item).
+    """
+    count = st.e_count[k]
+    reason = 0
+    # --- 4.7-6.9 and older: p->flush was filled in the L3 loop (inet_gro_receive /
+    # ipv6_gro_receive) and is the first term of tcp_gro_receive's flush.
+    if cfg.era <= ERA_FLUSH_ID:
+        if c.out_v[i] != 0:
+            reason = _ip_pair(c.out_v[i], c.out_ttl[i], c.out_tos[i], c.out_df[i],
+                              st.e_out_ttl[k], st.e_out_tos[k], st.e_out_df[k], cfg.hop_flush,
+                              FLUSH_OUTER_TTL, FLUSH_OUTER_TOS, FLUSH_OUTER_ECN,
+                              FLUSH_OUTER_DF)
+            if reason == 0 and c.sfl_out[i] != 0:
+                # inet_gro_receive: NAPI_GRO_CB(p)->flush |= flush (N's length / RF)
+                reason = FLUSH_IP_RF if c.sfl_out[i] == NOT_HELD_IP_RF else FLUSH_LENGTH
+        if reason == 0:
+            reason = _ip_pair(c.in_v[i], c.in_ttl[i], c.in_tos[i], c.in_df[i],
+                              st.e_in_ttl[k], st.e_in_tos[k], st.e_in_df[k], cfg.hop_flush,
+                              FLUSH_TTL, FLUSH_TOS, FLUSH_ECN, FLUSH_DF)
+            if reason == 0 and c.sfl_in[i] != 0:
+                reason = FLUSH_IP_RF if c.sfl_in[i] == NOT_HELD_IP_RF else FLUSH_LENGTH
+    # --- tcp_gro_receive: CWR, flag word, ack, options
+    fl = c.flags[i]
+    if reason == 0 and (fl & TCP_FLAG_CWR) != 0:
+        reason = FLUSH_CWR
+    if reason == 0:
+        diff = (fl ^ st.e_flags[k]) & ~cfg.flag_mask
+        if (diff & (TCP_FLAG_SYN | TCP_FLAG_RST | TCP_FLAG_URG)) != 0:
+            reason = FLUSH_FLAGS_FINAL     # never equal: a held p has none of them
+        elif diff != 0:
+            reason = FLUSH_TCP_FLAGS
+        elif c.doff[i] != st.e_doff[k]:
+            reason = FLUSH_TCP_DOFF
+        elif c.window[i] != st.e_window[k]:
+            reason = FLUSH_TCP_WINDOW
+    if reason == 0 and c.ack[i] != st.e_ack[k]:
+        reason = FLUSH_TCP_ACK
+    if reason == 0 and not _same_options(i, k, c, st):
+        reason = FLUSH_TCP_OPTIONS if _options_differ_beyond_ts(i, k, c, st) \
+            else FLUSH_TCP_TS
+    # --- IP ID (and, from 6.10, all L3 pair checks): gro_receive_network_flush
+    r_id = _ip_id_checks(i, k, c, cfg, st, count)
+    if reason == 0:
+        reason = r_id
+    if reason != 0:
+        return reason
+    # --- size of the new segment vs gso_size: (len - 1) >= mss, unsigned; an arriving
+    # GSO skb must instead carry p's gso_size (tcp_gro_receive: skb_is_gso branch)
+    ln = c.tlen[i]
+    if c.gsz[i] != 0:
+        if c.gsz[i] != st.e_mss[k]:
+            return FLUSH_GSO_SIZE
+    elif ln == 0:
+        return FLUSH_ZERO_PAYLOAD
+    elif ln > st.e_mss[k]:
+        return FLUSH_PAYLOAD_LARGER
+    # --- sequence continuity: th2->seq + skb_gro_len(p) == th->seq
+    if ((st.e_seq[k] + st.e_grolen[k]) & 0xFFFFFFFF) != c.seq[i]:
+        return FLUSH_SEQ
+    return 0
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _ip_id_checks(i, k, c, cfg, st, count):
     """The IP ID rule of packet i against held entry k (``count``: p's segments), and
     from 6.10 every L3 pair check (inet_gro_flush / ipv6_gro_flush per header, outer
@@ -479,74 +547,6 @@ def _ip_id_checks(i, k, c, cfg, st, count):
             if bad and r_id == 0:
                 r_id = rid
     return r_id
-
-
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
-def _pair_checks(i, k, c, cfg, st):
-    """tcp_gro_receive flush items for packet i against held entry k, in kernel order.
-
-    Returns the reason code of the first item that holds (0: the merge may proceed to
-    skb_gro_receive). Mutates the entry's fixed-ID state exactly as the kernel does, even
-    when another item flushes (the kernel ORs every item).
-    """
-    count = st.e_count[k]
-    reason = 0
-    # --- 4.7-6.9 and older: p->flush was filled in the L3 loop (inet_gro_receive /
-    # ipv6_gro_receive) and is the first term of tcp_gro_receive's flush.
-    if cfg.era <= ERA_FLUSH_ID:
-        if c.out_v[i] != 0:
-            reason = _ip_pair(c.out_v[i], c.out_ttl[i], c.out_tos[i], c.out_df[i],
-                              st.e_out_ttl[k], st.e_out_tos[k], st.e_out_df[k], cfg.hop_flush,
-                              FLUSH_OUTER_TTL, FLUSH_OUTER_TOS, FLUSH_OUTER_ECN,
-                              FLUSH_OUTER_DF)
-            if reason == 0 and c.sfl_out[i] != 0:
-                # inet_gro_receive: NAPI_GRO_CB(p)->flush |= flush (N's length / RF)
-                reason = FLUSH_IP_RF if c.sfl_out[i] == NOT_HELD_IP_RF else FLUSH_LENGTH
-        if reason == 0:
-            reason = _ip_pair(c.in_v[i], c.in_ttl[i], c.in_tos[i], c.in_df[i],
-                              st.e_in_ttl[k], st.e_in_tos[k], st.e_in_df[k], cfg.hop_flush,
-                              FLUSH_TTL, FLUSH_TOS, FLUSH_ECN, FLUSH_DF)
-            if reason == 0 and c.sfl_in[i] != 0:
-                reason = FLUSH_IP_RF if c.sfl_in[i] == NOT_HELD_IP_RF else FLUSH_LENGTH
-    # --- tcp_gro_receive: CWR, flag word, ack, options
-    fl = c.flags[i]
-    if reason == 0 and (fl & TCP_FLAG_CWR) != 0:
-        reason = FLUSH_CWR
-    if reason == 0:
-        diff = (fl ^ st.e_flags[k]) & ~cfg.flag_mask
-        if (diff & (TCP_FLAG_SYN | TCP_FLAG_RST | TCP_FLAG_URG)) != 0:
-            reason = FLUSH_FLAGS_FINAL     # never equal: a held p has none of them
-        elif diff != 0:
-            reason = FLUSH_TCP_FLAGS
-        elif c.doff[i] != st.e_doff[k]:
-            reason = FLUSH_TCP_DOFF
-        elif c.window[i] != st.e_window[k]:
-            reason = FLUSH_TCP_WINDOW
-    if reason == 0 and c.ack[i] != st.e_ack[k]:
-        reason = FLUSH_TCP_ACK
-    if reason == 0 and not _same_options(i, k, c, st):
-        reason = FLUSH_TCP_OPTIONS if _options_differ_beyond_ts(i, k, c, st) \
-            else FLUSH_TCP_TS
-    # --- IP ID (and, from 6.10, all L3 pair checks): gro_receive_network_flush
-    r_id = _ip_id_checks(i, k, c, cfg, st, count)
-    if reason == 0:
-        reason = r_id
-    if reason != 0:
-        return reason
-    # --- size of the new segment vs gso_size: (len - 1) >= mss, unsigned; an arriving
-    # GSO skb must instead carry p's gso_size (tcp_gro_receive: skb_is_gso branch)
-    ln = c.tlen[i]
-    if c.gsz[i] != 0:
-        if c.gsz[i] != st.e_mss[k]:
-            return FLUSH_GSO_SIZE
-    elif ln == 0:
-        return FLUSH_ZERO_PAYLOAD
-    elif ln > st.e_mss[k]:
-        return FLUSH_PAYLOAD_LARGER
-    # --- sequence continuity: th2->seq + skb_gro_len(p) == th->seq
-    if ((st.e_seq[k] + st.e_grolen[k]) & 0xFFFFFFFF) != c.seq[i]:
-        return FLUSH_SEQ
-    return 0
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
@@ -760,7 +760,9 @@ def _hold(i, k, reason, c, cfg, st, out, poll, age):
 # reference.GroNode.udp_gro_receive_segment. UDP tunnels with a socket (vxlan, geneve,
 # fou, gue gro_receive) reach tcp_gro_receive like a native tunnel. These functions live
 # here, not in a module of their own, because numba's cache is per source file: a
-# ``run`` cached from this file would not see a change in another one.
+# ``run`` cached from this file would not see a change in another one. _udp_receive is
+# a call, not inlined: ``run``'s one inlined body (and its compile time) stays the TCP
+# one; the call costs nothing measurable next to the preparation (benchmarks/bench_udp.py).
 
 UDP_SEGMENT = 1           # Cols.udp: udp_gro_receive_segment, skb_gro_receive
 UDP_FRAGLIST = 2          # Cols.udp: NAPI_GRO_CB(skb)->is_flist, skb_gro_receive_list
@@ -788,7 +790,7 @@ def _udp_l3_checks(i, k, c, cfg, st):
     return _ip_id_checks(i, k, c, cfg, st, st.e_count[k])
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _udp_receive(i, k, c, cfg, st, out):
     """udp_gro_receive_segment for packet i (UDP checksum and length already passed:
     a zero checksum or ``uh->len`` != the bytes received was a bypass code). Returns
