@@ -174,3 +174,23 @@ def test_streamed_vxlan_hint_equals_in_memory(tmp_path):
     assert d["udp_tunnel_hint"]["option"] == "--udp-tunnel vxlan:4789"
     assert d["receive"] == json.loads(cli("analyze", VXLAN, "-q", "--format",
                                           "json"))["receive"]
+
+
+def test_report_says_when_the_capture_holds_the_receivers_acks():
+    """real_ipv4.pcap holds both directions: the receiver's ACKs of each data direction.
+    The timing-only napi run says so and names --poll-acks; a run with it does not; a
+    one-direction capture (a pair's wire view) gets no hint."""
+    from gropcap.api import analyze as api_analyze
+    from gropcap.report.summary import render_text
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sample_pcaps")
+    a = api_analyze(os.path.join(here, "real_ipv4.pcap"))
+    hint = a.summary()["poll_acks_hint"]
+    flows = a.flows.to_pylist()
+    data = [f for f in flows if f["l4_proto"] == 6 and f["payload_bytes"] > 0]
+    assert hint == {"directions": len(data), "option": "--poll-acks"} and len(data) >= 2
+    assert "--poll-acks infers the napi polls" in render_text(a, width=100)
+    assert api_analyze(os.path.join(here, "real_ipv4.pcap"),
+                       poll_acks=True).summary()["poll_acks_hint"] is None
+    wire = api_analyze(os.path.join(here, "pairs", "bulk.wire.pcap"))
+    assert wire.summary()["poll_acks_hint"] is None
+    assert "--poll-acks" not in render_text(wire, width=100)

@@ -60,6 +60,9 @@ GRE_REPORT = (
     'napi depends on them: of its 9 super-packets 0% by a poll end, 0% by a\n'
     '  full-budget or deferred flush, 0% by a GRO table eviction; ratio napi 3.89,\n'
     '  ideal 3.89 (no polls, unlimited table)\n'
+    "poll ends: 1 TCP data direction with the receiver's ACKs in the capture; if that\n"
+    '  receiver had GRO on, --poll-acks infers the napi polls from its ACKs instead\n'
+    '  of from the timing (docs/gro-model.md)\n'
     '\n'
     'Flows with the most super-packets (napi): 2 of 2\n'
     'flow   endpoints / top end reason           pkts in   super-pkts   ratio\n'
@@ -111,6 +114,9 @@ TWO_FILES_REPORT = (
     '    segments in the largest super-packet\n'
     'napi depends on them: of its 19 super-packets 5% by a poll end, 0% by a\n'
     '  full-budget or deferred flush, 0% by a GRO table eviction\n'
+    "poll ends: 2 TCP data directions with the receiver's ACKs in the capture; if\n"
+    '  that receiver had GRO on, --poll-acks infers the napi polls from its ACKs\n'
+    '  instead of from the timing (docs/gro-model.md)\n'
     '\n'
     'Per file (2 files)\n'
     'file                packets     bytes   napi data / all\n'

@@ -170,6 +170,24 @@ def _with_sockets(analysis, pairs, max_rows: int, napi_max_rows: int) -> dict | 
                           tunnel_rows=tunnel_rows, before=before, whole=whole)
 
 
+def acks_hint(flows, config) -> dict | None:
+    """When the napi model inferred its polls from timing only but the capture also holds
+    the receiver's ACKs (a TCP direction with payload whose reverse direction, same
+    endpoints swapped, is in the capture too), how many such directions there are and the
+    option that uses them (``--poll-acks``, docs/gro-model.md): ``{"directions",
+    "option"}``; None otherwise. ``flows``: the run's flows table (``Totals.flows_table``).
+    A suggestion only: nothing is re-run."""
+    if config.poll_acks or flows is None or not flows.num_rows:
+        return None
+    cols = {n: flows.column(n).to_pylist() for n in
+            ("encap", "src", "dst", "sport", "dport", "l4_proto", "payload_bytes")}
+    keys = set(zip(cols["encap"], cols["src"], cols["dst"], cols["sport"], cols["dport"],
+                   cols["l4_proto"]))
+    n = sum(1 for e, s, d, sp, dp, proto, pay in zip(*cols.values())
+            if proto == C.IPPROTO_TCP and pay > 0 and (e, d, s, dp, sp, proto) in keys)
+    return {"directions": n, "option": "--poll-acks"} if n else None
+
+
 def _wrap(lines, width):
     return [w for line in lines for w in textwrap.wrap(
         line, width=width, subsequent_indent="  ", break_on_hyphens=False)]
@@ -209,6 +227,13 @@ def dependence_lines(summary: dict, width: int = 80) -> list[str]:
             text += (f"; ratio napi {dep['napi_ratio']:.2f}, ideal {dep['ideal_ratio']:.2f} "
                      f"(no polls, unlimited table)")
         lines.append(text)
+    hint = summary.get("poll_acks_hint")
+    if hint:
+        lines.append(f"poll ends: {hint['directions']} TCP data direction"
+                     f"{'s' if hint['directions'] != 1 else ''} with the receiver's ACKs in "
+                     f"the capture; if that receiver had GRO on, {hint['option']} infers "
+                     f"the napi polls from its ACKs instead of from the timing "
+                     f"(docs/gro-model.md)")
     return _wrap(lines, width)
 
 
@@ -232,7 +257,7 @@ def tunnel_lines(hint: dict | None, width: int = 80) -> list[str]:
     return _wrap([text], width)
 
 
-__all__ = ["receive_of", "napi_dependence", "tunnel_hint", "udp_tunnel_counts",
+__all__ = ["receive_of", "napi_dependence", "acks_hint", "tunnel_hint", "udp_tunnel_counts",
            "missing_tunnels", "tunnel_mask", "sub_coalesced", "sockets_models",
            "receive_lines",
            "dependence_lines", "tunnel_lines",

@@ -263,8 +263,9 @@ def render_summary(tot, *, infos, config, mtu, receive, extra: dict | None = Non
     ``mtu``: the run's :class:`gropcap.mtu.MtuInference`; ``receive``: its
     :class:`gropcap.context.ReceiveContext` (without the MTU); ``extra``: ``stages`` and
     ``egress`` when they were modelled."""
-    from gropcap.report.receive import napi_dependence
+    from gropcap.report.receive import acks_hint, napi_dependence
     c, co = tot.capture, tot.coalesced
+    flows = tot.flows_table()
     statuses = {STATUS_NAMES.get(int(s), str(int(s))): int(c.status[s])
                 for s in np.nonzero(c.status)[0]}
     seg_in = co.segs_total if co else c.packets
@@ -279,12 +280,14 @@ def render_summary(tot, *, infos, config, mtu, receive, extra: dict | None = Non
         "models": {m: model_dict(mc, c.packets, seg_in, data_in)
                    for m, mc in tot.models.items()},
         "encapsulations": encap_dict(tot),
-        "warnings": warnings_of(tot, mtu, tot.flows_table()),
+        "warnings": warnings_of(tot, mtu, flows),
         "mtu": mtu.as_dict(),
         **(extra or {}),
         "receive": receive.with_mtu(mtu).as_dict(),
     }
     out["napi_dependence"] = napi_dependence(out["models"])
+    out["poll_acks_hint"] = (acks_hint(flows, config) if "napi" in out["models"]
+                             else None)
     return out
 
 
