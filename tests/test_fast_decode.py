@@ -321,6 +321,26 @@ def test_empty_batch_and_bad_batch():
         F.decode_batch(type(b)(**fields))
 
 
+def test_output_memory_is_reused_only_once_released():
+    """decode_batch recycles its output memory: a batch still referred to is never
+    overwritten by later batches; a dropped one's memory is handed out again."""
+    from gropcap.decode import _fast_kernels as FK
+    frames_a = [K.eth(K.ipv4(A4, B4, 6, _tcp())) for _ in range(300)]
+    frames_b = [K.eth(K.ipv6(A6, B6, 17, K.udp(1, 2, b"x")), vlans=[(C.ETH_P_8021Q, 7)])
+                for _ in range(300)]
+    batch_a, batch_b = K.make_batch(frames_a), K.make_batch(frames_b)
+    expect_a = R.decode_batch(batch_a)
+    kept = [F.decode_batch(batch_a) for _ in range(4)]     # more than the cache keeps
+    for _ in range(4):
+        F.decode_batch(batch_b)                              # dropped at once
+    for out in kept:
+        assert out.equals(expect_a)
+    del kept, out
+    slabs = [id(FK.alloc_out(300).u8.base) for _ in range(3)]
+    assert len(set(slabs)) == 1 and slabs[0] in map(id, FK._SLABS.slabs)
+    assert F.decode_batch(batch_b).equals(R.decode_batch(batch_b))
+
+
 # --- generated stacks -------------------------------------------------------------------
 
 @st.composite

@@ -16,7 +16,9 @@ from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
-from numba import njit
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from gropcap import constants as C
 from gropcap.decode import schema as S
@@ -205,31 +207,65 @@ class Out(NamedTuple):
     opts: np.ndarray   # (n, 40) uint8: tcp_options
 
 
-def _pool_array(shape, dtype) -> np.ndarray:
-    """An uninitialised array in Arrow's memory pool (reused across batches)."""
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape)) * dtype.itemsize
-    buf = pa.allocate_buffer(max(nbytes, 1))
-    return np.frombuffer(buf, dtype=np.uint8)[:nbytes].view(dtype).reshape(shape)
+class _Slabs:
+    """Output memory for :func:`alloc_out`, recycled once the consumer has dropped it.
+
+    Each batch's matrices are carved from one ``uint8`` slab; the Arrow columns wrap views
+    of it without a copy, and every view holds a reference to the slab. A slab whose only
+    reference is this cache is free again: a streaming consumer that drops each decoded
+    batch gets the same (already mapped, page-faulted, often cached) memory back, instead
+    of fresh pages the kernel has to fault in and zero (a third of the decode time on
+    large batches). At most ``keep`` idle slabs are kept; thread safe.
+    """
+
+    def __init__(self, keep: int = 2):
+        import threading
+        self.keep = keep
+        self.slabs: list[np.ndarray] = []
+        self.lock = threading.Lock()
+
+    def get(self, nbytes: int) -> np.ndarray:
+        import sys
+        with self.lock:
+            for j in range(len(self.slabs)):
+                slab = self.slabs[j]
+                # references: this list, ``slab`` and getrefcount's argument
+                if sys.getrefcount(slab) <= 3:
+                    if nbytes <= slab.nbytes <= 2 * nbytes + (1 << 20):
+                        return slab
+                    del self.slabs[j]                 # free but the wrong size: drop it
+                    break
+            slab = np.empty(max(nbytes, 1), dtype=np.uint8)
+            if len(self.slabs) < self.keep:
+                self.slabs.append(slab)
+            return slab
+
+
+_SLABS = _Slabs()
+_ALIGN = 64
 
 
 def alloc_out(n: int) -> Out:
     """Uninitialised matrices for ``n`` records; :func:`decode_kernel` clears them.
 
-    They live in Arrow's memory pool and become the Arrow columns without a copy: touching
-    freshly mapped pages costs more than decoding, and the pool hands back the memory of
-    batches the consumer has dropped. The kernel clears them a chunk at a time, just
-    before decoding that chunk, so the memory is written while it is in cache.
+    They are views of one recycled slab (:class:`_Slabs`) and become the Arrow columns
+    without a copy. The kernel clears them a chunk at a time, just before decoding that
+    chunk, so the memory is written while it is in cache.
     """
-    arrs = {}
+    shapes = {}
     for g in GROUPS:
         k = len(GROUP_COLUMNS[g])
-        if g == "addr":
-            arrs[g] = _pool_array((k, n, 16), np.uint8)
-        elif g == "opts":
-            arrs[g] = _pool_array((n, C.TCP_MAX_OPTLEN), np.uint8)
-        else:
-            arrs[g] = _pool_array((k, n), GROUP_DTYPE[g])
+        shapes[g] = ((k, n, 16) if g == "addr" else (n, C.TCP_MAX_OPTLEN) if g == "opts"
+                     else (k, n))
+    sizes = {g: int(np.prod(shp)) * np.dtype(GROUP_DTYPE[g]).itemsize
+             for g, shp in shapes.items()}
+    total = sum(-(-b // _ALIGN) * _ALIGN for b in sizes.values()) + _ALIGN
+    slab = _SLABS.get(total)
+    pos = -slab.ctypes.data % _ALIGN
+    arrs = {}
+    for g in GROUPS:
+        arrs[g] = slab[pos:pos + sizes[g]].view(GROUP_DTYPE[g]).reshape(shapes[g])
+        pos += -(-sizes[g] // _ALIGN) * _ALIGN
     return Out(**arrs)
 
 
@@ -272,6 +308,26 @@ ST_LINK = 14
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)   # FNV-1a 64 (digest.fnv1a64)
 _FNV_PRIME = np.uint64(0x100000001B3)
 _U64_ZERO = np.uint64(0)
+
+
+@intrinsic
+def _borrow(typingctx, arr):
+    """``arr`` without its reference count: the same array with a null ``meminfo``.
+
+    numba increments and decrements (atomically) the reference count of every array
+    passed to a helper or aliased by one, several times per frame here; on a borrowed
+    array those are no-ops. Only for arrays the caller keeps alive for the whole call
+    (the kernel's own arguments)."""
+    if not isinstance(arr, types.Array):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ary = cgutils.create_struct_proxy(sig.args[0])(context, builder, value=args[0])
+        ary.meminfo = cgutils.get_null_value(ary.meminfo.type)
+        ary.parent = cgutils.get_null_value(ary.parent.type)
+        return ary._getvalue()
+
+    return arr(arr), codegen
 
 
 # The helpers below are plain @njit functions, not ``inline="always"``: LLVM inlines them
@@ -468,8 +524,11 @@ def _hash_layers(layers, nl):
 @njit(cache=True)
 def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap_depth,
                   encap_idx, port_tun, port_fou, dsa_opt, tab_key, tab_val, dict_seq,
-                  dict_len):
+                  dict_len, cap_out):
     """Decode every record; returns (number of encap strings, -1 on dictionary overflow).
+
+    ``cap_out[i]`` is the captured length as the reference sees it: the bytes of the record
+    actually present in ``buf``.
 
     ``encap_idx[i]`` is the index of record i's layer list in ``dict_seq``/``dict_len``
     (first-occurrence order, as ``pyarrow.dictionary_encode`` numbers strings), or -1 when
@@ -483,6 +542,10 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
     nbuf = buf.shape[0]
     # bound once: reading a field of ``o`` inside the loop costs a refcount round trip
     u8, i8, u16, i16, u32, u64, addr, opts = o
+    buf = _borrow(buf)
+    u8, i8, u16, i16 = _borrow(u8), _borrow(i8), _borrow(u16), _borrow(i16)
+    u32, u64, addr, opts = _borrow(u32), _borrow(u64), _borrow(addr), _borrow(opts)
+    o = Out(u8, i8, u16, i16, u32, u64, addr, opts)
     layers = np.zeros(MAX_LAYERS + 2, dtype=np.uint16)
     tmask = tab_key.shape[0] - 1
     ndict = 0
@@ -505,6 +568,7 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
             i8[K_TCP_WSCALE, i:e] = -1       # -1 = option absent (shift 0 is real)
         lo = offset[i]
         cap = np.int64(cap_len[i])
+        cap_out[i] = min(cap, max(nbuf - lo, 0))
         if lo >= nbuf or lo < 0:
             cap = 0
             lo = 0
