@@ -245,28 +245,29 @@ _SLABS = _Slabs()
 _ALIGN = 64
 
 
-def alloc_out(n: int) -> Out:
-    """Uninitialised matrices for ``n`` records; :func:`decode_kernel` clears them.
+def alloc_out(n: int, extra=()) -> tuple[Out, list[np.ndarray]]:
+    """Uninitialised matrices for ``n`` records (:func:`decode_kernel` clears them), and
+    one uninitialised array per ``(shape, dtype)`` of ``extra``.
 
     They are views of one recycled slab (:class:`_Slabs`) and become the Arrow columns
-    without a copy. The kernel clears them a chunk at a time, just before decoding that
-    chunk, so the memory is written while it is in cache.
+    without a copy. The kernel clears the matrices a chunk at a time, just before decoding
+    that chunk, so the memory is written while it is in cache.
     """
-    shapes = {}
+    specs = []
     for g in GROUPS:
         k = len(GROUP_COLUMNS[g])
-        shapes[g] = ((k, n, 16) if g == "addr" else (n, C.TCP_MAX_OPTLEN) if g == "opts"
-                     else (k, n))
-    sizes = {g: int(np.prod(shp)) * np.dtype(GROUP_DTYPE[g]).itemsize
-             for g, shp in shapes.items()}
-    total = sum(-(-b // _ALIGN) * _ALIGN for b in sizes.values()) + _ALIGN
+        specs.append(((k, n, 16) if g == "addr" else (n, C.TCP_MAX_OPTLEN) if g == "opts"
+                      else (k, n), GROUP_DTYPE[g]))
+    specs += list(extra)
+    sizes = [int(np.prod(shp)) * np.dtype(dt).itemsize for shp, dt in specs]
+    total = sum(-(-b // _ALIGN) * _ALIGN for b in sizes) + _ALIGN
     slab = _SLABS.get(total)
     pos = -slab.ctypes.data % _ALIGN
-    arrs = {}
-    for g in GROUPS:
-        arrs[g] = slab[pos:pos + sizes[g]].view(GROUP_DTYPE[g]).reshape(shapes[g])
-        pos += -(-sizes[g] // _ALIGN) * _ALIGN
-    return Out(**arrs)
+    arrs = []
+    for (shp, dt), size in zip(specs, sizes):
+        arrs.append(slab[pos:pos + size].view(dt).reshape(shp))
+        pos += -(-size // _ALIGN) * _ALIGN
+    return Out(*arrs[:len(GROUPS)]), arrs[len(GROUPS):]
 
 
 CLEAR_CHUNK = 1024        # records cleared ahead of decoding (fits in L2 with its output)
@@ -522,21 +523,37 @@ def _hash_layers(layers, nl):
 
 
 @njit(cache=True)
+def _pack_bools(u8, rows, bits, lo, hi):
+    """Arrow bitmaps of the boolean columns (0/1 bytes in ``u8``) for records [lo, hi);
+    ``lo`` is a multiple of 8."""
+    for r in range(rows.shape[0]):
+        src = u8[rows[r]]
+        for j in range(lo >> 3, (hi + 7) >> 3):
+            v = 0
+            base = j << 3
+            for b in range(min(8, hi - base)):
+                v |= (src[base + b] & 1) << b
+            bits[r, j] = v
+
+
+@njit(cache=True)
 def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap_depth,
                   encap_idx, port_tun, port_fou, dsa_opt, tab_key, tab_val, dict_seq,
-                  dict_len, cap_out):
+                  dict_len, cap_out, bool_rows, bits):
     """Decode every record; returns (number of encap strings, -1 on dictionary overflow).
 
     ``cap_out[i]`` is the captured length as the reference sees it: the bytes of the record
-    actually present in ``buf``.
+    actually present in ``buf``. ``bits[r]`` is the Arrow bitmap of the boolean column in
+    ``u8`` row ``bool_rows[r]``, packed a chunk at a time while the chunk is in cache.
 
     ``encap_idx[i]`` is the index of record i's layer list in ``dict_seq``/``dict_len``
     (first-occurrence order, as ``pyarrow.dictionary_encode`` numbers strings), or -1 when
     the frame must be decoded by the reference (layer list overflow).
 
-    The per-frame state machine is written inline in the record loop on purpose: arrays
-    passed across a function boundary are reference-counted (atomic operations) on every
-    call, which cost more than the decoding itself.
+    The per-frame state machine is written inline in the record loop on purpose, and the
+    arrays are :func:`_borrow`-ed: arrays passed across a function boundary are
+    reference-counted (atomic operations) on every call, which cost more than the decoding
+    itself.
     """
     n = offset.shape[0]
     nbuf = buf.shape[0]
@@ -554,6 +571,8 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
     prev_nl = -1
     for i in range(n):
         if i % CLEAR_CHUNK == 0:
+            if i:
+                _pack_bools(u8, bool_rows, bits, i - CLEAR_CHUNK, i)
             # every column "absent" (reference empty_row), a cache-sized chunk at a time
             e = min(i + CLEAR_CHUNK, n)
             u8[:, i:e] = 0
@@ -1380,6 +1399,8 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                 dict_seq[idx, k] = layers[k]
         encap_idx[i] = idx
         prev_h, prev_idx, prev_nl = h, idx, nl
+    if n:
+        _pack_bools(u8, bool_rows, bits, (n - 1) // CLEAR_CHUNK * CLEAR_CHUNK, n)
     return ndict
 
 

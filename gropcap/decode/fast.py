@@ -79,11 +79,12 @@ def _run_kernel(batch: RecordBatch, options: DecodeOptions):
     linktype = _contig(batch.linktype, np.uint16)
     cap = _DICT_START
     while True:
-        o = K.alloc_out(n)
+        # one recycled slab holds every output array (see _fast_kernels._Slabs)
+        o, (encap_idx, cap_out, bits, file_col) = K.alloc_out(n, (
+            ((n,), np.int32), ((n,), np.uint32), ((len(_BOOL_ROWS), (n + 7) // 8), np.uint8),
+            ((n,), np.uint16)))
         # status and encap_depth are rows of the u8 matrix (no arrays of their own)
         status, depth = o.u8[K.K_STATUS], o.u8[K.K_ENCAP_DEPTH]
-        encap_idx = np.empty(n, dtype=np.int32)
-        cap_out = np.empty(n, dtype=np.uint32)
         tab = 1
         while tab < 2 * cap:
             tab <<= 1
@@ -93,13 +94,13 @@ def _run_kernel(batch: RecordBatch, options: DecodeOptions):
         dict_len = np.zeros(cap, dtype=np.int64)
         ndict = K.decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status, depth,
                                 encap_idx, tun, fou, options.dsa_kind, tab_key, tab_val,
-                                dict_seq, dict_len, cap_out)
+                                dict_seq, dict_len, cap_out, _BOOL_ROWS, bits)
         if ndict >= 0:
             break
         cap = max(n, 1) if cap < n else cap * 2
     names = ["/".join(K.layer_name(c) for c in dict_seq[j, :dict_len[j]])
              for j in range(ndict)]
-    return o, status, depth, encap_idx, names, cap_out
+    return o, status, depth, encap_idx, names, cap_out, bits, file_col
 
 
 def _store_row(o, status, depth, i: int, row: dict) -> None:
@@ -167,7 +168,7 @@ def decode_batch(batch: RecordBatch, options: DecodeOptions = DEFAULT_OPTIONS, *
     """
     _check_batch(batch)
     n = len(batch.offset)
-    o, status, depth, encap_idx, names, cap_out = _run_kernel(batch, options)
+    o, status, depth, encap_idx, names, cap_out, bits, file_col = _run_kernel(batch, options)
     fallback = np.flatnonzero(encap_idx < 0)
     if len(fallback):
         from gropcap.decode.reference import decode_frame
@@ -178,17 +179,17 @@ def decode_batch(batch: RecordBatch, options: DecodeOptions = DEFAULT_OPTIONS, *
             _store_row(o, status, depth, int(i), row)
             strings[i] = row["encap"]
         encap = pa.array(strings, pa.string()).dictionary_encode()
+        bits = np.packbits(o.u8[_BOOL_ROWS], axis=1, bitorder="little")   # rows changed
     else:
         encap = pa.DictionaryArray.from_arrays(pa.array(encap_idx, pa.int32()),
                                                pa.array(names, pa.string()), safe=False)
+    file_col[:] = file_index
     record_cols = {
         "ts_ns": batch.ts_ns, "cap_len": cap_out, "wire_len": batch.wire_len,
-        "linktype": batch.linktype, "iface": batch.iface,
-        "file_index": np.full(n, file_index, dtype=np.uint16), "record": batch.record,
-        "file_offset": batch.file_offset, "epb_flags": batch.epb_flags,
+        "linktype": batch.linktype, "iface": batch.iface, "file_index": file_col,
+        "record": batch.record, "file_offset": batch.file_offset,
+        "epb_flags": batch.epb_flags,
     }
-    # Arrow booleans are bits: pack the 0/1 bytes of every boolean column at once
-    bits = np.packbits(o.u8[_BOOL_ROWS], axis=1, bitorder="little")
     arrays = []
     for kind, key, k, t in _PLAN:
         if kind == "num":
