@@ -353,12 +353,19 @@ def _mac(f, off):
 
 @njit(cache=True)
 def _ones_sum(f, base, lo, hi, start):
-    """digest.ones_sum over f[base + lo : base + hi]: big-endian words, odd byte padded."""
+    """digest.ones_sum over f[base + lo : base + hi]: big-endian words, odd byte padded.
+
+    Adds 32-bit words (two 16-bit words at once): the sum differs from the 16-bit one but
+    is congruent to it modulo 0xffff and zero only when it is, so every value folded from
+    it (:func:`_fold16`, which depends on nothing else) is the same."""
     s = np.int64(start)
     p = base + lo
     hi = base + hi
-    while p + 1 < hi:
-        s += (np.int64(f[p]) << 8) | np.int64(f[p + 1])
+    while p + 3 < hi:
+        s += _u32(f, p)
+        p += 4
+    if p + 1 < hi:
+        s += _u16(f, p)
         p += 2
     if p < hi:
         s += np.int64(f[p]) << 8
@@ -855,11 +862,17 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                     status = S.STATUS_TRUNCATED
                     break
                 u16[K_IP_EXT_LEN, i] = ihl - 20
-                u64[K_IP_EXT_DIGEST, i] = _digest_or_zero(buf, lo, off + 20, off + ihl)
+                # the addresses' sum serves the header checksum and the pseudo-header;
+                # 32-bit words, as in _ones_sum (straight-line code for the usual header)
+                pseudo = _u32(buf, lo + off + 12) + _u32(buf, lo + off + 16)
+                hsum = (_u32(buf, lo + off) + _u32(buf, lo + off + 4)
+                        + _u32(buf, lo + off + 8) + pseudo)
+                if ihl > 20:
+                    u64[K_IP_EXT_DIGEST, i] = _digest_or_zero(buf, lo, off + 20, off + ihl)
+                    hsum = _ones_sum(buf, lo, off + 20, off + ihl, hsum)
                 # a header that checksums to 0xffff (including its checksum) is valid
-                hsum = _fold16(_ones_sum(buf, lo, np.int64(off), off + ihl, np.int64(0)))
-                u8[K_IP_CSUM_OK, i] = 1 if hsum == 0xFFFF else 0
-                pseudo = _ones_sum(buf, lo, off + 12, off + 20, proto)
+                u8[K_IP_CSUM_OK, i] = 1 if _fold16(hsum) == 0xFFFF else 0
+                pseudo += proto
                 nonfirst = (frag & C.IP_OFFMASK) != 0
                 fragment = nonfirst or (frag & C.IP_MF) != 0
                 st, ipver, off, ln = ST_IPPAY, 4, off + ihl, length - ihl
@@ -1020,7 +1033,15 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                         break
                     for k in range(hl - 20):
                         opts[i, k] = buf[lo + off + 20 + k]
-                    if hl > 20:
+                    q = lo + off + 20
+                    if (hl == 32 and buf[q] == C.TCPOPT_NOP and buf[q + 1] == C.TCPOPT_NOP
+                            and buf[q + 2] == C.TCPOPT_TIMESTAMP and buf[q + 3] == 10):
+                        # NOP NOP TS, the options of almost every segment: what
+                        # _tcp_options finds, the other option columns stay "absent"
+                        u8[K_TCP_HAS_TS, i] = 1
+                        u32[K_TCP_TSVAL, i] = _u32(buf, q + 4)
+                        u32[K_TCP_TSECR, i] = _u32(buf, q + 8)
+                    elif hl > 20:
                         mss, wsc, sp, sb, hts, tsv, tse = _tcp_options(buf, lo, off + 20, off + hl)
                         u16[K_TCP_MSS, i] = mss
                         i8[K_TCP_WSCALE, i] = wsc
