@@ -321,6 +321,26 @@ def test_empty_batch_and_bad_batch():
         F.decode_batch(type(b)(**fields))
 
 
+@pytest.mark.parametrize("first", [0, 5, 2500])
+def test_vlan_dsa_tunnel_columns_from_their_first_frame_on(first):
+    """The columns of VLAN, DSA and tunnel headers are left alone until the first frame
+    of the batch that has one (here at ``first``, in a later chunk than the start), then
+    are cleared for every record before it: same rows as the reference either way."""
+    plain = K.eth(K.ipv4(A4, B4, 6, _tcp()))
+    vlan = K.eth(K.ipv4(A4, B4, 6, _tcp()), vlans=[(C.ETH_P_8021Q, 7), (C.ETH_P_8021AD, 9)])
+    tun = K.eth(K.ipv4(A4, B4, 17, K.udp(5, 4789, K.vxlan(K.eth(K.ipv6(A6, B6, 6, _tcp())),
+                                                         vni=42))))
+    frames = [plain] * first + [vlan] + [plain] * 1500 + [tun] + [plain] * 10
+    F.decode_batch(K.make_batch([tun, vlan] * 2000))     # leaves recycled memory dirty
+    assert_same(K.make_batch(frames))
+    assert_same(K.make_batch([plain] * first + [tun] + [plain] * 1500))
+    plain_only = assert_same(K.make_batch([plain] * (first + 3)))
+    assert set(plain_only.column("dsa_port").to_pylist()) == {-1}
+    assert set(plain_only.column("outer_ip_src").to_pylist()) == {bytes(16)}
+    dsa = K.make_batch([plain] * first + [plain[:12] + bytes(4) + plain[12:]] + [plain] * 9)
+    assert_same(dsa, DecodeOptions(dsa_tag="brcm"))
+
+
 def test_output_memory_is_reused_only_once_released():
     """decode_batch recycles its output memory: a batch still referred to is never
     overwritten by later batches; a dropped one's memory is handed out again."""

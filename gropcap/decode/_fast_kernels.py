@@ -193,6 +193,27 @@ RESET_U64 = np.array([LAYOUT[n][1] for n in _RESET if LAYOUT[n][0] == "u64"], dt
 RESET_ADDR = np.array([LAYOUT[n][1] for n in _RESET if LAYOUT[n][0] == "addr"], dtype=np.int64)
 assert all(LAYOUT[n][0] in ("u8", "u16", "u32", "u64", "addr", "opts", "i8") for n in _RESET)
 
+# "Rare" columns: written only for a frame with a VLAN tag, a DSA tag or a tunnel. Until
+# the first such frame of a batch the kernel leaves them untouched (no clearing: a third of
+# the output bytes of plain traffic) and the caller makes them constant arrays.
+RARE_COLUMNS = frozenset(
+    [n for n in LAYOUT if n.startswith(("outer_", "tun_", "inner_", "vlan_", "erspan_",
+                                       "dsa_"))])
+assert "vlan_depth" in RARE_COLUMNS and "dsa_port" in RARE_COLUMNS
+
+
+def _rows(group: str, rare: bool) -> np.ndarray:
+    return np.array([k for n, (g, k) in LAYOUT.items()
+                     if g == group and (n in RARE_COLUMNS) == rare], dtype=np.int64)
+
+
+COMMON_U8, COMMON_I8, COMMON_U16, COMMON_I16 = (_rows(g, False) for g in ("u8", "i8", "u16",
+                                                                       "i16"))
+COMMON_U32, COMMON_U64, COMMON_ADDR = (_rows(g, False) for g in ("u32", "u64", "addr"))
+RARE_U8, RARE_I8, RARE_U16, RARE_I16 = (_rows(g, True) for g in ("u8", "i8", "u16", "i16"))
+RARE_U32, RARE_U64, RARE_ADDR = (_rows(g, True) for g in ("u32", "u64", "addr"))
+assert not any(LAYOUT[n][0] == "opts" for n in RARE_COLUMNS) and not len(RARE_I8)
+
 
 class Out(NamedTuple):
     """The typed column matrices the kernel fills: ``group[row, record]``."""
@@ -530,6 +551,39 @@ def _hash_layers(layers, nl):
 
 
 @njit(cache=True)
+def _clear_rows(u8, i8, u16, i16, u32, u64, addr, r8, ri8, r16, ri16, r32, r64, raddr,
+                lo, hi):
+    """The given rows of each matrix "absent" for records [lo, hi)."""
+    for k in range(r8.shape[0]):
+        u8[r8[k], lo:hi] = 0
+    for k in range(ri8.shape[0]):
+        i8[ri8[k], lo:hi] = -1 if ri8[k] == K_TCP_WSCALE else 0
+    for k in range(r16.shape[0]):
+        u16[r16[k], lo:hi] = 0
+    for k in range(ri16.shape[0]):
+        i16[ri16[k], lo:hi] = -1 if ri16[k] == K_DSA_PORT else 0
+    for k in range(r32.shape[0]):
+        u32[r32[k], lo:hi] = 0
+    for k in range(r64.shape[0]):
+        u64[r64[k], lo:hi] = 0
+    for k in range(raddr.shape[0]):
+        addr[raddr[k], lo:hi, :] = 0
+
+
+@njit(cache=True)
+def _rare_on(u8, i8, u16, i16, u32, u64, addr, bool_rows, bits, i, e):
+    """First frame of the batch with a RARE_COLUMNS value (record ``i``, chunk end ``e``):
+    clear those columns for every record so far and this chunk, repack the bitmaps of the
+    chunks already done; returns True."""
+    _clear_rows(u8, i8, u16, i16, u32, u64, addr, RARE_U8, RARE_I8, RARE_U16, RARE_I16,
+                RARE_U32, RARE_U64, RARE_ADDR, 0, e)
+    done = i - i % CLEAR_CHUNK
+    if done:
+        _pack_bools(u8, bool_rows, bits, 0, done)
+    return True
+
+
+@njit(cache=True)
 def _pack_bools(u8, rows, bits, lo, hi):
     """Arrow bitmaps of the boolean columns (0/1 bytes in ``u8``) for records [lo, hi);
     ``lo`` is a multiple of 8."""
@@ -547,7 +601,8 @@ def _pack_bools(u8, rows, bits, lo, hi):
 def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap_depth,
                   encap_idx, port_tun, port_fou, dsa_opt, tab_key, tab_val, dict_seq,
                   dict_len, cap_out, bool_rows, bits):
-    """Decode every record; returns (number of encap strings, -1 on dictionary overflow).
+    """Decode every record; returns (number of encap strings or -1 on dictionary overflow,
+    whether RARE_COLUMNS were written: when not, they hold garbage, see RARE_COLUMNS).
 
     ``cap_out[i]`` is the captured length as the reference sees it: the bytes of the record
     actually present in ``buf``. ``bits[r]`` is the Arrow bitmap of the boolean column in
@@ -576,22 +631,21 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
     prev_h = np.uint64(0)
     prev_idx = -1
     prev_nl = -1
+    rare = False         # RARE_COLUMNS in use (cleared) from the first frame needing them
+    e = 0
     for i in range(n):
         if i % CLEAR_CHUNK == 0:
             if i:
                 _pack_bools(u8, bool_rows, bits, i - CLEAR_CHUNK, i)
-            # every column "absent" (reference empty_row), a cache-sized chunk at a time
+            # every column "absent" (reference empty_row), a cache-sized chunk at a time:
+            # -1 for dsa_port and tcp_wscale (port 0 and shift 0 are real), else 0
             e = min(i + CLEAR_CHUNK, n)
-            u8[:, i:e] = 0
-            i8[:, i:e] = 0
-            u16[:, i:e] = 0
-            i16[:, i:e] = 0
-            u32[:, i:e] = 0
-            u64[:, i:e] = 0
-            addr[:, i:e, :] = 0
+            _clear_rows(u8, i8, u16, i16, u32, u64, addr, COMMON_U8, COMMON_I8, COMMON_U16,
+                        COMMON_I16, COMMON_U32, COMMON_U64, COMMON_ADDR, i, e)
             opts[i:e, :] = 0
-            i16[K_DSA_PORT, i:e] = -1        # -1 = no DSA port (port 0 is real)
-            i8[K_TCP_WSCALE, i:e] = -1       # -1 = option absent (shift 0 is real)
+            if rare:
+                _clear_rows(u8, i8, u16, i16, u32, u64, addr, RARE_U8, RARE_I8, RARE_U16,
+                            RARE_I16, RARE_U32, RARE_U64, RARE_ADDR, i, e)
         lo = offset[i]
         cap = np.int64(cap_len[i])
         cap_out[i] = min(cap, max(nbuf - lo, 0))
@@ -698,6 +752,8 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
 
             elif st == ST_ETHER:
                 # reference ether(): optional DSA tag (net/dsa/tag_brcm.c, tag_dsa.c), VLANs
+                if dsa_kind != 0 and not rare:
+                    rare = _rare_on(u8, i8, u16, i16, u32, u64, addr, bool_rows, bits, i, e)
                 if dsa_kind == C.DSA_BRCM_PREPEND:
                     layers[nl] = LY_DSA
                     nl += 1
@@ -796,6 +852,8 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                         break
                     if nl > MAX_LAYERS - 2:
                         break
+                    if not rare:
+                        rare = _rare_on(u8, i8, u16, i16, u32, u64, addr, bool_rows, bits, i, e)
                     layers[nl] = LY_VLAN
                     nl += 1
                     _add_vlan(u8, u16, i, np.int64(etype), _u16(buf, lo + off),
@@ -1102,6 +1160,8 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                     if off + 8 > 0xFFFF:         # reference enter_tunnel -> where()
                         status = S.STATUS_UNSUPPORTED_ENCAP
                         break
+                    if not rare:
+                        rare = _rare_on(u8, i8, u16, i16, u32, u64, addr, bool_rows, bits, i, e)
                     depth += 1
                     _enter_tunnel(o, i, depth, np.int64(tt), off + 8)
                     inner, inner_len = off + 8, ulen - 8
@@ -1132,6 +1192,8 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                     if depth >= C.MAX_ENCAP_DEPTH:
                         status = S.STATUS_ENCAP_TOO_DEEP
                         break
+                    if not rare:
+                        rare = _rare_on(u8, i8, u16, i16, u32, u64, addr, bool_rows, bits, i, e)
                     depth += 1
                     if proto == C.IPPROTO_GRE:
                         _enter_tunnel(o, i, depth, np.int64(C.TUN_GRE), np.int64(off))
@@ -1174,6 +1236,8 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                     if off > 0xFFFF:             # reference enter_tunnel -> where()
                         status = S.STATUS_UNSUPPORTED_ENCAP
                         break
+                    if not rare:
+                        rare = _rare_on(u8, i8, u16, i16, u32, u64, addr, bool_rows, bits, i, e)
                     depth += 1
                     _enter_tunnel(o, i, depth, np.int64(C.TUN_GRE), np.int64(off))
                     st = ST_GRE
@@ -1410,7 +1474,7 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
             slot = (slot + 1) & tmask
         if idx < 0:
             if ndict >= dict_len.shape[0]:
-                return -1
+                return -1, rare
             idx = ndict
             ndict += 1
             tab_key[slot] = h
@@ -1422,7 +1486,7 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
         prev_h, prev_idx, prev_nl = h, idx, nl
     if n:
         _pack_bools(u8, bool_rows, bits, (n - 1) // CLEAR_CHUNK * CLEAR_CHUNK, n)
-    return ndict
+    return ndict, rare
 
 
 # --- on-disk cache freshness -------------------------------------------------------------
@@ -1446,7 +1510,8 @@ def _dependency_stamp() -> str:
 def _refresh_cache() -> None:
     import os
 
-    dispatchers = [decode_kernel, _enter_tunnel, _add_vlan]
+    dispatchers = [decode_kernel, _enter_tunnel, _add_vlan, _clear_rows, _rare_on,
+                   _pack_bools]
     try:
         path = os.path.join(decode_kernel._cache.cache_path, "_fast_kernels.deps")
         stamp = _dependency_stamp()

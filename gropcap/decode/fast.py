@@ -92,15 +92,15 @@ def _run_kernel(batch: RecordBatch, options: DecodeOptions):
         tab_val = np.full(tab, -1, dtype=np.int64)
         dict_seq = np.zeros((cap, K.MAX_LAYERS + 2), dtype=np.uint16)
         dict_len = np.zeros(cap, dtype=np.int64)
-        ndict = K.decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status, depth,
-                                encap_idx, tun, fou, options.dsa_kind, tab_key, tab_val,
-                                dict_seq, dict_len, cap_out, _BOOL_ROWS, bits)
+        ndict, rare = K.decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status,
+                                      depth, encap_idx, tun, fou, options.dsa_kind, tab_key,
+                                      tab_val, dict_seq, dict_len, cap_out, _BOOL_ROWS, bits)
         if ndict >= 0:
             break
         cap = max(n, 1) if cap < n else cap * 2
     names = ["/".join(K.layer_name(c) for c in dict_seq[j, :dict_len[j]])
              for j in range(ndict)]
-    return o, status, depth, encap_idx, names, cap_out, bits, file_col
+    return o, status, depth, encap_idx, names, cap_out, bits, file_col, rare
 
 
 def _store_row(o, status, depth, i: int, row: dict) -> None:
@@ -139,6 +139,23 @@ def _plan():
 
 
 _PLAN, _BOOL_ROWS = _plan()
+# plan entry (kind, group, row) of each rare column -> its "absent" byte (K.RARE_COLUMNS)
+_RARE = {(kind, key, k): 0xFF if f.name == "dsa_port" else 0
+         for f, (kind, key, k, _t) in zip(S.PACKET_FIELDS, _PLAN) if f.name in K.RARE_COLUMNS}
+_CONSTANTS: dict[int, pa.Buffer] = {}
+
+
+def _constant(t: pa.DataType, n: int, fill: int) -> pa.Array:
+    """``n`` values of type ``t`` (at most 16 bytes wide) whose every byte is ``fill``,
+    over one shared read-only buffer (grown as needed)."""
+    buf = _CONSTANTS.get(fill)
+    if buf is None or buf.size < 16 * n:
+        arr = np.full(max(16 * n, 1 << 20), fill, dtype=np.uint8)
+        arr.setflags(write=False)
+        buf = _CONSTANTS[fill] = pa.py_buffer(arr)
+    return pa.Array.from_buffers(t, n, [None, buf])
+
+
 _RECORD_DTYPES = {f.name: f.type.to_pandas_dtype() for f in S.PACKET_FIELDS
                   if f.name in K.RECORD_COLUMNS}
 
@@ -168,10 +185,15 @@ def decode_batch(batch: RecordBatch, options: DecodeOptions = DEFAULT_OPTIONS, *
     """
     _check_batch(batch)
     n = len(batch.offset)
-    o, status, depth, encap_idx, names, cap_out, bits, file_col = _run_kernel(batch, options)
+    o, status, depth, encap_idx, names, cap_out, bits, file_col, rare = _run_kernel(batch,
+                                                                                   options)
     fallback = np.flatnonzero(encap_idx < 0)
     if len(fallback):
         from gropcap.decode.reference import decode_frame
+        if not rare:      # the rows stored below fill every column: clear the rare ones
+            K._clear_rows(*o[:7], K.RARE_U8, K.RARE_I8, K.RARE_U16, K.RARE_I16, K.RARE_U32,
+                          K.RARE_U64, K.RARE_ADDR, 0, n)
+            rare = True
         strings = [names[j] for j in encap_idx.clip(0)] if names else [""] * n
         for i in fallback:
             row = decode_frame(batch.frame(int(i)), int(batch.linktype[i]),
@@ -192,7 +214,9 @@ def decode_batch(batch: RecordBatch, options: DecodeOptions = DEFAULT_OPTIONS, *
     }
     arrays = []
     for kind, key, k, t in _PLAN:
-        if kind == "num":
+        if not rare and (kind, key, k) in _RARE:
+            arr = _constant(t, n, _RARE[kind, key, k])   # no VLAN, DSA or tunnel in the batch
+        elif kind == "num":
             arr = pa.array(getattr(o, key)[k], t)
         elif kind == "bool":
             arr = pa.Array.from_buffers(t, n, [None, pa.py_buffer(bits[k])])
