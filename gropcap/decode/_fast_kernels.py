@@ -575,11 +575,12 @@ def _rare_on(u8, i8, u16, i16, u32, u64, addr, bool_rows, bits, i, e):
     """First frame of the batch with a RARE_COLUMNS value (record ``i``, chunk end ``e``):
     clear those columns for every record so far and this chunk, repack the bitmaps of the
     chunks already done; returns True."""
+    zero = np.int64(0)    # not a literal 0: that would compile a second specialisation
     _clear_rows(u8, i8, u16, i16, u32, u64, addr, RARE_U8, RARE_I8, RARE_U16, RARE_I16,
-                RARE_U32, RARE_U64, RARE_ADDR, 0, e)
+                RARE_U32, RARE_U64, RARE_ADDR, zero, e)
     done = i - i % CLEAR_CHUNK
     if done:
-        _pack_bools(u8, bool_rows, bits, 0, done)
+        _pack_bools(u8, bool_rows, bits, zero, done)
     return True
 
 
