@@ -321,6 +321,46 @@ def test_empty_batch_and_bad_batch():
         F.decode_batch(type(b)(**fields))
 
 
+@pytest.mark.parametrize("first", [0, 5, 2500])
+def test_vlan_dsa_tunnel_columns_from_their_first_frame_on(first):
+    """The columns of VLAN, DSA and tunnel headers are left alone until the first frame
+    of the batch that has one (here at ``first``, in a later chunk than the start), then
+    are cleared for every record before it: same rows as the reference either way."""
+    plain = K.eth(K.ipv4(A4, B4, 6, _tcp()))
+    vlan = K.eth(K.ipv4(A4, B4, 6, _tcp()), vlans=[(C.ETH_P_8021Q, 7), (C.ETH_P_8021AD, 9)])
+    tun = K.eth(K.ipv4(A4, B4, 17, K.udp(5, 4789, K.vxlan(K.eth(K.ipv6(A6, B6, 6, _tcp())),
+                                                         vni=42))))
+    frames = [plain] * first + [vlan] + [plain] * 1500 + [tun] + [plain] * 10
+    F.decode_batch(K.make_batch([tun, vlan] * 2000))     # leaves recycled memory dirty
+    assert_same(K.make_batch(frames))
+    assert_same(K.make_batch([plain] * first + [tun] + [plain] * 1500))
+    plain_only = assert_same(K.make_batch([plain] * (first + 3)))
+    assert set(plain_only.column("dsa_port").to_pylist()) == {-1}
+    assert set(plain_only.column("outer_ip_src").to_pylist()) == {bytes(16)}
+    dsa = K.make_batch([plain] * first + [plain[:12] + bytes(4) + plain[12:]] + [plain] * 9)
+    assert_same(dsa, DecodeOptions(dsa_tag="brcm"))
+
+
+def test_output_memory_is_reused_only_once_released():
+    """decode_batch recycles its output memory: a batch still referred to is never
+    overwritten by later batches; a dropped one's memory is handed out again."""
+    from gropcap.decode import _fast_kernels as FK
+    frames_a = [K.eth(K.ipv4(A4, B4, 6, _tcp())) for _ in range(300)]
+    frames_b = [K.eth(K.ipv6(A6, B6, 17, K.udp(1, 2, b"x")), vlans=[(C.ETH_P_8021Q, 7)])
+                for _ in range(300)]
+    batch_a, batch_b = K.make_batch(frames_a), K.make_batch(frames_b)
+    expect_a = R.decode_batch(batch_a)
+    kept = [F.decode_batch(batch_a) for _ in range(4)]     # more than the cache keeps
+    for _ in range(4):
+        F.decode_batch(batch_b)                              # dropped at once
+    for out in kept:
+        assert out.equals(expect_a)
+    del kept, out
+    slabs = [id(FK.alloc_out(300)[0].u8.base) for _ in range(3)]
+    assert len(set(slabs)) == 1 and slabs[0] in map(id, FK._SLABS.slabs)
+    assert F.decode_batch(batch_b).equals(R.decode_batch(batch_b))
+
+
 # --- generated stacks -------------------------------------------------------------------
 
 @st.composite

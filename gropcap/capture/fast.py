@@ -167,7 +167,8 @@ def window(win) -> np.ndarray:
 
 
 def alloc(k: int):
-    """Output arrays for up to ``k`` records: data, cap, wire, ts, lt, gid, flags, foff."""
-    return (np.empty(k, np.int64), np.empty(k, np.int64), np.empty(k, np.int64),
-            np.empty(k, np.int64), np.empty(k, np.int64), np.empty(k, np.int64),
-            np.empty(k, np.int64), np.empty(k, np.int64))
+    """Output arrays for up to ``k`` records: data, cap, wire, ts, lt, gid, flags, foff,
+    each in the dtype of its ``RecordBatch`` field (no conversion pass afterwards)."""
+    return (np.empty(k, np.int64), np.empty(k, np.uint32), np.empty(k, np.uint32),
+            np.empty(k, np.int64), np.empty(k, np.uint16), np.empty(k, np.uint16),
+            np.empty(k, np.uint32), np.empty(k, np.uint64))

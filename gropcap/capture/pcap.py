@@ -113,9 +113,11 @@ class PcapScanner:
                                 f"captured length {int(cap[i])} exceeds the header snap "
                                 f"length {self._snaplen}; records kept as stored")
                     cols.add_arrays(data=data[:m] + base, cap=cap[:m], wire=wire[:m],
-                                    ts=ts[:m], lt=np.full(m, self._linktype),
-                                    iface=np.zeros(m), flags=np.zeros(m),
-                                    rec=np.arange(rec, rec + m), foff=foff[:m] + base)
+                                    ts=ts[:m], lt=np.full(m, self._linktype, np.uint16),
+                                    iface=np.zeros(m, np.uint16),
+                                    flags=np.zeros(m, np.uint32),
+                                    rec=np.arange(rec, rec + m, dtype=np.uint64),
+                                    foff=foff[:m] + np.uint64(base))
                     self.record = rec + m
                     got += m
                 if m < k:

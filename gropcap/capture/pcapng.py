@@ -240,7 +240,8 @@ class PcapngScanner:
             rec = self.record
             cols.add_arrays(data=data[:m] + base, cap=cap[:m], wire=wire[:m], ts=ts[:m],
                             lt=lt[:m], iface=gid[:m], flags=flags[:m],
-                            rec=np.arange(rec, rec + m), foff=foff[:m] + base)
+                            rec=np.arange(rec, rec + m, dtype=np.uint64),
+                            foff=foff[:m] + np.uint64(base))
             self.record = rec + m
             self.last_ts = int(last_ts)
             self.spb_count += spb

@@ -11,7 +11,10 @@ reference reader. What this module adds is memory: the reference reader maps the
 file; here only a window of it is mapped at a time (``window_bytes``, 64 MiB by default,
 plus the span of the batch being built), so resident memory stays bounded whatever the
 file size. Each batch's ``buf`` is a zero-copy view of its window; a window is unmapped
-once no batch refers to it. The sha256 is computed incrementally over the same windows.
+once no batch refers to it. The sha256 is computed incrementally over the same windows,
+by a worker thread that also maps in (``MADV_POPULATE_READ``) the pages of the next batch
+while the consumer decodes the current one: page faults of a file mapping cost about as
+much as scanning its records.
 
 Compressed files, pipes and empty files are handed to the reference reader, which
 decompresses in streaming fashion with the same bounded memory.
@@ -41,6 +44,7 @@ WINDOW_BYTES = 64 << 20          # bytes mapped beyond the current batch's start
 _GRAN = mmap.ALLOCATIONGRANULARITY
 _HASH_CHUNK = 8 << 20
 _HASH_BACKLOG = 2                # batches queued for hashing at most
+_POPULATE = getattr(mmap, "MADV_POPULATE_READ", 22) if hasattr(mmap.mmap, "madvise") else None
 
 
 class _Window:
@@ -142,6 +146,24 @@ class _Hasher:
         with memoryview(mm) as mv:
             self.sha.update(mv[lo:hi])
 
+    def prefault(self, mm, lo: int, hi: int) -> None:
+        """Map the file pages of ``mm[lo:hi]`` from the worker thread, ahead of the scan.
+
+        The page faults of a file mapping cost about as much as scanning its records; the
+        worker takes them (``MADV_POPULATE_READ``, Linux 5.14) while the main thread
+        decodes the previous batch. The same CPU time, off the decoding thread. A no-op
+        where the kernel lacks it."""
+        if _POPULATE is not None and hi > lo:
+            self.pool.submit(self._prefault, mm, lo - lo % mmap.PAGESIZE, hi)
+
+    @staticmethod
+    def _prefault(mm, lo, hi):
+        global _POPULATE
+        try:
+            mm.madvise(_POPULATE, lo, hi - lo)
+        except (OSError, ValueError):
+            _POPULATE = None
+
     def hexdigest(self) -> str:
         for f in self.pending:
             f.result()
@@ -194,15 +216,19 @@ def _scan_hashed(path, fd, size, head, batch_records, window_bytes, hasher):
                 yield pending
             pending = (_snapshot(info), batch)
             cols = Columns()
+        hash_from = win                 # the mapping that holds what the scan has passed
+        if not done:
+            span = pos - lo             # the next batch probably spans as many bytes
+            lo = pos
+            if win.end - pos < window_bytes // 2 and not win.eof:
+                win = _Window(fd, size, pos, window_bytes)
+            hasher.prefault(win.mm, pos - win.base, min(win.end, pos + span) - win.base)
         # hash what the scan has passed, from the mapping already in memory
         if pos > hashed:
-            hasher.update(win.mm, hashed - win.base, pos - win.base)
+            hasher.update(hash_from.mm, hashed - hash_from.base, pos - hash_from.base)
             hashed = pos
         if done:
             break
-        lo = pos
-        if win.end - pos < window_bytes // 2 and not win.eof:
-            win = _Window(fd, size, pos, window_bytes)
     del win
     for f in hasher.pending:      # the worker is done with the windows after this
         f.result()

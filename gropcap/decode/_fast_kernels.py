@@ -16,7 +16,9 @@ from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
-from numba import njit
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from gropcap import constants as C
 from gropcap.decode import schema as S
@@ -191,6 +193,27 @@ RESET_U64 = np.array([LAYOUT[n][1] for n in _RESET if LAYOUT[n][0] == "u64"], dt
 RESET_ADDR = np.array([LAYOUT[n][1] for n in _RESET if LAYOUT[n][0] == "addr"], dtype=np.int64)
 assert all(LAYOUT[n][0] in ("u8", "u16", "u32", "u64", "addr", "opts", "i8") for n in _RESET)
 
+# "Rare" columns: written only for a frame with a VLAN tag, a DSA tag or a tunnel. Until
+# the first such frame of a batch the kernel leaves them untouched (no clearing: a third of
+# the output bytes of plain traffic) and the caller makes them constant arrays.
+RARE_COLUMNS = frozenset(
+    [n for n in LAYOUT if n.startswith(("outer_", "tun_", "inner_", "vlan_", "erspan_",
+                                       "dsa_"))])
+assert "vlan_depth" in RARE_COLUMNS and "dsa_port" in RARE_COLUMNS
+
+
+def _rows(group: str, rare: bool) -> np.ndarray:
+    return np.array([k for n, (g, k) in LAYOUT.items()
+                     if g == group and (n in RARE_COLUMNS) == rare], dtype=np.int64)
+
+
+COMMON_U8, COMMON_I8, COMMON_U16, COMMON_I16 = (_rows(g, False) for g in ("u8", "i8", "u16",
+                                                                       "i16"))
+COMMON_U32, COMMON_U64, COMMON_ADDR = (_rows(g, False) for g in ("u32", "u64", "addr"))
+RARE_U8, RARE_I8, RARE_U16, RARE_I16 = (_rows(g, True) for g in ("u8", "i8", "u16", "i16"))
+RARE_U32, RARE_U64, RARE_ADDR = (_rows(g, True) for g in ("u32", "u64", "addr"))
+assert not any(LAYOUT[n][0] == "opts" for n in RARE_COLUMNS) and not len(RARE_I8)
+
 
 class Out(NamedTuple):
     """The typed column matrices the kernel fills: ``group[row, record]``."""
@@ -205,32 +228,67 @@ class Out(NamedTuple):
     opts: np.ndarray   # (n, 40) uint8: tcp_options
 
 
-def _pool_array(shape, dtype) -> np.ndarray:
-    """An uninitialised array in Arrow's memory pool (reused across batches)."""
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape)) * dtype.itemsize
-    buf = pa.allocate_buffer(max(nbytes, 1))
-    return np.frombuffer(buf, dtype=np.uint8)[:nbytes].view(dtype).reshape(shape)
+class _Slabs:
+    """Output memory for :func:`alloc_out`, recycled once the consumer has dropped it.
 
-
-def alloc_out(n: int) -> Out:
-    """Uninitialised matrices for ``n`` records; :func:`decode_kernel` clears them.
-
-    They live in Arrow's memory pool and become the Arrow columns without a copy: touching
-    freshly mapped pages costs more than decoding, and the pool hands back the memory of
-    batches the consumer has dropped. The kernel clears them a chunk at a time, just
-    before decoding that chunk, so the memory is written while it is in cache.
+    Each batch's matrices are carved from one ``uint8`` slab; the Arrow columns wrap views
+    of it without a copy, and every view holds a reference to the slab. A slab whose only
+    reference is this cache is free again: a streaming consumer that drops each decoded
+    batch gets the same (already mapped, page-faulted, often cached) memory back, instead
+    of fresh pages the kernel has to fault in and zero (a third of the decode time on
+    large batches). At most ``keep`` idle slabs are kept; thread safe.
     """
-    arrs = {}
+
+    def __init__(self, keep: int = 2):
+        import threading
+        self.keep = keep
+        self.slabs: list[np.ndarray] = []
+        self.lock = threading.Lock()
+
+    def get(self, nbytes: int) -> np.ndarray:
+        import sys
+        with self.lock:
+            for j in range(len(self.slabs)):
+                slab = self.slabs[j]
+                # references: this list, ``slab`` and getrefcount's argument
+                if sys.getrefcount(slab) <= 3:
+                    if nbytes <= slab.nbytes <= 2 * nbytes + (1 << 20):
+                        return slab
+                    del self.slabs[j]                 # free but the wrong size: drop it
+                    break
+            slab = np.empty(max(nbytes, 1), dtype=np.uint8)
+            if len(self.slabs) < self.keep:
+                self.slabs.append(slab)
+            return slab
+
+
+_SLABS = _Slabs()
+_ALIGN = 64
+
+
+def alloc_out(n: int, extra=()) -> tuple[Out, list[np.ndarray]]:
+    """Uninitialised matrices for ``n`` records (:func:`decode_kernel` clears them), and
+    one uninitialised array per ``(shape, dtype)`` of ``extra``.
+
+    They are views of one recycled slab (:class:`_Slabs`) and become the Arrow columns
+    without a copy. The kernel clears the matrices a chunk at a time, just before decoding
+    that chunk, so the memory is written while it is in cache.
+    """
+    specs = []
     for g in GROUPS:
         k = len(GROUP_COLUMNS[g])
-        if g == "addr":
-            arrs[g] = _pool_array((k, n, 16), np.uint8)
-        elif g == "opts":
-            arrs[g] = _pool_array((n, C.TCP_MAX_OPTLEN), np.uint8)
-        else:
-            arrs[g] = _pool_array((k, n), GROUP_DTYPE[g])
-    return Out(**arrs)
+        specs.append(((k, n, 16) if g == "addr" else (n, C.TCP_MAX_OPTLEN) if g == "opts"
+                      else (k, n), GROUP_DTYPE[g]))
+    specs += list(extra)
+    sizes = [int(np.prod(shp)) * np.dtype(dt).itemsize for shp, dt in specs]
+    total = sum(-(-b // _ALIGN) * _ALIGN for b in sizes) + _ALIGN
+    slab = _SLABS.get(total)
+    pos = -slab.ctypes.data % _ALIGN
+    arrs = []
+    for (shp, dt), size in zip(specs, sizes):
+        arrs.append(slab[pos:pos + size].view(dt).reshape(shp))
+        pos += -(-size // _ALIGN) * _ALIGN
+    return Out(*arrs[:len(GROUPS)]), arrs[len(GROUPS):]
 
 
 CLEAR_CHUNK = 1024        # records cleared ahead of decoding (fits in L2 with its output)
@@ -274,6 +332,26 @@ _FNV_PRIME = np.uint64(0x100000001B3)
 _U64_ZERO = np.uint64(0)
 
 
+@intrinsic
+def _borrow(typingctx, arr):
+    """``arr`` without its reference count: the same array with a null ``meminfo``.
+
+    numba increments and decrements (atomically) the reference count of every array
+    passed to a helper or aliased by one, several times per frame here; on a borrowed
+    array those are no-ops. Only for arrays the caller keeps alive for the whole call
+    (the kernel's own arguments)."""
+    if not isinstance(arr, types.Array):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ary = cgutils.create_struct_proxy(sig.args[0])(context, builder, value=args[0])
+        ary.meminfo = cgutils.get_null_value(ary.meminfo.type)
+        ary.parent = cgutils.get_null_value(ary.parent.type)
+        return ary._getvalue()
+
+    return arr(arr), codegen
+
+
 # The helpers below are plain @njit functions, not ``inline="always"``: LLVM inlines them
 # into decode_kernel all the same (no slower), while numba-level inlining typed and lowered
 # each body again at every call site (a cold compile of decode_kernel took 21 s of CPU
@@ -296,12 +374,19 @@ def _mac(f, off):
 
 @njit(cache=True)
 def _ones_sum(f, base, lo, hi, start):
-    """digest.ones_sum over f[base + lo : base + hi]: big-endian words, odd byte padded."""
+    """digest.ones_sum over f[base + lo : base + hi]: big-endian words, odd byte padded.
+
+    Adds 32-bit words (two 16-bit words at once): the sum differs from the 16-bit one but
+    is congruent to it modulo 0xffff and zero only when it is, so every value folded from
+    it (:func:`_fold16`, which depends on nothing else) is the same."""
     s = np.int64(start)
     p = base + lo
     hi = base + hi
-    while p + 1 < hi:
-        s += (np.int64(f[p]) << 8) | np.int64(f[p + 1])
+    while p + 3 < hi:
+        s += _u32(f, p)
+        p += 4
+    if p + 1 < hi:
+        s += _u16(f, p)
         p += 2
     if p < hi:
         s += np.int64(f[p]) << 8
@@ -466,45 +551,105 @@ def _hash_layers(layers, nl):
 
 
 @njit(cache=True)
+def _clear_rows(u8, i8, u16, i16, u32, u64, addr, r8, ri8, r16, ri16, r32, r64, raddr,
+                lo, hi):
+    """The given rows of each matrix "absent" for records [lo, hi)."""
+    for k in range(r8.shape[0]):
+        u8[r8[k], lo:hi] = 0
+    for k in range(ri8.shape[0]):
+        i8[ri8[k], lo:hi] = -1 if ri8[k] == K_TCP_WSCALE else 0
+    for k in range(r16.shape[0]):
+        u16[r16[k], lo:hi] = 0
+    for k in range(ri16.shape[0]):
+        i16[ri16[k], lo:hi] = -1 if ri16[k] == K_DSA_PORT else 0
+    for k in range(r32.shape[0]):
+        u32[r32[k], lo:hi] = 0
+    for k in range(r64.shape[0]):
+        u64[r64[k], lo:hi] = 0
+    for k in range(raddr.shape[0]):
+        addr[raddr[k], lo:hi, :] = 0
+
+
+@njit(cache=True)
+def _rare_on(u8, i8, u16, i16, u32, u64, addr, bool_rows, bits, i, e):
+    """First frame of the batch with a RARE_COLUMNS value (record ``i``, chunk end ``e``):
+    clear those columns for every record so far and this chunk, repack the bitmaps of the
+    chunks already done; returns True."""
+    zero = np.int64(0)    # not a literal 0: that would compile a second specialisation
+    _clear_rows(u8, i8, u16, i16, u32, u64, addr, RARE_U8, RARE_I8, RARE_U16, RARE_I16,
+                RARE_U32, RARE_U64, RARE_ADDR, zero, e)
+    done = i - i % CLEAR_CHUNK
+    if done:
+        _pack_bools(u8, bool_rows, bits, zero, done)
+    return True
+
+
+@njit(cache=True)
+def _pack_bools(u8, rows, bits, lo, hi):
+    """Arrow bitmaps of the boolean columns (0/1 bytes in ``u8``) for records [lo, hi);
+    ``lo`` is a multiple of 8."""
+    for r in range(rows.shape[0]):
+        src = u8[rows[r]]
+        for j in range(lo >> 3, (hi + 7) >> 3):
+            v = 0
+            base = j << 3
+            for b in range(min(8, hi - base)):
+                v |= (src[base + b] & 1) << b
+            bits[r, j] = v
+
+
+@njit(cache=True)
 def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap_depth,
                   encap_idx, port_tun, port_fou, dsa_opt, tab_key, tab_val, dict_seq,
-                  dict_len):
-    """Decode every record; returns (number of encap strings, -1 on dictionary overflow).
+                  dict_len, cap_out, bool_rows, bits):
+    """Decode every record; returns (number of encap strings or -1 on dictionary overflow,
+    whether RARE_COLUMNS were written: when not, they hold garbage, see RARE_COLUMNS).
+
+    ``cap_out[i]`` is the captured length as the reference sees it: the bytes of the record
+    actually present in ``buf``. ``bits[r]`` is the Arrow bitmap of the boolean column in
+    ``u8`` row ``bool_rows[r]``, packed a chunk at a time while the chunk is in cache.
 
     ``encap_idx[i]`` is the index of record i's layer list in ``dict_seq``/``dict_len``
     (first-occurrence order, as ``pyarrow.dictionary_encode`` numbers strings), or -1 when
     the frame must be decoded by the reference (layer list overflow).
 
-    The per-frame state machine is written inline in the record loop on purpose: arrays
-    passed across a function boundary are reference-counted (atomic operations) on every
-    call, which cost more than the decoding itself.
+    The per-frame state machine is written inline in the record loop on purpose, and the
+    arrays are :func:`_borrow`-ed: arrays passed across a function boundary are
+    reference-counted (atomic operations) on every call, which cost more than the decoding
+    itself.
     """
     n = offset.shape[0]
     nbuf = buf.shape[0]
     # bound once: reading a field of ``o`` inside the loop costs a refcount round trip
     u8, i8, u16, i16, u32, u64, addr, opts = o
+    buf = _borrow(buf)
+    u8, i8, u16, i16 = _borrow(u8), _borrow(i8), _borrow(u16), _borrow(i16)
+    u32, u64, addr, opts = _borrow(u32), _borrow(u64), _borrow(addr), _borrow(opts)
+    o = Out(u8, i8, u16, i16, u32, u64, addr, opts)
     layers = np.zeros(MAX_LAYERS + 2, dtype=np.uint16)
     tmask = tab_key.shape[0] - 1
     ndict = 0
     prev_h = np.uint64(0)
     prev_idx = -1
     prev_nl = -1
+    rare = False         # RARE_COLUMNS in use (cleared) from the first frame needing them
+    e = 0
     for i in range(n):
         if i % CLEAR_CHUNK == 0:
-            # every column "absent" (reference empty_row), a cache-sized chunk at a time
+            if i:
+                _pack_bools(u8, bool_rows, bits, i - CLEAR_CHUNK, i)
+            # every column "absent" (reference empty_row), a cache-sized chunk at a time:
+            # -1 for dsa_port and tcp_wscale (port 0 and shift 0 are real), else 0
             e = min(i + CLEAR_CHUNK, n)
-            u8[:, i:e] = 0
-            i8[:, i:e] = 0
-            u16[:, i:e] = 0
-            i16[:, i:e] = 0
-            u32[:, i:e] = 0
-            u64[:, i:e] = 0
-            addr[:, i:e, :] = 0
+            _clear_rows(u8, i8, u16, i16, u32, u64, addr, COMMON_U8, COMMON_I8, COMMON_U16,
+                        COMMON_I16, COMMON_U32, COMMON_U64, COMMON_ADDR, i, e)
             opts[i:e, :] = 0
-            i16[K_DSA_PORT, i:e] = -1        # -1 = no DSA port (port 0 is real)
-            i8[K_TCP_WSCALE, i:e] = -1       # -1 = option absent (shift 0 is real)
+            if rare:
+                _clear_rows(u8, i8, u16, i16, u32, u64, addr, RARE_U8, RARE_I8, RARE_U16,
+                            RARE_I16, RARE_U32, RARE_U64, RARE_ADDR, i, e)
         lo = offset[i]
         cap = np.int64(cap_len[i])
+        cap_out[i] = min(cap, max(nbuf - lo, 0))
         if lo >= nbuf or lo < 0:
             cap = 0
             lo = 0
@@ -608,6 +753,8 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
 
             elif st == ST_ETHER:
                 # reference ether(): optional DSA tag (net/dsa/tag_brcm.c, tag_dsa.c), VLANs
+                if dsa_kind != 0 and not rare:
+                    rare = _rare_on(u8, i8, u16, i16, u32, u64, addr, bool_rows, bits, i, e)
                 if dsa_kind == C.DSA_BRCM_PREPEND:
                     layers[nl] = LY_DSA
                     nl += 1
@@ -706,6 +853,8 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                         break
                     if nl > MAX_LAYERS - 2:
                         break
+                    if not rare:
+                        rare = _rare_on(u8, i8, u16, i16, u32, u64, addr, bool_rows, bits, i, e)
                     layers[nl] = LY_VLAN
                     nl += 1
                     _add_vlan(u8, u16, i, np.int64(etype), _u16(buf, lo + off),
@@ -772,11 +921,17 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                     status = S.STATUS_TRUNCATED
                     break
                 u16[K_IP_EXT_LEN, i] = ihl - 20
-                u64[K_IP_EXT_DIGEST, i] = _digest_or_zero(buf, lo, off + 20, off + ihl)
+                # the addresses' sum serves the header checksum and the pseudo-header;
+                # 32-bit words, as in _ones_sum (straight-line code for the usual header)
+                pseudo = _u32(buf, lo + off + 12) + _u32(buf, lo + off + 16)
+                hsum = (_u32(buf, lo + off) + _u32(buf, lo + off + 4)
+                        + _u32(buf, lo + off + 8) + pseudo)
+                if ihl > 20:
+                    u64[K_IP_EXT_DIGEST, i] = _digest_or_zero(buf, lo, off + 20, off + ihl)
+                    hsum = _ones_sum(buf, lo, off + 20, off + ihl, hsum)
                 # a header that checksums to 0xffff (including its checksum) is valid
-                hsum = _fold16(_ones_sum(buf, lo, np.int64(off), off + ihl, np.int64(0)))
-                u8[K_IP_CSUM_OK, i] = 1 if hsum == 0xFFFF else 0
-                pseudo = _ones_sum(buf, lo, off + 12, off + 20, proto)
+                u8[K_IP_CSUM_OK, i] = 1 if _fold16(hsum) == 0xFFFF else 0
+                pseudo += proto
                 nonfirst = (frag & C.IP_OFFMASK) != 0
                 fragment = nonfirst or (frag & C.IP_MF) != 0
                 st, ipver, off, ln = ST_IPPAY, 4, off + ihl, length - ihl
@@ -937,7 +1092,15 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                         break
                     for k in range(hl - 20):
                         opts[i, k] = buf[lo + off + 20 + k]
-                    if hl > 20:
+                    q = lo + off + 20
+                    if (hl == 32 and buf[q] == C.TCPOPT_NOP and buf[q + 1] == C.TCPOPT_NOP
+                            and buf[q + 2] == C.TCPOPT_TIMESTAMP and buf[q + 3] == 10):
+                        # NOP NOP TS, the options of almost every segment: what
+                        # _tcp_options finds, the other option columns stay "absent"
+                        u8[K_TCP_HAS_TS, i] = 1
+                        u32[K_TCP_TSVAL, i] = _u32(buf, q + 4)
+                        u32[K_TCP_TSECR, i] = _u32(buf, q + 8)
+                    elif hl > 20:
                         mss, wsc, sp, sb, hts, tsv, tse = _tcp_options(buf, lo, off + 20, off + hl)
                         u16[K_TCP_MSS, i] = mss
                         i8[K_TCP_WSCALE, i] = wsc
@@ -998,6 +1161,8 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                     if off + 8 > 0xFFFF:         # reference enter_tunnel -> where()
                         status = S.STATUS_UNSUPPORTED_ENCAP
                         break
+                    if not rare:
+                        rare = _rare_on(u8, i8, u16, i16, u32, u64, addr, bool_rows, bits, i, e)
                     depth += 1
                     _enter_tunnel(o, i, depth, np.int64(tt), off + 8)
                     inner, inner_len = off + 8, ulen - 8
@@ -1028,6 +1193,8 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                     if depth >= C.MAX_ENCAP_DEPTH:
                         status = S.STATUS_ENCAP_TOO_DEEP
                         break
+                    if not rare:
+                        rare = _rare_on(u8, i8, u16, i16, u32, u64, addr, bool_rows, bits, i, e)
                     depth += 1
                     if proto == C.IPPROTO_GRE:
                         _enter_tunnel(o, i, depth, np.int64(C.TUN_GRE), np.int64(off))
@@ -1070,6 +1237,8 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                     if off > 0xFFFF:             # reference enter_tunnel -> where()
                         status = S.STATUS_UNSUPPORTED_ENCAP
                         break
+                    if not rare:
+                        rare = _rare_on(u8, i8, u16, i16, u32, u64, addr, bool_rows, bits, i, e)
                     depth += 1
                     _enter_tunnel(o, i, depth, np.int64(C.TUN_GRE), np.int64(off))
                     st = ST_GRE
@@ -1306,7 +1475,7 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
             slot = (slot + 1) & tmask
         if idx < 0:
             if ndict >= dict_len.shape[0]:
-                return -1
+                return -1, rare
             idx = ndict
             ndict += 1
             tab_key[slot] = h
@@ -1316,7 +1485,9 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                 dict_seq[idx, k] = layers[k]
         encap_idx[i] = idx
         prev_h, prev_idx, prev_nl = h, idx, nl
-    return ndict
+    if n:
+        _pack_bools(u8, bool_rows, bits, (n - 1) // CLEAR_CHUNK * CLEAR_CHUNK, n)
+    return ndict, rare
 
 
 # --- on-disk cache freshness -------------------------------------------------------------
@@ -1340,7 +1511,8 @@ def _dependency_stamp() -> str:
 def _refresh_cache() -> None:
     import os
 
-    dispatchers = [decode_kernel, _enter_tunnel, _add_vlan]
+    dispatchers = [decode_kernel, _enter_tunnel, _add_vlan, _clear_rows, _rare_on,
+                   _pack_bools]
     try:
         path = os.path.join(decode_kernel._cache.cache_path, "_fast_kernels.deps")
         stamp = _dependency_stamp()

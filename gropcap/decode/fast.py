@@ -79,10 +79,12 @@ def _run_kernel(batch: RecordBatch, options: DecodeOptions):
     linktype = _contig(batch.linktype, np.uint16)
     cap = _DICT_START
     while True:
-        o = K.alloc_out(n)
-        status = np.zeros(n, dtype=np.uint8)
-        depth = np.zeros(n, dtype=np.uint8)
-        encap_idx = np.zeros(n, dtype=np.int32)
+        # one recycled slab holds every output array (see _fast_kernels._Slabs)
+        o, (encap_idx, cap_out, bits, file_col) = K.alloc_out(n, (
+            ((n,), np.int32), ((n,), np.uint32), ((len(_BOOL_ROWS), (n + 7) // 8), np.uint8),
+            ((n,), np.uint16)))
+        # status and encap_depth are rows of the u8 matrix (no arrays of their own)
+        status, depth = o.u8[K.K_STATUS], o.u8[K.K_ENCAP_DEPTH]
         tab = 1
         while tab < 2 * cap:
             tab <<= 1
@@ -90,15 +92,15 @@ def _run_kernel(batch: RecordBatch, options: DecodeOptions):
         tab_val = np.full(tab, -1, dtype=np.int64)
         dict_seq = np.zeros((cap, K.MAX_LAYERS + 2), dtype=np.uint16)
         dict_len = np.zeros(cap, dtype=np.int64)
-        ndict = K.decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status, depth,
-                                encap_idx, tun, fou, options.dsa_kind, tab_key, tab_val,
-                                dict_seq, dict_len)
+        ndict, rare = K.decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status,
+                                      depth, encap_idx, tun, fou, options.dsa_kind, tab_key,
+                                      tab_val, dict_seq, dict_len, cap_out, _BOOL_ROWS, bits)
         if ndict >= 0:
             break
         cap = max(n, 1) if cap < n else cap * 2
     names = ["/".join(K.layer_name(c) for c in dict_seq[j, :dict_len[j]])
              for j in range(ndict)]
-    return o, status, depth, encap_idx, names
+    return o, status, depth, encap_idx, names, cap_out, bits, file_col, rare
 
 
 def _store_row(o, status, depth, i: int, row: dict) -> None:
@@ -115,6 +117,49 @@ def _store_row(o, status, depth, i: int, row: dict) -> None:
     depth[i] = row["encap_depth"]
 
 
+def _plan():
+    """Per schema field, how its Arrow array is made: (kind, name or group, row, type)."""
+    plan, bool_rows = [], []
+    for field in S.PACKET_FIELDS:
+        name, t = field.name, field.type
+        if name in K.RECORD_COLUMNS:
+            plan.append(("record", name, -1, t))
+        elif name == "encap":
+            plan.append(("encap", name, -1, t))
+        else:
+            group, k = K.LAYOUT[name]
+            if pa.types.is_boolean(t):
+                plan.append(("bool", group, len(bool_rows), t))
+                bool_rows.append(k)
+            elif group in ("addr", "opts"):
+                plan.append((group, group, k, t))
+            else:
+                plan.append(("num", group, k, t))
+    return plan, np.array(bool_rows, dtype=np.intp)
+
+
+_PLAN, _BOOL_ROWS = _plan()
+# plan entry (kind, group, row) of each rare column -> its "absent" byte (K.RARE_COLUMNS)
+_RARE = {(kind, key, k): 0xFF if f.name == "dsa_port" else 0
+         for f, (kind, key, k, _t) in zip(S.PACKET_FIELDS, _PLAN) if f.name in K.RARE_COLUMNS}
+_CONSTANTS: dict[int, pa.Buffer] = {}
+
+
+def _constant(t: pa.DataType, n: int, fill: int) -> pa.Array:
+    """``n`` values of type ``t`` (at most 16 bytes wide) whose every byte is ``fill``,
+    over one shared read-only buffer (grown as needed)."""
+    buf = _CONSTANTS.get(fill)
+    if buf is None or buf.size < 16 * n:
+        arr = np.full(max(16 * n, 1 << 20), fill, dtype=np.uint8)
+        arr.setflags(write=False)
+        buf = _CONSTANTS[fill] = pa.py_buffer(arr)
+    return pa.Array.from_buffers(t, n, [None, buf])
+
+
+_RECORD_DTYPES = {f.name: f.type.to_pandas_dtype() for f in S.PACKET_FIELDS
+                  if f.name in K.RECORD_COLUMNS}
+
+
 def decode_batch(batch: RecordBatch, options: DecodeOptions = DEFAULT_OPTIONS, *,
                  file_index: int = 0) -> pa.RecordBatch:
     """Decode every record of ``batch`` into an Arrow batch with exactly ``PACKET_SCHEMA``.
@@ -128,7 +173,9 @@ def decode_batch(batch: RecordBatch, options: DecodeOptions = DEFAULT_OPTIONS, *
     options: :class:`DecodeOptions` (UDP tunnel ports, DSA tag on plain Ethernet).
     file_index: fills the ``file_index`` column.
 
-    Returns a ``pyarrow.RecordBatch`` (one row per record, in record order). Raises
+    Returns a ``pyarrow.RecordBatch`` (one row per record, in record order). Its columns
+    wrap the kernel's output memory without a copy; that memory is reused for a later
+    batch only once nothing refers to this one any more. Raises
     :class:`~gropcap.errors.DecodeError` only for a malformed ``RecordBatch`` object, never
     for packet bytes.
 
@@ -138,10 +185,15 @@ def decode_batch(batch: RecordBatch, options: DecodeOptions = DEFAULT_OPTIONS, *
     """
     _check_batch(batch)
     n = len(batch.offset)
-    o, status, depth, encap_idx, names = _run_kernel(batch, options)
+    o, status, depth, encap_idx, names, cap_out, bits, file_col, rare = _run_kernel(batch,
+                                                                                   options)
     fallback = np.flatnonzero(encap_idx < 0)
     if len(fallback):
         from gropcap.decode.reference import decode_frame
+        if not rare:      # the rows stored below fill every column: clear the rare ones
+            K._clear_rows(*o[:7], K.RARE_U8, K.RARE_I8, K.RARE_U16, K.RARE_I16, K.RARE_U32,
+                          K.RARE_U64, K.RARE_ADDR, 0, n)
+            rare = True
         strings = [names[j] for j in encap_idx.clip(0)] if names else [""] * n
         for i in fallback:
             row = decode_frame(batch.frame(int(i)), int(batch.linktype[i]),
@@ -149,41 +201,34 @@ def decode_batch(batch: RecordBatch, options: DecodeOptions = DEFAULT_OPTIONS, *
             _store_row(o, status, depth, int(i), row)
             strings[i] = row["encap"]
         encap = pa.array(strings, pa.string()).dictionary_encode()
+        bits = np.packbits(o.u8[_BOOL_ROWS], axis=1, bitorder="little")   # rows changed
     else:
         encap = pa.DictionaryArray.from_arrays(pa.array(encap_idx, pa.int32()),
-                                               pa.array(names, pa.string()))
-    # cap_len as the reference sees it: the bytes actually present in buf
-    nbuf = len(batch.buf)
-    avail = np.clip(nbuf - np.asarray(batch.offset, dtype=np.int64), 0, None)
-    cap_len = np.minimum(np.asarray(batch.cap_len, dtype=np.int64), avail)
+                                               pa.array(names, pa.string()), safe=False)
+    file_col[:] = file_index
     record_cols = {
-        "ts_ns": batch.ts_ns, "cap_len": cap_len, "wire_len": batch.wire_len,
-        "linktype": batch.linktype, "iface": batch.iface,
-        "file_index": np.full(n, file_index, dtype=np.uint16), "record": batch.record,
-        "file_offset": batch.file_offset, "epb_flags": batch.epb_flags,
+        "ts_ns": batch.ts_ns, "cap_len": cap_out, "wire_len": batch.wire_len,
+        "linktype": batch.linktype, "iface": batch.iface, "file_index": file_col,
+        "record": batch.record, "file_offset": batch.file_offset,
+        "epb_flags": batch.epb_flags,
     }
     arrays = []
-    for field in S.PACKET_FIELDS:
-        name, t = field.name, field.type
-        if name in record_cols:
-            arr = pa.array(np.asarray(record_cols[name]).astype(t.to_pandas_dtype(),
-                                                                copy=False), t)
-        elif name == "encap":
-            arr = encap
-        elif name == "status":
-            arr = pa.array(status, t)
-        elif name == "encap_depth":
-            arr = pa.array(depth, t)
+    for kind, key, k, t in _PLAN:
+        if not rare and (kind, key, k) in _RARE:
+            arr = _constant(t, n, _RARE[kind, key, k])   # no VLAN, DSA or tunnel in the batch
+        elif kind == "num":
+            arr = pa.array(getattr(o, key)[k], t)
+        elif kind == "bool":
+            arr = pa.Array.from_buffers(t, n, [None, pa.py_buffer(bits[k])])
+        elif kind == "addr":
+            arr = _fixed_binary(o.addr[k], 16)
+        elif kind == "opts":
+            arr = _fixed_binary(o.opts, K.C.TCP_MAX_OPTLEN)
+        elif kind == "record":
+            arr = pa.array(np.asarray(record_cols[key]).astype(_RECORD_DTYPES[key],
+                                                               copy=False), t)
         else:
-            group, k = K.LAYOUT[name]
-            if group == "addr":
-                arr = _fixed_binary(o.addr[k], 16)
-            elif group == "opts":
-                arr = _fixed_binary(o.opts, K.C.TCP_MAX_OPTLEN)
-            elif pa.types.is_boolean(t):
-                arr = pa.array(getattr(o, group)[k].view(np.bool_), t)
-            else:
-                arr = pa.array(getattr(o, group)[k], t)
+            arr = encap
         arrays.append(arr)
     return pa.RecordBatch.from_arrays(arrays, schema=S.PACKET_SCHEMA)
 
