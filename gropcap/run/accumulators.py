@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from gropcap import constants as C
+from gropcap._unique import unique
 from gropcap.gro.reasons import FLUSH_CWR, FLUSH_ZERO_PAYLOAD, reason_name
 
 # UDP tunnels a local socket must own before GRO looks inside (udp_gro_receive ->
@@ -93,10 +94,18 @@ def encap_counts(t: pa.Table, mask: np.ndarray) -> dict[str, int]:
                 continue
             idx = chunk.indices.to_numpy(zero_copy_only=False)
             names = chunk.dictionary.to_pylist()
-            used, first = np.unique(idx, return_index=True)
+            every = np.bincount(idx, minlength=len(names))
+            used = np.flatnonzero(every)
+            if len(used) == 1:
+                first = np.zeros(1, np.int64)
+            elif len(used) <= 8:       # a few encapsulations: one scan each, no sort
+                first = np.array([int(np.argmax(idx == k)) for k in used.tolist()])
+            else:
+                used, first = unique(idx, return_index=True)
             for k in used[np.argsort(first, kind="stable")].tolist():
                 order.setdefault(names[k], None)
-            got = np.bincount(idx[mask[lo:lo + n]], minlength=len(names))
+            m = mask[lo:lo + n]
+            got = every if m.all() else np.bincount(idx[m], minlength=len(names))
             for k in np.flatnonzero(got).tolist():
                 counts[names[k]] = counts.get(names[k], 0) + int(got[k])
             lo += n
@@ -173,7 +182,7 @@ class CaptureCounts:
             self.pre_largest = max(self.pre_largest, int(wire[pre].max()))
         rest = (ver != 0) & ~pre
         if rest.any():
-            u, inv, cnt = np.unique(tot[rest], return_inverse=True, return_counts=True)
+            u, inv, cnt = unique(tot[rest], return_inverse=True, return_counts=True)
             big = np.zeros(len(u), np.int64)
             np.maximum.at(big, inv.ravel(), wire[rest])
             for k, c, b in zip(u.tolist(), cnt.tolist(), big.tolist()):
@@ -303,7 +312,7 @@ class ModelCounts:
         self.file_data_segs = _add_at(self.file_data_segs, np.bincount(file[has]))
         flow = np.asarray(flow).astype(np.int64)
         self.flow_segs = _add_at(self.flow_segs, np.bincount(flow))
-        self._top(*np.unique(flow * 256 + end, return_counts=True))
+        self._top(*unique(flow * 256 + end, return_counts=True))
 
     def _top(self, keys: np.ndarray, counts: np.ndarray) -> None:
         if not len(keys):
@@ -391,7 +400,7 @@ class FlowCounts:
             fid, weights=t.column("payload_len").to_numpy().astype(np.float64)))
         if top > self.n_flows:
             new = np.nonzero(fid >= self.n_flows)[0]
-            ids, first = np.unique(fid[new], return_index=True)
+            ids, first = unique(fid[new], return_index=True)
             self.key_parts.append(t.select(FLOW_KEY_COLS).take(new[first]))
             self.key_ids.append(ids)
             self.n_flows = top
