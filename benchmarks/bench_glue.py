@@ -6,7 +6,8 @@ and on its first ``--small-records`` records, each in a fresh process, the old c
 one alternating, ``--rounds`` times; the figure is the child's CPU time (user + sys), the
 least of the rounds. Marginal packets/s = (records of the capture - records of the small
 one) / (CPU of the capture - CPU of the small one): start-up and JIT cache loading cancel
-out. ``--phases`` adds the bounded-memory run's phases (``StreamResult.timings`` with
+out. The new checkout also runs ``--out DIR --packet-columns all`` (``out-all``: every
+column, what the old one writes). ``--phases`` adds the bounded-memory run's phases (``StreamResult.timings`` with
 CPU time in place of wall time) for both checkouts.
 
 Invariants: the JSON summaries of old and new are equal; the small capture's
@@ -125,15 +126,18 @@ def main(argv=None) -> int:
         caps = {"small": small, "big": args.capture}
         cpu: dict = {}
         summaries: dict = {}
+        modes = {"old": ("json", "out"), "new": ("json", "out", "out-all")}
         for _ in range(args.rounds):
             for side, root in roots.items():
-                for mode in ("json", "out"):
+                for mode in modes[side]:
                     for size, cap in caps.items():
                         extra = []
-                        if mode == "out":
+                        if mode.startswith("out"):
                             out = os.path.join(tmp, f"{side}-{size}")
                             shutil.rmtree(out, ignore_errors=True)
                             extra = ["--out", out]
+                        if mode == "out-all":      # every column, as the old files
+                            extra += ["--packet-columns", "all"]
                         c, text = run_cli(root, cap, extra)
                         cpu.setdefault(f"{side}/{mode}/{size}", []).append(round(c, 3))
                         if mode == "json":
@@ -151,7 +155,7 @@ def main(argv=None) -> int:
                   "small_records": n_small, "rounds": args.rounds, "cpu_seconds": cpu,
                   "figures": {}}
         for side in roots:
-            for mode in ("json", "out"):
+            for mode in modes[side]:
                 big, sm = min(cpu[f"{side}/{mode}/big"]), min(cpu[f"{side}/{mode}/small"])
                 result["figures"][f"{side}/{mode}"] = {
                     "cpu_seconds": big, "small_cpu_seconds": sm,

@@ -5,10 +5,14 @@ GroResult array at once (a 4 M-packet capture peaked at 4.9 GB). :func:`stream_a
 gives the same ``packets.parquet`` / ``superpackets.parquet`` / ``flows.parquet`` and the
 same summary dict, batch by batch:
 
-1. **GRO pass**: fast scan -> fast decode -> ``gro.engine.simulate_batch`` per model
-   (state carried across batches and files). The decoded batches go to a temporary
-   Parquet file; the engine's partial results (``BatchResult``) are spilled to temporary
-   files; the summary counters are accumulated.
+1. **decode + GRO pass**: fast scan -> fast decode -> ``gro.engine.simulate_batch`` per
+   model (state carried across batches and files), each batch as soon as it is decoded;
+   the columns the packets pass reads back go to a temporary Arrow file, the engine's
+   partial results (``BatchResult``) to spill files; the summary counters are
+   accumulated. A frame captured already coalesced (its gso_size needs the whole
+   capture first) or a UDP tunnel on a port without a tunnel socket (the hint re-runs the
+   models on the whole table) ends this fused pass, and the run starts over unfused: the
+   whole decoded table to the temporary file, then GRO over it as a second sweep.
 2. **super-packets pass**: the napi model's delivery order is known only when every poll
    is in (``engine.assemble``: polls ordered by time, queue, number). With the poll ranks
    and the super-packets per poll, each super-packet's delivery position is
@@ -642,7 +646,6 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 so = orders[run.model]
                 code = inst_pos[run.model][inst].astype(np.int64)
                 alone = code < 0
-                gro_seg = np.where(alone, -code - 1, code)
                 role = np.where(alone, ROLE_ALONE, ROLE_MERGED).astype(np.uint8)
                 seen = inst_first[run.model]
                 multi = np.flatnonzero(~alone)
@@ -651,27 +654,31 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 head = cand[~seen[inst[cand]]]
                 role[head] = ROLE_HEAD
                 seen[inst[multi]] = True
-                poll_id = so.rank[poll] if so.inferred else poll
-                c = {"flow_id": fid.astype(np.int64), "gro_seg": gro_seg, "gro_role": role,
-                     "reason": reason.astype(np.uint8), "rx_queue": rxq.astype(np.uint16),
-                     "poll_id": poll_id.astype(np.int64)}
                 run.counts.add_encap(t, role != ROLE_MERGED)
                 hint.packets_batch(t, run.model, role != ROLE_MERGED)
                 if run.model == primary:
-                    cols = {**c, **cols}
                     causes.add(fid, t.column("tcp_seq").to_numpy(),
                                t.column("payload_len").to_numpy(),
                                t.column("l4_proto").to_numpy(), reason)
+                if not out_dir:
+                    continue        # the verdict columns are for packets.parquet only
+                poll_id = so.rank[poll] if so.inferred else poll
+                c = {"flow_id": fid.astype(np.int64),
+                     "gro_seg": np.where(alone, -code - 1, code), "gro_role": role,
+                     "reason": reason.astype(np.uint8), "rx_queue": rxq.astype(np.uint16),
+                     "poll_id": poll_id.astype(np.int64)}
+                if run.model == primary:
+                    cols = {**c, **cols}
                 else:
                     cols.update({f"{run.model}_{k}": v for k, v in c.items() if k != "flow_id"})
+            if not out_dir:
+                r0 = r1
+                continue
             order = [k for k in ("flow_id", "gro_seg", "gro_role", "reason", "rx_queue",
                                  "poll_id")] + [k for k in cols if "_" in k and
                                                 k.split("_", 1)[0] in models]
             for name in order:
                 t = t.append_column(name, pa.array(cols[name]))
-            if not out_dir:
-                r0 = r1
-                continue
             if pk_cols is None:
                 pk_cols = select_packet_columns(readable_names(t.column_names),
                                                 packet_columns)
