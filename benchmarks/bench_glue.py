@@ -162,11 +162,16 @@ def main(argv=None) -> int:
                     "pps_cpu": round(n_big / big),
                     "marginal_pps_cpu": round((n_big - n_small) / (big - sm))}
         if args.phases:
-            result["phases_cpu_seconds"] = {
-                f"{side}/{mode}": min((phases(root, args.capture, mode)
-                                       for _ in range(max(1, args.rounds - 1))),
-                                      key=lambda d: d["total"])
-                for side, root in roots.items() for mode in ("json", "out")}
+            # old and new alternating, the run with the least total CPU kept
+            best: dict = {}
+            for _ in range(args.rounds):
+                for side, root in roots.items():
+                    for mode in ("json", "out"):
+                        got = phases(root, args.capture, mode)
+                        key = f"{side}/{mode}"
+                        if key not in best or got["total"] < best[key]["total"]:
+                            best[key] = got
+            result["phases_cpu_seconds"] = best
         text = json.dumps(result, indent=1)
         print(text)
         if args.json:

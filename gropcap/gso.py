@@ -313,7 +313,6 @@ class CoalescedStats:
         import numpy as np
 
         from gropcap import constants as C
-        from gropcap._unique import unique
         from gropcap.decode.schema import STATUS_OK
         self._inference = None
         col = lambda name: t.column(name).to_numpy()  # noqa: E731
@@ -332,7 +331,7 @@ class CoalescedStats:
         data = data & ~syn & ~hard
         ip = (col("ip_version") != 0) & ~data & ~hard & ~synd
         if ip.any():
-            u, c = unique(tot[ip], return_counts=True)
+            u, c = np.unique(tot[ip], return_counts=True)
             for k, n in zip(u.tolist(), c.tolist()):
                 self.other_tot[k] = self.other_tot.get(k, 0) + n
         if not (syn.any() or data.any()):
@@ -360,7 +359,7 @@ class CoalescedStats:
             direction, rep = self._directions(t, rows)
             # (direction, IP length, size) counted as one int64 sort (36 bits of sizes)
             pair = (direction << np.int64(36)) | size
-            _, first, cnt = unique(pair, return_index=True, return_counts=True)
+            _, first, cnt = np.unique(pair, return_index=True, return_counts=True)
             keys = self._keys(t.select(_KEY_COLUMNS).take(rep))
             for j, c in zip(first.tolist(), cnt.tolist()):
                 d = self.sizes.setdefault(keys[direction[j]].tobytes(), {})
@@ -376,14 +375,13 @@ class CoalescedStats:
         used instead."""
         import numpy as np
 
-        from gropcap._unique import unique
         from gropcap.gro.flows import _column_bytes as fixed_bytes
         words = [np.ascontiguousarray(fixed_bytes(t.column(name))[rows]).view(np.uint64)
                  for name in ("ip_src", "ip_dst")]
         ports = (t.column("sport").to_numpy()[rows].astype(np.uint64) << np.uint64(16)) \
             | t.column("dport").to_numpy()[rows].astype(np.uint64)
         cols = [words[0][:, 0], words[0][:, 1], words[1][:, 0], words[1][:, 1], ports]
-        _, first, inv = unique(_mix_words(cols), return_index=True, return_inverse=True)
+        _, first, inv = np.unique(_mix_words(cols), return_index=True, return_inverse=True)
         inv = inv.ravel().astype(np.int64)
         if not all(np.array_equal(w, w[first][inv]) for w in cols):
             keys = CoalescedStats._keys(t.select(_KEY_COLUMNS).take(rows))

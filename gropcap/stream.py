@@ -44,7 +44,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gropcap._unique import unique
 from gropcap.decode.options import DecodeOptions
 from gropcap.decode.schema import PACKET_SCHEMA
 from gropcap.errors import ConfigError
@@ -649,7 +648,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 role = np.where(alone, ROLE_ALONE, ROLE_MERGED).astype(np.uint8)
                 seen = inst_first[run.model]
                 multi = np.flatnonzero(~alone)
-                _, first_idx = unique(inst[multi], return_index=True)
+                _, first_idx = np.unique(inst[multi], return_index=True)
                 cand = multi[first_idx]
                 head = cand[~seen[inst[cand]]]
                 role[head] = ROLE_HEAD

@@ -27,7 +27,6 @@ import ipaddress
 import numpy as np
 import pyarrow as pa
 
-from gropcap._unique import unique
 
 TS_TYPE = pa.timestamp("ns", tz="UTC")
 ADDRESS_COLUMNS = (("ip_src", "ip_version"), ("ip_dst", "ip_version"),
@@ -171,7 +170,7 @@ def address_text(raw: pa.ChunkedArray | pa.Array, version) -> pa.Array:
     if v4.any():
         # IPv4 (mapped): the last 4 bytes as one uint32, unique values formatted once
         words = np.ascontiguousarray(rows[v4, 12:16]).view(">u4").ravel()
-        uniq, inverse = unique(words.astype(np.uint32), return_inverse=True)
+        uniq, inverse = np.unique(words, return_inverse=True)
         idx[v4] = inverse.ravel()
         texts += [str(ipaddress.IPv4Address(int(w))) for w in uniq.tolist()]
     v6 = ver == 6

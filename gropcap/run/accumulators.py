@@ -36,7 +36,6 @@ import numpy as np
 import pyarrow as pa
 
 from gropcap import constants as C
-from gropcap._unique import unique
 from gropcap.gro.reasons import FLUSH_CWR, FLUSH_ZERO_PAYLOAD, reason_name
 
 # UDP tunnels a local socket must own before GRO looks inside (udp_gro_receive ->
@@ -101,7 +100,7 @@ def encap_counts(t: pa.Table, mask: np.ndarray) -> dict[str, int]:
             elif len(used) <= 8:       # a few encapsulations: one scan each, no sort
                 first = np.array([int(np.argmax(idx == k)) for k in used.tolist()])
             else:
-                used, first = unique(idx, return_index=True)
+                used, first = np.unique(idx, return_index=True)
             for k in used[np.argsort(first, kind="stable")].tolist():
                 order.setdefault(names[k], None)
             m = mask[lo:lo + n]
@@ -182,7 +181,7 @@ class CaptureCounts:
             self.pre_largest = max(self.pre_largest, int(wire[pre].max()))
         rest = (ver != 0) & ~pre
         if rest.any():
-            u, inv, cnt = unique(tot[rest], return_inverse=True, return_counts=True)
+            u, inv, cnt = np.unique(tot[rest], return_inverse=True, return_counts=True)
             big = np.zeros(len(u), np.int64)
             np.maximum.at(big, inv.ravel(), wire[rest])
             for k, c, b in zip(u.tolist(), cnt.tolist(), big.tolist()):
@@ -312,7 +311,7 @@ class ModelCounts:
         self.file_data_segs = _add_at(self.file_data_segs, np.bincount(file[has]))
         flow = np.asarray(flow).astype(np.int64)
         self.flow_segs = _add_at(self.flow_segs, np.bincount(flow))
-        self._top(*unique(flow * 256 + end, return_counts=True))
+        self._top(*np.unique(flow * 256 + end, return_counts=True))
 
     def _top(self, keys: np.ndarray, counts: np.ndarray) -> None:
         if not len(keys):
@@ -400,7 +399,7 @@ class FlowCounts:
             fid, weights=t.column("payload_len").to_numpy().astype(np.float64)))
         if top > self.n_flows:
             new = np.nonzero(fid >= self.n_flows)[0]
-            ids, first = unique(fid[new], return_index=True)
+            ids, first = np.unique(fid[new], return_index=True)
             self.key_parts.append(t.select(FLOW_KEY_COLS).take(new[first]))
             self.key_ids.append(ids)
             self.n_flows = top
