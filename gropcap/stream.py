@@ -498,6 +498,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                         options=pa.ipc.IpcWriteOptions(compression="lz4"))
                 dec_writer.write_table(t)
             infos.append(info)
+        if _fused and coal.num:
+            # the MTU inferred from the whole capture can make earlier frames coalesced
+            raise _Unfused
         if dec_writer is not None:
             dec_writer.close()
             dec_sink.close()
