@@ -20,7 +20,7 @@ from gropcap.clihelp import Group, capture_files, option
 # importable from here: api.py and the tests read cli._GRO_KEYS, cli._make_gro_config)
 from gropcap.cliopts import (_DECODE_KEYS, _GRO_KEYS, _apply_receiver,  # noqa: F401
                              _decode_options, _decoder_option, _default_poll_gap_us,
-                             _gro_options, _make_decode_options, _make_gro_config,
+                             _gro_options, _packet_columns_option, _make_decode_options, _make_gro_config,
                              _receiver_info, _split, staged_outputs)
 from gropcap.errors import GropcapError
 
@@ -156,6 +156,7 @@ def decode(files, output, force, decoder, **kw):
 @option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default=None,
         aliases=("--output",),
         help="Write packets/superpackets/flows.parquet into this directory.")
+@_packet_columns_option
 @click.option("--force", is_flag=True, help="Replace existing output files.")
 @click.option("--engine", type=click.Choice(["fast", "reference"]), default="fast",
               show_default=True, help="GRO engine (numba, or the plain-Python oracle).")
@@ -194,7 +195,7 @@ def decode(files, output, force, decoder, **kw):
 @_decoder_option
 @_gro_options
 @_decode_options
-def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_scenario,
+def analyze(files, model, fmt, out_dir, packet_columns, force, engine, plot, decoder, egress_scenario,
             egress_features, egress_mtu, stream, quiet, top, jobs, scheduler, scratch, **kw):
     """Simulate GRO over captures and summarise how far it aggregates and why it stops.
 
@@ -227,6 +228,9 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
                                "give one of them")
     if scratch and not distributed:
         raise click.UsageError("--scratch is for --jobs/--scheduler runs")
+    if packet_columns != "default" and not out_dir:
+        raise click.UsageError("--packet-columns chooses the columns of --out DIR's "
+                               "packets.parquet: give --out")
     if plot:
         from gropcap.report.plots import FORMATS
         if os.path.splitext(plot)[1].lower() not in FORMATS:
@@ -242,7 +246,7 @@ def analyze(files, model, fmt, out_dir, force, engine, plot, decoder, egress_sce
                              out_dir=stage_dir, plot=stage_plot, force=True,
                              in_memory=stream is False, jobs=jobs, scheduler=scheduler,
                              scratch=scratch, progress=progress, receiver=_receiver_info(),
-                             receive=_receive_ctx(config))
+                             receive=_receive_ctx(config), packet_columns=packet_columns)
         failures = getattr(result, "failures", None) or []
         summary = report_dict(result, top=top)
         hint = tunnel_hint(result) if fmt == "json" else None

@@ -45,7 +45,7 @@ SECTION_OF = {
     # output: what is written where
     "output": "output", "out_dir": "output", "out": "output", "fmt": "output",
     "force": "output", "plot": "output", "quiet": "output", "breaks_only": "output",
-    "top": "output",
+    "top": "output", "packet_columns": "output",
     # run: how the work is done
     "model": "run", "engine": "run", "stream": "run", "jobs": "run", "scheduler": "run",
     "scratch": "run", "tolerance": "run",

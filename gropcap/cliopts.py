@@ -85,6 +85,22 @@ _decoder_option = click.option(
          "reference (identical tables).")
 
 
+def _check_packet_columns(ctx, param, value):
+    from gropcap.io.columns import parse_packet_columns
+    try:
+        return parse_packet_columns(value)
+    except ConfigError as e:
+        raise click.BadParameter(e.one_line()) from None
+
+
+_packet_columns_option = click.option(
+    "--packet-columns", "packet_columns", default="default", show_default=True,
+    metavar="default|all|LIST", callback=_check_packet_columns,
+    help="Columns of packets.parquet (--out): default (time, addresses, ports, flow, sizes, "
+         "every model's verdicts and reasons with their names), all (every decoded header "
+         "field), or a comma list of columns, e.g. default,ip_ttl,ip_id.")
+
+
 def _default_poll_gap_us() -> float:
     from gropcap.gro.config import DEFAULT_POLL_GAP_NS
     return DEFAULT_POLL_GAP_NS / 1000

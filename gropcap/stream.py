@@ -5,10 +5,14 @@ GroResult array at once (a 4 M-packet capture peaked at 4.9 GB). :func:`stream_a
 gives the same ``packets.parquet`` / ``superpackets.parquet`` / ``flows.parquet`` and the
 same summary dict, batch by batch:
 
-1. **GRO pass**: fast scan -> fast decode -> ``gro.engine.simulate_batch`` per model
-   (state carried across batches and files). The decoded batches go to a temporary
-   Parquet file; the engine's partial results (``BatchResult``) are spilled to temporary
-   files; the summary counters are accumulated.
+1. **decode + GRO pass**: fast scan -> fast decode -> ``gro.engine.simulate_batch`` per
+   model (state carried across batches and files), each batch as soon as it is decoded;
+   the columns the packets pass reads back go to a temporary Arrow file, the engine's
+   partial results (``BatchResult``) to spill files; the summary counters are
+   accumulated. A frame captured already coalesced (its gso_size needs the whole
+   capture first) or a UDP tunnel on a port without a tunnel socket (the hint re-runs the
+   models on the whole table) ends this fused pass, and the run starts over unfused: the
+   whole decoded table to the temporary file, then GRO over it as a second sweep.
 2. **super-packets pass**: the napi model's delivery order is known only when every poll
    is in (``engine.assemble``: polls ordered by time, queue, number). With the poll ranks
    and the super-packets per poll, each super-packet's delivery position is
@@ -368,7 +372,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                    force: bool = False, batch_records: int = 65536,
                    engine: str = "fast", decoder: str = "fast", egress=None,
                    tmp_dir: str | None = None, progress=None,
-                   receiver=None, receive=None) -> StreamResult:
+                   receiver=None, receive=None, packet_columns="default",
+                   _fused: bool = True) -> StreamResult:
     """Analyse captures batch by batch in bounded memory (see the module docstring).
 
     Args:
@@ -387,6 +392,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             already applied to ``config``, as :func:`gropcap.pipeline.analyze` takes it.
         receive: the :class:`gropcap.context.ReceiveContext` the summary reports (the
             CLI's, which knows what was typed); None: from ``config``.
+        packet_columns: the columns of ``packets.parquet`` (``"default"``, ``"all"`` or
+            a list: ``io.columns.parse_packet_columns``), as ``io.parquet.write_analysis``.
 
     Returns:
         A :class:`StreamResult`; ``summary`` equals ``analyze(...).summary()`` and the
@@ -415,6 +422,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     if why:
         raise ConfigError(f"not streamable: {why}",
                           hint="gropcap.analyze (or `gropcap analyze`) runs it in memory")
+    from gropcap.io.columns import parse_packet_columns, select_packet_columns
+    packet_columns = parse_packet_columns(packet_columns)
     files = input_files(paths)
     targets = [os.path.join(out_dir, n) for n in OUT_NAMES] if out_dir else []
     if not force:
@@ -438,7 +447,20 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         clock = time.perf_counter
         tm = {"engine": 0.0, "coalesced": 0.0}
         t_start = clock()
-        # 1. decode pass: decoded rows to a temporary Parquet, counters, coalesced stats
+        # 1. decode pass: decoded rows to a temporary Arrow file, counters, coalesced
+        # stats. Fused (the first try): each batch goes through GRO as soon as it is
+        # decoded, and only the columns the packets pass reads are kept; a frame captured
+        # already coalesced (its gso_size needs the whole capture) or a UDP tunnel on a
+        # port without a socket (the hint re-runs the models on the whole table) ends the
+        # try, and the run starts again unfused (_Unfused).
+        from gropcap.report.progress import phase
+        gro_phase = None
+        keep = _kept_columns(out_dir, packet_columns, models) if _fused else None
+        dec_schema = PACKET_SCHEMA if keep is None else \
+            pa.schema([PACKET_SCHEMA.field(c) for c in keep])
+        if _fused:
+            from gropcap.report.receive import missing_tunnels
+            seen_tunnels = 0
         coal = _Coalesced(config.mtu)
         for file_index, path in enumerate(files):
             batches = decode_file(path, file_index, decode_options,
@@ -452,14 +474,33 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 t = pa.Table.from_batches([dec])
                 counters.add(t)
                 coal.add(t)
+                if _fused:
+                    if coal.num or (len(counters.udp_tunnels) != seen_tunnels and
+                                    missing_tunnels(counters.udp_tunnels, config)):
+                        raise _Unfused
+                    seen_tunnels = len(counters.udp_tunnels)
+                    if gro_phase is None:
+                        gro_phase = phase(progress, f"GRO {'+'.join(models)}", None)
+                    gro_phase.advance(t.num_rows)
+                    t1 = clock()
+                    parts = [run.feed(t, final=False, file_of=counters.file_of)
+                             for run in runs]
+                    tm["engine"] += clock() - t1
+                    if parts:
+                        tot.flows.add(t, parts[0].flow_id)
+                    if keep is not None:
+                        t = t.select(keep)
                 if dec_writer is None:
                     dec_sink = pa.OSFile(dec_path, "wb")
                     # the stream format: each batch keeps its own encap dictionary
                     dec_writer = pa.ipc.new_stream(
-                        dec_sink, PACKET_SCHEMA,
+                        dec_sink, dec_schema,
                         options=pa.ipc.IpcWriteOptions(compression="lz4"))
                 dec_writer.write_table(t)
             infos.append(info)
+        if _fused and coal.num:
+            # the MTU inferred from the whole capture can make earlier frames coalesced
+            raise _Unfused
         if dec_writer is not None:
             dec_writer.close()
             dec_sink.close()
@@ -470,13 +511,13 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 with pa.OSFile(dec_path, "rb") as src:
                     yield from pa.ipc.open_stream(src)
 
-        tm["decode"] = clock() - t_start
+        tm["decode"] = clock() - t_start - tm["engine"]
         t_start = clock()
         # 2. GRO pass: every model over the decoded rows, state carried
-        from gropcap.report.progress import phase
-        gro_phase = phase(progress, f"GRO {'+'.join(models)}", counters.packets)
+        if gro_phase is None:
+            gro_phase = phase(progress, f"GRO {'+'.join(models)}", counters.packets)
         hint = _TunnelHint(counters.udp_tunnels, config, models)
-        for dec in decoded():
+        for dec in (() if _fused else decoded()):
             gro_phase.advance(dec.num_rows)
             t = pa.Table.from_batches([dec])
             t0 = clock()
@@ -496,7 +537,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         peak = sum(r.rows.size() + r.verdicts.size() + r.segs.size() for r in runs) + \
             (os.path.getsize(dec_path) if os.path.exists(dec_path) else 0)
 
-        tm["gro"] = clock() - t_start
+        tm["gro"] = clock() - t_start + (tm["engine"] if _fused else 0.0)
         t_start = clock()
         flows = tot.flows_table()
         meta_of = Analysis(PACKET_SCHEMA.empty_table(), infos, config,
@@ -583,6 +624,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         primary = "napi" if "napi" in models else models[0]
         pk_tmp = os.path.join(tmp, "packets.parquet") if out_dir else None
         pk_writer = None
+        pk_cols = None
+        from gropcap.io.columns import readable_names
         for run in runs:
             run.rows.rewind()
             run.verdicts.rewind()
@@ -605,7 +648,6 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 so = orders[run.model]
                 code = inst_pos[run.model][inst].astype(np.int64)
                 alone = code < 0
-                gro_seg = np.where(alone, -code - 1, code)
                 role = np.where(alone, ROLE_ALONE, ROLE_MERGED).astype(np.uint8)
                 seen = inst_first[run.model]
                 multi = np.flatnonzero(~alone)
@@ -614,28 +656,35 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 head = cand[~seen[inst[cand]]]
                 role[head] = ROLE_HEAD
                 seen[inst[multi]] = True
-                poll_id = so.rank[poll] if so.inferred else poll
-                c = {"flow_id": fid.astype(np.int64), "gro_seg": gro_seg, "gro_role": role,
-                     "reason": reason.astype(np.uint8), "rx_queue": rxq.astype(np.uint16),
-                     "poll_id": poll_id.astype(np.int64)}
                 run.counts.add_encap(t, role != ROLE_MERGED)
                 hint.packets_batch(t, run.model, role != ROLE_MERGED)
                 if run.model == primary:
-                    cols = {**c, **cols}
                     causes.add(fid, t.column("tcp_seq").to_numpy(),
                                t.column("payload_len").to_numpy(),
                                t.column("l4_proto").to_numpy(), reason)
+                if not out_dir:
+                    continue        # the verdict columns are for packets.parquet only
+                poll_id = so.rank[poll] if so.inferred else poll
+                c = {"flow_id": fid.astype(np.int64),
+                     "gro_seg": np.where(alone, -code - 1, code), "gro_role": role,
+                     "reason": reason.astype(np.uint8), "rx_queue": rxq.astype(np.uint16),
+                     "poll_id": poll_id.astype(np.int64)}
+                if run.model == primary:
+                    cols = {**c, **cols}
                 else:
                     cols.update({f"{run.model}_{k}": v for k, v in c.items() if k != "flow_id"})
+            if not out_dir:
+                r0 = r1
+                continue
             order = [k for k in ("flow_id", "gro_seg", "gro_role", "reason", "rx_queue",
                                  "poll_id")] + [k for k in cols if "_" in k and
                                                 k.split("_", 1)[0] in models]
             for name in order:
                 t = t.append_column(name, pa.array(cols[name]))
-            if not out_dir:
-                r0 = r1
-                continue
-            t = readable(t)
+            if pk_cols is None:
+                pk_cols = select_packet_columns(readable_names(t.column_names),
+                                                packet_columns)
+            t = readable(t, columns=pk_cols)
             if pk_writer is None:
                 from gropcap.io.parquet import with_metadata
                 pk_writer = pq.ParquetWriter(pk_tmp, with_metadata(t.slice(0, 0), meta).schema,
@@ -658,7 +707,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         tm["packets"] = clock() - t_start
         if out_dir:
             if pk_writer is None:
-                empty = readable(_empty_packets(models, primary))
+                empty = _empty_packets(models, primary)
+                empty = readable(empty, columns=select_packet_columns(
+                    readable_names(empty.column_names), packet_columns))
                 from gropcap.io.parquet import with_metadata
                 pq.write_table(with_metadata(empty, meta), pk_tmp, compression="zstd")
             else:
@@ -669,9 +720,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 pq.write_table(with_metadata(empty, meta), sp_tmp, compression="zstd")
             else:
                 sp_writer.close()
-            from gropcap.io.parquet import write_table
+            from gropcap.io.parquet import summary_metadata, write_table
             fl_tmp = os.path.join(tmp, "flows.parquet")
-            write_table(flows, fl_tmp, meta, force=True)
+            write_table(flows, fl_tmp, {**meta, **summary_metadata(summary)}, force=True)
             for src, dst in zip((pk_tmp, sp_tmp, fl_tmp), targets):
                 shutil.move(src, dst) if os.path.dirname(os.path.abspath(src)) != \
                     os.path.dirname(os.path.abspath(dst)) else os.replace(src, dst)
@@ -687,6 +738,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             raise
         raise OutputError(f"cannot write: {e.strerror or e}", path=out_dir or tmp,
                           hint="check free space and permissions (--out, $TMPDIR)") from None
+    except _Unfused:
+        pass        # below: the run again, unfused
     finally:
         for run in locals().get("runs", []):
             for sp in (run.rows, run.verdicts, run.segs):
@@ -695,6 +748,39 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 except Exception:
                     pass
         shutil.rmtree(tmp, ignore_errors=True)
+    if progress is not None and hasattr(progress, "restart_files"):
+        progress.restart_files()
+    return stream_analyze(paths, config, models=models, decode_options=decode_options,
+                          out_dir=out_dir, force=force, batch_records=batch_records,
+                          engine=engine, decoder=decoder, egress=egress, tmp_dir=tmp_dir,
+                          progress=progress, receiver=receiver, receive=receive,
+                          packet_columns=packet_columns, _fused=False)
+
+
+class _Unfused(Exception):
+    """The fused first pass met what needs the whole decoded table before GRO."""
+
+
+def _kept_columns(out_dir, packet_columns, models) -> list[str] | None:
+    """Decoded columns the packets pass reads back after a fused first pass (None: all):
+    what ``packets.parquet`` writes (and the readable columns' sources), the encapsulation
+    counts and the flow causes."""
+    from gropcap.decode.schema import PACKET_COLUMNS
+    from gropcap.io.columns import (ADDRESS_COLUMNS, readable_names,
+                                    select_packet_columns)
+    need = {"encap", "tcp_seq", "payload_len", "l4_proto"}
+    if out_dir:
+        if packet_columns == "all":
+            return None
+        primary = "napi" if "napi" in models else models[0]
+        names = _empty_packets(models, primary).column_names
+        cols = select_packet_columns(readable_names(names), packet_columns)
+        need |= set(cols)
+        need |= {c[:-len("_name")] for c in cols if c.endswith("_name")}
+        for col, ver in ADDRESS_COLUMNS:
+            if col + "_text" in cols:
+                need |= {col, ver}
+    return [c for c in PACKET_COLUMNS if c in need]
 
 
 def _empty_packets(models, primary) -> pa.Table:

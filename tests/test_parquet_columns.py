@@ -34,7 +34,7 @@ def written(tmp_path_factory):
     out = tmp_path_factory.mktemp("out")
     old = os.umask(0o022)
     try:
-        write_analysis(a, str(out))
+        write_analysis(a, str(out), columns="all")
     finally:
         os.umask(old)
     return a, out

@@ -3,6 +3,7 @@ Analysis: tables, GRO results, configuration, sources and summary."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -35,8 +36,9 @@ def test_load_gives_the_same_analysis(written):
     assert b.models == ["ideal", "napi"]
     for m in a.models:
         assert b.results[m].equals(a.results[m]), m
+    # packets.parquet holds the default columns; the decoded table is the capture's, again
     assert b.decoded.equals(a.decoded)
-    assert b.packets.equals(a.packets)
+    assert b.packets.to_pylist() == a.packets.select(b.packets.column_names).to_pylist()
     assert b.superpackets.equals(a.superpackets)
     assert b.flows.equals(a.flows)
     assert [i.sha256 for i in b.infos] == [i.sha256 for i in a.infos]
@@ -71,3 +73,48 @@ def test_config_round_trips_through_json():
     c = GroConfig(kernel=KernelProfile.parse("5.15"), queues=4, rss="none",
                   gro_flush_timeout_ns=20000, napi_defer_hard_irqs=2)
     assert config_from_dict(c.to_dict()) == c.replace(model="ideal")
+
+
+def _written_without_capture(tmp_path, *args):
+    """--out DIR of a copy of the GRE sample and its in-memory analysis, the copy
+    removed afterwards."""
+    import shutil
+    cap = tmp_path / "gre.pcap"
+    shutil.copy(GRE, cap)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["analyze", str(cap), "--out", str(out), "--format", "json",
+                                  *args])
+    assert r.exit_code == 0, r.output
+    a = gropcap.analyze(cap)
+    os.unlink(cap)
+    return out, json.loads(r.stdout), a
+
+
+def test_default_columns_load_without_the_capture(tmp_path):
+    out, printed, a = _written_without_capture(tmp_path)
+    b = gropcap.load(out)
+    printed.pop("top_flows")
+    assert b.summary() == printed == a.summary()
+    for m in a.models:
+        assert b.results[m].equals(a.results[m]), m
+    assert b.packets.num_rows == 35 and "ip_ttl" not in b.packets.column_names
+    assert b.packets.to_pylist() == a.packets.select(b.packets.column_names).to_pylist()
+    assert b.flows.equals(a.flows) and b.superpackets.equals(a.superpackets)
+    # compare and baseline read the results and the summary: no decoded table needed
+    from gropcap.report.baseline import make_baseline
+    from gropcap.report.compare import compare_dict
+    assert compare_dict(b, a) == compare_dict(a, a)
+    assert make_baseline([b])["captures"] == make_baseline([a])["captures"]
+    # what needs every header field says which option writes it
+    with pytest.raises(LoadError, match="--packet-columns all"):
+        b.decoded
+    with pytest.raises(LoadError, match="is not there to decode again"):
+        gropcap.explain_flow(b, 0)
+
+
+def test_all_columns_load_the_whole_table_without_the_capture(tmp_path):
+    out, _, a = _written_without_capture(tmp_path, "--packet-columns", "all")
+    b = gropcap.load(out)
+    assert b.packets.equals(a.packets)
+    assert b.decoded.equals(a.decoded)
+    assert gropcap.explain_flow(b, 0) == gropcap.explain_flow(a, 0)

@@ -147,3 +147,37 @@ def test_empty_capture(tmp_path):
     path.write_bytes(head)
     a, r = assert_same(str(path), GroConfig(), tmp_path, batch_records=10)
     assert r.summary["packets"] == 0 and r.flows.num_rows == 0
+
+
+@pytest.mark.parametrize("name,config,restarts", [
+    ("real_ipv4.pcap", GroConfig(queues=2, budget=8), False),
+    # frames above a 1000-byte MTU were captured coalesced: their gso_size needs the
+    # whole capture before GRO, so the fused first pass starts over unfused
+    ("real_ipv4.pcap", GroConfig(mtu=1000), True),
+    # a VXLAN port without a tunnel socket: the hint runs the models on the whole table
+    ("real_vxlan.pcap", GroConfig(), True),
+], ids=["fused", "coalesced", "tunnel-hint"])
+@pytest.mark.parametrize("columns", ["default", "all"])
+def test_fused_first_pass_equals_unfused(name, config, restarts, columns, tmp_path,
+                                         monkeypatch):
+    import gropcap.stream as stream_mod
+    path = os.path.join(ROOT, "sample_pcaps", name)
+    calls = []
+    real = stream_mod.stream_analyze
+
+    def spy(*args, **kw):
+        calls.append(kw.get("_fused", True))
+        return real(*args, **kw)
+    monkeypatch.setattr(stream_mod, "stream_analyze", spy)
+    fused = stream_mod.stream_analyze(path, config, out_dir=str(tmp_path / "f"),
+                                      batch_records=50, packet_columns=columns)
+    assert calls == ([True, False] if restarts else [True])
+    plain = real(path, config, out_dir=str(tmp_path / "u"), batch_records=50,
+                 packet_columns=columns, _fused=False)
+    assert fused.summary == plain.summary
+    assert fused.flow_causes == plain.flow_causes
+    assert fused.udp_tunnel_hint == plain.udp_tunnel_hint
+    assert _plain(fused.flows) == _plain(plain.flows)
+    for n in OUT_NAMES:
+        a, b = pq.read_table(tmp_path / "f" / n), pq.read_table(tmp_path / "u" / n)
+        assert a.schema.equals(b.schema) and _plain(a) == _plain(b), n

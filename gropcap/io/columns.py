@@ -13,6 +13,11 @@ files and after ``gropcap.load(DIR)``. The engines keep reading the compact colu
 * each 16-byte address column gains a ``*_text`` string (``192.0.2.1``, ``2001:db8::1``;
   null where the header is absent);
 * ``ts_ns`` is a ``timestamp[ns, UTC]`` (the same int64 nanoseconds, typed as a time).
+
+``packets.parquet`` holds :data:`DEFAULT_PACKET_COLUMNS` unless asked otherwise
+(``--packet-columns all|default|LIST``, :func:`parse_packet_columns`): what people filter
+on (time, addresses and ports, flow, the verdicts of every model with their names,
+super-packet ids, sizes); ``all`` writes every column of the packet table.
 """
 
 from __future__ import annotations
@@ -22,9 +27,93 @@ import ipaddress
 import numpy as np
 import pyarrow as pa
 
+
 TS_TYPE = pa.timestamp("ns", tz="UTC")
 ADDRESS_COLUMNS = (("ip_src", "ip_version"), ("ip_dst", "ip_version"),
                    ("outer_ip_src", "outer_ip_version"), ("outer_ip_dst", "outer_ip_version"))
+
+
+# the GRO verdicts of a model (unprefixed: the primary model; ``<model>_`` the others):
+# always written, ``gropcap.load`` rebuilds each model's GroResult from them
+VERDICT_COLUMNS = ("flow_id", "gro_seg", "gro_role", "reason", "rx_queue", "poll_id",
+                   "gro_role_name", "reason_name")
+# what people filter on (docs/schema.md, "packets.parquet"); the rest: --packet-columns all
+DEFAULT_PACKET_COLUMNS = (
+    "ts_ns", "file_index", "record", "cap_len", "wire_len", "status", "encap",
+    "ip_version", "l4_proto", "sport", "dport", "tcp_seq", "tcp_ack", "tcp_flags",
+    "payload_len", "tun_type", "tun_key", "status_name", "ip_src_text", "ip_dst_text",
+    "outer_ip_src_text", "outer_ip_dst_text")
+MODEL_PREFIXES = ("ideal_", "napi_")
+
+
+def _is_verdict(name: str) -> bool:
+    if name in VERDICT_COLUMNS:
+        return True
+    return any(name.startswith(p) and name[len(p):] in VERDICT_COLUMNS
+               for p in MODEL_PREFIXES)
+
+
+def all_packet_columns() -> list[str]:
+    """Every column ``packets.parquet`` can hold (both models run), in file order."""
+    from gropcap.decode.schema import PACKET_COLUMNS
+    from gropcap.gro.result import PACKET_RESULT_DTYPES
+    names = list(PACKET_COLUMNS) + list(PACKET_RESULT_DTYPES)
+    names += [p + k for p in MODEL_PREFIXES for k in PACKET_RESULT_DTYPES if k != "flow_id"]
+    return readable_names(names)
+
+
+def parse_packet_columns(text) -> str | tuple[str, ...]:
+    """``"all"``, ``"default"`` or a comma-separated list of columns (``default`` may be one
+    of them: ``default,ip_ttl,ip_id``) -> ``"all"``, ``"default"`` or a tuple of names.
+
+    Raises:
+        ConfigError: a name that is no column of ``packets.parquet``.
+
+    >>> parse_packet_columns("default,ip_ttl")
+    ('default', 'ip_ttl')
+    """
+    from gropcap.errors import ConfigError
+    if isinstance(text, (list, tuple)):
+        items = [str(x).strip() for x in text]
+    else:
+        items = [x.strip() for x in str(text or "default").split(",")]
+    items = [x for x in items if x]
+    if items in (["all"], ["default"]):
+        return items[0]
+    if "all" in items:
+        return "all"
+    known = set(all_packet_columns())
+    unknown = [x for x in items if x != "default" and x not in known]
+    if unknown:
+        raise ConfigError(f"no packet column {', '.join(unknown)}",
+                          hint="use all, default, or columns of packets.parquet "
+                               "(docs/schema.md), e.g. default,ip_ttl,ip_id")
+    return tuple(items)
+
+
+def select_packet_columns(names, spec="default") -> list[str]:
+    """The columns of ``names`` (a packet table with verdicts and readable columns, in its
+    order) that ``spec`` (:func:`parse_packet_columns`) writes; the verdict columns of
+    every model always."""
+    spec = parse_packet_columns(spec) if isinstance(spec, str) and spec not in (
+        "all", "default") else spec
+    if spec == "all":
+        return list(names)
+    want = set(spec) if spec != "default" else {"default"}
+    if "default" in want:
+        want |= set(DEFAULT_PACKET_COLUMNS)
+    return [n for n in names if n in want or _is_verdict(n)]
+
+
+def readable_names(names) -> list[str]:
+    """The column names :func:`readable` gives a table with columns ``names``."""
+    names = list(names)
+    out = list(names)
+    out += [c + "_name" for c in names if _names_of(c) is not None
+            and c + "_name" not in names]
+    out += [c + "_text" for c, v in ADDRESS_COLUMNS if c in names and v in names
+            and c + "_text" not in names]
+    return out
 
 
 def _names_of(column: str) -> dict[int, str] | None:
@@ -73,29 +162,35 @@ def address_text(raw: pa.ChunkedArray | pa.Array, version) -> pa.Array:
         return pa.array([], pa.string())
     buf = np.frombuffer(raw.buffers()[1], np.uint8)[raw.offset * 16:(raw.offset + n) * 16]
     rows = buf.reshape(n, 16)
-    out = np.full(n, None, object)
+    # each row -> an index into the texts of the distinct addresses (-1: null), then one
+    # Arrow take: no Python object per row
+    idx = np.full(n, -1, np.int64)
+    texts: list[str] = []
     v4 = ver == 4
     if v4.any():
         # IPv4 (mapped): the last 4 bytes as one uint32, unique values formatted once
         words = np.ascontiguousarray(rows[v4, 12:16]).view(">u4").ravel()
         uniq, inverse = np.unique(words, return_inverse=True)
-        text = np.array([str(ipaddress.IPv4Address(int(w))) for w in uniq.tolist()], object)
-        out[v4] = text[inverse.ravel()]
+        idx[v4] = inverse.ravel()
+        texts += [str(ipaddress.IPv4Address(int(w))) for w in uniq.tolist()]
     v6 = ver == 6
     if v6.any():
         uniq, inverse = np.unique(np.ascontiguousarray(rows[v6]).view("V16").ravel(),
                                   return_inverse=True)
-        text = np.array([str(ipaddress.IPv6Address(bytes(u))) for u in uniq.tolist()],
-                        object)
-        out[v6] = text[inverse.ravel()]
-    return pa.array(out, pa.string())
+        idx[v6] = inverse.ravel() + len(texts)
+        texts += [str(ipaddress.IPv6Address(bytes(u))) for u in uniq.tolist()]
+    return pa.array(texts, pa.string()).take(pa.array(idx, mask=idx < 0))
 
 
-def readable(table: pa.Table) -> pa.Table:
+def readable(table: pa.Table, columns=None) -> pa.Table:
     """``table`` with the readable columns added after the compact ones (module docstring).
 
+    ``columns``: only these columns of the result (``packets.parquet``'s selection,
+    :func:`select_packet_columns`), the readable ones computed only when kept.
     Idempotent: a table that has them already is returned as is.
     """
+    if columns is not None:
+        return _readable_select(table, columns)
     names = table.column_names
     for col in list(names):
         table_names = _names_of(col)
@@ -112,4 +207,36 @@ def readable(table: pa.Table) -> pa.Table:
     return table
 
 
-__all__ = ["readable", "named", "address_text", "TS_TYPE"]
+def _readable_select(table: pa.Table, columns) -> pa.Table:
+    """:func:`readable` restricted to ``columns`` (in the order :func:`readable` gives)."""
+    names = table.column_names
+    keep = set(columns)
+    arrays, fields = [], []
+    ts = table.schema.field("ts_ns").type if "ts_ns" in names else None
+    for name in readable_names(names):
+        if name not in keep:
+            continue
+        if name in names:
+            col = table.column(name)
+            field = table.schema.field(name)
+            if name == "ts_ns" and ts != TS_TYPE:
+                col = col.cast(TS_TYPE)
+                field = pa.field("ts_ns", TS_TYPE)     # as readable() sets it
+            arrays.append(col)
+            fields.append(field)
+        elif name.endswith("_name"):
+            base = name[:-len("_name")]
+            arr = named(table.column(base), _names_of(base))
+            arrays.append(pa.chunked_array([arr]))
+            fields.append(pa.field(name, arr.type))
+        else:
+            base = name[:-len("_text")]
+            arr = address_text(table.column(base), table.column(dict(ADDRESS_COLUMNS)[base]))
+            arrays.append(pa.chunked_array([arr]))
+            fields.append(pa.field(name, arr.type))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields, table.schema.metadata))
+
+
+__all__ = ["readable", "named", "address_text", "TS_TYPE", "DEFAULT_PACKET_COLUMNS",
+           "VERDICT_COLUMNS", "parse_packet_columns", "select_packet_columns",
+           "readable_names", "all_packet_columns"]

@@ -5,6 +5,14 @@ notebook gets from :func:`gropcap.analyze`: ``.packets``, ``.superpackets``, ``.
 (pyarrow Tables) and ``.summary()``. The GRO results are rebuilt from the stored verdict
 columns and super-packet rows, the configuration and sources from the provenance metadata,
 so nothing is re-simulated and the capture need not be present.
+
+``packets.parquet`` written with the default columns (``--packet-columns default``) lacks
+most decoded header fields. :func:`load` then gives the same ``.packets`` (the columns
+written), ``.superpackets``, ``.flows``, ``.results`` and ``.summary()`` (stored with the
+flows, ``gropcap.summary``); what needs the whole decoded table (``Analysis.decoded``:
+``explain_flow``, the plots, a recomputed summary) re-decodes the capture when it is still
+at its recorded path with the recorded sha256, and otherwise raises :class:`LoadError`
+naming the option that writes every column.
 """
 
 from __future__ import annotations
@@ -69,6 +77,59 @@ def _result_from_tables(packets: pa.Table, segs: pa.Table, prefix: str) -> GroRe
     return GroResult(**kw)
 
 
+def _partial_analysis_class():
+    """An :class:`Analysis` whose decoded table is rebuilt when first needed (re-decoding
+    the recorded captures) and whose summary is the stored one."""
+    from gropcap.pipeline import Analysis
+
+    class LoadedAnalysis(Analysis):
+        __doc__ = Analysis.__doc__
+
+        @property
+        def decoded(self) -> pa.Table:
+            if self._decoded is None:
+                self._decoded = _redecode(self)
+            return self._decoded
+
+        @decoded.setter
+        def decoded(self, table) -> None:
+            self._decoded = table
+
+        def summary(self) -> dict:
+            stored = self.metadata_loaded.get("gropcap.summary")
+            return json.loads(stored) if stored else super().summary()
+
+        def __repr__(self) -> str:
+            return (f"Analysis({self.packets.num_rows} packets, {len(self.infos)} file(s), "
+                    f"kernel {self.config.kernel.name}, models {self.models})")
+
+    return LoadedAnalysis
+
+
+def _redecode(analysis) -> pa.Table:
+    """The decoded table of a directory written with a subset of the packet columns: the
+    recorded captures decoded again (same decode options), when each is at its path with
+    its sha256."""
+    from gropcap.pipeline import decode_files
+    where = analysis.metadata_loaded.get("gropcap.directory", "the directory")
+    hint = ("write it with `gropcap analyze --out DIR --packet-columns all` "
+            "(gropcap.write_analysis(a, DIR, columns=\"all\")), or keep the capture "
+            "at its recorded path")
+    paths = [i.path for i in analysis.infos]
+    missing = [p for p in paths if not p or not os.path.isfile(p)]
+    if missing or not paths:
+        raise LoadError("packets.parquet holds the default columns, not the whole decoded "
+                        f"table, and the capture {', '.join(missing) or '(none recorded)'} "
+                        "is not there to decode again", path=where, hint=hint)
+    table, infos = decode_files(paths, analysis.decode_options)
+    changed = [i.path for i, j in zip(infos, analysis.infos) if i.sha256 != j.sha256]
+    if changed or table.num_rows != analysis.packets.num_rows:
+        raise LoadError("packets.parquet holds the default columns, not the whole decoded "
+                        f"table, and the capture {', '.join(changed) or paths[0]} changed "
+                        "since (sha256)", path=where, hint=hint)
+    return table
+
+
 def load(directory) -> Analysis:
     """Read ``packets.parquet``, ``superpackets.parquet`` and ``flows.parquet`` from a
     directory written by ``gropcap analyze --out DIR`` into an :class:`Analysis`.
@@ -78,7 +139,9 @@ def load(directory) -> Analysis:
 
     Returns:
         An :class:`gropcap.pipeline.Analysis` equal (tables, results, config, sources) to
-        the one that was written; ``summary()`` gives the same dict.
+        the one that was written; ``summary()`` gives the same dict. With the default
+        packet columns, ``decoded`` is rebuilt from the captures when first used (module
+        docstring).
 
     Raises:
         LoadError: a file is missing, unreadable, or lacks gropcap metadata.
@@ -119,13 +182,25 @@ def load(directory) -> Analysis:
     for m in models:
         part = segs.filter(pa.array(model_col == m))
         results[m] = _result_from_tables(packets, part, "" if m == primary else m + "_")
-    # drop the metadata so the decoded table equals a freshly decoded one
-    decoded = packets.select(PACKET_COLUMNS).cast(PACKET_SCHEMA)
-    analysis = Analysis(packets=decoded, infos=infos, config=config, results=results,
-                        decode_options=options)
+    try:
+        flows = pq.read_table(paths["flows.parquet"])
+    except (OSError, pa.ArrowInvalid) as e:
+        raise LoadError(f"cannot read Parquet: {e}", path=directory) from None
+    whole = set(PACKET_COLUMNS) <= set(packets.column_names)
+    if whole:
+        # drop the metadata so the decoded table equals a freshly decoded one
+        decoded = packets.select(PACKET_COLUMNS).cast(PACKET_SCHEMA)
+        analysis = Analysis(packets=decoded, infos=infos, config=config, results=results,
+                            decode_options=options)
+    else:
+        analysis = _partial_analysis_class()(packets=None, infos=infos, config=config,
+                                             results=results, decode_options=options)
+        meta.update({k.decode(): v.decode() for k, v in (flows.schema.metadata or {}).items()
+                     if k == b"gropcap.summary"})
+        meta["gropcap.directory"] = directory
     analysis._cache["packets"] = packets.replace_schema_metadata(None)
     analysis._cache["superpackets"] = segs.replace_schema_metadata(None)
-    analysis._cache["flows"] = pq.read_table(paths["flows.parquet"]).replace_schema_metadata(None)
+    analysis._cache["flows"] = flows.replace_schema_metadata(None)
     analysis.metadata_loaded = meta
     if "gropcap.mtu" in meta:
         from gropcap.mtu import MtuInference

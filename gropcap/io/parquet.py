@@ -61,11 +61,24 @@ def read_metadata(path: str) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in meta.items() if k.startswith(b"gropcap.")}
 
 
-def write_analysis(analysis, out_dir: str, *, force: bool = False) -> list[str]:
+def summary_metadata(summary: dict) -> dict[str, str]:
+    """The run's summary as ``flows.parquet`` metadata (``gropcap.summary``): what
+    ``gropcap.load`` gives back when ``packets.parquet`` holds the default columns only."""
+    import json
+    return {"gropcap.summary": json.dumps(summary, sort_keys=True)}
+
+
+def write_analysis(analysis, out_dir: str, *, force: bool = False,
+                   columns="default") -> list[str]:
     """``packets.parquet``, ``superpackets.parquet``, ``flows.parquet`` under ``out_dir``.
 
+    ``columns``: the columns of ``packets.parquet``: ``"default"`` (what people filter on,
+    ``io.columns.DEFAULT_PACKET_COLUMNS``, and every model's verdicts), ``"all"`` (every
+    column of ``Analysis.packets``) or a list of names (``io.columns.parse_packet_columns``).
     Every target is checked before any is written, so a refused run changes nothing.
     """
+    from gropcap.io.columns import parse_packet_columns, select_packet_columns
+    spec = parse_packet_columns(columns)
     names = ("packets.parquet", "superpackets.parquet", "flows.parquet")
     paths = [os.path.join(out_dir, n) for n in names]
     if not force:
@@ -73,5 +86,9 @@ def write_analysis(analysis, out_dir: str, *, force: bool = False) -> list[str]:
             if os.path.exists(path):
                 raise OutputError("output exists", path=path, hint="use --force to replace it")
     meta = analysis.metadata()
-    tables = (analysis.packets_with_verdicts, analysis.superpackets, analysis.flows)
-    return [write_table(t, path, meta, force=True) for t, path in zip(tables, paths)]
+    packets = analysis.packets_with_verdicts
+    if spec != "all":
+        packets = packets.select(select_packet_columns(packets.column_names, spec))
+    tables = (packets, analysis.superpackets, analysis.flows)
+    metas = (meta, meta, {**meta, **summary_metadata(analysis.summary())})
+    return [write_table(t, path, m, force=True) for t, path, m in zip(tables, paths, metas)]

@@ -159,6 +159,11 @@ class Progress:
         size = f"{t.completed / 1e6:.1f}/{t.total / 1e6:.1f} MB, " if t.total else ""
         self._bar.update(task, detail=f"{size}{n} records")
 
+    def restart_files(self) -> None:
+        """The files are read again from their start (a bounded-memory run that starts
+        over unfused, ``stream.stream_analyze``): their lines count from 0 again."""
+        self._records.clear()
+
     def track(self, label: str, futures: list) -> None:
         """Count finished tasks among ``futures`` (Dask futures) on a line of its own;
         safe to call from the client while the futures run."""

@@ -81,7 +81,35 @@ def encap_counts(t: pa.Table, mask: np.ndarray) -> dict[str, int]:
     out: dict[str, int] = {}
     if not t.num_rows or not mask.any():
         return out
-    enc = t.column("encap").cast(pa.string()).combine_chunks().dictionary_encode()
+    col = t.column("encap")
+    if pa.types.is_dictionary(col.type):
+        # the decoder's dictionaries, per chunk: no string is built per row
+        order: dict[str, None] = {}      # names by first row, over every row
+        counts: dict[str, int] = {}
+        lo = 0
+        for chunk in col.chunks:
+            n = len(chunk)
+            if not n:
+                continue
+            idx = chunk.indices.to_numpy(zero_copy_only=False)
+            names = chunk.dictionary.to_pylist()
+            every = np.bincount(idx, minlength=len(names))
+            used = np.flatnonzero(every)
+            if len(used) == 1:
+                first = np.zeros(1, np.int64)
+            elif len(used) <= 8:       # a few encapsulations: one scan each, no sort
+                first = np.array([int(np.argmax(idx == k)) for k in used.tolist()])
+            else:
+                used, first = np.unique(idx, return_index=True)
+            for k in used[np.argsort(first, kind="stable")].tolist():
+                order.setdefault(names[k], None)
+            m = mask[lo:lo + n]
+            got = every if m.all() else np.bincount(idx[m], minlength=len(names))
+            for k in np.flatnonzero(got).tolist():
+                counts[names[k]] = counts.get(names[k], 0) + int(got[k])
+            lo += n
+        return {name: counts[name] for name in order if counts.get(name)}
+    enc = col.cast(pa.string()).combine_chunks().dictionary_encode()
     idx = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)[mask]
     names = enc.dictionary.to_pylist()
     for k, c in enumerate(np.bincount(idx, minlength=len(names)).tolist()):

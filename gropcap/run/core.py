@@ -34,7 +34,7 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
                 out_dir: str | None = None, plot: str | None = None, force: bool = False,
                 in_memory: bool = False, jobs: int | None = None,
                 scheduler: str | None = None, scratch=None, progress=None, receiver=None,
-                receive=None):
+                receive=None, packet_columns="default"):
     """Analyse captures and write the requested sinks.
 
     Args:
@@ -48,6 +48,8 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
         jobs, scheduler, scratch: run on Dask (``runner.analyze_distributed``).
         receive: the :class:`gropcap.context.ReceiveContext` the summary reports (the
             CLI's: which option was typed); None: from ``config``.
+        packet_columns: the columns of ``packets.parquet``: ``"default"``, ``"all"`` or
+            a list (``io.columns.parse_packet_columns``).
 
     Returns:
         An ``Analysis`` (in memory or Dask) or a ``stream.StreamResult`` (bounded
@@ -65,7 +67,8 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
         from gropcap.stream import stream_analyze
         return stream_analyze(paths, config, models=models, decode_options=decode_options,
                               out_dir=out_dir, force=force, progress=progress,
-                              receiver=receiver, receive=receive)
+                              receiver=receiver, receive=receive,
+                              packet_columns=packet_columns)
     if distributed and config.poll_acks:
         from gropcap.errors import ConfigError
         raise ConfigError("--poll-acks reads the whole capture (an ACK follows the data it "
@@ -84,17 +87,17 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
                            engine=engine, decoder=decoder, egress=egress,
                            progress=progress, receiver=receiver)
     analysis.receive = receive
-    _write_sinks(analysis, out_dir, plot, force, progress)
+    _write_sinks(analysis, out_dir, plot, force, progress, packet_columns)
     return analysis
 
 
-def _write_sinks(analysis, out_dir, plot, force, progress) -> None:
+def _write_sinks(analysis, out_dir, plot, force, progress, packet_columns="default") -> None:
     """The Parquet files and the plots of a collected analysis."""
     from gropcap.report.progress import phase
     if out_dir:
         from gropcap.io.parquet import write_analysis
         with phase(progress, "writing Parquet", 3, "files") as advance:
-            write_analysis(analysis, out_dir, force=force)
+            write_analysis(analysis, out_dir, force=force, columns=packet_columns)
             advance(3)
     if plot:
         from gropcap.report.plots import save_plots
