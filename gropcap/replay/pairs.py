@@ -28,8 +28,12 @@ from gropcap.gro.config import GroConfig
 
 def frame_lengths(path) -> list[int]:
     """Original (wire) lengths of the records of a little-endian microsecond pcap, as
-    tcpdump writes them (make_pairs.py checks the wire view with it)."""
+    tcpdump writes them (make_pairs.py checks the wire view with it); a ``.zst`` file is
+    decompressed first."""
     data, off, out = Path(path).read_bytes(), 24, []
+    if str(path).endswith(".zst"):
+        import zstandard
+        data = zstandard.ZstdDecompressor().stream_reader(data).read()
     while off + 16 <= len(data):
         incl, orig = struct.unpack_from("<II", data, off + 8)
         out.append(orig)
@@ -122,7 +126,7 @@ class PairCounts:
         return (self.models[label] - self.kernel) / self.kernel
 
 
-def kernel_poll_times(ts_ns, work_sequence) -> "np.ndarray":
+def kernel_poll_times(ts_ns, work_sequence, time_ns=None) -> "np.ndarray":
     """Timestamps that make the napi model poll exactly as the kernel did.
 
     ``work_sequence``: the frames each NAPI poll with work took, in order
@@ -132,6 +136,12 @@ def kernel_poll_times(ts_ns, work_sequence) -> "np.ndarray":
     those. Every frame of a poll gets the arrival time of the poll's last frame (the poll
     ran after it arrived), at least 1 ns after the previous poll; with ``poll_gap_ns=0`` the
     model's gap rule then joins exactly one kernel poll's frames and nothing else.
+
+    ``time_ns``: each poll's tracepoint time on the views' clock (``kernel_polls.time_ns``
+    of ``make_pairs.py --acks``), when recorded. The tracepoint fires after the poll took
+    its frames, so a wire frame placed in a poll that ran before it arrived means the
+    counts do not line up (a frame one view holds and the poll did not take, or the other
+    way round): refused rather than placed wrong.
     """
     import numpy as np
 
@@ -142,6 +152,13 @@ def kernel_poll_times(ts_ns, work_sequence) -> "np.ndarray":
                            f"{len(ts)}-frame wire view: not the same traffic",
                            hint="record the pair again (perf may have lost events)")
     poll = np.repeat(np.arange(len(work_sequence)), work_sequence)[extra:]
+    if time_ns is not None:
+        late = np.flatnonzero(ts > np.asarray(time_ns, dtype=np.int64)[poll])
+        if len(late):
+            raise GropcapError(f"{len(late)} wire frames (the first: frame {late[0]}) "
+                               f"arrived after the recorded poll that took them: the "
+                               f"polls' frame counts do not line up with the wire view",
+                               hint="record the pair again")
     last = np.maximum.reduceat(ts, np.flatnonzero(np.r_[True, poll[1:] != poll[:-1]]))
     out = np.empty_like(last)
     t = np.iinfo(np.int64).min
@@ -197,7 +214,8 @@ def count_pair(pair: Pair, configs: dict[str, GroConfig], *,
         if not seq:
             raise GropcapError(f"pair {pair.name}: no recorded poll sequence",
                                hint="record it with make_pairs.py where perf is installed")
-        ts = kernel_poll_times(wire.column("ts_ns").to_numpy(), seq)
+        ts = kernel_poll_times(wire.column("ts_ns").to_numpy(), seq,
+                               pair.meta["kernel_polls"].get("time_ns"))
         wire = wire.set_column(wire.schema.get_field_index("ts_ns"), "ts_ns",
                                pa.array(ts, pa.int64()))
     models = {label: simulate(wire, cfg, engine=engine).num_superpackets
