@@ -197,6 +197,29 @@ def test_tunnel_socket_inner_udp_segment_rules():
     assert r.seg_gso_type[0] == gso.SKB_GSO_UDP_TUNNEL | gso.SKB_GSO_UDP_L4
 
 
+@pytest.mark.parametrize("kernel,tunnel", [("5.6", False), ("5.12", False),
+                                            ("5.13", True), ("6.18", True)])
+def test_fraglist_before_5_13_bypasses_the_tunnel_socket(kernel, tunnel):
+    """v5.6-v5.12: udp_gro_receive set is_flist = !udp_sk(sk)->gro_enabled (1 for a
+    vxlan socket) and ran udp_gro_receive_segment before its tunnel branch: the outer
+    datagrams are aggregated (FRAGLIST | UDP_L4, gso_size the outer UDP payload). From
+    v5.13 ("udp: skip L4 aggregation for UDP tunnel packets") the tunnel socket wins and
+    the inner UDP is the fraglist aggregate (UDP_TUNNEL_CSUM | FRAGLIST | UDP_L4)."""
+    frames = _tunnel_udp_frames("vxlan", [1000] * 4)
+    r = run(frames, cfg(kernel, udp_gro="fraglist", udp_tunnels="vxlan:4789"))
+    assert list(r.seg_count) == [4]
+    flist = gso.SKB_GSO_FRAGLIST | gso.SKB_GSO_UDP_L4
+    if tunnel:
+        assert r.seg_gso_type[0] == flist | gso.SKB_GSO_UDP_TUNNEL_CSUM
+        assert r.seg_gso_size[0] == 1000
+    else:
+        assert r.seg_gso_type[0] == flist
+        assert r.seg_gso_size[0] == 1000 + 8 + 14 + 20 + 8
+    # socket mode (no UDP_GRO on the vxlan socket) reaches the tunnel branch on each
+    sock = run(frames, cfg(kernel, udp_gro="socket", udp_tunnels="vxlan:4789"))
+    assert sock.seg_gso_type[0] & gso.SKB_GSO_UDP_TUNNEL_CSUM
+
+
 def test_outer_datagram_gso_size_is_the_outer_udp_payload():
     """No tunnel socket, a UDP GRO mode: udp_gro_receive_segment aggregates the outer
     datagrams. dev_gro_receive sets gso_size = skb_gro_len after the outer UDP header

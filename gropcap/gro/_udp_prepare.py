@@ -43,7 +43,7 @@ from gropcap.gro import _kernels as K
 from gropcap.gro import reasons as R
 from gropcap.gro.config import GroConfig
 from gropcap.gro.reference import (
-    _UDP_TUNNEL_KIND, _UDP_TUNNELS, udp_mode, udp_tunnel_gso_bits,
+    _UDP_TUNNEL_KIND, _UDP_TUNNELS, fraglist_before_tunnel, udp_mode, udp_tunnel_gso_bits,
 )
 from gropcap.gro.rss import ColumnReader
 from gropcap.gso import SKB_GSO_FRAGLIST, SKB_GSO_UDP_L4, gso_type_for
@@ -69,10 +69,13 @@ def needed(config: GroConfig) -> bool:
 
 def _socket_rows(c: ColumnReader, config: GroConfig) -> np.ndarray:
     """reference.build_skbs ``udp_sock``: a local socket of the packet's tunnel kind owns
-    its outer destination port (no VXLAN-GPE socket before v4.7, e1e5314de08b)."""
+    its outer destination port (no VXLAN-GPE socket before v4.7, e1e5314de08b; fraglist
+    before v5.13: reference.fraglist_before_tunnel)."""
     tun = c.native("tun_type")
     dport = c.native("outer_dport")
     sock = np.zeros(len(tun), np.bool_)
+    if fraglist_before_tunnel(config):
+        return sock
     kinds = {v: k for k, v in _UDP_TUNNEL_KIND.items()}
     for kind, port in config.udp_tunnels:
         t = kinds[kind]

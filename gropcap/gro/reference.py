@@ -349,6 +349,8 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig,
             _UDP_TUNNEL_KIND[tun_type], cols["outer_dport"][i]))
         if tun_type == C.TUN_VXLAN_GPE and not profile.vxlan_gpe:
             udp_sock = False        # before v4.7 (e1e5314de08b) no VXLAN-GPE socket exists
+        if fraglist_before_tunnel(config):
+            udp_sock = False        # is_flist: udp_gro_receive_segment before the socket
         l4_proto, sport, dport = cols["l4_proto"][i], cols["sport"][i], cols["dport"][i]
         udp_len, udp_csum = cols["udp_len"][i], cols["l4_csum"][i]
         if (tun_type in _UDP_TUNNELS and not udp_sock and outer_udp and len(layers) == 2
@@ -584,6 +586,16 @@ def udp_tunnel_gro_receive(skb: Skb, config: GroConfig) -> int:
     if skb.inner_eth_type:
         return inner_eth_gro_receive(skb, config)
     return 0
+
+
+def fraglist_before_tunnel(config: GroConfig) -> bool:
+    """v5.6-v5.12 with rx-gro-list (``udp_gro="fraglist"``): udp_gro_receive set
+    ``is_flist = sk ? !udp_sk(sk)->gro_enabled : 1`` and ran udp_gro_receive_segment
+    *before* its tunnel branch, so a datagram to a tunnel socket (no UDP_GRO on it) was
+    aggregated as an outer UDP datagram, as with no socket. From v5.13 (Paolo Abeni,
+    "udp: skip L4 aggregation for UDP tunnel packets", series "udp: GRO L4
+    improvements") that check runs only when ``!sk || !udp_sk(sk)->gro_receive``."""
+    return udp_mode(config) == "fraglist" and config.kernel.version < (5, 13)
 
 
 def udp_mode(config: GroConfig) -> str:
