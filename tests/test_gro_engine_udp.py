@@ -384,6 +384,30 @@ def test_outer_datagram_key_is_the_outer_header():
     assert len(set(f.flow_id)) == 2
 
 
+@pytest.mark.parametrize("kind", ["fou", "gue"])
+def test_fou_gue_without_socket_are_outer_datagrams(kind):
+    """FOU / GUE on a port with no socket in udp_tunnels: udp_gro_receive finds no tunnel
+    socket, so under a UDP GRO mode the outer datagrams are aggregated like VXLAN's
+    (gso_size the outer UDP payload); with no mode they stay BYPASS_TUNNEL (docs)."""
+    frames = []
+    for i in range(4):
+        inner = ipv4("192.0.2.1", "192.0.2.2", 6,
+                     tcp(40000, 5201, seq=1 + 1000 * i, payload=bytes(1000)), ident=i + 1)
+        tun = inner if kind == "fou" else gue(inner, 4)
+        frames.append(eth(ipv4("198.51.100.1", "198.51.100.2", 17,
+                               udp(50000, FOU4 if kind == "fou" else GUE, tun),
+                               ident=500 + i)))
+    table = pa.Table.from_batches([decode_batch(make_batch(frames), OPTIONS)])
+    assert set(table.column("tun_type").to_pylist()) == {
+        C.TUN_FOU if kind == "fou" else C.TUN_GUE}
+    f, r = both(table, GroConfig(udp_gro="forward"))
+    assert_same(f, r, kind)
+    assert list(f.seg_count) == [4]
+    assert f.seg_gso_size[0] == table.column("outer_udp_len").to_numpy()[0] - 8
+    off, _ = both(table, GroConfig())
+    assert set(off.reason) == {R.BYPASS_TUNNEL}
+
+
 @pytest.mark.parametrize("mode", ["off"] + MODES)
 @pytest.mark.parametrize("sockets", ["", "vxlan:4789", ALL_SOCKETS])
 @pytest.mark.parametrize("model", ["ideal", "napi"])

@@ -11,9 +11,10 @@ preparation does not know:
   layer enters udp_gro_receive_segment (``Cols.udp``) instead of being delivered with
   BYPASS_UDP_NO_GRO; udp4/6_gro_receive's checksum check and udp_gro_receive_segment's
   per-packet refusals (zero checksum, ``uh->len`` != the bytes received) are bypass codes
-  (the packet goes up alone, p untouched). A VXLAN / VXLAN-GPE / Geneve packet with no
-  tunnel socket on its port is then the outer UDP datagram (the tunnel header and all
-  inside are payload): its outer header is presented as the only IP header.
+  (the packet goes up alone, p untouched). A VXLAN / VXLAN-GPE / Geneve / FOU / GUE
+  packet with no tunnel socket on its port is then the outer UDP datagram (the tunnel
+  header and all inside are payload): its outer header is presented as the only IP
+  header.
 * **UDP tunnel sockets** (``GroConfig.udp_tunnels``; udp_gro_receive's tunnel branch and
   vxlan / vxlan-gpe / geneve / fou / gue gro_receive): the packet goes through the outer
   IP header, the tunnel and the inner IP header to tcp_gro_receive like a native tunnel
@@ -130,7 +131,7 @@ class UdpView:
         tun = c.native("tun_type")
         self.sock = _socket_rows(c, config)
         # build_skbs: no tunnel socket + a UDP GRO mode -> the outer UDP datagram
-        self.outer = (np.isin(tun, _UDP_TUNNELS) & ~self.sock & (self.mode != "off")
+        self.outer = (np.isin(tun, list(_UDP_TUNNEL_KIND)) & ~self.sock & (self.mode != "off")
                       & (c.native("outer_ip_version") != 0) & (c.native("ip_version") != 0)
                       & (c.native("status") == S.STATUS_OK))
         self.tbail = _tunnel_bail(c, config, self.sock) if self.sock.any() else \

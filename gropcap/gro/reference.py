@@ -353,7 +353,7 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig,
             udp_sock = False        # is_flist: udp_gro_receive_segment before the socket
         l4_proto, sport, dport = cols["l4_proto"][i], cols["sport"][i], cols["dport"][i]
         udp_len, udp_csum = cols["udp_len"][i], cols["l4_csum"][i]
-        if (tun_type in _UDP_TUNNELS and not udp_sock and outer_udp and len(layers) == 2
+        if (tun_type in _UDP_TUNNEL_KIND and not udp_sock and outer_udp and len(layers) == 2
                 and cols["status"][i] == S.STATUS_OK):
             # udp_gro_receive with no tunnel socket but a UDP GRO mode: the outer UDP
             # datagram is what udp_gro_receive_segment aggregates (the tunnel header and
