@@ -6,6 +6,7 @@ stage."""
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 
@@ -16,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gropcap import constants as C
+from gropcap.decode import schema as S
 from gropcap.decode.options import DecodeOptions
 from gropcap.decode.reference import decode_batch
 from gropcap.gro import reasons as R
@@ -184,16 +186,38 @@ def udp_config(mode: str, sockets: str, kernel: str, model: dict) -> GroConfig:
                      **model)
 
 
+def check_udp_invariants(res, table, config) -> int:
+    """GroResult.check_invariants, where a tunnel packet aggregated as its outer UDP
+    datagram (no tunnel socket, a UDP GRO mode) is counted in the unit its gso_size
+    measures: dev_gro_receive's gso_size is skb_gro_len after the outer UDP header, the
+    whole outer UDP payload, while its payload_len column is the inner L4 payload
+    (docs/gro-model.md). Such a super-packet is one outer UDP flow for the kernel but
+    may hold several flows of flow_id (keyed by the innermost headers): only those may
+    mix flows. Every other packet is checked as is. Returns the number of such outer
+    datagrams."""
+    from gropcap.gro import _udp_prepare
+    from gropcap.gro.rss import ColumnReader
+    payload = table.column("payload_len").to_numpy().astype(np.int64)
+    outer = np.zeros(table.num_rows, bool)
+    if _udp_prepare.needed(config):
+        outer = _udp_prepare.UdpView(table, config, ColumnReader(table)).outer
+    if not outer.any():
+        res.check_invariants(payload)
+        return 0
+    udp_payload = table.column("outer_udp_len").to_numpy().astype(np.int64) - 8
+    units = np.where(outer, udp_payload, payload)
+    seg = np.bincount(res.gro_seg, weights=units, minlength=res.num_superpackets)
+    seg_flow = res.seg_flow_id[res.gro_seg]
+    assert np.all(outer[res.flow_id != seg_flow]), "a super-packet mixes flows"
+    dataclasses.replace(res, seg_payload_len=seg.astype(np.int64),
+                        flow_id=np.where(outer, seg_flow, res.flow_id)).check_invariants(units)
+    return int(outer.sum())
+
+
 def both(table, config, **kw):
     f = simulate(table, config, **kw)
     r = reference.simulate(table, config, **kw)
-    outer_datagrams = config.udp_gro != "off" and np.isin(
-        table.column("tun_type").to_numpy(),
-        (C.TUN_VXLAN, C.TUN_VXLAN_GPE, C.TUN_GENEVE)).any()
-    if not outer_datagrams:
-        # (a tunnel packet aggregated as its outer UDP datagram counts its inner
-        # payload_len while gso_size is the outer UDP payload, in both models)
-        f.check_invariants(table.column("payload_len").to_numpy())
+    check_udp_invariants(f, table, config)
     return f, r
 
 
@@ -260,6 +284,31 @@ def test_equal_each_tunnel_kind(kind, mode, kernel):
         assert_same(f, r, f"{kind} {config}")
         if s:
             assert (f.reason == R.MERGED).any(), "the socket aggregates"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kernel", ["5.15", "6.18"])
+def test_tunnel_socket_inner_udp_merges_in_both_engines(mode, kernel):
+    """A tunnel socket's inner UDP flows reach udp_gro_receive_segment (udp4/6_gro_receive
+    after the tunnel's gro_receive, no tunnel socket on the inner port): with a UDP GRO
+    mode they merge in both engines, with UDP_TUNNEL[_CSUM] | UDP_L4 [| FRAGLIST]; none
+    is BYPASS_TCP_HEADER (the old rule sent them to tcp_gro_pull_header)."""
+    from gropcap import gso
+    table = udp_traffic(7, 400, 10)
+    config = udp_config(mode, ALL_SOCKETS, kernel, {})
+    f, r = both(table, config)
+    assert_same(f, r, str(config))
+    tun = np.isin(table.column("tun_type").to_numpy(), list(reference._UDP_TUNNEL_KIND))
+    inner_udp = tun & (table.column("l4_proto").to_numpy() == C.IPPROTO_UDP) & (
+        table.column("status").to_numpy() == S.STATUS_OK)
+    assert inner_udp.any()
+    assert not (f.reason[inner_udp] == R.BYPASS_TCP_HEADER).any()
+    segs = np.unique(f.gro_seg[inner_udp & (f.reason == R.MERGED)])
+    assert len(segs)
+    want = gso.SKB_GSO_UDP_L4 | (gso.SKB_GSO_FRAGLIST if mode == "fraglist" else 0)
+    tbits = gso.SKB_GSO_UDP_TUNNEL | gso.SKB_GSO_UDP_TUNNEL_CSUM
+    assert np.all(f.seg_gso_type[segs] & want == want)
+    assert np.all(f.seg_gso_type[segs] & tbits)
 
 
 # --- samples -------------------------------------------------------------------------------
@@ -330,6 +379,33 @@ def test_outer_datagram_key_is_the_outer_header():
     f, r = both(table, config)
     assert_same(f, r, "outer datagram")
     assert list(f.seg_count) == [4]
+    # the invariants hold on the outer UDP payloads; two inner flows, one super-packet
+    assert check_udp_invariants(r, table, config) == 4
+    assert len(set(f.flow_id)) == 2
+
+
+@pytest.mark.parametrize("kind", ["fou", "gue"])
+def test_fou_gue_without_socket_are_outer_datagrams(kind):
+    """FOU / GUE on a port with no socket in udp_tunnels: udp_gro_receive finds no tunnel
+    socket, so under a UDP GRO mode the outer datagrams are aggregated like VXLAN's
+    (gso_size the outer UDP payload); with no mode they stay BYPASS_TUNNEL (docs)."""
+    frames = []
+    for i in range(4):
+        inner = ipv4("192.0.2.1", "192.0.2.2", 6,
+                     tcp(40000, 5201, seq=1 + 1000 * i, payload=bytes(1000)), ident=i + 1)
+        tun = inner if kind == "fou" else gue(inner, 4)
+        frames.append(eth(ipv4("198.51.100.1", "198.51.100.2", 17,
+                               udp(50000, FOU4 if kind == "fou" else GUE, tun),
+                               ident=500 + i)))
+    table = pa.Table.from_batches([decode_batch(make_batch(frames), OPTIONS)])
+    assert set(table.column("tun_type").to_pylist()) == {
+        C.TUN_FOU if kind == "fou" else C.TUN_GUE}
+    f, r = both(table, GroConfig(udp_gro="forward"))
+    assert_same(f, r, kind)
+    assert list(f.seg_count) == [4]
+    assert f.seg_gso_size[0] == table.column("outer_udp_len").to_numpy()[0] - 8
+    off, _ = both(table, GroConfig())
+    assert set(off.reason) == {R.BYPASS_TUNNEL}
 
 
 @pytest.mark.parametrize("mode", ["off"] + MODES)

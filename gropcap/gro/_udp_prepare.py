@@ -11,9 +11,10 @@ preparation does not know:
   layer enters udp_gro_receive_segment (``Cols.udp``) instead of being delivered with
   BYPASS_UDP_NO_GRO; udp4/6_gro_receive's checksum check and udp_gro_receive_segment's
   per-packet refusals (zero checksum, ``uh->len`` != the bytes received) are bypass codes
-  (the packet goes up alone, p untouched). A VXLAN / VXLAN-GPE / Geneve packet with no
-  tunnel socket on its port is then the outer UDP datagram (the tunnel header and all
-  inside are payload): its outer header is presented as the only IP header.
+  (the packet goes up alone, p untouched). A VXLAN / VXLAN-GPE / Geneve / FOU / GUE
+  packet with no tunnel socket on its port is then the outer UDP datagram (the tunnel
+  header and all inside are payload): its outer header is presented as the only IP
+  header.
 * **UDP tunnel sockets** (``GroConfig.udp_tunnels``; udp_gro_receive's tunnel branch and
   vxlan / vxlan-gpe / geneve / fou / gue gro_receive): the packet goes through the outer
   IP header, the tunnel and the inner IP header to tcp_gro_receive like a native tunnel
@@ -21,7 +22,10 @@ preparation does not know:
   the tunnel layer's place in the order; the same-flow key gains udp_tunnel_key's
   fields (outer ports, checksum presence, VXLAN/Geneve/GUE header words, inner
   Ethernet); gro_complete's gso_type gets udp_gro_complete's UDP_TUNNEL[_CSUM] and, for
-  FOU/GUE, the carried protocol's bits (gcodes from :data:`GCODE_TUNNEL`).
+  FOU/GUE, the carried protocol's bits (gcodes from :data:`GCODE_TUNNEL`). An inner UDP
+  datagram goes on to udp4/6_gro_receive like plain UDP (a UDP GRO mode: udp_gro_receive's
+  first branch, no tunnel socket on the inner port) and completes UDP_TUNNEL[_CSUM] |
+  UDP_L4 [| FRAGLIST] (:data:`GCODE_TUNNEL_UDP`).
 
 The TCP preparation runs unchanged over :attr:`UdpView.table`, a copy of the batch with
 those columns rewritten; flow ids and RSS hashes are computed from the original table.
@@ -39,7 +43,9 @@ from gropcap.decode import schema as S
 from gropcap.gro import _kernels as K
 from gropcap.gro import reasons as R
 from gropcap.gro.config import GroConfig
-from gropcap.gro.reference import _UDP_TUNNEL_KIND, _UDP_TUNNELS, udp_mode
+from gropcap.gro.reference import (
+    _UDP_TUNNEL_KIND, _UDP_TUNNELS, fraglist_before_tunnel, udp_mode, udp_tunnel_gso_bits,
+)
 from gropcap.gro.rss import ColumnReader
 from gropcap.gso import SKB_GSO_FRAGLIST, SKB_GSO_UDP_L4, gso_type_for
 
@@ -47,6 +53,9 @@ GRO_LEGACY_MAX_SIZE = 65536
 # gcodes past the TCP table (engine._gso_table: 0..63 completed, +64 delivered alone)
 GCODE_UDP = 128           # udp_gro_complete_segment: SKB_GSO_UDP_L4 (+1: | FRAGLIST)
 GCODE_TUNNEL = 256        # + (csum * 2 + outer IPv6) * 128 + the TCP gcode (+64 delivered)
+# inner UDP of a tunnel socket: + (csum * 2 + outer IPv6) * 128 + 32 * inner IPv6
+# + 2 * tun_type + fraglist (+64 delivered)
+GCODE_TUNNEL_UDP = GCODE_TUNNEL + 4 * 128
 _IP_FIELDS = [f.name[len("outer_ip_"):] for f in S.PACKET_SCHEMA
               if f.name.startswith("outer_ip_")]
 _TUNNEL_COLS = ("tun_flags", "tun_proto", "tun_key", "tun_opt_len", "tun_opt_digest",
@@ -61,10 +70,13 @@ def needed(config: GroConfig) -> bool:
 
 def _socket_rows(c: ColumnReader, config: GroConfig) -> np.ndarray:
     """reference.build_skbs ``udp_sock``: a local socket of the packet's tunnel kind owns
-    its outer destination port (no VXLAN-GPE socket before v4.7, e1e5314de08b)."""
+    its outer destination port (no VXLAN-GPE socket before v4.7, e1e5314de08b; fraglist
+    before v5.13: reference.fraglist_before_tunnel)."""
     tun = c.native("tun_type")
     dport = c.native("outer_dport")
     sock = np.zeros(len(tun), np.bool_)
+    if fraglist_before_tunnel(config):
+        return sock
     kinds = {v: k for k, v in _UDP_TUNNEL_KIND.items()}
     for kind, port in config.udp_tunnels:
         t = kinds[kind]
@@ -119,7 +131,7 @@ class UdpView:
         tun = c.native("tun_type")
         self.sock = _socket_rows(c, config)
         # build_skbs: no tunnel socket + a UDP GRO mode -> the outer UDP datagram
-        self.outer = (np.isin(tun, _UDP_TUNNELS) & ~self.sock & (self.mode != "off")
+        self.outer = (np.isin(tun, list(_UDP_TUNNEL_KIND)) & ~self.sock & (self.mode != "off")
                       & (c.native("outer_ip_version") != 0) & (c.native("ip_version") != 0)
                       & (c.native("status") == S.STATUS_OK))
         self.tbail = _tunnel_bail(c, config, self.sock) if self.sock.any() else \
@@ -208,12 +220,9 @@ class UdpView:
         flushing = (sfl_out != 0) | (sfl_in != 0) | (sfl_fl != 0)
         bad = np.isin(v.native("l4_csum_state"), (S.CSUM_BAD, S.CSUM_PARTIAL)) & ~flushing
         bad = bad if cfg.verify_checksums else np.zeros_like(bad)
-        # a tunnel socket's inner UDP goes to tcp4/6_gro_receive (reference: no UDP GRO
-        # inside the tunnel): checksum, then tcp_gro_pull_header
-        s = at_l4 & self.sock
-        pre[s] = np.where(bad[s], R.BYPASS_L4_CSUM,
-                          np.where(v.native("tcp_doff")[s] < 5, R.BYPASS_TCP_HEADER, 0))
-        u = at_l4 & ~self.sock
+        # plain UDP and a tunnel socket's inner UDP alike (udp4/6_gro_receive after the
+        # tunnel's gro_receive; no tunnel socket on the inner port)
+        u = at_l4
         ulen = v("udp_len", np.int64)
         gro_len = (v("wire_len", np.int64) - v("ip_offset", np.int64)
                    - v("ip_hdr_len", np.int64))
@@ -303,6 +312,9 @@ class UdpView:
             base = (2 * in6 + cwr) * 16 + (c("tun_type", np.int64) & 15)
             blk = 2 * (c.native("outer_udp_csum") != 0) + (c.native("outer_ip_version") == 6)
             gcode = np.where(self.sock, GCODE_TUNNEL + 128 * blk + base, gcode)
+            tudp = GCODE_TUNNEL_UDP + 128 * blk + 32 * in6 + 2 * (c("tun_type", np.int64)
+                                                                  & 15)
+            gcode = np.where(self.sock & udp, tudp + (self.mode == "fraglist"), gcode)
         return cols._replace(
             udp=self.udp, udp_len=np.array(v.native("udp_len"), np.uint16),
             tlen=tlen.astype(np.int64), limit=limit.astype(np.int64),
@@ -317,6 +329,16 @@ def partition_table(t: pa.Table, config: GroConfig) -> pa.Table:
     return UdpView(t, config, ColumnReader(t)).table
 
 
+def _fou_inner(tun: int, v6: int, out6: int) -> int:
+    """reference._fou_inner_tun from the gcode's fields: the IP-in-IP protocol FOU/GUE
+    carry (inner IPv6 ``v6``, outer IPv6 ``out6``), else 0."""
+    if tun not in (C.TUN_FOU, C.TUN_GUE):
+        return 0
+    if out6:
+        return C.TUN_IP6IP6 if v6 else C.TUN_IP4IP6
+    return C.TUN_SIT if v6 else C.TUN_IPIP
+
+
 def gso_rows(table: np.ndarray, config: GroConfig) -> np.ndarray:
     """engine._gso_table extended with the UDP gcodes: udp_gro_complete_segment
     (SKB_GSO_UDP_L4, fraglist: | SKB_GSO_FRAGLIST) and super-packets of a UDP tunnel
@@ -324,7 +346,7 @@ def gso_rows(table: np.ndarray, config: GroConfig) -> np.ndarray:
     the carried protocol's bits; TCP fraglist as tcp4/6_gro_complete's is_flist)."""
     if not needed(config):
         return table
-    rows = GCODE_TUNNEL + 4 * 128 if config.udp_tunnels else GCODE_UDP + 2
+    rows = GCODE_TUNNEL_UDP + 4 * 128 if config.udp_tunnels else GCODE_UDP + 2
     out = np.zeros((rows, table.shape[1]), table.dtype)
     out[:len(table)] = table
     out[GCODE_UDP] = SKB_GSO_UDP_L4
@@ -337,11 +359,8 @@ def gso_rows(table: np.ndarray, config: GroConfig) -> np.ndarray:
             blk = GCODE_TUNNEL + 128 * (2 * csum + out6)
             for base in range(64):
                 v6, cwr, tun = base // 32, (base // 16) % 2, base % 16
-                inner_tun = 0
-                if tun in (C.TUN_FOU, C.TUN_GUE):     # reference._fou_inner_tun
-                    inner_tun = (C.TUN_IP6IP6 if v6 else C.TUN_IP4IP6) if out6 else \
-                        (C.TUN_SIT if v6 else C.TUN_IPIP)
-                kw = dict(tun_type=tun, udp_csum=bool(csum), inner_tun_type=inner_tun)
+                kw = dict(tun_type=tun, udp_csum=bool(csum),
+                          inner_tun_type=_fou_inner(tun, v6, out6))
                 for fx in range(table.shape[1]):
                     if config.tcp_fraglist:
                         t = gso_type_for(ver, 6 if v6 else 4, **kw) | SKB_GSO_FRAGLIST
@@ -350,4 +369,11 @@ def gso_rows(table: np.ndarray, config: GroConfig) -> np.ndarray:
                                          cwr=bool(cwr), **kw)
                     out[blk + base, fx] = t
                 out[blk + base + K.GCODE_DELIVERED] = table[base + K.GCODE_DELIVERED]
+            # a tunnel socket's inner UDP (reference.gro_complete, udp_tunnel_gso_bits)
+            for v6 in range(2):
+                for tun in range(16):
+                    bits = udp_tunnel_gso_bits(ver, tun, bool(csum), _fou_inner(tun, v6, out6))
+                    row = GCODE_TUNNEL_UDP + 128 * (2 * csum + out6) + 32 * v6 + 2 * tun
+                    out[row] = bits | SKB_GSO_UDP_L4
+                    out[row + 1] = bits | SKB_GSO_UDP_L4 | SKB_GSO_FRAGLIST
     return out

@@ -34,10 +34,11 @@ Scope: Ethernet / VLAN / QinQ / DSA + IPv4 / IPv6 + TCP, natively aggregated GRE
 K and C only), GRE-TEB, IPIP, SIT, ip6ip6 and ip4ip6 tunnels. UDP tunnels (VXLAN, VXLAN-GPE,
 Geneve, FOU, GUE) are aggregated natively only when ``config.udp_tunnels`` names a local
 tunnel socket on their port (udp_gro_receive tunnel branch); otherwise they are plain UDP.
-Plain UDP follows ``config.udp_gro`` (udp_gro_receive_segment: socket UDP_GRO, forwarding,
-fraglist). ERSPAN is delivered alone (``BYPASS_TUNNEL``). The gro_cells second stage after
-decapsulation is :mod:`gropcap.gro.stages`, which runs :func:`simulate` again over a derived
-table of arriving GSO packets (``coalesced=``).
+Plain UDP, and the inner UDP of such a tunnel socket, follow ``config.udp_gro``
+(udp_gro_receive_segment: socket UDP_GRO, forwarding, fraglist). ERSPAN is delivered alone
+(``BYPASS_TUNNEL``). The gro_cells second stage after decapsulation is
+:mod:`gropcap.gro.stages`, which runs :func:`simulate` again over a derived table of
+arriving GSO packets (``coalesced=``).
 
 Features only this model has: see :func:`needs_reference` (none today).
 """
@@ -151,6 +152,7 @@ class Skb:
     udp_csum: int = 0         # outer UDP checksum field of a UDP tunnel (0: none)
     udp_len: int = 0          # plain UDP: uh->len
     udp_gro_len: int = 0      # plain UDP: skb_gro_len at the UDP header
+    uh_check: int = 0         # the aggregated UDP header's checksum (inner one in a tunnel)
     flist: bool = False       # NAPI_GRO_CB(skb)->is_flist (UDP fraglist mode)
     tcp_flist: bool = False   # NAPI_GRO_CB(skb)->is_flist of a TCP flow (v6.10 fraglist GRO)
     inner_eth_type: int = 0   # EtherType / first TPID of an inner Ethernet header
@@ -347,9 +349,11 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig,
             _UDP_TUNNEL_KIND[tun_type], cols["outer_dport"][i]))
         if tun_type == C.TUN_VXLAN_GPE and not profile.vxlan_gpe:
             udp_sock = False        # before v4.7 (e1e5314de08b) no VXLAN-GPE socket exists
+        if fraglist_before_tunnel(config):
+            udp_sock = False        # is_flist: udp_gro_receive_segment before the socket
         l4_proto, sport, dport = cols["l4_proto"][i], cols["sport"][i], cols["dport"][i]
         udp_len, udp_csum = cols["udp_len"][i], cols["l4_csum"][i]
-        if (tun_type in _UDP_TUNNELS and not udp_sock and outer_udp and len(layers) == 2
+        if (tun_type in _UDP_TUNNEL_KIND and not udp_sock and outer_udp and len(layers) == 2
                 and cols["status"][i] == S.STATUS_OK):
             # udp_gro_receive with no tunnel socket but a UDP GRO mode: the outer UDP
             # datagram is what udp_gro_receive_segment aggregates (the tunnel header and
@@ -400,7 +404,7 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig,
             ts_ns=cols["ts_ns"][i], udp_sock=bool(udp_sock),
             udp_csum=(cols["outer_udp_csum"][i] if tun_type in _UDP_TUNNEL_KIND
                       else udp_csum),
-            udp_len=udp_len, udp_gro_len=udp_gro_len,
+            udp_len=udp_len, udp_gro_len=udp_gro_len, uh_check=udp_csum,
             flist=flist and l4_proto == C.IPPROTO_UDP,
             tcp_flist=tcp_flist and l4_proto == C.IPPROTO_TCP,
             inner_eth_type=cols["inner_eth_type"][i], inner_vlan=inner_vlan)
@@ -582,6 +586,16 @@ def udp_tunnel_gro_receive(skb: Skb, config: GroConfig) -> int:
     if skb.inner_eth_type:
         return inner_eth_gro_receive(skb, config)
     return 0
+
+
+def fraglist_before_tunnel(config: GroConfig) -> bool:
+    """v5.6-v5.12 with rx-gro-list (``udp_gro="fraglist"``): udp_gro_receive set
+    ``is_flist = sk ? !udp_sk(sk)->gro_enabled : 1`` and ran udp_gro_receive_segment
+    *before* its tunnel branch, so a datagram to a tunnel socket (no UDP_GRO on it) was
+    aggregated as an outer UDP datagram, as with no socket. From v5.13 (Paolo Abeni,
+    "udp: skip L4 aggregation for UDP tunnel packets", series "udp: GRO L4
+    improvements") that check runs only when ``!sk || !udp_sk(sk)->gro_receive``."""
+    return udp_mode(config) == "fraglist" and config.kernel.version < (5, 13)
 
 
 def udp_mode(config: GroConfig) -> str:
@@ -847,11 +861,17 @@ def gro_complete(p: HeldEntry, end_reason: int, profile: KernelProfile,
                                 inner_tun_type=_fou_inner_tun(p.skb))
         return SegDraft(list(p.packets), p.count, payload, p.gso_size,
                         base | gso.SKB_GSO_FRAGLIST, end_reason, p.skb.queue)
-    if p.skb.l4_proto == C.IPPROTO_UDP and not p.skb.udp_sock:
-        # udp_gro_complete_segment: SKB_GSO_UDP_L4; skb_gro_receive_list: | FRAGLIST
+    if p.skb.l4_proto == C.IPPROTO_UDP:
+        # udp_gro_complete_segment: SKB_GSO_UDP_L4; skb_gro_receive_list: | FRAGLIST.
+        # In a tunnel socket the outer udp_gro_complete assigns UDP_TUNNEL[_CSUM] (FOU/GUE
+        # then add their IP-in-IP bits), clears encap_mark, and the inner
+        # udp4/6_gro_complete ORs UDP_L4 (is_flist: FRAGLIST | UDP_L4)
         gtype = gso.SKB_GSO_UDP_L4
         if p.skb.flist:
             gtype |= gso.SKB_GSO_FRAGLIST
+        if p.skb.udp_sock:
+            gtype |= udp_tunnel_gso_bits(profile.version, p.skb.tun_type,
+                                         bool(p.skb.udp_csum), _fou_inner_tun(p.skb))
         return SegDraft(list(p.packets), p.count, payload, p.gso_size, gtype, end_reason,
                         p.skb.queue)
     fixed = (int(p.is_atomic) if profile.flush_id_era else p.ip_fixedid) \
@@ -900,6 +920,16 @@ def _tcp_merged(p, skb, length: int):
         return p, end, "merged", R.MERGED
     return None, 0, "merged", R.MERGED
 
+
+
+def udp_tunnel_gso_bits(version: tuple, tun_type: int, udp_csum: bool,
+                        inner_tun_type: int) -> int:
+    """The gso_type bits a UDP tunnel socket's completion sets before the inner L4's:
+    udp_gro_complete's ``SKB_GSO_UDP_TUNNEL[_CSUM]`` and, for FOU/GUE, the carried
+    protocol's (ipip/sit/ip6ip6/ip4ip6_gro_complete); :func:`gso.gso_type_for` without
+    the TCP completion (``tcp6_gro_complete``'s TCPV6, the only bit it adds here)."""
+    return gso.gso_type_for(version, 6, tun_type=tun_type, udp_csum=udp_csum,
+                            inner_tun_type=inner_tun_type) & ~gso.SKB_GSO_TCPV6
 
 
 def _fou_inner_tun(skb: Skb) -> int:
@@ -979,7 +1009,11 @@ class GroNode:
         skb_flush = 0
         if not bail:
             bail, skb_flush = self._network_layers(skb)
-        if not bail and skb.l4_proto == C.IPPROTO_UDP and not skb.udp_sock:
+        # udp4/6_gro_receive for plain UDP and for the inner UDP of a tunnel socket
+        # (vxlan/geneve/fou/gue_gro_receive -> [eth_gro_receive ->] inet/ipv6_gro_receive
+        # -> udp4/6_gro_receive): udp_gro_receive's lookup on the inner ports finds no
+        # tunnel socket, so its first branch (UDP GRO mode) decides, as for plain UDP
+        if not bail and skb.l4_proto == C.IPPROTO_UDP:
             if (cfg.verify_checksums and not skb_flush
                     and skb.l4_csum_state in (S.CSUM_BAD, S.CSUM_PARTIAL)):
                 bail = R.BYPASS_L4_CSUM      # udp4_gro_receive: checksum_validate_zero_check
@@ -988,7 +1022,7 @@ class GroNode:
         if bail:
             out.kind, out.reason = "delivered", bail
             return out
-        if skb.l4_proto == C.IPPROTO_UDP and not skb.udp_sock:
+        if skb.l4_proto == C.IPPROTO_UDP:
             pp, pp_reason, kind, reason = self.udp_gro_receive_segment(skb, skb_flush)
         else:
             pp, pp_reason, kind, reason = self.tcp_gro_receive(skb, skb_flush)
@@ -1097,7 +1131,7 @@ class GroNode:
         merges, and p completes at once when this datagram was shorter than the first or
         p reached UDP_GRO_CNT_MAX segments.
         """
-        if skb.udp_csum == 0:
+        if skb.uh_check == 0:
             return None, 0, "delivered", R.NOT_HELD_UDP_ZERO_CSUM
         if skb.udp_len <= 8 or skb.udp_len != skb.udp_gro_len:
             return None, 0, "delivered", R.NOT_HELD_UDP_LENGTH
