@@ -52,7 +52,7 @@ from gropcap.gro.reasons import (
     FLUSH_TCP_WINDOW, FLUSH_TOS, FLUSH_TTL, FLUSH_ZERO_PAYLOAD, MERGED, NO_HELD_PACKET,
     NOT_HELD_FIN, NOT_HELD_FRAG_LIST, NOT_HELD_GSO_SHORT, NOT_HELD_IP_RF, NOT_HELD_PSH,
     NOT_HELD_RST, NOT_HELD_SYN, NOT_HELD_URG,
-    NOT_HELD_ZERO_PAYLOAD,
+    NOT_HELD_ZERO_PAYLOAD, ROLE_ALONE, ROLE_HEAD, ROLE_MERGED,
 )
 
 MAX_GRO_SKBS = 8          # net/core/gro.c: held entries per bucket
@@ -1022,10 +1022,10 @@ def zero_timestamps(opts, opt_len):
     return out
 
 
-# --- key packing (engine._same_flow_keys / engine._flow_keys) ----------------------------
-# One pass per batch writing the key words straight into a preallocated (words, n)
-# matrix: the numpy version built ~25 full-size temporaries and np.stack-ed them, which
-# cost more than the GRO kernel itself (fresh pages faulted in on every batch).
+# --- key packing (engine._classes) -------------------------------------------------------
+# The key words of a chunk of rows written straight into a preallocated buffer: the numpy
+# version built ~25 full-size temporaries and np.stack-ed them, which cost more than the
+# GRO kernel itself (fresh pages faulted in on every batch).
 
 class SameFlowIn(NamedTuple):
     """Columns of the exact same-flow key, native dtypes (addresses as (n, 2) uint64)."""
@@ -1105,7 +1105,7 @@ def _ip_words(out, at, j, r, version, proto, ext_mask, ext_len, flow_label, ext_
 @numba.njit(cache=True, nogil=True, _nrt=False)
 def _same_flow_rows(k, lo, hi, gre_a, gre_b, gre_key, hops, out):
     """Same-flow key words of rows lo..hi-1 into ``out[:, 0:hi - lo]`` (24 or 25 words per
-    column); layout in ``engine._same_flow_keys``; every field at its full width
+    column); layout in ``engine._classes``; every field at its full width
     (injective).
 
     The row loop is in here, not in the callers: ``k`` (42 arrays) is read directly. A
@@ -1152,14 +1152,6 @@ def _same_flow_rows(k, lo, hi, gre_a, gre_b, gre_key, hops, out):
             out[SAME_FLOW_WORDS, j] = hop0 | (hop1 << s8)
 
 
-@numba.njit(cache=True, nogil=True)
-def pack_same_flow(k, gre_a, gre_b, gre_key, out):
-    """Same-flow key words of every row into ``out`` ((24 or 25, n) uint64); the 25th
-    word (if present) is the IPv6 hop limits."""
-    _same_flow_rows(k, 0, out.shape[1], gre_a, gre_b, gre_key,
-                    out.shape[0] > SAME_FLOW_WORDS, out)
-
-
 @numba.njit(cache=True, nogil=True, _nrt=False)
 def _hash_words(buf, w):
     """Slot hash of a key: four independent multiply lanes (a short dependency chain;
@@ -1185,88 +1177,6 @@ def _hash_words(buf, w):
     h *= m
     h ^= h >> np.uint64(29)
     return h
-
-
-@numba.njit(cache=True, nogil=True)
-def _intern(buf, w, slots, keys, nid):
-    """Class id of the key in ``buf`` in an open-addressing table (``slots``: class id
-    or -1; ``keys``: one row per class, every hit confirmed word by word). Returns
-    ``(id, keys, nid)``; a new class is appended (``keys`` doubled when full)."""
-    mask = np.uint64(slots.shape[0] - 1)
-    pos = _hash_words(buf, w) & mask
-    while True:
-        c = slots[pos]
-        if c < 0:
-            if nid == keys.shape[0]:
-                grown = np.empty((2 * nid, w), np.uint64)
-                for y in range(nid):       # a loop, not a slice copy: no error-message
-                    for x in range(w):     # formatting code to compile
-                        grown[y, x] = keys[y, x]
-                keys = grown
-            for x in range(w):
-                keys[nid, x] = buf[x]
-            slots[pos] = nid
-            return nid, keys, nid + 1
-        same = True
-        for x in range(w):
-            if keys[c, x] != buf[x]:
-                same = False
-                break
-        if same:
-            return np.int64(c), keys, nid
-        pos = (pos + np.uint64(1)) & mask
-
-
-_CLASS_CHUNK = 1024      # rows packed per _same_flow_rows call in same_flow_classes
-
-
-@numba.njit(cache=True, nogil=True)
-def _slots(n):
-    size = 16
-    while size < 2 * n:
-        size *= 2
-    return np.full(size, -1, np.int32)
-
-
-@numba.njit(cache=True, nogil=True)
-def same_flow_classes(k, use, hops, gre_a, gre_b, gre_key):
-    """Packing and :func:`dedup_reps` fused: exact same-flow classes of the rows
-    with ``use`` without materialising the (words, n) key matrix.
-
-    Returns ``(ids, keys)``: int64 ids by first appearance (-1 where ``use`` is False)
-    and the key words of each class, ``keys[id]`` ((classes, words) uint64, C order).
-    Batches must have fewer than 2**31 rows (int32 slots).
-    """
-    n = use.shape[0]
-    w = SAME_FLOW_WORDS + (1 if hops else 0)
-    buf = np.empty(w, np.uint64)
-    chunk = np.empty((w, _CLASS_CHUNK), np.uint64)
-    last = np.int64(-1)
-    ids = np.full(n, -1, np.int64)
-    slots = _slots(n)
-    keys = np.empty((min(max(n, 1), 1024), w), np.uint64)
-    nid = np.int64(0)             # not a literal: _intern compiles for int64 only
-    for lo in range(0, n, _CLASS_CHUNK):
-        hi = min(n, lo + _CLASS_CHUNK)
-        _same_flow_rows(k, lo, hi, gre_a, gre_b, gre_key, hops, chunk)
-        for r in range(lo, hi):
-            if not use[r]:
-                continue
-            j = r - lo
-            if last >= 0:      # a burst of one flow: the previous row's class, no hashing
-                same = True
-                for x in range(w):
-                    if keys[last, x] != chunk[x, j]:
-                        same = False
-                        break
-                if same:
-                    ids[r] = last
-                    continue
-            for x in range(w):
-                buf[x] = chunk[x, j]
-            last, keys, nid = _intern(buf, w, slots, keys, nid)
-            ids[r] = last
-    return ids, keys[:nid]
 
 
 class FlowIn(NamedTuple):
@@ -1296,7 +1206,7 @@ class FlowIn(NamedTuple):
 @numba.njit(cache=True, nogil=True, _nrt=False)
 def _flow_row(f, r, out):
     """flows.FLOW_KEY_COLUMNS of row r as 13 uint64 words into ``out`` (layout in
-    ``engine._flow_keys``)."""
+    ``engine._flow_input``)."""
     s8 = np.uint64(8)
     s16 = np.uint64(16)
     s24 = np.uint64(24)
@@ -1321,29 +1231,221 @@ def _flow_row(f, r, out):
     out[12] = f.outer_ip_dst[r, 1]
 
 
-@numba.njit(cache=True, nogil=True)
-def pack_flow(f, out):
-    """flows.FLOW_KEY_COLUMNS of every row as 13 uint64 words into ``out`` ((13, n))."""
-    buf = np.empty(FLOW_WORDS, np.uint64)
-    for r in range(out.shape[1]):
-        _flow_row(f, r, buf)
-        for x in range(FLOW_WORDS):
-            out[x, r] = buf[x]
+# --- persistent key tables and the one-pass classification (engine._classes) -----------
+# The exact classes of a batch in one pass over its rows: a row's *union key* (every field
+# of the same-flow key, the hop limits, and the flow-key fields the same-flow key leaves
+# out) is looked up in an open-addressing table that lives in the EngineState (it grows
+# with flows, not packets); the same-flow key, loose key and flow key of a union class
+# are functions of it, interned once per class in their own tables. Ids are numbered by
+# first appearance (keys: among rows with ``use``), across batches.
+
+UNION_WORDS = SAME_FLOW_WORDS + 3   # + hop limits; L4 proto and outer ports; tunnel key
+_UNION_CHUNK = 256                  # rows packed per _same_flow_rows call in classify
 
 
 @numba.njit(cache=True, nogil=True)
-def flow_classes(f, n):
-    """:func:`same_flow_classes` for the flow key: ``(ids, keys)`` of all n rows."""
-    buf = np.empty(FLOW_WORDS, np.uint64)
-    ids = np.empty(n, np.int64)
-    slots = _slots(n)
-    keys = np.empty((min(max(n, 1), 1024), FLOW_WORDS), np.uint64)
-    nid = np.int64(0)             # not a literal: _intern compiles for int64 only
-    for r in range(n):
-        _flow_row(f, r, buf)
-        c, keys, nid = _intern(buf, np.int64(FLOW_WORDS), slots, keys, nid)
-        ids[r] = c
-    return ids, keys[:nid]
+def _grow_table(slots, keys, nid):
+    """The table with twice the room: keys copied, slots rehashed."""
+    w = keys.shape[1]
+    nk = np.empty((2 * keys.shape[0], w), np.uint64)
+    for y in range(nid):
+        for x in range(w):
+            nk[y, x] = keys[y, x]
+    ns = np.full(2 * slots.shape[0], -1, np.int64)
+    mask = np.uint64(ns.shape[0] - 1)
+    buf = np.empty(w, np.uint64)
+    for y in range(nid):
+        for x in range(w):
+            buf[x] = nk[y, x]
+        pos = _hash_words(buf, w) & mask
+        while ns[pos] >= 0:
+            pos = (pos + np.uint64(1)) & mask
+        ns[pos] = y
+    return ns, nk
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def _tab_find(buf, slots, keys, cnt):
+    """Id of the key ``buf[:w]`` (w = ``keys.shape[1]``) in the table ``(slots, keys,
+    cnt[0] keys)``; a new key is appended. The caller guarantees room for it (see
+    :func:`_room`), so nothing here allocates."""
+    w = keys.shape[1]
+    mask = np.uint64(slots.shape[0] - 1)
+    pos = _hash_words(buf, w) & mask
+    while True:
+        c = slots[pos]
+        if c < 0:
+            break
+        same = True
+        for x in range(w):
+            if keys[c, x] != buf[x]:
+                same = False
+                break
+        if same:
+            return c
+        pos = (pos + np.uint64(1)) & mask
+    nid = cnt[0]
+    for x in range(w):
+        keys[nid, x] = buf[x]
+    slots[pos] = nid
+    cnt[0] = nid + 1
+    return nid
+
+
+@numba.njit(cache=True, nogil=True)
+def _room(slots, keys, cnt, more):
+    """The table with room for ``more`` new keys (doubled as often as needed: at most
+    half of the slots used)."""
+    while cnt[0] + more > keys.shape[0]:
+        slots, keys = _grow_table(slots, keys, cnt[0])
+    return slots, keys
+
+
+@numba.njit(cache=True, nogil=True)
+def intern_rows(rows, slots, keys, cnt):
+    """:func:`_tab_find` of every row of ``rows`` ((m, w) uint64): ``(ids, slots,
+    keys)``."""
+    slots, keys = _room(slots, keys, cnt, rows.shape[0])
+    ids = np.empty(rows.shape[0], np.int64)
+    buf = np.empty(rows.shape[1], np.uint64)
+    for r in range(rows.shape[0]):
+        for x in range(rows.shape[1]):
+            buf[x] = rows[r, x]
+        ids[r] = _tab_find(buf, slots, keys, cnt)
+    return ids, slots, keys
+
+
+class Tables(NamedTuple):
+    """The key tables of one engine state (``engine.InternTable`` arrays): union classes
+    (``u_*``, with ``u_val[u]`` = flow id, key id, loose id, -1 until known), exact
+    same-flow keys (``k_*``), loose keys (``l_*``) and flow keys (``f_*``)."""
+    u_slots: np.ndarray
+    u_keys: np.ndarray
+    u_cnt: np.ndarray
+    u_val: np.ndarray
+    k_slots: np.ndarray
+    k_keys: np.ndarray
+    k_cnt: np.ndarray
+    l_slots: np.ndarray
+    l_keys: np.ndarray
+    l_cnt: np.ndarray
+    f_slots: np.ndarray
+    f_keys: np.ndarray
+    f_cnt: np.ndarray
+
+
+@numba.njit(cache=True, nogil=True)
+def classify(k, f, l4, o_sport, o_dport, tun_key, use, hops, flows, gre_a, gre_b, gre_key,
+             tb, key, loose, flow):
+    """Exact same-flow key, loose key and flow ids of every row in one pass (see the
+    section comment): ``key`` -1 and ``loose`` 0 where ``use`` is False; ``flow`` only
+    when ``flows``. Returns the tables (new arrays where one grew).
+
+    Per chunk of rows: the tables get room for a chunk of new keys first, so the row
+    loop (:func:`_classify_rows`) never reassigns an array (arrays reassigned inside a
+    loop cost reference counting on every row: ~100 ns per row, measured)."""
+    n = use.shape[0]
+    u_slots, u_keys, u_val = tb.u_slots, tb.u_keys, tb.u_val
+    k_slots, k_keys, l_slots, l_keys = tb.k_slots, tb.k_keys, tb.l_slots, tb.l_keys
+    f_slots, f_keys = tb.f_slots, tb.f_keys
+    # one row's words contiguous (chunk[j]): written through the transposed view, as
+    # _same_flow_rows writes out[word, row]. (A (words, rows) buffer puts a row's words
+    # 2 KiB apart, all in two L1 sets: a conflict miss per word.)
+    chunk = np.empty((_UNION_CHUNK, UNION_WORDS), np.uint64)
+    buf = np.empty(UNION_WORDS, np.uint64)
+    fbuf = np.empty(FLOW_WORDS, np.uint64)
+    for lo in range(0, n, _UNION_CHUNK):
+        hi = min(n, lo + _UNION_CHUNK)
+        more = hi - lo
+        u_slots, u_keys = _room(u_slots, u_keys, tb.u_cnt, more)
+        if u_val.shape[0] < u_keys.shape[0]:
+            grown = np.full((u_keys.shape[0], 3), -1, np.int64)
+            for y in range(u_val.shape[0]):    # a loop, not a slice copy: no error-
+                for x in range(3):             # message code to compile
+                    grown[y, x] = u_val[y, x]
+            u_val = grown
+        k_slots, k_keys = _room(k_slots, k_keys, tb.k_cnt, more)
+        l_slots, l_keys = _room(l_slots, l_keys, tb.l_cnt, more)
+        f_slots, f_keys = _room(f_slots, f_keys, tb.f_cnt, more)
+        _same_flow_rows(k, lo, hi, gre_a, gre_b, gre_key, True, chunk.T)
+        _classify_rows(chunk, buf, fbuf, f, l4, o_sport, o_dport, tun_key, use, hops, flows, lo, hi,
+                       u_slots, u_keys, tb.u_cnt, u_val, k_slots, k_keys, tb.k_cnt,
+                       l_slots, l_keys, tb.l_cnt, f_slots, f_keys, tb.f_cnt, key, loose,
+                       flow)
+    return Tables(u_slots, u_keys, tb.u_cnt, u_val, k_slots, k_keys, tb.k_cnt, l_slots,
+                  l_keys, tb.l_cnt, f_slots, f_keys, tb.f_cnt)
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def _classify_rows(chunk, buf, fbuf, f, l4, o_sport, o_dport, tun_key, use, hops, flows, lo, hi,
+                   u_slots, u_keys, u_cnt, u_val, k_slots, k_keys, k_cnt, l_slots, l_keys,
+                   l_cnt, f_slots, f_keys, f_cnt, key, loose, flow):
+    """Rows lo..hi-1 of :func:`classify` (their same-flow words in ``chunk``; ``buf``,
+    ``fbuf``: scratch for one union / flow key)."""
+    wu = UNION_WORDS
+    s8 = np.uint64(8)
+    s24 = np.uint64(24)
+    last = np.int64(-1)
+    for r in range(lo, hi):
+        j = r - lo
+        chunk[j, SAME_FLOW_WORDS + 1] = _u(l4[r]) | (_u(o_sport[r]) << s8) \
+            | (_u(o_dport[r]) << s24)
+        chunk[j, SAME_FLOW_WORDS + 2] = _u(tun_key[r])
+        u = np.int64(-1)
+        if last >= 0:          # a burst of one class: the previous row's, no hashing
+            same = True
+            for x in range(wu):
+                if u_keys[last, x] != chunk[j, x]:
+                    same = False
+                    break
+            if same:
+                u = last
+        if u < 0:
+            for x in range(wu):
+                buf[x] = chunk[j, x]
+            old = u_cnt[0]
+            u = _tab_find(buf, u_slots, u_keys, u_cnt)
+            if u_cnt[0] > old and flows:           # a new union class: its flow
+                _flow_row(f, r, fbuf)
+                u_val[u, 0] = _tab_find(fbuf, f_slots, f_keys, f_cnt)
+            last = u
+        if flows:
+            flow[r] = u_val[u, 0]
+        if not use[r]:
+            key[r] = -1
+            loose[r] = 0
+            continue
+        if u_val[u, 1] < 0:                        # the class's first row with use
+            for x in range(wu):
+                buf[x] = chunk[j, x]
+            c = _tab_find(buf, k_slots, k_keys, k_cnt)
+            u_val[u, 1] = c
+            if hops:
+                c = _tab_find(buf, l_slots, l_keys, l_cnt)
+            u_val[u, 2] = c
+        key[r] = u_val[u, 1]
+        loose[r] = u_val[u, 2]
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def assemble_rows(inst, seg_of_inst, s_count, s_first, rank, poll, gro_seg, role):
+    """engine.assemble per packet: its super-packet (``seg_of_inst[inst]``), its role
+    (alone when the super-packet has one segment, head when it is its first packet,
+    else merged) and, when ``rank`` is given (napi, inferred polls), its poll number
+    mapped to delivery order in place (-1 indexes from the end, as numpy would)."""
+    nr = rank.shape[0]
+    for r in range(inst.shape[0]):
+        g = seg_of_inst[inst[r]]
+        gro_seg[r] = g
+        if s_count[g] == 1:
+            role[r] = ROLE_ALONE
+        elif s_first[g] == r:
+            role[r] = ROLE_HEAD
+        else:
+            role[r] = ROLE_MERGED
+        if nr:
+            p = poll[r]
+            poll[r] = rank[p + nr if p < 0 else p]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -1386,7 +1488,7 @@ def dedup_reps(mat, use):
     slots = np.full(size, -1, np.int64)
     reps = np.empty(n, np.int64)
     mask = np.uint64(size - 1)
-    nid = np.int64(0)             # not a literal: _intern compiles for int64 only
+    nid = np.int64(0)
     for r in range(n):
         if not use[r]:
             continue

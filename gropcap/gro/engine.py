@@ -42,7 +42,7 @@ from gropcap.errors import ConfigError
 from gropcap.gro import _kernels as K
 from gropcap.gro.config import GroConfig
 from gropcap.gro.flows import FLOW_KEY_COLUMNS, flow_key_matrix
-from gropcap.gro.reasons import NOT_HELD_FRAG_LIST, ROLE_ALONE, ROLE_HEAD, ROLE_MERGED
+from gropcap.gro.reasons import NOT_HELD_FRAG_LIST
 from gropcap.gro.result import GroResult
 from gropcap.gso import SKB_GSO_FRAGLIST, gso_type_for
 from gropcap.gro.rss import (
@@ -140,38 +140,29 @@ def _same_flow_input(t: pa.Table, hash_: np.ndarray, columns=None) -> K.SameFlow
 
 
 _GRE_CONSTS = (np.uint64(TUN_GRE), np.uint64(TUN_GRE_TEB), np.uint64(GRE_KEY))
-_FUSED_MAX_ROWS = 2 ** 31 - 1      # int32 slots of the fused class kernels
 
 
 def _same_flow_ids(t: pa.Table, config: GroConfig, hash_: np.ndarray, use: np.ndarray,
                    state: "EngineState", columns=None) -> tuple[np.ndarray, np.ndarray]:
-    """Global ``(key, loose)`` ids per row (-1 / 0 where ``use`` is False): the classes
-    of :func:`_same_flow_keys`, packed and deduplicated in one numba pass
-    (``_kernels.same_flow_classes``) without the (words, n) matrix."""
-    hops = not config.kernel.ipv6_hop_limit_flush
-    if t.num_rows > _FUSED_MAX_ROWS:
-        key_mat, loose_mat = _same_flow_keys(t, config, hash_, columns)
-        key = _global_ids(key_mat, use, state.key_ids)
-        loose = key if not hops else _global_ids(loose_mat, use, state.loose_ids)
-        return key, np.maximum(loose, 0)
-    sf = _same_flow_input(t, hash_, columns)
-    key = _number(*K.same_flow_classes(sf, use, hops, *_GRE_CONSTS), state.key_ids)
-    if not hops:
-        return key, np.maximum(key, 0)
-    loose = _number(*K.same_flow_classes(sf, use, False, *_GRE_CONSTS), state.loose_ids)
-    return key, np.maximum(loose, 0)
+    """Global ``(key, loose)`` ids per row (-1 / 0 where ``use`` is False): the exact
+    same-flow classes (fields in :func:`_classes`), numbered through ``state``."""
+    key, loose, _ = _classes(t, config, hash_, use, state, columns, flows=False)
+    return key, loose
 
 
-def _same_flow_keys(t: pa.Table, config: GroConfig, hash_: np.ndarray, columns=None):
-    """Exact same-flow classes: every field some layer compares for ``same_flow``.
+def _classes(t: pa.Table, config: GroConfig, hash_: np.ndarray, use: np.ndarray,
+             state: "EngineState", columns=None, flows: bool = True):
+    """``(key, loose, flow)`` per row in one numba pass (``_kernels.classify``), the ids
+    global through the tables of ``state`` (first appearance first; keys among rows with
+    ``use``; ``flow`` None unless ``flows``).
 
+    key: the exact same-flow class, every field some layer compares for ``same_flow``:
     gro_list_prepare (hash, dev, MAC header; DSA port), vlan_gro_receive (tags),
     inet/ipv6_gro_receive (protocol, addresses; IPv6 flow label and extension bytes; hop
     limit before 5.18), gre_gro_receive (flags, protocol, key when K), eth_gro_receive
     (inner MACs of GRE-TEB) and vlan_gro_receive on its inner tags, TCP ports
-    (tcp_gro_lookup). Each field is packed into
-    uint64 words at its full width (an injective packing, so equal rows <=> equal
-    fields), by ``_kernels.pack_same_flow`` straight into one (words, n) matrix:
+    (tcp_gro_lookup). Each field is packed into uint64 words at its full width (an
+    injective packing, so equal words <=> equal fields; ``_kernels._same_flow_rows``):
 
     ====  ==============================================================
     word  fields (bit offset)
@@ -187,16 +178,38 @@ def _same_flow_keys(t: pa.Table, config: GroConfig, hash_: np.ndarray, columns=N
     24    IPv6 hop limits, outer and inner (only before 5.18)
     ====  ==============================================================
 
-    Returns the matrices ``(key_mat, loose_mat)``; ``loose`` omits the pre-5.18 hop
-    limit (a view of the first 24 rows of ``key_mat``, no copy).
+    loose: the same without the pre-5.18 hop limit (``key`` itself from 5.18). flow:
+    flows.FLOW_KEY_COLUMNS (:func:`_flow_input`). The union key the kernel looks
+    up per row is words 0-24 plus the L4 protocol and outer ports, and the whole tunnel
+    key: every other key is a function of it.
     """
-    sf = _same_flow_input(t, hash_, columns)
+    n = t.num_rows
     hops = not config.kernel.ipv6_hop_limit_flush
-    mat = np.empty((K.SAME_FLOW_WORDS + hops, t.num_rows), np.uint64)
-    K.pack_same_flow(sf, *_GRE_CONSTS, mat)
-    if not hops:
-        return mat, mat
-    return mat, mat[:K.SAME_FLOW_WORDS]
+    # union classes get their flow id when they are first seen, asked for or not (a later
+    # call on the same state may ask)
+    packed_flows = set(FLOW_KEY_COLUMNS) == _FLOW_PACKED
+    key = np.empty(n, np.int64)
+    loose = np.empty(n, np.int64)
+    flow = np.empty(n if packed_flows else 0, np.int64)
+    if n:
+        c = _reader(t, columns)
+        u, kt, lt, ft = state.union_ids, state.key_ids, state.loose_ids, state.flow_ids
+        tb = K.Tables(u.slots, u.keys, u.cnt, u.val, kt.slots, kt.keys, kt.cnt, lt.slots,
+                      lt.keys, lt.cnt, ft.slots, ft.keys, ft.cnt)
+        tb = K.classify(_same_flow_input(t, hash_, c), _flow_input(t, c), c.ints("l4_proto"),
+                        c.ints("outer_sport"), c.ints("outer_dport"), c.ints("tun_key"),
+                        np.ascontiguousarray(use, np.bool_), hops, packed_flows,
+                        *_GRE_CONSTS, tb, key, loose, flow)
+        u.slots, u.keys, u.val = tb.u_slots, tb.u_keys, tb.u_val
+        kt.slots, kt.keys = tb.k_slots, tb.k_keys
+        lt.slots, lt.keys = tb.l_slots, tb.l_keys
+        ft.slots, ft.keys = tb.f_slots, tb.f_keys
+    if not flows:
+        return key, loose, None
+    if not packed_flows:
+        flow = _global_ids(_bytes_as_words(flow_key_matrix(t)), np.ones(n, np.bool_),
+                           state.flow_ids) if n else np.zeros(0, np.int64)
+    return key, loose, flow
 
 
 _FLOW_PACKED = {"ip_version", "l4_proto", "outer_ip_version", "tun_type", "tun_key", "sport",
@@ -213,18 +226,12 @@ def _bytes_as_words(mat: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(padded.view(np.uint64).T)
 
 
-def _flow_keys(t: pa.Table, columns=None) -> np.ndarray:
-    """flows.FLOW_KEY_COLUMNS packed injectively into 13 uint64 words per row by
-    ``_kernels.pack_flow`` (same classes, hence the same first-appearance numbering as
-    flows.assign_flow_ids): ip_version | l4_proto << 8 | outer_ip_version << 16 |
-    tun_type << 24 | tun_key << 32; the four ports; both VLAN TCIs, DSA port, iface;
-    eth_src + eth_type; eth_dst; the four addresses (2 words each)."""
-    mat = np.empty((K.FLOW_WORDS, t.num_rows), np.uint64)
-    K.pack_flow(_flow_input(t, columns), mat)
-    return mat
-
-
 def _flow_input(t: pa.Table, columns=None) -> K.FlowIn:
+    """flows.FLOW_KEY_COLUMNS as ``_kernels._flow_row`` reads them: packed injectively
+    into 13 uint64 words per row (same classes, hence the same first-appearance
+    numbering as flows.assign_flow_ids): ip_version | l4_proto << 8 | outer_ip_version
+    << 16 | tun_type << 24 | tun_key << 32; the four ports; both VLAN TCIs, DSA port,
+    iface; eth_src + eth_type; eth_dst; the four addresses (2 words each)."""
     c = _reader(t, columns)
     return K.FlowIn(*[c.words(name) if name.endswith(("_src", "_dst")) and "ip" in name
                       else c.ints(name) for name in K.FlowIn._fields])
@@ -234,14 +241,8 @@ def _flow_ids(t: pa.Table, state: "EngineState", columns=None) -> np.ndarray:
     """Global flow ids per row (flows.assign_flow_ids classes, numbered through
     ``state.flow_ids``)."""
     n = t.num_rows
-    if not n:
-        return np.zeros(0, np.int64)
-    if set(FLOW_KEY_COLUMNS) != _FLOW_PACKED:
-        return _global_ids(_bytes_as_words(flow_key_matrix(t)), np.ones(n, np.bool_),
-                           state.flow_ids)
-    if n > _FUSED_MAX_ROWS:
-        return _global_ids(_flow_keys(t, columns), np.ones(n, np.bool_), state.flow_ids)
-    return _number(*K.flow_classes(_flow_input(t, columns), n), state.flow_ids)
+    return _classes(t, GroConfig(), np.zeros(n, np.uint32), np.zeros(n, np.bool_), state,
+                    columns)[2]
 
 
 def _size_limit(t: pa.Table, config: GroConfig, columns=None) -> np.ndarray:
@@ -371,9 +372,10 @@ class EngineState:
     config_json: str
     model: int
     kernel: K.State
-    key_ids: KeyTable = field(default_factory=lambda: KeyTable())
-    loose_ids: KeyTable = field(default_factory=lambda: KeyTable())
-    flow_ids: KeyTable = field(default_factory=lambda: KeyTable())
+    key_ids: InternTable = field(default_factory=lambda: InternTable(K.SAME_FLOW_WORDS))
+    loose_ids: InternTable = field(default_factory=lambda: InternTable(K.SAME_FLOW_WORDS))
+    flow_ids: InternTable = field(default_factory=lambda: InternTable(K.FLOW_WORDS))
+    union_ids: "UnionTable" = field(default_factory=lambda: UnionTable())
     row_base: int = 0
     pending: K.Cols | None = None
     pending_arr: np.ndarray | None = None
@@ -387,7 +389,9 @@ class EngineState:
         queues = config.queues if model != K.MODEL_IDEAL else 1
         buckets = config.kernel.hash_buckets if model != K.MODEL_IDEAL else 1
         st = _new_kernel_state(64, 64, queues, buckets)
+        hops = not config.kernel.ipv6_hop_limit_flush
         return cls(config_json=config.to_json(), model=model, kernel=st,
+                   key_ids=InternTable(K.SAME_FLOW_WORDS + hops),
                    q_maxts=np.full(queues, np.iinfo(np.int64).min, np.int64))
 
 
@@ -414,59 +418,67 @@ class BatchResult:
     poll_queue: np.ndarray
 
 
-class KeyTable:
+class InternTable:
     """Exact keys -> ids numbered in order of first appearance, shared across batches.
 
-    The keys are rows of uint64 words, kept as one sorted array of fixed-width byte strings
-    (numpy ``void``) with their ids, so a batch's lookups are one ``searchsorted`` instead
-    of a Python dict access per class (that loop was ~30% of the engine's time).
-    Picklable; grows with flows, not packets.
+    The keys are rows of ``words`` uint64 words in an open-addressing table (``slots``:
+    id or -1, at most half used; ``keys[id]``; ``cnt[0]`` keys) that the numba kernels
+    (``_kernels.classify``, ``_kernels.intern_rows``) look up and grow in place of a
+    Python dict or a sorted array. Picklable; grows with flows, not packets.
     """
 
-    def __init__(self):
-        self.sorted_keys: np.ndarray | None = None
-        self.sorted_ids = np.zeros(0, np.int64)
+    def __init__(self, words: int):
+        self.slots = np.full(64, -1, np.int64)
+        self.keys = np.zeros((32, words), np.uint64)
+        self.cnt = np.zeros(1, np.int64)
 
     def __len__(self) -> int:
-        return len(self.sorted_ids)
+        return int(self.cnt[0])
+
+    @property
+    def words(self) -> int:
+        return self.keys.shape[1]
 
     def ids(self, keys: np.ndarray) -> np.ndarray:
-        """Ids of the distinct rows of ``keys`` ((m, words) uint64), new rows numbered
-        next in row order."""
-        m = len(keys)
+        """Ids of the rows of ``keys`` ((m, words) uint64), new rows numbered next in
+        row order."""
         k = np.ascontiguousarray(keys, dtype=np.uint64)
-        k = k.view(np.dtype((np.void, 8 * k.shape[1]))).ravel() if m else k
-        n = len(self)
-        if n and m and self.sorted_keys.dtype != k.dtype:
-            raise ValueError("KeyTable: key width changed between batches")
-        if not n:
-            # first batch: every row is new (the rows are distinct); sort them once,
-            # without the copies of the general path (they were the peak per flow)
-            out = np.arange(m, dtype=np.int64)
-            if m:
-                order = np.argsort(k, kind="stable")
-                self.sorted_keys, self.sorted_ids = k[order], order.astype(np.int64)
-            return out
-        out = np.empty(m, np.int64)
-        found = np.zeros(m, np.bool_)
-        if m:
-            pos = np.minimum(np.searchsorted(self.sorted_keys, k), n - 1)
-            found = self.sorted_keys[pos] == k
-            out[found] = self.sorted_ids[pos[found]]
-        new = np.flatnonzero(~found)
-        if len(new):
-            out[new] = n + np.arange(len(new), dtype=np.int64)
-            # merge the (sorted) new keys into the sorted table: one allocation each
-            kn = k[new]
-            order = np.argsort(kn, kind="stable")
-            kn = kn[order]
-            at = np.searchsorted(self.sorted_keys, kn)
-            self.sorted_keys = np.insert(self.sorted_keys, at, kn)
-            self.sorted_ids = np.insert(self.sorted_ids, at, out[new][order])
+        if not len(k):
+            return np.zeros(0, np.int64)
+        if k.shape[1] != self.words:
+            if not len(self):          # the first keys set the width
+                self.__init__(k.shape[1])
+            else:
+                raise ValueError("InternTable: key width changed between batches")
+        out, self.slots, self.keys = K.intern_rows(k, self.slots, self.keys, self.cnt)
         return out
 
+    # the key of each id as one fixed-width byte string (numpy ``void``), in id order:
+    # what runner.partition_task sends to number flows over partitions
+    @property
+    def sorted_keys(self) -> np.ndarray | None:
+        n = len(self)
+        if not n:
+            return None
+        k = np.ascontiguousarray(self.keys[:n])
+        return k.view(np.dtype((np.void, 8 * k.shape[1]))).ravel()
 
-def _global_ids(mat: np.ndarray, use: np.ndarray, table: KeyTable) -> np.ndarray:
+    @property
+    def sorted_ids(self) -> np.ndarray:
+        return np.arange(len(self), dtype=np.int64)
+
+
+class UnionTable(InternTable):
+    """The union-key table of :func:`_classes`: an :class:`InternTable` of
+    ``_kernels.UNION_WORDS`` words plus, per union class, its flow, key and loose ids
+    (``val``, -1 until known)."""
+
+    def __init__(self):
+        super().__init__(K.UNION_WORDS)
+        self.val = np.full((32, 3), -1, np.int64)
+
+
+def _global_ids(mat: np.ndarray, use: np.ndarray, table: InternTable) -> np.ndarray:
     """Exact classes of the packets' keys (column r of the (words, n) ``mat``, where
     ``use``), numbered through ``table`` (first appearance first; shared across
     batches)."""
@@ -474,7 +486,7 @@ def _global_ids(mat: np.ndarray, use: np.ndarray, table: KeyTable) -> np.ndarray
     return _number(local, K.gather_rows(mat, reps), table)
 
 
-def _number(local: np.ndarray, keys: np.ndarray, table: KeyTable) -> np.ndarray:
+def _number(local: np.ndarray, keys: np.ndarray, table: InternTable) -> np.ndarray:
     """Batch-local class ids (first appearance) and their keys -> global ids."""
     if not len(keys):
         return local
@@ -541,7 +553,7 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
         bucket = np.zeros(n, np.int32)
     pre, sfl_out, sfl_in = _pre_and_flush(t, config, no_gro, sfl_fl, columns=g)
     use = pre == 0
-    key, loose = _same_flow_ids(t, config, hash_, use, state, columns=g)
+    key, loose, flow = _classes(t, config, hash_, use, state, columns=g)
     # option bytes: a zero-copy uint64 view of the Arrow column (read-only: one numba type)
     ob = g.bytes("tcp_options")
     if ob.shape[1] != K.OPT_BYTES:
@@ -559,8 +571,6 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
                      s("ip_offset"), s("vlan_depth"), s("ip_hdr_len"), s("tcp_doff"),
                      s("payload_len"), s("ip_version"), flags, s("tun_type"), TCP_FLAG_CWR,
                      plen, tlen, gcode)
-    # flow ids: the fast packing when it covers exactly flows.FLOW_KEY_COLUMNS
-    flow = _flow_ids(t, state, columns=g)
     if polls is None:
         poll_win = np.zeros(n, np.int64)
     else:
@@ -826,13 +836,13 @@ def assemble(parts: list[BatchResult], config: GroConfig) -> GroResult:
                                    else np.zeros(0, dt))
     flow_id = cat([p.flow_id for p in parts])
     rx = cat([p.rx_queue for p in parts], np.uint16)
-    p_row = cat([p.p_row for p in parts])
     reason = np.zeros(n, np.uint8)
     inst = np.zeros(n, np.int64)
     pkt_poll = np.full(n, -1, np.int64)
-    reason[p_row] = cat([p.p_reason for p in parts], np.uint8)
-    inst[p_row] = cat([p.p_inst for p in parts])
-    pkt_poll[p_row] = cat([p.p_poll for p in parts])
+    for p in parts:                   # per part: no concatenated temporaries
+        reason[p.p_row] = p.p_reason
+        inst[p.p_row] = p.p_inst
+        pkt_poll[p.p_row] = p.p_poll
     seg = {f: cat([p.segs[f] for p in parts]) for f in _SEG_FIELDS}
     m = len(seg["first"])
     napi_inferred = config.model == "napi" and any(len(p.poll_time) for p in parts)
@@ -846,19 +856,18 @@ def assemble(parts: list[BatchResult], config: GroConfig) -> GroResult:
         s_rank = rank[seg["poll"]] if m else np.zeros(0, np.int64)
         seg_order = np.argsort(s_rank, kind="stable")
         seg_poll = s_rank[seg_order]
-        pkt_poll = rank[pkt_poll] if n else pkt_poll
     else:
+        rank = np.zeros(0, np.int64)
         seg_order = None                           # emission order is delivery order
         seg_poll = seg["poll"] if config.model == "napi" else np.full(m, -1, np.int64)
     s = seg if seg_order is None else {f: seg[f][seg_order] for f in _SEG_FIELDS}
     seg_of_inst = np.zeros(int(s["inst"].max()) + 1 if m else 0, np.int64)
     seg_of_inst[s["inst"]] = np.arange(m)
-    gro_seg = seg_of_inst[inst] if n else np.zeros(0, np.int64)
-    cnt = s["count"][gro_seg] if n else np.zeros(0, np.int64)
-    rows = np.arange(n, dtype=np.int64)
-    role = np.where(cnt == 1, ROLE_ALONE,
-                    np.where(rows == s["first"][gro_seg] if n else rows == 0, ROLE_HEAD,
-                             ROLE_MERGED)).astype(np.uint8)
+    gro_seg = np.empty(n, np.int64)
+    role = np.empty(n, np.uint8)
+    if n:                             # gro_seg, role and poll ranks in one pass
+        K.assemble_rows(inst, seg_of_inst, s["count"], s["first"], rank, pkt_poll, gro_seg,
+                        role)
     gso_type = np.zeros(m, np.uint32)
     if m:
         multi = s["count"] > 1
@@ -931,9 +940,62 @@ def simulate(packets: pa.Table, config: GroConfig | None = None, *, polls=None,
     0
     """
     config = config or GroConfig()
-    part, _ = simulate_batch(packets, config, None, final=True, polls=polls,
-                             coalesced=coalesced, hashes=hashes, no_gro=no_gro)
-    return assemble([part], config)
+    packets = _check_table(packets)
+    if coalesced is True:
+        from gropcap.gso import coalesced_input
+        coalesced = coalesced_input(packets)
+    parts, state = [], None
+    pieces = _pieces(packets)
+    for x, (lo, piece) in enumerate(pieces):
+        hi = lo + piece.num_rows
+        cut = lambda a: None if a is None else np.asarray(a)[lo:hi]  # noqa: E731
+        part, state = simulate_batch(piece, config, state, final=x == len(pieces) - 1,
+                                     polls=cut(polls), coalesced=_cut_coalesced(coalesced,
+                                                                               lo, hi),
+                                     hashes=cut(hashes), no_gro=cut(no_gro))
+        parts.append(part)
+    return assemble(parts, config)
+
+
+PIECE_ROWS = 1 << 18     # simulate() feeds a table to simulate_batch in pieces of this size
+
+
+def _pieces(packets: pa.Table, rows: int = PIECE_ROWS) -> list[tuple[int, pa.Table]]:
+    """``(first row, table)`` pieces of about ``rows`` rows in capture order, cut at the
+    table's chunk boundaries where the chunks are at least half that long (zero-copy: no
+    ``combine_chunks`` of a whole multi-chunk column, and every per-batch array of the
+    preparation stays small enough for malloc to reuse it instead of faulting fresh pages
+    in on every call). Results are those of one call: the engine state carries across
+    batches exactly."""
+    n = packets.num_rows
+    if n <= rows + rows // 2:
+        return [(0, packets)]
+    bounds = [0]
+    for b in packets.to_batches():
+        if b.num_rows:
+            bounds.append(bounds[-1] + b.num_rows)
+    cuts, lo = [0], 0
+    for end in bounds[1:]:
+        while end - lo >= rows + rows // 2:      # a long chunk: rows-sized slices of it
+            lo += rows
+            cuts.append(lo)
+        if end - lo >= rows // 2 and end < n:
+            lo = end
+            cuts.append(lo)
+    cuts.append(n)
+    return [(a, packets.slice(a, b - a)) for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+def _cut_coalesced(coalesced, lo: int, hi: int):
+    """Rows ``lo:hi`` of a gso.CoalescedInput (None stays None)."""
+    if coalesced is None:
+        return None
+    import copy
+    part = copy.copy(coalesced)
+    for name, value in vars(coalesced).items():
+        if isinstance(value, np.ndarray) and value.ndim == 1:
+            setattr(part, name, value[lo:hi])
+    return part
 
 
 def rerun_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig,
