@@ -1316,37 +1316,28 @@ def intern_rows(rows, slots, keys, cnt):
 
 
 class Tables(NamedTuple):
-    """The key tables of one engine state (``engine.InternTable`` arrays): union classes
-    (``u_*``, with ``u_val[u]`` = flow id, key id, loose id, -1 until known), exact
-    same-flow keys (``k_*``), loose keys (``l_*``) and flow keys (``f_*``)."""
+    """The key tables of :func:`classify` (``engine.InternTable`` arrays): union classes
+    (``u_*``, with ``u_flow[u]`` its flow id) and flow keys (``f_*``)."""
     u_slots: np.ndarray
     u_keys: np.ndarray
     u_cnt: np.ndarray
-    u_val: np.ndarray
-    k_slots: np.ndarray
-    k_keys: np.ndarray
-    k_cnt: np.ndarray
-    l_slots: np.ndarray
-    l_keys: np.ndarray
-    l_cnt: np.ndarray
+    u_flow: np.ndarray
     f_slots: np.ndarray
     f_keys: np.ndarray
     f_cnt: np.ndarray
 
 
 @numba.njit(cache=True, nogil=True)
-def classify(k, f, l4, o_sport, o_dport, tun_key, use, hops, flows, gre_a, gre_b, gre_key,
-             tb, key, loose, flow):
-    """Exact same-flow key, loose key and flow ids of every row in one pass (see the
-    section comment): ``key`` -1 and ``loose`` 0 where ``use`` is False; ``flow`` only
-    when ``flows``. Returns the tables (new arrays where one grew).
+def classify(k, f, l4, o_sport, o_dport, tun_key, flows, gre_a, gre_b, gre_key, tb, uid,
+             flow):
+    """Union class (``uid``) and, when ``flows``, flow id of every row in one pass (see
+    the section comment). Returns the tables (new arrays where one grew).
 
     Per chunk of rows: the tables get room for a chunk of new keys first, so the row
     loop (:func:`_classify_rows`) never reassigns an array (arrays reassigned inside a
     loop cost reference counting on every row: ~100 ns per row, measured)."""
-    n = use.shape[0]
-    u_slots, u_keys, u_val = tb.u_slots, tb.u_keys, tb.u_val
-    k_slots, k_keys, l_slots, l_keys = tb.k_slots, tb.k_keys, tb.l_slots, tb.l_keys
+    n = uid.shape[0]
+    u_slots, u_keys, u_flow = tb.u_slots, tb.u_keys, tb.u_flow
     f_slots, f_keys = tb.f_slots, tb.f_keys
     # one row's words contiguous (chunk[j]): written through the transposed view, as
     # _same_flow_rows writes out[word, row]. (A (words, rows) buffer puts a row's words
@@ -1358,28 +1349,30 @@ def classify(k, f, l4, o_sport, o_dport, tun_key, use, hops, flows, gre_a, gre_b
         hi = min(n, lo + _UNION_CHUNK)
         more = hi - lo
         u_slots, u_keys = _room(u_slots, u_keys, tb.u_cnt, more)
-        if u_val.shape[0] < u_keys.shape[0]:
-            grown = np.full((u_keys.shape[0], 3), -1, np.int64)
-            for y in range(u_val.shape[0]):    # a loop, not a slice copy: no error-
-                for x in range(3):             # message code to compile
-                    grown[y, x] = u_val[y, x]
-            u_val = grown
-        k_slots, k_keys = _room(k_slots, k_keys, tb.k_cnt, more)
-        l_slots, l_keys = _room(l_slots, l_keys, tb.l_cnt, more)
+        if u_flow.shape[0] < u_keys.shape[0]:
+            u_flow = _grown_ids(u_flow, u_keys.shape[0])
         f_slots, f_keys = _room(f_slots, f_keys, tb.f_cnt, more)
         _same_flow_rows(k, lo, hi, gre_a, gre_b, gre_key, True, chunk.T)
-        _classify_rows(chunk, buf, fbuf, f, l4, o_sport, o_dport, tun_key, use, hops, flows, lo, hi,
-                       u_slots, u_keys, tb.u_cnt, u_val, k_slots, k_keys, tb.k_cnt,
-                       l_slots, l_keys, tb.l_cnt, f_slots, f_keys, tb.f_cnt, key, loose,
+        _classify_rows(chunk, buf, fbuf, f, l4, o_sport, o_dport, tun_key, flows, lo, hi,
+                       u_slots, u_keys, tb.u_cnt, u_flow, f_slots, f_keys, tb.f_cnt, uid,
                        flow)
-    return Tables(u_slots, u_keys, tb.u_cnt, u_val, k_slots, k_keys, tb.k_cnt, l_slots,
-                  l_keys, tb.l_cnt, f_slots, f_keys, tb.f_cnt)
+    return Tables(u_slots, u_keys, tb.u_cnt, u_flow, f_slots, f_keys, tb.f_cnt)
+
+
+@numba.njit(cache=True, nogil=True)
+def _grown_ids(ids, size):
+    """``ids`` (an id per class, -1 unknown) with room for ``size`` classes."""
+    grown = np.full((size,) + ids.shape[1:], -1, np.int64)
+    flat = grown.reshape(-1)          # a loop, not a slice copy: no error-message code
+    src = ids.reshape(-1)
+    for x in range(src.shape[0]):
+        flat[x] = src[x]
+    return grown
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def _classify_rows(chunk, buf, fbuf, f, l4, o_sport, o_dport, tun_key, use, hops, flows, lo, hi,
-                   u_slots, u_keys, u_cnt, u_val, k_slots, k_keys, k_cnt, l_slots, l_keys,
-                   l_cnt, f_slots, f_keys, f_cnt, key, loose, flow):
+def _classify_rows(chunk, buf, fbuf, f, l4, o_sport, o_dport, tun_key, flows, lo, hi,
+                   u_slots, u_keys, u_cnt, u_flow, f_slots, f_keys, f_cnt, uid, flow):
     """Rows lo..hi-1 of :func:`classify` (their same-flow words in ``chunk``; ``buf``,
     ``fbuf``: scratch for one union / flow key)."""
     wu = UNION_WORDS
@@ -1407,24 +1400,60 @@ def _classify_rows(chunk, buf, fbuf, f, l4, o_sport, o_dport, tun_key, use, hops
             u = _tab_find(buf, u_slots, u_keys, u_cnt)
             if u_cnt[0] > old and flows:           # a new union class: its flow
                 _flow_row(f, r, fbuf)
-                u_val[u, 0] = _tab_find(fbuf, f_slots, f_keys, f_cnt)
+                u_flow[u] = _tab_find(fbuf, f_slots, f_keys, f_cnt)
             last = u
+        uid[r] = u
         if flows:
-            flow[r] = u_val[u, 0]
+            flow[r] = u_flow[u]
+
+
+@numba.njit(cache=True, nogil=True)
+def key_classes(uid, use, u_keys, u_cnt, no_hash, hops, ukey, k_slots, k_keys, k_cnt,
+                l_slots, l_keys, l_cnt, key, loose):
+    """One model's same-flow key and loose key ids from the union classes ``uid`` of
+    :func:`classify`: ``key`` -1 and ``loose`` 0 where ``use`` is False; a union
+    class's keys are interned (in first-appearance order among rows with ``use``) the
+    first time one of its rows has ``use`` and kept in ``ukey[u]`` (key id, loose id).
+    ``no_hash``: the model ignores the RSS hash in word 0 (ideal). Returns ``(ukey,
+    k_slots, k_keys, l_slots, l_keys)``, new arrays where one grew."""
+    nu = u_cnt[0]
+    if ukey.shape[0] < nu:
+        ukey = _grown_ids(ukey, max(nu, 2 * ukey.shape[0]))
+    # room for a new key per union class without one: no table grows in the row loop
+    more = np.int64(0)
+    for u in range(nu):
+        if ukey[u, 0] < 0:
+            more += 1
+    k_slots, k_keys = _room(k_slots, k_keys, k_cnt, more)
+    l_slots, l_keys = _room(l_slots, l_keys, l_cnt, more)
+    _key_rows(uid, use, u_keys, no_hash, hops, ukey, k_slots, k_keys, k_cnt, l_slots,
+              l_keys, l_cnt, key, loose, np.empty(UNION_WORDS, np.uint64))
+    return ukey, k_slots, k_keys, l_slots, l_keys
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def _key_rows(uid, use, u_keys, no_hash, hops, ukey, k_slots, k_keys, k_cnt, l_slots,
+              l_keys, l_cnt, key, loose, buf):
+    """The row loop of :func:`key_classes`."""
+    low = np.uint64(0xFFFFFFFF)
+    for r in range(uid.shape[0]):
         if not use[r]:
             key[r] = -1
             loose[r] = 0
             continue
-        if u_val[u, 1] < 0:                        # the class's first row with use
-            for x in range(wu):
-                buf[x] = chunk[j, x]
+        u = uid[r]
+        if ukey[u, 0] < 0:                  # the class's first row with use
+            for x in range(UNION_WORDS):
+                buf[x] = u_keys[u, x]
+            if no_hash:
+                buf[0] &= ~low
             c = _tab_find(buf, k_slots, k_keys, k_cnt)
-            u_val[u, 1] = c
+            ukey[u, 0] = c
             if hops:
                 c = _tab_find(buf, l_slots, l_keys, l_cnt)
-            u_val[u, 2] = c
-        key[r] = u_val[u, 1]
-        loose[r] = u_val[u, 2]
+            ukey[u, 1] = c
+        key[r] = ukey[u, 0]
+        loose[r] = ukey[u, 1]
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)

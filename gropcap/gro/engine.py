@@ -16,6 +16,9 @@ Public API::
     simulate_batch(packets, config, state=None, *, final=False, polls=None)
         -> (BatchResult, EngineState)                              # streaming
     assemble(parts, config) -> GroResult                           # BatchResults -> result
+    simulate_models(packets, configs) -> [GroResult]                # ideal + napi, one
+    simulate_batch_models(packets, configs, states=None, *, final)  # preparation per batch
+        -> ([BatchResult], [EngineState])
     partition_of(packets, config, parts) -> partition per row      # state-disjoint split
     prepare(packets, config, state, ...) / run_prepared(...)       # benchmarks
 
@@ -183,33 +186,61 @@ def _classes(t: pa.Table, config: GroConfig, hash_: np.ndarray, use: np.ndarray,
     up per row is words 0-24 plus the L4 protocol and outer ports, and the whole tunnel
     key: every other key is a function of it.
     """
+    uid, flow = _union_ids(t, hash_, state, columns)
+    key, loose = _key_ids(uid, use, config, state, no_hash=False)
+    if not flows:
+        return key, loose, None
+    return key, loose, flow if flow is not None else _matrix_flow_ids(t, state)
+
+
+def _matrix_flow_ids(t: pa.Table, state: "EngineState") -> np.ndarray:
+    """Flow ids from flows.flow_key_matrix (when FLOW_KEY_COLUMNS is not what
+    ``_kernels._flow_row`` packs)."""
+    if not t.num_rows:
+        return np.zeros(0, np.int64)
+    return _global_ids(_bytes_as_words(flow_key_matrix(t)), np.ones(t.num_rows, np.bool_),
+                       state.flow_ids)
+
+
+def _union_ids(t: pa.Table, hash_: np.ndarray, state: "EngineState", columns=None):
+    """``(uid, flow)``: the union class of every row (``_kernels.classify``, through
+    ``state.union_ids``; ``hash_`` goes into word 0) and its flow id (None when
+    flows.FLOW_KEY_COLUMNS is not what ``_kernels._flow_row`` packs)."""
     n = t.num_rows
-    hops = not config.kernel.ipv6_hop_limit_flush
     # union classes get their flow id when they are first seen, asked for or not (a later
     # call on the same state may ask)
     packed_flows = set(FLOW_KEY_COLUMNS) == _FLOW_PACKED
-    key = np.empty(n, np.int64)
-    loose = np.empty(n, np.int64)
+    uid = np.empty(n, np.int64)
     flow = np.empty(n if packed_flows else 0, np.int64)
     if n:
         c = _reader(t, columns)
-        u, kt, lt, ft = state.union_ids, state.key_ids, state.loose_ids, state.flow_ids
-        tb = K.Tables(u.slots, u.keys, u.cnt, u.val, kt.slots, kt.keys, kt.cnt, lt.slots,
-                      lt.keys, lt.cnt, ft.slots, ft.keys, ft.cnt)
+        u, ft = state.union_ids, state.flow_ids
         tb = K.classify(_same_flow_input(t, hash_, c), _flow_input(t, c), c.ints("l4_proto"),
                         c.ints("outer_sport"), c.ints("outer_dport"), c.ints("tun_key"),
-                        np.ascontiguousarray(use, np.bool_), hops, packed_flows,
-                        *_GRE_CONSTS, tb, key, loose, flow)
-        u.slots, u.keys, u.val = tb.u_slots, tb.u_keys, tb.u_val
-        kt.slots, kt.keys = tb.k_slots, tb.k_keys
-        lt.slots, lt.keys = tb.l_slots, tb.l_keys
-        ft.slots, ft.keys = tb.f_slots, tb.f_keys
-    if not flows:
-        return key, loose, None
-    if not packed_flows:
-        flow = _global_ids(_bytes_as_words(flow_key_matrix(t)), np.ones(n, np.bool_),
-                           state.flow_ids) if n else np.zeros(0, np.int64)
-    return key, loose, flow
+                        packed_flows, *_GRE_CONSTS,
+                        K.Tables(u.slots, u.keys, u.cnt, u.flow, ft.slots, ft.keys, ft.cnt),
+                        uid, flow)
+        u.slots, u.keys, u.flow, ft.slots, ft.keys = tb.u_slots, tb.u_keys, tb.u_flow, \
+            tb.f_slots, tb.f_keys
+    return uid, flow if packed_flows else None
+
+
+def _key_ids(uid: np.ndarray, use: np.ndarray, config: GroConfig, state: "EngineState",
+             no_hash: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(key, loose)`` per row from its union class (``_kernels.key_classes``, numbered
+    through ``state.key_ids`` / ``loose_ids``). ``no_hash``: word 0's RSS hash is not
+    part of this model's key (the ideal model in a shared preparation)."""
+    n = len(uid)
+    key = np.empty(n, np.int64)
+    loose = np.empty(n, np.int64)
+    if n:
+        u, kt, lt = state.union_ids, state.key_ids, state.loose_ids
+        hops = not config.kernel.ipv6_hop_limit_flush
+        state.union_key, kt.slots, kt.keys, lt.slots, lt.keys = K.key_classes(
+            uid, np.ascontiguousarray(use, np.bool_), u.keys, u.cnt, no_hash, hops,
+            state.union_key, kt.slots, kt.keys, kt.cnt, lt.slots, lt.keys, lt.cnt, key,
+            loose)
+    return key, loose
 
 
 _FLOW_PACKED = {"ip_version", "l4_proto", "outer_ip_version", "tun_type", "tun_key", "sport",
@@ -376,6 +407,7 @@ class EngineState:
     loose_ids: InternTable = field(default_factory=lambda: InternTable(K.SAME_FLOW_WORDS))
     flow_ids: InternTable = field(default_factory=lambda: InternTable(K.FLOW_WORDS))
     union_ids: "UnionTable" = field(default_factory=lambda: UnionTable())
+    union_key: np.ndarray = field(default_factory=lambda: np.full((32, 2), -1, np.int64))
     row_base: int = 0
     pending: K.Cols | None = None
     pending_arr: np.ndarray | None = None
@@ -470,12 +502,14 @@ class InternTable:
 
 class UnionTable(InternTable):
     """The union-key table of :func:`_classes`: an :class:`InternTable` of
-    ``_kernels.UNION_WORDS`` words plus, per union class, its flow, key and loose ids
-    (``val``, -1 until known)."""
+    ``_kernels.UNION_WORDS`` words plus the flow id of each union class (``flow``).
+    Model independent: :func:`simulate_batch_models` shares one between the states of
+    its models (each keeps its own key and loose ids per union class,
+    ``EngineState.union_key``)."""
 
     def __init__(self):
         super().__init__(K.UNION_WORDS)
-        self.val = np.full((32, 3), -1, np.int64)
+        self.flow = np.full(32, -1, np.int64)
 
 
 def _global_ids(mat: np.ndarray, use: np.ndarray, table: InternTable) -> np.ndarray:
@@ -542,18 +576,24 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
     else:
         hash_ = rss_hash(t, config.rss_key, enabled=napi and config.rss == "toeplitz",
                          columns=g)
+    common = _prepare_common(t, config, state, hash_, g, coalesced=coalesced, no_gro=no_gro)
+    return _prepare_model(common, config, state, hash_, polls)
+
+
+def _prepare_common(t: pa.Table, config: GroConfig, state: EngineState, hash_: np.ndarray,
+                    g: ColumnReader, *, coalesced=None, no_gro=None) -> dict:
+    """The model-independent kernel inputs of one batch (bypass codes, skb flushes,
+    lengths, size limits, union classes and flow ids through ``state``'s union and flow
+    tables; ``hash_`` is word 0 of the union key): what :func:`simulate_batch_models`
+    computes once for all its models."""
+    n = t.num_rows
     if no_gro is not None and np.shape(no_gro) != (n,):
         raise ConfigError(f"no_gro has {np.shape(no_gro)} values for {n} packets")
     segs, gsz, sfl_fl = _gso_input(n, coalesced, config.kernel.gso_skb_gro)
-    if napi:
-        queue = rx_queue(hash_, config.queues).astype(np.int32)
-        bucket = gro_bucket(hash_, config.kernel.hash_buckets).astype(np.int32)
-    else:
-        queue = np.zeros(n, np.int32)
-        bucket = np.zeros(n, np.int32)
     pre, sfl_out, sfl_in = _pre_and_flush(t, config, no_gro, sfl_fl, columns=g)
-    use = pre == 0
-    key, loose, flow = _classes(t, config, hash_, use, state, columns=g)
+    uid, flow = _union_ids(t, hash_, state, columns=g)
+    if flow is None:
+        flow = _matrix_flow_ids(t, state)
     # option bytes: a zero-copy uint64 view of the Arrow column (read-only: one numba type)
     ob = g.bytes("tcp_options")
     if ob.shape[1] != K.OPT_BYTES:
@@ -561,7 +601,6 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
                           f"{K.OPT_BYTES}", hint="use decode.schema.PACKET_SCHEMA")
     if not ob.flags.c_contiguous or ob.ctypes.data % 8:
         ob = ob.copy()                       # a fresh array is aligned for uint64
-    opt = _readonly(ob.view(np.uint64))
     s = lambda name: g(name, _SCHEMA_DT[name])  # noqa: E731  (zero-copy for the schema)
     plen = np.empty(n, np.int64)
     tlen = np.empty(n, np.int64)
@@ -571,6 +610,36 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
                      s("ip_offset"), s("vlan_depth"), s("ip_hdr_len"), s("tcp_doff"),
                      s("payload_len"), s("ip_version"), flags, s("tun_type"), TCP_FLAG_CWR,
                      plen, tlen, gcode)
+    i32 = lambda name: g(name, np.int32)  # noqa: E731
+    return dict(
+        n=n, uid=uid, ts=g("ts_ns"),
+        cols=dict(pre=pre, sfl_out=sfl_out, sfl_in=sfl_in, payload=s("payload_len"),
+                  tlen=tlen, plen=plen, limit=_size_limit(t, config, columns=g),
+                  seq=s("tcp_seq"), ack=s("tcp_ack"), flags=flags, doff=s("tcp_doff"),
+                  window=s("tcp_window"), opt=_readonly(ob.view(np.uint64)),
+                  opt_len=s("tcp_opt_len"), in_v=s("ip_version"), in_ttl=s("ip_ttl"),
+                  in_tos=s("ip_tos"), in_df=i32("ip_df"), in_id=i32("ip_id"),
+                  out_v=s("outer_ip_version"), out_ttl=s("outer_ip_ttl"),
+                  out_tos=s("outer_ip_tos"), out_df=i32("outer_ip_df"),
+                  out_id=i32("outer_ip_id"), gcode=gcode, flow=flow, segs=segs, gsz=gsz,
+                  sfl_fl=sfl_fl))
+
+
+def _prepare_model(common: dict, config: GroConfig, state: EngineState, hash_: np.ndarray,
+                   polls=None) -> tuple[K.Cols, np.ndarray]:
+    """One model's kernel inputs from :func:`_prepare_common`: RX queue and GRO bucket
+    (napi), same-flow key and loose ids (through ``state``'s key tables; the ideal model
+    ignores the hash), explicit poll windows, row numbers."""
+    n = common["n"]
+    if config.model == "napi":
+        queue = rx_queue(hash_, config.queues).astype(np.int32)
+        bucket = gro_bucket(hash_, config.kernel.hash_buckets).astype(np.int32)
+    else:
+        queue = np.zeros(n, np.int32)
+        bucket = np.zeros(n, np.int32)
+    c = common["cols"]
+    key, loose = _key_ids(common["uid"], c["pre"] == 0, config, state,
+                          no_hash=config.model != "napi")
     if polls is None:
         poll_win = np.zeros(n, np.int64)
     else:
@@ -583,20 +652,9 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
                 (n and prev is not None and poll_win[0] < prev):
             raise ConfigError("polls must be non-decreasing",
                               hint="number GRO windows in capture order")
-    i32 = lambda name: g(name, np.int32)  # noqa: E731
-    cols = K.Cols(
-        row=np.arange(state.row_base, state.row_base + n, dtype=np.int64),
-        key=key, loose=loose, queue=queue, bucket=bucket,
-        pre=pre, sfl_out=sfl_out, sfl_in=sfl_in, payload=s("payload_len"), tlen=tlen,
-        plen=plen, limit=_size_limit(t, config, columns=g),
-        seq=s("tcp_seq"), ack=s("tcp_ack"), flags=flags, doff=s("tcp_doff"),
-        window=s("tcp_window"), opt=opt, opt_len=s("tcp_opt_len"),
-        in_v=s("ip_version"), in_ttl=s("ip_ttl"), in_tos=s("ip_tos"), in_df=i32("ip_df"),
-        in_id=i32("ip_id"), out_v=s("outer_ip_version"), out_ttl=s("outer_ip_ttl"),
-        out_tos=s("outer_ip_tos"), out_df=i32("outer_ip_df"), out_id=i32("outer_ip_id"),
-        gcode=gcode, flow=flow, poll_win=poll_win, segs=segs, gsz=gsz, sfl_fl=sfl_fl,
-    )
-    return cols, g("ts_ns")
+    cols = K.Cols(row=np.arange(state.row_base, state.row_base + n, dtype=np.int64),
+                  key=key, loose=loose, queue=queue, bucket=bucket, poll_win=poll_win, **c)
+    return cols, common["ts"]
 
 
 def _new_out(n: int, nseg: int) -> K.Out:
@@ -688,6 +746,12 @@ def run_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineS
         queues = config.queues
         # arrival = running maximum of ts_ns within a queue (backwards stamps keep order)
         for q in range(queues):
+            if queues == 1:                 # one queue: every row, no index arrays
+                if len(arr_new):
+                    np.maximum(arr_new, state.q_maxts[0], out=arr_new)
+                    np.maximum.accumulate(arr_new, out=arr_new)
+                    state.q_maxts[0] = arr_new[-1]
+                continue
             sel = np.nonzero(cols.queue == q)[0]
             if len(sel):
                 run = np.maximum.accumulate(np.maximum(arr_new[sel], state.q_maxts[q]))
@@ -697,9 +761,15 @@ def run_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineS
             [state.pending_arr, arr_new])
         while True:
             n = len(c.row)
-            rows = np.argsort(c.queue, kind="stable").astype(np.int64)
-            qstart = np.searchsorted(c.queue[rows], np.arange(queues + 1)).astype(np.int64)
-            arr = np.ascontiguousarray(arr_all[rows])
+            if queues == 1:                 # the rows in order (what the sort gives)
+                rows = np.arange(n, dtype=np.int64)
+                qstart = np.array([0, n], np.int64)
+                arr = arr_all
+            else:
+                rows = np.argsort(c.queue, kind="stable").astype(np.int64)
+                qstart = np.searchsorted(c.queue[rows],
+                                         np.arange(queues + 1)).astype(np.int64)
+                arr = np.ascontiguousarray(arr_all[rows])
             cap = 2 * n + 4 * (config.napi_defer_hard_irqs + 2) * queues + 64
             p_time = np.empty(cap, np.int64)
             p_queue = np.empty(cap, np.int64)
@@ -757,6 +827,17 @@ def simulate_batch(packets: pa.Table, config: GroConfig, state: EngineState | No
     >>> # result = assemble(parts, cfg)
     """
     packets = _check_table(packets)
+    state = _check_state(config, state, polls)
+    if coalesced is True:
+        from gropcap.gso import coalesced_input
+        coalesced = coalesced_input(packets)
+    cols, ts = prepare(packets, config, state, polls, coalesced=coalesced, hashes=hashes,
+                       no_gro=no_gro)
+    return _run_batch(cols, ts, config, state, final), state
+
+
+def _check_state(config: GroConfig, state: EngineState | None, polls) -> EngineState:
+    """The state for the next batch under ``config`` (a new one for None), checked."""
     from gropcap.gro.reference import needs_reference
     if needs_reference(config):
         raise ConfigError("the numba engine does not implement this configuration "
@@ -773,11 +854,12 @@ def simulate_batch(packets: pa.Table, config: GroConfig, state: EngineState | No
         raise ConfigError("simulate_batch: the capture was already finished (final=True)")
     if (polls is not None) != (state.model == K.MODEL_WINDOWS):
         raise ConfigError("polls= must be given for every batch or for none")
-    if coalesced is True:
-        from gropcap.gso import coalesced_input
-        coalesced = coalesced_input(packets)
-    cols, ts = prepare(packets, config, state, polls, coalesced=coalesced, hashes=hashes,
-                       no_gro=no_gro)
+    return state
+
+
+def _run_batch(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineState,
+               final: bool) -> BatchResult:
+    """The kernels over one prepared batch (advancing ``state``): its BatchResult."""
     n = len(cols.row)
     state.kernel = _grow(state.kernel, len(state.key_ids), max(len(state.loose_ids),
                                                              len(state.key_ids)))
@@ -801,7 +883,93 @@ def simulate_batch(packets: pa.Table, config: GroConfig, state: EngineState | No
         rx_queue=cols.queue.astype(np.uint16) if napi else np.zeros(n, np.uint16),
         p_row=cat(verdicts["row"]), p_reason=cat(verdicts["reason"]).astype(np.uint8),
         p_inst=cat(verdicts["inst"]), p_poll=cat(verdicts["poll"]), segs=seg,
-        poll_base=poll_base, poll_time=p_time, poll_queue=p_queue), state
+        poll_base=poll_base, poll_time=p_time, poll_queue=p_queue)
+
+
+def new_states(configs: list[GroConfig]) -> list[EngineState]:
+    """Empty states for :func:`simulate_batch_models`: one per config, sharing one
+    union-key table and one flow table (model independent), so a batch is classified
+    once for all of them."""
+    states = [EngineState.new(c) for c in configs]
+    for st in states[1:]:
+        st.union_ids, st.flow_ids = states[0].union_ids, states[0].flow_ids
+    return states
+
+
+def _shared_rss(configs: list[GroConfig]) -> tuple | None:
+    """``(rss_key, enabled)`` of the union key's word 0 when ``configs`` can share one
+    preparation (equal but for ``model``; every napi model hashes the same way), else
+    None."""
+    if len({c.replace(model="ideal").to_json() for c in configs}) != 1:
+        return None
+    napi = [c for c in configs if c.model == "napi"]
+    return (napi[0].rss_key, napi[0].rss == "toeplitz") if napi else (b"", False)
+
+
+def simulate_batch_models(packets: pa.Table, configs: list[GroConfig],
+                          states: list[EngineState] | None = None, *, final: bool = False,
+                          coalesced=None, no_gro=None
+                          ) -> tuple[list[BatchResult], list[EngineState]]:
+    """:func:`simulate_batch` for several models over the same batch, the
+    model-independent preparation (column reads, bypass codes, lengths, size limits,
+    union classes and flow ids: :func:`_prepare_common`) done once.
+
+    ``configs`` should differ only in ``model`` (ideal / napi; inferred polls); other
+    lists are run model by model (same results, no sharing). ``states``: what the
+    previous call returned (None for the first batch: :func:`new_states`). Each model's
+    results equal its own :func:`simulate_batch` run, bit for bit.
+    """
+    packets = _check_table(packets)
+    configs = list(configs)
+    if states is None:
+        states = new_states(configs)
+    if len(states) != len(configs):
+        raise ConfigError(f"simulate_batch_models: {len(states)} states for "
+                          f"{len(configs)} configs")
+    states = [_check_state(c, st, None) for c, st in zip(configs, states)]
+    if coalesced is True:
+        from gropcap.gso import coalesced_input
+        coalesced = coalesced_input(packets)
+    rss = _shared_rss(configs)
+    shared = rss is not None and all(st.union_ids is states[0].union_ids
+                                     and st.flow_ids is states[0].flow_ids for st in states)
+    if not shared:
+        parts = [simulate_batch(packets, c, st, final=final, coalesced=coalesced,
+                                no_gro=no_gro)[0] for c, st in zip(configs, states)]
+        return parts, states
+    g = ColumnReader(packets)
+    hash_ = rss_hash(packets, rss[0], enabled=rss[1], columns=g)
+    common = _prepare_common(packets, configs[0], states[0], hash_, g, coalesced=coalesced,
+                             no_gro=no_gro)
+    parts = []
+    for c, st in zip(configs, states):
+        cols, ts = _prepare_model(common, c, st, hash_)
+        parts.append(_run_batch(cols, ts, c, st, final))
+    return parts, states
+
+
+def simulate_models(packets: pa.Table, configs: list[GroConfig], *, coalesced=None,
+                    no_gro=None) -> list[GroResult]:
+    """:func:`simulate` for several models (``configs`` differing only in ``model``)
+    from one preparation per piece: the GroResults, each equal to its own
+    :func:`simulate`."""
+    configs = list(configs)
+    packets = _check_table(packets)
+    if coalesced is True:
+        from gropcap.gso import coalesced_input
+        coalesced = coalesced_input(packets)
+    parts: list[list] = [[] for _ in configs]
+    states = None
+    pieces = _pieces(packets)
+    for x, (lo, piece) in enumerate(pieces):
+        hi = lo + piece.num_rows
+        got, states = simulate_batch_models(
+            piece, configs, states, final=x == len(pieces) - 1,
+            coalesced=_cut_coalesced(coalesced, lo, hi),
+            no_gro=None if no_gro is None else np.asarray(no_gro)[lo:hi])
+        for acc, part in zip(parts, got):
+            acc.append(part)
+    return [assemble(p, c) for p, c in zip(parts, configs)]
 
 
 def _gso_table(config: GroConfig) -> np.ndarray:
