@@ -1243,27 +1243,6 @@ UNION_WORDS = SAME_FLOW_WORDS + 3   # + hop limits; L4 proto and outer ports; tu
 _UNION_CHUNK = 256                  # rows packed per _same_flow_rows call in classify
 
 
-@numba.njit(cache=True, nogil=True)
-def _grow_table(slots, keys, nid):
-    """The table with twice the room: keys copied, slots rehashed."""
-    w = keys.shape[1]
-    nk = np.empty((2 * keys.shape[0], w), np.uint64)
-    for y in range(nid):
-        for x in range(w):
-            nk[y, x] = keys[y, x]
-    ns = np.full(2 * slots.shape[0], -1, np.int64)
-    mask = np.uint64(ns.shape[0] - 1)
-    buf = np.empty(w, np.uint64)
-    for y in range(nid):
-        for x in range(w):
-            buf[x] = nk[y, x]
-        pos = _hash_words(buf, w) & mask
-        while ns[pos] >= 0:
-            pos = (pos + np.uint64(1)) & mask
-        ns[pos] = y
-    return ns, nk
-
-
 @numba.njit(cache=True, nogil=True, _nrt=False)
 def _tab_find(buf, slots, keys, cnt):
     """Id of the key ``buf[:w]`` (w = ``keys.shape[1]``) in the table ``(slots, keys,
@@ -1294,11 +1273,30 @@ def _tab_find(buf, slots, keys, cnt):
 
 @numba.njit(cache=True, nogil=True)
 def _room(slots, keys, cnt, more):
-    """The table with room for ``more`` new keys (doubled as often as needed: at most
-    half of the slots used)."""
-    while cnt[0] + more > keys.shape[0]:
-        slots, keys = _grow_table(slots, keys, cnt[0])
-    return slots, keys
+    """The table with room for ``more`` new keys: doubled as often as needed (keys
+    copied, slots rehashed; at most half of the slots used)."""
+    nid = cnt[0]
+    size = keys.shape[0]
+    while nid + more > size:
+        size *= 2
+    if size == keys.shape[0]:
+        return slots, keys
+    w = keys.shape[1]
+    nk = np.empty((size, w), np.uint64)
+    for y in range(nid):         # loops, not slice copies: no error-message code
+        for x in range(w):
+            nk[y, x] = keys[y, x]
+    ns = np.full(2 * size, -1, np.int64)
+    mask = np.uint64(ns.shape[0] - 1)
+    buf = np.empty(w, np.uint64)
+    for y in range(nid):
+        for x in range(w):
+            buf[x] = nk[y, x]
+        pos = _hash_words(buf, w) & mask
+        while ns[pos] >= 0:
+            pos = (pos + np.uint64(1)) & mask
+        ns[pos] = y
+    return ns, nk
 
 
 @numba.njit(cache=True, nogil=True)
@@ -1315,66 +1313,61 @@ def intern_rows(rows, slots, keys, cnt):
     return ids, slots, keys
 
 
-class Tables(NamedTuple):
-    """The key tables of :func:`classify` (``engine.InternTable`` arrays): union classes
-    (``u_*``, with ``u_flow[u]`` its flow id) and flow keys (``f_*``)."""
-    u_slots: np.ndarray
-    u_keys: np.ndarray
-    u_cnt: np.ndarray
-    u_flow: np.ndarray
-    f_slots: np.ndarray
-    f_keys: np.ndarray
-    f_cnt: np.ndarray
-
-
 @numba.njit(cache=True, nogil=True)
-def classify(k, f, l4, o_sport, o_dport, tun_key, flows, gre_a, gre_b, gre_key, tb, uid,
-             flow):
-    """Union class (``uid``) and, when ``flows``, flow id of every row in one pass (see
-    the section comment). Returns the tables (new arrays where one grew).
+def classify(k, l4, o_sport, o_dport, tun_key, gre_a, gre_b, gre_key, u_slots, u_keys, u_cnt,
+             u_rep, uid):
+    """Union class of every row (``uid``) in one pass over the union-key table ``(u_slots,
+    u_keys, u_cnt)``; ``u_rep[u]``: the row where a class new in this call first
+    appeared (the caller derives its flow id from that row). Returns ``(u_slots, u_keys,
+    u_rep)``, new arrays where one grew.
 
-    Per chunk of rows: the tables get room for a chunk of new keys first, so the row
+    Per chunk of rows: the table gets room for a chunk of new keys first, so the row
     loop (:func:`_classify_rows`) never reassigns an array (arrays reassigned inside a
     loop cost reference counting on every row: ~100 ns per row, measured)."""
     n = uid.shape[0]
-    u_slots, u_keys, u_flow = tb.u_slots, tb.u_keys, tb.u_flow
-    f_slots, f_keys = tb.f_slots, tb.f_keys
     # one row's words contiguous (chunk[j]): written through the transposed view, as
     # _same_flow_rows writes out[word, row]. (A (words, rows) buffer puts a row's words
     # 2 KiB apart, all in two L1 sets: a conflict miss per word.)
     chunk = np.empty((_UNION_CHUNK, UNION_WORDS), np.uint64)
     buf = np.empty(UNION_WORDS, np.uint64)
-    fbuf = np.empty(FLOW_WORDS, np.uint64)
     for lo in range(0, n, _UNION_CHUNK):
         hi = min(n, lo + _UNION_CHUNK)
-        more = hi - lo
-        u_slots, u_keys = _room(u_slots, u_keys, tb.u_cnt, more)
-        if u_flow.shape[0] < u_keys.shape[0]:
-            u_flow = _grown_ids(u_flow, u_keys.shape[0])
-        f_slots, f_keys = _room(f_slots, f_keys, tb.f_cnt, more)
+        u_slots, u_keys = _room(u_slots, u_keys, u_cnt, hi - lo)
+        if u_rep.shape[0] < u_keys.shape[0]:
+            u_rep = _grown_ids(u_rep, u_keys.shape[0])
         _same_flow_rows(k, lo, hi, gre_a, gre_b, gre_key, True, chunk.T)
-        _classify_rows(chunk, buf, fbuf, f, l4, o_sport, o_dport, tun_key, flows, lo, hi,
-                       u_slots, u_keys, tb.u_cnt, u_flow, f_slots, f_keys, tb.f_cnt, uid,
-                       flow)
-    return Tables(u_slots, u_keys, tb.u_cnt, u_flow, f_slots, f_keys, tb.f_cnt)
+        _classify_rows(chunk, buf, l4, o_sport, o_dport, tun_key, lo, hi, u_slots, u_keys,
+                       u_cnt, u_rep, uid)
+    return u_slots, u_keys, u_rep
+
+
+@numba.njit(cache=True, nogil=True)
+def flow_ids_of(f, rows, f_slots, f_keys, f_cnt):
+    """Flow ids (``_flow_row`` keys interned in ``(f_slots, f_keys, f_cnt)``) of the
+    given rows: ``(ids, f_slots, f_keys)``."""
+    f_slots, f_keys = _room(f_slots, f_keys, f_cnt, rows.shape[0])
+    ids = np.empty(rows.shape[0], np.int64)
+    buf = np.empty(FLOW_WORDS, np.uint64)
+    for x in range(rows.shape[0]):
+        _flow_row(f, rows[x], buf)
+        ids[x] = _tab_find(buf, f_slots, f_keys, f_cnt)
+    return ids, f_slots, f_keys
 
 
 @numba.njit(cache=True, nogil=True)
 def _grown_ids(ids, size):
-    """``ids`` (an id per class, -1 unknown) with room for ``size`` classes."""
-    grown = np.full((size,) + ids.shape[1:], -1, np.int64)
-    flat = grown.reshape(-1)          # a loop, not a slice copy: no error-message code
-    src = ids.reshape(-1)
-    for x in range(src.shape[0]):
-        flat[x] = src[x]
+    """``ids`` (int64, -1 unknown) with room for ``size`` values."""
+    grown = np.full(size, -1, np.int64)
+    for x in range(ids.shape[0]):     # a loop, not a slice copy: no error-message code
+        grown[x] = ids[x]
     return grown
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def _classify_rows(chunk, buf, fbuf, f, l4, o_sport, o_dport, tun_key, flows, lo, hi,
-                   u_slots, u_keys, u_cnt, u_flow, f_slots, f_keys, f_cnt, uid, flow):
-    """Rows lo..hi-1 of :func:`classify` (their same-flow words in ``chunk``; ``buf``,
-    ``fbuf``: scratch for one union / flow key)."""
+def _classify_rows(chunk, buf, l4, o_sport, o_dport, tun_key, lo, hi, u_slots, u_keys, u_cnt,
+                   u_rep, uid):
+    """Rows lo..hi-1 of :func:`classify` (their same-flow words in ``chunk``; ``buf``:
+    scratch for one union key)."""
     wu = UNION_WORDS
     s8 = np.uint64(8)
     s24 = np.uint64(24)
@@ -1398,13 +1391,10 @@ def _classify_rows(chunk, buf, fbuf, f, l4, o_sport, o_dport, tun_key, flows, lo
                 buf[x] = chunk[j, x]
             old = u_cnt[0]
             u = _tab_find(buf, u_slots, u_keys, u_cnt)
-            if u_cnt[0] > old and flows:           # a new union class: its flow
-                _flow_row(f, r, fbuf)
-                u_flow[u] = _tab_find(fbuf, f_slots, f_keys, f_cnt)
+            if u_cnt[0] > old:                     # a new union class: its first row
+                u_rep[u] = r
             last = u
         uid[r] = u
-        if flows:
-            flow[r] = u_flow[u]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -1413,28 +1403,22 @@ def key_classes(uid, use, u_keys, u_cnt, no_hash, hops, ukey, k_slots, k_keys, k
     """One model's same-flow key and loose key ids from the union classes ``uid`` of
     :func:`classify`: ``key`` -1 and ``loose`` 0 where ``use`` is False; a union
     class's keys are interned (in first-appearance order among rows with ``use``) the
-    first time one of its rows has ``use`` and kept in ``ukey[u]`` (key id, loose id).
-    ``no_hash``: the model ignores the RSS hash in word 0 (ideal). Returns ``(ukey,
-    k_slots, k_keys, l_slots, l_keys)``, new arrays where one grew."""
+    first time one of its rows has ``use`` and kept in ``ukey[2u]`` (key id) and
+    ``ukey[2u + 1]`` (loose id). ``no_hash``: the model ignores the RSS hash in word 0
+    (ideal). Returns ``(ukey, k_slots, k_keys, l_slots, l_keys)``, new arrays where one
+    grew (before the row loop, not in it: arrays reassigned inside a loop would be
+    reference-counted on every row)."""
     nu = u_cnt[0]
-    if ukey.shape[0] < nu:
-        ukey = _grown_ids(ukey, max(nu, 2 * ukey.shape[0]))
+    if ukey.shape[0] < 2 * nu:
+        ukey = _grown_ids(ukey, max(2 * nu, 2 * ukey.shape[0]))
     # room for a new key per union class without one: no table grows in the row loop
     more = np.int64(0)
     for u in range(nu):
-        if ukey[u, 0] < 0:
+        if ukey[2 * u] < 0:
             more += 1
     k_slots, k_keys = _room(k_slots, k_keys, k_cnt, more)
     l_slots, l_keys = _room(l_slots, l_keys, l_cnt, more)
-    _key_rows(uid, use, u_keys, no_hash, hops, ukey, k_slots, k_keys, k_cnt, l_slots,
-              l_keys, l_cnt, key, loose, np.empty(UNION_WORDS, np.uint64))
-    return ukey, k_slots, k_keys, l_slots, l_keys
-
-
-@numba.njit(cache=True, nogil=True, _nrt=False)
-def _key_rows(uid, use, u_keys, no_hash, hops, ukey, k_slots, k_keys, k_cnt, l_slots,
-              l_keys, l_cnt, key, loose, buf):
-    """The row loop of :func:`key_classes`."""
+    buf = np.empty(UNION_WORDS, np.uint64)
     low = np.uint64(0xFFFFFFFF)
     for r in range(uid.shape[0]):
         if not use[r]:
@@ -1442,18 +1426,19 @@ def _key_rows(uid, use, u_keys, no_hash, hops, ukey, k_slots, k_keys, k_cnt, l_s
             loose[r] = 0
             continue
         u = uid[r]
-        if ukey[u, 0] < 0:                  # the class's first row with use
+        if ukey[2 * u] < 0:                 # the class's first row with use
             for x in range(UNION_WORDS):
                 buf[x] = u_keys[u, x]
             if no_hash:
                 buf[0] &= ~low
             c = _tab_find(buf, k_slots, k_keys, k_cnt)
-            ukey[u, 0] = c
+            ukey[2 * u] = c
             if hops:
                 c = _tab_find(buf, l_slots, l_keys, l_cnt)
-            ukey[u, 1] = c
-        key[r] = ukey[u, 0]
-        loose[r] = ukey[u, 1]
+            ukey[2 * u + 1] = c
+        key[r] = ukey[2 * u]
+        loose[r] = ukey[2 * u + 1]
+    return ukey, k_slots, k_keys, l_slots, l_keys
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)

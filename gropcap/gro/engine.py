@@ -211,18 +211,23 @@ def _union_ids(t: pa.Table, hash_: np.ndarray, state: "EngineState", columns=Non
     # call on the same state may ask)
     packed_flows = set(FLOW_KEY_COLUMNS) == _FLOW_PACKED
     uid = np.empty(n, np.int64)
-    flow = np.empty(n if packed_flows else 0, np.int64)
-    if n:
-        c = _reader(t, columns)
-        u, ft = state.union_ids, state.flow_ids
-        tb = K.classify(_same_flow_input(t, hash_, c), _flow_input(t, c), c.ints("l4_proto"),
-                        c.ints("outer_sport"), c.ints("outer_dport"), c.ints("tun_key"),
-                        packed_flows, *_GRE_CONSTS,
-                        K.Tables(u.slots, u.keys, u.cnt, u.flow, ft.slots, ft.keys, ft.cnt),
-                        uid, flow)
-        u.slots, u.keys, u.flow, ft.slots, ft.keys = tb.u_slots, tb.u_keys, tb.u_flow, \
-            tb.f_slots, tb.f_keys
-    return uid, flow if packed_flows else None
+    if not n:
+        return uid, np.zeros(0, np.int64) if packed_flows else None
+    c = _reader(t, columns)
+    u = state.union_ids
+    old = len(u)
+    u.slots, u.keys, u.flow = K.classify(
+        _same_flow_input(t, hash_, c), c.ints("l4_proto"), c.ints("outer_sport"),
+        c.ints("outer_dport"), c.ints("tun_key"), *_GRE_CONSTS, u.slots, u.keys, u.cnt,
+        u.flow, uid)
+    if not packed_flows:
+        return uid, None
+    if len(u) > old:          # the new classes' first rows -> their flow ids
+        ft = state.flow_ids
+        ids, ft.slots, ft.keys = K.flow_ids_of(_flow_input(t, c), u.flow[old:len(u)].copy(),
+                                               ft.slots, ft.keys, ft.cnt)
+        u.flow[old:len(u)] = ids
+    return uid, u.flow[uid]
 
 
 def _key_ids(uid: np.ndarray, use: np.ndarray, config: GroConfig, state: "EngineState",
@@ -407,7 +412,7 @@ class EngineState:
     loose_ids: InternTable = field(default_factory=lambda: InternTable(K.SAME_FLOW_WORDS))
     flow_ids: InternTable = field(default_factory=lambda: InternTable(K.FLOW_WORDS))
     union_ids: "UnionTable" = field(default_factory=lambda: UnionTable())
-    union_key: np.ndarray = field(default_factory=lambda: np.full((32, 2), -1, np.int64))
+    union_key: np.ndarray = field(default_factory=lambda: np.full(64, -1, np.int64))
     row_base: int = 0
     pending: K.Cols | None = None
     pending_arr: np.ndarray | None = None
