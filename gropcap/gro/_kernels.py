@@ -1240,14 +1240,14 @@ def _flow_row(f, r, out):
 # first appearance (keys: among rows with ``use``), across batches.
 
 UNION_WORDS = SAME_FLOW_WORDS + 3   # + hop limits; L4 proto and outer ports; tunnel key
-_UNION_CHUNK = 256                  # rows packed per _same_flow_rows call in classify
+UNION_CHUNK = 256                  # rows packed per _same_flow_rows call in classify
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
 def _tab_find(buf, slots, keys, cnt):
     """Id of the key ``buf[:w]`` (w = ``keys.shape[1]``) in the table ``(slots, keys,
     cnt[0] keys)``; a new key is appended. The caller guarantees room for it (see
-    :func:`_room`), so nothing here allocates."""
+    ``engine.InternTable.reserve``), so nothing here allocates."""
     w = keys.shape[1]
     mask = np.uint64(slots.shape[0] - 1)
     pos = _hash_words(buf, w) & mask
@@ -1271,154 +1271,100 @@ def _tab_find(buf, slots, keys, cnt):
     return nid
 
 
-@numba.njit(cache=True, nogil=True)
-def _room(slots, keys, cnt, more):
-    """The table with room for ``more`` new keys: doubled as often as needed (keys
-    copied, slots rehashed; at most half of the slots used)."""
-    nid = cnt[0]
-    size = keys.shape[0]
-    while nid + more > size:
-        size *= 2
-    if size == keys.shape[0]:
-        return slots, keys
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def rehash(keys, nid, slots, buf):
+    """Slots of the first ``nid`` keys in a fresh (all -1) ``slots`` array (a table that
+    grew: ``engine.InternTable.reserve``)."""
     w = keys.shape[1]
-    nk = np.empty((size, w), np.uint64)
-    for y in range(nid):         # loops, not slice copies: no error-message code
-        for x in range(w):
-            nk[y, x] = keys[y, x]
-    ns = np.full(2 * size, -1, np.int64)
-    mask = np.uint64(ns.shape[0] - 1)
-    buf = np.empty(w, np.uint64)
+    mask = np.uint64(slots.shape[0] - 1)
     for y in range(nid):
         for x in range(w):
-            buf[x] = nk[y, x]
+            buf[x] = keys[y, x]
         pos = _hash_words(buf, w) & mask
-        while ns[pos] >= 0:
+        while slots[pos] >= 0:
             pos = (pos + np.uint64(1)) & mask
-        ns[pos] = y
-    return ns, nk
+        slots[pos] = y
 
 
-@numba.njit(cache=True, nogil=True)
-def intern_rows(rows, slots, keys, cnt):
-    """:func:`_tab_find` of every row of ``rows`` ((m, w) uint64): ``(ids, slots,
-    keys)``."""
-    slots, keys = _room(slots, keys, cnt, rows.shape[0])
-    ids = np.empty(rows.shape[0], np.int64)
-    buf = np.empty(rows.shape[1], np.uint64)
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def intern_rows(rows, slots, keys, cnt, buf, ids):
+    """:func:`_tab_find` of every row of ``rows`` ((m, w) uint64) into ``ids`` (the
+    table has room for m new keys)."""
     for r in range(rows.shape[0]):
         for x in range(rows.shape[1]):
             buf[x] = rows[r, x]
         ids[r] = _tab_find(buf, slots, keys, cnt)
-    return ids, slots, keys
-
-
-@numba.njit(cache=True, nogil=True)
-def classify(k, l4, o_sport, o_dport, tun_key, gre_a, gre_b, gre_key, u_slots, u_keys, u_cnt,
-             u_rep, uid):
-    """Union class of every row (``uid``) in one pass over the union-key table ``(u_slots,
-    u_keys, u_cnt)``; ``u_rep[u]``: the row where a class new in this call first
-    appeared (the caller derives its flow id from that row). Returns ``(u_slots, u_keys,
-    u_rep)``, new arrays where one grew.
-
-    Per chunk of rows: the table gets room for a chunk of new keys first, so the row
-    loop (:func:`_classify_rows`) never reassigns an array (arrays reassigned inside a
-    loop cost reference counting on every row: ~100 ns per row, measured)."""
-    n = uid.shape[0]
-    # one row's words contiguous (chunk[j]): written through the transposed view, as
-    # _same_flow_rows writes out[word, row]. (A (words, rows) buffer puts a row's words
-    # 2 KiB apart, all in two L1 sets: a conflict miss per word.)
-    chunk = np.empty((_UNION_CHUNK, UNION_WORDS), np.uint64)
-    buf = np.empty(UNION_WORDS, np.uint64)
-    for lo in range(0, n, _UNION_CHUNK):
-        hi = min(n, lo + _UNION_CHUNK)
-        u_slots, u_keys = _room(u_slots, u_keys, u_cnt, hi - lo)
-        if u_rep.shape[0] < u_keys.shape[0]:
-            u_rep = _grown_ids(u_rep, u_keys.shape[0])
-        _same_flow_rows(k, lo, hi, gre_a, gre_b, gre_key, True, chunk.T)
-        _classify_rows(chunk, buf, l4, o_sport, o_dport, tun_key, lo, hi, u_slots, u_keys,
-                       u_cnt, u_rep, uid)
-    return u_slots, u_keys, u_rep
-
-
-@numba.njit(cache=True, nogil=True)
-def flow_ids_of(f, rows, f_slots, f_keys, f_cnt):
-    """Flow ids (``_flow_row`` keys interned in ``(f_slots, f_keys, f_cnt)``) of the
-    given rows: ``(ids, f_slots, f_keys)``."""
-    f_slots, f_keys = _room(f_slots, f_keys, f_cnt, rows.shape[0])
-    ids = np.empty(rows.shape[0], np.int64)
-    buf = np.empty(FLOW_WORDS, np.uint64)
-    for x in range(rows.shape[0]):
-        _flow_row(f, rows[x], buf)
-        ids[x] = _tab_find(buf, f_slots, f_keys, f_cnt)
-    return ids, f_slots, f_keys
-
-
-@numba.njit(cache=True, nogil=True)
-def _grown_ids(ids, size):
-    """``ids`` (int64, -1 unknown) with room for ``size`` values."""
-    grown = np.full(size, -1, np.int64)
-    for x in range(ids.shape[0]):     # a loop, not a slice copy: no error-message code
-        grown[x] = ids[x]
-    return grown
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def _classify_rows(chunk, buf, l4, o_sport, o_dport, tun_key, lo, hi, u_slots, u_keys, u_cnt,
-                   u_rep, uid):
-    """Rows lo..hi-1 of :func:`classify` (their same-flow words in ``chunk``; ``buf``:
-    scratch for one union key)."""
+def classify(k, l4, o_sport, o_dport, tun_key, gre_a, gre_b, gre_key, u_slots, u_keys, u_cnt,
+             u_rep, uid, lo, chunk, buf):
+    """Union class of rows lo.. (``uid``) in one pass over the union-key table
+    ``(u_slots, u_keys, u_cnt)``; ``u_rep[u]``: the row where a class new in this call
+    first appeared (the caller derives its flow id from that row). Returns the first
+    row not done: ``n``, or the start of a chunk for which the table has no room for
+    a chunk of new keys (the caller grows it, ``engine.InternTable.reserve``, and calls
+    again). Nothing here allocates or reassigns an array (an array reassigned inside a
+    loop is reference-counted on every row: ~100 ns per row, measured).
+
+    ``chunk``: (UNION_CHUNK, UNION_WORDS) scratch, one row's words contiguous, written
+    through the transposed view as _same_flow_rows writes out[word, row]. (A (words,
+    rows) buffer puts a row's words 2 KiB apart, all in two L1 sets: a conflict miss
+    per word.) ``buf``: scratch for one union key."""
+    n = uid.shape[0]
     wu = UNION_WORDS
     s8 = np.uint64(8)
     s24 = np.uint64(24)
     last = np.int64(-1)
-    for r in range(lo, hi):
-        j = r - lo
-        chunk[j, SAME_FLOW_WORDS + 1] = _u(l4[r]) | (_u(o_sport[r]) << s8) \
-            | (_u(o_dport[r]) << s24)
-        chunk[j, SAME_FLOW_WORDS + 2] = _u(tun_key[r])
-        u = np.int64(-1)
-        if last >= 0:          # a burst of one class: the previous row's, no hashing
-            same = True
-            for x in range(wu):
-                if u_keys[last, x] != chunk[j, x]:
-                    same = False
-                    break
-            if same:
-                u = last
-        if u < 0:
-            for x in range(wu):
-                buf[x] = chunk[j, x]
-            old = u_cnt[0]
-            u = _tab_find(buf, u_slots, u_keys, u_cnt)
-            if u_cnt[0] > old:                     # a new union class: its first row
-                u_rep[u] = r
-            last = u
-        uid[r] = u
+    for clo in range(lo, n, UNION_CHUNK):
+        chi = min(n, clo + UNION_CHUNK)
+        if u_cnt[0] + (chi - clo) > u_keys.shape[0]:
+            return clo
+        _same_flow_rows(k, clo, chi, gre_a, gre_b, gre_key, True, chunk.T)
+        for r in range(clo, chi):
+            j = r - clo
+            chunk[j, SAME_FLOW_WORDS + 1] = _u(l4[r]) | (_u(o_sport[r]) << s8) \
+                | (_u(o_dport[r]) << s24)
+            chunk[j, SAME_FLOW_WORDS + 2] = _u(tun_key[r])
+            u = np.int64(-1)
+            if last >= 0:      # a burst of one class: the previous row's, no hashing
+                same = True
+                for x in range(wu):
+                    if u_keys[last, x] != chunk[j, x]:
+                        same = False
+                        break
+                if same:
+                    u = last
+            if u < 0:
+                for x in range(wu):
+                    buf[x] = chunk[j, x]
+                old = u_cnt[0]
+                u = _tab_find(buf, u_slots, u_keys, u_cnt)
+                if u_cnt[0] > old:                 # a new union class: its first row
+                    u_rep[u] = r
+                last = u
+            uid[r] = u
+    return n
 
 
-@numba.njit(cache=True, nogil=True)
-def key_classes(uid, use, u_keys, u_cnt, no_hash, hops, ukey, k_slots, k_keys, k_cnt,
-                l_slots, l_keys, l_cnt, key, loose):
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def flow_ids_of(f, rows, f_slots, f_keys, f_cnt, buf, ids):
+    """Flow ids (``_flow_row`` keys interned in ``(f_slots, f_keys, f_cnt)``, which has
+    room for them) of the given rows, into ``ids``."""
+    for x in range(rows.shape[0]):
+        _flow_row(f, rows[x], buf)
+        ids[x] = _tab_find(buf, f_slots, f_keys, f_cnt)
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def key_classes(uid, use, u_keys, no_hash, hops, ukey, k_slots, k_keys, k_cnt, l_slots,
+                l_keys, l_cnt, key, loose, buf):
     """One model's same-flow key and loose key ids from the union classes ``uid`` of
     :func:`classify`: ``key`` -1 and ``loose`` 0 where ``use`` is False; a union
     class's keys are interned (in first-appearance order among rows with ``use``) the
     first time one of its rows has ``use`` and kept in ``ukey[2u]`` (key id) and
     ``ukey[2u + 1]`` (loose id). ``no_hash``: the model ignores the RSS hash in word 0
-    (ideal). Returns ``(ukey, k_slots, k_keys, l_slots, l_keys)``, new arrays where one
-    grew (before the row loop, not in it: arrays reassigned inside a loop would be
-    reference-counted on every row)."""
-    nu = u_cnt[0]
-    if ukey.shape[0] < 2 * nu:
-        ukey = _grown_ids(ukey, max(2 * nu, 2 * ukey.shape[0]))
-    # room for a new key per union class without one: no table grows in the row loop
-    more = np.int64(0)
-    for u in range(nu):
-        if ukey[2 * u] < 0:
-            more += 1
-    k_slots, k_keys = _room(k_slots, k_keys, k_cnt, more)
-    l_slots, l_keys = _room(l_slots, l_keys, l_cnt, more)
-    buf = np.empty(UNION_WORDS, np.uint64)
+    (ideal). The caller gives the tables room for a key per union class without one."""
     low = np.uint64(0xFFFFFFFF)
     for r in range(uid.shape[0]):
         if not use[r]:
@@ -1438,7 +1384,6 @@ def key_classes(uid, use, u_keys, u_cnt, no_hash, hops, ukey, k_slots, k_keys, k
             ukey[2 * u + 1] = c
         key[r] = ukey[2 * u]
         loose[r] = ukey[2 * u + 1]
-    return ukey, k_slots, k_keys, l_slots, l_keys
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)

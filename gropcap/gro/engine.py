@@ -216,17 +216,22 @@ def _union_ids(t: pa.Table, hash_: np.ndarray, state: "EngineState", columns=Non
     c = _reader(t, columns)
     u = state.union_ids
     old = len(u)
-    u.slots, u.keys, u.flow = K.classify(
-        _same_flow_input(t, hash_, c), c.ints("l4_proto"), c.ints("outer_sport"),
-        c.ints("outer_dport"), c.ints("tun_key"), *_GRE_CONSTS, u.slots, u.keys, u.cnt,
-        u.flow, uid)
+    args = (_same_flow_input(t, hash_, c), c.ints("l4_proto"), c.ints("outer_sport"),
+            c.ints("outer_dport"), c.ints("tun_key"), *_GRE_CONSTS)
+    chunk = np.empty((K.UNION_CHUNK, K.UNION_WORDS), np.uint64)
+    buf = np.empty(K.UNION_WORDS, np.uint64)
+    lo = 0
+    while lo < n:             # the kernel stops where the table needs room for a chunk
+        u.reserve(K.UNION_CHUNK)
+        lo = K.classify(*args, u.slots, u.keys, u.cnt, u.flow, uid, lo, chunk, buf)
     if not packed_flows:
         return uid, None
     if len(u) > old:          # the new classes' first rows -> their flow ids
         ft = state.flow_ids
-        ids, ft.slots, ft.keys = K.flow_ids_of(_flow_input(t, c), u.flow[old:len(u)].copy(),
-                                               ft.slots, ft.keys, ft.cnt)
-        u.flow[old:len(u)] = ids
+        rows = u.flow[old:len(u)].copy()
+        ft.reserve(len(rows))
+        K.flow_ids_of(_flow_input(t, c), rows, ft.slots, ft.keys, ft.cnt,
+                      np.empty(K.FLOW_WORDS, np.uint64), u.flow[old:len(u)])
     return uid, u.flow[uid]
 
 
@@ -241,10 +246,17 @@ def _key_ids(uid: np.ndarray, use: np.ndarray, config: GroConfig, state: "Engine
     if n:
         u, kt, lt = state.union_ids, state.key_ids, state.loose_ids
         hops = not config.kernel.ipv6_hop_limit_flush
-        state.union_key, kt.slots, kt.keys, lt.slots, lt.keys = K.key_classes(
-            uid, np.ascontiguousarray(use, np.bool_), u.keys, u.cnt, no_hash, hops,
-            state.union_key, kt.slots, kt.keys, kt.cnt, lt.slots, lt.keys, lt.cnt, key,
-            loose)
+        nu = len(u)
+        if len(state.union_key) < 2 * nu:
+            grown = np.full(max(2 * nu, 2 * len(state.union_key)), -1, np.int64)
+            grown[:len(state.union_key)] = state.union_key
+            state.union_key = grown
+        more = int(np.count_nonzero(state.union_key[0:2 * nu:2] < 0))
+        kt.reserve(more)      # room for a key per union class without one
+        lt.reserve(more)
+        K.key_classes(uid, np.ascontiguousarray(use, np.bool_), u.keys, no_hash, hops,
+                      state.union_key, kt.slots, kt.keys, kt.cnt, lt.slots, lt.keys, lt.cnt,
+                      key, loose, np.empty(K.UNION_WORDS, np.uint64))
     return key, loose
 
 
@@ -487,8 +499,29 @@ class InternTable:
                 self.__init__(k.shape[1])
             else:
                 raise ValueError("InternTable: key width changed between batches")
-        out, self.slots, self.keys = K.intern_rows(k, self.slots, self.keys, self.cnt)
+        self.reserve(len(k))
+        out = np.empty(len(k), np.int64)
+        K.intern_rows(k, self.slots, self.keys, self.cnt, np.empty(self.words, np.uint64),
+                      out)
         return out
+
+    def reserve(self, more: int) -> None:
+        """Room for ``more`` new keys (the kernels never allocate): capacity doubled as
+        often as needed, keys copied, slots rehashed (at most half of them used)."""
+        n, cap = len(self), self.keys.shape[0]
+        if n + more <= cap:
+            return
+        while n + more > cap:
+            cap *= 2
+        keys = np.zeros((cap, self.words), np.uint64)
+        keys[:n] = self.keys[:n]
+        self.slots = np.full(2 * cap, -1, np.int64)
+        K.rehash(keys, n, self.slots, np.empty(self.words, np.uint64))
+        self.keys = keys
+        self._grew(cap)
+
+    def _grew(self, cap: int) -> None:
+        """Hook: per-key arrays of subclasses follow the capacity."""
 
     # the key of each id as one fixed-width byte string (numpy ``void``), in id order:
     # what runner.partition_task sends to number flows over partitions
@@ -515,6 +548,11 @@ class UnionTable(InternTable):
     def __init__(self):
         super().__init__(K.UNION_WORDS)
         self.flow = np.full(32, -1, np.int64)
+
+    def _grew(self, cap: int) -> None:
+        flow = np.full(cap, -1, np.int64)
+        flow[:len(self.flow)] = self.flow
+        self.flow = flow
 
 
 def _global_ids(mat: np.ndarray, use: np.ndarray, table: InternTable) -> np.ndarray:
