@@ -5,14 +5,15 @@ GroResult array at once (a 4 M-packet capture peaked at 4.9 GB). :func:`stream_a
 gives the same ``packets.parquet`` / ``superpackets.parquet`` / ``flows.parquet`` and the
 same summary dict, batch by batch:
 
-1. **decode + GRO pass**: fast scan -> fast decode -> ``gro.engine.simulate_batch`` per
-   model (state carried across batches and files), each batch as soon as it is decoded;
-   the columns the packets pass reads back go to a temporary Arrow file, the engine's
-   partial results (``BatchResult``) to spill files; the summary counters are
-   accumulated. A frame captured already coalesced (its gso_size needs the whole
-   capture first) or a UDP tunnel on a port without a tunnel socket (the hint re-runs the
-   models on the whole table) ends this fused pass, and the run starts over unfused: the
-   whole decoded table to the temporary file, then GRO over it as a second sweep.
+1. **decode + GRO pass**: fast scan -> fast decode -> ``gro.engine.simulate_batch_models``
+   (every model from one preparation per batch; state carried across batches and
+   files), each batch as soon as it is decoded; the columns the packets pass reads back
+   go to a temporary Arrow file, the engine's partial results (``BatchResult``) to spill
+   files; the summary counters are accumulated. A frame captured already coalesced (its
+   gso_size needs the whole capture first) or a UDP tunnel on a port without a tunnel
+   socket (the hint re-runs the models on the whole table) ends this fused pass, and the
+   run starts over unfused: the whole decoded table to the temporary file, then GRO over
+   it as a second sweep.
 2. **super-packets pass**: the napi model's delivery order is known only when every poll
    is in (``engine.assemble``: polls ordered by time, queue, number). With the poll ranks
    and the super-packets per poll, each super-packet's delivery position is
@@ -155,10 +156,9 @@ class _ModelRun:
     """One model's engine state, spill files and counts (``run.accumulators``)."""
 
     def __init__(self, model: str, config: GroConfig, tmp: str, counts):
-        from gropcap.run.engines import BatchGro
         self.model = model
         self.config = config.replace(model=model)
-        self.gro = BatchGro(self.config)      # the engine state, carried batch to batch
+        self.state = None                 # the engine state once the GRO pass is done
         self.rows = _Spill(os.path.join(tmp, f"{model}.rows"))
         self.verdicts = _Spill(os.path.join(tmp, f"{model}.verdicts"))
         self.segs = _Spill(os.path.join(tmp, f"{model}.segs"))
@@ -168,9 +168,10 @@ class _ModelRun:
         self.poll_time: list = []
         self.poll_queue: list = []
 
-    def feed(self, table: pa.Table, final: bool, coalesced=None, file_of=None):
+    def take(self, part, file_of=None):
+        """Spill and count this model's BatchResult of the next batch (the engine state
+        is carried by the run's ``run.engines.BatchGroModels``)."""
         from gropcap.gro.engine import _SEG_FIELDS
-        part = self.gro.feed(table, final=final, coalesced=coalesced)
         self.parts += 1
         self.rows.put(part.flow_id, part.rx_queue)
         self.verdicts.put(part.p_row, part.p_reason, part.p_inst, part.p_poll)
@@ -438,6 +439,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         tot = Totals(models, config.verify_checksums)
         counters = tot.capture
         runs = [_ModelRun(m, config, tmp, tot.models[m]) for m in models]
+        from gropcap.run.engines import BatchGroModels
+        gro = BatchGroModels([r.config for r in runs])   # states carried batch to batch
         # Arrow IPC with lz4 buffers: 3-4x cheaper to write and read back than Parquet
         dec_path = os.path.join(tmp, "decoded.arrow")
         dec_writer = None
@@ -523,15 +526,18 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             t0 = clock()
             co = coal.batch(t) if coal.num else None
             t1 = clock()
-            parts = [run.feed(t, final=False, coalesced=co, file_of=counters.file_of)
-                     for run in runs]
+            parts = gro.feed(t, final=False, coalesced=co)
+            for run, part in zip(runs, parts):
+                run.take(part, file_of=counters.file_of)
             hint.gro_batch(t, co)
             tm["coalesced"] += t1 - t0
             tm["engine"] += clock() - t1
             if parts:
                 tot.flows.add(t, parts[0].flow_id)
-        for run in runs:
-            run.feed(PACKET_SCHEMA.empty_table(), final=True, file_of=counters.file_of)
+        for run, part in zip(runs, gro.feed(PACKET_SCHEMA.empty_table(), final=True)):
+            run.take(part, file_of=counters.file_of)
+        for run, state in zip(runs, gro.states or []):
+            run.state = state                   # the finished engine state
         tot.coalesced = coal.counts if coal.num else None
         gro_phase.end()
         peak = sum(r.rows.size() + r.verdicts.size() + r.segs.size() for r in runs) + \
@@ -565,7 +571,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 s = dict(zip(_SEG_FIELDS, run.segs.get(len(_SEG_FIELDS))))
                 so.count(s["poll"])
             so.start()
-            ninst = int(run.gro.state.kernel.ctr[1])
+            ninst = int(run.state.kernel.ctr[1])
             # delivery position per instance; -(pos + 1) for a super-packet of one packet
             ipos = np.full(ninst, -1, np.int32 if run.nseg < 2 ** 31 - 1 else np.int64)
             gtable = _gso_table(run.config)

@@ -1,7 +1,7 @@
 """engine.prepare's fused numba helpers against plain oracles.
 
-The preparation packs and deduplicates keys in numba (``_kernels.same_flow_classes``,
-``flow_classes``), hashes RSS in one pass (``rss._rss_select_kernel``), compares TCP
+The preparation numbers same-flow, loose and flow keys in one numba pass over persistent
+key tables (``_kernels.classify``), hashes RSS in one pass (``rss._rss_select_kernel``), compares TCP
 option areas without materialised copies (``_kernels._options_differ_beyond_ts``) and
 keeps held headers in narrow dtypes. Each is checked here against an independent
 definition: Python tuples of the fields the kernel compares, ``flows.assign_flow_ids``,
@@ -335,9 +335,10 @@ def test_state_grows_by_half_and_streams_equal():
 
 
 @pytest.mark.parametrize("kernel", ["6.18", "5.4"])
-def test_matrix_fallback_numbers_like_the_fused_kernels(monkeypatch, kernel):
-    """Batches too long for the int32 slots of the fused kernels take the (words, n)
-    matrix path (pack, dedup_reps, gather_rows): same ids."""
+def test_flow_fallback_numbers_like_the_packed_kernel(monkeypatch, kernel):
+    """When flows.FLOW_KEY_COLUMNS is not what ``_kernels._flow_row`` packs, flow ids
+    come from the byte matrix (flow_key_matrix, dedup_reps, gather_rows): same ids, and
+    the same-flow classes do not change."""
     import gropcap.gro.engine as E
 
     t = random_table(2500, 21)
@@ -347,11 +348,12 @@ def test_matrix_fallback_numbers_like_the_fused_kernels(monkeypatch, kernel):
     cfg = GroConfig(kernel=KernelProfile.parse(kernel))
     fused = _same_flow_ids(t, cfg, hash_, use, EngineState.new(cfg))
     fused_flow = _flow_ids(t, EngineState.new(cfg))
-    monkeypatch.setattr(E, "_FUSED_MAX_ROWS", 0)
+    monkeypatch.setattr(E, "_FLOW_PACKED", set())
     st = EngineState.new(cfg)
     key, loose = _same_flow_ids(t, cfg, hash_, use, st)
     assert np.array_equal(key, fused[0]) and np.array_equal(loose, fused[1])
     assert np.array_equal(_flow_ids(t, st), fused_flow)
+    assert np.array_equal(fused_flow, assign_flow_ids(t))
     # and a whole simulation through that path equals the reference
     rows = [tcp_row(4, "10.0.0.1", "10.0.0.2", 1000, 80, seq=1 + 1000 * k, payload=1000,
                     ts_ns=1000 * k) for k in range(6)]

@@ -105,3 +105,59 @@ def test_udp_configs_run_on_the_numba_engine():
     table = packet_table(random_traffic(np.random.default_rng(2), 10, 2, tunnels=True))
     for cfg in (GroConfig(udp_tunnels="vxlan:4789"), GroConfig(udp_gro="forward")):
         assert simulate(table, cfg).gro_seg.shape == (10,)
+
+
+# --- several models from one preparation per batch (simulate_batch_models) -------------
+
+MODEL_PAIRS = [
+    ("6.18", {}),
+    ("5.4", {}),                                      # IPv6 hop limit in the key
+    ("4.14", {"queues": 3, "budget": 4, "rss": "none"}),
+    ("6.18", {"queues": 2, "gro_flush_timeout_ns": 200_000, "napi_defer_hard_irqs": 2}),
+]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), pair=st.sampled_from(MODEL_PAIRS),
+       nbatch=st.integers(1, 6), tunnels=st.booleans())
+def test_models_from_one_preparation_equal_separate_runs(seed, n, pair, nbatch, tunnels):
+    """Both models prepared once per batch (shared union-key and flow tables, one RSS
+    hash) give each model's own simulate() result, bit for bit; with the states pickled
+    between batches together (the sharing is kept) or one by one (it is lost: each model
+    is then prepared on its own) too."""
+    from gropcap.gro.engine import new_states, simulate_batch_models, simulate_models
+    rng = np.random.default_rng(seed)
+    table = packet_table(random_traffic(rng, n, int(rng.integers(1, 10)), tunnels))
+    kernel, extra = pair
+    cfgs = [GroConfig(kernel=KernelProfile.parse(kernel), **extra).replace(model=m)
+            for m in ("ideal", "napi")]
+    want = [simulate(table, c) for c in cfgs]
+    for got, w in zip(simulate_models(table, cfgs), want):
+        assert_equal(got, w)
+    cuts = [0] + sorted(set(rng.integers(0, n + 1, nbatch - 1).tolist())) + [n]
+    for roundtrip in (None, "together", "apart"):
+        states, parts = new_states(cfgs), [[], []]
+        assert states[1].union_ids is states[0].union_ids
+        for x, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
+            got, states = simulate_batch_models(table.slice(a, b - a), cfgs, states,
+                                                final=x == len(cuts) - 2)
+            for acc, part in zip(parts, got):
+                acc.append(part)
+            if roundtrip == "together":
+                states = pickle.loads(pickle.dumps(states))
+                assert states[1].union_ids is states[0].union_ids
+            elif roundtrip == "apart":
+                states = [pickle.loads(pickle.dumps(s)) for s in states]
+        for p, c, w in zip(parts, cfgs, want):
+            assert_equal(assemble(p, c), w)
+
+
+def test_models_that_differ_beyond_the_model_run_separately():
+    """Configs that differ in more than ``model`` (here the kernel) cannot share a
+    preparation: each runs on its own, same results; a list of one config works."""
+    from gropcap.gro.engine import simulate_models
+    table = packet_table(random_traffic(np.random.default_rng(3), 200, 4))
+    cfgs = [GroConfig(), GroConfig(model="napi", kernel=KernelProfile.parse("5.10"))]
+    for got, c in zip(simulate_models(table, cfgs), cfgs):
+        assert_equal(got, simulate(table, c))
+    assert_equal(simulate_models(table, cfgs[:1])[0], simulate(table, cfgs[0]))

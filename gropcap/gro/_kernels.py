@@ -53,7 +53,7 @@ from gropcap.gro.reasons import (
     FLUSH_TCP_WINDOW, FLUSH_TOS, FLUSH_TTL, FLUSH_ZERO_PAYLOAD, MERGED, NO_HELD_PACKET,
     NOT_HELD_FIN, NOT_HELD_FRAG_LIST, NOT_HELD_GSO_SHORT, NOT_HELD_IP_RF, NOT_HELD_PSH,
     NOT_HELD_RST, NOT_HELD_SYN, NOT_HELD_URG,
-    NOT_HELD_ZERO_PAYLOAD,
+    NOT_HELD_ZERO_PAYLOAD, ROLE_ALONE, ROLE_HEAD, ROLE_MERGED,
 )
 
 MAX_GRO_SKBS = 8          # net/core/gro.c: held entries per bucket
@@ -1147,10 +1147,10 @@ def zero_timestamps(opts, opt_len):
     return out
 
 
-# --- key packing (engine._same_flow_keys / engine._flow_keys) ----------------------------
-# One pass per batch writing the key words straight into a preallocated (words, n)
-# matrix: the numpy version built ~25 full-size temporaries and np.stack-ed them, which
-# cost more than the GRO kernel itself (fresh pages faulted in on every batch).
+# --- key packing (engine._classes) -------------------------------------------------------
+# The key words of a chunk of rows written straight into a preallocated buffer: the numpy
+# version built ~25 full-size temporaries and np.stack-ed them, which cost more than the
+# GRO kernel itself (fresh pages faulted in on every batch).
 
 class SameFlowIn(NamedTuple):
     """Columns of the exact same-flow key, native dtypes (addresses as (n, 2) uint64)."""
@@ -1230,7 +1230,7 @@ def _ip_words(out, at, j, r, version, proto, ext_mask, ext_len, flow_label, ext_
 @numba.njit(cache=True, nogil=True, _nrt=False)
 def _same_flow_rows(k, lo, hi, gre_a, gre_b, gre_key, hops, out):
     """Same-flow key words of rows lo..hi-1 into ``out[:, 0:hi - lo]`` (24 or 25 words per
-    column); layout in ``engine._same_flow_keys``; every field at its full width
+    column); layout in ``engine._classes``; every field at its full width
     (injective).
 
     The row loop is in here, not in the callers: ``k`` (42 arrays) is read directly. A
@@ -1277,14 +1277,6 @@ def _same_flow_rows(k, lo, hi, gre_a, gre_b, gre_key, hops, out):
             out[SAME_FLOW_WORDS, j] = hop0 | (hop1 << s8)
 
 
-@numba.njit(cache=True, nogil=True)
-def pack_same_flow(k, gre_a, gre_b, gre_key, out):
-    """Same-flow key words of every row into ``out`` ((24 or 25, n) uint64); the 25th
-    word (if present) is the IPv6 hop limits."""
-    _same_flow_rows(k, 0, out.shape[1], gre_a, gre_b, gre_key,
-                    out.shape[0] > SAME_FLOW_WORDS, out)
-
-
 @numba.njit(cache=True, nogil=True, _nrt=False)
 def _hash_words(buf, w):
     """Slot hash of a key: four independent multiply lanes (a short dependency chain;
@@ -1310,88 +1302,6 @@ def _hash_words(buf, w):
     h *= m
     h ^= h >> np.uint64(29)
     return h
-
-
-@numba.njit(cache=True, nogil=True)
-def _intern(buf, w, slots, keys, nid):
-    """Class id of the key in ``buf`` in an open-addressing table (``slots``: class id
-    or -1; ``keys``: one row per class, every hit confirmed word by word). Returns
-    ``(id, keys, nid)``; a new class is appended (``keys`` doubled when full)."""
-    mask = np.uint64(slots.shape[0] - 1)
-    pos = _hash_words(buf, w) & mask
-    while True:
-        c = slots[pos]
-        if c < 0:
-            if nid == keys.shape[0]:
-                grown = np.empty((2 * nid, w), np.uint64)
-                for y in range(nid):       # a loop, not a slice copy: no error-message
-                    for x in range(w):     # formatting code to compile
-                        grown[y, x] = keys[y, x]
-                keys = grown
-            for x in range(w):
-                keys[nid, x] = buf[x]
-            slots[pos] = nid
-            return nid, keys, nid + 1
-        same = True
-        for x in range(w):
-            if keys[c, x] != buf[x]:
-                same = False
-                break
-        if same:
-            return np.int64(c), keys, nid
-        pos = (pos + np.uint64(1)) & mask
-
-
-_CLASS_CHUNK = 1024      # rows packed per _same_flow_rows call in same_flow_classes
-
-
-@numba.njit(cache=True, nogil=True)
-def _slots(n):
-    size = 16
-    while size < 2 * n:
-        size *= 2
-    return np.full(size, -1, np.int32)
-
-
-@numba.njit(cache=True, nogil=True)
-def same_flow_classes(k, use, hops, gre_a, gre_b, gre_key):
-    """Packing and :func:`dedup_reps` fused: exact same-flow classes of the rows
-    with ``use`` without materialising the (words, n) key matrix.
-
-    Returns ``(ids, keys)``: int64 ids by first appearance (-1 where ``use`` is False)
-    and the key words of each class, ``keys[id]`` ((classes, words) uint64, C order).
-    Batches must have fewer than 2**31 rows (int32 slots).
-    """
-    n = use.shape[0]
-    w = SAME_FLOW_WORDS + (1 if hops else 0)
-    buf = np.empty(w, np.uint64)
-    chunk = np.empty((w, _CLASS_CHUNK), np.uint64)
-    last = np.int64(-1)
-    ids = np.full(n, -1, np.int64)
-    slots = _slots(n)
-    keys = np.empty((min(max(n, 1), 1024), w), np.uint64)
-    nid = np.int64(0)             # not a literal: _intern compiles for int64 only
-    for lo in range(0, n, _CLASS_CHUNK):
-        hi = min(n, lo + _CLASS_CHUNK)
-        _same_flow_rows(k, lo, hi, gre_a, gre_b, gre_key, hops, chunk)
-        for r in range(lo, hi):
-            if not use[r]:
-                continue
-            j = r - lo
-            if last >= 0:      # a burst of one flow: the previous row's class, no hashing
-                same = True
-                for x in range(w):
-                    if keys[last, x] != chunk[x, j]:
-                        same = False
-                        break
-                if same:
-                    ids[r] = last
-                    continue
-            for x in range(w):
-                buf[x] = chunk[x, j]
-            last, keys, nid = _intern(buf, w, slots, keys, nid)
-            ids[r] = last
-    return ids, keys[:nid]
 
 
 class FlowIn(NamedTuple):
@@ -1421,7 +1331,7 @@ class FlowIn(NamedTuple):
 @numba.njit(cache=True, nogil=True, _nrt=False)
 def _flow_row(f, r, out):
     """flows.FLOW_KEY_COLUMNS of row r as 13 uint64 words into ``out`` (layout in
-    ``engine._flow_keys``)."""
+    ``engine._flow_input``)."""
     s8 = np.uint64(8)
     s16 = np.uint64(16)
     s24 = np.uint64(24)
@@ -1446,29 +1356,180 @@ def _flow_row(f, r, out):
     out[12] = f.outer_ip_dst[r, 1]
 
 
-@numba.njit(cache=True, nogil=True)
-def pack_flow(f, out):
-    """flows.FLOW_KEY_COLUMNS of every row as 13 uint64 words into ``out`` ((13, n))."""
-    buf = np.empty(FLOW_WORDS, np.uint64)
-    for r in range(out.shape[1]):
-        _flow_row(f, r, buf)
-        for x in range(FLOW_WORDS):
-            out[x, r] = buf[x]
+# --- persistent key tables and the one-pass classification (engine._classes) -----------
+# The exact classes of a batch in one pass over its rows: a row's *union key* (every field
+# of the same-flow key, the hop limits, and the flow-key fields the same-flow key leaves
+# out) is looked up in an open-addressing table that lives in the EngineState (it grows
+# with flows, not packets); the same-flow key, loose key and flow key of a union class
+# are functions of it, interned once per class in their own tables. Ids are numbered by
+# first appearance (keys: among rows with ``use``), across batches.
+
+UNION_WORDS = SAME_FLOW_WORDS + 3   # + hop limits; L4 proto and outer ports; tunnel key
+UNION_CHUNK = 256                  # rows packed per _same_flow_rows call in classify
 
 
-@numba.njit(cache=True, nogil=True)
-def flow_classes(f, n):
-    """:func:`same_flow_classes` for the flow key: ``(ids, keys)`` of all n rows."""
-    buf = np.empty(FLOW_WORDS, np.uint64)
-    ids = np.empty(n, np.int64)
-    slots = _slots(n)
-    keys = np.empty((min(max(n, 1), 1024), FLOW_WORDS), np.uint64)
-    nid = np.int64(0)             # not a literal: _intern compiles for int64 only
-    for r in range(n):
-        _flow_row(f, r, buf)
-        c, keys, nid = _intern(buf, np.int64(FLOW_WORDS), slots, keys, nid)
-        ids[r] = c
-    return ids, keys[:nid]
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def _tab_find(buf, slots, keys, cnt):
+    """Id of the key ``buf[:w]`` (w = ``keys.shape[1]``) in the table ``(slots, keys,
+    cnt[0] keys)``; a new key is appended. The caller guarantees room for it (see
+    ``engine.InternTable.reserve``), so nothing here allocates."""
+    w = keys.shape[1]
+    mask = np.uint64(slots.shape[0] - 1)
+    pos = _hash_words(buf, w) & mask
+    while True:
+        c = slots[pos]
+        if c < 0:
+            break
+        same = True
+        for x in range(w):
+            if keys[c, x] != buf[x]:
+                same = False
+                break
+        if same:
+            return c
+        pos = (pos + np.uint64(1)) & mask
+    nid = cnt[0]
+    for x in range(w):
+        keys[nid, x] = buf[x]
+    slots[pos] = nid
+    cnt[0] = nid + 1
+    return nid
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def rehash(keys, nid, slots, buf):
+    """Slots of the first ``nid`` keys in a fresh (all -1) ``slots`` array (a table that
+    grew: ``engine.InternTable.reserve``)."""
+    w = keys.shape[1]
+    mask = np.uint64(slots.shape[0] - 1)
+    for y in range(nid):
+        for x in range(w):
+            buf[x] = keys[y, x]
+        pos = _hash_words(buf, w) & mask
+        while slots[pos] >= 0:
+            pos = (pos + np.uint64(1)) & mask
+        slots[pos] = y
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def intern_rows(rows, slots, keys, cnt, buf, ids):
+    """:func:`_tab_find` of every row of ``rows`` ((m, w) uint64) into ``ids`` (the
+    table has room for m new keys)."""
+    for r in range(rows.shape[0]):
+        for x in range(rows.shape[1]):
+            buf[x] = rows[r, x]
+        ids[r] = _tab_find(buf, slots, keys, cnt)
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def classify(k, l4, o_sport, o_dport, tun_key, gre_a, gre_b, gre_key, u_slots, u_keys, u_cnt,
+             u_rep, uid, lo, chunk, buf):
+    """Union class of rows lo.. (``uid``) in one pass over the union-key table
+    ``(u_slots, u_keys, u_cnt)``; ``u_rep[u]``: the row where a class new in this call
+    first appeared (the caller derives its flow id from that row). Returns the first
+    row not done: ``n``, or the start of a chunk for which the table has no room for
+    a chunk of new keys (the caller grows it, ``engine.InternTable.reserve``, and calls
+    again). Nothing here allocates or reassigns an array (an array reassigned inside a
+    loop is reference-counted on every row: ~100 ns per row, measured).
+
+    ``chunk``: (UNION_CHUNK, UNION_WORDS) scratch, one row's words contiguous, written
+    through the transposed view as _same_flow_rows writes out[word, row]. (A (words,
+    rows) buffer puts a row's words 2 KiB apart, all in two L1 sets: a conflict miss
+    per word.) ``buf``: scratch for one union key."""
+    n = uid.shape[0]
+    wu = UNION_WORDS
+    s8 = np.uint64(8)
+    s24 = np.uint64(24)
+    last = np.int64(-1)
+    for clo in range(lo, n, UNION_CHUNK):
+        chi = min(n, clo + UNION_CHUNK)
+        if u_cnt[0] + (chi - clo) > u_keys.shape[0]:
+            return clo
+        _same_flow_rows(k, clo, chi, gre_a, gre_b, gre_key, True, chunk.T)
+        for r in range(clo, chi):
+            j = r - clo
+            chunk[j, SAME_FLOW_WORDS + 1] = _u(l4[r]) | (_u(o_sport[r]) << s8) \
+                | (_u(o_dport[r]) << s24)
+            chunk[j, SAME_FLOW_WORDS + 2] = _u(tun_key[r])
+            u = np.int64(-1)
+            if last >= 0:      # a burst of one class: the previous row's, no hashing
+                same = True
+                for x in range(wu):
+                    if u_keys[last, x] != chunk[j, x]:
+                        same = False
+                        break
+                if same:
+                    u = last
+            if u < 0:
+                for x in range(wu):
+                    buf[x] = chunk[j, x]
+                old = u_cnt[0]
+                u = _tab_find(buf, u_slots, u_keys, u_cnt)
+                if u_cnt[0] > old:                 # a new union class: its first row
+                    u_rep[u] = r
+                last = u
+            uid[r] = u
+    return n
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def flow_ids_of(f, rows, f_slots, f_keys, f_cnt, buf, ids):
+    """Flow ids (``_flow_row`` keys interned in ``(f_slots, f_keys, f_cnt)``, which has
+    room for them) of the given rows, into ``ids``."""
+    for x in range(rows.shape[0]):
+        _flow_row(f, rows[x], buf)
+        ids[x] = _tab_find(buf, f_slots, f_keys, f_cnt)
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def key_classes(uid, use, u_keys, no_hash, hops, ukey, k_slots, k_keys, k_cnt, l_slots,
+                l_keys, l_cnt, key, loose, buf):
+    """One model's same-flow key and loose key ids from the union classes ``uid`` of
+    :func:`classify`: ``key`` -1 and ``loose`` 0 where ``use`` is False; a union
+    class's keys are interned (in first-appearance order among rows with ``use``) the
+    first time one of its rows has ``use`` and kept in ``ukey[2u]`` (key id) and
+    ``ukey[2u + 1]`` (loose id). ``no_hash``: the model ignores the RSS hash in word 0
+    (ideal). The caller gives the tables room for a key per union class without one."""
+    low = np.uint64(0xFFFFFFFF)
+    for r in range(uid.shape[0]):
+        if not use[r]:
+            key[r] = -1
+            loose[r] = 0
+            continue
+        u = uid[r]
+        if ukey[2 * u] < 0:                 # the class's first row with use
+            for x in range(UNION_WORDS):
+                buf[x] = u_keys[u, x]
+            if no_hash:
+                buf[0] &= ~low
+            c = _tab_find(buf, k_slots, k_keys, k_cnt)
+            ukey[2 * u] = c
+            if hops:
+                c = _tab_find(buf, l_slots, l_keys, l_cnt)
+            ukey[2 * u + 1] = c
+        key[r] = ukey[2 * u]
+        loose[r] = ukey[2 * u + 1]
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def assemble_rows(inst, seg_of_inst, s_count, s_first, rank, poll, gro_seg, role):
+    """engine.assemble per packet: its super-packet (``seg_of_inst[inst]``), its role
+    (alone when the super-packet has one segment, head when it is its first packet,
+    else merged) and, when ``rank`` is given (napi, inferred polls), its poll number
+    mapped to delivery order in place (-1 indexes from the end, as numpy would)."""
+    nr = rank.shape[0]
+    for r in range(inst.shape[0]):
+        g = seg_of_inst[inst[r]]
+        gro_seg[r] = g
+        if s_count[g] == 1:
+            role[r] = ROLE_ALONE
+        elif s_first[g] == r:
+            role[r] = ROLE_HEAD
+        else:
+            role[r] = ROLE_MERGED
+        if nr:
+            p = poll[r]
+            poll[r] = rank[p + nr if p < 0 else p]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -1511,7 +1572,7 @@ def dedup_reps(mat, use):
     slots = np.full(size, -1, np.int64)
     reps = np.empty(n, np.int64)
     mask = np.uint64(size - 1)
-    nid = np.int64(0)             # not a literal: _intern compiles for int64 only
+    nid = np.int64(0)
     for r in range(n):
         if not use[r]:
             continue

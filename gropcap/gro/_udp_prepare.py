@@ -235,16 +235,28 @@ class UdpView:
             else K.UDP_SEGMENT
         return pre
 
-    def base_ids(self, state):
-        """Where the TCP same-flow classes are numbered: with tunnel sockets, tables of
-        their own (the engine's are numbered by :meth:`tunnel_ids`)."""
-        if not self.config.udp_tunnels:
-            return state
+    def view_state(self, state):
+        """The tables the rewritten view's same-flow classes are numbered in, kept in
+        ``state.udp_ids`` (the same object every batch): its own union classes (their
+        keys are the view's headers, not the packets') and, with tunnel sockets, its own
+        key and loose ids (the engine's are numbered by :meth:`tunnel_ids`); without
+        them the engine's key and loose ids."""
         ids = state.udp_ids
-        if not ids:
-            table = type(state.key_ids)             # engine.KeyTable
-            ids.update(key=table(), loose=table())
-        return types.SimpleNamespace(key_ids=ids["key"], loose_ids=ids["loose"])
+        view = ids.get("view")
+        if view is None:
+            view = types.SimpleNamespace(
+                union_ids=type(state.union_ids)(),
+                flow_ids=type(state.flow_ids)(state.flow_ids.words),   # unused: flows of
+                union_key=np.full(64, -1, np.int64))                    # the view's rows
+            ids["view"] = view
+        if self.config.udp_tunnels:
+            if "key" not in ids:
+                ids.update(key=type(state.key_ids)(state.key_ids.words),
+                           loose=type(state.loose_ids)(state.loose_ids.words))
+            view.key_ids, view.loose_ids = ids["key"], ids["loose"]
+        else:
+            view.key_ids, view.loose_ids = state.key_ids, state.loose_ids
+        return view
 
     def tunnel_ids(self, key: np.ndarray, loose: np.ndarray, use: np.ndarray, state,
                    number):

@@ -18,6 +18,9 @@ Public API::
     simulate_batch(packets, config, state=None, *, final=False, polls=None)
         -> (BatchResult, EngineState)                              # streaming
     assemble(parts, config) -> GroResult                           # BatchResults -> result
+    simulate_models(packets, configs) -> [GroResult]                # ideal + napi, one
+    simulate_batch_models(packets, configs, states=None, *, final)  # preparation per batch
+        -> ([BatchResult], [EngineState])
     partition_of(packets, config, parts) -> partition per row      # state-disjoint split
     prepare(packets, config, state, ...) / run_prepared(...)       # benchmarks
 
@@ -45,7 +48,7 @@ from gropcap.gro import _kernels as K
 from gropcap.gro import _udp_prepare
 from gropcap.gro.config import GroConfig
 from gropcap.gro.flows import FLOW_KEY_COLUMNS, flow_key_matrix
-from gropcap.gro.reasons import NOT_HELD_FRAG_LIST, ROLE_ALONE, ROLE_HEAD, ROLE_MERGED
+from gropcap.gro.reasons import NOT_HELD_FRAG_LIST
 from gropcap.gro.result import GroResult
 from gropcap.gso import SKB_GSO_FRAGLIST, gso_type_for
 from gropcap.gro.rss import (
@@ -143,38 +146,29 @@ def _same_flow_input(t: pa.Table, hash_: np.ndarray, columns=None) -> K.SameFlow
 
 
 _GRE_CONSTS = (np.uint64(TUN_GRE), np.uint64(TUN_GRE_TEB), np.uint64(GRE_KEY))
-_FUSED_MAX_ROWS = 2 ** 31 - 1      # int32 slots of the fused class kernels
 
 
 def _same_flow_ids(t: pa.Table, config: GroConfig, hash_: np.ndarray, use: np.ndarray,
                    state: "EngineState", columns=None) -> tuple[np.ndarray, np.ndarray]:
-    """Global ``(key, loose)`` ids per row (-1 / 0 where ``use`` is False): the classes
-    of :func:`_same_flow_keys`, packed and deduplicated in one numba pass
-    (``_kernels.same_flow_classes``) without the (words, n) matrix."""
-    hops = not config.kernel.ipv6_hop_limit_flush
-    if t.num_rows > _FUSED_MAX_ROWS:
-        key_mat, loose_mat = _same_flow_keys(t, config, hash_, columns)
-        key = _global_ids(key_mat, use, state.key_ids)
-        loose = key if not hops else _global_ids(loose_mat, use, state.loose_ids)
-        return key, np.maximum(loose, 0)
-    sf = _same_flow_input(t, hash_, columns)
-    key = _number(*K.same_flow_classes(sf, use, hops, *_GRE_CONSTS), state.key_ids)
-    if not hops:
-        return key, np.maximum(key, 0)
-    loose = _number(*K.same_flow_classes(sf, use, False, *_GRE_CONSTS), state.loose_ids)
-    return key, np.maximum(loose, 0)
+    """Global ``(key, loose)`` ids per row (-1 / 0 where ``use`` is False): the exact
+    same-flow classes (fields in :func:`_classes`), numbered through ``state``."""
+    key, loose, _ = _classes(t, config, hash_, use, state, columns, flows=False)
+    return key, loose
 
 
-def _same_flow_keys(t: pa.Table, config: GroConfig, hash_: np.ndarray, columns=None):
-    """Exact same-flow classes: every field some layer compares for ``same_flow``.
+def _classes(t: pa.Table, config: GroConfig, hash_: np.ndarray, use: np.ndarray,
+             state: "EngineState", columns=None, flows: bool = True):
+    """``(key, loose, flow)`` per row in one numba pass (``_kernels.classify``), the ids
+    global through the tables of ``state`` (first appearance first; keys among rows with
+    ``use``; ``flow`` None unless ``flows``).
 
+    key: the exact same-flow class, every field some layer compares for ``same_flow``:
     gro_list_prepare (hash, dev, MAC header; DSA port), vlan_gro_receive (tags),
     inet/ipv6_gro_receive (protocol, addresses; IPv6 flow label and extension bytes; hop
     limit before 5.18), gre_gro_receive (flags, protocol, key when K), eth_gro_receive
     (inner MACs of GRE-TEB) and vlan_gro_receive on its inner tags, TCP ports
-    (tcp_gro_lookup). Each field is packed into
-    uint64 words at its full width (an injective packing, so equal rows <=> equal
-    fields), by ``_kernels.pack_same_flow`` straight into one (words, n) matrix:
+    (tcp_gro_lookup). Each field is packed into uint64 words at its full width (an
+    injective packing, so equal words <=> equal fields; ``_kernels._same_flow_rows``):
 
     ====  ==============================================================
     word  fields (bit offset)
@@ -190,16 +184,83 @@ def _same_flow_keys(t: pa.Table, config: GroConfig, hash_: np.ndarray, columns=N
     24    IPv6 hop limits, outer and inner (only before 5.18)
     ====  ==============================================================
 
-    Returns the matrices ``(key_mat, loose_mat)``; ``loose`` omits the pre-5.18 hop
-    limit (a view of the first 24 rows of ``key_mat``, no copy).
+    loose: the same without the pre-5.18 hop limit (``key`` itself from 5.18). flow:
+    flows.FLOW_KEY_COLUMNS (:func:`_flow_input`). The union key the kernel looks
+    up per row is words 0-24 plus the L4 protocol and outer ports, and the whole tunnel
+    key: every other key is a function of it.
     """
-    sf = _same_flow_input(t, hash_, columns)
-    hops = not config.kernel.ipv6_hop_limit_flush
-    mat = np.empty((K.SAME_FLOW_WORDS + hops, t.num_rows), np.uint64)
-    K.pack_same_flow(sf, *_GRE_CONSTS, mat)
-    if not hops:
-        return mat, mat
-    return mat, mat[:K.SAME_FLOW_WORDS]
+    uid, flow = _union_ids(t, hash_, state, columns)
+    key, loose = _key_ids(uid, use, config, state, no_hash=False)
+    if not flows:
+        return key, loose, None
+    return key, loose, flow if flow is not None else _matrix_flow_ids(t, state)
+
+
+def _matrix_flow_ids(t: pa.Table, state: "EngineState") -> np.ndarray:
+    """Flow ids from flows.flow_key_matrix (when FLOW_KEY_COLUMNS is not what
+    ``_kernels._flow_row`` packs)."""
+    if not t.num_rows:
+        return np.zeros(0, np.int64)
+    return _global_ids(_bytes_as_words(flow_key_matrix(t)), np.ones(t.num_rows, np.bool_),
+                       state.flow_ids)
+
+
+def _union_ids(t: pa.Table, hash_: np.ndarray, state: "EngineState", columns=None):
+    """``(uid, flow)``: the union class of every row (``_kernels.classify``, through
+    ``state.union_ids``; ``hash_`` goes into word 0) and its flow id (None when
+    flows.FLOW_KEY_COLUMNS is not what ``_kernels._flow_row`` packs)."""
+    n = t.num_rows
+    # union classes get their flow id when they are first seen, asked for or not (a later
+    # call on the same state may ask)
+    packed_flows = set(FLOW_KEY_COLUMNS) == _FLOW_PACKED
+    uid = np.empty(n, np.int64)
+    if not n:
+        return uid, np.zeros(0, np.int64) if packed_flows else None
+    c = _reader(t, columns)
+    u = state.union_ids
+    old = len(u)
+    args = (_same_flow_input(t, hash_, c), c.ints("l4_proto"), c.ints("outer_sport"),
+            c.ints("outer_dport"), c.ints("tun_key"), *_GRE_CONSTS)
+    chunk = np.empty((K.UNION_CHUNK, K.UNION_WORDS), np.uint64)
+    buf = np.empty(K.UNION_WORDS, np.uint64)
+    lo = 0
+    while lo < n:             # the kernel stops where the table needs room for a chunk
+        u.reserve(K.UNION_CHUNK)
+        lo = K.classify(*args, u.slots, u.keys, u.cnt, u.flow, uid, lo, chunk, buf)
+    if not packed_flows:
+        return uid, None
+    if len(u) > old:          # the new classes' first rows -> their flow ids
+        ft = state.flow_ids
+        rows = u.flow[old:len(u)].copy()
+        ft.reserve(len(rows))
+        K.flow_ids_of(_flow_input(t, c), rows, ft.slots, ft.keys, ft.cnt,
+                      np.empty(K.FLOW_WORDS, np.uint64), u.flow[old:len(u)])
+    return uid, u.flow[uid]
+
+
+def _key_ids(uid: np.ndarray, use: np.ndarray, config: GroConfig, state: "EngineState",
+             no_hash: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(key, loose)`` per row from its union class (``_kernels.key_classes``, numbered
+    through ``state.key_ids`` / ``loose_ids``). ``no_hash``: word 0's RSS hash is not
+    part of this model's key (the ideal model in a shared preparation)."""
+    n = len(uid)
+    key = np.empty(n, np.int64)
+    loose = np.empty(n, np.int64)
+    if n:
+        u, kt, lt = state.union_ids, state.key_ids, state.loose_ids
+        hops = not config.kernel.ipv6_hop_limit_flush
+        nu = len(u)
+        if len(state.union_key) < 2 * nu:
+            grown = np.full(max(2 * nu, 2 * len(state.union_key)), -1, np.int64)
+            grown[:len(state.union_key)] = state.union_key
+            state.union_key = grown
+        more = int(np.count_nonzero(state.union_key[0:2 * nu:2] < 0))
+        kt.reserve(more)      # room for a key per union class without one
+        lt.reserve(more)
+        K.key_classes(uid, np.ascontiguousarray(use, np.bool_), u.keys, no_hash, hops,
+                      state.union_key, kt.slots, kt.keys, kt.cnt, lt.slots, lt.keys, lt.cnt,
+                      key, loose, np.empty(K.UNION_WORDS, np.uint64))
+    return key, loose
 
 
 _FLOW_PACKED = {"ip_version", "l4_proto", "outer_ip_version", "tun_type", "tun_key", "sport",
@@ -216,18 +277,12 @@ def _bytes_as_words(mat: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(padded.view(np.uint64).T)
 
 
-def _flow_keys(t: pa.Table, columns=None) -> np.ndarray:
-    """flows.FLOW_KEY_COLUMNS packed injectively into 13 uint64 words per row by
-    ``_kernels.pack_flow`` (same classes, hence the same first-appearance numbering as
-    flows.assign_flow_ids): ip_version | l4_proto << 8 | outer_ip_version << 16 |
-    tun_type << 24 | tun_key << 32; the four ports; both VLAN TCIs, DSA port, iface;
-    eth_src + eth_type; eth_dst; the four addresses (2 words each)."""
-    mat = np.empty((K.FLOW_WORDS, t.num_rows), np.uint64)
-    K.pack_flow(_flow_input(t, columns), mat)
-    return mat
-
-
 def _flow_input(t: pa.Table, columns=None) -> K.FlowIn:
+    """flows.FLOW_KEY_COLUMNS as ``_kernels._flow_row`` reads them: packed injectively
+    into 13 uint64 words per row (same classes, hence the same first-appearance
+    numbering as flows.assign_flow_ids): ip_version | l4_proto << 8 | outer_ip_version
+    << 16 | tun_type << 24 | tun_key << 32; the four ports; both VLAN TCIs, DSA port,
+    iface; eth_src + eth_type; eth_dst; the four addresses (2 words each)."""
     c = _reader(t, columns)
     return K.FlowIn(*[c.words(name) if name.endswith(("_src", "_dst")) and "ip" in name
                       else c.ints(name) for name in K.FlowIn._fields])
@@ -237,14 +292,8 @@ def _flow_ids(t: pa.Table, state: "EngineState", columns=None) -> np.ndarray:
     """Global flow ids per row (flows.assign_flow_ids classes, numbered through
     ``state.flow_ids``)."""
     n = t.num_rows
-    if not n:
-        return np.zeros(0, np.int64)
-    if set(FLOW_KEY_COLUMNS) != _FLOW_PACKED:
-        return _global_ids(_bytes_as_words(flow_key_matrix(t)), np.ones(n, np.bool_),
-                           state.flow_ids)
-    if n > _FUSED_MAX_ROWS:
-        return _global_ids(_flow_keys(t, columns), np.ones(n, np.bool_), state.flow_ids)
-    return _number(*K.flow_classes(_flow_input(t, columns), n), state.flow_ids)
+    return _classes(t, GroConfig(), np.zeros(n, np.uint32), np.zeros(n, np.bool_), state,
+                    columns)[2]
 
 
 def _size_limit(t: pa.Table, config: GroConfig, columns=None) -> np.ndarray:
@@ -374,16 +423,18 @@ class EngineState:
     config_json: str
     model: int
     kernel: K.State
-    key_ids: KeyTable = field(default_factory=lambda: KeyTable())
-    loose_ids: KeyTable = field(default_factory=lambda: KeyTable())
-    flow_ids: KeyTable = field(default_factory=lambda: KeyTable())
+    key_ids: InternTable = field(default_factory=lambda: InternTable(K.SAME_FLOW_WORDS))
+    loose_ids: InternTable = field(default_factory=lambda: InternTable(K.SAME_FLOW_WORDS))
+    flow_ids: InternTable = field(default_factory=lambda: InternTable(K.FLOW_WORDS))
+    union_ids: "UnionTable" = field(default_factory=lambda: UnionTable())
+    union_key: np.ndarray = field(default_factory=lambda: np.full(64, -1, np.int64))
     row_base: int = 0
     pending: K.Cols | None = None
     pending_arr: np.ndarray | None = None
     q_maxts: np.ndarray | None = None
     finished: bool = False
     # UDP tunnel sockets: the TCP same-flow classes before the tunnel fields refine them
-    # (gro/_udp_prepare.py: UdpView.base_ids)
+    # (gro/_udp_prepare.py: UdpView.view_state)
     udp_ids: dict = field(default_factory=dict)
 
     @classmethod
@@ -393,7 +444,9 @@ class EngineState:
         queues = config.queues if model != K.MODEL_IDEAL else 1
         buckets = config.kernel.hash_buckets if model != K.MODEL_IDEAL else 1
         st = _new_kernel_state(64, 64, queues, buckets)
+        hops = not config.kernel.ipv6_hop_limit_flush
         return cls(config_json=config.to_json(), model=model, kernel=st,
+                   key_ids=InternTable(K.SAME_FLOW_WORDS + hops),
                    q_maxts=np.full(queues, np.iinfo(np.int64).min, np.int64))
 
 
@@ -420,59 +473,95 @@ class BatchResult:
     poll_queue: np.ndarray
 
 
-class KeyTable:
+class InternTable:
     """Exact keys -> ids numbered in order of first appearance, shared across batches.
 
-    The keys are rows of uint64 words, kept as one sorted array of fixed-width byte strings
-    (numpy ``void``) with their ids, so a batch's lookups are one ``searchsorted`` instead
-    of a Python dict access per class (that loop was ~30% of the engine's time).
-    Picklable; grows with flows, not packets.
+    The keys are rows of ``words`` uint64 words in an open-addressing table (``slots``:
+    id or -1, at most half used; ``keys[id]``; ``cnt[0]`` keys) that the numba kernels
+    (``_kernels.classify``, ``_kernels.intern_rows``) look up and grow in place of a
+    Python dict or a sorted array. Picklable; grows with flows, not packets.
     """
 
-    def __init__(self):
-        self.sorted_keys: np.ndarray | None = None
-        self.sorted_ids = np.zeros(0, np.int64)
+    def __init__(self, words: int):
+        self.slots = np.full(64, -1, np.int64)
+        self.keys = np.zeros((32, words), np.uint64)
+        self.cnt = np.zeros(1, np.int64)
 
     def __len__(self) -> int:
-        return len(self.sorted_ids)
+        return int(self.cnt[0])
+
+    @property
+    def words(self) -> int:
+        return self.keys.shape[1]
 
     def ids(self, keys: np.ndarray) -> np.ndarray:
-        """Ids of the distinct rows of ``keys`` ((m, words) uint64), new rows numbered
-        next in row order."""
-        m = len(keys)
+        """Ids of the rows of ``keys`` ((m, words) uint64), new rows numbered next in
+        row order."""
         k = np.ascontiguousarray(keys, dtype=np.uint64)
-        k = k.view(np.dtype((np.void, 8 * k.shape[1]))).ravel() if m else k
-        n = len(self)
-        if n and m and self.sorted_keys.dtype != k.dtype:
-            raise ValueError("KeyTable: key width changed between batches")
-        if not n:
-            # first batch: every row is new (the rows are distinct); sort them once,
-            # without the copies of the general path (they were the peak per flow)
-            out = np.arange(m, dtype=np.int64)
-            if m:
-                order = np.argsort(k, kind="stable")
-                self.sorted_keys, self.sorted_ids = k[order], order.astype(np.int64)
-            return out
-        out = np.empty(m, np.int64)
-        found = np.zeros(m, np.bool_)
-        if m:
-            pos = np.minimum(np.searchsorted(self.sorted_keys, k), n - 1)
-            found = self.sorted_keys[pos] == k
-            out[found] = self.sorted_ids[pos[found]]
-        new = np.flatnonzero(~found)
-        if len(new):
-            out[new] = n + np.arange(len(new), dtype=np.int64)
-            # merge the (sorted) new keys into the sorted table: one allocation each
-            kn = k[new]
-            order = np.argsort(kn, kind="stable")
-            kn = kn[order]
-            at = np.searchsorted(self.sorted_keys, kn)
-            self.sorted_keys = np.insert(self.sorted_keys, at, kn)
-            self.sorted_ids = np.insert(self.sorted_ids, at, out[new][order])
+        if not len(k):
+            return np.zeros(0, np.int64)
+        if k.shape[1] != self.words:
+            if not len(self):          # the first keys set the width
+                self.__init__(k.shape[1])
+            else:
+                raise ValueError("InternTable: key width changed between batches")
+        self.reserve(len(k))
+        out = np.empty(len(k), np.int64)
+        K.intern_rows(k, self.slots, self.keys, self.cnt, np.empty(self.words, np.uint64),
+                      out)
         return out
 
+    def reserve(self, more: int) -> None:
+        """Room for ``more`` new keys (the kernels never allocate): capacity doubled as
+        often as needed, keys copied, slots rehashed (at most half of them used)."""
+        n, cap = len(self), self.keys.shape[0]
+        if n + more <= cap:
+            return
+        while n + more > cap:
+            cap *= 2
+        keys = np.zeros((cap, self.words), np.uint64)
+        keys[:n] = self.keys[:n]
+        self.slots = np.full(2 * cap, -1, np.int64)
+        K.rehash(keys, n, self.slots, np.empty(self.words, np.uint64))
+        self.keys = keys
+        self._grew(cap)
 
-def _global_ids(mat: np.ndarray, use: np.ndarray, table: KeyTable) -> np.ndarray:
+    def _grew(self, cap: int) -> None:
+        """Hook: per-key arrays of subclasses follow the capacity."""
+
+    # the key of each id as one fixed-width byte string (numpy ``void``), in id order:
+    # what runner.partition_task sends to number flows over partitions
+    @property
+    def sorted_keys(self) -> np.ndarray | None:
+        n = len(self)
+        if not n:
+            return None
+        k = np.ascontiguousarray(self.keys[:n])
+        return k.view(np.dtype((np.void, 8 * k.shape[1]))).ravel()
+
+    @property
+    def sorted_ids(self) -> np.ndarray:
+        return np.arange(len(self), dtype=np.int64)
+
+
+class UnionTable(InternTable):
+    """The union-key table of :func:`_classes`: an :class:`InternTable` of
+    ``_kernels.UNION_WORDS`` words plus the flow id of each union class (``flow``).
+    Model independent: :func:`simulate_batch_models` shares one between the states of
+    its models (each keeps its own key and loose ids per union class,
+    ``EngineState.union_key``)."""
+
+    def __init__(self):
+        super().__init__(K.UNION_WORDS)
+        self.flow = np.full(32, -1, np.int64)
+
+    def _grew(self, cap: int) -> None:
+        flow = np.full(cap, -1, np.int64)
+        flow[:len(self.flow)] = self.flow
+        self.flow = flow
+
+
+def _global_ids(mat: np.ndarray, use: np.ndarray, table: InternTable) -> np.ndarray:
     """Exact classes of the packets' keys (column r of the (words, n) ``mat``, where
     ``use``), numbered through ``table`` (first appearance first; shared across
     batches)."""
@@ -480,7 +569,7 @@ def _global_ids(mat: np.ndarray, use: np.ndarray, table: KeyTable) -> np.ndarray
     return _number(local, K.gather_rows(mat, reps), table)
 
 
-def _number(local: np.ndarray, keys: np.ndarray, table: KeyTable) -> np.ndarray:
+def _number(local: np.ndarray, keys: np.ndarray, table: InternTable) -> np.ndarray:
     """Batch-local class ids (first appearance) and their keys -> global ids."""
     if not len(keys):
         return local
@@ -527,10 +616,7 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
     t = packets
     n = t.num_rows
     g = ColumnReader(t)     # every column converted once, shared by the helpers below
-    g0 = g                  # the original columns (RSS hash, flow ids)
     udp = _udp_prepare.UdpView.of(t, config, g)   # UDP GRO / tunnel sockets, else None
-    if udp is not None:
-        g = udp.columns
     napi = config.model == "napi"
     # the ideal model has no RSS: hash 0, one list
     if napi and hashes is not None:
@@ -539,24 +625,36 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
             raise ConfigError(f"hashes has {hash_.shape} values for {n} packets")
     else:
         hash_ = rss_hash(t, config.rss_key, enabled=napi and config.rss == "toeplitz",
-                         columns=g0)
+                         columns=g)
+    common = _prepare_common(t, config, state, hash_, g, coalesced=coalesced, no_gro=no_gro,
+                             udp=udp)
+    return _prepare_model(common, config, state, hash_, polls)
+
+
+def _prepare_common(t: pa.Table, config: GroConfig, state: EngineState, hash_: np.ndarray,
+                    g: ColumnReader, *, coalesced=None, no_gro=None, udp=None) -> dict:
+    """The model-independent kernel inputs of one batch (bypass codes, skb flushes,
+    lengths, size limits, union classes and flow ids through ``state``'s union and flow
+    tables; ``hash_`` is word 0 of the union key): what :func:`simulate_batch_models`
+    computes once for all its models. ``udp``: the batch's ``_udp_prepare.UdpView`` (UDP
+    GRO / tunnel sockets): every column is read through its rewritten view but the flow
+    ids (and the RSS hash), which stay those of the original headers."""
+    n = t.num_rows
+    g0 = g
+    if udp is not None:
+        g = udp.columns
     if no_gro is not None and np.shape(no_gro) != (n,):
         raise ConfigError(f"no_gro has {np.shape(no_gro)} values for {n} packets")
     segs, gsz, sfl_fl = _gso_input(n, coalesced, config.kernel.gso_skb_gro)
-    if napi:
-        queue = rx_queue(hash_, config.queues).astype(np.int32)
-        bucket = gro_bucket(hash_, config.kernel.hash_buckets).astype(np.int32)
-    else:
-        queue = np.zeros(n, np.int32)
-        bucket = np.zeros(n, np.int32)
     pre, sfl_out, sfl_in = _pre_and_flush(t, config, no_gro, sfl_fl, columns=g)
     if udp is not None:
         pre = udp.fix_pre(pre, sfl_out, sfl_in, sfl_fl)
-    use = pre == 0
-    key, loose = _same_flow_ids(t, config, hash_, use,
-                                state if udp is None else udp.base_ids(state), columns=g)
-    if udp is not None:
-        key, loose = udp.tunnel_ids(key, loose, use, state, _global_ids)
+    uid, flow = _union_ids(t, hash_, state, columns=g0)
+    if flow is None:
+        flow = _matrix_flow_ids(t, state)
+    if udp is not None:           # the same-flow classes of the rewritten headers
+        uid, _ = _union_ids(t, hash_, udp.view_state(state),
+                            columns=g)
     # option bytes: a zero-copy uint64 view of the Arrow column (read-only: one numba type)
     ob = g.bytes("tcp_options")
     if ob.shape[1] != K.OPT_BYTES:
@@ -564,7 +662,6 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
                           f"{K.OPT_BYTES}", hint="use decode.schema.PACKET_SCHEMA")
     if not ob.flags.c_contiguous or ob.ctypes.data % 8:
         ob = ob.copy()                       # a fresh array is aligned for uint64
-    opt = _readonly(ob.view(np.uint64))
     s = lambda name: g(name, _SCHEMA_DT[name])  # noqa: E731  (zero-copy for the schema)
     plen = np.empty(n, np.int64)
     tlen = np.empty(n, np.int64)
@@ -574,8 +671,41 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
                      s("ip_offset"), s("vlan_depth"), s("ip_hdr_len"), s("tcp_doff"),
                      s("payload_len"), s("ip_version"), flags, s("tun_type"), TCP_FLAG_CWR,
                      plen, tlen, gcode)
-    # flow ids: the fast packing when it covers exactly flows.FLOW_KEY_COLUMNS
-    flow = _flow_ids(t, state, columns=g0)
+    i32 = lambda name: g(name, np.int32)  # noqa: E731
+    return dict(
+        n=n, uid=uid, ts=g("ts_ns"),
+        cols=dict(pre=pre, sfl_out=sfl_out, sfl_in=sfl_in, payload=s("payload_len"),
+                  tlen=tlen, plen=plen, limit=_size_limit(t, config, columns=g),
+                  seq=s("tcp_seq"), ack=s("tcp_ack"), flags=flags, doff=s("tcp_doff"),
+                  window=s("tcp_window"), opt=_readonly(ob.view(np.uint64)),
+                  opt_len=s("tcp_opt_len"), in_v=s("ip_version"), in_ttl=s("ip_ttl"),
+                  in_tos=s("ip_tos"), in_df=i32("ip_df"), in_id=i32("ip_id"),
+                  out_v=s("outer_ip_version"), out_ttl=s("outer_ip_ttl"),
+                  out_tos=s("outer_ip_tos"), out_df=i32("outer_ip_df"),
+                  out_id=i32("outer_ip_id"), gcode=gcode, flow=flow, segs=segs, gsz=gsz,
+                  sfl_fl=sfl_fl), udp=udp)
+
+
+def _prepare_model(common: dict, config: GroConfig, state: EngineState, hash_: np.ndarray,
+                   polls=None) -> tuple[K.Cols, np.ndarray]:
+    """One model's kernel inputs from :func:`_prepare_common`: RX queue and GRO bucket
+    (napi), same-flow key and loose ids (through ``state``'s key tables; the ideal model
+    ignores the hash), explicit poll windows, row numbers."""
+    n = common["n"]
+    if config.model == "napi":
+        queue = rx_queue(hash_, config.queues).astype(np.int32)
+        bucket = gro_bucket(hash_, config.kernel.hash_buckets).astype(np.int32)
+    else:
+        queue = np.zeros(n, np.int32)
+        bucket = np.zeros(n, np.int32)
+    c = common["cols"]
+    udp = common["udp"]
+    use = c["pre"] == 0
+    key, loose = _key_ids(common["uid"], use, config,
+                          state if udp is None else udp.view_state(state),
+                          no_hash=config.model != "napi")
+    if udp is not None:
+        key, loose = udp.tunnel_ids(key, loose, use, state, _global_ids)
     if polls is None:
         poll_win = np.zeros(n, np.int64)
     else:
@@ -588,23 +718,12 @@ def prepare(packets: pa.Table, config: GroConfig, state: EngineState,
                 (n and prev is not None and poll_win[0] < prev):
             raise ConfigError("polls must be non-decreasing",
                               hint="number GRO windows in capture order")
-    i32 = lambda name: g(name, np.int32)  # noqa: E731
-    cols = K.Cols(
-        row=np.arange(state.row_base, state.row_base + n, dtype=np.int64),
-        key=key, loose=loose, queue=queue, bucket=bucket,
-        pre=pre, sfl_out=sfl_out, sfl_in=sfl_in, payload=s("payload_len"), tlen=tlen,
-        plen=plen, limit=_size_limit(t, config, columns=g),
-        seq=s("tcp_seq"), ack=s("tcp_ack"), flags=flags, doff=s("tcp_doff"),
-        window=s("tcp_window"), opt=opt, opt_len=s("tcp_opt_len"),
-        in_v=s("ip_version"), in_ttl=s("ip_ttl"), in_tos=s("ip_tos"), in_df=i32("ip_df"),
-        in_id=i32("ip_id"), out_v=s("outer_ip_version"), out_ttl=s("outer_ip_ttl"),
-        out_tos=s("outer_ip_tos"), out_df=i32("outer_ip_df"), out_id=i32("outer_ip_id"),
-        gcode=gcode, flow=flow, poll_win=poll_win, segs=segs, gsz=gsz, sfl_fl=sfl_fl,
-        udp=np.zeros(n, np.uint8), udp_len=np.zeros(n, np.uint16),
-    )
+    cols = K.Cols(row=np.arange(state.row_base, state.row_base + n, dtype=np.int64),
+                  key=key, loose=loose, queue=queue, bucket=bucket, poll_win=poll_win,
+                  udp=np.zeros(n, np.uint8), udp_len=np.zeros(n, np.uint16), **c)
     if udp is not None:
         cols = udp.finish(cols)
-    return cols, g("ts_ns")
+    return cols, common["ts"]
 
 
 def _new_out(n: int, nseg: int) -> K.Out:
@@ -696,6 +815,12 @@ def run_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineS
         queues = config.queues
         # arrival = running maximum of ts_ns within a queue (backwards stamps keep order)
         for q in range(queues):
+            if queues == 1:                 # one queue: every row, no index arrays
+                if len(arr_new):
+                    np.maximum(arr_new, state.q_maxts[0], out=arr_new)
+                    np.maximum.accumulate(arr_new, out=arr_new)
+                    state.q_maxts[0] = arr_new[-1]
+                continue
             sel = np.nonzero(cols.queue == q)[0]
             if len(sel):
                 run = np.maximum.accumulate(np.maximum(arr_new[sel], state.q_maxts[q]))
@@ -705,9 +830,15 @@ def run_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineS
             [state.pending_arr, arr_new])
         while True:
             n = len(c.row)
-            rows = np.argsort(c.queue, kind="stable").astype(np.int64)
-            qstart = np.searchsorted(c.queue[rows], np.arange(queues + 1)).astype(np.int64)
-            arr = np.ascontiguousarray(arr_all[rows])
+            if queues == 1:                 # the rows in order (what the sort gives)
+                rows = np.arange(n, dtype=np.int64)
+                qstart = np.array([0, n], np.int64)
+                arr = arr_all
+            else:
+                rows = np.argsort(c.queue, kind="stable").astype(np.int64)
+                qstart = np.searchsorted(c.queue[rows],
+                                         np.arange(queues + 1)).astype(np.int64)
+                arr = np.ascontiguousarray(arr_all[rows])
             cap = 2 * n + 4 * (config.napi_defer_hard_irqs + 2) * queues + 64
             p_time = np.empty(cap, np.int64)
             p_queue = np.empty(cap, np.int64)
@@ -765,6 +896,17 @@ def simulate_batch(packets: pa.Table, config: GroConfig, state: EngineState | No
     >>> # result = assemble(parts, cfg)
     """
     packets = _check_table(packets)
+    state = _check_state(config, state, polls)
+    if coalesced is True:
+        from gropcap.gso import coalesced_input
+        coalesced = coalesced_input(packets)
+    cols, ts = prepare(packets, config, state, polls, coalesced=coalesced, hashes=hashes,
+                       no_gro=no_gro)
+    return _run_batch(cols, ts, config, state, final), state
+
+
+def _check_state(config: GroConfig, state: EngineState | None, polls) -> EngineState:
+    """The state for the next batch under ``config`` (a new one for None), checked."""
     from gropcap.gro.reference import needs_reference
     if needs_reference(config):
         raise ConfigError("the numba engine does not implement this configuration",
@@ -780,11 +922,12 @@ def simulate_batch(packets: pa.Table, config: GroConfig, state: EngineState | No
         raise ConfigError("simulate_batch: the capture was already finished (final=True)")
     if (polls is not None) != (state.model == K.MODEL_WINDOWS):
         raise ConfigError("polls= must be given for every batch or for none")
-    if coalesced is True:
-        from gropcap.gso import coalesced_input
-        coalesced = coalesced_input(packets)
-    cols, ts = prepare(packets, config, state, polls, coalesced=coalesced, hashes=hashes,
-                       no_gro=no_gro)
+    return state
+
+
+def _run_batch(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineState,
+               final: bool) -> BatchResult:
+    """The kernels over one prepared batch (advancing ``state``): its BatchResult."""
     n = len(cols.row)
     state.kernel = _grow(state.kernel, len(state.key_ids), max(len(state.loose_ids),
                                                              len(state.key_ids)))
@@ -808,7 +951,95 @@ def simulate_batch(packets: pa.Table, config: GroConfig, state: EngineState | No
         rx_queue=cols.queue.astype(np.uint16) if napi else np.zeros(n, np.uint16),
         p_row=cat(verdicts["row"]), p_reason=cat(verdicts["reason"]).astype(np.uint8),
         p_inst=cat(verdicts["inst"]), p_poll=cat(verdicts["poll"]), segs=seg,
-        poll_base=poll_base, poll_time=p_time, poll_queue=p_queue), state
+        poll_base=poll_base, poll_time=p_time, poll_queue=p_queue)
+
+
+def new_states(configs: list[GroConfig]) -> list[EngineState]:
+    """Empty states for :func:`simulate_batch_models`: one per config, sharing one
+    union-key table and one flow table (model independent), so a batch is classified
+    once for all of them."""
+    states = [EngineState.new(c) for c in configs]
+    for st in states[1:]:
+        st.union_ids, st.flow_ids = states[0].union_ids, states[0].flow_ids
+    return states
+
+
+def _shared_rss(configs: list[GroConfig]) -> tuple | None:
+    """``(rss_key, enabled)`` of the union key's word 0 when ``configs`` can share one
+    preparation (equal but for ``model``; every napi model hashes the same way), else
+    None."""
+    if len({c.replace(model="ideal").to_json() for c in configs}) != 1:
+        return None
+    napi = [c for c in configs if c.model == "napi"]
+    return (napi[0].rss_key, napi[0].rss == "toeplitz") if napi else (b"", False)
+
+
+def simulate_batch_models(packets: pa.Table, configs: list[GroConfig],
+                          states: list[EngineState] | None = None, *, final: bool = False,
+                          coalesced=None, no_gro=None
+                          ) -> tuple[list[BatchResult], list[EngineState]]:
+    """:func:`simulate_batch` for several models over the same batch, the
+    model-independent preparation (column reads, bypass codes, lengths, size limits,
+    union classes and flow ids: :func:`_prepare_common`) done once.
+
+    ``configs`` should differ only in ``model`` (ideal / napi; inferred polls); other
+    lists are run model by model (same results, no sharing). ``states``: what the
+    previous call returned (None for the first batch: :func:`new_states`). Each model's
+    results equal its own :func:`simulate_batch` run, bit for bit.
+    """
+    packets = _check_table(packets)
+    configs = list(configs)
+    if states is None:
+        states = new_states(configs)
+    if len(states) != len(configs):
+        raise ConfigError(f"simulate_batch_models: {len(states)} states for "
+                          f"{len(configs)} configs")
+    states = [_check_state(c, st, None) for c, st in zip(configs, states)]
+    if coalesced is True:
+        from gropcap.gso import coalesced_input
+        coalesced = coalesced_input(packets)
+    rss = _shared_rss(configs)
+    # a UDP view's same-flow classes live in each state's own tables (view_state)
+    shared = (rss is not None and not _udp_prepare.needed(configs[0])
+              and all(st.union_ids is states[0].union_ids
+                      and st.flow_ids is states[0].flow_ids for st in states))
+    if not shared:
+        parts = [simulate_batch(packets, c, st, final=final, coalesced=coalesced,
+                                no_gro=no_gro)[0] for c, st in zip(configs, states)]
+        return parts, states
+    g = ColumnReader(packets)
+    hash_ = rss_hash(packets, rss[0], enabled=rss[1], columns=g)
+    common = _prepare_common(packets, configs[0], states[0], hash_, g, coalesced=coalesced,
+                             no_gro=no_gro)
+    parts = []
+    for c, st in zip(configs, states):
+        cols, ts = _prepare_model(common, c, st, hash_)
+        parts.append(_run_batch(cols, ts, c, st, final))
+    return parts, states
+
+
+def simulate_models(packets: pa.Table, configs: list[GroConfig], *, coalesced=None,
+                    no_gro=None) -> list[GroResult]:
+    """:func:`simulate` for several models (``configs`` differing only in ``model``)
+    from one preparation per piece: the GroResults, each equal to its own
+    :func:`simulate`."""
+    configs = list(configs)
+    packets = _check_table(packets)
+    if coalesced is True:
+        from gropcap.gso import coalesced_input
+        coalesced = coalesced_input(packets)
+    parts: list[list] = [[] for _ in configs]
+    states = None
+    pieces = _pieces(packets)
+    for x, (lo, piece) in enumerate(pieces):
+        hi = lo + piece.num_rows
+        got, states = simulate_batch_models(
+            piece, configs, states, final=x == len(pieces) - 1,
+            coalesced=_cut_coalesced(coalesced, lo, hi),
+            no_gro=None if no_gro is None else np.asarray(no_gro)[lo:hi])
+        for acc, part in zip(parts, got):
+            acc.append(part)
+    return [assemble(p, c) for p, c in zip(parts, configs)]
 
 
 def _gso_table(config: GroConfig) -> np.ndarray:
@@ -843,13 +1074,13 @@ def assemble(parts: list[BatchResult], config: GroConfig) -> GroResult:
                                    else np.zeros(0, dt))
     flow_id = cat([p.flow_id for p in parts])
     rx = cat([p.rx_queue for p in parts], np.uint16)
-    p_row = cat([p.p_row for p in parts])
     reason = np.zeros(n, np.uint8)
     inst = np.zeros(n, np.int64)
     pkt_poll = np.full(n, -1, np.int64)
-    reason[p_row] = cat([p.p_reason for p in parts], np.uint8)
-    inst[p_row] = cat([p.p_inst for p in parts])
-    pkt_poll[p_row] = cat([p.p_poll for p in parts])
+    for p in parts:                   # per part: no concatenated temporaries
+        reason[p.p_row] = p.p_reason
+        inst[p.p_row] = p.p_inst
+        pkt_poll[p.p_row] = p.p_poll
     seg = {f: cat([p.segs[f] for p in parts]) for f in _SEG_FIELDS}
     m = len(seg["first"])
     napi_inferred = config.model == "napi" and any(len(p.poll_time) for p in parts)
@@ -863,19 +1094,18 @@ def assemble(parts: list[BatchResult], config: GroConfig) -> GroResult:
         s_rank = rank[seg["poll"]] if m else np.zeros(0, np.int64)
         seg_order = np.argsort(s_rank, kind="stable")
         seg_poll = s_rank[seg_order]
-        pkt_poll = rank[pkt_poll] if n else pkt_poll
     else:
+        rank = np.zeros(0, np.int64)
         seg_order = None                           # emission order is delivery order
         seg_poll = seg["poll"] if config.model == "napi" else np.full(m, -1, np.int64)
     s = seg if seg_order is None else {f: seg[f][seg_order] for f in _SEG_FIELDS}
     seg_of_inst = np.zeros(int(s["inst"].max()) + 1 if m else 0, np.int64)
     seg_of_inst[s["inst"]] = np.arange(m)
-    gro_seg = seg_of_inst[inst] if n else np.zeros(0, np.int64)
-    cnt = s["count"][gro_seg] if n else np.zeros(0, np.int64)
-    rows = np.arange(n, dtype=np.int64)
-    role = np.where(cnt == 1, ROLE_ALONE,
-                    np.where(rows == s["first"][gro_seg] if n else rows == 0, ROLE_HEAD,
-                             ROLE_MERGED)).astype(np.uint8)
+    gro_seg = np.empty(n, np.int64)
+    role = np.empty(n, np.uint8)
+    if n:                             # gro_seg, role and poll ranks in one pass
+        K.assemble_rows(inst, seg_of_inst, s["count"], s["first"], rank, pkt_poll, gro_seg,
+                        role)
     gso_type = np.zeros(m, np.uint32)
     if m:
         multi = s["count"] > 1
@@ -949,9 +1179,62 @@ def simulate(packets: pa.Table, config: GroConfig | None = None, *, polls=None,
     0
     """
     config = config or GroConfig()
-    part, _ = simulate_batch(packets, config, None, final=True, polls=polls,
-                             coalesced=coalesced, hashes=hashes, no_gro=no_gro)
-    return assemble([part], config)
+    packets = _check_table(packets)
+    if coalesced is True:
+        from gropcap.gso import coalesced_input
+        coalesced = coalesced_input(packets)
+    parts, state = [], None
+    pieces = _pieces(packets)
+    for x, (lo, piece) in enumerate(pieces):
+        hi = lo + piece.num_rows
+        cut = lambda a: None if a is None else np.asarray(a)[lo:hi]  # noqa: E731
+        part, state = simulate_batch(piece, config, state, final=x == len(pieces) - 1,
+                                     polls=cut(polls), coalesced=_cut_coalesced(coalesced,
+                                                                               lo, hi),
+                                     hashes=cut(hashes), no_gro=cut(no_gro))
+        parts.append(part)
+    return assemble(parts, config)
+
+
+PIECE_ROWS = 1 << 18     # simulate() feeds a table to simulate_batch in pieces of this size
+
+
+def _pieces(packets: pa.Table, rows: int = PIECE_ROWS) -> list[tuple[int, pa.Table]]:
+    """``(first row, table)`` pieces of about ``rows`` rows in capture order, cut at the
+    table's chunk boundaries where the chunks are at least half that long (zero-copy: no
+    ``combine_chunks`` of a whole multi-chunk column, and every per-batch array of the
+    preparation stays small enough for malloc to reuse it instead of faulting fresh pages
+    in on every call). Results are those of one call: the engine state carries across
+    batches exactly."""
+    n = packets.num_rows
+    if n <= rows + rows // 2:
+        return [(0, packets)]
+    bounds = [0]
+    for b in packets.to_batches():
+        if b.num_rows:
+            bounds.append(bounds[-1] + b.num_rows)
+    cuts, lo = [0], 0
+    for end in bounds[1:]:
+        while end - lo >= rows + rows // 2:      # a long chunk: rows-sized slices of it
+            lo += rows
+            cuts.append(lo)
+        if end - lo >= rows // 2 and end < n:
+            lo = end
+            cuts.append(lo)
+    cuts.append(n)
+    return [(a, packets.slice(a, b - a)) for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+def _cut_coalesced(coalesced, lo: int, hi: int):
+    """Rows ``lo:hi`` of a gso.CoalescedInput (None stays None)."""
+    if coalesced is None:
+        return None
+    import copy
+    part = copy.copy(coalesced)
+    for name, value in vars(coalesced).items():
+        if isinstance(value, np.ndarray) and value.ndim == 1:
+            setattr(part, name, value[lo:hi])
+    return part
 
 
 def rerun_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig,

@@ -4,7 +4,8 @@
 (asked for, or the only one that implements the configuration). :class:`BatchGro`: one
 model over the batches of a run (``engine.simulate_batch``, the state carried from batch
 to batch): the bounded-memory core spills its parts, :func:`simulate_batches` (the
-in-memory run) assembles them (``engine.assemble``).
+in-memory run) assembles them (``engine.assemble``). :class:`BatchGroModels`: several
+models over the same batches from one preparation per batch (the bounded-memory core).
 
 Layer: run/, calls gro/ only.
 """
@@ -68,6 +69,25 @@ class BatchGro:
         return part
 
 
+class BatchGroModels:
+    """Several models' numba GRO over the batches of a run (configs differing only in
+    ``model``), each batch prepared once for all of them
+    (``engine.simulate_batch_models``: column reads, bypass codes, lengths, key classes
+    and flow ids shared; each model's results equal its own :class:`BatchGro`'s)."""
+
+    def __init__(self, configs: list[GroConfig]):
+        self.configs = list(configs)
+        self.states = None
+
+    def feed(self, table: pa.Table, *, final: bool = False, coalesced=None) -> list:
+        """The next batch (``final``: the last one): one ``engine.BatchResult`` per
+        config."""
+        from gropcap.gro.engine import simulate_batch_models
+        parts, self.states = simulate_batch_models(table, self.configs, self.states,
+                                                   final=final, coalesced=coalesced)
+        return parts
+
+
 def simulate_batches(tables: list, config: GroConfig, *, engine: str = "fast",
                      coalesced=None) -> GroResult:
     """GRO over a run's decoded batches (tables in capture order): :class:`BatchGro`
@@ -97,4 +117,4 @@ def simulate_batches(tables: list, config: GroConfig, *, engine: str = "fast",
     return assemble(parts, config)
 
 
-__all__ = ["simulate", "simulate_batches", "BatchGro"]
+__all__ = ["simulate", "simulate_batches", "BatchGro", "BatchGroModels"]
