@@ -486,8 +486,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                         gro_phase = phase(progress, f"GRO {'+'.join(models)}", None)
                     gro_phase.advance(t.num_rows)
                     t1 = clock()
-                    parts = [run.feed(t, final=False, file_of=counters.file_of)
-                             for run in runs]
+                    parts = gro.feed(t, final=False)
+                    for run, part in zip(runs, parts):
+                        run.take(part, file_of=counters.file_of)
                     tm["engine"] += clock() - t1
                     if parts:
                         tot.flows.add(t, parts[0].flow_id)
