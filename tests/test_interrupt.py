@@ -176,3 +176,28 @@ def test_interrupt_waits_out_callbacks_that_swallow_exceptions():
     assert in_swallowing_callback(frame_in(gc, "_gc_callback"))
     assert not in_swallowing_callback(frame_in(llvm, "add_module"))
     assert not in_swallowing_callback(frame_in(__file__, "_raw_object_cache_notify"))
+
+
+@pytest.mark.parametrize("code", [130, 0])
+def test_a_keyboard_interrupt_cpython_saw_unhandled_still_exits_with_our_status(code,
+                                                                            tmp_path):
+    """CPython sets _Py_UnhandledKeyboardInterrupt when a KeyboardInterrupt leaves code run
+    through PyRun_String (a Cython module being imported) even if Python code above
+    catches it; Py_Main then killed the process with SIGINT (status -2) after a handled
+    interrupt had printed "gropcap: interrupted" (16 runs in 1000 interrupted early).
+    run_command ends with our status whatever that flag says."""
+    prog = ("import ctypes, sys\n"
+            "from gropcap.interrupt import run_command\n"
+            "def main():\n"
+            "    ctypes.c_int.in_dll(ctypes.pythonapi,"
+            " '_Py_UnhandledKeyboardInterrupt').value = 1\n"
+            f"    sys.exit({code})\n"
+            "run_command(main)\n")
+    # run as ``python -m`` (as the gropcap script and ``python -m gropcap`` run):
+    # Py_RunMain checks the flag after the module's SystemExit
+    (tmp_path / "flagged.py").write_text(prog)
+    env = _env(tmp_path)
+    env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env["PYTHONPATH"]
+    p = subprocess.run([sys.executable, "-m", "flagged"], capture_output=True, text=True,
+                       env=env, cwd=ROOT, timeout=60)
+    assert p.returncode == code, p.stderr
