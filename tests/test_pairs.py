@@ -184,11 +184,27 @@ def test_large_recording_with_the_kernels_polls_is_exact(name, tmp_path):
     mss536 has polls that use the whole budget): given the kernel's own polls the napi
     model delivers exactly the kernel's count. The default's error on it is printed."""
     import make_pairs
+
+    from gropcap.errors import GropcapError
     case = dataclasses.replace(make_pairs.CASES[name], app=LARGE[name])
-    make_pairs.record_case(tmp_path, name, case=case)
-    pair = load_pair(tmp_path / name)
-    assert pair.meta["kernel_polls"]["work_sequence"], "perf recorded no poll"
-    exact = _rules_alone(pair)
+    # A recording whose poll record does not line up with its wire view (a frame the
+    # receiving veth dropped or perf lost: 2 of 8048 once on CI) is not evidence about the
+    # model; kernel_poll_times refuses it and the pair is recorded again, up to 3 times.
+    refused = []
+    for attempt in range(3):
+        out = tmp_path / f"try{attempt}"
+        out.mkdir()
+        make_pairs.record_case(out, name, case=case)
+        pair = load_pair(out / name)
+        assert pair.meta["kernel_polls"]["work_sequence"], "perf recorded no poll"
+        try:
+            exact = _rules_alone(pair)
+            break
+        except GropcapError as e:
+            refused.append(str(e))
+            print(f"\nrecording {attempt + 1} refused: {e}")
+    else:
+        pytest.fail("every recording's poll record was refused: " + " | ".join(refused))
     print("\n" + format_table([_counts(pair)]))
     assert exact.kernel_payload == exact.wire_payload
     assert exact.models["napi"] == exact.kernel, format_table([exact])
