@@ -55,6 +55,15 @@ STAGES = ("reference_decode", "fast_decode", "gro_engine", "analyze_fast", "anal
           "analyze_cli", "warm_start")
 
 
+def _decoders() -> tuple:
+    """The decoders this tree offers (``run.options.DECODERS``; none listed before it)."""
+    try:
+        from gropcap.run.options import DECODERS
+    except ImportError:
+        return ()
+    return DECODERS
+
+
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
@@ -171,11 +180,11 @@ def stage_gro_engine(path, args):
 
 
 def stage_analyze_fast(path, args):
-    from gropcap import pipeline
+    from gropcap.run import memory as pipeline
     from gropcap.gro.config import MODELS, GroConfig
 
     size = os.path.getsize(path)
-    if "fast" in getattr(pipeline, "DECODERS", ()):
+    if "fast" in _decoders():
         pipeline.analyze(path, decoder="fast")                # warm (tiny cost vs run)
         t0, c0 = time.perf_counter(), time.process_time()
         a = pipeline.analyze(path, decoder="fast")
@@ -186,12 +195,13 @@ def stage_analyze_fast(path, args):
         from gropcap.decode import fast
         fast.warm_up()
         from gropcap.gro import engine
+        from gropcap.run.engines import simulate
         with_small = _fast_table_small(path)
         for m in MODELS:
             engine.simulate(with_small, GroConfig().replace(model=m))    # warm the JIT
         t0, c0 = time.perf_counter(), time.process_time()
         table, n, _tm = _fast_table(path)
-        results = {m: pipeline.simulate(table, GroConfig().replace(model=m)) for m in MODELS}
+        results = {m: simulate(table, GroConfig().replace(model=m)) for m in MODELS}
         dt, ct = time.perf_counter() - t0, time.process_time() - c0
         assert all(r.num_packets == n for r in results.values())
         how = "scan.iter_scan_batches + fast.decode_batch + pipeline.simulate (both models)"
@@ -205,7 +215,7 @@ def stage_analyze_stream(path, args):
 
     import pyarrow.parquet as pq
 
-    from gropcap.stream import stream_analyze
+    from gropcap.run.stream import stream_analyze
 
     size = os.path.getsize(path)
     out = tempfile.mkdtemp(prefix="gropcap-bench-", dir=args.tmp_dir)
@@ -348,8 +358,7 @@ def main(argv=None) -> int:
     for stage in stages:
         print(f"[bench] {stage} ...", file=sys.stderr, flush=True)
         if stage == "analyze_cli":
-            from gropcap import pipeline
-            if ("fast" not in getattr(pipeline, "DECODERS", ()) and records > args.cli_limit
+            if ("fast" not in _decoders() and records > args.cli_limit
                     and not args.force_cli):
                 res[stage] = {"skipped": f"the CLI still decodes with the reference path; "
                               f"{records} records would take many minutes (see "

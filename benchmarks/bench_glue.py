@@ -37,7 +37,7 @@ ROOT = os.path.dirname(HERE)
 _PHASES = r"""
 import json, shutil, sys, tempfile, time
 time.perf_counter = time.process_time       # the phases in CPU seconds
-from gropcap.stream import stream_analyze
+from gropcap.run.stream import stream_analyze
 cap, out = sys.argv[1], sys.argv[2] == "out"
 d = tempfile.mkdtemp(prefix="bench-glue-")
 c0 = time.process_time()

@@ -90,8 +90,8 @@ def main(argv=None) -> dict:
     from dask.distributed import Client, LocalCluster
 
     from gropcap.gro.config import GroConfig
-    from gropcap.pipeline import analyze
-    from gropcap.runner import analyze_distributed
+    from gropcap.run.memory import analyze
+    from gropcap.run.distributed import analyze_distributed
 
     paths = make_inputs(args.dir, args.files, args.packets, args.flows)
     cfg = GroConfig(queues=args.queues)

@@ -69,7 +69,7 @@ def bench(path: str, n: int, name: str) -> dict:
     from gropcap.gro import engine, reference
     from gropcap.gro.config import GroConfig
     from gropcap.gro.result import GroResult
-    from gropcap.pipeline import decode_files
+    from gropcap.run.memory import decode_files
 
     table, _ = decode_files(path)
     out = {}

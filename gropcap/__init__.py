@@ -2,7 +2,8 @@
 
 Layers (each hands one named type to the next):
 capture/ (bytes -> RecordBatch) -> decode/ (RecordBatch -> packet columns, Arrow)
--> gro/ (packet columns -> GRO verdicts and super-packets) -> report/, io/ -> cli.py.
+-> gro/ (packet columns -> GRO verdicts and super-packets) -> run/ (the core: an
+Analysis or a streamed result) -> report/, io/ -> cli/ (docs/architecture.md).
 
 The public API (``dir(gropcap)``), imported on first use so ``import gropcap`` stays cheap::
 
@@ -21,9 +22,9 @@ __version__ = "0.1.0"
 _API = {
     "analyze": ("gropcap.api", "analyze"),
     "analyze_keywords": ("gropcap.api", "keywords"),
-    "decode_files": ("gropcap.pipeline", "decode_files"),
-    "Analysis": ("gropcap.pipeline", "Analysis"),
-    "EgressOptions": ("gropcap.pipeline", "EgressOptions"),
+    "decode_files": ("gropcap.run.memory", "decode_files"),
+    "Analysis": ("gropcap.analysis", "Analysis"),
+    "EgressOptions": ("gropcap.run.options", "EgressOptions"),
     "GroConfig": ("gropcap.gro.config", "GroConfig"),
     "KernelProfile": ("gropcap.gro.config", "KernelProfile"),
     "DecodeOptions": ("gropcap.decode.options", "DecodeOptions"),

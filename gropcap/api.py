@@ -1,12 +1,12 @@
 """The notebook API: ``gropcap.analyze(path, kernel="6.1", queues=4)``.
 
-Layer: an entry point beside cli.py. The keywords are the options of ``gropcap analyze``
+Layer: an entry point beside the command line (cli/app.py). The keywords are the options of ``gropcap analyze``
 (read from its click parameters, so the two cannot drift): each is named after its long
 option (``--gro-flush-timeout-us`` -> ``gro_flush_timeout_us``, ``--udp-tunnel`` ->
 ``udp_tunnel``) and converted and checked exactly as on the command line, then handed to
 :func:`gropcap.run.core.analyze_run` with ``in_memory=True``. Options that only steer the command's output or the way
 it runs (``--out``, ``--format``, ``--plot``, ``--jobs``, ...) are not keywords: a notebook
-gets the :class:`~gropcap.pipeline.Analysis` back and writes or plots it itself. The run
+gets the :class:`~gropcap.analysis.Analysis` back and writes or plots it itself. The run
 is the one core's (``run.core.analyze_run``) with the collecting sink.
 """
 
@@ -32,12 +32,12 @@ def keyword_params() -> dict:
     (also under the parameter's own name where it differs, e.g. ``udp_tunnels``)."""
     import click
 
-    from gropcap import cli
+    from gropcap.cli import app as cli
 
     handled = set(cli._GRO_KEYS) | set(cli._DECODE_KEYS) | set(RUN_KEYS)
     out = {}
     for p in cli.analyze.params:
-        # an option nobody hands on is not a keyword (tests/test_notebook_api.py fails)
+        # an option nobody hands on is not a keyword (tests/run/test_notebook_api.py fails)
         if not isinstance(p, click.Argument) and p.name in handled:
             out[_keyword(p)] = p
     for p in list(out.values()):
@@ -55,7 +55,7 @@ def _convert(options: dict) -> dict:
     them (defaults filled in); raises TypeError (unknown keyword) or ConfigError."""
     import click
 
-    from gropcap import cli
+    from gropcap.cli import app as cli
 
     params = keyword_params()
     unknown = sorted(set(options) - set(params))
@@ -95,7 +95,7 @@ def analyze(paths, config=None, *, models=None, decode_options=None, progress=No
         models: ``("ideal", "napi")`` by default; or the CLI's ``model="napi"``.
         decode_options: a :class:`~gropcap.decode.options.DecodeOptions`, instead of the
             tunnel-port keywords (``vxlan_port``, ``geneve_port``, ``dsa_tag``, ...).
-        progress: a :class:`gropcap.report.progress.Progress`.
+        progress: a :class:`gropcap.run.progress.Progress`.
         **options: any option of ``gropcap analyze`` that changes the result, named after
             its long option: ``kernel="6.1"``, ``model="napi"``, ``queues=4``,
             ``gro_flush_timeout_us=50``, ``udp_tunnel="vxlan:4789"`` (repeatable options
@@ -103,7 +103,7 @@ def analyze(paths, config=None, *, models=None, decode_options=None, progress=No
             ``egress="decap"``, ... (:func:`keywords` lists them).
 
     Returns:
-        An :class:`~gropcap.pipeline.Analysis`.
+        An :class:`~gropcap.analysis.Analysis`.
 
     Raises:
         TypeError: an unknown keyword (the message lists the valid ones).
@@ -116,7 +116,7 @@ def analyze(paths, config=None, *, models=None, decode_options=None, progress=No
     """
     import click
 
-    from gropcap import cli
+    from gropcap.cli import app as cli
     from gropcap.run.options import EgressOptions
 
     if "model" in options and models is not None:

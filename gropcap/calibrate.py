@@ -6,7 +6,7 @@ view (the frames that reached the receiving device) and the kernel's post-GRO vi
 matches the two per flow, searches the receive parameters (NAPI budget, poll gap, HZ,
 ``gro_flush_timeout`` / ``napi_defer_hard_irqs``, queues, MTU) for the napi model run
 closest to the kernel's, and hands back a :class:`Fit` whose values
-:func:`gropcap.receiver.save_profile` writes as a profile.
+:func:`gropcap.receive.profile.save_profile` writes as a profile.
 
 Layer: uses pipeline (decode once), gro/engine (prepare once, re-run the kernels per
 candidate) and gso (coalesced input); hands the CLI a :class:`Fit`.
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gropcap.errors import ConfigError
-from gropcap.receiver import PROFILE_KEYS
+from gropcap.receive.profile import PROFILE_KEYS
 
 # What calibrate fits (option names of receiver.PROFILE_KEYS).
 FIT_KEYS = ("queues", "budget", "poll_gap_us", "hz", "gro_flush_timeout_us",
@@ -283,7 +283,7 @@ class _Runner:
     the reference model implements run whole on it."""
 
     def __init__(self, view: PairView, base, engine: str):
-        from gropcap import ackpolls
+        from gropcap.receive import ackpolls
         from gropcap.gro.reference import needs_reference
         self.view = view
         self.reference = engine == "reference" or needs_reference(base)
@@ -294,16 +294,16 @@ class _Runner:
 
     def _acked(self, config, ts):
         """``config`` and arrival times the engine runs with: with ``poll_acks`` and
-        ACKs in the wire view, the polls inferred from them (``gropcap.ackpolls``)."""
+        ACKs in the wire view, the polls inferred from them (``gropcap.receive.ackpolls``)."""
         if not (config.poll_acks and self.acks):
             return config, ts
-        from gropcap import ackpolls
+        from gropcap.receive import ackpolls
         polls = ackpolls.poll_ids(ts, self.acks, config.poll_gap_ns, config.budget)
         return ackpolls.engine_config(config), ackpolls.poll_times(ts, polls)
 
     def _coalesced(self, mtu: int):
         if mtu not in self.coalesced:
-            from gropcap.gso import coalesced_input
+            from gropcap.gro.coalesced import coalesced_input
             c = coalesced_input(self.view.wire, mtu=mtu)
             self.coalesced[mtu] = c if c.num_coalesced else None
         return self.coalesced[mtu]
@@ -313,7 +313,7 @@ class _Runner:
         if self.reference:
             import pyarrow as pa
 
-            from gropcap.pipeline import simulate
+            from gropcap.run.engines import simulate
             wire = self.view.wire
             config, ts = self._acked(config, wire.column("ts_ns").to_numpy())
             i = wire.schema.get_field_index("ts_ns")
@@ -371,7 +371,7 @@ def fit_receiver(wire, postgro, config=None, *, fixed: dict | None = None,
 
     Returns a :class:`Fit`.
     """
-    from gropcap.pipeline import decode_files
+    from gropcap.run.memory import decode_files
 
     single = not isinstance(wire, (list, tuple))
     wires = [wire] if single else list(wire)
@@ -505,7 +505,7 @@ def fit_pairs(tables: list, config=None, *, fixed: dict | None = None,
     for k in ("poll_gap_us", "gro_flush_timeout_us"):
         values[k] = float(values[k])
     values["poll_acks"] = bool(values["poll_acks"])
-    from gropcap.pipeline import simulate
+    from gropcap.run.engines import simulate
     ideal = sum(residual(v, np.asarray(simulate(
         w, config.replace(model="ideal"), engine=engine,
         coalesced=run._coalesced(int(best["mtu"]))).seg_first_packet, np.int64)).model_total

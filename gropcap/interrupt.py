@@ -20,7 +20,7 @@ except
 - inside :func:`deferred` (renaming finished outputs into place): the interrupt waits for
   the end of the block.
 
-Layer: none (used by cli.py around a command; the library itself never installs handlers).
+Layer: none (used by the CLI around a command; the library itself never installs handlers).
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def _retry() -> None:
 
 
 def on_signal(signum, frame):
-    """The handler :func:`handling_interrupts` installs (cli.py also uses it for SIGTERM)."""
+    """The handler :func:`handling_interrupts` installs (cli/app.py also uses it for SIGTERM)."""
     if _state["finished"]:
         return
     if _state["depth"]:

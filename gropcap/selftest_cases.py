@@ -22,7 +22,7 @@ built byte for byte as gro.c builds them, including its quirks:
 * IP-ID, TTL, TOS and ECN edits over ipip go to the outer header (``buf + ETH_HLEN``).
 
 Expected values come from gro.c's receiver and, for 6.18, from replaying every case through
-a live 6.18 kernel (gropcap.replay.kernel; tests/test_kernel_replay.py checks them again on
+a live 6.18 kernel (gropcap.replay.kernel; tests/replay/test_kernel_replay.py checks them again on
 every root run). Where the kernel and the selftest disagree the kernel wins (``flags_cwr``).
 Values for older kernels are derived from the version notes of docs/kernel-gro-spec.md
 section 7 and say so in :attr:`SelftestCase.notes`.

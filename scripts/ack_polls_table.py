@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gropcap import ackpolls
-from gropcap.pipeline import decode_files
+from gropcap.receive import ackpolls
+from gropcap.run.memory import decode_files
 from gropcap.replay.pairs import count_pair, find_pairs, format_table
 
 GAPS_US = (20, 30, 50, 75, 100, 150, 300)

@@ -16,7 +16,7 @@ from outside, which catches what the worker cannot report itself:
 The worker restarts with the next seed after each of these. ``--replay FILE`` checks one
 saved finding again (exit 1 while it still breaks an invariant). Findings land in
 ``WORKDIR/findings/`` as ``<kind>-<n>.<ext>`` with a ``.txt`` note; copy the ones that
-are real bugs into ``tests/fuzz/corpus/`` (``tests/test_regressions_fuzz.py`` replays
+are real bugs into ``tests/fuzz/corpus/`` (``tests/fuzz/test_regressions_fuzz.py`` replays
 them). At the end ``WORKDIR/summary.json`` holds the counts (inputs tried per mode,
 inputs gropcap refused with a located error, findings, elapsed time), also printed.
 

@@ -7,7 +7,7 @@
 Boots the image with virtme-ng (TCG, the host's root read-only, ``gropcap.replay.guest``),
 replays the jobs of each set inside, then simulates them on the host with ``--kernel X.Y``
 of the guest and prints one line per job and a table ``set: agree/total``. ``--write DIR``
-merges the guest's results into ``DIR/<X.Y>.json`` (what tests/test_guest_results.py
+merges the guest's results into ``DIR/<X.Y>.json`` (what tests/replay/test_guest_results.py
 compares against without qemu). ``--results FILE`` compares stored results instead of
 booting. Exit status 0 when every job agrees, 1 otherwise.
 

@@ -6,7 +6,7 @@
 
 Each case runs one capture under two configurations (A, B) through both GRO stages
 (native, then gro_cells: gropcap.gro.stages) with the napi model, and, where the seed is
-about egress, the GSO accounting of gropcap.gso.egress. Deterministic: crafted samples and
+about egress, the GSO accounting of gropcap.egress.egress. Deterministic: crafted samples and
 fixed recordings, reference engine.
 """
 
@@ -21,8 +21,8 @@ sys.path.insert(0, ROOT)
 
 from gropcap.gro.config import GroConfig, KernelProfile  # noqa: E402
 from gropcap.gro.stages import simulate_stages, stages_summary  # noqa: E402
-from gropcap.gso import egress, egress_headers, parse_features  # noqa: E402
-from gropcap.pipeline import decode_files  # noqa: E402
+from gropcap.egress import egress, egress_headers, parse_features  # noqa: E402
+from gropcap.run.memory import decode_files  # noqa: E402
 
 DOC = os.path.join(ROOT, "docs", "seed-cases.md")
 BEGIN, END = "<!-- seed-cases:begin -->", "<!-- seed-cases:end -->"

@@ -28,7 +28,7 @@ import struct
 
 import numpy as np
 
-from gropcap.capture import fast
+import gropcap.capture.fast as fast
 from gropcap.capture.base import DONE, LIMIT, NEED_MORE, NS_PER_S, Columns
 from gropcap.constants import MAX_RECORD_LEN
 from gropcap.errors import CaptureError, CaptureTruncatedError

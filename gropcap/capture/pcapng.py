@@ -40,7 +40,7 @@ import struct
 
 import numpy as np
 
-from gropcap.capture import fast
+import gropcap.capture.fast as fast
 from gropcap.capture.base import (DONE, INT64_MAX, INT64_MIN, LIMIT, NEED_MORE, NS_PER_S,
                                   Columns)
 from gropcap.constants import MAX_RECORD_LEN

@@ -8,7 +8,7 @@ of such frames would give a report of ratio 1.00 that looks like a finding.
 to do) when no record of the file has a decoded link type, and adds a warning to the
 file's ``CaptureInfo.warnings`` when only some have (they keep their status code).
 
-Layer: decode/, over RecordBatch link types (capture/); used by pipeline.py, stream.py.
+Layer: decode/, over RecordBatch link types (capture/); used by run/inputs.py.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ row number):
     seg_id, flow_id (int64), first_packet, last_packet (int64 packet row numbers),
     count (int32, = gso_segs), payload_len (int64, sum of merged payload_len),
     gso_size (int32: payload of the first packet when count > 1, else 0),
-    gso_type (uint32, SKB_GSO_* bits, gso.py), end_reason (uint8),
+    gso_type (uint32, SKB_GSO_* bits, gro/gso.py), end_reason (uint8),
     rx_queue (uint16), poll_id (int64).
 
 Invariants (tests assert them): every packet is in exactly one super-packet; sum(count) ==

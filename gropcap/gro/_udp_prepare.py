@@ -47,7 +47,7 @@ from gropcap.gro.reference import (
     _UDP_TUNNEL_KIND, _UDP_TUNNELS, fraglist_before_tunnel, udp_mode, udp_tunnel_gso_bits,
 )
 from gropcap.gro.rss import ColumnReader
-from gropcap.gso import SKB_GSO_FRAGLIST, SKB_GSO_UDP_L4, gso_type_for
+from gropcap.gro.gso import SKB_GSO_FRAGLIST, SKB_GSO_UDP_L4, gso_type_for
 
 GRO_LEGACY_MAX_SIZE = 65536
 # gcodes past the TCP table (engine._gso_table: 0..63 completed, +64 delivered alone)

@@ -443,9 +443,9 @@ class GroConfig:
             (skb_gro_receive_list, SKB_GSO_FRAGLIST).
         mtu: the receiving device's MTU (bytes of IP packet): a frame with at most this
             many outermost IP bytes is a wire frame, a larger one was captured already
-            coalesced. ``None``: inferred from the capture (:mod:`gropcap.mtu`).
+            coalesced. ``None``: inferred from the capture (:mod:`gropcap.gro.mtu`).
         poll_acks: ``napi`` model: a poll also ends where the receiver's ACKs in the
-            capture show a delivery (:mod:`gropcap.ackpolls`); the gap rule and the budget
+            capture show a delivery (:mod:`gropcap.receive.ackpolls`); the gap rule and the budget
             still end the polls that sent no ACK. The pipeline and calibrate apply it
             before the engine runs (the engine itself reads only arrival times).
     """

@@ -50,7 +50,7 @@ from gropcap.gro.config import GroConfig
 from gropcap.gro.flows import FLOW_KEY_COLUMNS, flow_key_matrix
 from gropcap.gro.reasons import NOT_HELD_FRAG_LIST
 from gropcap.gro.result import GroResult
-from gropcap.gso import SKB_GSO_FRAGLIST, gso_type_for
+from gropcap.gro.gso import SKB_GSO_FRAGLIST, gso_type_for
 from gropcap.gro.rss import (
     ColumnReader, column_bytes, column_numpy, gro_bucket, rss_hash, rx_queue,
 )
@@ -898,7 +898,7 @@ def simulate_batch(packets: pa.Table, config: GroConfig, state: EngineState | No
     packets = _check_table(packets)
     state = _check_state(config, state, polls)
     if coalesced is True:
-        from gropcap.gso import coalesced_input
+        from gropcap.gro.coalesced import coalesced_input
         coalesced = coalesced_input(packets)
     cols, ts = prepare(packets, config, state, polls, coalesced=coalesced, hashes=hashes,
                        no_gro=no_gro)
@@ -996,7 +996,7 @@ def simulate_batch_models(packets: pa.Table, configs: list[GroConfig],
                           f"{len(configs)} configs")
     states = [_check_state(c, st, None) for c, st in zip(configs, states)]
     if coalesced is True:
-        from gropcap.gso import coalesced_input
+        from gropcap.gro.coalesced import coalesced_input
         coalesced = coalesced_input(packets)
     rss = _shared_rss(configs)
     # a UDP view's same-flow classes live in each state's own tables (view_state)
@@ -1026,7 +1026,7 @@ def simulate_models(packets: pa.Table, configs: list[GroConfig], *, coalesced=No
     configs = list(configs)
     packets = _check_table(packets)
     if coalesced is True:
-        from gropcap.gso import coalesced_input
+        from gropcap.gro.coalesced import coalesced_input
         coalesced = coalesced_input(packets)
     parts: list[list] = [[] for _ in configs]
     states = None
@@ -1164,8 +1164,8 @@ def simulate(packets: pa.Table, config: GroConfig | None = None, *, polls=None,
         polls: optional int64 array, one non-decreasing GRO window number per packet
             (``napi`` model only): each window is one poll flushed at its end
             (docs/gro-model.md, "Explicit batches").
-        coalesced: a :class:`gropcap.gso.CoalescedInput` (or ``True``: detect with
-            :func:`gropcap.gso.coalesced_input`): its frames arrive as TCP GSO skbs of
+        coalesced: a :class:`gropcap.gro.coalesced.CoalescedInput` (or ``True``: detect with
+            :func:`gropcap.gro.coalesced.coalesced_input`): its frames arrive as TCP GSO skbs of
             ``segs`` segments and ``gso_size`` (count = segs; FLUSH_GSO_SIZE,
             NOT_HELD_GSO_SHORT; a ``frag_list`` row is never merged), as in the reference.
         hashes: ``napi`` model only: ``skb->hash`` per packet instead of the Toeplitz
@@ -1181,7 +1181,7 @@ def simulate(packets: pa.Table, config: GroConfig | None = None, *, polls=None,
     config = config or GroConfig()
     packets = _check_table(packets)
     if coalesced is True:
-        from gropcap.gso import coalesced_input
+        from gropcap.gro.coalesced import coalesced_input
         coalesced = coalesced_input(packets)
     parts, state = [], None
     pieces = _pieces(packets)
@@ -1243,7 +1243,7 @@ def rerun_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig,
     it numbered the keys in) under another ``config``, from an empty GRO table, as one
     final batch: the super-packets emitted (``_SEG_FIELDS`` arrays per part).
 
-    For parameter searches (``gropcap.receiver`` fits budget, poll gap, HZ and the flush
+    For parameter searches (``gropcap.receive.profile`` fits budget, poll gap, HZ and the flush
     timers this way): decoding and :func:`prepare` run once, only the kernels per
     candidate. ``config`` may differ from the preparing one only in what the kernels read
     from it (:func:`_cfg`: budget, poll gap, HZ, timeout, defer); queues, RSS and the

@@ -51,9 +51,9 @@ import numpy as np
 import pyarrow as pa
 
 from gropcap import constants as C
-from gropcap import gso
 from gropcap.decode import schema as S
 from gropcap.errors import ConfigError
+from gropcap.gro import gso
 from gropcap.gro import reasons as R
 from gropcap.gro.config import GroConfig, KernelProfile
 from gropcap.gro.flows import assign_flow_ids
@@ -297,7 +297,7 @@ def build_skbs(table: pa.Table, hashes: np.ndarray, config: GroConfig,
                coalesced=None, no_gro=None) -> list[Skb]:
     """One :class:`Skb` per row: the column values GRO reads, plus derived lengths/keys.
 
-    ``coalesced``: a :class:`gropcap.gso.CoalescedInput`; its frames arrive as TCP GSO
+    ``coalesced``: a :class:`gropcap.gro.coalesced.CoalescedInput`; its frames arrive as TCP GSO
     skbs (count = segs, gso_size as inferred).
     """
     names = ["status", "wire_len", "epb_flags", "iface", "ts_ns", "eth_dst", "eth_src",
@@ -846,7 +846,7 @@ def gro_complete(p: HeldEntry, end_reason: int, profile: KernelProfile,
     """gro_complete (+ inet/ipv6/tunnel/tcp completions): one super-packet for the stack.
 
     ``count == 1``: a plain packet (gso_size 0, no GSO type). Otherwise gso_size is the
-    first packet's payload and gso_type comes from :func:`gropcap.gso.gso_type_for`
+    first packet's payload and gso_type comes from :func:`gropcap.gro.gso.gso_type_for`
     (tcp_gro_complete: CWR of the first header; tcp4_gro_complete: fixed-ID state).
     """
     payload = sum(payload_len[i] for i in p.packets)
@@ -1104,7 +1104,7 @@ class GroNode:
         ``FLUSH_TCP_FLAGS``), the checksum state (one NIC verdict for all: equal) and
         ``count >= 64`` (``FLUSH_MAX_SEGS``); the merge is :func:`skb_gro_receive_list`
         (no check of the skb's own flush) and FIN/PSH are not ORed into p. Checked live on
-        6.18 (tests/test_kernel_replay_fraglist.py)."""
+        6.18 (tests/replay/test_kernel_replay_fraglist.py)."""
         reason = self._pair_flush(p, skb, skb_flush)
         if not reason and skb.flags != p.skb.flags:
             reason = R.FLUSH_TCP_FLAGS
@@ -1581,8 +1581,8 @@ def simulate(packets: pa.Table, config: GroConfig | None = None, *,
         polls: ``napi`` model only: one non-decreasing int64 per packet; packets with the
             same value form one GRO window, flushed entirely at its end (live-kernel
             replay with deferred flushes). ``poll_id`` is then the window's ordinal.
-        coalesced: a :class:`gropcap.gso.CoalescedInput` (or ``True`` to detect with
-            :func:`gropcap.gso.coalesced_input`). Its frames arrive as TCP GSO skbs of
+        coalesced: a :class:`gropcap.gro.coalesced.CoalescedInput` (or ``True`` to detect with
+            :func:`gropcap.gro.coalesced.coalesced_input`). Its frames arrive as TCP GSO skbs of
             ``segs`` segments, so a super-packet's ``count`` is the sum of its packets'
             segments and ``sum(count)`` exceeds the number of packets.
         hashes: ``napi`` model only: the RX hash per packet (``skb->hash``) instead of the
@@ -1623,7 +1623,8 @@ def simulate(packets: pa.Table, config: GroConfig | None = None, *,
         hashes = (rss_hash(table, config.rss_key, config.rss == "toeplitz") if napi
                   else np.zeros(n, dtype=np.uint32))
     if coalesced is True:
-        coalesced = gso.coalesced_input(table)
+        from gropcap.gro.coalesced import coalesced_input
+        coalesced = coalesced_input(table)
     skbs = build_skbs(table, hashes, config, coalesced, no_gro)
     rec = _Recorder(n, config.kernel, payload_len)
     pkt_poll = np.full(n, -1, dtype=np.int64)

@@ -167,13 +167,13 @@ def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig, *,
 
     Returns ``(table, segments, source_seg, device, gro, coalesced, hashes, polls,
     dropped)``; ``table`` is empty when nothing is decapsulated. ``coalesced`` is the
-    :class:`gropcap.gso.CoalescedInput` describing rows that arrive as GSO packets (with
+    :class:`gropcap.gro.coalesced.CoalescedInput` describing rows that arrive as GSO packets (with
     ``frag_list`` and ``gso_type`` arrays: the first stage's type with the tunnel bits
     cleared by iptunnel_pull_offloads from v4.6), ``hashes`` the skb->hash left after
     decapsulation, ``polls`` the lower device's poll of each row (napi model),
     ``dropped`` the native super-packets :func:`ecn_decapsulate` drops.
     """
-    from gropcap.gso import CoalescedInput
+    from gropcap.gro.coalesced import CoalescedInput
 
     names = ("status", "dsa_tag", "tun_type", "encap_depth", "ip_version",
              "outer_dport", "outer_ip_version", "iface", "dsa_port", "outer_ip_src",
@@ -312,7 +312,7 @@ def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig, *,
     # iptunnel_pull_offloads clears only NETIF_F_GSO_ENCAP_ALL (from v4.6, b311341e0bd9;
     # before it nothing): the other bits of the first stage (TCPV4/6, ECN, FIXEDID) stay,
     # and tcp4/6_gro_complete ORs into them when the unit is held again
-    from gropcap.gso import decap_gso_type
+    from gropcap.gro.gso import decap_gso_type
     stage1 = native.seg_gso_type[sel].astype(np.uint32)
     co.gso_type = np.where(gso_unit, np.where(
         tunnelled, decap_gso_type(stage1, (4, 6) if prof.strip_tunnel_gso_on_decap
@@ -479,7 +479,7 @@ def simulate_stages(packets: pa.Table, config: GroConfig, *,
             the live veth replay needs).
         engine: ``"reference"`` (default, the oracle) or ``"fast"`` (numba) for both
             stages; a configuration only the reference implements runs there.
-        coalesced: a :class:`gropcap.gso.CoalescedInput` for the capture (frames captured
+        coalesced: a :class:`gropcap.gro.coalesced.CoalescedInput` for the capture (frames captured
             already coalesced): the native stage's input segments; None: plain segments.
 
     Returns:

@@ -1,6 +1,6 @@
 """Load the Parquet files `gropcap analyze --out DIR` wrote back into an :class:`Analysis`.
 
-Layer: Parquet (io/parquet.py output) -> the same :class:`gropcap.pipeline.Analysis` a
+Layer: Parquet (io/parquet.py output) -> the same :class:`gropcap.analysis.Analysis` a
 notebook gets from :func:`gropcap.analyze`: ``.packets``, ``.superpackets``, ``.flows``
 (pyarrow Tables) and ``.summary()``. The GRO results are rebuilt from the stored verdict
 columns and super-packet rows, the configuration and sources from the provenance metadata,
@@ -33,7 +33,7 @@ from gropcap.gro.config import DEFAULT_RSS_KEY, GroConfig, KernelProfile
 from gropcap.gro.result import PACKET_RESULT_DTYPES, SEG_DTYPES, GroResult
 
 if TYPE_CHECKING:  # the pipeline imports the engines; load it only when called
-    from gropcap.pipeline import Analysis
+    from gropcap.analysis import Analysis
 
 FILES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
 
@@ -80,7 +80,7 @@ def _result_from_tables(packets: pa.Table, segs: pa.Table, prefix: str) -> GroRe
 def _partial_analysis_class():
     """An :class:`Analysis` whose decoded table is rebuilt when first needed (re-decoding
     the recorded captures) and whose summary is the stored one."""
-    from gropcap.pipeline import Analysis
+    from gropcap.analysis import Analysis
 
     class LoadedAnalysis(Analysis):
         __doc__ = Analysis.__doc__
@@ -110,7 +110,7 @@ def _redecode(analysis) -> pa.Table:
     """The decoded table of a directory written with a subset of the packet columns: the
     recorded captures decoded again (same decode options), when each is at its path with
     its sha256."""
-    from gropcap.pipeline import decode_files
+    from gropcap.run.memory import decode_files
     where = analysis.metadata_loaded.get("gropcap.directory", "the directory")
     hint = ("write it with `gropcap analyze --out DIR --packet-columns all` "
             "(gropcap.write_analysis(a, DIR, columns=\"all\")), or keep the capture "
@@ -138,7 +138,7 @@ def load(directory) -> Analysis:
         directory: the ``--out`` directory.
 
     Returns:
-        An :class:`gropcap.pipeline.Analysis` equal (tables, results, config, sources) to
+        An :class:`gropcap.analysis.Analysis` equal (tables, results, config, sources) to
         the one that was written; ``summary()`` gives the same dict. With the default
         packet columns, ``decoded`` is rebuilt from the captures when first used (module
         docstring).
@@ -150,7 +150,7 @@ def load(directory) -> Analysis:
         >>> a = load("out/")                     # doctest: +SKIP
         >>> a.flows.to_pandas().head()           # doctest: +SKIP
     """
-    from gropcap.pipeline import Analysis
+    from gropcap.analysis import Analysis
 
     directory = os.fspath(directory)
     paths = {name: os.path.join(directory, name) for name in FILES}
@@ -203,7 +203,7 @@ def load(directory) -> Analysis:
     analysis._cache["flows"] = flows.replace_schema_metadata(None)
     analysis.metadata_loaded = meta
     if "gropcap.mtu" in meta:
-        from gropcap.mtu import MtuInference
+        from gropcap.gro.mtu import MtuInference
         analysis.mtu = MtuInference(**json.loads(meta["gropcap.mtu"]))
     return analysis
 

@@ -17,7 +17,7 @@ Rules: a missing ``--out`` directory is created (its parent must exist); every o
 target's directory must exist; an existing target is replaced only with ``force``; a
 directory target that exists must be a directory, a file target must not be one.
 
-Layer: io/, below cli.py; knows paths only.
+Layer: io/, below run/ and cli/; knows paths only.
 """
 
 from __future__ import annotations

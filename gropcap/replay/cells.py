@@ -46,9 +46,9 @@ import time
 from dataclasses import dataclass
 
 from gropcap.errors import GropcapError
-from gropcap.replay import _wire
+import gropcap.replay._wire as _wire
 from gropcap.replay._netns import VethPair, _run, check_environment
-from gropcap.replay import kernel as K
+import gropcap.replay.kernel as K
 from gropcap.replay.kernel import _Matcher, is_kick, kick_frame, split_bursts
 
 __all__ = ["replay_gro_cells", "simulate_cells", "CellsReplayResult", "VXLAN_OVERHEAD",

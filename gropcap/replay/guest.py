@@ -84,7 +84,7 @@ class Job:
 
     def sent_frames(self) -> tuple[list[bytes], list[str]]:
         """The frames the replay injects (padding / checksum repair) and what was done."""
-        from gropcap.replay import _wire
+        import gropcap.replay._wire as _wire
         out, acts = [], []
         for i, f in enumerate(self.frames):
             wl = self.wire_lens[i] if self.wire_lens is not None else None
@@ -123,9 +123,9 @@ def selftest_jobs(protos=None, names=None, gro_list: bool = False) -> list[Job]:
 def file_jobs(paths, prefix: str = "file", udp_tunnels=(),
               burst: int = BURST) -> tuple[list[Job], dict]:
     """Jobs for capture files (bursts of ``burst`` frames) and ``{path: why}`` for
-    the files with nothing replayable (``replay.command.unreplayable_reason``)."""
+    the files with nothing replayable (``replay.frames.unreplayable_reason``)."""
     from gropcap.capture import read_capture
-    from gropcap.replay.command import capture_frames, unreplayable_reason
+    from gropcap.replay.frames import capture_frames, unreplayable_reason
     jobs, skipped = [], {}
     for p in paths:
         _info, batch = read_capture(p)
@@ -234,7 +234,7 @@ def _unruns(runs) -> tuple[int, ...]:
 def run_jobs(jobs_path: str, out_path: str) -> dict:
     """Replay every job of ``jobs_path`` through this (the guest's) kernel; write
     the results to ``out_path`` (JSON, see :func:`load_results`) and return them."""
-    from gropcap.replay import kernel as K
+    import gropcap.replay.kernel as K
     from gropcap.replay._netns import kernel_config_option
     from gropcap.replay._xdp import VETH_NAPI_WITHOUT_XDP
     from gropcap.selftest_cases import received_sizes

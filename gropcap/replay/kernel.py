@@ -30,7 +30,7 @@ order the stack gets them). A second socket with PACKET_VNET_HDR reads each pack
 IPv6 and IPIP). A packet it cannot describe is dropped for that socket only; its values are
 then inferred (gso_size = first segment's payload) and ``gso_known`` is False.
 
-**Measured on this 6.18 kernel** (tests/test_kernel_replay.py::test_veth_gro_bucket_is_zero
+**Measured on this 6.18 kernel** (tests/replay/test_kernel_replay.py::test_veth_gro_bucket_is_zero
 keeps checking it): every flow lands in the SAME GRO bucket. The skbs reach
 ``napi_gro_receive`` without a hash (AF_PACKET injection sets none, veth computes none, and
 ``dev_gro_receive`` reads the raw ``skb->hash``), so the bucket is 0 for all flows. The
@@ -61,7 +61,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from gropcap.errors import GropcapError
-from gropcap.replay import _wire
+import gropcap.replay._wire as _wire
 from gropcap.replay._netns import VethPair, check_environment
 
 __all__ = ["replay", "ReplaySession", "KernelReplayResult", "DeliveredUnit",
@@ -79,7 +79,7 @@ VIRTIO_NET_HDR_GSO_NONE = 0
 VIRTIO_NET_HDR_GSO_ECN = 0x80
 # virtio gso types -> SKB_GSO_* bits (include/linux/skbuff.h; SKB_GSO_UDP_L4 is 1 << 17,
 # 1 << 16 is the old UFO SKB_GSO_UDP)
-from gropcap.gso import SKB_GSO_TCP_ECN, SKB_GSO_TCPV4, SKB_GSO_TCPV6, SKB_GSO_UDP_L4  # noqa: E402
+from gropcap.gro.gso import SKB_GSO_TCP_ECN, SKB_GSO_TCPV4, SKB_GSO_TCPV6, SKB_GSO_UDP_L4  # noqa: E402
 VIRTIO_TO_SKB_GSO = {1: SKB_GSO_TCPV4, 4: SKB_GSO_TCPV6, 5: SKB_GSO_UDP_L4}
 # the SKB_GSO bits a virtio header can show; compare only these against the simulator
 VISIBLE_GSO_BITS = SKB_GSO_TCPV4 | SKB_GSO_TCPV6 | SKB_GSO_UDP_L4 | SKB_GSO_TCP_ECN

@@ -189,7 +189,8 @@ def count_pair(pair: Pair, configs: dict[str, GroConfig], *,
     """
     import pyarrow as pa
 
-    from gropcap.pipeline import decode_files, simulate
+    from gropcap.run.engines import simulate
+    from gropcap.run.memory import decode_files
 
     wire, _ = decode_files([pair.wire])
     post, _ = decode_files([pair.postgro])

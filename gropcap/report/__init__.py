@@ -1,1 +1,2 @@
-"""Report layer: an Analysis (pipeline.py) -> tables, summaries, text for people."""
+"""Report layer: finished results (an Analysis, a streamed result, their summary dicts) ->
+tables, summaries, text for people; it does not know how they were computed."""

@@ -156,7 +156,7 @@ def make_baseline(analyses) -> dict:
                 raise ConfigError(f"two captures named {name!r}",
                                   hint="a baseline keys captures by file name")
         info = a.infos[0]
-        from gropcap.report.summary import mtu_of
+        from gropcap.run.summary import mtu_of
         mtu = mtu_of(a)
         captures[os.path.basename(info.path)] = {
             "sha256": info.sha256, "records": info.records,

@@ -25,7 +25,7 @@ def _describe(analysis) -> dict:
 
 def _stages(analysis, model: str) -> dict | None:
     """Per-stage numbers when the configuration models the gro_cells stage
-    (``tunnel_gro`` set): the stages ``pipeline.analyze`` ran (same engine, coalesced input
+    (``tunnel_gro`` set): the stages ``run.memory.analyze`` ran (same engine, coalesced input
     taken into account)."""
     stages = getattr(analysis, "stages", {}).get(model)
     if not stages:

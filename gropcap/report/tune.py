@@ -1,8 +1,8 @@
 """`gropcap tune`: the receive-side changes a user can make, ranked by the aggregation each
 gives on a capture, with the command that makes each change.
 
-Layer: report. Decodes once (``pipeline.decode_files``), infers coalesced input once
-(``gso.CoalescedStats``), then runs the napi model (``pipeline.simulate``, and
+Layer: report. Decodes once (``run.memory.decode_files``), infers coalesced input once
+(``gro.coalesced.CoalescedStats``), then runs the napi model (``run.engines.simulate``, and
 ``gro.stages.simulate_stages`` for GRO on tunnel devices) once per variant of the
 configuration. The aggregation is the napi model's ratio of wire segments to packets the
 stack receives (after the gro_cells stage when it is modelled).
@@ -84,7 +84,7 @@ def variants(config, packets, dev: str = "DEV") -> list[Variant]:
     if (tun != C.TUN_NONE).any() and config.tunnel_gro is not True:
         out.append(Variant("GRO on the tunnel device (gro_cells)", {"tunnel_gro": True},
                            ["ethtool -K TUNDEV gro on"]))
-    from gropcap.report.receive import UDP_TUNNEL_KINDS
+    from gropcap.run.accumulators import UDP_TUNNEL_KINDS
     if len(tun):
         port = packets.column("outer_dport").to_numpy()
         seen = sorted({(UDP_TUNNEL_KINDS[int(t)], int(p))
@@ -129,8 +129,8 @@ def tune(paths, config=None, *, decode_options=None, dev: str = "DEV",
         >>> tune("sample_pcaps/real_ipv4.pcap", dev="eth0")["variants"][0]  # doctest: +SKIP
     """
     from gropcap.gro.config import GroConfig
-    from gropcap.gso import CoalescedStats
-    from gropcap.pipeline import decode_files
+    from gropcap.gro.coalesced import CoalescedStats
+    from gropcap.run.memory import decode_files
     from gropcap.run.options import run_options
 
     config, decode_options, _ = run_options(config or GroConfig(), decode_options, ["napi"],

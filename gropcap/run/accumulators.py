@@ -3,7 +3,7 @@
 
 One set of accumulators (:class:`Totals`) serves every way a run is computed: the
 bounded-memory core adds decoded batches and the engine's partial results as they come;
-an in-memory :class:`~gropcap.pipeline.Analysis` is added as one batch
+an in-memory :class:`~gropcap.analysis.Analysis` is added as one batch
 (:func:`totals_of_analysis`); the Dask runner merges each decode task's
 :class:`CaptureCounts` and each GRO partition's :class:`ModelCounts`.
 ``report/summary.py`` renders finished totals (the JSON summary, the warnings, the text

@@ -5,22 +5,22 @@ sinks, whatever runs it.
 (``run.options``), then runs the core in one of three ways, each counting into the same
 ``run.accumulators.Totals`` that ``report/`` renders:
 
-* **batch by batch, bounded memory** (the default): ``stream.stream_analyze``: decoded
+* **batch by batch, bounded memory** (the default): ``run.stream.stream_analyze``: decoded
   batches, GRO with the engine state carried from batch to batch, the Parquet writers as
-  sinks; returns a ``StreamResult``;
-* **collected in memory**: ``pipeline.analyze`` (what ``gropcap.analyze`` returns, the
+  sinks; returns a ``run.stream.StreamResult``;
+* **collected in memory**: ``run.memory.analyze`` (what ``gropcap.analyze`` returns, the
   core with a collecting sink): when asked (``in_memory``), or when the run uses what only
   the whole-table models implement today (``run.options.memory_reason``: the reference
   engine or decoder, UDP GRO and UDP tunnel sockets, the gro_cells stage, egress
   accounting, plots); returns an ``Analysis`` and writes the sinks from it;
-* **on Dask** (``jobs``/``scheduler``): ``runner.analyze_distributed``, partitions merged
+* **on Dask** (``jobs``/``scheduler``): ``run.distributed.analyze_distributed``, partitions merged
   into the one-process result; returns a ``DistributedAnalysis``.
 
-Every way gives the same summary, flows and Parquet rows (tests/test_stream.py,
-tests/test_runner.py, tests/test_stream_cli.py).
+Every way gives the same summary, flows and Parquet rows (tests/run/test_stream.py,
+tests/run/test_runner.py, tests/run/test_stream_cli.py).
 
-Layer: above pipeline.py, stream.py and runner.py, below cli.py; the plot sink is
-``report.plots.save_plots``.
+Layer: above run/memory.py, run/stream.py and run/distributed.py, below cli/ and api.py;
+the plot sink is passed in by the caller (the CLI's is ``report.plots.save_plots``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from gropcap.run.options import memory_reason, run_options
 
 def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
                 engine: str = "fast", decoder: str = "fast", egress=None,
-                out_dir: str | None = None, plot: str | None = None, force: bool = False,
+                out_dir: str | None = None, plot=None, force: bool = False,
                 in_memory: bool = False, jobs: int | None = None,
                 scheduler: str | None = None, scratch=None, progress=None, receiver=None,
                 receive=None, packet_columns="default"):
@@ -39,32 +39,34 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
 
     Args:
         paths, config, models, decode_options, engine, decoder, egress, receiver: as
-            :func:`gropcap.pipeline.analyze`.
+            :func:`gropcap.run.memory.analyze`.
         out_dir: write ``packets.parquet``, ``superpackets.parquet``, ``flows.parquet``
             there (``force``: replace existing files).
-        plot: write the report plots to this ``.png``/``.svg`` file.
+        plot: the plot sink, a callable given the collected :class:`Analysis` (the CLI
+            passes ``report.plots.save_plots`` bound to its ``--plot`` file); it needs
+            the run in memory.
         in_memory: collect the whole run in memory (an :class:`Analysis`) even when it
             could run in bounded memory.
-        jobs, scheduler, scratch: run on Dask (``runner.analyze_distributed``).
-        receive: the :class:`gropcap.context.ReceiveContext` the summary reports (the
+        jobs, scheduler, scratch: run on Dask (``run.distributed.analyze_distributed``).
+        receive: the :class:`gropcap.receive.context.ReceiveContext` the summary reports (the
             CLI's: which option was typed); None: from ``config``.
         packet_columns: the columns of ``packets.parquet``: ``"default"``, ``"all"`` or
             a list (``io.columns.parse_packet_columns``).
 
     Returns:
-        An ``Analysis`` (in memory or Dask) or a ``stream.StreamResult`` (bounded
+        An ``Analysis`` (in memory or Dask) or a ``run.stream.StreamResult`` (bounded
         memory); ``report.summary.report_dict`` / ``render_text`` take either.
     """
     config, decode_options, models = run_options(config, decode_options, models,
                                                  decoder=decoder, engine=engine,
                                                  egress=egress)
-    from gropcap.receiver import resolve_receiver
+    from gropcap.receive.profile import resolve_receiver
     config, receiver = resolve_receiver(config, receiver)
     distributed = jobs is not None or scheduler is not None
     why = memory_reason(config, engine=engine, decoder=decoder, egress=egress,
                         plot=plot is not None)
     if not (distributed or in_memory or why):
-        from gropcap.stream import stream_analyze
+        from gropcap.run.stream import stream_analyze
         return stream_analyze(paths, config, models=models, decode_options=decode_options,
                               out_dir=out_dir, force=force, progress=progress,
                               receiver=receiver, receive=receive,
@@ -75,14 +77,14 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
                           "closes): it does not run on Dask partitions",
                           hint="drop --jobs/--scheduler, or --poll-acks")
     if distributed:
-        from gropcap.runner import analyze_distributed
+        from gropcap.run.distributed import analyze_distributed
         analysis = analyze_distributed(paths, config, jobs=jobs, scheduler=scheduler,
                                        models=models, decode_options=decode_options,
                                        engine=engine, decoder=decoder, egress=egress,
                                        scratch=scratch, progress=progress)
         analysis.receiver = receiver
     else:
-        from gropcap.pipeline import analyze
+        from gropcap.run.memory import analyze
         analysis = analyze(paths, config, models=models, decode_options=decode_options,
                            engine=engine, decoder=decoder, egress=egress,
                            progress=progress, receiver=receiver)
@@ -93,16 +95,15 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
 
 def _write_sinks(analysis, out_dir, plot, force, progress, packet_columns="default") -> None:
     """The Parquet files and the plots of a collected analysis."""
-    from gropcap.report.progress import phase
+    from gropcap.run.progress import phase
     if out_dir:
         from gropcap.io.parquet import write_analysis
         with phase(progress, "writing Parquet", 3, "files") as advance:
             write_analysis(analysis, out_dir, force=force, columns=packet_columns)
             advance(3)
-    if plot:
-        from gropcap.report.plots import save_plots
+    if plot is not None:
         with phase(progress, "plotting", 1, "files") as advance:
-            save_plots(analysis, plot)
+            plot(analysis)
             advance(1)
 
 

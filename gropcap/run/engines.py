@@ -28,17 +28,17 @@ def simulate(packets: pa.Table, config: GroConfig, *, engine: str = "fast",
     are in the numba engine too) run on the reference model even when ``engine="fast"``;
     the results are the same by definition of the reference, only slower.
 
-    ``coalesced``: a :class:`gropcap.gso.CoalescedInput` (frames captured after TSO/GRO
+    ``coalesced``: a :class:`gropcap.gro.coalesced.CoalescedInput` (frames captured after TSO/GRO
     arrive as GSO packets, ``count`` = their segments); None: every frame is one segment.
 
     ``config.poll_acks`` (napi model, no explicit ``polls``): the polls the receiver's
-    ACKs show reach the engine as arrival times (:mod:`gropcap.ackpolls`).
+    ACKs show reach the engine as arrival times (:mod:`gropcap.receive.ackpolls`).
     """
     from gropcap.gro.reference import needs_reference
 
     check_engine(engine)
     if config.poll_acks and config.model == "napi" and polls is None:
-        from gropcap import ackpolls
+        from gropcap.receive import ackpolls
         packets, evidence = ackpolls.retimed(packets, config)
         if evidence:
             config = ackpolls.engine_config(config)
@@ -102,7 +102,7 @@ def simulate_batches(tables: list, config: GroConfig, *, engine: str = "fast",
         whole = pa.concat_tables(tables) if tables else PACKET_SCHEMA.empty_table()
         return simulate(whole, config, engine=engine, coalesced=coalesced)
     from gropcap.gro.engine import assemble
-    from gropcap.gso import CoalescedInput
+    from gropcap.gro.coalesced import CoalescedInput
     run = BatchGro(config)
     parts = []
     lo = 0

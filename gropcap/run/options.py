@@ -32,7 +32,7 @@ class EgressOptions:
 
     @property
     def features(self) -> int:
-        from gropcap.gso import parse_features
+        from gropcap.egress import parse_features
         return parse_features(self.feature_text)
 
 

@@ -1,7 +1,7 @@
 """Fuzz harness: hostile capture files and frames -> every gropcap invariant checked.
 
-Shared by the CI smoke run (``tests/test_fuzz_smoke.py``), the regression corpus
-(``tests/test_regressions_fuzz.py``) and the long run (``scripts/fuzz_long.py``). Nothing
+Shared by the CI smoke run (``tests/fuzz/test_fuzz_smoke.py``), the regression corpus
+(``tests/fuzz/test_regressions_fuzz.py``) and the long run (``scripts/fuzz_long.py``). Nothing
 here knows about pytest: a broken invariant raises :class:`InvariantError` naming it.
 
 Invariants checked on every input (see ``docs/fuzzing.md``):
@@ -421,7 +421,7 @@ def check_pipeline(path, rng: random.Random | None = None, outdir=None) -> int:
 
     from gropcap.gro.config import GroConfig
     from gropcap.io.parquet import write_analysis
-    from gropcap.pipeline import analyze
+    from gropcap.run.memory import analyze
     from gropcap.report.baseline import check_baseline, make_baseline
     from gropcap.report.explain import explain_flow
     from gropcap.report.summary import render_text

@@ -14,7 +14,7 @@ it put the damage), not from running gropcap:
   compressed stream keeps only the records decompressed before the cut.
 
 Inputs found by the long fuzz run are added to the same directory by hand (with an
-entry in ``found.json``) and replayed by ``tests/test_regressions_fuzz.py`` too.
+entry in ``found.json``) and replayed by ``tests/fuzz/test_regressions_fuzz.py`` too.
 """
 
 from __future__ import annotations

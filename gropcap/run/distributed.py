@@ -1,0 +1,897 @@
+"""The pipeline over partitions on Dask: local worker processes or a ``tcp://`` cluster.
+
+Layer: same inputs and output as :func:`gropcap.run.memory.analyze` (paths -> an
+:class:`~gropcap.analysis.Analysis`); the work is cut into partitions that keep the result
+exact, run as Dask tasks, and merged by one deterministic reduction on the client:
+
+1. **decode**: one task per input file (``decode_batch`` with the file's position as
+   ``file_index``); a plain file above ``split_bytes`` is scanned for its record framing
+   and decoded in byte ranges of whole scan batches. Tables stay on the workers; a small
+   task per piece returns its row count and its coalesced-input statistics
+   (``gso.CoalescedStats``, merged on the client in input order).
+2. **GRO**: :func:`engine.partition_of` gives every row a partition such that partitions
+   share no GRO state: whole RX queues in the ``napi`` model (``napi->gro_hash`` per
+   queue), whole loose same-flow classes in the ``ideal`` model. Each piece is split
+   where it lies (``split_task``); a partition task (``partition_task``) fetches its
+   share of every piece and replays it in capture order with ``engine.simulate_batch``.
+   :func:`merge_parts` numbers flows over the whole capture and restores the one-process
+   delivery order: (poll time, queue, poll order) in the napi model, (trigger row,
+   emission order) then the end-of-capture flush by first row in the ideal model. The
+   gro_cells stage and configurations only the reference model runs are one task per
+   model over the whole table.
+3. The client fetches the decoded tables while the workers run GRO (the
+   :class:`~gropcap.analysis.Analysis` holds them) and concatenates them in input order,
+   as ``run.memory.decode_files`` does.
+
+See docs/scale.md for figures and limits.
+
+Failures: a file that fails to parse, or whose task is lost with its worker twice, is
+left out and recorded in :attr:`DistributedAnalysis.failures` (path, byte range, error); the
+summary lists them under ``failed_inputs``. Nothing else is dropped silently.
+
+>>> # from gropcap.run.distributed import analyze_distributed
+>>> # a = analyze_distributed(["a.pcap", "b.pcap"], jobs=2)
+>>> # a.summary() == gropcap.analyze(["a.pcap", "b.pcap"]).summary()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+
+import numpy as np
+import pyarrow as pa
+
+from gropcap.capture.scan import BATCH_RECORDS as PIPELINE_BATCH
+from gropcap.capture.scan import iter_scan_batches
+from gropcap.decode.options import DecodeOptions
+from gropcap.decode.schema import PACKET_SCHEMA
+from gropcap.errors import ConfigError
+from gropcap.gro.config import MODELS, GroConfig
+from gropcap.analysis import Analysis
+from gropcap.run.options import EgressOptions, run_options
+
+
+@dataclasses.dataclass(frozen=True)
+class InputFailure:
+    """One input that produced no rows: its path, the byte range tried ``[start, end)``
+    (``end`` None: to the end of the file) and the error text."""
+
+    path: str
+    start: int
+    end: int | None
+    error: str
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class DistributedAnalysis(Analysis):
+    """An :class:`Analysis` plus the inputs that failed (``failures``); ``summary()``
+    carries ``failed_inputs`` only when there are some, so a run without failures has
+    exactly the one-process summary."""
+
+    failures: list[InputFailure]
+
+    def summary(self) -> dict:
+        out = super().summary()
+        if self.failures:
+            out["failed_inputs"] = [f.as_dict() for f in self.failures]
+        return out
+
+
+SPLIT_BYTES = 1 << 30          # a byte range per GiB of a large file
+BATCH_RECORDS = 262144         # records per scan batch in byte-range decoding
+# records per batch of a one-process run: PIPELINE_BATCH (capture.scan.BATCH_RECORDS,
+# iter_scan_batches' default), imported above
+
+
+# ---- tasks (run on workers; module-level so they pickle by reference) ----
+
+def decode_file_task(path: str, file_index: int, options: DecodeOptions,
+                     decoder: str = "fast"):
+    """Decode one whole capture file: ``(table, CaptureInfo)`` (PACKET_SCHEMA rows with
+    ``file_index``), the per-file part of ``run.memory.decode_files``."""
+    from gropcap.run.inputs import decode_table
+    return decode_table(path, file_index, options, decoder=decoder)
+
+
+def plan_ranges_task(path: str, split_bytes: int, batch_records: int):
+    """Scan one file's record framing (no decoding) and cut it into byte ranges of whole
+    scan batches, each at least ``split_bytes`` long: ``(ranges, CaptureInfo)`` with
+    ``ranges`` a list of ``(first_batch, end_batch, byte_start, byte_end)``."""
+    from gropcap.decode.support import LinktypeCheck
+    starts = []
+    info = None
+    linktypes = LinktypeCheck()
+    for info, batch in iter_scan_batches(path, batch_records=batch_records):
+        if len(batch):
+            linktypes.add(batch)
+            starts.append(int(batch.file_offset[0]))
+    linktypes.finish(info)
+    size = os.path.getsize(path)
+    ranges = []
+    b0 = 0
+    for k in range(1, len(starts) + 1):
+        end = starts[k] if k < len(starts) else size
+        if end - starts[b0] >= split_bytes or k == len(starts):
+            ranges.append((b0, k, starts[b0] if b0 else 0, end))
+            b0 = k
+    return ranges, info
+
+
+def decode_range_task(path: str, file_index: int, first_batch: int, end_batch: int,
+                      options: DecodeOptions, batch_records: int) -> pa.Table:
+    """Decode scan batches ``[first_batch, end_batch)`` of one file (the framing before
+    them is scanned again, not decoded: records are only findable from the file head)."""
+    from gropcap.decode.fast import decode_batch
+    out = []
+    k = 0
+    for _, batch in iter_scan_batches(path, batch_records=batch_records):
+        if not len(batch):
+            continue
+        if k >= end_batch:
+            break
+        if k >= first_batch:
+            out.append(decode_batch(batch, options, file_index=file_index))
+        k += 1
+    return pa.Table.from_batches(out, schema=PACKET_SCHEMA) if out \
+        else PACKET_SCHEMA.empty_table()
+
+
+def piece_meta_task(decoded):
+    """What the client needs of one decoded piece without fetching its rows:
+    ``(rows, CaptureInfo or None, gso.CoalescedStats, run.accumulators.CaptureCounts)``
+    (both merged on the client in input order)."""
+    from gropcap.gro.coalesced import CoalescedStats
+    from gropcap.run.accumulators import CaptureCounts
+    table, info = decoded if isinstance(decoded, tuple) else (decoded, None)
+    stats = CoalescedStats()
+    stats.add(table)
+    counts = CaptureCounts()
+    counts.add(table)
+    return table.num_rows, info, stats, counts
+
+
+def store_task(fn, args: tuple, path: str, splits: tuple = ()):
+    """Run a decode task and write its table to ``path`` (Arrow IPC stream, which keeps
+    each batch's ``encap`` dictionary) in the shared scratch directory; returns what
+    :func:`piece_meta_task` returns. Readers memory-map the file: no copy through the
+    scheduler's transfers. ``splits``: ``(name, config, parts)`` for which the row's GRO
+    partition (``engine.partition_of``) is computed here, once, and written beside it
+    (``path.name.part``), so partition tasks only select rows."""
+    from gropcap.gro.engine import partition_of
+    out = fn(*args)
+    table = out[0] if isinstance(out, tuple) else out
+    _write_ipc(path, table, stream=True)
+    for name, config, parts in splits:
+        part = partition_of(table, config, parts).astype(np.uint16)
+        _write_ipc(f"{path}.{name}.part", pa.table({"part": part}))
+    return piece_meta_task(out)
+
+
+def _write_ipc(path: str, table: pa.Table, stream: bool = False) -> None:
+    """``table`` to ``path`` (Arrow IPC file, or stream format), renamed into place."""
+    tmp = path + ".tmp"
+    new = pa.ipc.new_stream if stream else pa.ipc.new_file
+    with pa.OSFile(tmp, "wb") as sink, new(sink, table.schema) as w:
+        w.write_table(table)
+    os.replace(tmp, path)
+
+
+def _table_of(piece) -> pa.Table:
+    """A decoded piece as a task receives it: a table, ``(table, info)`` from
+    :func:`decode_file_task`, or the path of a file :func:`store_task` wrote (mapped,
+    not read)."""
+    if isinstance(piece, str):
+        with pa.memory_map(piece) as src:
+            return pa.ipc.open_stream(src).read_all()
+    return piece[0] if isinstance(piece, tuple) else piece
+
+
+def split_task(decoded, index: int, new_index: int, offset: int, config: GroConfig,
+               parts: int, only: int | None = None, part_file: str | None = None) -> list:
+    """Cut one decoded piece into the GRO partitions of ``config``'s model
+    (``engine.partition_of``): ``[(table, global_rows), ...]`` per partition, rows in
+    capture order; ``offset`` is the piece's first global row. ``only``: just that
+    partition's ``(table, global_rows)``. ``part_file``: the partitions
+    :func:`store_task` computed already."""
+    from gropcap.gro.engine import partition_of
+    table = _table_of(decoded)
+    if index != new_index and table.num_rows:
+        table = _renumber_file(table, new_index)
+    if parts == 1:
+        out = [(table, np.arange(offset, offset + table.num_rows, dtype=np.int64))]
+        return out[0] if only is not None else out
+    if part_file is not None:
+        with pa.memory_map(part_file) as src:
+            part = pa.ipc.open_file(src).read_all().column("part").to_numpy()
+    else:
+        part = partition_of(table, config, parts)
+    out = []
+    for p in range(parts) if only is None else [only]:
+        idx = np.flatnonzero(part == p)
+        out.append((table.take(pa.array(idx)), idx + offset))
+    return out[0] if only is not None else out
+
+
+def partition_task(pieces: list, config: GroConfig, stats):
+    """GRO of one partition: the rows of every piece that fall in it, in capture order
+    (``pieces``: ``(table, global_rows)`` in input order). Returns
+    ``(BatchResult, rows, flow_keys)``: the result numbered locally, the global row of
+    each of its rows, and the same-flow key of each local flow id (to number flows over
+    the whole capture)."""
+    from gropcap.gro.engine import simulate_batch
+    tables = [t for t, _ in pieces if t.num_rows]
+    rows = np.concatenate([r for _, r in pieces]) if pieces else np.zeros(0, np.int64)
+    table = pa.concat_tables(tables) if tables else PACKET_SCHEMA.empty_table()
+    co = stats.infer(table) if stats is not None and stats.num and table.num_rows else None
+    if co is not None and not co.num_coalesced:
+        co = None
+    part, state = simulate_batch(table, config, None, final=True, coalesced=co)
+    kt = state.flow_ids
+    keys = np.zeros(0, np.uint64) if kt.sorted_keys is None else \
+        kt.sorted_keys[np.argsort(kt.sorted_ids)]
+    return part, rows.astype(np.int64), keys
+
+
+def partition_files_task(pieces: list, config: GroConfig, parts: int, k: int, stats,
+                         out: str | None = None):
+    """:func:`partition_task` of partition ``k`` over pieces in the shared scratch
+    directory (``pieces``: ``(path, index, new_index, offset)`` in input order): each
+    file is mapped and only this partition's rows are copied out. ``out``: write the
+    result there as Arrow files (a directory) and return only its name
+    (:func:`load_part` maps it)."""
+    res = partition_task([split_task(path, i, j, off, config, parts, only=k,
+                                     part_file=f"{path}.{config.model}.part"
+                                     if parts > 1 else None)
+                          for path, i, j, off in pieces], config, stats)
+    if out is None:
+        return res
+    part, rows, keys = res
+    groups = {
+        "rows": {"rows": rows, "flow_id": part.flow_id, "rx_queue": part.rx_queue},
+        "verdicts": {"p_row": part.p_row, "p_reason": part.p_reason,
+                     "p_inst": part.p_inst, "p_poll": part.p_poll},
+        "segs": dict(part.segs),
+        "polls": {"poll_time": part.poll_time, "poll_queue": part.poll_queue},
+        "scalars": {"row_start": np.array([part.row_start], np.int64),
+                    "poll_base": np.array([part.poll_base], np.int64)},
+    }
+    width = keys.dtype.itemsize if len(keys) else 0
+    key_arr = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(max(width, 1)), len(keys), [None, pa.py_buffer(keys.tobytes())])
+    tables = {g: pa.table({k: pa.array(np.ascontiguousarray(v)) for k, v in cols.items()})
+              for g, cols in groups.items()}
+    tables["keys"] = pa.table({"key": key_arr})
+    os.makedirs(out, exist_ok=True)
+    for g, t in tables.items():
+        _write_ipc(os.path.join(out, g + ".arrow"), t)
+    return ("arrow", out)
+
+
+def load_part(ref):
+    """A :func:`partition_task` result, given as it is or as the ``("arrow", dir)`` a
+    scratch-directory run returns (Arrow files of plain arrays, memory-mapped)."""
+    if not (isinstance(ref, tuple) and len(ref) == 2 and ref[0] == "arrow"):
+        return ref
+    from gropcap.gro.engine import BatchResult
+
+    def group(name):
+        with pa.memory_map(os.path.join(ref[1], name + ".arrow")) as src:
+            t = pa.ipc.open_file(src).read_all()
+        return {c: t.column(c).to_numpy() for c in t.column_names if c != "key"} | (
+            {"key": t.column("key")} if "key" in t.column_names else {})
+    rows, verdicts, segs = group("rows"), group("verdicts"), group("segs")
+    polls, scalars = group("polls"), group("scalars")
+    key_col = group("keys")["key"].combine_chunks()
+    width = key_col.type.byte_width
+    buf = key_col.buffers()[1]
+    keys = np.frombuffer(buf, np.uint8, len(key_col) * width, key_col.offset * width) \
+        .view(np.dtype((np.void, width))) if len(key_col) else np.zeros(0, np.uint64)
+    part = BatchResult(
+        row_start=int(scalars["row_start"][0]), flow_id=rows["flow_id"],
+        rx_queue=rows["rx_queue"], p_row=verdicts["p_row"], p_reason=verdicts["p_reason"],
+        p_inst=verdicts["p_inst"], p_poll=verdicts["p_poll"], segs=segs,
+        poll_base=int(scalars["poll_base"][0]), poll_time=polls["poll_time"],
+        poll_queue=polls["poll_queue"])
+    return part, rows["rows"], keys
+
+
+def model_task(sources, config: GroConfig, engine: str, stats):
+    """One model over the whole table (``run.engines.simulate`` and, when configured, the
+    gro_cells stage): ``(GroResult, stages or None)``."""
+    from gropcap.run.engines import simulate
+    packets = _packets_of(sources)
+    coalesced = stats.infer(packets) if stats is not None and stats.num else None
+    result = simulate(packets, config, engine=engine, coalesced=coalesced)
+    stages = None
+    if config.tunnel_gro is not None:
+        from gropcap.gro.stages import simulate_stages
+        stages = simulate_stages(packets, config, native=result, engine=engine,
+                                 coalesced=coalesced)
+    return result, stages
+
+
+# ---- the reduction ----
+
+def global_flow_ids(parts: list, rows: list[np.ndarray], keys: list[np.ndarray],
+                    n: int) -> np.ndarray:
+    """Flow id per global row, numbered by first appearance over the whole capture (what
+    ``flows.assign_flow_ids`` and a one-process engine give): each partition numbered its
+    flows locally and sent each local flow's key; a flow seen by several partitions gets
+    the first row of any of them."""
+    flow_id = np.zeros(n, np.int64)
+    all_keys, all_first, spans = [], [], []
+    for part, r, k in zip(parts, rows, keys):
+        if not len(r):
+            spans.append(0)
+            continue
+        _, first = np.unique(part.flow_id, return_index=True)
+        all_keys.append(k)
+        all_first.append(r[first])
+        spans.append(len(k))
+    if not all_keys:
+        return flow_id
+    cat_keys = np.concatenate(all_keys)
+    firsts = np.concatenate(all_first)
+    uniq, inv = np.unique(cat_keys, return_inverse=True)
+    inv = inv.ravel()
+    first_of = np.full(len(uniq), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first_of, inv, firsts)
+    rank = np.empty(len(uniq), np.int64)
+    rank[np.argsort(first_of)] = np.arange(len(uniq))
+    off = 0
+    for part, r, span in zip(parts, rows, spans):
+        if len(r):
+            flow_id[r] = rank[inv[off:off + span]][part.flow_id]
+        off += span
+    return flow_id
+
+
+def merge_parts(parts: list, rows: list[np.ndarray], keys: list[np.ndarray], n: int,
+                config: GroConfig):
+    """Map per-partition BatchResults (``engine.partition_of``) to global numbering and
+    assemble the one GroResult a one-process run gives.
+
+    ``rows[i]``: global row numbers of partition ``i`` (ascending); ``keys[i]``: its
+    local flows' keys. Instances and polls are renumbered by partition offsets (they
+    only name things). Delivery order:
+
+    * ``napi``: polls keep their order within a queue and :func:`engine.assemble` ranks
+      them by (time, queue, order), the one-process rule;
+    * ``ideal``: a super-packet goes up while some row is received (``trig``) or in the
+      end-of-capture flush, oldest hold first. Every row belongs to one partition, so the
+      one-process order is (trigger row, emission order within it), then the flushed
+      ones by their first row (hold order is row order).
+    """
+    from gropcap.gro.engine import BatchResult, assemble
+    cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64)  # noqa: E731
+    flow_id = global_flow_ids(parts, rows, keys, n)
+    queue = np.zeros(n, np.uint16)
+    p_row, p_reason, p_inst, p_poll = [], [], [], []
+    segs: dict[str, list] = {}
+    p_time, p_queue = [], []
+    poll_off = 0
+    inst_off = 0
+    for part, r in zip(parts, rows):
+        queue[r] = part.rx_queue
+        nseg_inst = int(part.segs["inst"].max()) + 1 if len(part.segs["inst"]) else 0
+        ninst = max(nseg_inst, int(part.p_inst.max()) + 1 if len(part.p_inst) else 0)
+        p_row.append(r[part.p_row])
+        p_reason.append(part.p_reason)
+        p_inst.append(part.p_inst + inst_off)
+        # -1 (no poll) stays -1; poll numbers are local from part.poll_base
+        pp = part.p_poll - part.poll_base + poll_off
+        p_poll.append(np.where(part.p_poll < 0, part.p_poll, pp))
+        for f, v in part.segs.items():
+            if f in ("first", "last"):
+                v = r[v]
+            elif f == "trig":
+                v = np.where(v < 0, -1, r[np.maximum(v, 0)]) if len(v) else v
+            elif f == "inst":
+                v = v + inst_off
+            elif f == "poll":
+                v = np.where(v < 0, v, v - part.poll_base + poll_off)
+            elif f == "flow":
+                v = flow_id[r[part.segs["first"]]] if len(v) else v
+            segs.setdefault(f, []).append(v)
+        p_time.append(part.poll_time)
+        p_queue.append(part.poll_queue)
+        poll_off += len(part.poll_time)
+        inst_off += ninst
+    seg = {f: cat(v) for f, v in segs.items()}
+    if config.model != "napi" and len(seg.get("trig", ())):
+        trig = seg["trig"]
+        when = np.where(trig >= 0, trig, n + seg["first"])
+        order = np.lexsort((np.arange(len(trig)), when))
+        seg = {f: v[order] for f, v in seg.items()}
+    merged = BatchResult(
+        row_start=0, flow_id=flow_id, rx_queue=queue, p_row=cat(p_row),
+        p_reason=cat(p_reason).astype(np.uint8), p_inst=cat(p_inst), p_poll=cat(p_poll),
+        segs=seg, poll_base=0, poll_time=cat(p_time), poll_queue=cat(p_queue))
+    return assemble([merged], config)
+
+
+def _nworkers(c) -> int:
+    return max(1, len(c.scheduler_info().get("workers", {})))
+
+
+def _nparts(config: GroConfig, nworkers: int) -> int:
+    """Partitions of a split model: one per worker (at most one per RX queue)."""
+    return min(config.queues, nworkers) if config.model == "napi" else nworkers
+
+
+def _ignore_sigint() -> None:
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _quiet_worker() -> None:
+    """A worker of an interrupted run: what it prints while the cluster is torn down
+    (lost heartbeats, closed streams) is noise after "gropcap: interrupted"."""
+    import logging
+    logging.getLogger("distributed").setLevel(logging.CRITICAL + 1)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
+
+
+def _local_cluster(n: int):
+    """A LocalCluster of ``n`` worker processes and its client. The workers ignore
+    SIGINT once started: a terminal's Ctrl-C reaches the whole process group, and only
+    this process should act on it (it stops the run and closes the cluster) instead of
+    every worker printing a traceback of its own."""
+    from dask.distributed import Client, LocalCluster
+    # ":0": the scheduler's HTTP server on a free port (None still tries 8787 and warns
+    # on stderr when another cluster holds it)
+    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                           dashboard_address=":0")
+    c = None
+    try:
+        c = Client(cluster)
+        c.run(_ignore_sigint)
+        return cluster, c
+    except BaseException as e:
+        if isinstance(e, KeyboardInterrupt):
+            _quiet_cluster(c)
+        cluster.close()
+        raise
+
+
+def _quiet_cluster(c) -> None:
+    """An interrupted run's cluster is closed next: no log lines from its teardown, here
+    (the scheduler and nannies run in this process) or in the workers."""
+    import logging
+    logging.getLogger("distributed").setLevel(logging.CRITICAL + 1)
+    if c is not None:
+        try:
+            c.run(_quiet_worker)
+        except Exception:
+            pass
+
+
+def _split_ok(config: GroConfig, engine: str) -> bool:
+    """The numba engine runs this model by partitions (the gro_cells stage and the
+    configurations only the reference model implements run as one task)."""
+    from gropcap.gro.reference import needs_reference
+    return engine == "fast" and config.tunnel_gro is None and not needs_reference(config)
+
+
+@contextlib.contextmanager
+def open_client(client=None, *, jobs: int | None = None, scheduler: str | None = None):
+    """The Dask client to use: ``client`` as given, else one connected to ``scheduler``
+    (``tcp://HOST:PORT``), else a LocalCluster of ``jobs`` single-threaded worker
+    processes. Clients and clusters made here are closed on exit."""
+    if client is not None:
+        yield client
+        return
+    from dask.distributed import Client
+    if scheduler is not None:
+        c = Client(scheduler)
+        try:
+            yield c
+        finally:
+            c.close()
+        return
+    n = int(jobs or os.cpu_count() or 1)
+    if n < 1:
+        raise ConfigError("--jobs must be at least 1")
+    cluster, c = _local_cluster(n)
+    # run once the workers are gone (an interrupted worker may still write scratch files)
+    c.gropcap_after_close = []
+    try:
+        yield c
+    except KeyboardInterrupt:
+        _quiet_cluster(c)
+        raise
+    finally:
+        c.close()
+        cluster.close()
+        for fn in c.gropcap_after_close:
+            fn()
+
+
+def _err_text(exc: BaseException) -> str:
+    one = getattr(exc, "one_line", None)
+    return one() if callable(one) else f"{type(exc).__name__}: {exc}"
+
+
+def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
+                        jobs: int | None = None, scheduler: str | None = None,
+                        models=MODELS, decode_options: DecodeOptions | None = None,
+                        engine: str = "fast", decoder: str = "fast",
+                        egress: EgressOptions | None = None,
+                        split_bytes: int | None = SPLIT_BYTES,
+                        batch_records: int = BATCH_RECORDS,
+                        scratch: str | bool | None = None,
+                        progress=None) -> DistributedAnalysis:
+    """:func:`gropcap.run.memory.analyze` on Dask, with the same result.
+
+    Args:
+        paths: capture file(s) or directories.
+        config, models, decode_options, engine, decoder, egress: as ``run.memory.analyze``.
+        client: a ``dask.distributed.Client`` to run on (not closed here).
+        jobs: without ``client``/``scheduler``: local worker processes (default: CPUs).
+        scheduler: ``tcp://HOST:PORT`` of a running Dask scheduler.
+        split_bytes: plain (uncompressed) files larger than this are decoded in byte
+            ranges of at least this size, cut at scan-batch boundaries (None: whole files).
+        batch_records: records per scan batch (the unit ranges are made of).
+        scratch: how decoded pieces move between tasks. A directory the client and every
+            worker can read and write (a shared file system): pieces are written there
+            once as Arrow files and memory-mapped by every reader. None: a temporary
+            directory when every worker runs on this host (``--jobs``, or a cluster of
+            local workers), else Dask's own transfers. False: always Dask's transfers.
+            Scratch files are removed before returning.
+        progress: a :class:`gropcap.run.progress.Progress`: one line per stage counts
+            its finished tasks.
+
+    Returns:
+        A :class:`DistributedAnalysis`: verdicts, tables and summary equal to the
+        one-process ``analyze`` when every input parses; otherwise the failed inputs are
+        in ``failures`` and the summary's ``failed_inputs``, the rest is analysed.
+
+    Example:
+        >>> a = analyze_distributed("sample_pcaps", jobs=2)  # doctest: +SKIP
+    """
+    from gropcap.run.inputs import input_files
+    config, decode_options, models = run_options(config, decode_options, models,
+                                                 decoder=decoder, engine=engine,
+                                                 egress=egress)
+    files = input_files(paths)
+    with open_client(client, jobs=jobs, scheduler=scheduler) as c, \
+            _scratch_dir(c, scratch) as tmp:
+        nworkers = _nworkers(c)
+        splits = tuple((m, config.replace(model=m), _nparts(config.replace(model=m),
+                                                             nworkers))
+                       for m in models if _split_ok(config.replace(model=m), engine))
+        decoded, infos, failures = _decode_all(c, files, decode_options, decoder,
+                                               split_bytes, batch_records, tmp, progress,
+                                               tuple(s for s in splits if s[2] > 1))
+        n = sum(p.rows for d in decoded for p in d.pieces)
+        # gso_size inference needs every row (SYNs, per-direction statistics): the
+        # pieces' statistics, merged in input order
+        stats = None
+        for d in decoded:
+            for p in d.pieces:
+                stats = p.stats if stats is None else stats.merge(p.stats)
+        if stats is not None:
+            stats.set_mtu(config.mtu).mtu_inference()   # resolved once, shipped resolved
+        pending = _submit_models(c, decoded, n, config, models, engine, stats, tmp)
+        if progress is not None:
+            for m, (_, _, tasks) in pending.items():
+                progress.track(f"GRO {m}", [t[0] for t in tasks])
+        # the client's copy of the decoded table, mapped from the scratch files or
+        # fetched, while the workers run GRO
+        tables = [file_table(d.kind, [p.ref for p in d.pieces] if tmp else
+                             c.gather([p.ref for p in d.pieces]), d.index, d.new_index)
+                  for d in decoded]
+        packets = pa.concat_tables(tables) if tables else PACKET_SCHEMA.empty_table()
+        results, stages, partitions = _gather_models(c, pending, n)
+    a = DistributedAnalysis(packets=packets, infos=infos, config=config, results=results,
+                            decode_options=decode_options, stages=stages, egress=egress)
+    a.coalesced = stats.infer(packets) if stats is not None and stats.num else None
+    from gropcap.gro.coalesced import CoalescedStats
+    a.mtu = (stats or CoalescedStats(config.mtu)).mtu_inference()
+    a.failures = failures
+    a._cache["totals"] = _merged_totals(a, decoded, partitions)
+    return a
+
+
+def _merged_totals(a, decoded: list, partitions: dict):
+    """The run's ``run.accumulators.Totals`` merged from its pieces and partitions: the
+    capture counts each decode task made (file indexes moved past failed inputs), and
+    per split model one ``ModelCounts`` per GRO partition (flows and rows numbered over
+    the whole capture). The flows table and the coalesced-input counts are made once
+    over the client's table (flow keys come from each flow's first row)."""
+    from gropcap.run.accumulators import file_index_of, model_counts, totals_of_analysis
+    capture = None
+    for d in decoded:
+        for p in d.pieces:
+            c = p.counts if d.index == d.new_index else \
+                p.counts.renumber_file(d.index, d.new_index)
+            capture = c if capture is None else capture.merge(c)
+    fidx = file_index_of(a.decoded)
+    models = {}
+    for m, parts in partitions.items():
+        for part, rows in parts:
+            s = part.segs
+            first = rows[s["first"]]
+            mc = model_counts(m, a.decoded, fidx, reasons=part.p_reason, count=s["count"],
+                              end=s["end"], payload=s["payload"],
+                              flow=a.results[m].flow_id[first], first=first)
+            models[m] = mc if m not in models else models[m].merge(mc)
+    return totals_of_analysis(a, capture=capture, models=models)
+
+
+@contextlib.contextmanager
+def _scratch_dir(c, scratch):
+    """The directory pieces are exchanged through (None: Dask transfers); a fresh
+    subdirectory, removed on exit (the client's mapped tables stay valid: Linux keeps an
+    unlinked file's pages while they are mapped)."""
+    import shutil
+    import tempfile
+    if scratch is False or (scratch is None and not _workers_local(c)):
+        yield None
+        return
+    d = tempfile.mkdtemp(prefix="gropcap-dask-", dir=None if scratch is None else scratch)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+        # again after open_client closed its cluster: a task still running when an
+        # interrupt or error ended the run recreates its piece's directory
+        getattr(c, "gropcap_after_close", []).append(
+            lambda: shutil.rmtree(d, ignore_errors=True))
+
+
+def _workers_local(c) -> bool:
+    """Every worker runs on this host (so it sees this host's temporary directory)."""
+    import socket
+    from urllib.parse import urlsplit
+    workers = c.scheduler_info().get("workers", {})
+    if not workers:
+        return False
+    mine = {"127.0.0.1", "::1", "localhost", socket.gethostname()}
+    with contextlib.suppress(OSError):
+        mine.update(socket.gethostbyname_ex(socket.gethostname())[2])
+    hosts = {urlsplit(a).hostname for a in workers}
+    return hosts <= mine
+
+
+def _result_or_retry(c, fut, fn, *args):
+    """``(result, future)``: ``fut``'s result; a task lost with a dying worker
+    (KilledWorker, possibly through no fault of its own: it shared the worker) runs once
+    more on its own first."""
+    from dask.distributed import KilledWorker
+    try:
+        return fut.result(), fut
+    except KilledWorker:
+        fut = c.submit(fn, *args, pure=False)
+        return fut.result(), fut
+
+
+@dataclasses.dataclass
+class _Piece:
+    """One decode task's output, left on its worker: the future, its byte range, and
+    what :func:`piece_meta_task` told the client."""
+
+    ref: object          # the decode future, or the scratch file's path
+    args: tuple
+    task: object
+    start: int = 0
+    end: int | None = None
+    rows: int = 0
+    stats: object = None
+    counts: object = None      # run.accumulators.CaptureCounts of its rows
+    offset: int = 0
+
+
+@dataclasses.dataclass
+class _Decoded:
+    """One input file that decoded: its pieces in byte order."""
+
+    kind: str
+    index: int
+    new_index: int
+    pieces: list
+
+
+def _decode_all(c, files, options, decoder, split_bytes, batch_records, scratch=None,
+                progress=None, splits=()):
+    """Decode every file (whole, or in byte ranges for large plain files), leaving the
+    tables on the workers (or in ``scratch`` files); returns ``(decoded, infos,
+    failures)`` in input order with ``file_index`` renumbered over the files that
+    succeeded (as one process would number them) and every piece's global row offset
+    set."""
+    from dask.distributed import KilledWorker
+
+    from gropcap.capture.compress import sniff_compression
+
+    def splittable(path):
+        if decoder != "fast" or not split_bytes or os.path.getsize(path) <= split_bytes:
+            return False
+        with open(path, "rb") as f:
+            return not sniff_compression(f.read(8))
+
+    count = iter(range(1 << 62))
+
+    def submit(fn, args, path=None):
+        if scratch:
+            path = path or os.path.join(scratch, f"piece{next(count)}.arrow")
+            return path, c.submit(store_task, fn, args, path, splits, pure=False)
+        fut = c.submit(fn, *args, pure=False)
+        return fut, c.submit(piece_meta_task, fut, pure=False)
+
+    jobs = []
+    for i, path in enumerate(files):
+        if splittable(path):
+            args = (path, split_bytes, batch_records)
+            jobs.append(("plan", args, c.submit(plan_ranges_task, *args, pure=False)))
+        else:
+            args = (path, i, options, decoder)
+            fut, meta = submit(decode_file_task, args)
+            jobs.append(("file", None, [(_Piece(fut, args, decode_file_task), meta)]))
+    # every plan is waited for only after all tasks are queued, so plans overlap decoding
+    for i, (kind, args, fut) in enumerate(jobs):
+        if kind != "plan":
+            continue
+        try:
+            (ranges, info), _ = _result_or_retry(c, fut, plan_ranges_task, *args)
+        except Exception as exc:
+            jobs[i] = ("failed", InputFailure(files[i], 0, None, _err_text(exc)), None)
+            continue
+        pieces = []
+        for b0, b1, lo, hi in ranges:
+            rargs = (files[i], i, b0, b1, options, batch_records)
+            rfut, meta = submit(decode_range_task, rargs)
+            pieces.append((_Piece(rfut, rargs, decode_range_task, lo, hi), meta))
+        jobs[i] = ("ranges", info, pieces)
+    if progress is not None:
+        progress.track("decode", [m for kind, _, pieces in jobs if kind != "failed"
+                                  for _, m in pieces])
+    decoded, infos, failures = [], [], []
+    offset = 0
+    for i, (kind, info, pieces) in enumerate(jobs):
+        path = files[i]
+        if kind == "failed":
+            failures.append(info)
+            continue
+        failed = None
+        for piece, meta in pieces:
+            try:
+                try:
+                    rows, pinfo, stats, counts = meta.result()
+                except KilledWorker:
+                    # lost with a dying worker, maybe not by its own fault: once more alone
+                    piece.ref, meta = submit(piece.task, piece.args,
+                                             piece.ref if scratch else None)
+                    rows, pinfo, stats, counts = meta.result()
+            except Exception as exc:   # parse error, or the worker died again
+                failed = InputFailure(path, piece.start if kind == "ranges" else 0,
+                                      piece.end if kind == "ranges" else None,
+                                      _err_text(exc))
+                break
+            piece.rows, piece.stats, piece.counts = rows, stats, counts
+            if kind == "file":
+                info = pinfo
+        if failed is not None:
+            # the file is left out whole: one process would have none of it either
+            failures.append(failed)
+            continue
+        d = _Decoded(kind, i, len(infos), [p for p, _ in pieces])
+        for p in d.pieces:
+            p.offset = offset
+            offset += p.rows
+        decoded.append(d)
+        infos.append(info)
+    return decoded, infos, failures
+
+
+def file_table(kind: str, parts: list, index: int, new_index: int) -> pa.Table:
+    """One file's decoded table from its task results (``kind`` ``"file"``: one
+    ``(table, info)``; ``"ranges"``: tables in byte order), laid out as one process
+    lays it out; ``file_index`` renumbered from ``index`` to ``new_index`` when an
+    earlier input failed."""
+    table = pa.concat_tables([_table_of(p) for p in parts])
+    if kind == "ranges" and table.num_rows:
+        table = _encap_as_one_process(table)
+    if table.num_rows and index != new_index:
+        table = _renumber_file(table, new_index)
+    return table
+
+
+def _renumber_file(table: pa.Table, new_index: int) -> pa.Table:
+    return table.set_column(
+        table.schema.get_field_index("file_index"), PACKET_SCHEMA.field("file_index"),
+        pa.array(np.full(table.num_rows, new_index), PACKET_SCHEMA.field("file_index").type))
+
+
+def _packets_of(sources) -> pa.Table:
+    """The whole decoded table, on a worker, from the decode tasks' results (Dask passes
+    them in place of the futures): ``sources`` is ``[(kind, results, index, new_index)]``
+    per file."""
+    tables = [file_table(kind, parts, i, j) for kind, parts, i, j in sources]
+    return pa.concat_tables(tables) if tables else PACKET_SCHEMA.empty_table()
+
+
+def _encap_as_one_process(table: pa.Table) -> pa.Table:
+    """Re-encode the ``encap`` dictionary column as one process builds it: one dictionary
+    per scan batch of ``PIPELINE_BATCH`` records, in first-occurrence order (values are
+    the same whatever the cut; only the dictionaries depend on it)."""
+    i = table.schema.get_field_index("encap")
+    field = PACKET_SCHEMA.field("encap")
+    strings = table.column(i).cast(pa.string())
+    chunks = [strings.slice(o, PIPELINE_BATCH).combine_chunks().dictionary_encode()
+              .cast(field.type) for o in range(0, table.num_rows, PIPELINE_BATCH)]
+    return table.set_column(i, field, pa.chunked_array(chunks, field.type))
+
+
+class _RangeFailed(Exception):
+    def __init__(self, start, end, exc):
+        super().__init__(start, end)
+        self.start, self.end, self.exc = start, end, exc
+
+
+def _submit_models(c, decoded: list, n: int, config: GroConfig, models, engine, stats,
+                   scratch=None):
+    """Submit every model's GRO tasks: ``{model: (kind, cfg, tasks)}``.
+
+    A model the numba engine runs (``_split_ok``) is cut into one partition per worker
+    (``engine.partition_of``: whole RX queues in the napi model, whole same-flow classes
+    in the ideal model): each decoded piece is split where it lies, and each partition
+    task fetches only its share of every piece (with a scratch directory, each partition
+    task maps every piece's file and copies its own rows out). Others run as one task
+    over the whole table."""
+    import operator
+    nworkers = _nworkers(c)
+    stats_arg = c.scatter(stats, hash=False) if stats is not None and stats.num else None
+    sources = [(d.kind, [p.ref for p in d.pieces], d.index, d.new_index) for d in decoded]
+    pending = {}
+    for m in models:
+        cfg = config.replace(model=m)
+        if _split_ok(cfg, engine) and n:
+            nparts = _nparts(cfg, nworkers)
+            tasks = []
+            if scratch:
+                refs = [(p.ref, d.index, d.new_index, p.offset)
+                        for d in decoded for p in d.pieces]
+                for k in range(nparts):
+                    args = (refs, cfg, nparts, k, stats_arg,
+                            os.path.join(scratch, f"gro-{m}-{k}"))
+                    tasks.append((c.submit(partition_files_task, *args, pure=False),
+                                  args, partition_files_task))
+            else:
+                splits = [c.submit(split_task, p.ref, d.index, d.new_index, p.offset, cfg,
+                                   nparts, pure=False) for d in decoded for p in d.pieces]
+                for k in range(nparts):
+                    picks = [c.submit(operator.getitem, sp, k, pure=False) for sp in splits]
+                    args = (picks, cfg, stats_arg)
+                    tasks.append((c.submit(partition_task, *args, pure=False), args,
+                                  partition_task))
+            pending[m] = ("parts", cfg, tasks)
+        else:
+            args = (sources, cfg, engine, stats_arg)
+            pending[m] = ("model", cfg, [(c.submit(model_task, *args, pure=False), args)])
+    return pending
+
+
+def _gather_models(c, pending: dict, n: int):
+    """Wait for the GRO tasks and reduce: ``(results, stages, partitions)`` (per split
+    model its ``(BatchResult, global rows)`` per partition). A task lost with a
+    dying worker is retried once; a second loss fails the run (a GRO partition cannot be
+    left out without changing every count)."""
+    results, stages, partitions = {}, {}, {}
+    for m, (kind, cfg, tasks) in pending.items():
+        if kind == "parts":
+            done = [load_part(_result_or_retry(c, f, fn, *args)[0]) for f, args, fn in tasks]
+            results[m] = merge_parts([d[0] for d in done], [d[1] for d in done],
+                                     [d[2] for d in done], n, cfg)
+            partitions[m] = [(d[0], d[1]) for d in done]
+        else:
+            fut, args = tasks[0]
+            (results[m], st), _ = _result_or_retry(c, fut, model_task, *args)
+            if st is not None:
+                stages[m] = st
+    return results, stages, partitions

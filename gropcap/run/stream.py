@@ -1,0 +1,813 @@
+"""Streaming analysis: capture files -> Parquet and the summary, in bounded memory.
+
+The in-memory :func:`gropcap.run.memory.analyze` holds the whole decoded table and every
+GroResult array at once (a 4 M-packet capture peaked at 4.9 GB). :func:`stream_analyze`
+gives the same ``packets.parquet`` / ``superpackets.parquet`` / ``flows.parquet`` and the
+same summary dict, batch by batch:
+
+1. **decode + GRO pass**: fast scan -> fast decode -> ``gro.engine.simulate_batch_models``
+   (every model from one preparation per batch; state carried across batches and
+   files), each batch as soon as it is decoded; the columns the packets pass reads back
+   go to a temporary Arrow file, the engine's partial results (``BatchResult``) to spill
+   files; the summary counters are accumulated. A frame captured already coalesced (its
+   gso_size needs the whole capture first) or a UDP tunnel on a port without a tunnel
+   socket (the hint re-runs the models on the whole table) ends this fused pass, and the
+   run starts over unfused: the whole decoded table to the temporary file, then GRO over
+   it as a second sweep.
+2. **super-packets pass**: the napi model's delivery order is known only when every poll
+   is in (``engine.assemble``: polls ordered by time, queue, number). With the poll ranks
+   and the super-packets per poll, each super-packet's delivery position is
+   ``offset[rank[poll]] + its index within the poll``; a small reorder buffer writes them
+   in that order (a queue's polls are already in time order, so the buffer stays small).
+3. **packets pass**: the temporary decoded Parquet is read back batch by batch and joined
+   with the spilled verdicts (``gro_seg`` from the instance -> position map).
+
+Memory that stays in RAM, per model: 5 bytes per super-packet (instance -> delivery
+position, int32 with the sign telling single packets, and a "head seen" byte) and 24
+bytes per NAPI poll (time, queue, rank); per flow: its key row and counters. Nothing per packet:
+the per-packet arrays go through the spill files. Batches are ``batch_records`` rows.
+
+Layer: takes paths, calls capture/ (scan), decode/ (fast), gro/ (engine) and writes
+Parquet through pyarrow; hands back a :class:`StreamResult` (summary dict, flows table,
+paths written).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import shutil
+import struct
+import tempfile
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gropcap.decode.options import DecodeOptions
+from gropcap.decode.schema import PACKET_SCHEMA
+from gropcap.errors import ConfigError
+from gropcap.gro.config import MODELS, GroConfig
+from gropcap.gro.reasons import ROLE_ALONE, ROLE_HEAD, ROLE_MERGED
+from gropcap.io.columns import readable
+
+OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+
+
+def _parquet_options(schema: pa.Schema) -> dict:
+    """zstd as io.parquet; Parquet dictionary pages only for the string columns (``encap``,
+    ``model`` and the readable ``*_name`` columns, whose dictionaries then load back
+    whole, as ``io.parquet.write_analysis`` writes them): for numeric columns they cost
+    ~35% of the write time and made the files larger (measured on the benchmark
+    capture's packets table)."""
+    strings = [f.name for f in schema if f.name in ("encap", "model")
+               or pa.types.is_dictionary(f.type)]
+    return {"compression": "zstd", "use_dictionary": strings}
+
+
+@dataclasses.dataclass
+class StreamResult:
+    """What :func:`stream_analyze` hands back.
+
+    Attributes:
+        summary: the same dict as ``Analysis.summary()`` (``gropcap analyze --format json``
+            adds ``top_flows``: ``report.summary.report_dict``).
+        flows: the flows table (one row per flow; in memory, it grows with flows only).
+        paths: the Parquet files written (empty when ``out_dir`` was None).
+        metadata: the provenance written into every Parquet file.
+        peak_spill_bytes: largest size of the temporary files (decoded table + verdicts).
+        timings: wall seconds per phase (``decode``, ``gro`` of which ``engine`` and
+            ``coalesced``, ``superpackets``, ``packets``, ``flows``).
+        flow_causes: per flow, the probable cause of its breaks
+            (``report.explain.flow_causes``).
+    """
+
+    summary: dict
+    flows: pa.Table
+    paths: list
+    metadata: dict
+    peak_spill_bytes: int = 0
+    # UDP tunnels on ports without a tunnel socket (report.receive.tunnel_hint), or None
+    udp_tunnel_hint: dict | None = None
+    timings: dict = dataclasses.field(default_factory=dict)
+    flow_causes: list = dataclasses.field(default_factory=list)
+    # the run's finished accumulators (run.accumulators.Totals) the summary renders
+    totals: object = None
+
+    @property
+    def primary_model(self) -> str:
+        """The model whose verdicts fill the unprefixed packet columns (napi if run)."""
+        models = list(self.summary["models"])
+        return "napi" if "napi" in models else models[0]
+
+    @property
+    def models(self) -> list[str]:
+        return list(self.summary["models"])
+
+
+def streamable(config: GroConfig, *, engine: str = "fast", decoder: str = "fast",
+               egress=None) -> str | None:
+    """None when :func:`stream_analyze` models this run, else why not (one line):
+    ``run.options.memory_reason``."""
+    from gropcap.run.options import memory_reason
+    return memory_reason(config, engine=engine, decoder=decoder, egress=egress)
+
+
+class _Spill:
+    """Arrays written one after another to a temporary file and read back in order."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.f = open(path, "w+b")
+
+    # record: dtype string (8 bytes, e.g. b"<i8") and element count, then the raw bytes
+    _HEAD = struct.Struct("<8sQ")
+
+    def put(self, *arrays) -> None:
+        for a in arrays:
+            a = np.ascontiguousarray(a).ravel()
+            self.f.write(self._HEAD.pack(a.dtype.str.encode(), len(a)))
+            self.f.write(memoryview(a).cast("B"))
+
+    def rewind(self) -> None:
+        self.f.flush()
+        self.f.seek(0)
+
+    def get(self, k: int) -> list[np.ndarray]:
+        out = []
+        for _ in range(k):
+            code, n = self._HEAD.unpack(self.f.read(self._HEAD.size))
+            a = np.empty(n, np.dtype(code.rstrip(b"\0").decode()))
+            if n:
+                self.f.readinto(memoryview(a).cast("B"))
+            out.append(a)
+        return out
+
+    def size(self) -> int:
+        return os.path.getsize(self.path)
+
+    def close(self) -> None:
+        self.f.close()
+
+
+class _ModelRun:
+    """One model's engine state, spill files and counts (``run.accumulators``)."""
+
+    def __init__(self, model: str, config: GroConfig, tmp: str, counts):
+        self.model = model
+        self.config = config.replace(model=model)
+        self.state = None                 # the engine state once the GRO pass is done
+        self.rows = _Spill(os.path.join(tmp, f"{model}.rows"))
+        self.verdicts = _Spill(os.path.join(tmp, f"{model}.verdicts"))
+        self.segs = _Spill(os.path.join(tmp, f"{model}.segs"))
+        self.parts = 0
+        self.nseg = 0
+        self.counts = counts            # run.accumulators.ModelCounts
+        self.poll_time: list = []
+        self.poll_queue: list = []
+
+    def take(self, part, file_of=None):
+        """Spill and count this model's BatchResult of the next batch (the engine state
+        is carried by the run's ``run.engines.BatchGroModels``)."""
+        from gropcap.gro.engine import _SEG_FIELDS
+        self.parts += 1
+        self.rows.put(part.flow_id, part.rx_queue)
+        self.verdicts.put(part.p_row, part.p_reason, part.p_inst, part.p_poll)
+        s = part.segs
+        self.segs.put(*[s[f] for f in _SEG_FIELDS])
+        self.counts.add_reasons(part.p_reason)
+        self.nseg += len(s["first"])
+        self.counts.add_segs(count=s["count"], end=s["end"], payload=s["payload"],
+                             flow=s["flow"], file=file_of(s["first"]))
+        if self.poll_time or len(part.poll_time):
+            assert part.poll_base == sum(len(t) for t in self.poll_time)
+        self.poll_time.append(part.poll_time)
+        self.poll_queue.append(part.poll_queue)
+        return part
+
+
+class _SegOrder:
+    """Delivery position of every super-packet (engine.assemble's order, online)."""
+
+    def __init__(self, run: _ModelRun):
+        cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64)  # noqa: E731
+        p_time, p_queue = cat(run.poll_time), cat(run.poll_queue)
+        self.napi = run.config.model == "napi"
+        self.inferred = self.napi and len(p_time) > 0
+        run.poll_time = run.poll_queue = None
+        if self.inferred:
+            order = np.lexsort((np.arange(len(p_time)), p_queue, p_time))
+            self.rank = np.empty(len(order), np.int64)
+            self.rank[order] = np.arange(len(order))
+            self.poll_segs = np.zeros(len(p_time), np.int64)
+
+    def count(self, polls: np.ndarray) -> None:
+        """First sweep: super-packets per poll."""
+        if self.inferred and len(polls):
+            self.poll_segs += np.bincount(polls, minlength=len(self.poll_segs))
+
+    def start(self) -> None:
+        if self.inferred:
+            by_rank = np.zeros(len(self.rank), np.int64)
+            by_rank[self.rank] = self.poll_segs
+            start = np.concatenate([[0], np.cumsum(by_rank)[:-1]])
+            self.offset = start[self.rank]          # first position of each poll
+            self.seen = np.zeros(len(self.rank), np.int64)
+        self.next = 0
+
+    def positions(self, polls: np.ndarray) -> np.ndarray:
+        """Second sweep (same order): positions of the next super-packets."""
+        m = len(polls)
+        if not self.inferred:
+            pos = np.arange(self.next, self.next + m, dtype=np.int64)
+            self.next += m
+            return pos
+        if not m:
+            return np.zeros(0, np.int64)
+        o = np.argsort(polls, kind="stable")
+        ps = polls[o]
+        starts = np.concatenate([[0], np.nonzero(np.diff(ps))[0] + 1])
+        within_sorted = np.arange(m) - np.repeat(starts, np.diff(np.append(starts, m)))
+        within = np.empty(m, np.int64)
+        within[o] = within_sorted
+        pos = self.offset[polls] + self.seen[polls] + within
+        self.seen += np.bincount(polls, minlength=len(self.seen))
+        return pos
+
+    def poll_ids(self, polls: np.ndarray) -> np.ndarray:
+        if self.inferred:
+            return self.rank[polls]
+        return polls if self.napi else np.full(len(polls), -1, np.int64)
+
+
+class _Coalesced:
+    """gso.CoalescedStats over a stream: the first pass :meth:`add` s every batch, the
+    GRO pass then gives each batch its :class:`gso.CoalescedInput` (gso_size needs the
+    whole capture: the peer's SYN or the direction's most common segment may come later)
+    and counts it (``run.accumulators.CoalescedCounts``)."""
+
+    def __init__(self, mtu: int | None = None):
+        from gropcap.gro.coalesced import CoalescedStats
+        from gropcap.run.accumulators import CoalescedCounts
+        self.stats = CoalescedStats(mtu)
+        self.counts = CoalescedCounts()
+
+    @property
+    def num(self) -> int:
+        """Coalesced frames."""
+        return self.stats.num
+
+    def add(self, t: pa.Table) -> None:
+        self.stats.add(t)
+
+    def batch(self, t: pa.Table):
+        """The batch's gso.CoalescedInput (after every batch went through :meth:`add`)."""
+        co = self.stats.infer(t)
+        self.counts.add(t, co)
+        return co
+
+
+class _TunnelHint:
+    """``report.receive.tunnel_hint`` for a streamed run: UDP tunnels on ports without a
+    tunnel socket are known after the decode pass (their counts); the ideal model is run
+    again on their rows, collected in the GRO pass (up to ``HINT_MAX_ROWS``), the napi
+    model on the whole capture read back (up to ``HINT_NAPI_MAX_ROWS`` rows), as the
+    in-memory hint does."""
+
+    def __init__(self, counts: dict, config: GroConfig, models):
+        from gropcap.run.hints import HINT_MAX_ROWS, missing_tunnels
+        self.config = config
+        self.hint = missing_tunnels(counts, config)
+        tunnels = self.hint["tunnels"] if self.hint else []
+        self.pairs = tuple((m["kind"], m["port"]) for m in tunnels)
+        self.collect = bool(self.pairs) and sum(m["packets"] for m in tunnels) <= HINT_MAX_ROWS
+        self.rows: list[pa.Table] = []
+        self.co: list = []
+        self.before = {m: 0 for m in models}
+
+    def gro_batch(self, t: pa.Table, co) -> None:
+        """The tunnel rows of a batch and their coalesced input."""
+        if not self.collect:
+            return
+        from gropcap.run.hints import tunnel_mask
+        idx = np.flatnonzero(tunnel_mask(t, self.pairs))
+        self.rows.append(t.take(idx))
+        self.co.append(None if co is None else
+                       (co.is_gso[idx], co.gso_size[idx], co.segs[idx], co.source[idx]))
+
+    def packets_batch(self, t: pa.Table, model: str, first: np.ndarray) -> None:
+        """Count ``model``'s super-packets that start at a tunnel row (``first``: rows
+        that start a super-packet)."""
+        if self.pairs:
+            from gropcap.run.hints import tunnel_mask
+            self.before[model] += int(np.count_nonzero(tunnel_mask(t, self.pairs) & first))
+
+    def finish(self, models: dict, segments: int, packets: int, whole) -> dict | None:
+        """The hint (None without one); ``models``: the summary's; ``whole()``: the
+        whole decoded table and its coalesced input, read back."""
+        if self.hint is None:
+            return None
+        from gropcap.gro.coalesced import CoalescedInput
+        from gropcap.run.hints import HINT_NAPI_MAX_ROWS, sockets_models
+        tunnel_rows = None
+        if self.collect:
+            table = pa.concat_tables(self.rows) if self.rows else \
+                PACKET_SCHEMA.empty_table()
+            co = None
+            if self.co and all(c is not None for c in self.co):
+                co = CoalescedInput(*[np.concatenate([c[k] for c in self.co])
+                                      for k in range(4)])
+                co = co if co.num_coalesced else None
+            tunnel_rows = (table, co)
+        big = packets > HINT_NAPI_MAX_ROWS or all(m == "ideal" for m in models)
+        self.hint["models"] = sockets_models(
+            self.config, self.pairs, models, segments, tunnel_rows=tunnel_rows,
+            before=self.before, whole=None if big else whole())
+        self.hint["left_out"] = [m for m in models if m not in (self.hint["models"] or {})]
+        return self.hint
+
+
+class _RowCursor:
+    """Per-row arrays spilled in row order (flow_id, rx_queue), served in row ranges."""
+
+    def __init__(self, spill: _Spill, k: int):
+        self.spill, self.k = spill, k
+        self.buf = [np.zeros(0, np.int64)] * k
+
+    def take(self, n: int) -> list[np.ndarray]:
+        while len(self.buf[0]) < n:
+            got = self.spill.get(self.k)
+            self.buf = [np.concatenate([b, g]) for b, g in zip(self.buf, got)]
+        out = [b[:n] for b in self.buf]
+        self.buf = [b[n:] for b in self.buf]
+        return out
+
+
+class _VerdictCursor:
+    """Verdicts spilled in processing order (a NAPI queue's rows may be decided a batch
+    later), served by row range."""
+
+    def __init__(self, spill: _Spill):
+        self.spill = spill
+        self.buf = [np.zeros(0, np.int64) for _ in range(4)]
+
+    def take(self, r0: int, r1: int) -> list[np.ndarray]:
+        while int(np.count_nonzero((self.buf[0] >= r0) & (self.buf[0] < r1))) < r1 - r0:
+            got = self.spill.get(4)
+            self.buf = [np.concatenate([b, g.astype(np.int64)]) for b, g in zip(self.buf, got)]
+        inside = (self.buf[0] >= r0) & (self.buf[0] < r1)
+        rows = self.buf[0][inside] - r0
+        out = []
+        for b in self.buf[1:]:
+            a = np.zeros(r1 - r0, np.int64)
+            a[rows] = b[inside]
+            out.append(a)
+        self.buf = [b[~inside] for b in self.buf]
+        return out
+
+
+def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
+                   decode_options: DecodeOptions | None = None, out_dir: str | None = None,
+                   force: bool = False, batch_records: int = 65536,
+                   engine: str = "fast", decoder: str = "fast", egress=None,
+                   tmp_dir: str | None = None, progress=None,
+                   receiver=None, receive=None, packet_columns="default",
+                   _fused: bool = True) -> StreamResult:
+    """Analyse captures batch by batch in bounded memory (see the module docstring).
+
+    Args:
+        paths: capture file(s) or directories (as :func:`gropcap.run.memory.analyze`).
+        config: GRO configuration; ``model`` is overridden per entry of ``models``.
+        models: batch models to run.
+        decode_options: decoder options.
+        out_dir: write ``packets.parquet``, ``superpackets.parquet``, ``flows.parquet``
+            there (temporary name + rename; existing files need ``force``); None: only the
+            summary and the flows table.
+        batch_records: records per batch: transient memory ~1.8 kB x batch_records
+            (65536: ~120 MB) on top of ~330 MB of code, JIT and Arrow pools.
+        tmp_dir: where the temporary decoded table and verdicts go (default: ``out_dir``,
+            else the system temporary directory); about the size of the packets output.
+        receiver: a receiver profile (path) or the ``receiver.ReceiverInfo`` of one
+            already applied to ``config``, as :func:`gropcap.run.memory.analyze` takes it.
+        receive: the :class:`gropcap.receive.context.ReceiveContext` the summary reports (the
+            CLI's, which knows what was typed); None: from ``config``.
+        packet_columns: the columns of ``packets.parquet`` (``"default"``, ``"all"`` or
+            a list: ``io.columns.parse_packet_columns``), as ``io.parquet.write_analysis``.
+
+    Returns:
+        A :class:`StreamResult`; ``summary`` equals ``analyze(...).summary()`` and the
+        Parquet files hold the same rows as ``io.parquet.write_analysis``.
+
+    Raises:
+        ConfigError for what only the in-memory path models (gro_cells stage, egress,
+        UDP GRO, captures already coalesced).
+
+    Example:
+        >>> r = stream_analyze("big.pcap", out_dir="out")          # doctest: +SKIP
+        >>> r.summary["models"]["napi"]["aggregation_ratio"]        # doctest: +SKIP
+    """
+    from gropcap.io.parquet import OutputError
+    from gropcap.analysis import Analysis
+    from gropcap.run.accumulators import Totals
+    from gropcap.run.inputs import decode_file, input_files
+    from gropcap.run.options import memory_reason, run_options
+
+    config, decode_options, models = run_options(config, decode_options, models,
+                                                 decoder=decoder, engine=engine,
+                                                 egress=egress)
+    from gropcap.receive.profile import resolve_receiver
+    config, receiver = resolve_receiver(config, receiver)
+    why = memory_reason(config, engine=engine, decoder=decoder, egress=egress)
+    if why:
+        raise ConfigError(f"not streamable: {why}",
+                          hint="gropcap.analyze (or `gropcap analyze`) runs it in memory")
+    from gropcap.io.columns import parse_packet_columns, select_packet_columns
+    packet_columns = parse_packet_columns(packet_columns)
+    files = input_files(paths)
+    targets = [os.path.join(out_dir, n) for n in OUT_NAMES] if out_dir else []
+    if not force:
+        for p in targets:
+            if os.path.exists(p):
+                raise OutputError("output exists", path=p, hint="use --force to replace it")
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".gropcap-stream-", dir=tmp_dir or out_dir)
+    written: list[str] = []
+    try:
+        tot = Totals(models, config.verify_checksums)
+        counters = tot.capture
+        runs = [_ModelRun(m, config, tmp, tot.models[m]) for m in models]
+        from gropcap.run.engines import BatchGroModels
+        gro = BatchGroModels([r.config for r in runs])   # states carried batch to batch
+        # Arrow IPC with lz4 buffers: 3-4x cheaper to write and read back than Parquet
+        dec_path = os.path.join(tmp, "decoded.arrow")
+        dec_writer = None
+        infos = []
+        peak = 0
+        import time
+        clock = time.perf_counter
+        tm = {"engine": 0.0, "coalesced": 0.0}
+        t_start = clock()
+        # 1. decode pass: decoded rows to a temporary Arrow file, counters, coalesced
+        # stats. Fused (the first try): each batch goes through GRO as soon as it is
+        # decoded, and only the columns the packets pass reads are kept; a frame captured
+        # already coalesced (its gso_size needs the whole capture) or a UDP tunnel on a
+        # port without a socket (the hint re-runs the models on the whole table) ends the
+        # try, and the run starts again unfused (_Unfused).
+        from gropcap.run.progress import phase
+        gro_phase = None
+        keep = _kept_columns(out_dir, packet_columns, models) if _fused else None
+        dec_schema = PACKET_SCHEMA if keep is None else \
+            pa.schema([PACKET_SCHEMA.field(c) for c in keep])
+        if _fused:
+            from gropcap.run.hints import missing_tunnels
+            seen_tunnels = 0
+        coal = _Coalesced(config.mtu)
+        for file_index, path in enumerate(files):
+            batches = decode_file(path, file_index, decode_options,
+                                  batch_records=batch_records, progress=progress)
+            while True:
+                try:
+                    dec = next(batches)
+                except StopIteration as stop:
+                    info = stop.value
+                    break
+                t = pa.Table.from_batches([dec])
+                counters.add(t)
+                coal.add(t)
+                if _fused:
+                    if coal.num or (len(counters.udp_tunnels) != seen_tunnels and
+                                    missing_tunnels(counters.udp_tunnels, config)):
+                        raise _Unfused
+                    seen_tunnels = len(counters.udp_tunnels)
+                    if gro_phase is None:
+                        gro_phase = phase(progress, f"GRO {'+'.join(models)}", None)
+                    gro_phase.advance(t.num_rows)
+                    t1 = clock()
+                    parts = gro.feed(t, final=False)
+                    for run, part in zip(runs, parts):
+                        run.take(part, file_of=counters.file_of)
+                    tm["engine"] += clock() - t1
+                    if parts:
+                        tot.flows.add(t, parts[0].flow_id)
+                    if keep is not None:
+                        t = t.select(keep)
+                if dec_writer is None:
+                    dec_sink = pa.OSFile(dec_path, "wb")
+                    # the stream format: each batch keeps its own encap dictionary
+                    dec_writer = pa.ipc.new_stream(
+                        dec_sink, dec_schema,
+                        options=pa.ipc.IpcWriteOptions(compression="lz4"))
+                dec_writer.write_table(t)
+            infos.append(info)
+        if _fused and coal.num:
+            # the MTU inferred from the whole capture can make earlier frames coalesced
+            raise _Unfused
+        if dec_writer is not None:
+            dec_writer.close()
+            dec_sink.close()
+
+        def decoded():
+            # read, not mapped: mapped pages of the temporary file would count as resident
+            if counters.packets:
+                with pa.OSFile(dec_path, "rb") as src:
+                    yield from pa.ipc.open_stream(src)
+
+        tm["decode"] = clock() - t_start - tm["engine"]
+        t_start = clock()
+        # 2. GRO pass: every model over the decoded rows, state carried
+        if gro_phase is None:
+            gro_phase = phase(progress, f"GRO {'+'.join(models)}", counters.packets)
+        hint = _TunnelHint(counters.udp_tunnels, config, models)
+        for dec in (() if _fused else decoded()):
+            gro_phase.advance(dec.num_rows)
+            t = pa.Table.from_batches([dec])
+            t0 = clock()
+            co = coal.batch(t) if coal.num else None
+            t1 = clock()
+            parts = gro.feed(t, final=False, coalesced=co)
+            for run, part in zip(runs, parts):
+                run.take(part, file_of=counters.file_of)
+            hint.gro_batch(t, co)
+            tm["coalesced"] += t1 - t0
+            tm["engine"] += clock() - t1
+            if parts:
+                tot.flows.add(t, parts[0].flow_id)
+        for run, part in zip(runs, gro.feed(PACKET_SCHEMA.empty_table(), final=True)):
+            run.take(part, file_of=counters.file_of)
+        for run, state in zip(runs, gro.states or []):
+            run.state = state                   # the finished engine state
+        tot.coalesced = coal.counts if coal.num else None
+        gro_phase.end()
+        peak = sum(r.rows.size() + r.verdicts.size() + r.segs.size() for r in runs) + \
+            (os.path.getsize(dec_path) if os.path.exists(dec_path) else 0)
+
+        tm["gro"] = clock() - t_start + (tm["engine"] if _fused else 0.0)
+        t_start = clock()
+        flows = tot.flows_table()
+        meta_of = Analysis(PACKET_SCHEMA.empty_table(), infos, config,
+                           {m: None for m in models}, decode_options)
+        meta_of.mtu = coal.stats.mtu_inference()
+        meta_of.receiver = receiver   # receiver.ReceiverInfo of a profile the CLI applied
+        meta = meta_of.metadata()
+
+        tm["flows"] = clock() - t_start
+        t_start = clock()
+        # 3. super-packets pass: delivery positions, inst -> position map, Parquet rows
+        from gropcap.gro.engine import _SEG_FIELDS, _gso_table
+        orders = {}
+        inst_pos = {}
+        inst_first = {}
+        sp_writer = None
+        sp_tmp = None
+        if out_dir:
+            sp_tmp = os.path.join(tmp, "superpackets.parquet")
+        sp_phase = phase(progress, "super-packets", sum(r.parts for r in runs), "batches")
+        for run in runs:
+            so = _SegOrder(run)
+            run.segs.rewind()
+            for _ in range(run.parts):
+                s = dict(zip(_SEG_FIELDS, run.segs.get(len(_SEG_FIELDS))))
+                so.count(s["poll"])
+            so.start()
+            ninst = int(run.state.kernel.ctr[1])
+            # delivery position per instance; -(pos + 1) for a super-packet of one packet
+            ipos = np.full(ninst, -1, np.int32 if run.nseg < 2 ** 31 - 1 else np.int64)
+            gtable = _gso_table(run.config)
+            run.segs.rewind()
+            pend: dict[str, np.ndarray] | None = None
+            next_pos = 0
+            for i in range(run.parts):
+                sp_phase.advance(1)
+                s = dict(zip(_SEG_FIELDS, run.segs.get(len(_SEG_FIELDS))))
+                pos = so.positions(s["poll"])
+                if len(pos):
+                    ipos[s["inst"]] = np.where(s["count"] > 1, pos, -pos - 1)
+                if not out_dir:
+                    continue
+                gso_type = np.zeros(len(pos), np.uint32)
+                multi = s["count"] > 1
+                gso_type[multi] = gtable[s["gcode"][multi], s["fixed"][multi] & 3]
+                rows = {
+                    "seg_id": pos, "flow_id": s["flow"], "first_packet": s["first"],
+                    "last_packet": s["last"], "count": s["count"].astype(np.int32),
+                    "payload_len": s["payload"], "gso_size": s["gso"].astype(np.int32),
+                    "gso_type": gso_type, "end_reason": s["end"].astype(np.uint8),
+                    "rx_queue": s["queue"].astype(np.uint16),
+                    "poll_id": so.poll_ids(s["poll"]).astype(np.int64),
+                }
+                pend = rows if pend is None else {k: np.concatenate([pend[k], rows[k]])
+                                                  for k in rows}
+                o = np.argsort(pend["seg_id"], kind="stable")
+                pend = {k: v[o] for k, v in pend.items()}
+                exp = next_pos + np.arange(len(o))
+                ready = len(o) if i == run.parts - 1 else \
+                    int(np.argmin(np.append(pend["seg_id"] == exp, False)))
+                if ready:
+                    chunk = {k: v[:ready] for k, v in pend.items()}
+                    tbl = readable(pa.table(chunk).append_column(
+                        "model", pa.array([run.model] * ready, pa.string())))
+                    if sp_writer is None:
+                        from gropcap.io.parquet import with_metadata
+                        sp_writer = pq.ParquetWriter(
+                            sp_tmp, with_metadata(tbl.slice(0, 0), meta).schema,
+                            **_parquet_options(tbl.schema))
+                    sp_writer.write_table(tbl)
+                    next_pos += ready
+                    pend = {k: v[ready:] for k, v in pend.items()}
+            orders[run.model] = so
+            inst_pos[run.model] = ipos
+            # head = the first row of an instance (a flow's rows keep their order)
+            inst_first[run.model] = np.zeros(ninst, np.bool_)
+            run.segs.close()
+            os.unlink(run.segs.path)
+
+        sp_phase.end()
+        tm["superpackets"] = clock() - t_start
+        t_start = clock()
+        # 4. packets pass: decoded rows + verdicts; per-model encapsulation counts
+        primary = "napi" if "napi" in models else models[0]
+        pk_tmp = os.path.join(tmp, "packets.parquet") if out_dir else None
+        pk_writer = None
+        pk_cols = None
+        from gropcap.io.columns import readable_names
+        for run in runs:
+            run.rows.rewind()
+            run.verdicts.rewind()
+        cursors = {r.model: (_RowCursor(r.rows, 2), _VerdictCursor(r.verdicts)) for r in runs}
+
+        from gropcap.run.accumulators import FlowCauses
+        causes = FlowCauses()
+        r0 = 0
+        pk_phase = phase(progress, "packets.parquet" if out_dir else "verdicts",
+                         counters.packets)
+        for dec in decoded():
+            pk_phase.advance(dec.num_rows)
+            n = dec.num_rows
+            r1 = r0 + n
+            t = pa.Table.from_batches([dec])
+            cols = {}
+            for run in runs:
+                fid, rxq = cursors[run.model][0].take(n)
+                reason, inst, poll = cursors[run.model][1].take(r0, r1)
+                so = orders[run.model]
+                code = inst_pos[run.model][inst].astype(np.int64)
+                alone = code < 0
+                role = np.where(alone, ROLE_ALONE, ROLE_MERGED).astype(np.uint8)
+                seen = inst_first[run.model]
+                multi = np.flatnonzero(~alone)
+                _, first_idx = np.unique(inst[multi], return_index=True)
+                cand = multi[first_idx]
+                head = cand[~seen[inst[cand]]]
+                role[head] = ROLE_HEAD
+                seen[inst[multi]] = True
+                run.counts.add_encap(t, role != ROLE_MERGED)
+                hint.packets_batch(t, run.model, role != ROLE_MERGED)
+                if run.model == primary:
+                    causes.add(fid, t.column("tcp_seq").to_numpy(),
+                               t.column("payload_len").to_numpy(),
+                               t.column("l4_proto").to_numpy(), reason)
+                if not out_dir:
+                    continue        # the verdict columns are for packets.parquet only
+                poll_id = so.rank[poll] if so.inferred else poll
+                c = {"flow_id": fid.astype(np.int64),
+                     "gro_seg": np.where(alone, -code - 1, code), "gro_role": role,
+                     "reason": reason.astype(np.uint8), "rx_queue": rxq.astype(np.uint16),
+                     "poll_id": poll_id.astype(np.int64)}
+                if run.model == primary:
+                    cols = {**c, **cols}
+                else:
+                    cols.update({f"{run.model}_{k}": v for k, v in c.items() if k != "flow_id"})
+            if not out_dir:
+                r0 = r1
+                continue
+            order = [k for k in ("flow_id", "gro_seg", "gro_role", "reason", "rx_queue",
+                                 "poll_id")] + [k for k in cols if "_" in k and
+                                                k.split("_", 1)[0] in models]
+            for name in order:
+                t = t.append_column(name, pa.array(cols[name]))
+            if pk_cols is None:
+                pk_cols = select_packet_columns(readable_names(t.column_names),
+                                                packet_columns)
+            t = readable(t, columns=pk_cols)
+            if pk_writer is None:
+                from gropcap.io.parquet import with_metadata
+                pk_writer = pq.ParquetWriter(pk_tmp, with_metadata(t.slice(0, 0), meta).schema,
+                                             **_parquet_options(t.schema))
+            pk_writer.write_table(t)
+            r0 = r1
+        pk_phase.end()
+        from gropcap.receive.context import ReceiveContext
+        from gropcap.run.summary import render_summary
+        summary = render_summary(tot, infos=infos, config=config,
+                                 mtu=coal.stats.mtu_inference(),
+                                 receive=receive or ReceiveContext.from_config(config))
+
+        def whole():
+            table = pa.Table.from_batches(list(decoded()), schema=PACKET_SCHEMA)
+            co = coal.stats.infer(table) if coal.num else None
+            return table, (co if co is not None and co.num_coalesced else None)
+        seg_in = tot.coalesced.segs_total if tot.coalesced else counters.packets
+        tunnel_hint = hint.finish(summary["models"], seg_in, counters.packets, whole)
+        tm["packets"] = clock() - t_start
+        if out_dir:
+            if pk_writer is None:
+                empty = _empty_packets(models, primary)
+                empty = readable(empty, columns=select_packet_columns(
+                    readable_names(empty.column_names), packet_columns))
+                from gropcap.io.parquet import with_metadata
+                pq.write_table(with_metadata(empty, meta), pk_tmp, compression="zstd")
+            else:
+                pk_writer.close()
+            if sp_writer is None:
+                empty = readable(_empty_superpackets())
+                from gropcap.io.parquet import with_metadata
+                pq.write_table(with_metadata(empty, meta), sp_tmp, compression="zstd")
+            else:
+                sp_writer.close()
+            from gropcap.io.parquet import summary_metadata, write_table
+            fl_tmp = os.path.join(tmp, "flows.parquet")
+            write_table(flows, fl_tmp, {**meta, **summary_metadata(summary)}, force=True)
+            for src, dst in zip((pk_tmp, sp_tmp, fl_tmp), targets):
+                shutil.move(src, dst) if os.path.dirname(os.path.abspath(src)) != \
+                    os.path.dirname(os.path.abspath(dst)) else os.replace(src, dst)
+                written.append(dst)
+        return StreamResult(summary=summary, flows=flows, paths=written, metadata=meta,
+                            totals=tot,
+                            peak_spill_bytes=peak, timings=tm,
+                            udp_tunnel_hint=tunnel_hint,
+                            flow_causes=causes.result(flows.num_rows))
+    except OSError as e:
+        # a full or read-only disk under the temporary files or the outputs: one line
+        if e.errno not in _WRITE_ERRNOS:
+            raise
+        raise OutputError(f"cannot write: {e.strerror or e}", path=out_dir or tmp,
+                          hint="check free space and permissions (--out, $TMPDIR)") from None
+    except _Unfused:
+        pass        # below: the run again, unfused
+    finally:
+        for run in locals().get("runs", []):
+            for sp in (run.rows, run.verdicts, run.segs):
+                try:
+                    sp.close()
+                except Exception:
+                    pass
+        shutil.rmtree(tmp, ignore_errors=True)
+    if progress is not None and hasattr(progress, "restart_files"):
+        progress.restart_files()
+    return stream_analyze(paths, config, models=models, decode_options=decode_options,
+                          out_dir=out_dir, force=force, batch_records=batch_records,
+                          engine=engine, decoder=decoder, egress=egress, tmp_dir=tmp_dir,
+                          progress=progress, receiver=receiver, receive=receive,
+                          packet_columns=packet_columns, _fused=False)
+
+
+class _Unfused(Exception):
+    """The fused first pass met what needs the whole decoded table before GRO."""
+
+
+def _kept_columns(out_dir, packet_columns, models) -> list[str] | None:
+    """Decoded columns the packets pass reads back after a fused first pass (None: all):
+    what ``packets.parquet`` writes (and the readable columns' sources), the encapsulation
+    counts and the flow causes."""
+    from gropcap.decode.schema import PACKET_COLUMNS
+    from gropcap.io.columns import (ADDRESS_COLUMNS, readable_names,
+                                    select_packet_columns)
+    need = {"encap", "tcp_seq", "payload_len", "l4_proto"}
+    if out_dir:
+        if packet_columns == "all":
+            return None
+        primary = "napi" if "napi" in models else models[0]
+        names = _empty_packets(models, primary).column_names
+        cols = select_packet_columns(readable_names(names), packet_columns)
+        need |= set(cols)
+        need |= {c[:-len("_name")] for c in cols if c.endswith("_name")}
+        for col, ver in ADDRESS_COLUMNS:
+            if col + "_text" in cols:
+                need |= {col, ver}
+    return [c for c in PACKET_COLUMNS if c in need]
+
+
+def _empty_packets(models, primary) -> pa.Table:
+    from gropcap.gro.result import PACKET_RESULT_DTYPES
+    t = PACKET_SCHEMA.empty_table()
+    for k, dt in PACKET_RESULT_DTYPES.items():
+        t = t.append_column(k, pa.array(np.zeros(0, dt)))
+    for m in models:
+        if m != primary:
+            for k, dt in PACKET_RESULT_DTYPES.items():
+                if k != "flow_id":
+                    t = t.append_column(f"{m}_{k}", pa.array(np.zeros(0, dt)))
+    return t
+
+
+def _empty_superpackets() -> pa.Table:
+    from gropcap.gro.result import SEG_DTYPES
+    cols = {k: pa.array(np.zeros(0, dt)) for k, dt in SEG_DTYPES.items()}
+    cols["model"] = pa.array([], pa.string())
+    return pa.table(cols)
+
+
+__all__ = ["stream_analyze", "StreamResult", "streamable"]

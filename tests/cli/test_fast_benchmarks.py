@@ -1,0 +1,86 @@
+"""The benchmark tooling: the capture builder is deterministic and decodes cleanly (fast ==
+reference), and compare.py reports ratios and flags regressions. No timing is asserted."""
+
+from __future__ import annotations
+
+import collections
+import importlib.util
+import json
+import os
+
+import pytest
+
+from gropcap.capture import read_capture
+from gropcap.capture.scan import iter_scan_batches
+from gropcap.decode import fast, reference
+from gropcap.decode import schema as S
+
+from where import ROOT
+
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "benchmarks",
+                                                                     name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def bench_capture(tmp_path_factory):
+    make = _load("make_bench_capture")
+    d = tmp_path_factory.mktemp("bench")
+    a, b = d / "a.pcap", d / "b.pcap"
+    make.build(str(a), 3000, 200, seed=7, chunk=1024)
+    make.build(str(b), 3000, 200, seed=7, chunk=1024)
+    return a, b
+
+
+def test_capture_is_deterministic_and_well_formed(bench_capture):
+    a, b = bench_capture
+    assert a.read_bytes() == b.read_bytes()
+    info, batch = read_capture(a)
+    assert info.records == 3000 and info.snaplen == 128 and not info.warnings
+    assert int(batch.cap_len.max()) == 128 and int(batch.wire_len.max()) > 1500
+    table = fast.decode_batch(batch)
+    assert table.equals(reference.decode_batch(batch))
+    col = table.column
+    assert set(col("status").to_pylist()) == {S.STATUS_OK}
+    assert all(col("ip_csum_ok").to_pylist())
+    encaps = collections.Counter(col("encap").to_pylist())
+    assert {"eth/ipv4/tcp", "eth/ipv6/tcp", "eth/ipv4/udp/vxlan/eth/ipv4/tcp",
+            "eth/ipv4/gre/ipv4/tcp"} <= set(encaps)
+    flags = collections.Counter(col("tcp_flags").to_pylist())
+    assert flags[0x02] and flags[0x12] and flags[0x18] and flags[0x10]   # SYN, SYN-ACK, PSH
+    # fully captured segments (ACKs, SYNs) carry valid TCP checksums; data is cut
+    states = collections.Counter(col("l4_csum_state").to_pylist())
+    assert states[S.CSUM_GOOD] > 500 and states[S.CSUM_UNKNOWN] > 1000
+    assert S.CSUM_BAD not in states
+    assert sum(len(x) for _i, x in iter_scan_batches(a, batch_records=700)) == 3000
+
+
+def test_compare_reports_ratios_and_regressions(tmp_path, capsys):
+    cmp = _load("compare")
+    old = {"commit": "aaa", "capture": {"records": 10, "bytes": 99},
+           "stages": {"fast_decode": {"pps": 1000.0, "peak_rss_mb": 100.0},
+                      "gro_engine": {"ideal": {"pps": 500.0}}}}
+    new = json.loads(json.dumps(old))
+    new["commit"] = "bbb"
+    new["stages"]["fast_decode"]["pps"] = 2000.0
+    new["stages"]["gro_engine"]["ideal"]["pps"] = 250.0
+    lines, bad = cmp.compare(old, new, fail_below=0.9)
+    text = "\n".join(lines)
+    assert bad
+    row = next(line for line in lines if line.startswith("fast scan+decode pkt/s"))
+    assert row.split()[-1] == "2.00"
+    assert "GRO ideal pkt/s" in text and "REGRESSION" in text
+    p_old, p_new = tmp_path / "old.json", tmp_path / "new.json"
+    p_old.write_text(json.dumps(old))
+    p_new.write_text(json.dumps(new))
+    assert cmp.main([str(p_old), str(p_new)]) == 0
+    assert cmp.main([str(p_old), str(p_new), "--fail-below", "0.9"]) == 1
+    new["capture"]["records"] = 11
+    p_new.write_text(json.dumps(new))
+    assert cmp.main([str(p_old), str(p_new)]) == 2          # different captures
+    capsys.readouterr()

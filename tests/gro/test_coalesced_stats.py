@@ -1,0 +1,187 @@
+"""coalesced.coalesced_input (vectorised over CoalescedStats) == the rule stated row by row, and
+CoalescedStats gathered in pieces and merged == gathered in one pass (what the streaming
+and distributed runs rely on)."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gropcap import constants as C
+from gropcap.gro import coalesced
+from gropcap.gro import gso
+from gropcap.decode.schema import STATUS_OK
+from gropcap.run.memory import decode_files
+from tests.gro.test_gro_engine_traffic import packet_table, random_traffic
+
+from where import TESTS
+
+SAMPLES = os.path.join(TESTS, os.pardir, "sample_pcaps")
+
+
+def oracle(packets, mtu: int = 1500):
+    """The rule of coalesced.coalesced_input, one row at a time (the implementation before it
+    was vectorised)."""
+    n = packets.num_rows
+    col = {name: packets.column(name).to_pylist() for name in (
+        "status", "epb_flags", "l4_proto", "payload_len", "tcp_flags", "tcp_mss",
+        "tcp_doff", "ip_src", "ip_dst", "sport", "dport", "ip_version", "ip_tot_len",
+        "ip_offset", "outer_ip_version", "outer_ip_tot_len", "outer_ip_offset",
+        "l4_offset")}
+    is_gso = np.zeros(n, dtype=bool)
+    for i in range(n):
+        if (col["status"][i] != STATUS_OK or col["l4_proto"][i] != C.IPPROTO_TCP
+                or col["payload_len"][i] == 0):
+            continue
+        enc = col["outer_ip_version"][i] != 0
+        v = col["outer_ip_version"][i] if enc else col["ip_version"][i]
+        tot = col["outer_ip_tot_len"][i] if enc else col["ip_tot_len"][i]
+        is_gso[i] = bool(col["epb_flags"][i] & C.EPB_FLAG_TCP_SEG_OFFLOAD
+                         or (v == 4 and tot == 0) or (v == 6 and tot == 40) or tot > mtu)
+    key = [(col["ip_src"][i], col["ip_dst"][i], col["sport"][i], col["dport"][i])
+           for i in range(n)]
+    syn_mss: dict = {}
+    sizes: dict = {}
+    for i in range(n):
+        if col["l4_proto"][i] != C.IPPROTO_TCP or col["status"][i] != STATUS_OK:
+            continue
+        if col["tcp_flags"][i] & C.TCP_FLAG_SYN and col["tcp_mss"][i]:
+            syn_mss.setdefault(key[i], col["tcp_mss"][i])
+        elif not is_gso[i] and col["payload_len"][i] > 0:
+            d = sizes.setdefault(key[i], {})
+            d[col["payload_len"][i]] = d.get(col["payload_len"][i], 0) + 1
+    gso_size = np.zeros(n, dtype=np.int32)
+    segs = np.ones(n, dtype=np.int32)
+    source = np.zeros(n, dtype=np.uint8)
+    for i in np.flatnonzero(is_gso):
+        k = key[i]
+        opt = col["tcp_doff"][i] * 4 - 20
+        mss = syn_mss.get((k[1], k[0], k[3], k[2])) or syn_mss.get(k)
+        if mss and mss - opt > 0:
+            size, src = mss - opt, coalesced.GSO_SIZE_FROM_SYN
+        elif sizes.get(k):
+            size = max(sizes[k].items(), key=lambda kv: (kv[1], kv[0]))[0]
+            src = coalesced.GSO_SIZE_FROM_FLOW
+        else:
+            first = col["outer_ip_offset"][i] if col["outer_ip_version"][i] else \
+                col["ip_offset"][i]
+            size = mtu - (col["l4_offset"][i] + col["tcp_doff"][i] * 4 - first)
+            src = coalesced.GSO_SIZE_FROM_MTU
+        size = max(int(size), 1)
+        gso_size[i] = size
+        segs[i] = gso.gso_segs(col["payload_len"][i], size)
+        source[i] = src
+    return coalesced.CoalescedInput(is_gso, gso_size, segs, source)
+
+
+def assert_same(a, b):
+    for f in ("is_gso", "gso_size", "segs", "source"):
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+
+
+def disturbed(seed: int, n: int, flows: int) -> pa.Table:
+    """Random traffic with coalesced frames in every form the rule knows: IPv4 total
+    length 0, IPv6 payload length 0, above the MTU, the pcapng TSO flag; SYNs with and
+    without MSS (some carrying data), bad status rows, several sizes per direction."""
+    rng = np.random.default_rng(seed)
+    t = packet_table(random_traffic(rng, n, flows, tunnels=bool(seed & 1)))
+    m = t.num_rows
+
+    def put(name, values):
+        f = t.schema.field(name)
+        return t.set_column(t.schema.get_field_index(name), f,
+                            pa.array(np.asarray(values), f.type))
+
+    col = lambda name: t.column(name).to_numpy().copy()  # noqa: E731
+    tot = col("ip_tot_len")
+    pick = rng.random(m)
+    v = col("ip_version")
+    tot = np.where((pick < 0.1) & (v == 4), 0, tot)
+    tot = np.where((pick >= 0.1) & (pick < 0.2) & (v == 6), 40, tot)
+    tot = np.where((pick >= 0.2) & (pick < 0.3), rng.integers(1501, 65535, m), tot)
+    t = put("ip_tot_len", tot)
+    epb = col("epb_flags")
+    t = put("epb_flags", np.where(rng.random(m) < 0.05, epb | C.EPB_FLAG_TCP_SEG_OFFLOAD, epb))
+    flags = col("tcp_flags")
+    syn = rng.random(m) < 0.08
+    t = put("tcp_flags", np.where(syn, flags | C.TCP_FLAG_SYN, flags))
+    t = put("tcp_mss", np.where(syn & (rng.random(m) < 0.8),
+                                rng.choice([0, 1, 40, 536, 1460, 9000], m), 0))
+    t = put("payload_len", np.where(rng.random(m) < 0.3, rng.choice([100, 1000, 1448], m),
+                                    col("payload_len")))
+    t = put("status", np.where(rng.random(m) < 0.03, 3, col("status")))
+    return t
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), flows=st.integers(1, 8),
+       mtu=st.sampled_from([1500, 9000, 576]))
+def test_vectorised_equals_rule(seed, n, flows, mtu):
+    t = disturbed(seed, n, flows)
+    want = oracle(t, mtu)
+    got = coalesced.coalesced_input(t, mtu)
+    assert_same(got, want)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(2, 300), cuts=st.integers(1, 5))
+def test_merged_pieces_equal_one_pass(seed, n, cuts):
+    t = disturbed(seed, n, 4)
+    rng = np.random.default_rng(seed)
+    bounds = np.unique(np.concatenate([[0, t.num_rows],
+                                       rng.integers(0, t.num_rows + 1, cuts)]))
+    stats = [coalesced.CoalescedStats() for _ in range(len(bounds) - 1)]
+    for s, lo, hi in zip(stats, bounds[:-1], bounds[1:]):
+        s.add(t.slice(lo, hi - lo))
+    merged = stats[0]
+    for s in stats[1:]:
+        merged.merge(s)
+    whole = coalesced.coalesced_input(t)
+    assert merged.num == whole.num_coalesced
+    assert_same(merged.infer(t), whole)
+    # inferring piece by piece gives the rows of the whole
+    parts = [merged.infer(t.slice(lo, hi - lo)) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    for f in ("is_gso", "gso_size", "segs", "source"):
+        assert np.array_equal(np.concatenate([getattr(p, f) for p in parts]),
+                              getattr(whole, f)), f
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(SAMPLES, "*.pcap*"))),
+                         ids=os.path.basename)
+def test_samples(path):
+    t, _ = decode_files(path)
+    assert_same(coalesced.coalesced_input(t, 1500), oracle(t))
+
+
+def test_the_rule_can_fail():
+    """The oracle tells rules apart: a SYN's MSS changes the inferred size."""
+    t = disturbed(7, 300, 3)
+    a = oracle(t)
+    assert a.num_coalesced, "the disturbed traffic must contain coalesced frames"
+    syn_free = t.set_column(t.schema.get_field_index("tcp_mss"), t.schema.field("tcp_mss"),
+                            pa.array(np.zeros(t.num_rows), t.schema.field("tcp_mss").type))
+    assert not np.array_equal(oracle(syn_free).source, a.source)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300))
+def test_hash_collisions_fall_back_to_exact_keys(seed, n):
+    """Directions are grouped by a 64-bit hash checked word by word: with every hash
+    colliding the exact path must give the same answer."""
+    import numpy as np
+
+    t = disturbed(seed, n, 6)
+    want = oracle(t)
+    real = coalesced._mix_words
+    try:
+        coalesced._mix_words = lambda cols: np.zeros(len(cols[0]), np.uint64)
+        got = coalesced.coalesced_input(t, 1500)
+    finally:
+        coalesced._mix_words = real
+    assert_same(got, want)

@@ -1,0 +1,158 @@
+"""Parquet for notebooks and SQL (issue 16 item 8): names next to codes, readable
+addresses, a timestamp type, honest metadata, file modes that follow the umask, and
+docs/schema.md documenting every column of the three files."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from gropcap.decode.schema import STATUS_NAMES
+from gropcap.gro.reasons import REASONS, ROLE_NAMES
+from gropcap.io.columns import TS_TYPE, address_text, named
+from gropcap.io.load import load
+from gropcap.io.parquet import write_analysis
+from gropcap.run.memory import analyze
+
+from where import TESTS
+
+HERE = TESTS
+GRE = os.path.join(HERE, "..", "sample_pcaps", "crafted_gre.pcap")
+IP6 = os.path.join(HERE, "..", "sample_pcaps", "crafted_ip6ip6.pcap")
+SCHEMA_MD = os.path.join(HERE, "..", "docs", "schema.md")
+FILES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    a = analyze([GRE, IP6])
+    out = tmp_path_factory.mktemp("out")
+    old = os.umask(0o022)
+    try:
+        write_analysis(a, str(out), columns="all")
+    finally:
+        os.umask(old)
+    return a, out
+
+
+def test_names_match_codes(written):
+    a, out = written
+    pk = pq.read_table(out / "packets.parquet")
+    sp = pq.read_table(out / "superpackets.parquet")
+    reasons = {c: r.name for c, r in REASONS.items()}
+    for table, code, names in ((pk, "reason", reasons), (pk, "ideal_reason", reasons),
+                               (pk, "gro_role", ROLE_NAMES), (pk, "status", STATUS_NAMES),
+                               (sp, "end_reason", reasons)):
+        col = table.column(code + "_name")
+        assert pa.types.is_dictionary(col.type), code
+        assert col.to_pylist() == [names[c] for c in table.column(code).to_pylist()], code
+    # pandas shows the names as a category, and the codes still filter
+    df = pk.to_pandas()
+    assert str(df["reason_name"].dtype) == "category"
+    assert set(df.loc[df["reason"] == 0, "reason_name"]) == {"MERGED"}
+
+
+def test_addresses_are_readable_and_timestamps_typed(written):
+    a, out = written
+    pk = pq.read_table(out / "packets.parquet")
+    assert pk.schema.field("ts_ns").type == TS_TYPE
+    assert pk.column("ts_ns").cast(pa.int64()).equals(a.decoded.column("ts_ns"))
+    src = pk.column("ip_src_text").to_pylist()
+    ver = pk.column("ip_version").to_pylist()
+    assert "192.0.2.1" in src and any(s and ":" in s for s in src)     # IPv4 and IPv6
+    assert all((s is None) == (v == 0) for s, v in zip(src, ver))
+    outer = pk.column("outer_ip_src_text").to_pylist()
+    assert set(outer) - {None}, "tunnelled packets have outer addresses"
+
+
+def test_address_text_formats_each_version():
+    raw = pa.array([bytes(10) + b"\xff\xff" + bytes([192, 0, 2, 7]),
+                    bytes.fromhex("20010db8000000000000000000000001"), bytes(16)],
+                   pa.binary(16))
+    assert address_text(raw, np.array([4, 6, 0])).to_pylist() == \
+        ["192.0.2.7", "2001:db8::1", None]
+    assert named(pa.array([5], pa.uint8()), {1: "a"}).to_pylist() == [None]
+
+
+def test_in_memory_written_and_loaded_tables_agree(written):
+    a, out = written
+    b = load(out)
+    for name, mem in (("packets", a.packets), ("superpackets", a.superpackets),
+                      ("flows", a.flows)):
+        disk = pq.read_table(out / f"{name}.parquet").replace_schema_metadata(None)
+        assert disk.schema.equals(mem.schema), name
+        assert getattr(b, name).schema.equals(mem.schema), name
+        # values (per-chunk dictionaries of `encap` differ between chunkings)
+        assert getattr(b, name).to_pylist() == mem.to_pylist(), name
+    assert b.decoded.to_pylist() == a.decoded.to_pylist()
+
+
+def test_metadata_lists_the_models_not_one(written):
+    _, out = written
+    meta = pq.read_schema(out / "packets.parquet").metadata
+    assert json.loads(meta[b"gropcap.models"]) == ["ideal", "napi"]
+    assert "model" not in json.loads(meta[b"gropcap.config"])
+
+
+def test_files_follow_the_umask(written, tmp_path):
+    _, out = written
+    for name in FILES:
+        assert stat.S_IMODE(os.stat(out / name).st_mode) == 0o644, name
+    a = analyze([GRE], models=("ideal",))
+    old = os.umask(0o077)
+    try:
+        write_analysis(a, str(tmp_path / "private"))
+    finally:
+        os.umask(old)
+    for name in FILES:
+        assert stat.S_IMODE(os.stat(tmp_path / "private" / name).st_mode) == 0o600, name
+
+
+def _documented() -> set[str]:
+    """Column names docs/schema.md writes in backticks; ``*x`` stands for ``ip_x`` and
+    ``outer_ip_x``, ``<model>_x`` for ``ideal_x`` and ``napi_x``."""
+    out = set()
+    for tok in re.findall(r"`([A-Za-z0-9_*<>]+)`", open(SCHEMA_MD).read()):
+        if tok.startswith("*"):
+            out |= {"ip_" + tok[1:], "outer_ip_" + tok[1:]}
+        elif tok.startswith("<model>_"):
+            out |= {m + tok[7:] for m in ("ideal", "napi")}
+        else:
+            out.add(tok)
+    return out
+
+
+def test_schema_md_documents_every_column(written):
+    _, out = written
+    documented = _documented()
+    for name in FILES:
+        cols = pq.read_schema(out / name).names
+        missing = [c for c in cols if c not in documented]
+        assert not missing, f"{name}: columns not in docs/schema.md: {missing}"
+
+
+def test_decode_output_is_readable_too(tmp_path):
+    from click.testing import CliRunner
+
+    from gropcap.cli import main
+    out = tmp_path / "p.parquet"
+    r = CliRunner().invoke(main, ["decode", GRE, "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    t = pq.read_table(out)
+    assert t.schema.field("ts_ns").type == TS_TYPE
+    assert set(t.column("status_name").to_pylist()) == {"OK"}
+    assert t.column("ip_src_text")[0].as_py() == "192.0.2.1"
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

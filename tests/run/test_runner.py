@@ -1,0 +1,357 @@
+"""runner.analyze_distributed on a 2-worker LocalCluster equals pipeline.analyze.
+
+Compares decoded tables, every model's GroResult, the three output tables, the summary and
+the Parquet files written from both, on the bundled samples and on a generated multi-flow,
+multi-queue capture split over several files; then failure reporting (a damaged file, a
+worker that dies) and a scheduler started as separate processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import glob
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+distributed = pytest.importorskip("distributed", reason="dask[distributed] not installed")
+
+from gropcap import constants as C  # noqa: E402
+from gropcap.capture.writer import write_pcap, write_pcapng  # noqa: E402
+from gropcap.gro.config import GroConfig, KernelProfile  # noqa: E402
+from gropcap.io.parquet import write_analysis  # noqa: E402
+from gropcap.run.memory import analyze  # noqa: E402
+from gropcap.run.distributed import analyze_distributed, decode_file_task  # noqa: E402
+from tests.craft import eth, ipv4, ipv6, tcp, udp  # noqa: E402
+
+from where import TESTS
+
+SAMPLES = sorted(glob.glob(os.path.join(TESTS, "..", "sample_pcaps",
+                                        "*.pcap*")))
+
+
+@pytest.fixture(scope="module")
+def client():
+    import dask
+    # a lost task fails at once instead of being retried on the other worker
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1,
+                                           processes=True, dashboard_address=None)
+        c = distributed.Client(cluster)
+    yield c
+    c.close()
+    cluster.close()
+
+
+def multi_flow_frames(seed: int, n: int = 3000, flows: int = 40):
+    """Interleaved TCP flows (IPv4 and IPv6, PSH, reordering, gaps) plus some UDP, with
+    bursty timestamps so NAPI polls and queues matter."""
+    rng = random.Random(seed)
+    state = []
+    for f in range(flows):
+        v6 = f % 3 == 0
+        state.append({"v6": v6, "sport": 1000 + f, "dport": 5201 + f % 2,
+                      "src": f"fd00::{f + 1}" if v6 else f"10.0.{f // 200}.{f % 200 + 1}",
+                      "dst": "fd00::ffff" if v6 else "10.1.0.1", "seq": rng.randrange(1 << 31),
+                      "id": rng.randrange(1 << 16)})
+    frames, ts = [], []
+    t = 1_700_000_000_000_000_000
+    for _ in range(n):
+        t += rng.choice((800, 1000, 1200, 3000, 60_000, 2_000_000))
+        if rng.random() < 0.05:
+            p = udp(rng.randrange(1024, 65535), 53, bytes(rng.randrange(1, 200)))
+            frames.append(eth(ipv4("10.9.9.9", "10.1.0.1", C.IPPROTO_UDP, p)))
+            ts.append(t)
+            continue
+        s = state[min(int(rng.expovariate(0.15)), flows - 1)]
+        size = rng.choice((1448, 1448, 1448, 1448, 700, 0))
+        seq = s["seq"] + (size if rng.random() < 0.03 else 0)   # now and then a gap
+        flags = C.TCP_FLAG_ACK | (C.TCP_FLAG_PSH if rng.random() < 0.1 else 0)
+        seg = tcp(s["sport"], s["dport"], seq=seq, ack=1, flags=flags, payload=bytes(size))
+        if s["v6"]:
+            frames.append(eth(ipv6(s["src"], s["dst"], C.IPPROTO_TCP, seg),
+                              etype=C.ETH_P_IPV6))
+        else:
+            frames.append(eth(ipv4(s["src"], s["dst"], C.IPPROTO_TCP, seg, ident=s["id"])))
+            s["id"] = (s["id"] + 1) & 0xFFFF
+        s["seq"] = (seq + size) & 0xFFFFFFFF
+        ts.append(t)
+    return frames, ts
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    """Three captures (two pcap, one pcapng) of the same multi-flow workload."""
+    d = tmp_path_factory.mktemp("gen")
+    paths = []
+    for i in range(3):
+        frames, ts = multi_flow_frames(seed=i)
+        p = str(d / f"part{i}.{'pcapng' if i == 2 else 'pcap'}")
+        (write_pcapng if i == 2 else write_pcap)(p, frames, ts)
+        paths.append(p)
+    return paths
+
+
+def assert_same(one, dist, tmp_path):
+    assert one.decoded.equals(dist.decoded)
+    assert list(one.results) == list(dist.results)
+    for m in one.results:
+        assert one.results[m].equals(dist.results[m]), m
+    assert one.packets.equals(dist.packets)
+    assert one.superpackets.equals(dist.superpackets)
+    assert one.flows.equals(dist.flows)
+    assert one.summary() == dist.summary()
+    assert dist.failures == []
+    a, b = tmp_path / "one", tmp_path / "dist"
+    write_analysis(one, str(a))
+    write_analysis(dist, str(b))
+    for name in ("packets.parquet", "superpackets.parquet", "flows.parquet"):
+        ta, tb = pq.read_table(a / name), pq.read_table(b / name)
+        assert ta.equals(tb) and ta.schema.metadata == tb.schema.metadata, name
+
+
+def test_local_workers_exchange_through_scratch_files(client, monkeypatch, tmp_path):
+    """A cluster of local workers exchanges decoded pieces as files in a scratch
+    directory (removed afterwards); ``scratch=False`` keeps Dask's transfers."""
+    import cloudpickle
+
+    from gropcap.run import distributed as runner
+    assert runner._workers_local(client)
+    log = tmp_path / "stored.log"
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    monkeypatch.setattr(runner, "store_task", functools.partial(_logged_store, log=str(log)))
+    d = tmp_path / "scratch"
+    d.mkdir()
+    one = analyze(SAMPLES[:3])
+    dist = analyze_distributed(SAMPLES[:3], client=client, scratch=str(d))
+    seen = log.read_text().split()
+    assert len(seen) == 3 and all(p.startswith(str(d)) for p in seen)
+    assert list(d.iterdir()) == []          # removed, the analysis still readable
+    assert one.decoded.equals(dist.decoded) and one.summary() == dist.summary()
+    log.write_text("")
+    analyze_distributed(SAMPLES[:3], client=client, scratch=False)
+    assert log.read_text() == ""
+
+
+def _logged_store(fn, args, path, splits=(), *, log):
+    """runner.store_task, noting each scratch file it writes (runs on a worker, where
+    ``gropcap.run.distributed.store_task`` is the real one)."""
+    from gropcap.run.distributed import store_task
+    with open(log, "a") as f:
+        f.write(path + "\n")
+    return store_task(fn, args, path, splits)
+
+
+@pytest.mark.parametrize("scratch", [None, False], ids=["files", "transfers"])
+@pytest.mark.parametrize("queues", [1, 4])
+def test_samples_equal_one_process(client, tmp_path, queues, scratch):
+    assert len(SAMPLES) > 20
+    cfg = GroConfig(queues=queues)
+    assert_same(analyze(SAMPLES, cfg),
+                analyze_distributed(SAMPLES, cfg, client=client, scratch=scratch), tmp_path)
+
+
+@pytest.mark.parametrize("scratch", [None, False], ids=["files", "transfers"])
+@pytest.mark.parametrize("cfg", [GroConfig(queues=4), GroConfig(queues=8, budget=16),
+                                 GroConfig(queues=3, kernel=KernelProfile.parse("5.10"))],
+                         ids=["q4", "q8-budget16", "q3-5.10"])
+def test_generated_multi_flow_equal_one_process(client, generated, tmp_path, cfg, scratch):
+    one = analyze(generated, cfg)
+    napi = one.results["napi"]
+    # the capture really spreads over queues and aggregates
+    assert len(set(napi.rx_queue.tolist())) == cfg.queues
+    assert napi.num_superpackets < napi.num_packets
+    assert_same(one, analyze_distributed(generated, cfg, client=client, scratch=scratch),
+                tmp_path)
+
+
+def test_gro_cells_stage_equal(client, tmp_path):
+    files = [p for p in SAMPLES if "gre" in os.path.basename(p) or "dsa" in p]
+    cfg = GroConfig(queues=2, tunnel_gro=True)
+    assert_same(analyze(files, cfg), analyze_distributed(files, cfg, client=client),
+                tmp_path)
+
+
+def test_damaged_file_reported_rest_completes(client, generated, tmp_path):
+    bad = tmp_path / "bad.pcap"
+    # a pcap header whose first record claims more bytes than any snap length allows
+    bad.write_bytes(b"\xd4\xc3\xb2\xa1\x02\x00\x04\x00" + bytes(8) + b"\xff\xff\x00\x00"
+                    + b"\x01\x00\x00\x00" + bytes(8) + b"\xff" * 8 + bytes(64))
+    inputs = [generated[0], str(bad), generated[1]]
+    dist = analyze_distributed(inputs, GroConfig(queues=4), client=client)
+    assert [f.path for f in dist.failures] == [str(bad)]
+    assert dist.failures[0].start == 0 and dist.failures[0].end is None
+    assert dist.failures[0].error
+    s = dist.summary()
+    assert [f["path"] for f in s["failed_inputs"]] == [str(bad)]
+    # the rest equals a run over the good files alone
+    good = analyze([generated[0], generated[1]], GroConfig(queues=4))
+    assert good.decoded.equals(dist.decoded)
+    for m in good.results:
+        assert good.results[m].equals(dist.results[m])
+    s.pop("failed_inputs")
+    assert s == good.summary()
+
+
+def _dies_on_part1(path, file_index, options, decoder="fast"):
+    if path.endswith("part1.pcap"):
+        os._exit(3)   # the worker process dies mid-task
+    return decode_file_task(path, file_index, options, decoder)
+
+
+def test_dead_worker_reported(client, generated, monkeypatch):
+    import cloudpickle
+
+    from gropcap.run import distributed as runner
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    monkeypatch.setattr(runner, "decode_file_task", _dies_on_part1)
+    dist = analyze_distributed(generated, GroConfig(), client=client)
+    assert [f.path for f in dist.failures] == [generated[1]]
+    assert "KilledWorker" in dist.failures[0].error or "died" in dist.failures[0].error
+    assert [i.path for i in dist.infos] == [generated[0], generated[2]]
+    good = analyze([generated[0], generated[2]])
+    assert good.decoded.equals(dist.decoded)
+    client.wait_for_workers(2, timeout=60)   # the nanny restarted it
+
+
+@contextlib.contextmanager
+def scheduler_processes(tmp_path):
+    """A Dask scheduler and one worker started as separate processes; yields the
+    scheduler's ``tcp://`` address."""
+    sf = tmp_path / "scheduler.json"
+    sched = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler",
+                              "--scheduler-file", str(sf), "--port", "0",
+                              "--dashboard-address", ":0", "--no-show"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = None
+    try:
+        for _ in range(300):
+            if sf.exists() and sf.stat().st_size:
+                break
+            time.sleep(0.1)
+        address = json.loads(sf.read_text())["address"]
+        assert address.startswith("tcp://")
+        worker = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker",
+                                   address, "--nthreads", "1", "--no-dashboard"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with distributed.Client(address) as c:
+            c.wait_for_workers(1, timeout=60)
+        yield address
+    finally:
+        for p in (worker, sched):
+            if p is not None:
+                p.terminate()
+                p.wait(timeout=30)
+
+
+def test_external_scheduler(generated, tmp_path):
+    """A scheduler and a worker started as separate processes (``dask scheduler``)."""
+    cfg = GroConfig(queues=2)
+    with scheduler_processes(tmp_path) as address:
+        dist = analyze_distributed(generated[:2], cfg, scheduler=address)
+    one = analyze(generated[:2], cfg)
+    assert one.summary() == dist.summary()
+    for m in one.results:
+        assert one.results[m].equals(dist.results[m])
+
+
+def test_byte_ranges_equal_one_process(client, generated, tmp_path):
+    """Large files split into byte ranges of whole scan batches decode to the same rows."""
+    from gropcap.run.distributed import plan_ranges_task
+    size = os.path.getsize(generated[0])
+    ranges, info = plan_ranges_task(generated[0], size // 5, 256)
+    assert len(ranges) >= 4
+    # contiguous, covering the file, cut where the scan found record starts
+    assert ranges[0][2] == 0 and ranges[-1][3] == size
+    assert all(a[1] == b[0] and a[3] == b[2] for a, b in zip(ranges, ranges[1:]))
+    assert info.records == 3000
+    cfg = GroConfig(queues=4)
+    dist = analyze_distributed(generated, cfg, client=client, split_bytes=size // 5,
+                               batch_records=256)
+    assert_same(analyze(generated, cfg), dist, tmp_path)
+
+
+def test_damaged_large_file_reported_by_its_scan(client, generated, tmp_path):
+    # a good file whose last record is cut short: the scan finds the damage at the end
+    data = open(generated[0], "rb").read()
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(data[:24] + b"\xff" * 16 + data[24:])
+    dist = analyze_distributed([cut, generated[1]], GroConfig(), client=client,
+                               split_bytes=len(data) // 4, batch_records=256)
+    assert [f.path for f in dist.failures] == [str(cut)]
+    assert dist.failures[0].error
+    assert [i.path for i in dist.infos] == [generated[1]]
+    assert analyze(generated[1]).summary() == \
+        {k: v for k, v in dist.summary().items() if k != "failed_inputs"}
+
+
+def _dies_on_range(path, file_index, b0, b1, options, batch_records, *, kill):
+    from gropcap.run.distributed import decode_range_task
+    if path.endswith("part1.pcap") and b0 == kill:
+        os._exit(3)
+    return decode_range_task(path, file_index, b0, b1, options, batch_records)
+
+
+def test_dead_worker_in_a_range_reported_with_its_bytes(client, generated, monkeypatch):
+    import cloudpickle
+
+    from gropcap.run import distributed as runner
+    size = os.path.getsize(generated[1])
+    ranges, _ = runner.plan_ranges_task(generated[1], size // 3, 256)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    monkeypatch.setattr(runner, "decode_range_task",
+                        functools.partial(_dies_on_range, kill=ranges[1][0]))
+    dist = analyze_distributed(generated, GroConfig(), client=client, split_bytes=size // 3,
+                               batch_records=256)
+    assert [(f.path, f.start, f.end) for f in dist.failures] == \
+        [(generated[1], ranges[1][2], ranges[1][3])]
+    assert [i.path for i in dist.infos] == [generated[0], generated[2]]
+    assert analyze([generated[0], generated[2]]).decoded.equals(dist.decoded)
+    client.wait_for_workers(2, timeout=60)
+
+
+def test_coalesced_input_split_by_queue(client, tmp_path):
+    """Frames captured after TSO/GRO arrive as GSO packets in every queue partition."""
+    p = str(tmp_path / "bench.pcap")
+    subprocess.run([sys.executable, os.path.join(TESTS, "..",
+                                                 "benchmarks", "make_bench_capture.py"),
+                    p, "--packets", "20000", "--flows", "200"], check=True,
+                   stdout=subprocess.DEVNULL)
+    # its VXLAN frames are 1550 IP bytes (the SYNs imply a 1550-byte underlay): above a
+    # 1500-byte MTU, stated here, they are coalesced input
+    cfg = GroConfig(queues=4, mtu=1500)
+    one = analyze(p, cfg)
+    assert one.coalesced is not None and one.coalesced.num_coalesced > 100
+    dist = analyze_distributed(p, cfg, client=client)
+    assert dist.coalesced is not None
+    assert (dist.coalesced.segs == one.coalesced.segs).all()
+    assert dist.mtu == one.mtu and one.mtu.source == "option"
+    assert_same(one, dist, tmp_path)
+    inferred = analyze_distributed(p, GroConfig(queues=4), client=client)
+    assert (inferred.mtu.mtu, inferred.mtu.source) == (1550, "inferred")
+    assert inferred.coalesced is None
+
+
+def test_progress_counts_every_stage(client, generated):
+    """The distributed run reports each stage's tasks as they finish."""
+    from gropcap.run.progress import Progress
+    with Progress(True) as p:
+        analyze_distributed(generated, GroConfig(queues=4), client=client, progress=p)
+        # done-callbacks run on the client's event loop thread: give them a moment
+        for _ in range(100):
+            if all(t.completed == t.total for t in p._bar.tasks):
+                break
+            time.sleep(0.05)
+        tasks = {t.description: t for t in p._bar.tasks}
+        assert set(tasks) == {"decode", "GRO ideal", "GRO napi"}
+        assert tasks["decode"].total == len(generated)
+        assert tasks["GRO napi"].total == 2      # one partition per worker
+        for t in tasks.values():
+            assert t.completed == t.total and t.fields["detail"] == f"{t.total}/{t.total} tasks"

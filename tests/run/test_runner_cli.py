@@ -1,0 +1,93 @@
+"""`gropcap analyze --jobs N` / `--scheduler tcp://...`: same output as one process."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("distributed", reason="dask[distributed] not installed")
+
+from gropcap.cli import main  # noqa: E402
+from tests.run.test_runner import SAMPLES, generated, scheduler_processes  # noqa: E402,F401
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_jobs_same_summary_and_parquet(generated, tmp_path):  # noqa: F811
+    """--jobs gives the tables of the in-memory run (--no-stream) exactly, and the rows
+    of the default bounded-memory run (written a row group per batch, so its ``encap``
+    dictionaries are per batch: compared by value)."""
+    inputs = [*generated, *SAMPLES[:5]]
+    one = run("analyze", *inputs, "--format", "json", "--queues", "4", "-q",
+              "--out", tmp_path / "one", "--no-stream")
+    two = run("analyze", *inputs, "--format", "json", "--queues", "4", "-q",
+              "--out", tmp_path / "two", "--jobs", "2")
+    bounded = run("analyze", *inputs, "--format", "json", "--queues", "4", "-q",
+                  "--out", tmp_path / "bounded")
+    assert one.exit_code == 0 and two.exit_code == 0 and bounded.exit_code == 0, two.output
+    assert json.loads(one.stdout) == json.loads(two.stdout) == json.loads(bounded.stdout)
+    for name in ("packets.parquet", "superpackets.parquet", "flows.parquet"):
+        a, b = pq.read_table(tmp_path / "one" / name), pq.read_table(tmp_path / "two" / name)
+        assert a.num_rows > 0 and a.equals(b) and a.schema.metadata == b.schema.metadata
+        c = pq.read_table(tmp_path / "bounded" / name)
+        assert c.schema.equals(b.schema, check_metadata=True)
+        assert {k: c.column(k).to_pylist() for k in c.column_names} == \
+            {k: b.column(k).to_pylist() for k in b.column_names}
+
+
+def test_jobs_text_summary_same(generated):  # noqa: F811
+    one = run("analyze", generated[0], "-q")
+    two = run("analyze", generated[0], "-q", "--jobs", "1")
+    assert one.exit_code == 0 and two.exit_code == 0
+    assert "napi" in one.stdout and one.stdout == two.stdout
+
+
+def test_scheduler_option(generated, tmp_path):  # noqa: F811
+    with scheduler_processes(tmp_path) as address:
+        two = run("analyze", *generated[:2], "--format", "json", "--queues", "2",
+                  "--scheduler", address)
+    one = run("analyze", *generated[:2], "--format", "json", "--queues", "2")
+    assert two.exit_code == 0, two.output
+    assert json.loads(one.stdout) == json.loads(two.stdout)
+
+
+def test_failed_input_named_and_exit_status(generated, tmp_path):  # noqa: F811
+    bad = tmp_path / "bad.pcap"
+    bad.write_bytes(b"garbage, not a capture" * 4)
+    res = run("analyze", generated[0], bad, "--format", "json", "--jobs", "1")
+    assert res.exit_code == 1
+    assert f"{bad} (bytes 0-end) left out" in res.stderr
+    summary = json.loads(res.stdout)
+    assert [f["path"] for f in summary["failed_inputs"]] == [str(bad)]
+    assert [f["path"] for f in summary["files"]] == [generated[0]]
+
+
+def test_stream_with_jobs_refused(generated):  # noqa: F811
+    res = run("analyze", generated[0], "--stream", "--jobs", "2")
+    assert res.exit_code == 2 and "--stream runs in one process" in res.output
+    res = run("analyze", generated[0], "--jobs", "2", "--scheduler", "tcp://127.0.0.1:1")
+    assert res.exit_code == 2 and "give one of them" in res.output
+
+
+def test_scheduler_with_scratch_directory(generated, tmp_path):  # noqa: F811
+    """--scratch: decoded pieces go through a directory the workers share; it is left
+    empty afterwards."""
+    d = tmp_path / "shared"
+    d.mkdir()
+    with scheduler_processes(tmp_path) as address:
+        two = run("analyze", *generated[:2], "--format", "json", "--queues", "2",
+                  "--scheduler", address, "--scratch", d)
+    one = run("analyze", *generated[:2], "--format", "json", "--queues", "2")
+    assert two.exit_code == 0, two.output
+    assert json.loads(one.stdout) == json.loads(two.stdout)
+    assert list(d.iterdir()) == []
+
+
+def test_scratch_needs_a_distributed_run(generated, tmp_path):  # noqa: F811
+    res = run("analyze", generated[0], "--scratch", tmp_path)
+    assert res.exit_code == 2 and "--scratch is for --jobs/--scheduler" in res.output

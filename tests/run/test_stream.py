@@ -1,0 +1,184 @@
+"""Streaming analysis (gropcap.run.stream) == the in-memory analyze: same summary, same Parquet
+rows, on every sample capture and on a generated multi-flow capture cut into many small
+batches (napi polls and held super-packets straddle batch boundaries)."""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+
+from gropcap.errors import ConfigError
+from gropcap.gro.config import GroConfig
+from gropcap.io.parquet import read_metadata, write_analysis
+from gropcap.run.memory import analyze
+from gropcap.run.hints import tunnel_hint
+from gropcap.run.stream import OUT_NAMES, stream_analyze
+
+from where import ROOT
+
+SAMPLES = sorted(glob.glob(os.path.join(ROOT, "sample_pcaps", "*.pcap*")))
+
+
+def _plain(table):
+    """Rows as Python values, dictionary columns decoded (dictionaries differ per batch)."""
+    return {name: table.column(name).to_pylist() for name in table.column_names}
+
+
+def assert_same(paths, config, tmp_path, batch_records, models=("ideal", "napi")):
+    mem_dir, st_dir = tmp_path / "mem", tmp_path / "stream"
+    a = analyze(paths, config, models=models)
+    write_analysis(a, str(mem_dir))
+    r = stream_analyze(paths, config, models=models, out_dir=str(st_dir),
+                       batch_records=batch_records)
+    assert r.summary == a.summary()
+    assert _plain(r.flows) == _plain(a.flows)
+    assert r.udp_tunnel_hint == tunnel_hint(a)
+    for name in OUT_NAMES:
+        want = pq.read_table(mem_dir / name)
+        got = pq.read_table(st_dir / name)
+        assert got.schema.remove_metadata().equals(want.schema.remove_metadata()), name
+        assert got.num_rows == want.num_rows, name
+        assert _plain(got) == _plain(want), name
+        assert read_metadata(str(st_dir / name)) == read_metadata(str(mem_dir / name))
+    # no temporary files left behind
+    assert sorted(os.listdir(st_dir)) == sorted(OUT_NAMES)
+    return a, r
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=os.path.basename)
+def test_samples_stream_equals_analyze(path, tmp_path):
+    assert_same(path, GroConfig(queues=2, budget=8), tmp_path, batch_records=7)
+
+
+@pytest.fixture(scope="module")
+def bench_capture(tmp_path_factory):
+    spec = importlib.util.spec_from_file_location(
+        "make_bench_capture", os.path.join(ROOT, "benchmarks", "make_bench_capture.py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["make_bench_capture"] = mod
+    spec.loader.exec_module(mod)
+    path = str(tmp_path_factory.mktemp("bench") / "multi.pcap")
+    mod.build(path, 6000, 60, seed=7)
+    return path
+
+
+@pytest.mark.parametrize("config", [
+    GroConfig(),
+    GroConfig(queues=4, budget=16),
+    GroConfig(queues=3, budget=4, gro_flush_timeout_ns=50_000, napi_defer_hard_irqs=1,
+              mtu=1500),
+], ids=["q1", "q4", "q3-defer-mtu1500"])
+def test_generated_capture_small_batches(bench_capture, tmp_path, config):
+    a, r = assert_same(bench_capture, config, tmp_path, batch_records=101)
+    # the capture really aggregates, and the napi model really spreads over queues
+    ideal = r.summary["models"]["ideal"]
+    assert ideal["merged_packets"] > 500 and ideal["largest_superpacket"] > 4
+    assert r.summary["packets"] == 6000
+    queues = set(pq.read_table(tmp_path / "stream" / "packets.parquet",
+                               columns=["rx_queue"]).column(0).to_pylist())
+    assert len(queues) == config.queues
+    # the VXLAN frames of this capture are 1550 IP bytes: their SYNs' MSS (1460 + 40 + 50
+    # bytes of VXLAN) says the underlay MTU is 1550, so they are wire frames; with a
+    # 1500-byte MTU given they are coalesced and the coalesced-input path runs
+    coalesced = any("already coalesced" in w for w in r.summary["warnings"])
+    if config.mtu == 1500:
+        assert coalesced and r.summary["mtu"]["source"] == "option"
+    else:
+        assert not coalesced
+        assert (r.summary["mtu"]["mtu"], r.summary["mtu"]["source"]) == (1550, "inferred")
+
+
+def test_two_files_one_stream(bench_capture, tmp_path):
+    """Files are one stream (GRO state carries across files), as in analyze."""
+    sample = os.path.join(ROOT, "sample_pcaps", "real_ipv4.pcap")
+    assert_same([sample, bench_capture], GroConfig(queues=2), tmp_path, batch_records=500)
+
+
+def test_summary_without_output(bench_capture, tmp_path):
+    r = stream_analyze(bench_capture, GroConfig(queues=2), batch_records=1000,
+                       tmp_dir=str(tmp_path))
+    assert r.paths == []
+    assert r.summary == analyze(bench_capture, GroConfig(queues=2)).summary()
+    assert os.listdir(tmp_path) == []
+
+
+def test_refuses_what_only_memory_models(bench_capture, tmp_path):
+    with pytest.raises(ConfigError, match="gro_cells"):
+        stream_analyze(bench_capture, GroConfig(tunnel_gro=True))
+    with pytest.raises(ConfigError, match="fast"):
+        stream_analyze(bench_capture, engine="reference")
+
+
+def test_existing_output_refused_before_work(bench_capture, tmp_path):
+    from gropcap.io.parquet import OutputError
+    (tmp_path / "flows.parquet").write_bytes(b"x")
+    with pytest.raises(OutputError):
+        stream_analyze(bench_capture, out_dir=str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ["flows.parquet"]
+
+
+def test_damaged_capture_leaves_no_files(tmp_path):
+    """A capture error after some batches were written: the located error, no output and no
+    temporary files left in --out."""
+    import struct
+
+    from gropcap.errors import CaptureError
+    data = bytearray(open(os.path.join(ROOT, "sample_pcaps", "real_ipv4.pcap"), "rb").read())
+    off = 24
+    for _ in range(1000):
+        off += 16 + struct.unpack_from("<I", data, off + 8)[0]
+    struct.pack_into("<I", data, off + 8, 0x7FFFFFFF)     # record 1000: absurd caplen
+    bad = tmp_path / "bad.pcap"
+    bad.write_bytes(bytes(data))
+    out = tmp_path / "out"
+    with pytest.raises(CaptureError, match="record 1000"):
+        stream_analyze(str(bad), out_dir=str(out), batch_records=100)
+    assert os.listdir(out) == []
+
+
+def test_empty_capture(tmp_path):
+    """A capture with no records: the same (empty) files, schemas and summary."""
+    head = open(os.path.join(ROOT, "sample_pcaps", "real_ipv4.pcap"), "rb").read(24)
+    path = tmp_path / "empty.pcap"
+    path.write_bytes(head)
+    a, r = assert_same(str(path), GroConfig(), tmp_path, batch_records=10)
+    assert r.summary["packets"] == 0 and r.flows.num_rows == 0
+
+
+@pytest.mark.parametrize("name,config,restarts", [
+    ("real_ipv4.pcap", GroConfig(queues=2, budget=8), False),
+    # frames above a 1000-byte MTU were captured coalesced: their gso_size needs the
+    # whole capture before GRO, so the fused first pass starts over unfused
+    ("real_ipv4.pcap", GroConfig(mtu=1000), True),
+    # a VXLAN port without a tunnel socket: the hint runs the models on the whole table
+    ("real_vxlan.pcap", GroConfig(), True),
+], ids=["fused", "coalesced", "tunnel-hint"])
+@pytest.mark.parametrize("columns", ["default", "all"])
+def test_fused_first_pass_equals_unfused(name, config, restarts, columns, tmp_path,
+                                         monkeypatch):
+    import gropcap.run.stream as stream_mod
+    path = os.path.join(ROOT, "sample_pcaps", name)
+    calls = []
+    real = stream_mod.stream_analyze
+
+    def spy(*args, **kw):
+        calls.append(kw.get("_fused", True))
+        return real(*args, **kw)
+    monkeypatch.setattr(stream_mod, "stream_analyze", spy)
+    fused = stream_mod.stream_analyze(path, config, out_dir=str(tmp_path / "f"),
+                                      batch_records=50, packet_columns=columns)
+    assert calls == ([True, False] if restarts else [True])
+    plain = real(path, config, out_dir=str(tmp_path / "u"), batch_records=50,
+                 packet_columns=columns, _fused=False)
+    assert fused.summary == plain.summary
+    assert fused.flow_causes == plain.flow_causes
+    assert fused.udp_tunnel_hint == plain.udp_tunnel_hint
+    assert _plain(fused.flows) == _plain(plain.flows)
+    for n in OUT_NAMES:
+        a, b = pq.read_table(tmp_path / "f" / n), pq.read_table(tmp_path / "u" / n)
+        assert a.schema.equals(b.schema) and _plain(a) == _plain(b), n
