@@ -75,10 +75,13 @@ def called_from_compiled_code(frame) -> bool:
 # Python callbacks whose exceptions the caller swallows ("Exception ignored ..."): an
 # interrupt raised inside one is printed with a traceback and lost, so it waits for the
 # callback to return. (function name, package): llvmlite's object-cache callbacks, called
-# from LLVM through ctypes while numba compiles; distributed's gc callback.
+# from LLVM through ctypes while numba compiles; distributed's gc callback; numba's weakref
+# callback that forgets a disposed type (it runs wherever the garbage collector frees one:
+# CI lost an interrupt there once). Any ``__del__`` is one too.
 _SWALLOWING = {("_raw_object_cache_notify", "llvmlite"),
                ("_raw_object_cache_getbuffer", "llvmlite"),
-               ("_gc_callback", "distributed")}
+               ("_gc_callback", "distributed"),
+               ("_on_type_disposal", "numba")}
 
 
 def in_swallowing_callback(frame) -> bool:
@@ -86,6 +89,8 @@ def in_swallowing_callback(frame) -> bool:
     f = frame
     while f is not None:
         code = f.f_code
+        if code.co_name == "__del__":
+            return True
         for name, package in _SWALLOWING:
             if code.co_name == name and f"{os.sep}{package}{os.sep}" in code.co_filename:
                 return True

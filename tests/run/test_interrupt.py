@@ -162,7 +162,8 @@ def test_sigint_while_numba_compiles(capture, tmp_path):
 
 def test_interrupt_waits_out_callbacks_that_swallow_exceptions():
     """A SIGINT that lands in llvmlite's object-cache callback (called from LLVM through
-    ctypes while numba compiles) or distributed's gc callback would be printed as
+    ctypes while numba compiles), distributed's gc callback, numba's type-disposal weakref
+    callback or any ``__del__`` would be printed as
     "Exception ignored ... KeyboardInterrupt" and lost: the handler retries instead."""
     from gropcap.interrupt import in_swallowing_callback
 
@@ -175,6 +176,9 @@ def test_interrupt_waits_out_callbacks_that_swallow_exceptions():
     gc = os.path.join(os.sep, "site", "distributed", "gc.py")
     assert in_swallowing_callback(frame_in(llvm, "_raw_object_cache_notify"))
     assert in_swallowing_callback(frame_in(gc, "_gc_callback"))
+    types = os.path.join(os.sep, "site", "numba", "core", "types", "abstract.py")
+    assert in_swallowing_callback(frame_in(types, "_on_type_disposal"))
+    assert in_swallowing_callback(frame_in(__file__, "__del__"))
     assert not in_swallowing_callback(frame_in(llvm, "add_module"))
     assert not in_swallowing_callback(frame_in(__file__, "_raw_object_cache_notify"))
 
