@@ -603,8 +603,9 @@ def _sfl_flush(sfl):
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
-def _receive(i, c, cfg, st, out, poll, age):
+def _receive(i, c, cfg, st, out, poll, age, udp):
     """dev_gro_receive for packet i: bypass, merge, complete pp, hold or deliver.
+    ``udp``: see :func:`run`.
 
     Decides first, then acts at one site each (complete pp, deliver, hold): the helpers
     are inlined, and every extra call site would be compiled again."""
@@ -622,7 +623,9 @@ def _receive(i, c, cfg, st, out, poll, age):
         # a layer bailed before L4: delivered now, the flow's held entry untouched
         deliver = pre
     elif c.udp[i] != 0:
-        deliver, hold, end = _udp_receive(i, k, c, cfg, st, out)
+        if udp is not None:
+            # numba prunes this branch before typing when ``udp`` is None (see run)
+            deliver, hold, end = _udp_receive(i, k, c, cfg, st, out)
     elif st.e_first[k] < 0:
         fl = c.flags[i]
         sfl = c.sfl_out[i] if c.sfl_out[i] != 0 else c.sfl_in[i]
@@ -926,7 +929,7 @@ def _take_until(arr, j, hi, until, budget):
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final):
+def run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final, udp):
     """Run GRO over one batch in the configured batch model (one ``_receive`` site, so
     the rule code is compiled once).
 
@@ -950,6 +953,12 @@ def run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final):
       passes those packets again with the next batch. A queue also stops when ``p_time``
       is nearly full. Polls are numbered globally (``st.ctr[2]``); their time and queue
       go to ``p_time``/``p_queue`` (index = number - first number of this call).
+
+    ``udp``: ``None`` when no packet of ``c`` enters UDP GRO (``c.udp`` all 0), else
+    ``np.bool_(True)``. Two compiled variants, chosen by the argument's type: numba
+    prunes ``if udp is not None`` in :func:`_receive` before typing, so the ``None``
+    variant (what a TCP-only configuration compiles on a first run) has no UDP rules in
+    it (:func:`_udp_receive` was 2.8 s of the first run's 42 s CPU).
 
     Returns the number of polls recorded (napi), else 0.
     """
@@ -1063,7 +1072,7 @@ def run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final):
                 jf = _jiffy(now, cfg.hz)
             # --- dev_gro_receive for each packet of the run
             for x in range(j, j + cnt):
-                _receive(rows[x], c, cfg, st, out, poll, jf)
+                _receive(rows[x], c, cfg, st, out, poll, jf, udp)
             j += cnt
             if not napi:
                 continue
