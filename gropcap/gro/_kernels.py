@@ -359,21 +359,31 @@ def _ts_at(a, row, lenbyte, end):
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def _options_differ_beyond_ts(i, k, c, st):
-    """True when the two option areas still differ with the TSval/TSecr of their first
-    timestamp option zeroed (FLUSH_TCP_OPTIONS rather than FLUSH_TCP_TS)."""
-    ln = np.int64(c.opt_len[i])
+def _options_differ(i, k, opt, opt_len, e_opt):
+    """True when the two option areas (packet i's ``Cols.opt``/``opt_len``, entry k's
+    ``State.e_opt``) still differ with the TSval/TSecr of their first timestamp option
+    zeroed (FLUSH_TCP_OPTIONS rather than FLUSH_TCP_TS). Takes the three arrays, not
+    the ~90-array tuples: a smaller signature to compile and pass."""
+    ln = np.int64(opt_len[i])
     lb_i = ln & 0xFF
-    ts_i = _ts_at(c.opt, i, lb_i, min(ln, OPT_AREA))
-    lb_k = np.int64(st.e_opt[k, OPT_WORDS] & np.uint64(0xFF))
-    ts_k = _ts_at(st.e_opt, k, lb_k, np.int64(st.e_opt[k, OPT_WORDS] >> np.uint64(8)))
+    ts_i = _ts_at(opt, i, lb_i, min(ln, OPT_AREA))
+    lb_k = np.int64(e_opt[k, OPT_WORDS] & np.uint64(0xFF))
+    ts_k = _ts_at(e_opt, k, lb_k, np.int64(e_opt[k, OPT_WORDS] >> np.uint64(8)))
     for b in range(OPT_AREA):
-        vi = 0 if ts_i >= 0 and ts_i + 2 <= b < ts_i + 10 else _area_byte(c.opt, i, lb_i, b)
+        vi = 0 if ts_i >= 0 and ts_i + 2 <= b < ts_i + 10 else _area_byte(opt, i, lb_i, b)
         vk = 0 if ts_k >= 0 and ts_k + 2 <= b < ts_k + 10 else \
-            _area_byte(st.e_opt, k, lb_k, b)
+            _area_byte(e_opt, k, lb_k, b)
         if vi != vk:
             return True
     return False
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def _options_differ_beyond_ts(i, k, c, st):
+    """:func:`_options_differ` on packet i of ``c`` and entry k of ``st`` (tests call it
+    with the tuples; the kernels call :func:`_options_differ`, so a run compiles only
+    that one)."""
+    return _options_differ(i, k, c.opt, c.opt_len, st.e_opt)
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
@@ -420,7 +430,7 @@ def _pair_checks(i, k, c, cfg, st):
     if reason == 0 and c.ack[i] != st.e_ack[k]:
         reason = FLUSH_TCP_ACK
     if reason == 0 and not _same_options(i, k, c, st):
-        reason = FLUSH_TCP_OPTIONS if _options_differ_beyond_ts(i, k, c, st) \
+        reason = FLUSH_TCP_OPTIONS if _options_differ(i, k, c.opt, c.opt_len, st.e_opt) \
             else FLUSH_TCP_TS
     # --- IP ID (and, from 6.10, all L3 pair checks): gro_receive_network_flush
     r_id = _ip_id_checks(i, k, c, cfg, st, count)

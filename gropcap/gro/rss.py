@@ -107,28 +107,30 @@ def gro_bucket(hash_: np.ndarray | int, buckets: int):
 # (docs/performance.md, "Start-up"). Same values and types as the pyarrow calls named.
 
 def numpy_of(col) -> np.ndarray:
-    """``col.to_numpy(zero_copy_only=False)`` (an Array or ChunkedArray), read from the
-    Arrow buffers for a null-free integer, float or boolean column: the same values
-    (numeric: a read-only view; boolean: a new array). Other columns go through
-    ``to_numpy``."""
+    """``col.combine_chunks().to_numpy(zero_copy_only=False)`` (an Array or a
+    ChunkedArray), read from the Arrow buffers for a null-free integer, float or boolean
+    column: the same values, dtype and flags (numeric: a read-only view, empty or not,
+    so numba compiles one signature; boolean: a new writable array). Other columns go
+    through ``to_numpy``."""
     t = col.type
     simple = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+    if simple and len(col) == 0:            # (combine_chunks of no chunk imports pandas)
+        if pa.types.is_boolean(t):
+            return np.zeros(0, np.bool_)
+        empty = np.zeros(0, t.to_pandas_dtype())
+        empty.flags.writeable = False
+        return empty
     if isinstance(col, pa.ChunkedArray):
-        if col.num_chunks == 0 and simple:          # (combine_chunks imports pandas here)
-            return np.zeros(0, np.bool_ if pa.types.is_boolean(t) else t.to_pandas_dtype())
         col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
     if simple and col.null_count == 0:
         n, off = len(col), col.offset
         buf = col.buffers()[1]
         if pa.types.is_boolean(t):
-            if n == 0:
-                return np.zeros(0, np.bool_)
             bits = np.frombuffer(buf, np.uint8)
             return np.unpackbits(bits, bitorder="little")[off:off + n].view(np.bool_)
-        dt = np.dtype(t.to_pandas_dtype())
-        if n == 0:
-            return np.zeros(0, dt)
-        return np.frombuffer(buf, dt)[off:off + n]
+        view = np.frombuffer(buf, t.to_pandas_dtype())[off:off + n]
+        view.flags.writeable = False        # (a writable buffer gives a writable view)
+        return view
     return col.to_numpy(zero_copy_only=False)
 
 
