@@ -8,7 +8,12 @@ What is timed (wall clock and the child's CPU time, ``RUSAGE_CHILDREN``):
 - ``warm``: the same command again with that cache directory (best and median of
   ``--rounds``; with ``--against``, the two trees' warm runs alternate);
 - ``reference``: ``python -c "import dpkt, numpy"`` in the same run, the start-up floor
-  of any Python tool in this field; the warm run is reported as a ratio to it.
+  of any Python tool in this field; the warm run is reported as a ratio to it;
+- ``cold_reference``: ``--engine reference --decoder reference`` on another empty cache
+  (a tiered first run's path: nothing big to compile), which must print the same JSON.
+
+The cold and warm runs name ``--engine fast --decoder fast``: they measure the compiled
+path even where the CLI would take the reference one by itself.
 
 Invariants checked on every run: exit status 0, stdout is one JSON document, every run
 prints the same JSON; the cold run prints the compile note ("gropcap: compiling GRO
@@ -17,7 +22,10 @@ print it.
 
 ``--compiles`` adds one more cold run in a driver process that listens to numba's
 ``numba:compile`` events and records, per compiled function and signature, its CPU
-time excluding the functions it compiled in turn (where the cold seconds go).
+time excluding the functions it compiled in turn (where the cold seconds go); and, from
+each compiled signature's ``metadata["pipeline_times"]``, numba's seconds per compiler
+pass (inlining, type inference, lowering, ...) plus the time spent in LLVM
+(``numba:llvm_lock`` events): ``compile_stages`` in the JSON.
 
 ``--against DIR`` also measures another checkout (``git archive REV gropcap | tar -x -C
 DIR``) with the same commands (``PYTHONPATH=DIR``), alternating with this one, for a
@@ -66,12 +74,41 @@ class Listener(event.Listener):
         rows.append({"function": name, "args": args[:300], "self_s": round(dt - inner, 3),
                      "total_s": round(dt, 3)})
 event.register("numba:compile", Listener())
+llvm = [0.0, []]
+class LlvmListener(event.Listener):
+    def on_start(self, ev):
+        llvm[1].append(time.process_time())
+    def on_end(self, ev):
+        llvm[0] += time.process_time() - llvm[1].pop()
+event.register("numba:llvm_lock", LlvmListener())
 from gropcap.cli import main
 try:
     main(sys.argv[2:], standalone_mode=False)
 finally:
+    # per compiled signature, numba's own per-pass times (a pass's time includes the
+    # functions compiled while it ran, e.g. callees typed by nopython_type_inference)
+    import gc
+    from numba.core.registry import CPUDispatcher
+    passes, per_function = {}, []
+    for d in gc.get_objects():
+        if not (isinstance(d, CPUDispatcher) and d.py_func.__module__.startswith("gropcap")):
+            continue
+        for cres in d.overloads.values():
+            for pipeline in (cres.metadata or {}).get("pipeline_times", {}).values():
+                mine = {}
+                for key, t in pipeline.items():
+                    name = key.split("_", 1)[1]
+                    passes[name] = round(passes.get(name, 0.0) + t.run, 3)
+                    if t.run >= 0.05:
+                        mine[name] = round(t.run, 3)
+                per_function.append({"function": d.py_func.__qualname__,
+                                     "passes_s": mine})
     with open(sys.argv[1], "w") as fh:
-        json.dump(sorted(rows, key=lambda r: -r["self_s"]), fh)
+        json.dump({"compiles": sorted(rows, key=lambda r: -r["self_s"]),
+                   "passes_s": dict(sorted(passes.items(), key=lambda kv: -kv[1])),
+                   "llvm_lock_s": round(llvm[0], 3),
+                   "per_function_passes": sorted(
+                       per_function, key=lambda r: -sum(r["passes_s"].values()))}, fh)
 """
 
 
@@ -110,11 +147,24 @@ def _check_tree(tree: str) -> None:
         raise SystemExit(f"PYTHONPATH={tree} imports gropcap from {path!r}")
 
 
-def _analyze(tree: str, capture: str, cache: str) -> dict:
-    argv = [sys.executable, "-m", "gropcap", "analyze", capture, "--format", "json"]
+def _analyze(tree: str, capture: str, cache: str, engine: str = "fast") -> dict:
+    # the engine and decoder named explicitly: a CLI that picks the reference path for
+    # a small capture on a cold cache by itself still compiles here
+    argv = [sys.executable, "-m", "gropcap", "analyze", capture, "--format", "json",
+            "--engine", engine, "--decoder", engine]
     r = _run(argv, _env(tree, cache), tree)     # cwd: `python -m` puts it first on sys.path
     r["summary"] = json.loads(r.pop("stdout"))        # invariant: one JSON document
     return r
+
+
+def _cold_reference(m: dict, capture: str, scratch: str) -> None:
+    """The reference decoder and engine on an empty cache (what a tiered first run
+    would do instead of compiling): must print the same JSON as the compiled path."""
+    cache = tempfile.mkdtemp(prefix="numba-cache-", dir=scratch)
+    r = _analyze(m["tree"], capture, cache, engine="reference")
+    if r.pop("summary") != m["summary"]:
+        raise SystemExit(f"{m['tree']}: the reference path printed another summary")
+    m["cold_reference"] = r
 
 
 def _cold(tree: str, capture: str, scratch: str) -> dict:
@@ -146,7 +196,7 @@ def _finish(m: dict) -> None:
     m["warm_best_cpu_s"] = min(w["cpu_s"] for w in warm)
 
 
-def _compiles(tree: str, capture: str, scratch: str) -> list[dict]:
+def _compiles(tree: str, capture: str, scratch: str) -> dict:
     cache = tempfile.mkdtemp(prefix="numba-cache-", dir=scratch)
     out = os.path.join(scratch, "compiles.json")
     _run([sys.executable, "-c", _DRIVER, out, "analyze", capture, "--format", "json"],
@@ -172,11 +222,12 @@ def _git(*a) -> str:
 
 
 def _line(label: str, m: dict, ref: dict) -> str:
-    c = m["cold"]
+    c, r = m["cold"], m["cold_reference"]
     return (f"{label:>8}: cold {c['wall_s']:6.1f} s wall, {c['cpu_s']:6.1f} s CPU | "
             f"warm best {m['warm_best_wall_s']:.2f} s wall (median "
             f"{m['warm_median_wall_s']:.2f}), {m['warm_best_cpu_s']:.2f} s CPU = "
-            f"{m['warm_best_wall_s'] / ref['best_wall_s']:.1f}x the reference")
+            f"{m['warm_best_wall_s'] / ref['best_wall_s']:.1f}x the reference | "
+            f"cold, reference path {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU")
 
 
 def main() -> None:
@@ -205,6 +256,7 @@ def main() -> None:
                 _warm(m, args.capture)
         for m in results.values():
             _finish(m)
+            _cold_reference(m, args.capture, scratch)
         if args.against and results["this"]["summary"] != results["against"]["summary"]:
             raise SystemExit("the two trees printed different summaries")
         compiles = _compiles(ROOT, args.capture, scratch) if args.compiles else None
@@ -216,11 +268,17 @@ def main() -> None:
         print(_line(label, m, ref))
         m["warm_over_reference"] = round(m["warm_best_wall_s"] / ref["best_wall_s"], 2)
         del m["summary"]
+    stages = None
     if compiles is not None:
+        stages = {k: compiles[k] for k in ("passes_s", "llvm_lock_s", "per_function_passes")}
+        compiles = compiles["compiles"]
         total = sum(r["self_s"] for r in compiles)
         print(f"compiles: {len(compiles)} functions/signatures, {total:.1f} s CPU; top:")
         for r in compiles[:12]:
             print(f"  {r['self_s']:6.2f} s  {r['function']}")
+        print(f"numba passes (s, callees included where they compiled): LLVM "
+              f"{stages['llvm_lock_s']:.1f}; " + ", ".join(
+                  f"{k} {v:.1f}" for k, v in list(stages["passes_s"].items())[:6]))
     sha = _git("rev-parse", "--short", "HEAD") or "unknown"
     doc = {
         "benchmark": "startup", "commit": sha, "commit_full": _git("rev-parse", "HEAD"),
@@ -229,6 +287,7 @@ def main() -> None:
         "cpus": os.cpu_count(), "loadavg_after": os.getloadavg(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "reference": ref, "results": results, "compiles": compiles,
+        "compile_stages": stages,
     }
     out = args.out or os.path.join(HERE, "results", f"startup-{sha}.json")
     with open(out, "w") as fh:

@@ -22,6 +22,7 @@ from gropcap.decode import _fast_kernels as K
 from gropcap.decode import schema as S
 from gropcap.decode.options import DecodeOptions
 from gropcap.errors import DecodeError
+from gropcap.gro.rss import arrow_numeric, arrow_strings
 
 __all__ = ["decode_batch", "warm_up", "DEFAULT_OPTIONS"]
 
@@ -200,11 +201,11 @@ def decode_batch(batch: RecordBatch, options: DecodeOptions = DEFAULT_OPTIONS, *
                                int(batch.wire_len[i]), options)
             _store_row(o, status, depth, int(i), row)
             strings[i] = row["encap"]
-        encap = pa.array(strings, pa.string()).dictionary_encode()
+        encap = arrow_strings(strings).dictionary_encode()
         bits = np.packbits(o.u8[_BOOL_ROWS], axis=1, bitorder="little")   # rows changed
     else:
-        encap = pa.DictionaryArray.from_arrays(pa.array(encap_idx, pa.int32()),
-                                               pa.array(names, pa.string()), safe=False)
+        encap = pa.DictionaryArray.from_arrays(arrow_numeric(encap_idx, pa.int32()),
+                                               arrow_strings(names), safe=False)
     file_col[:] = file_index
     record_cols = {
         "ts_ns": batch.ts_ns, "cap_len": cap_out, "wire_len": batch.wire_len,
@@ -217,7 +218,7 @@ def decode_batch(batch: RecordBatch, options: DecodeOptions = DEFAULT_OPTIONS, *
         if not rare and (kind, key, k) in _RARE:
             arr = _constant(t, n, _RARE[kind, key, k])   # no VLAN, DSA or tunnel in the batch
         elif kind == "num":
-            arr = pa.array(getattr(o, key)[k], t)
+            arr = arrow_numeric(getattr(o, key)[k], t)
         elif kind == "bool":
             arr = pa.Array.from_buffers(t, n, [None, pa.py_buffer(bits[k])])
         elif kind == "addr":
@@ -225,8 +226,8 @@ def decode_batch(batch: RecordBatch, options: DecodeOptions = DEFAULT_OPTIONS, *
         elif kind == "opts":
             arr = _fixed_binary(o.opts, K.C.TCP_MAX_OPTLEN)
         elif kind == "record":
-            arr = pa.array(np.asarray(record_cols[key]).astype(_RECORD_DTYPES[key],
-                                                               copy=False), t)
+            arr = arrow_numeric(np.asarray(record_cols[key]).astype(_RECORD_DTYPES[key],
+                                                                    copy=False), t)
         else:
             arr = encap
         arrays.append(arr)

@@ -359,21 +359,31 @@ def _ts_at(a, row, lenbyte, end):
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def _options_differ_beyond_ts(i, k, c, st):
-    """True when the two option areas still differ with the TSval/TSecr of their first
-    timestamp option zeroed (FLUSH_TCP_OPTIONS rather than FLUSH_TCP_TS)."""
-    ln = np.int64(c.opt_len[i])
+def _options_differ(i, k, opt, opt_len, e_opt):
+    """True when the two option areas (packet i's ``Cols.opt``/``opt_len``, entry k's
+    ``State.e_opt``) still differ with the TSval/TSecr of their first timestamp option
+    zeroed (FLUSH_TCP_OPTIONS rather than FLUSH_TCP_TS). Takes the three arrays, not
+    the ~90-array tuples: a smaller signature to compile and pass."""
+    ln = np.int64(opt_len[i])
     lb_i = ln & 0xFF
-    ts_i = _ts_at(c.opt, i, lb_i, min(ln, OPT_AREA))
-    lb_k = np.int64(st.e_opt[k, OPT_WORDS] & np.uint64(0xFF))
-    ts_k = _ts_at(st.e_opt, k, lb_k, np.int64(st.e_opt[k, OPT_WORDS] >> np.uint64(8)))
+    ts_i = _ts_at(opt, i, lb_i, min(ln, OPT_AREA))
+    lb_k = np.int64(e_opt[k, OPT_WORDS] & np.uint64(0xFF))
+    ts_k = _ts_at(e_opt, k, lb_k, np.int64(e_opt[k, OPT_WORDS] >> np.uint64(8)))
     for b in range(OPT_AREA):
-        vi = 0 if ts_i >= 0 and ts_i + 2 <= b < ts_i + 10 else _area_byte(c.opt, i, lb_i, b)
+        vi = 0 if ts_i >= 0 and ts_i + 2 <= b < ts_i + 10 else _area_byte(opt, i, lb_i, b)
         vk = 0 if ts_k >= 0 and ts_k + 2 <= b < ts_k + 10 else \
-            _area_byte(st.e_opt, k, lb_k, b)
+            _area_byte(e_opt, k, lb_k, b)
         if vi != vk:
             return True
     return False
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def _options_differ_beyond_ts(i, k, c, st):
+    """:func:`_options_differ` on packet i of ``c`` and entry k of ``st`` (tests call it
+    with the tuples; the kernels call :func:`_options_differ`, so a run compiles only
+    that one)."""
+    return _options_differ(i, k, c.opt, c.opt_len, st.e_opt)
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
@@ -420,7 +430,7 @@ def _pair_checks(i, k, c, cfg, st):
     if reason == 0 and c.ack[i] != st.e_ack[k]:
         reason = FLUSH_TCP_ACK
     if reason == 0 and not _same_options(i, k, c, st):
-        reason = FLUSH_TCP_OPTIONS if _options_differ_beyond_ts(i, k, c, st) \
+        reason = FLUSH_TCP_OPTIONS if _options_differ(i, k, c.opt, c.opt_len, st.e_opt) \
             else FLUSH_TCP_TS
     # --- IP ID (and, from 6.10, all L3 pair checks): gro_receive_network_flush
     r_id = _ip_id_checks(i, k, c, cfg, st, count)
@@ -602,94 +612,104 @@ def _sfl_flush(sfl):
     return FLUSH_LENGTH
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
-def _receive(i, c, cfg, st, out, poll, age):
-    """dev_gro_receive for packet i: bypass, merge, complete pp, hold or deliver.
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def _receive(rows, lo, hi, c, cfg, st, out, poll, age, udp):
+    """dev_gro_receive for packets ``rows[lo:hi]`` of one poll (or window, or the whole
+    batch in the ideal model): bypass, merge, complete pp, hold or deliver.
+    ``udp``: see :func:`run`.
 
     Decides first, then acts at one site each (complete pp, deliver, hold): the helpers
-    are inlined, and every extra call site would be compiled again."""
-    out.ppoll[i] = poll
-    out.cur[0] = c.row[i]
-    deliver = -1                   # reason when the packet goes up alone now
-    hold = -1                      # reason when it becomes a held entry
-    end = 0                        # end reason of the held entry pp completed now
-    k = c.key[i]
-    ln = c.tlen[i]
-    segs = c.segs[i]
-    gsz = c.gsz[i]
-    pre = c.pre[i]
-    if pre != 0:
-        # a layer bailed before L4: delivered now, the flow's held entry untouched
-        deliver = pre
-    elif c.udp[i] != 0:
-        deliver, hold, end = _udp_receive(i, k, c, cfg, st, out)
-    elif st.e_first[k] < 0:
-        fl = c.flags[i]
-        sfl = c.sfl_out[i] if c.sfl_out[i] != 0 else c.sfl_in[i]
-        if sfl == 0:
-            sfl = c.sfl_fl[i]      # dev_gro_receive: flush = skb_has_frag_list(skb)
-        # tcp_gro_receive, no p: out_check_final with mss = 1 (GSO skb: len vs count*size)
-        r = sfl if sfl != 0 else _not_held_reason(fl, ln)
-        if r == 0:
-            r = _gso_short(ln, segs, gsz)
-        if r != 0:
-            deliver = r
-        elif st.loose_held[c.loose[i]] > 0:
-            # before 5.18 the IPv6 hop limit was a flow key: the held entry of this flow
-            # stays, the packet starts a parallel one (ipv6_gro_receive, 6fc2f3832d36)
-            hold = FLUSH_HOP_LIMIT_FLOW
-        else:
-            hold = NO_HELD_PACKET
-    else:
-        fl = c.flags[i]
-        sfl = c.sfl_out[i] if c.sfl_out[i] != 0 else c.sfl_in[i]
-        if sfl == 0:
-            sfl = c.sfl_fl[i]
-        flush_reason = _pair_checks(i, k, c, cfg, st)
-        if flush_reason == 0 and cfg.tcp_flist:
-            # tcp_gro_receive, is_flist (v6.10): the whole flag word, count >= 64, then
-            # skb_gro_receive_list (65536 on whole lengths, no check of the skb's flush)
-            if fl != st.e_flags[k]:
-                flush_reason = FLUSH_TCP_FLAGS
-            elif st.e_count[k] >= TCP_FLIST_MAX_SEGS:
-                flush_reason = FLUSH_MAX_SEGS
-            elif st.e_len[k] + c.plen[i] >= FLIST_MAX_LEN:
-                flush_reason = FLUSH_SIZE_LIMIT
-        elif flush_reason == 0:
-            # skb_gro_receive: -E2BIG when p->len + len >= gro_max_size or skb flush
-            if st.e_len[k] + ln >= st.e_limit[k]:
-                flush_reason = FLUSH_SIZE_LIMIT
-            elif sfl != 0:
-                flush_reason = _sfl_flush(sfl)
-        if flush_reason == 0:
-            st.e_last[k] = c.row[i]
-            st.e_count[k] += segs
-            st.e_payload[k] += c.payload[i]
-            st.e_grolen[k] += ln
-            st.e_len[k] += ln
-            out.reason[i] = MERGED
-            out.inst[i] = st.e_inst[k]
-            end = _end_reason(fl, ln, st.e_mss[k])
-            if end == 0 and _gso_short(ln, segs, gsz) != 0:
-                end = END_SHORT_SEGMENT
-        else:
-            # not merged: pp = p is completed before the packet is delivered or held
-            end = flush_reason
-            short = _gso_short(ln, segs, gsz) != 0 if gsz != 0 else ln < 1
-            if sfl != 0 or short or (fl & (TCP_FLAG_URG | TCP_FLAG_PSH | TCP_FLAG_RST |
-                                            TCP_FLAG_SYN | TCP_FLAG_FIN)) != 0:
-                deliver = flush_reason
+    are inlined, and every extra call site would be compiled again. A function of its own
+    (not inlined into ``run``) that loops over the poll's packets: numba-level inlining of
+    the whole rule set into ``run`` cost 3.3 s of a first run (numba copies a callee's IR
+    block by block, blocks x variables), and its arguments (~90 arrays) are passed once
+    per poll, not once per packet."""
+    for x in range(lo, hi):
+        i = rows[x]
+        out.ppoll[i] = poll
+        out.cur[0] = c.row[i]
+        deliver = -1                   # reason when the packet goes up alone now
+        hold = -1                      # reason when it becomes a held entry
+        end = 0                        # end reason of the held entry pp completed now
+        k = c.key[i]
+        ln = c.tlen[i]
+        segs = c.segs[i]
+        gsz = c.gsz[i]
+        pre = c.pre[i]
+        if pre != 0:
+            # a layer bailed before L4: delivered now, the flow's held entry untouched
+            deliver = pre
+        elif c.udp[i] != 0:
+            if udp is not None:
+                # numba prunes this branch before typing when ``udp`` is None (see run)
+                deliver, hold, end = _udp_receive(i, k, c, cfg, st, out)
+        elif st.e_first[k] < 0:
+            fl = c.flags[i]
+            sfl = c.sfl_out[i] if c.sfl_out[i] != 0 else c.sfl_in[i]
+            if sfl == 0:
+                sfl = c.sfl_fl[i]      # dev_gro_receive: flush = skb_has_frag_list(skb)
+            # tcp_gro_receive, no p: out_check_final with mss = 1 (GSO skb: len vs count*size)
+            r = sfl if sfl != 0 else _not_held_reason(fl, ln)
+            if r == 0:
+                r = _gso_short(ln, segs, gsz)
+            if r != 0:
+                deliver = r
+            elif st.loose_held[c.loose[i]] > 0:
+                # before 5.18 the IPv6 hop limit was a flow key: the held entry of this flow
+                # stays, the packet starts a parallel one (ipv6_gro_receive, 6fc2f3832d36)
+                hold = FLUSH_HOP_LIMIT_FLOW
             else:
-                hold = flush_reason
-    if end != 0:
-        if cfg.model != MODEL_IDEAL:
-            _unlink(st.tbl, st.tcnt, np.int64(c.queue[i]), np.int64(c.bucket[i]), k)
-        _complete(k, end, st, out, poll)
-    if deliver >= 0:
-        out.reason[i] = deliver
-        _deliver(i, deliver, c, st, out, poll)
-    elif hold >= 0:
-        _hold(i, k, hold, c, cfg, st, out, poll, age)
+                hold = NO_HELD_PACKET
+        else:
+            fl = c.flags[i]
+            sfl = c.sfl_out[i] if c.sfl_out[i] != 0 else c.sfl_in[i]
+            if sfl == 0:
+                sfl = c.sfl_fl[i]
+            flush_reason = _pair_checks(i, k, c, cfg, st)
+            if flush_reason == 0 and cfg.tcp_flist:
+                # tcp_gro_receive, is_flist (v6.10): the whole flag word, count >= 64, then
+                # skb_gro_receive_list (65536 on whole lengths, no check of the skb's flush)
+                if fl != st.e_flags[k]:
+                    flush_reason = FLUSH_TCP_FLAGS
+                elif st.e_count[k] >= TCP_FLIST_MAX_SEGS:
+                    flush_reason = FLUSH_MAX_SEGS
+                elif st.e_len[k] + c.plen[i] >= FLIST_MAX_LEN:
+                    flush_reason = FLUSH_SIZE_LIMIT
+            elif flush_reason == 0:
+                # skb_gro_receive: -E2BIG when p->len + len >= gro_max_size or skb flush
+                if st.e_len[k] + ln >= st.e_limit[k]:
+                    flush_reason = FLUSH_SIZE_LIMIT
+                elif sfl != 0:
+                    flush_reason = _sfl_flush(sfl)
+            if flush_reason == 0:
+                st.e_last[k] = c.row[i]
+                st.e_count[k] += segs
+                st.e_payload[k] += c.payload[i]
+                st.e_grolen[k] += ln
+                st.e_len[k] += ln
+                out.reason[i] = MERGED
+                out.inst[i] = st.e_inst[k]
+                end = _end_reason(fl, ln, st.e_mss[k])
+                if end == 0 and _gso_short(ln, segs, gsz) != 0:
+                    end = END_SHORT_SEGMENT
+            else:
+                # not merged: pp = p is completed before the packet is delivered or held
+                end = flush_reason
+                short = _gso_short(ln, segs, gsz) != 0 if gsz != 0 else ln < 1
+                if sfl != 0 or short or (fl & (TCP_FLAG_URG | TCP_FLAG_PSH | TCP_FLAG_RST |
+                                                TCP_FLAG_SYN | TCP_FLAG_FIN)) != 0:
+                    deliver = flush_reason
+                else:
+                    hold = flush_reason
+        if end != 0:
+            if cfg.model != MODEL_IDEAL:
+                _unlink(st.tbl, st.tcnt, np.int64(c.queue[i]), np.int64(c.bucket[i]), k)
+            _complete(k, end, st, out, poll)
+        if deliver >= 0:
+            out.reason[i] = deliver
+            _deliver(i, deliver, c, st, out, poll)
+        elif hold >= 0:
+            _hold(i, k, hold, c, cfg, st, out, poll, age)
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
@@ -885,17 +905,35 @@ def _held_any(q, st):
 def flush_ideal(st, out):
     """End of capture in the ideal model: held entries oldest first (END_CAPTURE).
 
-    The order is found with numpy (hold serials are unique): a numba argsort would
-    compile a sort for this one call."""
+    :func:`_complete` for each of them (``out.cur`` -1: a flush), in numpy: the order
+    is a numpy argsort (hold serials are unique), and the completions are field copies,
+    so nothing here compiles (a numba loop calling ``_complete`` was 0.5-1.2 s of a
+    first run, an argsort ~1 s)."""
     keys = np.flatnonzero(st.e_first >= 0)
-    _complete_keys(keys[np.argsort(st.e_order[keys])], st, out)
-
-
-@numba.njit(cache=True, nogil=True, _nrt=False)
-def _complete_keys(keys, st, out):
+    keys = keys[np.argsort(st.e_order[keys])]
+    s = int(out.nseg[0])
+    m = len(keys)
+    if s + m > len(out.s_first):
+        raise AssertionError("super-packet buffer overrun")
+    at = slice(s, s + m)
+    count = st.e_count[keys]
+    out.s_first[at] = st.e_first[keys]
+    out.s_last[at] = st.e_last[keys]
+    out.s_count[at] = count
+    out.s_payload[at] = st.e_payload[keys]
+    out.s_gso[at] = np.where(count > 1, st.e_mss[keys], 0)
+    out.s_end[at] = END_CAPTURE
+    out.s_queue[at] = st.e_queue[keys]
+    out.s_poll[at] = -1
+    out.s_fixed[at] = st.e_fixed[keys]
+    out.s_inst[at] = st.e_inst[keys]
+    out.s_gcode[at] = st.e_gcode[keys]
+    out.s_flow[at] = st.e_flow[keys]
+    out.s_trig[at] = -1
     out.cur[0] = -1
-    for x in range(keys.shape[0]):
-        _complete(keys[x], END_CAPTURE, st, out, -1)
+    out.nseg[0] = s + m
+    st.e_first[keys] = -1
+    np.subtract.at(st.loose_held, st.e_loose[keys], 1)
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
@@ -926,7 +964,7 @@ def _take_until(arr, j, hi, until, budget):
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final):
+def run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final, udp):
     """Run GRO over one batch in the configured batch model (one ``_receive`` site, so
     the rule code is compiled once).
 
@@ -950,6 +988,12 @@ def run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final):
       passes those packets again with the next batch. A queue also stops when ``p_time``
       is nearly full. Polls are numbered globally (``st.ctr[2]``); their time and queue
       go to ``p_time``/``p_queue`` (index = number - first number of this call).
+
+    ``udp``: ``None`` when no packet of ``c`` enters UDP GRO (``c.udp`` all 0), else
+    ``np.bool_(True)``. Two compiled variants, chosen by the argument's type: numba
+    prunes ``if udp is not None`` in :func:`_receive` before typing, so the ``None``
+    variant (what a TCP-only configuration compiles on a first run) has no UDP rules in
+    it (:func:`_udp_receive` was 2.8 s of the first run's 42 s CPU).
 
     Returns the number of polls recorded (napi), else 0.
     """
@@ -1062,8 +1106,7 @@ def run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final):
                 qs[q, QS_LAST_TIME] = now
                 jf = _jiffy(now, cfg.hz)
             # --- dev_gro_receive for each packet of the run
-            for x in range(j, j + cnt):
-                _receive(rows[x], c, cfg, st, out, poll, jf)
+            _receive(rows, j, j + cnt, c, cfg, st, out, poll, jf, udp)
             j += cnt
             if not napi:
                 continue

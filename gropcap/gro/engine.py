@@ -767,6 +767,13 @@ _SEG_FIELDS = ("first", "last", "count", "payload", "gso", "end", "queue", "poll
                "inst", "gcode", "flow", "trig")
 
 
+def _udp_arg(config: GroConfig, c: K.Cols):
+    """``run``'s ``udp`` argument: the UDP GRO rules are compiled into ``run`` only when
+    the configuration can use them (or, never otherwise, a packet does), so a TCP-only
+    first run compiles the smaller variant (``_kernels.run``)."""
+    return np.bool_(True) if _udp_prepare.needed(config) or c.udp.any() else None
+
+
 def run_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineState,
                  final: bool) -> tuple[dict, list, list]:
     """Run the kernels on prepared columns (advancing ``state``).
@@ -805,7 +812,7 @@ def run_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineS
         out = _new_out(n, n + nheld + 16)
         one = np.zeros(1, np.int64)
         K.run(cols, cfg, st, out, np.arange(n, dtype=np.int64),
-              np.array([0, n], np.int64), one, one, one, final)
+              np.array([0, n], np.int64), one, one, one, final, _udp_arg(config, cols))
         if final and state.model == K.MODEL_IDEAL:
             K.flush_ideal(st, out)
         collect(cols, out)
@@ -844,7 +851,8 @@ def run_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineS
             p_queue = np.empty(cap, np.int64)
             out = _new_out(n, n + int(np.count_nonzero(st.e_first >= 0)) + 16)
             base = int(st.ctr[2])
-            npoll = K.run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final)
+            npoll = K.run(c, cfg, st, out, rows, qstart, arr, p_time, p_queue, final,
+                          _udp_arg(config, c))
             left = np.concatenate([rows[st.qs[q, K.QS_NEXT]:qstart[q + 1]]
                                    for q in range(queues)]) if queues else rows[:0]
             busy = final and bool(np.any(st.qs[:, K.QS_HAS_TIMER] != 0)
@@ -1256,3 +1264,36 @@ def rerun_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig,
     st.row_base = prepared.row_base
     _, segs, _ = run_prepared(cols, ts, config, st, True)
     return segs
+
+
+# --- a first run on a cold numba cache (issue 14) -------------------------------------------
+# On a fresh install every kernel compiles (~35 s of CPU on the sample, all of it numba:
+# docs/performance.md "Start-up"); the plain-Python decoder and engine give the same
+# verdicts bit for bit at ~6 k packets/s with nothing to compile. So for a small input on
+# a cold cache the reference path finishes first. Not wired by default: the CLI decides
+# (with the stderr note) through :func:`cold_start_reference`.
+COLD_REFERENCE_MAX_BYTES = 4 << 20   # <= ~57 k records of >= 70 bytes: <= ~10 s reference
+
+
+def kernels_cached() -> bool:
+    """True when numba's on-disk cache holds the GRO ``run`` kernel and the decoder kernel,
+    written by an earlier run of this very source (numba's own index and source stamp), so
+    a run loads them instead of compiling. False without a usable cache (numba then
+    compiles on every run). Reads two small index files; compiles nothing."""
+    from gropcap.decode import _fast_kernels as DK
+    for d in (K.run, DK.decode_kernel):
+        try:
+            if not d._cache._cache_file._load_index():
+                return False
+        except Exception:    # NullCache (no cache directory), an unreadable index, or
+            return False     # numba's internals changed: assume it compiles
+    return True
+
+
+def cold_start_reference(capture_bytes: int) -> bool:
+    """Whether a run over ``capture_bytes`` of uncompressed capture should use the
+    reference decoder and engine (same results) instead of compiling the kernels first:
+    the cache is cold (:func:`kernels_cached`) and the input is at most
+    :data:`COLD_REFERENCE_MAX_BYTES`. A later larger run still compiles (and fills the
+    cache); a small run on a cold cache leaves it cold."""
+    return 0 <= capture_bytes <= COLD_REFERENCE_MAX_BYTES and not kernels_cached()

@@ -1,0 +1,126 @@
+"""Start-up (issue 14): what a first run compiles, and the cold-cache check a first run
+can use to take the reference path.
+
+- A TCP-only configuration runs the GRO kernel ``run`` with ``udp=None``: numba prunes the
+  UDP rules from that variant before typing, so a first run does not compile them
+  (``_udp_receive`` stays uncompiled); a UDP GRO configuration runs the other variant.
+- ``engine.kernels_cached`` / ``cold_start_reference`` read numba's cache index only:
+  an empty cache directory is cold, and a small capture on it takes the reference path.
+- ``gro.rss.numpy_of`` / ``arrow_*`` convert numpy <-> Arrow without pyarrow's pandas
+  import (a warm run's 0.2-0.45 s) and give what the pyarrow calls give.
+
+Each check runs in a child process (its own numba dispatchers, the test's cache
+directory): in this process other tests have compiled other variants.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from gropcap.gro.rss import arrow_indices, arrow_numeric, arrow_strings, numpy_of
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLE = os.path.join(ROOT, "sample_pcaps", "real_ipv4.pcap")
+
+_VARIANTS = r"""
+import json, sys
+import gropcap
+from gropcap.gro import _kernels as K
+kw = json.loads(sys.argv[1])
+gropcap.analyze(sys.argv[2], **kw)
+print(json.dumps({"run_udp_arg": sorted({str(sig[-1]) for sig in K.run.signatures}),
+                  "udp_receive_signatures": len(K._udp_receive.signatures)}))
+"""
+
+_COLD = r"""
+import json, os, sys
+from gropcap.gro import engine
+print(json.dumps({"cached": engine.kernels_cached(),
+                  "small": engine.cold_start_reference(os.path.getsize(sys.argv[1])),
+                  "large": engine.cold_start_reference(engine.COLD_REFERENCE_MAX_BYTES + 1)}))
+"""
+
+
+def _child(code: str, *args: str, env: dict | None = None) -> dict:
+    p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                       cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, **(env or {})),
+                       timeout=900)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.splitlines()[-1])
+
+
+def test_a_tcp_only_run_uses_the_kernel_without_udp_rules():
+    got = _child(_VARIANTS, json.dumps({}), SAMPLE)
+    assert got == {"run_udp_arg": ["none"], "udp_receive_signatures": 0}
+
+
+def test_a_udp_gro_run_uses_the_kernel_with_udp_rules():
+    got = _child(_VARIANTS, json.dumps({"udp_gro": "forward"}), SAMPLE)
+    assert got["run_udp_arg"] == ["bool"], got
+
+
+def test_an_empty_cache_is_cold_and_a_small_capture_takes_the_reference_path(tmp_path):
+    got = _child(_COLD, SAMPLE, env={"NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")})
+    assert got == {"cached": False, "small": True, "large": False}
+
+
+@pytest.mark.slow
+def test_a_run_fills_the_cache_it_checks(tmp_path):
+    # the kernels a TCP-only analysis compiles on a cold cache are what kernels_cached
+    # looks for; and compiling ``run`` there did not compile the UDP rules
+    cache = {"NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")}
+    code = r"""
+import json, sys
+import gropcap
+from gropcap.gro import _kernels as K, engine
+before = engine.kernels_cached()
+gropcap.analyze(sys.argv[1])
+print(json.dumps({"before": before, "after": engine.kernels_cached(),
+                  "udp_receive_signatures": len(K._udp_receive.signatures)}))
+"""
+    assert _child(code, SAMPLE, env=cache) == {"before": False, "after": True,
+                                               "udp_receive_signatures": 0}
+
+
+def _pyarrow_numpy(col):
+    # what the engine's column reads did before gro.rss.numpy_of
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    return col.to_numpy(zero_copy_only=False)
+
+
+@pytest.mark.parametrize("t", [pa.uint8(), pa.int8(), pa.uint16(), pa.int32(), pa.uint64(),
+                               pa.float64(), pa.bool_()])
+def test_numpy_of_reads_what_pyarrow_to_numpy_gives(t):
+    # same values, dtype and writeable flag: a read-only and a writable array are two
+    # numba types, and a changed flag compiles the GRO kernels a second time
+    rng = np.random.default_rng(7)
+    for n in (0, 1, 7, 8, 9, 70):
+        v = rng.integers(0, 2 if t == pa.bool_() else 200, n).astype(t.to_pandas_dtype())
+        a = pa.array(v, t)
+        cases = [a, a.slice(min(3, n)), a.slice(1, max(n - 3, 0)), pa.chunked_array([a, a]),
+                 pa.chunked_array([a.slice(2)]), pa.chunked_array([], t)]
+        for col in cases:
+            got, want = numpy_of(col), _pyarrow_numpy(col)
+            assert got.dtype == want.dtype and np.array_equal(got, want)
+            assert got.flags.writeable == want.flags.writeable, (t, n, col)
+
+
+def test_arrow_builders_equal_pa_array():
+    v = np.arange(-3, 9, dtype=np.int32)
+    assert arrow_numeric(v, pa.int32()).equals(pa.array(v, pa.int32()))
+    assert arrow_numeric(v[::2], pa.int32()).equals(pa.array(v[::2], pa.int32()))
+    assert arrow_numeric(v, pa.int64()).equals(pa.array(v, pa.int64()))
+    words = ["", "eth/ipv4/tcp", "é", "eth/vlan/ipv6/udp/vxlan/eth/ipv4/tcp"]
+    assert arrow_strings(words).equals(pa.array(words, pa.string()))
+    assert arrow_strings([]).equals(pa.array([], pa.string()))
+    t = pa.table({"x": np.arange(10)})
+    rows = np.array([9, 0, 3, 3])
+    assert t.take(arrow_indices(rows)).equals(t.take(pa.array(rows)))
