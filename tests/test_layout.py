@@ -14,7 +14,7 @@ PKG = os.path.join(ROOT, "gropcap")
 # docs/architecture.md's table: the longest matching prefix gives a module's rank; a
 # module may import from its rank or below
 RANKS = {
-    "gropcap.errors": 0, "gropcap.constants": 0, "gropcap.interrupt": 0,
+    "gropcap.errors": 0, "gropcap.constants": 0, "gropcap.interrupt": 0, "gropcap.arrays": 0,
     "gropcap.capture": 1,
     "gropcap.decode": 2,
     "gropcap.gro": 3,

@@ -22,7 +22,7 @@ from gropcap.decode import _fast_kernels as K
 from gropcap.decode import schema as S
 from gropcap.decode.options import DecodeOptions
 from gropcap.errors import DecodeError
-from gropcap.gro.rss import arrow_numeric, arrow_strings
+from gropcap.arrays import arrow_numeric, arrow_strings
 
 __all__ = ["decode_batch", "warm_up", "DEFAULT_OPTIONS"]
 

@@ -24,9 +24,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gropcap.gro.rss import arrow_indices, arrow_numeric, arrow_strings, numpy_of
+from gropcap.arrays import arrow_indices, arrow_numeric, arrow_strings, numpy_of
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from where import ROOT
+
 SAMPLE = os.path.join(ROOT, "sample_pcaps", "real_ipv4.pcap")
 
 _VARIANTS = r"""
