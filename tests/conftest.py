@@ -4,3 +4,18 @@ live here, at tests/, which pytest puts on ``sys.path`` for this conftest: ``cra
 (frame builders), ``live.py`` (the live-kernel fixture), ``where.py`` (the repository's
 paths). A test module that uses another's helpers imports it by its package path
 (``from tests.gro.test_gro_reference import v4``)."""
+
+from __future__ import annotations
+
+
+def pytest_sessionstart(session):
+    """Compile the GRO and decode kernels (or load them from numba's cache) before any
+    test: a small capture on a cold cache would otherwise run on the reference path with
+    its own note (gro.engine.cold_start_reference), or compile inside whichever test came
+    first, so results and stderr would depend on test order. The cold-cache behaviour is
+    tested on its own, with fresh NUMBA_CACHE_DIRs (tests/cli/test_compile_note.py,
+    tests/gro/test_startup_tiers.py)."""
+    import gropcap
+    from where import SAMPLES
+
+    gropcap.analyze(f"{SAMPLES}/real_ipv4_p4.pcap", engine="fast", decoder="fast")

@@ -241,7 +241,14 @@ def analyze(files, model, fmt, out_dir, packet_columns, force, engine, plot, dec
     # every target is checked (and its staging entry made) before any packet is read
     stage_dir = outs.directory(out_dir, _OUT_NAMES) if out_dir else None
     stage_plot = outs.file(plot) if plot else None
-    with Progress(None if not quiet else False) as progress:
+    cold = not distributed and _cold_start(files, engine, decoder)
+    if cold:
+        engine = decoder = "reference"
+    with Progress(None if not quiet else False, compile_note=not cold) as progress:
+        if cold:
+            from gropcap.gro.engine import COLD_REFERENCE_MAX_BYTES
+            from gropcap.run.progress import COLD_REFERENCE_NOTE
+            progress.note(COLD_REFERENCE_NOTE.format(mib=COLD_REFERENCE_MAX_BYTES >> 20))
         result = analyze_run(list(files), config, models=models, decode_options=options,
                              engine=engine, decoder=decoder, egress=egress,
                              out_dir=stage_dir, plot=_plot_sink(stage_plot), force=True,
@@ -273,6 +280,18 @@ def analyze(files, model, fmt, out_dir, packet_columns, force, engine, plot, dec
 
 
 _OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
+
+
+def _cold_start(files, engine, decoder) -> bool:
+    """Whether this run takes the reference decoder and engine because the kernels are not
+    compiled yet and the capture is small (``gro.engine.cold_start_reference``): only when
+    neither --engine nor --decoder was given."""
+    src = click.get_current_context().get_parameter_source
+    if any(src(p) is not click.core.ParameterSource.DEFAULT for p in ("engine", "decoder")):
+        return False
+    from gropcap.gro.engine import cold_start_reference
+    from gropcap.run.inputs import capture_bytes
+    return cold_start_reference(capture_bytes(list(files)))
 
 
 def _plot_sink(path):

@@ -168,5 +168,6 @@ PACKET_COLUMNS = [f.name for f in PACKET_FIELDS]
 
 
 def empty_packet_table() -> pa.Table:
-    """A zero-row table with :data:`PACKET_SCHEMA`."""
-    return PACKET_SCHEMA.empty_table()
+    """A zero-row table with :data:`PACKET_SCHEMA` (``Schema.empty_table`` imports
+    pandas, which a run never needs otherwise: ``gropcap/arrays.py``)."""
+    return pa.Table.from_batches([], schema=PACKET_SCHEMA)

@@ -9,6 +9,8 @@ over a whole table; the GRO engines take a frame's ``segs`` as that many segment
 
 from __future__ import annotations
 
+from gropcap.arrays import arrow_indices, numpy_of
+
 # --- input captured after GRO/TSO: frames that are already GSO super-packets ----------------
 
 GSO_SIZE_NONE = 0       # not a coalesced frame
@@ -134,8 +136,8 @@ class CoalescedStats:
         pa_, pb = ("dport", "sport") if rev else ("sport", "dport")
         mat = np.concatenate([
             fixed_bytes(t.column(a)), fixed_bytes(t.column(b)),
-            t.column(pa_).to_numpy().astype(">u2").view(np.uint8).reshape(-1, 2),
-            t.column(pb).to_numpy().astype(">u2").view(np.uint8).reshape(-1, 2)], axis=1)
+            numpy_of(t.column(pa_)).astype(">u2").view(np.uint8).reshape(-1, 2),
+            numpy_of(t.column(pb)).astype(">u2").view(np.uint8).reshape(-1, 2)], axis=1)
         return np.ascontiguousarray(mat)
 
     @staticmethod
@@ -147,7 +149,7 @@ class CoalescedStats:
 
         from gropcap import constants as C
         from gropcap.decode.schema import STATUS_OK
-        col = lambda name: t.column(name).to_numpy()  # noqa: E731
+        col = lambda name: numpy_of(t.column(name))  # noqa: E731
         enc = col("outer_ip_version") != 0
         v = np.where(enc, col("outer_ip_version"), col("ip_version"))
         tot = np.where(enc, col("outer_ip_tot_len"), col("ip_tot_len")).astype(np.int64)
@@ -172,7 +174,7 @@ class CoalescedStats:
         from gropcap import constants as C
         from gropcap.decode.schema import STATUS_OK
         self._inference = None
-        col = lambda name: t.column(name).to_numpy()  # noqa: E731
+        col = lambda name: numpy_of(t.column(name))  # noqa: E731
         data, hard, tot = self._marks(t)
         self.hard += int(hard.sum())
         eth = col("linktype") == C.LINKTYPE_ETHERNET
@@ -195,7 +197,7 @@ class CoalescedStats:
             return
         if syn.any():
             srows = np.flatnonzero(syn)
-            keys = self._keys(t.select(_KEY_COLUMNS).take(srows))
+            keys = self._keys(t.select(_KEY_COLUMNS).take(arrow_indices(srows)))
             mss = col("tcp_mss")[srows]
             # advmss = MTU - 40 (IPv4) / 60 (IPv6) headers without options
             # (tcp_mss_to_mtu / ip_rt_get_advmss), plus any encapsulation outside it
@@ -217,7 +219,7 @@ class CoalescedStats:
             # (direction, IP length, size) counted as one int64 sort (36 bits of sizes)
             pair = (direction << np.int64(36)) | size
             _, first, cnt = np.unique(pair, return_index=True, return_counts=True)
-            keys = self._keys(t.select(_KEY_COLUMNS).take(rep))
+            keys = self._keys(t.select(_KEY_COLUMNS).take(arrow_indices(rep)))
             for j, c in zip(first.tolist(), cnt.tolist()):
                 d = self.sizes.setdefault(keys[direction[j]].tobytes(), {})
                 k = int(size[j])
@@ -235,13 +237,13 @@ class CoalescedStats:
         from gropcap.gro.flows import _column_bytes as fixed_bytes
         words = [np.ascontiguousarray(fixed_bytes(t.column(name))[rows]).view(np.uint64)
                  for name in ("ip_src", "ip_dst")]
-        ports = (t.column("sport").to_numpy()[rows].astype(np.uint64) << np.uint64(16)) \
-            | t.column("dport").to_numpy()[rows].astype(np.uint64)
+        ports = (numpy_of(t.column("sport"))[rows].astype(np.uint64) << np.uint64(16)) \
+            | numpy_of(t.column("dport"))[rows].astype(np.uint64)
         cols = [words[0][:, 0], words[0][:, 1], words[1][:, 0], words[1][:, 1], ports]
         _, first, inv = np.unique(_mix_words(cols), return_index=True, return_inverse=True)
         inv = inv.ravel().astype(np.int64)
         if not all(np.array_equal(w, w[first][inv]) for w in cols):
-            keys = CoalescedStats._keys(t.select(_KEY_COLUMNS).take(rows))
+            keys = CoalescedStats._keys(t.select(_KEY_COLUMNS).take(arrow_indices(rows)))
             view = keys.view(np.dtype((np.void, keys.shape[1]))).ravel()
             _, first, inv = np.unique(view, return_index=True, return_inverse=True)
             inv = inv.ravel().astype(np.int64)
@@ -280,8 +282,8 @@ class CoalescedStats:
         source = np.zeros(n, np.uint8)
         rows = np.flatnonzero(gso)
         if len(rows):
-            g = t.select(_INFER_COLUMNS).take(rows) if len(rows) < n else t
-            col = lambda name: g.column(name).to_numpy().astype(np.int64)  # noqa: E731
+            g = t.select(_INFER_COLUMNS).take(arrow_indices(rows)) if len(rows) < n else t
+            col = lambda name: numpy_of(g.column(name)).astype(np.int64)  # noqa: E731
             keys = self._keys(g)
             rkeys = self._keys(g, rev=True)
             opt = col("tcp_doff") * 4 - 20

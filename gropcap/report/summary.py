@@ -9,6 +9,7 @@ import textwrap
 
 import numpy as np
 
+from gropcap.arrays import numpy_of
 from gropcap.gro.reasons import REASONS
 
 
@@ -20,7 +21,7 @@ def top_flows(flows, model: str, n: int) -> dict:
     total = flows.num_rows
     if not total:
         return {"total": 0, "shown": 0, "flows": []}
-    segs = flows.column(f"{model}_superpackets").to_numpy()
+    segs = numpy_of(flows.column(f"{model}_superpackets"))
     order = np.lexsort((np.arange(total), -segs))[:max(n, 0)].tolist()
     cols = {k: flows.column(k).to_pylist() for k in
             ("src", "sport", "dst", "dport", "l4_proto", "packets", "payload_bytes",

@@ -18,6 +18,29 @@ def input_files(paths) -> list[str]:
     return expand_inputs([str(p) for p in paths])
 
 
+# how much larger than its file a compressed capture is assumed to be (a small-run guess)
+COMPRESSED_RATIO = 10
+
+
+def capture_bytes(paths) -> int:
+    """The inputs' size once decompressed, as a guess before reading them: the file sizes,
+    a compressed file (by its first bytes) counted :data:`COMPRESSED_RATIO` times. -1 when a
+    file cannot be read (the run reports it)."""
+    import os
+
+    from gropcap.capture.compress import sniff_compression
+    total = 0
+    try:
+        for path in input_files(paths):
+            with open(path, "rb") as f:
+                head = f.read(6)
+            total += os.path.getsize(path) * (COMPRESSED_RATIO if sniff_compression(head)
+                                              else 1)
+    except (OSError, ValueError):
+        return -1
+    return total
+
+
 def record_batches(decoder: str = "fast", batch_records: int | None = None):
     """``(batches_of, decode_batch)`` of a decoder: ``"fast"`` (numba scan over a
     windowed memory map, numba decode) or ``"reference"`` (plain-Python reader and

@@ -19,6 +19,11 @@ import os
 import sys
 
 COMPILE_NOTE = "compiling GRO kernels, first run only"
+# a small capture on a cold kernel cache runs on the reference decoder and engine instead
+# (gro.engine.cold_start_reference; the CLI's choice when --engine/--decoder are not given)
+COLD_REFERENCE_NOTE = ("GRO kernels not compiled yet: this small capture runs on the reference "
+                       "decoder and engine (same results); the first capture over {mib} MiB "
+                       "compiles them once")
 
 
 def _rate_column():
@@ -47,7 +52,9 @@ class Progress:
     ``enabled``: draw the bar (None: when stderr is a terminal). ``quiet``: no notes
     either (``-q``)."""
 
-    def __init__(self, enabled: bool | None = None, *, quiet: bool | None = None):
+    def __init__(self, enabled: bool | None = None, *, quiet: bool | None = None,
+                 compile_note: bool = True):
+        self.compile_note = compile_note
         if quiet is None:
             quiet = enabled is False
         if enabled is None:
@@ -70,7 +77,7 @@ class Progress:
                             TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
                             console=Console(stderr=True), transient=True)
             self._bar.__enter__()
-        if not self.quiet:
+        if not self.quiet and self.compile_note:
             self._watch_compiles()
         return self
 
