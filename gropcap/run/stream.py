@@ -448,6 +448,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         os.makedirs(out_dir, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".gropcap-stream-", dir=tmp_dir or out_dir)
     written: list[str] = []
+    from gropcap.run.threads import switching
+    switch = switching(threads)         # the GIL handed over sooner between the threads
+    switch.__enter__()
     try:
         tot = Totals(models, config.verify_checksums)
         counters = tot.capture
@@ -765,6 +768,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                       locals().get("pk_source"), locals().get("pk_side")):
             if stage is not None:
                 stage.close()
+        switch.__exit__(None, None, None)
         for run in locals().get("runs", []):
             for sp in (run.rows, run.verdicts, run.segs):
                 try:

@@ -26,9 +26,17 @@ Layer: run/ (imports gropcap.errors only).
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import queue
+import sys
 import threading
+
+# the GIL switch interval while the pipeline runs: a thread coming back from a numba
+# kernel waits for the GIL until the holder drops it, at the latest after this interval;
+# a GRO batch returns from ~15 kernels, so Python's default (5 ms) cost the GRO thread
+# seconds per run (docs/performance.md, "Threads")
+SWITCH_INTERVAL_S = 0.0005
 
 # the measured best on the 2-core machine this was written on (docs/performance.md,
 # "Threads"): the pipeline has three stages, two of them busy most of the time
@@ -54,6 +62,21 @@ def resolve_threads(threads: int | None) -> int:
         from gropcap.errors import ConfigError
         raise ConfigError(f"threads must be a positive integer, not {threads!r}")
     return min(threads, MAX_USEFUL_THREADS)
+
+
+@contextlib.contextmanager
+def switching(threads: int):
+    """With ``threads`` > 1: :data:`SWITCH_INTERVAL_S` as the interpreter's switch
+    interval for the block (``sys.setswitchinterval``, restored after)."""
+    if threads <= 1:
+        yield
+        return
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(min(before, SWITCH_INTERVAL_S))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
 
 
 class Ahead:
@@ -174,4 +197,5 @@ class Sidecar:
         self._pool = None
 
 
-__all__ = ["Ahead", "Sidecar", "default_threads", "resolve_threads", "MAX_USEFUL_THREADS"]
+__all__ = ["Ahead", "Sidecar", "default_threads", "resolve_threads", "switching",
+           "MAX_USEFUL_THREADS", "SWITCH_INTERVAL_S"]

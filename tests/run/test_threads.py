@@ -4,6 +4,7 @@ results of the run on one thread, and its workers stop with the run."""
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
 import pyarrow.parquet as pq
@@ -83,10 +84,12 @@ def test_a_failing_run_stops_its_workers(capture, tmp_path, monkeypatch):
             raise KeyboardInterrupt       # as a Ctrl-C in the main thread
         return real(self, table, **kw)
     monkeypatch.setattr(engines.BatchGroModels, "feed", feed)
+    switch = sys.getswitchinterval()
     with pytest.raises(KeyboardInterrupt):
         stream_analyze(capture, out_dir=str(tmp_path / "o"), tmp_dir=str(tmp_path),
                        batch_records=50, threads=2)
     assert not _workers()
+    assert sys.getswitchinterval() == switch      # restored
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".gropcap-stream")]
     assert not os.path.exists(tmp_path / "o" / "packets.parquet")
 
@@ -147,3 +150,24 @@ def test_sidecar_runs_in_order_and_raises():
     inline = Sidecar(threaded=False)
     inline.submit(seen.append, 99)
     assert seen[-1] == 99
+
+
+def test_cli_threads_option_same_json_and_named_in_the_last_line():
+    import json
+    import re
+
+    from click.testing import CliRunner
+
+    from gropcap.cli import main
+    sample = os.path.join(ROOT, "sample_pcaps", "real_ipv4.pcap")
+    got = {}
+    for th in ("1", "2"):
+        r = CliRunner().invoke(main, ["analyze", sample, "--format", "json", "--threads", th])
+        assert r.exit_code == 0, r.output
+        got[th] = json.loads(r.stdout)
+        word = "thread" if th == "1" else "threads"
+        assert re.search(rf"packets/s, {th} {word}\), nothing written$", r.stderr.strip()), \
+            r.stderr
+    assert got["1"] == got["2"]
+    bad = CliRunner().invoke(main, ["analyze", sample, "--threads", "0"])
+    assert bad.exit_code == 2 and "--threads" in bad.output
