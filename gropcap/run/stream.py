@@ -157,11 +157,14 @@ class _Spill:
 class _ModelRun:
     """One model's engine state, spill files and counts (``run.accumulators``)."""
 
-    def __init__(self, model: str, config: GroConfig, tmp: str, counts):
+    def __init__(self, model: str, config: GroConfig, tmp: str, counts, row_arrays: int = 2):
         self.model = model
         self.config = config.replace(model=model)
         self.state = None                 # the engine state once the GRO pass is done
         self.rows = _Spill(os.path.join(tmp, f"{model}.rows"))
+        # per-row arrays the packets pass reads back: flow_id and rx_queue (--out), the
+        # flow_id only (the primary model's, for the flow causes), or none
+        self.row_arrays = row_arrays
         self.verdicts = _Spill(os.path.join(tmp, f"{model}.verdicts"))
         self.segs = _Spill(os.path.join(tmp, f"{model}.segs"))
         self.parts = 0
@@ -175,7 +178,7 @@ class _ModelRun:
         is carried by the run's ``run.engines.BatchGroModels``)."""
         from gropcap.gro.engine import _SEG_FIELDS
         self.parts += 1
-        self.rows.put(part.flow_id, part.rx_queue)
+        self.rows.put(*(part.flow_id, part.rx_queue)[:self.row_arrays])
         self.verdicts.put(part.p_row, part.p_reason, part.p_inst, part.p_poll)
         s = part.segs
         self.segs.put(*[s[f] for f in _SEG_FIELDS])
@@ -332,19 +335,22 @@ class _TunnelHint:
 
 
 class _RowCursor:
-    """Per-row arrays spilled in row order (flow_id, rx_queue), served in row ranges."""
+    """Per-row arrays spilled in row order (``k`` of flow_id, rx_queue), served in row
+    ranges as both (None for one not spilled)."""
 
     def __init__(self, spill: _Spill, k: int):
         self.spill, self.k = spill, k
         self.buf = [np.zeros(0, np.int64)] * k
 
-    def take(self, n: int) -> list[np.ndarray]:
+    def take(self, n: int) -> list:
+        if not self.k:
+            return [None, None]
         while len(self.buf[0]) < n:
             got = self.spill.get(self.k)
             self.buf = [np.concatenate([b, g]) for b, g in zip(self.buf, got)]
         out = [b[:n] for b in self.buf]
         self.buf = [b[n:] for b in self.buf]
-        return out
+        return (out + [None, None])[:2]
 
 
 class _VerdictCursor:
@@ -454,7 +460,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     try:
         tot = Totals(models, config.verify_checksums)
         counters = tot.capture
-        runs = [_ModelRun(m, config, tmp, tot.models[m]) for m in models]
+        primary = "napi" if "napi" in models else models[0]
+        runs = [_ModelRun(m, config, tmp, tot.models[m],
+                          row_arrays=2 if out_dir else int(m == primary)) for m in models]
         from gropcap.run.engines import BatchGroModels
         gro = BatchGroModels([r.config for r in runs])   # states carried batch to batch
         # Arrow IPC with lz4 buffers: 3-4x cheaper to write and read back than Parquet
@@ -642,14 +650,14 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         tm["superpackets"] = clock() - t_start
         t_start = clock()
         # 4. packets pass: decoded rows + verdicts; per-model encapsulation counts
-        primary = "napi" if "napi" in models else models[0]
         pk_tmp = os.path.join(tmp, "packets.parquet") if out_dir else None
         pk_out: dict = {}           # packets.parquet's "columns" and "writer"
         from gropcap.io.columns import readable_names
         for run in runs:
             run.rows.rewind()
             run.verdicts.rewind()
-        cursors = {r.model: (_RowCursor(r.rows, 2), _VerdictCursor(r.verdicts)) for r in runs}
+        cursors = {r.model: (_RowCursor(r.rows, r.row_arrays), _VerdictCursor(r.verdicts))
+                   for r in runs}
 
         from gropcap.run.accumulators import FlowCauses
         causes = FlowCauses()
