@@ -12,13 +12,22 @@ figure is the one-core rate even on a shared machine; best of ``--rounds``):
 - the reference decode (``bench.py``'s ``reference_decode`` stage, the dpkt-path
   decoder) in the same run, for the ratio target (>= 50x).
 - peak RSS of each child (``ru_maxrss``).
+- **two threads against one** (``--threads 1`` against ``--threads 2``, both commands,
+  whole capture and prefix): the runs alternate, ``--thread-rounds`` of each, and the
+  least *wall* time of each is kept (threads save wall time, not CPU time). The ratios:
+  ``threads_<cmd>_ratio`` = wall(1 thread) / wall(2 threads) of the whole run, and
+  ``threads_<cmd>_marginal_ratio`` the same of (whole - prefix). On a machine shared with
+  other work the ratio is low whenever the second core is busy elsewhere: the load
+  average before and after is recorded next to it.
 
 Targets (issue 14): ``--format json`` >= 5 M packets/s marginal and >= 50x the reference
-decode; ``--out`` >= 2 M packets/s. The decode, engine, thread and start-up targets have
-their own benchmarks (``bench.py --stages fast_decode,gro_engine``, ``bench_startup.py``).
+decode; ``--out`` >= 2 M packets/s (the CPU-time runs use ``--threads 1``); two threads
+>= 1.7x one. The decode, engine and start-up targets have their own benchmarks
+(``bench.py --stages fast_decode,gro_engine``, ``bench_startup.py``).
 
     python benchmarks/bench_targets.py /tmp/real3m.pcap           # --rounds 3
     python benchmarks/bench_targets.py CAPTURE --prefix 300000 --out results.json
+    python benchmarks/bench_targets.py CAPTURE --only threads --thread-rounds 5
 
 Writes ``benchmarks/results/targets-<short sha>.json`` (or ``--out``) and prints a table.
 """
@@ -40,7 +49,8 @@ ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-TARGETS = {"json_marginal_pps": 5e6, "json_vs_reference": 50.0, "out_marginal_pps": 2e6}
+TARGETS = {"json_marginal_pps": 5e6, "json_vs_reference": 50.0, "out_marginal_pps": 2e6,
+           "threads_json_ratio": 1.7}
 
 
 def _git(*a) -> str:
@@ -111,6 +121,37 @@ def best_of(rounds: int, make_args) -> dict:
     return dict(best, rounds=[round(r["cpu_seconds"], 3) for r in runs])
 
 
+def thread_ratios(path: str, small: str, tmp: str, rounds: int) -> dict:
+    """``--threads 1`` against ``--threads 2`` for both commands on the whole capture and
+    the prefix, alternating (1, 2, 1, 2, ...), the least wall time of each kept."""
+    res: dict = {"loadavg_before": os.getloadavg()}
+    for name in ("json", "out"):
+        walls: dict = {}
+        for r in range(rounds):
+            for label, p in (("whole", path), ("prefix", small)):
+                for th in (1, 2):
+                    args = ["analyze", p, "--format", "json", "-q", "--threads", str(th)]
+                    d = os.path.join(tmp, f"threads-{name}-{label}-{th}-{r}")
+                    if name == "out":
+                        args += ["--out", d]
+                    run = _spawn(args)
+                    shutil.rmtree(d, ignore_errors=True)
+                    if run["exit_code"]:
+                        raise SystemExit(f"bench_targets: gropcap failed: {run.get('stderr')}")
+                    walls.setdefault((label, th), []).append(run)
+        for (label, th), runs in walls.items():
+            best = min(runs, key=lambda x: x["seconds"])
+            res[f"{name}_{label}_{th}"] = dict(best, rounds_wall=[round(x["seconds"], 3)
+                                                               for x in runs])
+        w = {k: min(x["seconds"] for x in v) for k, v in walls.items()}
+        res[f"threads_{name}_ratio"] = w[("whole", 1)] / w[("whole", 2)]
+        m1 = w[("whole", 1)] - w[("prefix", 1)]
+        m2 = w[("whole", 2)] - w[("prefix", 2)]
+        res[f"threads_{name}_marginal_ratio"] = m1 / m2 if m2 > 0 else None
+    res["loadavg_after"] = os.getloadavg()
+    return res
+
+
 def reference_decode(path: str, packets: int) -> dict:
     cmd = [sys.executable, os.path.join(HERE, "bench.py"), path, "--stage",
            "reference_decode", "--reference-packets", str(packets)]
@@ -126,6 +167,10 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reference-packets", type=int, default=100_000)
     ap.add_argument("--tmp-dir", default=None)
+    ap.add_argument("--thread-rounds", type=int, default=3,
+                    help="alternating rounds of --threads 1 / --threads 2 (0: skip)")
+    ap.add_argument("--only", choices=["targets", "threads"], default=None,
+                    help="run only the CPU-time targets or only the thread comparison")
     ap.add_argument("--out", help="result JSON (default results/targets-<sha>.json)")
     args = ap.parse_args(argv)
     path = os.path.abspath(args.capture)
@@ -135,29 +180,18 @@ def main(argv=None) -> int:
         small = os.path.join(tmp, "prefix" + os.path.splitext(path)[1])
         k = write_prefix(path, args.prefix or max(1, records // 10), small)
         res = {"records": records, "prefix_records": k}
-        for name, extra in (("json", ["--format", "json"]), ("out", None)):
-            for label, p, n in (("whole", path, records), ("prefix", small, k)):
-                def make(r, p=p, label=label, name=name, extra=extra):
-                    if extra is not None:
-                        return ["analyze", p, *extra, "-q"]
-                    d = os.path.join(tmp, f"out-{label}-{r}")
-                    return ["analyze", p, "--out", d, "--format", "json", "-q"]
-                print(f"[targets] {name} {label} ({n} records) ...", file=sys.stderr,
-                      flush=True)
-                res[f"{name}_{label}"] = best_of(args.rounds, make)
-                for r in range(args.rounds):
-                    shutil.rmtree(os.path.join(tmp, f"out-{label}-{r}"), ignore_errors=True)
-            dcpu = res[f"{name}_whole"]["cpu_seconds"] - res[f"{name}_prefix"]["cpu_seconds"]
-            res[f"{name}_marginal_pps"] = (records - k) / dcpu if dcpu > 0 else None
-            res[f"{name}_whole_pps_cpu"] = records / res[f"{name}_whole"]["cpu_seconds"]
-        print("[targets] reference decode ...", file=sys.stderr, flush=True)
-        ref = reference_decode(path, args.reference_packets)
-        res["reference_decode"] = ref
-        res["json_vs_reference"] = (res["json_marginal_pps"] / ref["pps_cpu"]
-                                    if res["json_marginal_pps"] else None)
+        if args.only != "threads":
+            _cpu_targets(args, res, path, small, records, k, tmp)
+        if args.only != "targets" and args.thread_rounds:
+            print("[targets] --threads 1 against --threads 2 ...", file=sys.stderr, flush=True)
+            res["threads"] = thread_ratios(path, small, tmp, args.thread_rounds)
+            for name in ("json", "out"):
+                for key in (f"threads_{name}_ratio", f"threads_{name}_marginal_ratio"):
+                    res[key] = res["threads"][key]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    met = {key: (res[key] is not None and res[key] >= goal) for key, goal in TARGETS.items()}
+    met = {key: (res.get(key) is not None and res[key] >= goal)
+           for key, goal in TARGETS.items() if key in res}
     sha = _git("rev-parse", "--short", "HEAD") or "unknown"
     doc = {"benchmark": "targets", "commit": sha, "commit_full": _git("rev-parse", "HEAD"),
            "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
@@ -171,19 +205,56 @@ def main(argv=None) -> int:
     with open(out, "w") as fh:
         json.dump(doc, fh, indent=2, sort_keys=True)
         fh.write("\n")
-    rows = [("analyze --format json, marginal", res["json_marginal_pps"], "5 M/s"),
-            ("analyze --format json, whole run", res["json_whole_pps_cpu"], ""),
-            ("analyze --out DIR, marginal", res["out_marginal_pps"], "2 M/s"),
-            ("analyze --out DIR, whole run", res["out_whole_pps_cpu"], ""),
-            ("reference decode", ref["pps_cpu"], "")]
+    rows = []
+    if args.only != "threads":
+        rows += [("analyze --format json, marginal", res["json_marginal_pps"], "5 M/s"),
+                 ("analyze --format json, whole run", res["json_whole_pps_cpu"], ""),
+                 ("analyze --out DIR, marginal", res["out_marginal_pps"], "2 M/s"),
+                 ("analyze --out DIR, whole run", res["out_whole_pps_cpu"], ""),
+                 ("reference decode", res["reference_decode"]["pps_cpu"], "")]
     for label, pps, goal in rows:
         shown = f"{pps / 1e6:7.2f} M packets/s" if pps else "      n/a"
         print(f"{label:34} {shown}   target {goal or '-'}")
-    ratio = res["json_vs_reference"]
-    print(f"{'--format json vs reference decode':34} {ratio:7.1f}x" if ratio else "n/a",
-          "             target 50x")
+    ratio = res.get("json_vs_reference")
+    if args.only != "threads":
+        print(f"{'--format json vs reference decode':34} {ratio:7.1f}x" if ratio else "n/a",
+              "             target 50x")
+    for name in ("json", "out"):
+        for key, what in ((f"threads_{name}_ratio", "whole run"),
+                          (f"threads_{name}_marginal_ratio", "marginal")):
+            if res.get(key):
+                print(f"{'2 threads / 1, ' + name + ', ' + what:34} {res[key]:7.2f}x   "
+                      f"target {'1.7x' if key == 'threads_json_ratio' else '-'}")
+    if "threads" in res:
+        print(f"load average before/after: {res['threads']['loadavg_before']} / "
+              f"{res['threads']['loadavg_after']}")
     print(out)
     return 0
+
+
+def _cpu_targets(args, res, path, small, records, k, tmp) -> None:
+    """The CPU-time runs (one core: ``--threads 1``) and the reference decode, into
+    ``res``."""
+    for name, extra in (("json", ["--format", "json"]), ("out", None)):
+        for label, p, n in (("whole", path, records), ("prefix", small, k)):
+            def make(r, p=p, label=label, name=name, extra=extra):
+                if extra is not None:
+                    return ["analyze", p, *extra, "-q", "--threads", "1"]
+                d = os.path.join(tmp, f"out-{label}-{r}")
+                return ["analyze", p, "--out", d, "--format", "json", "-q", "--threads", "1"]
+            print(f"[targets] {name} {label} ({n} records) ...", file=sys.stderr,
+                  flush=True)
+            res[f"{name}_{label}"] = best_of(args.rounds, make)
+            for r in range(args.rounds):
+                shutil.rmtree(os.path.join(tmp, f"out-{label}-{r}"), ignore_errors=True)
+        dcpu = res[f"{name}_whole"]["cpu_seconds"] - res[f"{name}_prefix"]["cpu_seconds"]
+        res[f"{name}_marginal_pps"] = (records - k) / dcpu if dcpu > 0 else None
+        res[f"{name}_whole_pps_cpu"] = records / res[f"{name}_whole"]["cpu_seconds"]
+    print("[targets] reference decode ...", file=sys.stderr, flush=True)
+    ref = reference_decode(path, args.reference_packets)
+    res["reference_decode"] = ref
+    res["json_vs_reference"] = (res["json_marginal_pps"] / ref["pps_cpu"]
+                                if res["json_marginal_pps"] else None)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from gropcap.cli.help import Group, capture_files, option
 from gropcap.cli.options import (_DECODE_KEYS, _GRO_KEYS, _apply_receiver,  # noqa: F401
                              _decode_options, _decoder_option, _default_poll_gap_us,
                              _gro_options, _packet_columns_option, _make_decode_options, _make_gro_config,
-                             _receiver_info, _split, staged_outputs)
+                             _receiver_info, _split, _threads_option, staged_outputs)
 from gropcap.errors import GropcapError
 
 
@@ -193,11 +193,13 @@ def decode(files, output, force, decoder, **kw):
                    "read (shared file system); decoded pieces are exchanged there as "
                    "memory-mapped files instead of Dask transfers. Default: a temporary "
                    "directory when all workers run on this host.")
+@_threads_option
 @_decoder_option
 @_gro_options
 @_decode_options
 def analyze(files, model, fmt, out_dir, packet_columns, force, engine, plot, decoder, egress_scenario,
-            egress_features, egress_mtu, stream, quiet, top, jobs, scheduler, scratch, **kw):
+            egress_features, egress_mtu, stream, quiet, top, jobs, scheduler, scratch, threads,
+            **kw):
     """Simulate GRO over captures and summarise how far it aggregates and why it stops.
 
     Every output target (--out, --plot) is checked before the first packet is read; files
@@ -254,7 +256,8 @@ def analyze(files, model, fmt, out_dir, packet_columns, force, engine, plot, dec
                              out_dir=stage_dir, plot=_plot_sink(stage_plot), force=True,
                              in_memory=stream is False, jobs=jobs, scheduler=scheduler,
                              scratch=scratch, progress=progress, receiver=_receiver_info(),
-                             receive=_receive_ctx(config), packet_columns=packet_columns)
+                             receive=_receive_ctx(config), packet_columns=packet_columns,
+                             threads=threads)
         failures = getattr(result, "failures", None) or []
         summary = report_dict(result, top=top)
         hint = tunnel_hint(result) if fmt == "json" else None
@@ -273,8 +276,8 @@ def analyze(files, model, fmt, out_dir, packet_columns, force, engine, plot, dec
                        f"left out: {f.error}", err=True)
         click.echo(text, nl=False)
         if not quiet:
-            click.echo(_done_line(summary, time.perf_counter() - t_start, written),
-                       err=True)
+            click.echo(_done_line(summary, time.perf_counter() - t_start, written,
+                                  getattr(result, "threads", None)), err=True)
     if failures:
         sys.exit(1)   # results are complete for the other inputs, but not for these
 
@@ -305,14 +308,20 @@ def _plot_sink(path):
     return sink
 
 
-def _done_line(summary: dict, seconds: float, written: list) -> str:
-    """The last line of a run (stderr): packets, wall time, rate, what was written."""
+def _done_line(summary: dict, seconds: float, written: list,
+               threads: int | None = None) -> str:
+    """The last line of a run (stderr): packets, wall time, rate (and the threads of a
+    bounded-memory run), what was written."""
     n = summary.get("packets", 0)
     rate = n / seconds if seconds > 0 else 0.0
     rate_text = (f"{rate / 1e6:.2f} M" if rate >= 1e6 else f"{rate / 1e3:.1f} k"
                  if rate >= 1e3 else f"{rate:.0f}")
+    if threads:
+        rate_text += f" packets/s, {threads} thread{'s' if threads > 1 else ''}"
+    else:
+        rate_text += " packets/s"
     where = "wrote " + ", ".join(written) if written else "nothing written"
-    return f"gropcap: {n} packets in {seconds:.1f} s ({rate_text} packets/s), {where}"
+    return f"gropcap: {n} packets in {seconds:.1f} s ({rate_text}), {where}"
 
 
 def _receive_ctx(config):

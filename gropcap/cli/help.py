@@ -48,7 +48,7 @@ SECTION_OF = {
     "top": "output", "packet_columns": "output",
     # run: how the work is done
     "model": "run", "engine": "run", "stream": "run", "jobs": "run", "scheduler": "run",
-    "scratch": "run", "tolerance": "run",
+    "scratch": "run", "tolerance": "run", "threads": "run",
 }
 
 

@@ -101,6 +101,14 @@ _packet_columns_option = click.option(
          "field), or a comma list of columns, e.g. default,ip_ttl,ip_id.")
 
 
+_threads_option = click.option(
+    "--threads", type=click.IntRange(1, None), default=None, metavar="N",
+    help="Threads of a bounded-memory run: 1 runs it on one; 2, the default where the "
+         "process may use two CPUs, decodes ahead of GRO in one thread and writes the "
+         "engine's results in another (the same results; on a busy machine 1 can be "
+         "faster). More than 2 run as 2.")
+
+
 def _default_poll_gap_us() -> float:
     from gropcap.gro.config import DEFAULT_POLL_GAP_NS
     return DEFAULT_POLL_GAP_NS / 1000

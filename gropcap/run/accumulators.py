@@ -469,8 +469,12 @@ class FlowCauses:
         fid = np.asarray(flow_id, np.int64)
         if not len(fid):
             return
-        self._grow(int(fid.max()) + 1)
-        order = np.lexsort((np.arange(len(fid)), fid))
+        top = int(fid.max()) + 1
+        self._grow(top)
+        # rows by flow, in row order within a flow (a stable sort; a radix sort on 16 bits
+        # when the ids fit: 2-10x cheaper than lexsort((rows, fid)), the same order)
+        small = top <= 1 << 16 and int(fid.min()) >= 0
+        order = np.argsort(fid.astype(np.uint16) if small else fid, kind="stable")
         f = fid[order]
         seq = np.asarray(tcp_seq, np.int64)[order]
         end = seq + np.asarray(payload_len, np.int64)[order]

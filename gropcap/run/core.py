@@ -34,7 +34,7 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
                 out_dir: str | None = None, plot=None, force: bool = False,
                 in_memory: bool = False, jobs: int | None = None,
                 scheduler: str | None = None, scratch=None, progress=None, receiver=None,
-                receive=None, packet_columns="default"):
+                receive=None, packet_columns="default", threads: int | None = None):
     """Analyse captures and write the requested sinks.
 
     Args:
@@ -52,6 +52,8 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
             CLI's: which option was typed); None: from ``config``.
         packet_columns: the columns of ``packets.parquet``: ``"default"``, ``"all"`` or
             a list (``io.columns.parse_packet_columns``).
+        threads: the threads of a bounded-memory run (``run.stream.stream_analyze``;
+            None: ``run.threads.default_threads``); the other ways ignore it.
 
     Returns:
         An ``Analysis`` (in memory or Dask) or a ``run.stream.StreamResult`` (bounded
@@ -70,7 +72,7 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
         return stream_analyze(paths, config, models=models, decode_options=decode_options,
                               out_dir=out_dir, force=force, progress=progress,
                               receiver=receiver, receive=receive,
-                              packet_columns=packet_columns)
+                              packet_columns=packet_columns, threads=threads)
     if distributed and config.poll_acks:
         from gropcap.errors import ConfigError
         raise ConfigError("--poll-acks reads the whole capture (an ACK follows the data it "

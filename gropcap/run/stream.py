@@ -95,6 +95,8 @@ class StreamResult:
     flow_causes: list = dataclasses.field(default_factory=list)
     # the run's finished accumulators (run.accumulators.Totals) the summary renders
     totals: object = None
+    # the threads the run used (run.threads: 1, or 2 with decode and spills in threads)
+    threads: int = 1
 
     @property
     def primary_model(self) -> str:
@@ -155,11 +157,14 @@ class _Spill:
 class _ModelRun:
     """One model's engine state, spill files and counts (``run.accumulators``)."""
 
-    def __init__(self, model: str, config: GroConfig, tmp: str, counts):
+    def __init__(self, model: str, config: GroConfig, tmp: str, counts, row_arrays: int = 2):
         self.model = model
         self.config = config.replace(model=model)
         self.state = None                 # the engine state once the GRO pass is done
         self.rows = _Spill(os.path.join(tmp, f"{model}.rows"))
+        # per-row arrays the packets pass reads back: flow_id and rx_queue (--out), the
+        # flow_id only (the primary model's, for the flow causes), or none
+        self.row_arrays = row_arrays
         self.verdicts = _Spill(os.path.join(tmp, f"{model}.verdicts"))
         self.segs = _Spill(os.path.join(tmp, f"{model}.segs"))
         self.parts = 0
@@ -173,7 +178,7 @@ class _ModelRun:
         is carried by the run's ``run.engines.BatchGroModels``)."""
         from gropcap.gro.engine import _SEG_FIELDS
         self.parts += 1
-        self.rows.put(part.flow_id, part.rx_queue)
+        self.rows.put(*(part.flow_id, part.rx_queue)[:self.row_arrays])
         self.verdicts.put(part.p_row, part.p_reason, part.p_inst, part.p_poll)
         s = part.segs
         self.segs.put(*[s[f] for f in _SEG_FIELDS])
@@ -330,41 +335,49 @@ class _TunnelHint:
 
 
 class _RowCursor:
-    """Per-row arrays spilled in row order (flow_id, rx_queue), served in row ranges."""
+    """Per-row arrays spilled in row order (``k`` of flow_id, rx_queue), served in row
+    ranges as both (None for one not spilled)."""
 
     def __init__(self, spill: _Spill, k: int):
         self.spill, self.k = spill, k
         self.buf = [np.zeros(0, np.int64)] * k
 
-    def take(self, n: int) -> list[np.ndarray]:
+    def take(self, n: int) -> list:
+        if not self.k:
+            return [None, None]
         while len(self.buf[0]) < n:
             got = self.spill.get(self.k)
             self.buf = [np.concatenate([b, g]) for b, g in zip(self.buf, got)]
         out = [b[:n] for b in self.buf]
         self.buf = [b[n:] for b in self.buf]
-        return out
+        return (out + [None, None])[:2]
 
 
 class _VerdictCursor:
     """Verdicts spilled in processing order (a NAPI queue's rows may be decided a batch
-    later), served by row range."""
+    later), served by row range. Ranges are asked in order and every row has one
+    verdict, so whatever is buffered is at or after the range's first row."""
 
     def __init__(self, spill: _Spill):
         self.spill = spill
         self.buf = [np.zeros(0, np.int64) for _ in range(4)]
 
     def take(self, r0: int, r1: int) -> list[np.ndarray]:
-        while int(np.count_nonzero((self.buf[0] >= r0) & (self.buf[0] < r1))) < r1 - r0:
+        while int(np.count_nonzero(self.buf[0] < r1)) < r1 - r0:
             got = self.spill.get(4)
-            self.buf = [np.concatenate([b, g.astype(np.int64)]) for b, g in zip(self.buf, got)]
-        inside = (self.buf[0] >= r0) & (self.buf[0] < r1)
-        rows = self.buf[0][inside] - r0
+            self.buf = [np.concatenate([b, g]) if len(b) else g
+                        for b, g in zip(self.buf, got)]
+        inside = self.buf[0] < r1
+        if inside.all():
+            rows, rest = self.buf[0] - r0, None
+        else:
+            rows, rest = self.buf[0][inside] - r0, ~inside
         out = []
         for b in self.buf[1:]:
-            a = np.zeros(r1 - r0, np.int64)
-            a[rows] = b[inside]
+            a = np.empty(r1 - r0, np.int64)     # every row of the range is written
+            a[rows] = b if rest is None else b[inside]
             out.append(a)
-        self.buf = [b[~inside] for b in self.buf]
+        self.buf = [b[:0] if rest is None else b[rest] for b in self.buf]
         return out
 
 
@@ -374,7 +387,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                    engine: str = "fast", decoder: str = "fast", egress=None,
                    tmp_dir: str | None = None, progress=None,
                    receiver=None, receive=None, packet_columns="default",
-                   _fused: bool = True) -> StreamResult:
+                   threads: int | None = None, _fused: bool = True) -> StreamResult:
     """Analyse captures batch by batch in bounded memory (see the module docstring).
 
     Args:
@@ -395,6 +408,10 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             CLI's, which knows what was typed); None: from ``config``.
         packet_columns: the columns of ``packets.parquet`` (``"default"``, ``"all"`` or
             a list: ``io.columns.parse_packet_columns``), as ``io.parquet.write_analysis``.
+        threads: 1: the whole run on the calling thread; 2 (None: 2 where two CPUs are
+            available, ``run.threads.default_threads``): decode runs ahead in a thread of
+            its own and the spills of the engine's results in another
+            (``run.threads``); the same results. More than 2 run as 2.
 
     Returns:
         A :class:`StreamResult`; ``summary`` equals ``analyze(...).summary()`` and the
@@ -411,7 +428,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     from gropcap.io.parquet import OutputError
     from gropcap.analysis import Analysis
     from gropcap.run.accumulators import Totals
-    from gropcap.run.inputs import decode_file, input_files
+    from gropcap.run.inputs import input_files
     from gropcap.run.options import memory_reason, run_options
 
     config, decode_options, models = run_options(config, decode_options, models,
@@ -425,6 +442,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                           hint="gropcap.analyze (or `gropcap analyze`) runs it in memory")
     from gropcap.io.columns import parse_packet_columns, select_packet_columns
     packet_columns = parse_packet_columns(packet_columns)
+    from gropcap.run.threads import resolve_threads
+    threads = resolve_threads(threads)
     files = input_files(paths)
     targets = [os.path.join(out_dir, n) for n in OUT_NAMES] if out_dir else []
     if not force:
@@ -435,15 +454,19 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         os.makedirs(out_dir, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".gropcap-stream-", dir=tmp_dir or out_dir)
     written: list[str] = []
+    from gropcap.run.threads import switching
+    switch = switching(threads)         # the GIL handed over sooner between the threads
+    switch.__enter__()
     try:
         tot = Totals(models, config.verify_checksums)
         counters = tot.capture
-        runs = [_ModelRun(m, config, tmp, tot.models[m]) for m in models]
+        primary = "napi" if "napi" in models else models[0]
+        runs = [_ModelRun(m, config, tmp, tot.models[m],
+                          row_arrays=2 if out_dir else int(m == primary)) for m in models]
         from gropcap.run.engines import BatchGroModels
         gro = BatchGroModels([r.config for r in runs])   # states carried batch to batch
         # Arrow IPC with lz4 buffers: 3-4x cheaper to write and read back than Parquet
         dec_path = os.path.join(tmp, "decoded.arrow")
-        dec_writer = None
         infos = []
         peak = 0
         import time
@@ -461,53 +484,52 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         keep = _kept_columns(out_dir, packet_columns, models) if _fused else None
         dec_schema = PACKET_SCHEMA if keep is None else \
             pa.schema([PACKET_SCHEMA.field(c) for c in keep])
-        if _fused:
-            from gropcap.run.hints import missing_tunnels
-            seen_tunnels = 0
         coal = _Coalesced(config.mtu)
-        for file_index, path in enumerate(files):
-            batches = decode_file(path, file_index, decode_options,
-                                  batch_records=batch_records, progress=progress)
-            while True:
-                try:
-                    dec = next(batches)
-                except StopIteration as stop:
-                    info = stop.value
-                    break
-                t = pa.Table.from_batches([dec])
-                counters.add(t)
-                coal.add(t)
-                if _fused:
-                    if coal.num or (len(counters.udp_tunnels) != seen_tunnels and
-                                    missing_tunnels(counters.udp_tunnels, config)):
-                        raise _Unfused
-                    seen_tunnels = len(counters.udp_tunnels)
-                    if gro_phase is None:
-                        gro_phase = phase(progress, f"GRO {'+'.join(models)}", None)
-                    gro_phase.advance(t.num_rows)
-                    t1 = clock()
-                    parts = gro.feed(t, final=False)
-                    for run, part in zip(runs, parts):
-                        run.take(part, file_of=counters.file_of)
-                    tm["engine"] += clock() - t1
-                    if parts:
-                        tot.flows.add(t, parts[0].flow_id)
-                    if keep is not None:
-                        t = t.select(keep)
-                if dec_writer is None:
-                    dec_sink = pa.OSFile(dec_path, "wb")
-                    # the stream format: each batch keeps its own encap dictionary
-                    dec_writer = pa.ipc.new_stream(
-                        dec_sink, dec_schema,
-                        options=pa.ipc.IpcWriteOptions(compression="lz4"))
-                dec_writer.write_table(t)
-            infos.append(info)
+        dec_out: dict = {}          # the temporary decoded file's "sink" and "writer"
+
+        fused = [0] if _fused else None     # the UDP tunnels seen so far
+
+        def spill(t, parts):
+            # the sidecar's part of a batch (run.threads.Sidecar): the capture counters
+            # and coalesced-input statistics, the engine's results spilled and counted,
+            # the flows, the temporary decoded file
+            _count_batch(t, counters, coal, config, fused)
+            for run, part in zip(runs, parts):
+                run.take(part, file_of=counters.file_of)
+            if parts:
+                tot.flows.add(t, parts[0].flow_id)
+            if keep is not None:
+                t = t.select(keep)
+            if not dec_out:
+                dec_out["sink"] = pa.OSFile(dec_path, "wb")
+                # the stream format: each batch keeps its own encap dictionary
+                dec_out["writer"] = pa.ipc.new_stream(
+                    dec_out["sink"], dec_schema,
+                    options=pa.ipc.IpcWriteOptions(compression="lz4"))
+            dec_out["writer"].write_table(t)
+
+        from gropcap.run.threads import Ahead, Sidecar
+        source = Ahead(_decode_pass(files, decode_options, batch_records, progress),
+                       threaded=threads > 1)
+        side = Sidecar(threaded=threads > 1)
+        for t in source:
+            parts = []
+            if _fused:
+                if gro_phase is None:
+                    gro_phase = phase(progress, f"GRO {'+'.join(models)}", None)
+                gro_phase.advance(t.num_rows)
+                t1 = clock()
+                parts = gro.feed(t, final=False)
+                tm["engine"] += clock() - t1
+            side.submit(spill, t, parts)
+        side.drain()
+        infos = source.value
         if _fused and coal.num:
             # the MTU inferred from the whole capture can make earlier frames coalesced
             raise _Unfused
-        if dec_writer is not None:
-            dec_writer.close()
-            dec_sink.close()
+        if dec_out:
+            dec_out["writer"].close()
+            dec_out["sink"].close()
 
         def decoded():
             # read, not mapped: mapped pages of the temporary file would count as resident
@@ -628,30 +650,46 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         tm["superpackets"] = clock() - t_start
         t_start = clock()
         # 4. packets pass: decoded rows + verdicts; per-model encapsulation counts
-        primary = "napi" if "napi" in models else models[0]
         pk_tmp = os.path.join(tmp, "packets.parquet") if out_dir else None
-        pk_writer = None
-        pk_cols = None
+        pk_out: dict = {}           # packets.parquet's "columns" and "writer"
         from gropcap.io.columns import readable_names
         for run in runs:
             run.rows.rewind()
             run.verdicts.rewind()
-        cursors = {r.model: (_RowCursor(r.rows, 2), _VerdictCursor(r.verdicts)) for r in runs}
+        cursors = {r.model: (_RowCursor(r.rows, r.row_arrays), _VerdictCursor(r.verdicts))
+                   for r in runs}
 
         from gropcap.run.accumulators import FlowCauses
         causes = FlowCauses()
-        r0 = 0
         pk_phase = phase(progress, "packets.parquet" if out_dir else "verdicts",
                          counters.packets)
-        for dec in decoded():
-            pk_phase.advance(dec.num_rows)
-            n = dec.num_rows
-            r1 = r0 + n
-            t = pa.Table.from_batches([dec])
+
+        def write_packets(t, cols):
+            # the sidecar's part: the verdict columns, the readable ones, the row group
+            order = [k for k in ("flow_id", "gro_seg", "gro_role", "reason", "rx_queue",
+                                 "poll_id")] + [k for k in cols if "_" in k and
+                                                k.split("_", 1)[0] in models]
+            for name in order:
+                t = t.append_column(name, pa.array(cols[name]))
+            if not pk_out:
+                pk_out["columns"] = select_packet_columns(readable_names(t.column_names),
+                                                          packet_columns)
+            t = readable(t, columns=pk_out["columns"])
+            if "writer" not in pk_out:
+                from gropcap.io.parquet import with_metadata
+                pk_out["writer"] = pq.ParquetWriter(
+                    pk_tmp, with_metadata(t.slice(0, 0), meta).schema,
+                    **_parquet_options(t.schema))
+            pk_out["writer"].write_table(t)
+
+        pk_source = Ahead(_verdict_rows(decoded(), runs, cursors), threaded=threads > 1,
+                          name="gropcap-read")
+        pk_side = Sidecar(threaded=threads > 1, name="gropcap-write")
+        for t, got in pk_source:
+            pk_phase.advance(t.num_rows)
             cols = {}
             for run in runs:
-                fid, rxq = cursors[run.model][0].take(n)
-                reason, inst, poll = cursors[run.model][1].take(r0, r1)
+                fid, rxq, reason, inst, poll = got[run.model]
                 so = orders[run.model]
                 code = inst_pos[run.model][inst].astype(np.int64)
                 alone = code < 0
@@ -680,24 +718,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                     cols = {**c, **cols}
                 else:
                     cols.update({f"{run.model}_{k}": v for k, v in c.items() if k != "flow_id"})
-            if not out_dir:
-                r0 = r1
-                continue
-            order = [k for k in ("flow_id", "gro_seg", "gro_role", "reason", "rx_queue",
-                                 "poll_id")] + [k for k in cols if "_" in k and
-                                                k.split("_", 1)[0] in models]
-            for name in order:
-                t = t.append_column(name, pa.array(cols[name]))
-            if pk_cols is None:
-                pk_cols = select_packet_columns(readable_names(t.column_names),
-                                                packet_columns)
-            t = readable(t, columns=pk_cols)
-            if pk_writer is None:
-                from gropcap.io.parquet import with_metadata
-                pk_writer = pq.ParquetWriter(pk_tmp, with_metadata(t.slice(0, 0), meta).schema,
-                                             **_parquet_options(t.schema))
-            pk_writer.write_table(t)
-            r0 = r1
+            if out_dir:
+                pk_side.submit(write_packets, t, cols)
+        pk_side.drain()
         pk_phase.end()
         from gropcap.receive.context import ReceiveContext
         from gropcap.run.summary import render_summary
@@ -713,14 +736,14 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         tunnel_hint = hint.finish(summary["models"], seg_in, counters.packets, whole)
         tm["packets"] = clock() - t_start
         if out_dir:
-            if pk_writer is None:
+            if not pk_out:
                 empty = _empty_packets(models, primary)
                 empty = readable(empty, columns=select_packet_columns(
                     readable_names(empty.column_names), packet_columns))
                 from gropcap.io.parquet import with_metadata
                 pq.write_table(with_metadata(empty, meta), pk_tmp, compression="zstd")
             else:
-                pk_writer.close()
+                pk_out["writer"].close()
             if sp_writer is None:
                 empty = readable(_empty_superpackets())
                 from gropcap.io.parquet import with_metadata
@@ -736,7 +759,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 written.append(dst)
         return StreamResult(summary=summary, flows=flows, paths=written, metadata=meta,
                             totals=tot,
-                            peak_spill_bytes=peak, timings=tm,
+                            peak_spill_bytes=peak, timings=tm, threads=threads,
                             udp_tunnel_hint=tunnel_hint,
                             flow_causes=causes.result(flows.num_rows))
     except OSError as e:
@@ -748,6 +771,12 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     except _Unfused:
         pass        # below: the run again, unfused
     finally:
+        # the worker threads stop (each finishes its batch) before the files go
+        for stage in (locals().get("source"), locals().get("side"),
+                      locals().get("pk_source"), locals().get("pk_side")):
+            if stage is not None:
+                stage.close()
+        switch.__exit__(None, None, None)
         for run in locals().get("runs", []):
             for sp in (run.rows, run.verdicts, run.segs):
                 try:
@@ -761,11 +790,60 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                           out_dir=out_dir, force=force, batch_records=batch_records,
                           engine=engine, decoder=decoder, egress=egress, tmp_dir=tmp_dir,
                           progress=progress, receiver=receiver, receive=receive,
-                          packet_columns=packet_columns, _fused=False)
+                          packet_columns=packet_columns, threads=threads, _fused=False)
 
 
 class _Unfused(Exception):
     """The fused first pass met what needs the whole decoded table before GRO."""
+
+
+def _decode_pass(files, decode_options, batch_records, progress):
+    """The decode pass (a generator, run ahead of GRO by ``run.threads.Ahead``): every
+    decoded batch as a table; returns the files' ``CaptureInfo`` s."""
+    from gropcap.run.inputs import decode_file
+    infos = []
+    for file_index, path in enumerate(files):
+        batches = decode_file(path, file_index, decode_options,
+                              batch_records=batch_records, progress=progress)
+        while True:
+            try:
+                dec = next(batches)
+            except StopIteration as stop:
+                infos.append(stop.value)
+                break
+            yield pa.Table.from_batches([dec])
+    return infos
+
+
+def _verdict_rows(decoded, runs, cursors):
+    """The packets pass's inputs (a generator, run ahead by ``run.threads.Ahead``): each
+    decoded batch read back as a table, with per model its rows' ``(flow_id, rx_queue,
+    reason, instance, poll)`` from the spills."""
+    r0 = 0
+    for dec in decoded:
+        n = dec.num_rows
+        got = {}
+        for run in runs:
+            rows, verdicts = cursors[run.model]
+            got[run.model] = (*rows.take(n), *verdicts.take(r0, r0 + n))
+        r0 += n
+        yield pa.Table.from_batches([dec]), got
+
+
+def _count_batch(t: pa.Table, counters, coal: _Coalesced, config: GroConfig,
+                 fused: list | None) -> None:
+    """A decoded batch into the capture counters and the coalesced-input statistics.
+    ``fused``: in the fused first try, ``[UDP tunnels seen so far]``: raises
+    :class:`_Unfused` where a frame captured already coalesced or a UDP tunnel on a port
+    without a socket needs the whole decoded table before GRO."""
+    counters.add(t)
+    coal.add(t)
+    if fused is not None:
+        from gropcap.run.hints import missing_tunnels
+        if coal.num or (len(counters.udp_tunnels) != fused[0] and
+                        missing_tunnels(counters.udp_tunnels, config)):
+            raise _Unfused
+        fused[0] = len(counters.udp_tunnels)
 
 
 def _kept_columns(out_dir, packet_columns, models) -> list[str] | None:

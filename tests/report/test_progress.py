@@ -43,7 +43,7 @@ def test_cli_output_has_no_progress_when_not_a_terminal():
     assert q.stderr == ""
     # off a terminal, stderr holds the closing line only
     n = json.loads(r.stdout)["packets"]
-    assert re.fullmatch(rf"gropcap: {n} packets in \d+\.\d s \(\d+(\.\d+ [kM])? packets/s\), "
+    assert re.fullmatch(rf"gropcap: {n} packets in \d+\.\d s \(\d+(\.\d+ [kM])? packets/s(, \d+ threads?)?\), "
                         r"nothing written\n", r.stderr), r.stderr
 
 
