@@ -598,7 +598,7 @@ def _pack_bools(u8, rows, bits, lo, hi):
             bits[r, j] = v
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap_depth,
                   encap_idx, port_tun, port_fou, dsa_opt, tab_key, tab_val, dict_seq,
                   dict_len, cap_out, bool_rows, bits):

@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from gropcap import constants as C
+from gropcap.arrays import arrow_indices, arrow_numeric, arrow_strings, numpy_of
 from gropcap.gro.reasons import FLUSH_CWR, FLUSH_ZERO_PAYLOAD, reason_name
 
 # UDP tunnels a local socket must own before GRO looks inside (udp_gro_receive ->
@@ -48,12 +49,12 @@ FLOW_KEY_COLS = ("encap", "ip_version", "ip_src", "ip_dst", "l4_proto", "sport",
 
 def udp_tunnel_counts(t) -> dict[tuple[str, int], int]:
     """``{(kind, UDP port): packets}`` of the UDP tunnels decoded in packet table ``t``."""
-    tun = t.column("tun_type").to_numpy()
-    udp = (t.column("outer_l4_proto").to_numpy() == C.IPPROTO_UDP) & \
+    tun = numpy_of(t.column("tun_type"))
+    udp = (numpy_of(t.column("outer_l4_proto")) == C.IPPROTO_UDP) & \
         np.isin(tun, list(UDP_TUNNEL_KINDS))
     out: dict = {}
     if udp.any():
-        port = t.column("outer_dport").to_numpy()[udp].astype(np.int64)
+        port = numpy_of(t.column("outer_dport"))[udp].astype(np.int64)
         pair = tun[udp].astype(np.int64) * 65536 + port
         for key, n in zip(*np.unique(pair, return_counts=True)):
             out[(UDP_TUNNEL_KINDS[int(key) >> 16], int(key) & 0xFFFF)] = int(n)
@@ -91,7 +92,7 @@ def encap_counts(t: pa.Table, mask: np.ndarray) -> dict[str, int]:
             n = len(chunk)
             if not n:
                 continue
-            idx = chunk.indices.to_numpy(zero_copy_only=False)
+            idx = numpy_of(chunk.indices)
             names = chunk.dictionary.to_pylist()
             every = np.bincount(idx, minlength=len(names))
             used = np.flatnonzero(every)
@@ -110,7 +111,7 @@ def encap_counts(t: pa.Table, mask: np.ndarray) -> dict[str, int]:
             lo += n
         return {name: counts[name] for name in order if counts.get(name)}
     enc = col.cast(pa.string()).combine_chunks().dictionary_encode()
-    idx = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)[mask]
+    idx = numpy_of(enc.indices).astype(np.int64)[mask]
     names = enc.dictionary.to_pylist()
     for k, c in enumerate(np.bincount(idx, minlength=len(names)).tolist()):
         if c:
@@ -158,7 +159,7 @@ class CaptureCounts:
 
         if not t.num_rows:
             return
-        col = lambda name: t.column(name).to_numpy()  # noqa: E731
+        col = lambda name: numpy_of(t.column(name))  # noqa: E731
         self.packets += t.num_rows
         has = col("payload_len") > 0
         self.data_packets += int(np.count_nonzero(has))
@@ -256,9 +257,9 @@ class CoalescedCounts:
             return
         segs = co.segs.astype(np.int64)
         self.segs_total += int(segs.sum())
-        has = t.column("payload_len").to_numpy() > 0
+        has = numpy_of(t.column("payload_len")) > 0
         self.data_segs += int(segs[has].sum())
-        fidx = t.column("file_index").to_numpy().astype(np.int64)
+        fidx = numpy_of(t.column("file_index")).astype(np.int64)
         self.file_segs = _add_at(self.file_segs, np.bincount(fidx, segs).astype(np.int64))
         self.file_data_segs = _add_at(self.file_data_segs,
                                       np.bincount(fidx[has], segs[has]).astype(np.int64))
@@ -363,15 +364,15 @@ def addr_text(raw: bytes, version: int) -> str:
 
 def flow_key_columns(keys: pa.Table) -> dict:
     """The key columns of the flows table from each flow's first packet (one row a flow)."""
-    ver = keys.column("ip_version").to_numpy()
+    ver = numpy_of(keys.column("ip_version"))
     src = keys.column("ip_src").to_pylist()
     dst = keys.column("ip_dst").to_pylist()
     return {
         "flow_id": np.arange(keys.num_rows, dtype=np.int64),
         "encap": keys.column("encap").cast(pa.string()),
         "ip_version": keys.column("ip_version"),
-        "src": pa.array([addr_text(s, v) for s, v in zip(src, ver)], pa.string()),
-        "dst": pa.array([addr_text(d, v) for d, v in zip(dst, ver)], pa.string()),
+        "src": arrow_strings([addr_text(s, v) for s, v in zip(src, ver)]),
+        "dst": arrow_strings([addr_text(d, v) for d, v in zip(dst, ver)]),
         **{name: keys.column(name) for name in ("l4_proto", "sport", "dport", "tun_type",
                                                 "tun_key", "vlan_tci0", "dsa_port")},
     }
@@ -396,11 +397,11 @@ class FlowCounts:
         top = int(fid.max()) + 1
         self.packets = _add_at(self.packets, np.bincount(fid))
         self.payload = _add_at(self.payload, np.bincount(
-            fid, weights=t.column("payload_len").to_numpy().astype(np.float64)))
+            fid, weights=numpy_of(t.column("payload_len")).astype(np.float64)))
         if top > self.n_flows:
             new = np.nonzero(fid >= self.n_flows)[0]
             ids, first = np.unique(fid[new], return_index=True)
-            self.key_parts.append(t.select(FLOW_KEY_COLS).take(new[first]))
+            self.key_parts.append(t.select(FLOW_KEY_COLS).take(arrow_indices(new[first])))
             self.key_ids.append(ids)
             self.n_flows = top
 
@@ -412,7 +413,7 @@ class FlowCounts:
         for keys, ids in zip(later.key_parts, later.key_ids):
             pick = np.flatnonzero(ids >= self.n_flows)
             if len(pick):
-                self.key_parts.append(keys.take(pick))
+                self.key_parts.append(keys.take(arrow_indices(pick)))
                 self.key_ids.append(ids[pick])
         self.n_flows = max(self.n_flows, later.n_flows)
         return self
@@ -420,13 +421,13 @@ class FlowCounts:
     def table(self, models: dict[str, ModelCounts]) -> pa.Table:
         """The flows table: one row per flow: keys, packets, payload bytes, and per model
         super-packets, ratio and most frequent end reason."""
-        from gropcap.decode.schema import PACKET_SCHEMA
+        from gropcap.decode.schema import empty_packet_table
         keys = pa.concat_tables(self.key_parts) if self.key_parts else \
-            PACKET_SCHEMA.empty_table().select(FLOW_KEY_COLS)
+            empty_packet_table().select(FLOW_KEY_COLS)
         if len(self.key_parts) > 1:
             ids = np.concatenate(self.key_ids)
             if np.any(np.diff(ids) < 0):
-                keys = keys.take(np.argsort(ids, kind="stable"))
+                keys = keys.take(arrow_indices(np.argsort(ids, kind="stable")))
         n_flows = keys.num_rows
         pk = np.zeros(n_flows, np.int64)
         pk[:min(n_flows, len(self.packets))] = self.packets[:n_flows]
@@ -440,8 +441,9 @@ class FlowCounts:
             cols[f"{model}_superpackets"] = segs
             with np.errstate(divide="ignore", invalid="ignore"):
                 cols[f"{model}_ratio"] = np.where(segs > 0, pk / np.maximum(segs, 1), 0.0)
-            cols[f"{model}_top_reason"] = pa.array(mc.top_reasons(n_flows), pa.string())
-        return pa.table(cols)
+            cols[f"{model}_top_reason"] = arrow_strings(mc.top_reasons(n_flows))
+        return pa.table({k: arrow_numeric(v, pa.from_numpy_dtype(v.dtype))
+                         if isinstance(v, np.ndarray) else v for k, v in cols.items()})
 
 
 class FlowCauses:
@@ -554,7 +556,7 @@ def model_counts(model: str, table: pa.Table, file_index: np.ndarray, *, reasons
 
 
 def file_index_of(table: pa.Table) -> np.ndarray:
-    return table.column("file_index").to_numpy().astype(np.int64) if table.num_rows else \
+    return numpy_of(table.column("file_index")).astype(np.int64) if table.num_rows else \
         np.zeros(0, np.int64)
 
 

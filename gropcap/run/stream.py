@@ -46,7 +46,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gropcap.decode.options import DecodeOptions
-from gropcap.decode.schema import PACKET_SCHEMA
+from gropcap.arrays import numpy_of
+from gropcap.decode.schema import PACKET_SCHEMA, empty_packet_table
 from gropcap.errors import ConfigError
 from gropcap.gro.config import MODELS, GroConfig
 from gropcap.gro.reasons import ROLE_ALONE, ROLE_HEAD, ROLE_MERGED
@@ -319,7 +320,7 @@ class _TunnelHint:
         tunnel_rows = None
         if self.collect:
             table = pa.concat_tables(self.rows) if self.rows else \
-                PACKET_SCHEMA.empty_table()
+                empty_packet_table()
             co = None
             if self.co and all(c is not None for c in self.co):
                 co = CoalescedInput(*[np.concatenate([c[k] for c in self.co])
@@ -557,7 +558,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             tm["engine"] += clock() - t1
             if parts:
                 tot.flows.add(t, parts[0].flow_id)
-        for run, part in zip(runs, gro.feed(PACKET_SCHEMA.empty_table(), final=True)):
+        for run, part in zip(runs, gro.feed(empty_packet_table(), final=True)):
             run.take(part, file_of=counters.file_of)
         for run, state in zip(runs, gro.states or []):
             run.state = state                   # the finished engine state
@@ -569,7 +570,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         tm["gro"] = clock() - t_start + (tm["engine"] if _fused else 0.0)
         t_start = clock()
         flows = tot.flows_table()
-        meta_of = Analysis(PACKET_SCHEMA.empty_table(), infos, config,
+        meta_of = Analysis(empty_packet_table(), infos, config,
                            {m: None for m in models}, decode_options)
         meta_of.mtu = coal.stats.mtu_inference()
         meta_of.receiver = receiver   # receiver.ReceiverInfo of a profile the CLI applied
@@ -704,9 +705,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 run.counts.add_encap(t, role != ROLE_MERGED)
                 hint.packets_batch(t, run.model, role != ROLE_MERGED)
                 if run.model == primary:
-                    causes.add(fid, t.column("tcp_seq").to_numpy(),
-                               t.column("payload_len").to_numpy(),
-                               t.column("l4_proto").to_numpy(), reason)
+                    causes.add(fid, numpy_of(t.column("tcp_seq")),
+                               numpy_of(t.column("payload_len")),
+                               numpy_of(t.column("l4_proto")), reason)
                 if not out_dir:
                     continue        # the verdict columns are for packets.parquet only
                 poll_id = so.rank[poll] if so.inferred else poll
@@ -870,7 +871,7 @@ def _kept_columns(out_dir, packet_columns, models) -> list[str] | None:
 
 def _empty_packets(models, primary) -> pa.Table:
     from gropcap.gro.result import PACKET_RESULT_DTYPES
-    t = PACKET_SCHEMA.empty_table()
+    t = empty_packet_table()
     for k, dt in PACKET_RESULT_DTYPES.items():
         t = t.append_column(k, pa.array(np.zeros(0, dt)))
     for m in models:
