@@ -77,11 +77,29 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
                           "closes): it does not run on Dask partitions",
                           hint="drop --jobs/--scheduler, or --poll-acks")
     if distributed:
+        from gropcap.analysis import Analysis
+        from gropcap.run.dask_core import analyze_partitioned, partitioned_reason
         from gropcap.run.distributed import analyze_distributed
-        analysis = analyze_distributed(paths, config, jobs=jobs, scheduler=scheduler,
-                                       models=models, decode_options=decode_options,
-                                       engine=engine, decoder=decoder, egress=egress,
-                                       scratch=scratch, progress=progress)
+
+        def in_memory_merge(client=None, why=None):
+            # what the core per partition does not cover yet (docs/scale.md)
+            return analyze_distributed(paths, config, client=client, jobs=jobs,
+                                       scheduler=scheduler, models=models,
+                                       decode_options=decode_options, engine=engine,
+                                       decoder=decoder, egress=egress, scratch=scratch,
+                                       progress=progress)
+        if partitioned_reason(config, engine=engine, decoder=decoder, egress=egress,
+                              plot=plot is not None) is None:
+            result = analyze_partitioned(
+                paths, config, jobs=jobs, scheduler=scheduler, models=models,
+                decode_options=decode_options, out_dir=out_dir, force=force,
+                scratch=scratch, progress=progress, receiver=receiver, receive=receive,
+                packet_columns=packet_columns, fallback=in_memory_merge)
+            if not isinstance(result, Analysis):
+                return result
+            analysis = result
+        else:
+            analysis = in_memory_merge()
         analysis.receiver = receiver
     else:
         from gropcap.run.memory import analyze
