@@ -83,6 +83,8 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
 
         def in_memory_merge(client=None, why=None):
             # what the core per partition does not cover yet (docs/scale.md)
+            if why and progress is not None:
+                progress.note(f"{why}: the partitions are merged in memory")
             return analyze_distributed(paths, config, client=client, jobs=jobs,
                                        scheduler=scheduler, models=models,
                                        decode_options=decode_options, engine=engine,
