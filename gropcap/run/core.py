@@ -13,8 +13,13 @@ sinks, whatever runs it.
   the whole-table models implement today (``run.options.memory_reason``: the reference
   engine or decoder, UDP GRO and UDP tunnel sockets, the gro_cells stage, egress
   accounting, plots); returns an ``Analysis`` and writes the sinks from it;
-* **on Dask** (``jobs``/``scheduler``): ``run.distributed.analyze_distributed``, partitions merged
-  into the one-process result; returns a ``DistributedAnalysis``.
+* **on Dask** (``jobs``/``scheduler``): ``run.dask_core.analyze_partitioned``, the
+  bounded-memory core per partition, workers writing their own Parquet parts, the
+  accumulators merged on the client; returns a ``run.dask_core.PartitionedResult``.
+  Asked to collect in memory (``in_memory``), for what the core does not model
+  (``memory_reason``), and when the data needs it (``analyze_partitioned``'s fallback),
+  ``run.distributed.analyze_distributed`` merges the partitions in memory instead and
+  returns a ``DistributedAnalysis``.
 
 Every way gives the same summary, flows and Parquet rows (tests/run/test_stream.py,
 tests/run/test_runner.py, tests/run/test_stream_cli.py).
@@ -47,7 +52,8 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
             the run in memory.
         in_memory: collect the whole run in memory (an :class:`Analysis`) even when it
             could run in bounded memory.
-        jobs, scheduler, scratch: run on Dask (``run.distributed.analyze_distributed``).
+        jobs, scheduler, scratch: run on Dask (``run.dask_core.analyze_partitioned``, or
+            ``run.distributed.analyze_distributed`` with ``in_memory``).
         receive: the :class:`gropcap.receive.context.ReceiveContext` the summary reports (the
             CLI's: which option was typed); None: from ``config``.
         packet_columns: the columns of ``packets.parquet``: ``"default"``, ``"all"`` or
@@ -55,7 +61,8 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
 
     Returns:
         An ``Analysis`` (in memory or Dask) or a ``run.stream.StreamResult`` (bounded
-        memory); ``report.summary.report_dict`` / ``render_text`` take either.
+        memory, or its ``run.dask_core.PartitionedResult`` on Dask);
+        ``report.summary.report_dict`` / ``render_text`` take either.
     """
     config, decode_options, models = run_options(config, decode_options, models,
                                                  decoder=decoder, engine=engine,
@@ -90,8 +97,8 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
                                        decode_options=decode_options, engine=engine,
                                        decoder=decoder, egress=egress, scratch=scratch,
                                        progress=progress)
-        if partitioned_reason(config, engine=engine, decoder=decoder, egress=egress,
-                              plot=plot is not None) is None:
+        if not in_memory and partitioned_reason(config, engine=engine, decoder=decoder,
+                                                egress=egress, plot=plot is not None) is None:
             result = analyze_partitioned(
                 paths, config, jobs=jobs, scheduler=scheduler, models=models,
                 decode_options=decode_options, out_dir=out_dir, force=force,

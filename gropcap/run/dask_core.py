@@ -34,9 +34,11 @@ the run is :func:`gropcap.run.distributed.analyze_distributed`, the in-memory me
 
 Exactness needs each partition to hold whole GRO-state units for every model: RX queues
 (napi) and loose same-flow classes (ideal). Both models run over one partition, cut by
-RX queue when napi runs: a GRO task returns the 64-bit hashes of its rows' loose-class
-fields (``engine.partition_of`` with 2**62 parts) and the client checks that no hash and
-no flow occurs in two partitions; otherwise the run falls back to the in-memory merge
+RX queue when napi runs. The napi model's classes include the RSS hash, so they never
+straddle queues; the ideal model's leave it out (a tunnel's outer UDP source port can
+send one inner flow to two queues). A GRO task returns the 64-bit hashes of its rows'
+loose-class fields (:func:`_class_hash`) and the client checks that no hash and no flow
+occurs in two partitions; otherwise the run falls back to the in-memory merge
 (``run.distributed``), which partitions each model on its own.
 
 The union of the parts equals the one-process files row for row; the order differs:
@@ -64,7 +66,6 @@ from gropcap.run.stream import StreamResult
 # the one-process layout, and the dataset layout workers write
 DATASET_DIRS = ("packets", "superpackets")
 FLOWS_FILE = "flows.parquet"
-_HASH_PARTS = 1 << 62
 
 
 class _Fallback(Exception):
@@ -115,6 +116,32 @@ def _partition_batches(pieces, split: str, nparts: int, k: int, batch_records: i
             yield t, pick + offset
 
 
+def _class_hash(t: pa.Table, config) -> np.ndarray:
+    """Per row, a 64-bit hash of fields of the ideal model's loose same-flow key (outer
+    and inner IP versions, protocols and addresses, tunnel type, ports: words 4-22 of
+    ``engine._classes``; not the RSS hash, which the ideal model leaves out), on the
+    table ``engine.partition_of`` cuts (``_udp_prepare.partition_table``): rows of one
+    class share it, so a hash found in two partitions is the only way a class can
+    straddle them."""
+    from gropcap.gro._udp_prepare import partition_table
+    from gropcap.gro.engine import _addr_words
+    t = partition_table(t, config)
+    col = lambda name: t.column(name).to_numpy().astype(np.uint64)  # noqa: E731
+    words = [w for name in ("ip_src", "ip_dst", "outer_ip_src", "outer_ip_dst")
+             for w in _addr_words(t, name)]
+    words.append(col("sport") | col("dport") << np.uint64(16)
+                 | col("tun_type") << np.uint64(32) | col("ip_version") << np.uint64(40)
+                 | col("ip_proto") << np.uint64(48) | col("outer_ip_version") << np.uint64(56))
+    words.append(col("outer_ip_proto"))
+    h = np.zeros(t.num_rows, np.uint64)
+    mul = np.uint64(0x9E3779B97F4A7C15)
+    with np.errstate(over="ignore"):
+        for w in words:
+            h = (h ^ w) * mul
+            h ^= h >> np.uint64(29)
+    return h
+
+
 def _reopen(path: str):
     """A ``run.stream._Spill`` written by another task, opened for reading."""
     from gropcap.run.stream import _Spill
@@ -132,7 +159,7 @@ def gro_partition_task(pieces, config, models, split: str, nparts: int, k: int, 
     flow keys and first rows, (``check``) the loose-class hashes of its rows, and the
     rows of the UDP tunnels ``tunnels`` (``(kind, port)`` pairs without a socket: the
     tunnel hint runs them again) with their global rows and coalesced input."""
-    from gropcap.gro.engine import _SEG_FIELDS, partition_of
+    from gropcap.gro.engine import _SEG_FIELDS
     from gropcap.run.accumulators import CoalescedCounts, Totals, _add_at
     from gropcap.run.engines import BatchGroModels
     from gropcap.run.stream import _ModelRun
@@ -171,7 +198,7 @@ def gro_partition_task(pieces, config, models, split: str, nparts: int, k: int, 
             _, first = np.unique(fid[new], return_index=True)
             firsts.append(grows[new[first]])
         if check:
-            hashes = np.union1d(hashes, partition_of(t, ideal_cfg, _HASH_PARTS))
+            hashes = np.union1d(hashes, _class_hash(t, ideal_cfg))
         if tunnels:
             from gropcap.run.hints import tunnel_mask
             idx = np.flatnonzero(tunnel_mask(t, tunnels))

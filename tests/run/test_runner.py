@@ -461,13 +461,31 @@ def test_core_per_partition_coalesced_input(client, tmp_path):
 
 
 def test_core_per_partition_falls_back(client, tmp_path):
-    """A same-flow class of the ideal model in two RX-queue partitions (the crafted
-    samples reuse inner addresses under different outer headers, which RSS hashes)
-    cannot run both models on one cut: the caller's in-memory merge runs instead."""
+    """One inner TCP flow in VXLAN whose outer UDP source port changes: RSS (which hashes
+    the outer ports) spreads it over both queues, while the ideal model's same-flow class
+    (no RSS hash, no outer ports) is one. Both models cannot run on one cut: the
+    caller's in-memory merge runs instead, and ``analyze_run`` gives the one-process
+    summary that way."""
+    from gropcap.run.core import analyze_run
     from gropcap.run.dask_core import analyze_partitioned
+    from tests.craft import vxlan
+    frames, ts = [], []
+    for i in range(200):
+        inner = eth(ipv4("10.0.0.1", "10.0.0.2", C.IPPROTO_TCP,
+                         tcp(1000, 80, seq=1 + 1000 * i, ack=1, payload=bytes(1000))))
+        frames.append(eth(ipv4("192.168.0.1", "192.168.0.2", C.IPPROTO_UDP,
+                               udp(40000 + i % 16, 4789, vxlan(inner, 42)))))
+        ts.append(1_700_000_000_000_000_000 + 1000 * i)
+    p = str(tmp_path / "vxlan.pcap")
+    write_pcap(p, frames, ts)
+    cfg = GroConfig(queues=2, udp_tunnels=(("vxlan", 4789),))
+    napi = analyze(p, cfg)
+    assert len(set(napi.results["napi"].rx_queue.tolist())) == 2
     why = []
-    got = analyze_partitioned(SAMPLES, GroConfig(queues=4), client=client,
-                              out_dir=str(tmp_path / "dist"),
+    got = analyze_partitioned(p, cfg, client=client, out_dir=str(tmp_path / "dist"),
                               fallback=lambda c, reason: why.append(reason) or "merged")
     assert got == "merged" and why and "same-flow class" in why[0]
-    assert not os.path.exists(tmp_path / "dist" / "packets")
+    assert not os.path.exists(tmp_path / "dist")
+    merged = analyze_run(p, cfg, jobs=2)
+    assert merged.summary() == napi.summary()
+    assert type(merged).__name__ == "DistributedAnalysis"
