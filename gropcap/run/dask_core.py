@@ -92,28 +92,38 @@ def partitioned_reason(config, *, engine="fast", decoder="fast", egress=None,
 
 # ---- worker side ----
 
-def _partition_batches(pieces, split: str, nparts: int, k: int, batch_records: int):
-    """Partition ``k``'s rows in capture order as ``(table, global_rows)`` batches of at
-    most ``batch_records`` rows, from the scratch pieces ``(path, index, new_index,
-    offset)`` (mapped: only the rows taken are copied)."""
+def _partition_batches(pieces, split: str, nparts: int, k: int, batch_records: int,
+                       columns=None):
+    """Partition ``k``'s rows in capture order as ``(table, global_rows)`` batches (about
+    ``batch_records`` rows: each slice of ``batch_records * nparts`` piece rows filtered
+    to the partition's, 10x cheaper than a ``take`` over the whole piece), from the
+    scratch pieces ``(path, index, new_index, offset)`` (mapped: only the rows kept are
+    copied); ``columns``: only those (None: all)."""
     from gropcap.run.distributed import _renumber_file, _table_of
+    step = batch_records * max(1, nparts)
     for path, index, new_index, offset in pieces:
         table = _table_of(path)
         if not table.num_rows:
             continue
+        if columns is not None:
+            table = table.select(columns)
+        part = None
         if nparts > 1:
             with pa.memory_map(f"{path}.{split}.part") as src:
                 part = pa.ipc.open_file(src).read_all().column("part").to_numpy()
-            idx = np.flatnonzero(part == k)
-        else:
-            idx = np.arange(table.num_rows)
-        for lo in range(0, len(idx), batch_records):
-            pick = idx[lo:lo + batch_records]
-            t = table.take(pa.array(pick)) if nparts > 1 else \
-                table.slice(int(pick[0]), len(pick))
-            if index != new_index:
+        for lo in range(0, table.num_rows, step):
+            t = table.slice(lo, step)
+            if part is None:
+                rows = np.arange(lo, lo + t.num_rows, dtype=np.int64)
+            else:
+                mine = part[lo:lo + step] == k
+                rows = np.flatnonzero(mine) + lo
+                if not len(rows):
+                    continue
+                t = t.filter(pa.array(mine))
+            if index != new_index and "file_index" in t.column_names:
                 t = _renumber_file(t, new_index)
-            yield t, pick + offset
+            yield t, rows + offset
 
 
 def _class_hash(t: pa.Table, config) -> np.ndarray:
@@ -386,7 +396,12 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
     pk_path, pk_tmp = _part_writer(stage, "packets", k)
     pk_writer, pk_cols = None, None
     r0 = 0
-    for t, _ in _partition_batches(pieces, split, nparts, k, batch_records):
+    from gropcap.run.stream import _kept_columns
+    keep = _kept_columns(stage, packet_columns, models)
+    if keep is not None:
+        keep = sorted(set(keep) | {"file_index", "tun_type", "outer_dport",
+                                   "outer_l4_proto"}, key=PACKET_SCHEMA.names.index)
+    for t, _ in _partition_batches(pieces, split, nparts, k, batch_records, keep):
         r1 = r0 + t.num_rows
         cols = {}
         for m in models:
