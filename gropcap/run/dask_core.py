@@ -223,30 +223,36 @@ def gro_partition_task(pieces, config, models, split: str, nparts: int, k: int, 
     kt = states[0].flow_ids if states else None
     keys = np.zeros(0, np.uint64) if kt is None or kt.sorted_keys is None else \
         kt.sorted_keys[np.argsort(kt.sorted_ids)]
-    grows = np.fromfile(os.path.join(work, "global.rows"), np.int64) if n else \
+    # global row of each partition row, read back mapped (not held)
+    grows = np.memmap(os.path.join(work, "global.rows"), np.int64, mode="r") if n else \
         np.zeros(0, np.int64)
     info = {}
     for run, state in zip(runs, states):
-        # the delivery table of this partition (read by every write task)
-        run.segs.rewind()
-        segs = [dict(zip(_SEG_FIELDS, run.segs.get(len(_SEG_FIELDS))))
-                for _ in range(run.parts)]
-        cat = lambda f: np.concatenate([s[f] for s in segs]).astype(np.int64) \
-            if segs else np.zeros(0, np.int64)  # noqa: E731
+        # the delivery table of this partition (read by every write task), from one
+        # sweep over the spilled super-packets
         p_time = np.concatenate(run.poll_time) if run.poll_time else np.zeros(0, np.int64)
         p_queue = np.concatenate(run.poll_queue) if run.poll_queue else \
             np.zeros(0, np.int64)
+        napi = run.config.model == "napi"
+        nseg = np.zeros(len(p_time), np.int64)
+        whens = []
+        run.segs.rewind()
+        for _ in range(run.parts):
+            s = dict(zip(_SEG_FIELDS, run.segs.get(len(_SEG_FIELDS))))
+            if napi and len(p_time) and len(s["poll"]):
+                nseg += np.bincount(s["poll"].astype(np.int64), minlength=len(p_time))
+            elif not napi and len(s["trig"]):
+                trig, first = s["trig"].astype(np.int64), s["first"].astype(np.int64)
+                whens.append(np.where(trig >= 0, grows[np.maximum(trig, 0)],
+                                      n_total + grows[first]))
         table = {}
-        if run.config.model == "napi" and len(p_time):
+        if napi and len(p_time):
             order = np.lexsort((np.arange(len(p_time)), p_queue, p_time))
-            nseg = np.bincount(cat("poll"), minlength=len(p_time))[order]
             table = {"time": p_time[order].astype(np.int64),
                      "queue": p_queue[order].astype(np.int64),
-                     "cum": np.concatenate([[0], np.cumsum(nseg)]), "order": order}
-        elif run.config.model != "napi":
-            trig, first = cat("trig"), cat("first")
-            when = np.where(trig >= 0, grows[np.maximum(trig, 0)] if n else trig,
-                            n_total + (grows[first] if n else first))
+                     "cum": np.concatenate([[0], np.cumsum(nseg[order])]), "order": order}
+        elif not napi:
+            when = np.concatenate(whens) if whens else np.zeros(0, np.int64)
             order = np.lexsort((np.arange(len(when)), when))
             table = {"when": when, "sorted": when[order], "order": order}
         np.savez(os.path.join(work, f"{run.model}.order.npz"), **table)
@@ -353,6 +359,8 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
     for m in models:
         cfg = config.replace(model=m)
         so = _Order(m, k, works, info[m]["napi"])
+        # delivery position per instance, -(pos + 1) for one packet (run.stream's map;
+        # int64: positions count every partition's super-packets)
         ipos = np.full(info[m]["ninst"], -1, np.int64)
         gtable = _gso_table(cfg)
         segs = _reopen(os.path.join(work, f"{m}.segs"))
@@ -407,7 +415,7 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
         for m in models:
             fid, rxq = cursors[m][0].take(t.num_rows)
             reason, inst, poll = cursors[m][1].take(r0, r1)
-            code = inst_pos[m][inst]
+            code = inst_pos[m][inst].astype(np.int64)
             alone = code < 0
             role = np.where(alone, ROLE_ALONE, ROLE_MERGED).astype(np.uint8)
             multi = np.flatnonzero(~alone)
