@@ -71,13 +71,8 @@ def _class_hash(t: pa.Table, config) -> np.ndarray:
                  | col("tun_type") << np.uint64(32) | col("ip_version") << np.uint64(40)
                  | col("ip_proto") << np.uint64(48) | col("outer_ip_version") << np.uint64(56))
     words.append(col("outer_ip_proto"))
-    h = np.zeros(t.num_rows, np.uint64)
-    mul = np.uint64(0x9E3779B97F4A7C15)
-    with np.errstate(over="ignore"):
-        for w in words:
-            h = (h ^ w) * mul
-            h ^= h >> np.uint64(29)
-    return h
+    from gropcap.gro.coalesced import _mix_words
+    return _mix_words(words)
 
 
 def _reopen(path: str):
