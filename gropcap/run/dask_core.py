@@ -76,7 +76,9 @@ class _Fallback(Exception):
 class PartitionedResult(StreamResult):
     """A :class:`StreamResult` of a Dask run plus the inputs left out (``failures``,
     as ``run.distributed.DistributedAnalysis``; the summary lists them under
-    ``failed_inputs``)."""
+    ``failed_inputs``). ``timings``: wall seconds of the client's stages (``decode``,
+    ``gro``, ``merge``, ``write``: the output pass, ``finish``: summary, flows table,
+    ``flows.parquet``)."""
 
     failures: list = dataclasses.field(default_factory=list)
 
@@ -243,11 +245,16 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 scfg = config.replace(model=split_model)
                 nparts = _nparts(scfg, _nworkers(c))
                 split = "joint"
+                import time
+                clock, tm = time.perf_counter, {}
+                t0 = clock()
                 decoded, infos, failures = _decode_all(
                     c, files, decode_options, "fast",
                     SPLIT_BYTES if split_bytes is None else split_bytes, BATCH_RECORDS,
                     tmp, progress, ((split, scfg, nparts),) if nparts > 1 else ())
                 n = sum(p.rows for d in decoded for p in d.pieces)
+                tm["decode"] = clock() - t0
+                t0 = clock()
                 capture = _merged_capture(decoded)
                 capture.verify = config.verify_checksums
                 stats = None
@@ -273,6 +280,8 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 if progress is not None:
                     progress.track(f"GRO {'+'.join(models)}", [f for f, _ in tasks])
                 done = [_result_or_retry(c, f, gro_partition_task, *a)[0] for f, a in tasks]
+                tm["gro"] = clock() - t0
+                t0 = clock()
                 _check_classes(done)
                 fmaps = flow_maps([d["keys"] for d in done], [d["firsts"] for d in done])
                 tot = Totals(models, config.verify_checksums)
@@ -313,6 +322,8 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 if progress is not None:
                     progress.track("packets.parquet" if out_dir else "verdicts",
                                    [f for f, _ in wtasks])
+                tm["merge"] = clock() - t0
+                t0 = clock()
                 wrote = [_result_or_retry(c, f, write_partition_task, *a)[0]
                          for f, a in wtasks]
                 from gropcap.run.accumulators import FlowCauses
@@ -325,6 +336,8 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                     ids, total, ahead, back = w["causes"]
                     for name, v in (("total", total), ("ahead", ahead), ("back", back)):
                         getattr(causes, name)[ids] += v[:len(ids)]
+                tm["write"] = clock() - t0
+                t0 = clock()
                 summary = render_summary(tot, infos=infos, config=config, mtu=mtu,
                                          receive=receive or ReceiveContext.from_config(config))
                 tunnel_hint = _finish_hint(hint, done, summary, tot, decoded, stats)
@@ -356,7 +369,8 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 shutil.rmtree(stage, ignore_errors=True)
     return PartitionedResult(summary=summary, flows=flows, paths=written, metadata=meta,
                              totals=tot, flow_causes=causes.result(flows.num_rows),
-                             udp_tunnel_hint=tunnel_hint, failures=failures)
+                             udp_tunnel_hint=tunnel_hint, failures=failures,
+                             timings={**tm, "finish": clock() - t0})
 
 
 def _finish_hint(hint, done: list, summary: dict, tot, decoded: list, stats):
