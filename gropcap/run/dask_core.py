@@ -215,7 +215,9 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
     """Analyse captures on Dask with the bounded-memory core per partition (module
     docstring): a :class:`PartitionedResult` whose summary equals the one-process run's;
     with ``out_dir``, ``packets/part-*.parquet``, ``superpackets/part-*.parquet`` and
-    ``flows.parquet`` there, the same rows as the one-process files.
+    ``flows.parquet`` there, the same rows as the one-process files (a list of
+    ``packet_columns`` gets ``file_index`` and ``record`` too: the key that puts the
+    parts back in capture order).
 
     When the workers share no scratch directory with this process, or the data needs
     it (a flow or an ideal-model same-flow class in two RX-queue partitions),
@@ -232,8 +234,14 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                                          _result_or_retry, _scratch_dir, open_client)
     from gropcap.run.inputs import input_files
     from gropcap.run.summary import render_summary
+    from gropcap.io.columns import parse_packet_columns
     from gropcap.run.options import run_options
     config, decode_options, models = run_options(config, decode_options, models)
+    packet_columns = parse_packet_columns(packet_columns)
+    if isinstance(packet_columns, tuple):
+        # the dataset's order key (its parts hold partitions): always written
+        packet_columns += tuple(c for c in ("file_index", "record")
+                                if c not in packet_columns)
     files = input_files(paths)
     check_targets(out_dir, force)
     split_model = "napi" if "napi" in models else models[0]

@@ -63,6 +63,13 @@ def test_jobs_writes_a_dataset(generated, tmp_path):  # noqa: F811
     assert again.exit_code == 0
     assert sorted(os.listdir(tmp_path / "one")) == ["flows.parquet", "packets",
                                                     "superpackets"]
+    cols = run("analyze", *generated, "--queues", "4", "-q", "--out", tmp_path / "cols",
+               "--jobs", "2", "--packet-columns", "ts_ns,sport")
+    assert cols.exit_code == 0
+    names = ds.dataset(tmp_path / "cols" / "packets").schema.names
+    assert {"ts_ns", "sport", "file_index", "record"} <= set(names)   # + the sort key
+    assert "dport" not in names
+    assert load(tmp_path / "cols").summary() == load(tmp_path / "two").summary()
     back = run("analyze", *generated, "--queues", "4", "-q", "--out", tmp_path / "one",
                "--force")
     assert back.exit_code == 0
