@@ -1,4 +1,4 @@
-"""Measure ``runner.analyze_distributed`` on 1 and 2 local Dask workers against one process.
+"""Measure the Dask runs on 1 and 2 local workers against one process.
 
 Builds (once, deterministic) ``--files`` captures with ``make_bench_capture.py``, then:
 
@@ -8,9 +8,16 @@ Builds (once, deterministic) ``--files`` captures with ``make_bench_capture.py``
   then ``analyze_distributed`` over the same files: wall time, speed-up against one process
   and against 1 worker, peak RSS of every worker (``VmHWM``) and of the client.
   Invariant: the summary and every GroResult equal the one-process run.
-- each worker count runs twice: decoded pieces exchanged through scratch files (what
-  local workers do by default) and through Dask transfers (``scratch=False``, what a
-  cluster without a shared directory does).
+- each worker count runs per ``--exchange``: the in-memory merge with decoded pieces
+  exchanged through scratch files (``files``) or through Dask transfers (``transfers``,
+  ``scratch=False``), and ``core``: what ``gropcap analyze --jobs N`` runs,
+  ``run.dask_core.analyze_partitioned`` (the bounded-memory core per partition, workers
+  writing their own Parquet parts with ``--write``, the client merging accumulators).
+  Its invariant: the summary equals the one-process bounded-memory run
+  (``run.stream.stream_analyze``, timed too when ``core`` is asked for, with the same
+  ``--write`` setting).
+- ``--reference none`` skips the one-process runs (then nothing is compared): the client
+  then measures its own peak RSS, not one left over from a one-process run before.
 
 The machine is shared: run it under ``nice`` and read the CPU-time column with the wall one.
 
@@ -77,7 +84,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--queues", type=int, default=4)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--exchange", nargs="+", default=["files", "transfers"],
-                    choices=["files", "transfers"],
+                    choices=["files", "transfers", "core"],
                     help="how decoded pieces move: scratch files (the default for local "
                          "workers) or Dask transfers (scratch=False)")
     ap.add_argument("--repeat", type=int, default=3,
@@ -85,13 +92,20 @@ def main(argv=None) -> dict:
                          "(the machine is shared: page-fault and scheduling noise only "
                          "ever adds time)")
     ap.add_argument("--out", default=None, help="also write the JSON here")
+    ap.add_argument("--write", default=None, metavar="DIR",
+                    help="core and its one-process reference: write the Parquet output "
+                         "there (replaced on each run)")
+    ap.add_argument("--reference", choices=["yes", "none"], default="yes",
+                    help="none: no one-process runs (the client's peak RSS is its own)")
     args = ap.parse_args(argv)
 
     from dask.distributed import Client, LocalCluster
 
     from gropcap.gro.config import GroConfig
     from gropcap.run.memory import analyze
+    from gropcap.run.dask_core import analyze_partitioned
     from gropcap.run.distributed import analyze_distributed
+    from gropcap.run.stream import stream_analyze
 
     paths = make_inputs(args.dir, args.files, args.packets, args.flows)
     cfg = GroConfig(queues=args.queues)
@@ -105,23 +119,43 @@ def main(argv=None) -> dict:
     warm = make_inputs(args.dir, 1, 20_000, 200)[0]
     analyze(warm, cfg)
     walls = []
-    for _ in range(args.repeat):
+    one_summary = one_results = stream_summary = None
+    base = base_stream = None
+    for _ in range(args.repeat if args.reference == "yes" else 0):
         one = None
         t0, c0 = time.perf_counter(), time.process_time()
         one = analyze(paths, cfg)
         walls.append(time.perf_counter() - t0)
         cpu = time.process_time() - c0
-    wall = min(walls)
-    report["packets"] = one.decoded.num_rows
-    report["runs"]["one_process"] = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
-                                     "all_wall_s": [round(w, 2) for w in walls],
-                                     "peak_rss_mib": round(_peak_rss_mib(), 1)}
-    one_summary = one.summary()
-    one_results = one.results
-    base = wall
-    print(f"one process: {wall:.2f} s wall, {cpu:.2f} s CPU, "
-          f"{report['packets']} packets, {total_bytes / 2**20:.0f} MiB", flush=True)
-    del one
+    if walls:
+        wall = min(walls)
+        report["packets"] = one.decoded.num_rows
+        report["runs"]["one_process"] = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+                                         "all_wall_s": [round(w, 2) for w in walls],
+                                         "peak_rss_mib": round(_peak_rss_mib(), 1)}
+        one_summary = one.summary()
+        one_results = one.results
+        base = wall
+        print(f"one process: {wall:.2f} s wall, {cpu:.2f} s CPU, "
+              f"{report['packets']} packets, {total_bytes / 2**20:.0f} MiB", flush=True)
+        del one
+    if "core" in args.exchange and args.reference == "yes":
+        walls = []
+        stream_analyze(warm, cfg)
+        for _ in range(args.repeat):
+            _reset_peak_rss()
+            t0, c0 = time.perf_counter(), time.process_time()
+            st = stream_analyze(paths, cfg, out_dir=args.write, force=True)
+            walls.append(time.perf_counter() - t0)
+            cpu = time.process_time() - c0
+        base_stream = min(walls)
+        stream_summary = st.summary
+        assert stream_summary == one_summary, "bounded-memory summary differs"
+        report["runs"]["one_process_stream"] = {
+            "wall_s": round(base_stream, 3), "cpu_s": round(cpu, 3),
+            "all_wall_s": [round(w, 2) for w in walls], "write": bool(args.write),
+            "peak_rss_mib": round(_peak_rss_mib(), 1)}
+        print(json.dumps(report["runs"]["one_process_stream"]), flush=True)
 
     first = {}
     for exchange in args.exchange:
@@ -131,25 +165,42 @@ def main(argv=None) -> dict:
                                    dashboard_address=None)
             client = Client(cluster)
             start = time.perf_counter() - t0
-            scratch = None if exchange == "files" else False
-            # workers load the numba cache
-            analyze_distributed(warm, cfg, client=client, scratch=scratch)
+            scratch = None if exchange != "transfers" else False
+
+            def fail(_client, why):
+                raise AssertionError(f"the core per partition fell back: {why}")
+
+            def go(p, write=None):
+                if exchange == "core":
+                    return analyze_partitioned(p, cfg, client=client, out_dir=write,
+                                               force=True, fallback=fail)
+                return analyze_distributed(p, cfg, client=client, scratch=scratch)
+            go(warm)       # workers load the numba cache
             walls = []
             for _ in range(args.repeat):
                 dist = None
                 _reset_peak_rss()
+                client.run(_reset_peak_rss)
                 t0 = time.perf_counter()
-                dist = analyze_distributed(paths, cfg, client=client, scratch=scratch)
+                dist = go(paths, args.write)
                 walls.append(time.perf_counter() - t0)
             wall = min(walls)
-            assert dist.summary() == one_summary, "distributed summary differs"
-            for m in dist.results:
-                assert dist.results[m].equals(one_results[m]), m
+            if exchange == "core":
+                report["packets"] = dist.summary["packets"]
+                if stream_summary is not None:
+                    assert dist.summary == stream_summary, "core summary differs"
+            elif one_summary is not None:
+                assert dist.summary() == one_summary, "distributed summary differs"
+                for m in dist.results:
+                    assert dist.results[m].equals(one_results[m]), m
             rss = client.run(_peak_rss_mib)
             first.setdefault(exchange, wall)
+            ref = base_stream if exchange == "core" else base
             run = {"workers": n, "exchange": exchange, "cluster_start_s": round(start, 2),
                    "wall_s": round(wall, 3), "all_wall_s": [round(w, 2) for w in walls],
-                   "speedup_vs_one_process": round(base / wall, 2),
+                   "speedup_vs_one_process": round(ref / wall, 2) if ref else None,
+                   "one_process": "stream_analyze" if exchange == "core" else "analyze",
+                   "write": bool(args.write) if exchange == "core" else False,
                    "speedup_vs_1_worker": round(first[exchange] / wall, 2),
                    "worker_peak_rss_mib": sorted(round(v, 1) for v in rss.values()),
                    "client_peak_rss_mib": round(_peak_rss_mib(), 1)}

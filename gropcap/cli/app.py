@@ -282,7 +282,8 @@ def analyze(files, model, fmt, out_dir, packet_columns, force, engine, plot, dec
         sys.exit(1)   # results are complete for the other inputs, but not for these
 
 
-_OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
+_OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet",
+              "packets", "superpackets")     # the last two: --jobs's Parquet datasets
 
 
 def _cold_start(files, engine, decoder) -> bool:

@@ -130,9 +130,30 @@ def _redecode(analysis) -> pa.Table:
     return table
 
 
+def _read(path: str, order: tuple) -> pa.Table:
+    """One Parquet file, or a directory of parts (``--jobs`` writes ``packets/`` and
+    ``superpackets/``: each worker its partitions' rows) read as one table in the
+    one-process order: sorted by ``order`` (capture order for packets, delivery order
+    per model for super-packets), with the provenance metadata of its first part."""
+    if os.path.isfile(path):
+        return pq.read_table(path)
+    import pyarrow.dataset as ds
+    data = ds.dataset(path, format="parquet")
+    if not data.files:
+        raise OSError(f"{path}: no Parquet part")
+    table = data.to_table()
+    missing = [c for c in order if c not in table.column_names]
+    if missing:
+        raise KeyError(missing[0])
+    table = table.sort_by([(c, "ascending") for c in order])
+    return table.replace_schema_metadata(pq.read_schema(sorted(data.files)[0]).metadata)
+
+
 def load(directory) -> Analysis:
     """Read ``packets.parquet``, ``superpackets.parquet`` and ``flows.parquet`` from a
-    directory written by ``gropcap analyze --out DIR`` into an :class:`Analysis`.
+    directory written by ``gropcap analyze --out DIR`` into an :class:`Analysis`
+    (``--jobs`` writes ``packets/`` and ``superpackets/`` as directories of parts: read
+    as one table each, in the one-process row order).
 
     Args:
         directory: the ``--out`` directory.
@@ -154,15 +175,23 @@ def load(directory) -> Analysis:
 
     directory = os.fspath(directory)
     paths = {name: os.path.join(directory, name) for name in FILES}
-    missing = [name for name, path in paths.items() if not os.path.isfile(path)]
+    for name, sub in (("packets.parquet", "packets"), ("superpackets.parquet",
+                                                       "superpackets")):
+        if not os.path.isfile(paths[name]) and os.path.isdir(os.path.join(directory, sub)):
+            paths[name] = os.path.join(directory, sub)    # a dataset (--jobs)
+    missing = [name for name, path in paths.items() if not os.path.exists(path)]
     if missing:
         raise LoadError(f"missing {', '.join(missing)}", path=directory,
                         hint="give a directory written by `gropcap analyze --out DIR`")
     try:
-        packets = pq.read_table(paths["packets.parquet"])
-        segs = pq.read_table(paths["superpackets.parquet"])
+        packets = _read(paths["packets.parquet"], ("file_index", "record"))
+        segs = _read(paths["superpackets.parquet"], ("model", "seg_id"))
     except (OSError, pa.ArrowInvalid) as e:
         raise LoadError(f"cannot read Parquet: {e}", path=directory) from None
+    except KeyError as e:
+        raise LoadError(f"the packets dataset has no {e} column to put its parts in "
+                        "capture order", path=directory,
+                        hint="write it with the default --packet-columns") from None
     meta = {k.decode(): v.decode() for k, v in (packets.schema.metadata or {}).items()
             if k.startswith(b"gropcap.")}
     if "gropcap.config" not in meta or "gropcap.models" not in meta:

@@ -15,7 +15,10 @@ removes every staging entry, so no empty ``--out`` directory or half-written fil
 
 Rules: a missing ``--out`` directory is created (its parent must exist); every other
 target's directory must exist; an existing target is replaced only with ``force``; a
-directory target that exists must be a directory, a file target must not be one.
+directory target that exists must be a directory, a file target must not be one. In
+an ``--out`` directory, every name of the command's set is replaced together: a name
+the run did not write (``packets.parquet`` of a one-process run when ``--jobs`` wrote the
+``packets/`` dataset, or the reverse) is removed, so no stale output is read as new.
 
 Layer: io/, below run/ and cli/; knows paths only.
 """
@@ -152,8 +155,15 @@ class Outputs:
                     os.rename(stage, target)
                 else:   # the directory exists (or appeared meanwhile): file by file
                     for n in names:
-                        if os.path.exists(os.path.join(stage, n)):
-                            os.replace(os.path.join(stage, n), os.path.join(target, n))
+                        new, old = os.path.join(stage, n), os.path.join(target, n)
+                        if os.path.isdir(old) and not os.path.islink(old):
+                            shutil.rmtree(old)       # a dataset directory (--jobs)
+                        if os.path.exists(new):
+                            os.replace(new, old)
+                        elif os.path.lexists(old):
+                            # the run replaced it with another layout (packets.parquet
+                            # <-> packets/): a stale name would be read as this run's
+                            os.unlink(old)
                     shutil.rmtree(stage, ignore_errors=True)
                 self.written.extend(os.path.join(target, n) for n in names
                                     if os.path.exists(os.path.join(target, n)))

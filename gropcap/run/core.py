@@ -13,8 +13,13 @@ sinks, whatever runs it.
   the whole-table models implement today (``run.options.memory_reason``: the reference
   engine or decoder, UDP GRO and UDP tunnel sockets, the gro_cells stage, egress
   accounting, plots); returns an ``Analysis`` and writes the sinks from it;
-* **on Dask** (``jobs``/``scheduler``): ``run.distributed.analyze_distributed``, partitions merged
-  into the one-process result; returns a ``DistributedAnalysis``.
+* **on Dask** (``jobs``/``scheduler``): ``run.dask_core.analyze_partitioned``, the
+  bounded-memory core per partition, workers writing their own Parquet parts, the
+  accumulators merged on the client; returns a ``run.dask_core.PartitionedResult``.
+  Asked to collect in memory (``in_memory``), for what the core does not model
+  (``memory_reason``), and when the data needs it (``analyze_partitioned``'s fallback),
+  ``run.distributed.analyze_distributed`` merges the partitions in memory instead and
+  returns a ``DistributedAnalysis``.
 
 Every way gives the same summary, flows and Parquet rows (tests/run/test_stream.py,
 tests/run/test_runner.py, tests/run/test_stream_cli.py).
@@ -47,7 +52,8 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
             the run in memory.
         in_memory: collect the whole run in memory (an :class:`Analysis`) even when it
             could run in bounded memory.
-        jobs, scheduler, scratch: run on Dask (``run.distributed.analyze_distributed``).
+        jobs, scheduler, scratch: run on Dask (``run.dask_core.analyze_partitioned``, or
+            ``run.distributed.analyze_distributed`` with ``in_memory``).
         receive: the :class:`gropcap.receive.context.ReceiveContext` the summary reports (the
             CLI's: which option was typed); None: from ``config``.
         packet_columns: the columns of ``packets.parquet``: ``"default"``, ``"all"`` or
@@ -57,7 +63,8 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
 
     Returns:
         An ``Analysis`` (in memory or Dask) or a ``run.stream.StreamResult`` (bounded
-        memory); ``report.summary.report_dict`` / ``render_text`` take either.
+        memory, or its ``run.dask_core.PartitionedResult`` on Dask);
+        ``report.summary.report_dict`` / ``render_text`` take either.
     """
     config, decode_options, models = run_options(config, decode_options, models,
                                                  decoder=decoder, engine=engine,
@@ -79,11 +86,31 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
                           "closes): it does not run on Dask partitions",
                           hint="drop --jobs/--scheduler, or --poll-acks")
     if distributed:
+        from gropcap.analysis import Analysis
+        from gropcap.run.dask_core import analyze_partitioned, partitioned_reason
         from gropcap.run.distributed import analyze_distributed
-        analysis = analyze_distributed(paths, config, jobs=jobs, scheduler=scheduler,
-                                       models=models, decode_options=decode_options,
-                                       engine=engine, decoder=decoder, egress=egress,
-                                       scratch=scratch, progress=progress)
+
+        def in_memory_merge(client=None, why=None):
+            # what the core per partition does not cover yet (docs/scale.md)
+            if why and progress is not None:
+                progress.note(f"{why}: the partitions are merged in memory")
+            return analyze_distributed(paths, config, client=client, jobs=jobs,
+                                       scheduler=scheduler, models=models,
+                                       decode_options=decode_options, engine=engine,
+                                       decoder=decoder, egress=egress, scratch=scratch,
+                                       progress=progress)
+        if not in_memory and partitioned_reason(config, engine=engine, decoder=decoder,
+                                                egress=egress, plot=plot is not None) is None:
+            result = analyze_partitioned(
+                paths, config, jobs=jobs, scheduler=scheduler, models=models,
+                decode_options=decode_options, out_dir=out_dir, force=force,
+                scratch=scratch, progress=progress, receiver=receiver, receive=receive,
+                packet_columns=packet_columns, fallback=in_memory_merge)
+            if not isinstance(result, Analysis):
+                return result
+            analysis = result
+        else:
+            analysis = in_memory_merge()
         analysis.receiver = receiver
     else:
         from gropcap.run.memory import analyze

@@ -606,12 +606,7 @@ def _merged_totals(a, decoded: list, partitions: dict):
     the whole capture). The flows table and the coalesced-input counts are made once
     over the client's table (flow keys come from each flow's first row)."""
     from gropcap.run.accumulators import file_index_of, model_counts, totals_of_analysis
-    capture = None
-    for d in decoded:
-        for p in d.pieces:
-            c = p.counts if d.index == d.new_index else \
-                p.counts.renumber_file(d.index, d.new_index)
-            capture = c if capture is None else capture.merge(c)
+    capture = _merged_capture(decoded)
     fidx = file_index_of(a.decoded)
     models = {}
     for m, parts in partitions.items():
@@ -623,6 +618,18 @@ def _merged_totals(a, decoded: list, partitions: dict):
                               flow=a.results[m].flow_id[first], first=first)
             models[m] = mc if m not in models else models[m].merge(mc)
     return totals_of_analysis(a, capture=capture, models=models)
+
+
+def _merged_capture(decoded: list):
+    """The ``CaptureCounts`` of every decoded piece, merged in input order (file indexes
+    moved past failed inputs)."""
+    from gropcap.run.accumulators import CaptureCounts
+    capture = CaptureCounts()
+    for d in decoded:
+        for p in d.pieces:
+            capture.merge(p.counts if d.index == d.new_index else
+                          p.counts.renumber_file(d.index, d.new_index))
+    return capture
 
 
 @contextlib.contextmanager

@@ -117,7 +117,11 @@ def profile(tmp_path):
 
 
 def _config_meta(out_dir):
-    meta = pq.read_schema(os.path.join(out_dir, "packets.parquet")).metadata
+    # packets.parquet, or the first part of the packets/ dataset a --jobs run writes
+    path = os.path.join(out_dir, "packets.parquet")
+    if not os.path.exists(path):
+        path = os.path.join(out_dir, "packets", "part-00000.parquet")
+    meta = pq.read_schema(path).metadata
     return (json.loads(meta[b"gropcap.config"]), json.loads(meta[b"gropcap.receiver"]))
 
 

@@ -107,3 +107,15 @@ def test_partition_keeps_a_same_flow_class_together():
     q = simulate(table, napi).rx_queue
     pn = partition_of(table, napi, 4)
     assert np.array_equal(pn, q.astype(np.int64) % 4)
+
+
+def test_flow_maps_number_flows_by_first_row_over_partitions():
+    """The core per partition (run.dask_core): each partition's local flow ids map to the
+    one-process numbering (first appearance over the whole capture); a flow seen by two
+    partitions cannot be merged from per-partition counters and is refused."""
+    from gropcap.run.dask_core import _Fallback, flow_maps
+    keys = [np.array([5, 9], np.uint64), np.array([7], np.uint64), np.zeros(0, np.uint64)]
+    firsts = [np.array([0, 10]), np.array([3]), np.zeros(0, np.int64)]
+    assert [m.tolist() for m in flow_maps(keys, firsts)] == [[0, 2], [1], []]
+    with pytest.raises(_Fallback, match="two partitions"):
+        flow_maps([np.array([5], np.uint64)] * 2, [np.array([0]), np.array([1])])

@@ -355,3 +355,137 @@ def test_progress_counts_every_stage(client, generated):
         assert tasks["GRO napi"].total == 2      # one partition per worker
         for t in tasks.values():
             assert t.completed == t.total and t.fields["detail"] == f"{t.total}/{t.total} tasks"
+
+
+# ---- the bounded-memory core per partition (run.dask_core), what --jobs runs ----
+
+PACKET_ORDER = [("file_index", "ascending"), ("record", "ascending")]
+SEG_ORDER = [("model", "ascending"), ("seg_id", "ascending")]
+
+
+def _no_fallback(client, why):
+    pytest.fail(f"fell back to the in-memory merge: {why}")
+
+
+def read_output(directory, name: str):
+    """``DIR/name.parquet`` (one process) or the ``DIR/name/`` dataset (its parts as one
+    table), sorted into the one-process order, and the metadata of each file."""
+    import pyarrow.dataset as ds
+    path = os.path.join(directory, name + ".parquet")
+    if os.path.isfile(path):
+        files, table = [path], pq.read_table(path)
+    else:
+        files = sorted(glob.glob(os.path.join(directory, name, "part-*.parquet")))
+        table = ds.dataset(os.path.join(directory, name), format="parquet").to_table()
+    table = table.sort_by(PACKET_ORDER if name == "packets" else SEG_ORDER)
+    return table, [pq.read_schema(f).metadata for f in files]
+
+
+def assert_same_rows(one_dir, dist_dir):
+    """Same rows (by value: ``encap`` dictionaries are per batch) and the same provenance
+    metadata on every file; ``flows.parquet`` equal."""
+    for name in ("packets", "superpackets"):
+        (a, meta_a), (b, meta_b) = read_output(one_dir, name), read_output(dist_dir, name)
+        assert a.num_rows > 0 and a.schema.remove_metadata() == b.schema.remove_metadata()
+        assert all(m == meta_a[0] for m in meta_b), name
+        for col in a.column_names:
+            assert a.column(col).to_pylist() == b.column(col).to_pylist(), (name, col)
+    a, b = pq.read_table(one_dir / "flows.parquet"), pq.read_table(dist_dir / "flows.parquet")
+    assert a.equals(b) and a.schema.metadata == b.schema.metadata
+
+
+@pytest.mark.parametrize("cfg", [GroConfig(queues=4), GroConfig(queues=8, budget=16),
+                                 GroConfig(queues=3, kernel=KernelProfile.parse("5.10"))],
+                         ids=["q4", "q8-budget16", "q3-5.10"])
+def test_core_per_partition_equals_one_process(client, generated, tmp_path, cfg):
+    """Each partition runs the bounded-memory core and writes its own parts; the client
+    merges accumulators: summary, flows, flow causes and the rows equal one process."""
+    from gropcap.io.load import load
+    from gropcap.run.dask_core import analyze_partitioned
+    from gropcap.run.stream import stream_analyze
+    one = stream_analyze(generated, cfg, out_dir=str(tmp_path / "one"))
+    dist = analyze_partitioned(generated, cfg, client=client, out_dir=str(tmp_path / "dist"),
+                               fallback=_no_fallback)
+    assert dist.summary == one.summary == analyze(generated, cfg).summary()
+    assert dist.flows.equals(one.flows) and dist.flow_causes == one.flow_causes
+    assert dist.failures == []
+    # two partitions, each wrote its own part of each dataset
+    for name in ("packets", "superpackets"):
+        assert len(glob.glob(str(tmp_path / "dist" / name / "part-*.parquet"))) == 2
+    assert sorted(os.listdir(tmp_path / "dist")) == ["flows.parquet", "packets",
+                                                     "superpackets"]
+    assert_same_rows(tmp_path / "one", tmp_path / "dist")
+    a, b = load(tmp_path / "one"), load(tmp_path / "dist")
+    for x, y in ((a.packets, b.packets), (a.superpackets, b.superpackets)):
+        # by value: the encap dictionaries are per row group
+        assert x.to_pydict() == y.to_pydict()
+    assert all(a.results[m].equals(b.results[m]) for m in a.results)
+    assert a.summary() == b.summary()
+
+
+@pytest.mark.parametrize("queues", [1, 2])
+def test_core_per_partition_samples(client, tmp_path, queues):
+    """Every bundled sample (VXLAN and Geneve ones give the UDP tunnel hint)."""
+    from gropcap.run.dask_core import analyze_partitioned
+    from gropcap.run.stream import stream_analyze
+    cfg = GroConfig(queues=queues)
+    files = SAMPLES if queues == 1 else [p for p in SAMPLES if "real_" in p]
+    one = stream_analyze(files, cfg, out_dir=str(tmp_path / "one"))
+    dist = analyze_partitioned(files, cfg, client=client, out_dir=str(tmp_path / "dist"),
+                               fallback=_no_fallback)
+    assert dist.summary == one.summary
+    assert dist.udp_tunnel_hint == one.udp_tunnel_hint
+    assert one.udp_tunnel_hint is not None      # crafted_vxlan_gpe, real_vxlan
+    assert dist.flows.equals(one.flows) and dist.flow_causes == one.flow_causes
+    assert_same_rows(tmp_path / "one", tmp_path / "dist")
+
+
+def test_core_per_partition_coalesced_input(client, tmp_path):
+    """Frames captured already coalesced: the merged statistics infer each partition's
+    segments; the counts and rows equal one process (and the VXLAN tunnel hint)."""
+    from gropcap.run.dask_core import analyze_partitioned
+    from gropcap.run.stream import stream_analyze
+    p = str(tmp_path / "bench.pcap")
+    subprocess.run([sys.executable, os.path.join(TESTS, "..",
+                                                 "benchmarks", "make_bench_capture.py"),
+                    p, "--packets", "20000", "--flows", "200"], check=True,
+                   stdout=subprocess.DEVNULL)
+    cfg = GroConfig(queues=4, mtu=1500)
+    one = stream_analyze(p, cfg, out_dir=str(tmp_path / "one"))
+    dist = analyze_partitioned(p, cfg, client=client, out_dir=str(tmp_path / "dist"),
+                               fallback=_no_fallback)
+    assert one.totals.coalesced is not None and one.totals.coalesced.num > 100
+    assert dist.summary == one.summary and dist.udp_tunnel_hint == one.udp_tunnel_hint
+    assert dist.udp_tunnel_hint is not None
+    assert_same_rows(tmp_path / "one", tmp_path / "dist")
+
+
+def test_core_per_partition_falls_back(client, tmp_path):
+    """One inner TCP flow in VXLAN whose outer UDP source port changes: RSS (which hashes
+    the outer ports) spreads it over both queues, while the ideal model's same-flow class
+    (no RSS hash, no outer ports) is one. Both models cannot run on one cut: the
+    caller's in-memory merge runs instead, and ``analyze_run`` gives the one-process
+    summary that way."""
+    from gropcap.run.core import analyze_run
+    from gropcap.run.dask_core import analyze_partitioned
+    from tests.craft import vxlan
+    frames, ts = [], []
+    for i in range(200):
+        inner = eth(ipv4("10.0.0.1", "10.0.0.2", C.IPPROTO_TCP,
+                         tcp(1000, 80, seq=1 + 1000 * i, ack=1, payload=bytes(1000))))
+        frames.append(eth(ipv4("192.168.0.1", "192.168.0.2", C.IPPROTO_UDP,
+                               udp(40000 + i % 16, 4789, vxlan(inner, 42)))))
+        ts.append(1_700_000_000_000_000_000 + 1000 * i)
+    p = str(tmp_path / "vxlan.pcap")
+    write_pcap(p, frames, ts)
+    cfg = GroConfig(queues=2, udp_tunnels=(("vxlan", 4789),))
+    napi = analyze(p, cfg)
+    assert len(set(napi.results["napi"].rx_queue.tolist())) == 2
+    why = []
+    got = analyze_partitioned(p, cfg, client=client, out_dir=str(tmp_path / "dist"),
+                              fallback=lambda c, reason: why.append(reason) or "merged")
+    assert got == "merged" and why and "same-flow class" in why[0]
+    assert not os.path.exists(tmp_path / "dist")
+    merged = analyze_run(p, cfg, jobs=2)
+    assert merged.summary() == napi.summary()
+    assert type(merged).__name__ == "DistributedAnalysis"

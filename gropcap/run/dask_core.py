@@ -1,0 +1,426 @@
+"""The bounded-memory core per Dask partition: workers write their own Parquet parts, the
+client merges accumulators.
+
+:func:`analyze_partitioned` is what ``gropcap analyze --jobs N`` / ``--scheduler`` runs
+when the run is one the bounded-memory core models (``run.options.memory_reason`` is
+None) and the workers share a scratch directory with the client (local workers, or
+``--scratch`` on a shared file system). Otherwise, or when the data asks for it (below),
+the run is :func:`gropcap.run.distributed.analyze_distributed`, the in-memory merge.
+
+1. **decode** (``run.distributed._decode_all``): one task per file or byte range writes
+   its decoded piece to the scratch directory with the GRO partition of every row
+   (``engine.partition_of`` of the napi model when it runs: whole RX queues; else of the
+   ideal model) and returns its ``CaptureCounts`` and ``gso.CoalescedStats``, merged on
+   the client in input order.
+2. **GRO** (``run.dask_tasks.gro_partition_task``, one task per partition): the
+   partition's rows in capture order, cut into batches of ``batch_records``, through
+   ``run.engines.BatchGroModels`` (every model from one preparation, state carried), the
+   engine's partial results spilled as ``run.stream`` spills them; returns the
+   partition's accumulators (``ModelCounts``, ``FlowCounts``, ``CoalescedCounts``,
+   numbered by the partition's own flow ids), each local flow's same-flow key and first
+   global row, and writes the small table its delivery order needs (napi: its polls'
+   time, queue and super-packets, sorted; ideal: each super-packet's trigger row).
+3. **client**: flows numbered over the whole capture by first appearance (keys ranked
+   by first global row), the accumulators remapped to those ids and merged
+   (``Totals.merge``); the summary is rendered from them as in every other mode.
+4. **write** (``run.dask_tasks.write_partition_task``, one task per partition): each
+   partition reads every partition's delivery table and gives its super-packets their
+   global delivery position (napi: polls ranked by (time, queue, order), the one-process
+   rule of ``engine.assemble``; ideal: (trigger row, emission order), the end-of-capture
+   flush by first row: ``run.distributed.merge_parts``), then writes
+   ``packets/part-K.parquet`` and ``superpackets/part-K.parquet`` (provenance metadata
+   on each) and returns the counts only this pass makes (super-packets per
+   encapsulation, the flow causes). The client writes ``flows.parquet``.
+
+Exactness needs each partition to hold whole GRO-state units for every model: RX queues
+(napi) and loose same-flow classes (ideal). Both models run over one partition, cut by
+RX queue when napi runs. The napi model's classes include the RSS hash, so they never
+straddle queues; the ideal model's leave it out (a tunnel's outer UDP source port can
+send one inner flow to two queues). A GRO task returns the 64-bit hashes of its rows'
+loose-class fields (``run.dask_tasks._class_hash``) and the client checks that no hash
+and no flow occurs in two partitions; otherwise the run falls back to the in-memory merge
+(``run.distributed``), which partitions each model on its own.
+
+The union of the parts equals the one-process files row for row; the order differs:
+sort ``packets`` by (``file_index``, ``record``), ``superpackets`` by (``model``,
+``seg_id``) to compare (docs/scale.md).
+
+Layer: run/, above run/dask_tasks.py (the worker side), run/distributed.py and
+run/stream.py (it reuses their tasks and spills).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gropcap.decode.schema import PACKET_SCHEMA
+from gropcap.gro.config import MODELS
+from gropcap.run.dask_tasks import gro_partition_task, write_partition_task
+from gropcap.run.stream import StreamResult
+
+# the one-process layout, and the dataset layout workers write
+DATASET_DIRS = ("packets", "superpackets")
+FLOWS_FILE = "flows.parquet"
+
+
+class _Fallback(Exception):
+    """The data needs the in-memory merge (why: the message)."""
+
+
+@dataclasses.dataclass
+class PartitionedResult(StreamResult):
+    """A :class:`StreamResult` of a Dask run plus the inputs left out (``failures``,
+    as ``run.distributed.DistributedAnalysis``; the summary lists them under
+    ``failed_inputs``). ``timings``: wall seconds of the client's stages (``decode``,
+    ``gro``, ``merge``, ``write``: the output pass, ``finish``: summary, flows table,
+    ``flows.parquet``)."""
+
+    failures: list = dataclasses.field(default_factory=list)
+
+
+def partitioned_reason(config, *, engine="fast", decoder="fast", egress=None,
+                       plot=False) -> str | None:
+    """None when :func:`analyze_partitioned` can run this configuration, else why not
+    (then the in-memory Dask merge runs it): what the bounded-memory core does not model
+    (``run.options.memory_reason``)."""
+    from gropcap.run.options import memory_reason
+    return memory_reason(config, engine=engine, decoder=decoder, egress=egress, plot=plot)
+
+
+# ---- client side ----
+
+def flow_maps(keys: list, firsts: list) -> list[np.ndarray]:
+    """Per partition, its local flow id -> the global id (flows numbered by first
+    appearance over the whole capture: keys ranked by their first global row). Raises
+    :class:`_Fallback` when a flow occurs in two partitions."""
+    spans = [len(k) for k in keys]
+    if not sum(spans):
+        return [np.zeros(0, np.int64) for _ in keys]
+    cat = np.concatenate([k for k in keys if len(k)])
+    uniq, inv = np.unique(cat, return_inverse=True)
+    if len(uniq) != len(cat):
+        raise _Fallback("a flow's rows fall in two partitions")
+    first = np.concatenate([f for f, k in zip(firsts, keys) if len(k)])
+    rank = np.empty(len(first), np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    out, off = [], 0
+    for s in spans:
+        out.append(rank[off:off + s])
+        off += s
+    return out
+
+
+def _remap_models(mc, fmap: np.ndarray):
+    """``ModelCounts`` of local flow ids -> the same counts under the global ids."""
+    from gropcap.run.accumulators import ModelCounts
+    out = ModelCounts(mc.model)
+    for k in ("reason_hist", "end_hist", "nseg", "largest", "data_segs", "file_segs",
+              "file_data_segs", "encap"):
+        setattr(out, k, getattr(mc, k))
+    if len(mc.flow_segs):
+        out.flow_segs = np.zeros(int(fmap.max()) + 1 if len(fmap) else 0, np.int64)
+        out.flow_segs[fmap[:len(mc.flow_segs)]] = mc.flow_segs
+    f, r = np.divmod(mc.top_keys, 256)
+    out._top(fmap[f] * 256 + r if len(f) else f, mc.top_counts)
+    return out
+
+
+def _remap_flows(fc, fmap: np.ndarray):
+    """``FlowCounts`` of local flow ids -> the global ids (flows of one partition only)."""
+    from gropcap.run.accumulators import FlowCounts
+    out = FlowCounts()
+    if not fc.n_flows:
+        return out
+    n = int(fmap.max()) + 1
+    out.packets = np.zeros(n, np.int64)
+    out.packets[fmap[:len(fc.packets)]] = fc.packets
+    out.payload = np.zeros(n, np.float64)
+    out.payload[fmap[:len(fc.payload)]] = fc.payload
+    out.key_parts = list(fc.key_parts)
+    out.key_ids = [fmap[ids] for ids in fc.key_ids]
+    out.n_flows = n
+    return out
+
+
+def _merge_flows(parts: list):
+    """One ``FlowCounts`` from partitions' remapped ones (no flow in two of them)."""
+    from gropcap.run.accumulators import FlowCounts, _add_at
+    out = FlowCounts()
+    tables, ids = [], []
+    for fc in parts:
+        out.packets = _add_at(out.packets, fc.packets)
+        out.payload = _add_at(out.payload, fc.payload)
+        tables += fc.key_parts
+        ids += fc.key_ids
+        out.n_flows = max(out.n_flows, fc.n_flows)
+    if tables:
+        ids = np.concatenate(ids)
+        order = np.argsort(ids, kind="stable")
+        out.key_parts = [pa.concat_tables(tables).take(pa.array(order))]
+        out.key_ids = [ids[order]]
+    return out
+
+
+def _check_classes(done: list) -> None:
+    """No loose same-flow class (its 64-bit hash) in two partitions, else
+    :class:`_Fallback`."""
+    hashes = [d["hashes"] for d in done if d["hashes"] is not None and len(d["hashes"])]
+    if len(hashes) > 1:
+        cat = np.concatenate(hashes)
+        if len(np.unique(cat)) != len(cat):
+            raise _Fallback("a same-flow class of the ideal model falls in two RX-queue "
+                            "partitions")
+
+
+def _empty_part(stage: str, name: str, models, meta: dict, packet_columns) -> None:
+    """A dataset directory with no rows still gets one (empty) part: the schema."""
+    from gropcap.io.columns import readable, readable_names, select_packet_columns
+    from gropcap.io.parquet import with_metadata
+    from gropcap.run.stream import _empty_packets, _empty_superpackets
+    if name == "packets":
+        primary = "napi" if "napi" in models else models[0]
+        t = _empty_packets(models, primary)
+        t = readable(t, columns=select_packet_columns(readable_names(t.column_names),
+                                                     packet_columns))
+    else:
+        t = readable(_empty_superpackets())
+    d = os.path.join(stage, name)
+    os.makedirs(d, exist_ok=True)
+    pq.write_table(with_metadata(t, meta), os.path.join(d, "part-00000.parquet"),
+                   compression="zstd")
+
+
+def check_targets(out_dir: str | None, force: bool) -> None:
+    """The dataset's targets under ``out_dir`` (and the one-process files they replace)
+    checked before any work: existing ones need ``force``."""
+    from gropcap.io.parquet import OutputError
+    if not out_dir or force:
+        return
+    for n in (*DATASET_DIRS, FLOWS_FILE, "packets.parquet", "superpackets.parquet"):
+        p = os.path.join(out_dir, n)
+        if os.path.lexists(p):
+            raise OutputError("output exists", path=p, hint="use --force to replace it")
+
+
+def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler=None,
+                        models=MODELS, decode_options=None, out_dir=None,
+                        force: bool = False, scratch=None, progress=None, receiver=None,
+                        receive=None, packet_columns="default", batch_records: int = 65536,
+                        split_bytes=None, fallback=None):
+    """Analyse captures on Dask with the bounded-memory core per partition (module
+    docstring): a :class:`PartitionedResult` whose summary equals the one-process run's;
+    with ``out_dir``, ``packets/part-*.parquet``, ``superpackets/part-*.parquet`` and
+    ``flows.parquet`` there, the same rows as the one-process files (a list of
+    ``packet_columns`` gets ``file_index`` and ``record`` too: the key that puts the
+    parts back in capture order).
+
+    When the workers share no scratch directory with this process, or the data needs
+    it (a flow or an ideal-model same-flow class in two RX-queue partitions),
+    ``fallback(client, why)`` runs instead (the caller's in-memory Dask merge) and its
+    result is returned.
+    """
+    import shutil
+
+    from gropcap.analysis import Analysis
+    from gropcap.receive.context import ReceiveContext
+    from gropcap.run.accumulators import Totals
+    from gropcap.run.distributed import (BATCH_RECORDS, SPLIT_BYTES, _decode_all,
+                                         _merged_capture, _nparts, _nworkers,
+                                         _result_or_retry, _scratch_dir, open_client)
+    from gropcap.run.inputs import input_files
+    from gropcap.run.summary import render_summary
+    from gropcap.io.columns import parse_packet_columns
+    from gropcap.run.options import run_options
+    config, decode_options, models = run_options(config, decode_options, models)
+    packet_columns = parse_packet_columns(packet_columns)
+    if isinstance(packet_columns, tuple):
+        # the dataset's order key (its parts hold partitions): always written
+        packet_columns += tuple(c for c in ("file_index", "record")
+                                if c not in packet_columns)
+    files = input_files(paths)
+    check_targets(out_dir, force)
+    split_model = "napi" if "napi" in models else models[0]
+    with open_client(client, jobs=jobs, scheduler=scheduler) as c:
+        try:
+            with _scratch_dir(c, scratch) as tmp:
+                if tmp is None:
+                    raise _Fallback("the workers share no scratch directory")
+                scfg = config.replace(model=split_model)
+                nparts = _nparts(scfg, _nworkers(c))
+                split = "joint"
+                import time
+                clock, tm = time.perf_counter, {}
+                t0 = clock()
+                decoded, infos, failures = _decode_all(
+                    c, files, decode_options, "fast",
+                    SPLIT_BYTES if split_bytes is None else split_bytes, BATCH_RECORDS,
+                    tmp, progress, ((split, scfg, nparts),) if nparts > 1 else ())
+                n = sum(p.rows for d in decoded for p in d.pieces)
+                tm["decode"] = clock() - t0
+                t0 = clock()
+                capture = _merged_capture(decoded)
+                capture.verify = config.verify_checksums
+                stats = None
+                for d in decoded:
+                    for p in d.pieces:
+                        stats = p.stats if stats is None else stats.merge(p.stats)
+                if stats is not None:
+                    stats.set_mtu(config.mtu).mtu_inference()
+                stats_arg = c.scatter(stats, hash=False) if stats is not None and \
+                    stats.num else None
+                pieces = [(p.ref, d.index, d.new_index, p.offset)
+                          for d in decoded for p in d.pieces]
+                works = [os.path.join(tmp, f"core-{k}") for k in range(nparts)]
+                check = nparts > 1 and split_model == "napi" and "ideal" in models
+                from gropcap.run.stream import _TunnelHint
+                hint = _TunnelHint(capture.udp_tunnels, config, models)
+                tasks = []
+                for k in range(nparts):
+                    args = (pieces, config, tuple(models), split, nparts, k, stats_arg,
+                            works[k], n, batch_records, check,
+                            hint.pairs if hint.collect else ())
+                    tasks.append((c.submit(gro_partition_task, *args, pure=False), args))
+                if progress is not None:
+                    progress.track(f"GRO {'+'.join(models)}", [f for f, _ in tasks])
+                done = [_result_or_retry(c, f, gro_partition_task, *a)[0] for f, a in tasks]
+                tm["gro"] = clock() - t0
+                t0 = clock()
+                _check_classes(done)
+                fmaps = flow_maps([d["keys"] for d in done], [d["firsts"] for d in done])
+                tot = Totals(models, config.verify_checksums)
+                tot.capture = capture
+                for d, fmap in zip(done, fmaps):
+                    for m, mc in d["models"].items():
+                        tot.models[m].merge(_remap_models(mc, fmap))
+                    if d["coalesced"] is not None:
+                        tot.coalesced = d["coalesced"] if tot.coalesced is None else \
+                            tot.coalesced.merge(d["coalesced"])
+                if stats is not None and stats.num and tot.coalesced is None:
+                    from gropcap.run.accumulators import CoalescedCounts
+                    tot.coalesced = CoalescedCounts()
+                tot.flows = _merge_flows([_remap_flows(d["flows"], f)
+                                          for d, f in zip(done, fmaps)])
+                from gropcap.gro.coalesced import CoalescedStats
+                mtu = (stats or CoalescedStats(config.mtu)).mtu_inference()
+                meta_of = Analysis(PACKET_SCHEMA.empty_table(), infos, config,
+                                   {m: None for m in models}, decode_options)
+                meta_of.mtu = mtu
+                meta_of.receiver = receiver
+                meta = meta_of.metadata()
+                stage = None
+                if out_dir:
+                    # beside the targets (same file system: renamed, not copied); the
+                    # workers see it as they see the scratch directory
+                    import tempfile
+                    os.makedirs(out_dir, exist_ok=True)
+                    stage = tempfile.mkdtemp(prefix=".gropcap-parts-", dir=out_dir)
+                    os.chmod(stage, 0o755)
+                wtasks = []
+                for k, (d, fmap) in enumerate(zip(done, fmaps)):
+                    args = (pieces, config, tuple(models), split, nparts, k, works,
+                            d["info"], fmap, stage, meta, packet_columns, batch_records,
+                            hint.pairs)
+                    wtasks.append((c.submit(write_partition_task, *args, pure=False),
+                                   args))
+                if progress is not None:
+                    progress.track("packets.parquet" if out_dir else "verdicts",
+                                   [f for f, _ in wtasks])
+                tm["merge"] = clock() - t0
+                t0 = clock()
+                wrote = [_result_or_retry(c, f, write_partition_task, *a)[0]
+                         for f, a in wtasks]
+                from gropcap.run.accumulators import FlowCauses
+                causes = FlowCauses()
+                causes._grow(tot.flows.n_flows)
+                for w in wrote:
+                    for m, enc in w["encap"].items():
+                        _merge_encap(tot.models[m], enc)
+                        hint.before[m] += w["before"][m]
+                    ids, total, ahead, back = w["causes"]
+                    for name, v in (("total", total), ("ahead", ahead), ("back", back)):
+                        getattr(causes, name)[ids] += v[:len(ids)]
+                tm["write"] = clock() - t0
+                t0 = clock()
+                summary = render_summary(tot, infos=infos, config=config, mtu=mtu,
+                                         receive=receive or ReceiveContext.from_config(config))
+                tunnel_hint = _finish_hint(hint, done, summary, tot, decoded, stats)
+                if failures:
+                    summary["failed_inputs"] = [f.as_dict() for f in failures]
+                flows = tot.flows_table()
+                written = []
+                if out_dir:
+                    from gropcap.io.parquet import summary_metadata, write_table
+                    for name in DATASET_DIRS:
+                        if not os.path.isdir(os.path.join(stage, name)) or \
+                                not os.listdir(os.path.join(stage, name)):
+                            _empty_part(stage, name, models, meta, packet_columns)
+                    write_table(flows, os.path.join(stage, FLOWS_FILE),
+                                {**meta, **summary_metadata(summary)}, force=True)
+                    for name in (*DATASET_DIRS, FLOWS_FILE):
+                        dst = os.path.join(out_dir, name)
+                        _remove(dst)
+                        os.replace(os.path.join(stage, name), dst)
+                        written.append(dst)
+                    for name in ("packets.parquet", "superpackets.parquet"):
+                        _remove(os.path.join(out_dir, name))   # a one-process run's
+        except _Fallback as why:
+            if fallback is None:
+                raise
+            return fallback(c, str(why))
+        finally:
+            if locals().get("stage"):
+                shutil.rmtree(stage, ignore_errors=True)
+    return PartitionedResult(summary=summary, flows=flows, paths=written, metadata=meta,
+                             totals=tot, flow_causes=causes.result(flows.num_rows),
+                             udp_tunnel_hint=tunnel_hint, failures=failures,
+                             timings={**tm, "finish": clock() - t0})
+
+
+def _finish_hint(hint, done: list, summary: dict, tot, decoded: list, stats):
+    """``report.receive.tunnel_hint`` of the run (None without one): the partitions'
+    tunnel rows in capture order for the ideal model, the whole decoded table (small by
+    ``HINT_NAPI_MAX_ROWS``) read back from the scratch pieces for the napi model."""
+    if hint.hint is None:
+        return None
+    from gropcap.run.distributed import file_table
+    if hint.collect:
+        got = [d["tunnels"] for d in done if d["tunnels"] is not None]
+        tables = [t for g in got for t in g[0]]
+        at = np.concatenate([a for g in got for a in g[1]]) if tables else \
+            np.zeros(0, np.int64)
+        order = np.argsort(at, kind="stable")
+        hint.rows = [pa.concat_tables(tables).take(pa.array(order))] if tables else []
+        cos = [c for g in got for c in g[2]]
+        hint.co = [None] if not cos or any(c is None for c in cos) else \
+            [tuple(np.concatenate([c[i] for c in cos])[order] for i in range(4))]
+
+    def whole():
+        tables = [file_table(d.kind, [p.ref for p in d.pieces], d.index, d.new_index)
+                  for d in decoded]
+        table = pa.concat_tables(tables) if tables else PACKET_SCHEMA.empty_table()
+        co = stats.infer(table) if stats is not None and stats.num else None
+        return table, (co if co is not None and co.num_coalesced else None)
+    seg_in = tot.coalesced.segs_total if tot.coalesced else tot.capture.packets
+    return hint.finish(summary["models"], seg_in, tot.capture.packets, whole)
+
+
+def _merge_encap(mc, enc: dict) -> None:
+    from gropcap.run.accumulators import _merge_dicts
+    mc.encap = _merge_dicts(mc.encap, enc)
+
+
+def _remove(path: str) -> None:
+    import shutil
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.unlink(path)
+
+
+__all__ = ["analyze_partitioned", "partitioned_reason", "PartitionedResult",
+           "flow_maps", "DATASET_DIRS"]

@@ -1,0 +1,392 @@
+"""The tasks of the core per partition (``run.dask_core``), run on Dask workers.
+
+:func:`gro_partition_task`: one GRO partition's rows through the bounded-memory core
+(``run.engines.BatchGroModels``, ``run.stream``'s spills), its accumulators and its
+delivery table; :func:`write_partition_task`: the partition's super-packets placed in
+the global delivery order (:class:`_Order`) and its ``packets`` / ``superpackets``
+Parquet parts. Module-level functions, so Dask pickles them by reference.
+
+Layer: run/, below run/dask_core.py (which submits them and merges their results).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gropcap.decode.schema import PACKET_SCHEMA
+from gropcap.gro.reasons import ROLE_ALONE, ROLE_HEAD, ROLE_MERGED
+
+def _partition_batches(pieces, split: str, nparts: int, k: int, batch_records: int,
+                       columns=None):
+    """Partition ``k``'s rows in capture order as ``(table, global_rows)`` batches (about
+    ``batch_records`` rows: each slice of ``batch_records * nparts`` piece rows filtered
+    to the partition's, 10x cheaper than a ``take`` over the whole piece), from the
+    scratch pieces ``(path, index, new_index, offset)`` (mapped: only the rows kept are
+    copied); ``columns``: only those (None: all)."""
+    from gropcap.run.distributed import _renumber_file, _table_of
+    step = batch_records * max(1, nparts)
+    for path, index, new_index, offset in pieces:
+        table = _table_of(path)
+        if not table.num_rows:
+            continue
+        if columns is not None:
+            table = table.select(columns)
+        part = None
+        if nparts > 1:
+            with pa.memory_map(f"{path}.{split}.part") as src:
+                part = pa.ipc.open_file(src).read_all().column("part").to_numpy()
+        for lo in range(0, table.num_rows, step):
+            t = table.slice(lo, step)
+            if part is None:
+                rows = np.arange(lo, lo + t.num_rows, dtype=np.int64)
+            else:
+                mine = part[lo:lo + step] == k
+                rows = np.flatnonzero(mine) + lo
+                if not len(rows):
+                    continue
+                t = t.filter(pa.array(mine))
+            if index != new_index and "file_index" in t.column_names:
+                t = _renumber_file(t, new_index)
+            yield t, rows + offset
+
+
+def _class_hash(t: pa.Table, config) -> np.ndarray:
+    """Per row, a 64-bit hash of fields of the ideal model's loose same-flow key (outer
+    and inner IP versions, protocols and addresses, tunnel type, ports: words 4-22 of
+    ``engine._classes``; not the RSS hash, which the ideal model leaves out), on the
+    table ``engine.partition_of`` cuts (``_udp_prepare.partition_table``): rows of one
+    class share it, so a hash found in two partitions is the only way a class can
+    straddle them."""
+    from gropcap.gro._udp_prepare import partition_table
+    from gropcap.gro.engine import _addr_words
+    t = partition_table(t, config)
+    col = lambda name: t.column(name).to_numpy().astype(np.uint64)  # noqa: E731
+    words = [w for name in ("ip_src", "ip_dst", "outer_ip_src", "outer_ip_dst")
+             for w in _addr_words(t, name)]
+    words.append(col("sport") | col("dport") << np.uint64(16)
+                 | col("tun_type") << np.uint64(32) | col("ip_version") << np.uint64(40)
+                 | col("ip_proto") << np.uint64(48) | col("outer_ip_version") << np.uint64(56))
+    words.append(col("outer_ip_proto"))
+    from gropcap.gro.coalesced import _mix_words
+    return _mix_words(words)
+
+
+def _reopen(path: str):
+    """A ``run.stream._Spill`` written by another task, opened for reading."""
+    from gropcap.run.stream import _Spill
+    sp = _Spill.__new__(_Spill)
+    sp.path = path
+    sp.f = open(path, "rb")
+    return sp
+
+
+def gro_partition_task(pieces, config, models, split: str, nparts: int, k: int, stats,
+                       work: str, n_total: int, batch_records: int, check: bool,
+                       tunnels: tuple = ()) -> dict:
+    """GRO of partition ``k`` through the bounded-memory core (module docstring, step 2);
+    spills and delivery tables go to ``work``. Returns the partition's accumulators,
+    flow keys and first rows, (``check``) the loose-class hashes of its rows, and the
+    rows of the UDP tunnels ``tunnels`` (``(kind, port)`` pairs without a socket: the
+    tunnel hint runs them again) with their global rows and coalesced input."""
+    from gropcap.gro.engine import _SEG_FIELDS
+    from gropcap.run.accumulators import CoalescedCounts, Totals, _add_at
+    from gropcap.run.engines import BatchGroModels
+    from gropcap.run.stream import _ModelRun
+    os.makedirs(work, exist_ok=True)
+    tot = Totals(models, config.verify_checksums)
+    runs = [_ModelRun(m, config, work, tot.models[m]) for m in models]
+    gro = BatchGroModels([r.config for r in runs])
+    coal = CoalescedCounts() if stats is not None and stats.num else None
+    ideal_cfg = config.replace(model="ideal")
+    file_rows = np.zeros(0, np.int64)
+    firsts, hashes = [], np.zeros(0, np.int64)
+    rows_out = open(os.path.join(work, "global.rows"), "wb")
+    n = 0
+    tun_rows, tun_at, tun_co = [], [], []
+
+    def file_of(rows):
+        return np.searchsorted(np.cumsum(file_rows), rows, side="right")
+
+    def take(parts):
+        for run, part in zip(runs, parts):
+            run.take(part, file_of=file_of)
+    for t, grows in _partition_batches(pieces, split, nparts, k, batch_records):
+        grows.astype(np.int64).tofile(rows_out)
+        file_rows = _add_at(file_rows, np.bincount(
+            t.column("file_index").to_numpy().astype(np.int64)))
+        co = stats.infer(t) if coal is not None else None
+        if co is not None:
+            coal.add(t, co)
+        before = tot.flows.n_flows
+        parts = gro.feed(t, final=False, coalesced=co)
+        take(parts)
+        fid = parts[0].flow_id.astype(np.int64)
+        tot.flows.add(t, fid)
+        new = np.flatnonzero(fid >= before)
+        if len(new):
+            _, first = np.unique(fid[new], return_index=True)
+            firsts.append(grows[new[first]])
+        if check:
+            hashes = np.union1d(hashes, _class_hash(t, ideal_cfg))
+        if tunnels:
+            from gropcap.run.hints import tunnel_mask
+            idx = np.flatnonzero(tunnel_mask(t, tunnels))
+            tun_rows.append(t.take(pa.array(idx)))
+            tun_at.append(grows[idx])
+            tun_co.append(None if co is None else
+                          (co.is_gso[idx], co.gso_size[idx], co.segs[idx], co.source[idx]))
+        n += t.num_rows
+    take(gro.feed(PACKET_SCHEMA.empty_table(), final=True))
+    rows_out.close()
+    states = gro.states or []
+    kt = states[0].flow_ids if states else None
+    keys = np.zeros(0, np.uint64) if kt is None or kt.sorted_keys is None else \
+        kt.sorted_keys[np.argsort(kt.sorted_ids)]
+    # global row of each partition row, read back mapped (not held)
+    grows = np.memmap(os.path.join(work, "global.rows"), np.int64, mode="r") if n else \
+        np.zeros(0, np.int64)
+    info = {}
+    for run, state in zip(runs, states):
+        # the delivery table of this partition (read by every write task), from one
+        # sweep over the spilled super-packets
+        p_time = np.concatenate(run.poll_time) if run.poll_time else np.zeros(0, np.int64)
+        p_queue = np.concatenate(run.poll_queue) if run.poll_queue else \
+            np.zeros(0, np.int64)
+        napi = run.config.model == "napi"
+        nseg = np.zeros(len(p_time), np.int64)
+        whens = []
+        run.segs.rewind()
+        for _ in range(run.parts):
+            s = dict(zip(_SEG_FIELDS, run.segs.get(len(_SEG_FIELDS))))
+            if napi and len(p_time) and len(s["poll"]):
+                nseg += np.bincount(s["poll"].astype(np.int64), minlength=len(p_time))
+            elif not napi and len(s["trig"]):
+                trig, first = s["trig"].astype(np.int64), s["first"].astype(np.int64)
+                whens.append(np.where(trig >= 0, grows[np.maximum(trig, 0)],
+                                      n_total + grows[first]))
+        table = {}
+        if napi and len(p_time):
+            order = np.lexsort((np.arange(len(p_time)), p_queue, p_time))
+            table = {"time": p_time[order].astype(np.int64),
+                     "queue": p_queue[order].astype(np.int64),
+                     "cum": np.concatenate([[0], np.cumsum(nseg[order])]), "order": order}
+        elif not napi:
+            when = np.concatenate(whens) if whens else np.zeros(0, np.int64)
+            order = np.lexsort((np.arange(len(when)), when))
+            table = {"when": when, "sorted": when[order], "order": order}
+        np.savez(os.path.join(work, f"{run.model}.order.npz"), **table)
+        run.segs.close()
+        info[run.model] = {"ninst": int(state.kernel.ctr[1]), "parts": run.parts,
+                           "napi": run.config.model == "napi" and len(p_time) > 0}
+        for sp in (run.rows, run.verdicts):
+            sp.close()
+    return {"k": k, "rows": n, "models": tot.models, "flows": tot.flows,
+            "coalesced": coal, "keys": keys,
+            "firsts": np.concatenate(firsts) if firsts else np.zeros(0, np.int64),
+            "hashes": hashes if check else None, "info": info,
+            "tunnels": (tun_rows, tun_at, tun_co) if tunnels else None}
+
+
+class _Order:
+    """Global delivery positions of one partition's super-packets and poll ids of its
+    polls, from every partition's delivery table (``run.stream._SegOrder``'s interface:
+    ``positions`` in emission order, ``poll_ids``)."""
+
+    def __init__(self, model: str, k: int, works: list, napi: bool):
+        load = lambda w: np.load(os.path.join(w, f"{model}.order.npz"))  # noqa: E731
+        own = load(works[k])
+        self.napi, self.inferred = model == "napi", napi
+        self.next = 0
+        if napi:
+            key = lambda t: np.rec.fromarrays([t["time"], t["queue"]],  # noqa: E731
+                                              names="t,q")
+            mine = key(own)
+            rank_sorted = np.arange(len(mine), dtype=np.int64)
+            off_sorted = own["cum"][:-1].copy()
+            for j, w in enumerate(works):
+                other = load(w) if j != k else None
+                if other is None or not len(other.files) or "time" not in other.files:
+                    continue
+                at = np.searchsorted(key(other), mine)   # (time, queue) never tie across
+                rank_sorted += at
+                off_sorted += other["cum"][at]
+            order = own["order"]
+            self.rank = np.empty(len(order), np.int64)
+            self.rank[order] = rank_sorted
+            self.offset = np.empty(len(order), np.int64)
+            self.offset[order] = off_sorted
+            self.seen = np.zeros(len(order), np.int64)
+        elif not self.napi:
+            when = own["when"]
+            pos = np.empty(len(when), np.int64)
+            pos[own["order"]] = np.arange(len(when))
+            for j, w in enumerate(works):
+                if j != k:
+                    other = load(w)
+                    if "sorted" in other.files:
+                        pos += np.searchsorted(other["sorted"], when)
+            self.pos = pos
+
+    def positions(self, polls: np.ndarray) -> np.ndarray:
+        from gropcap.run.stream import _SegOrder
+        if self.inferred:
+            return _SegOrder.positions(self, polls)
+        m = len(polls)
+        out = self.pos[self.next:self.next + m] if not self.napi else \
+            np.arange(self.next, self.next + m, dtype=np.int64)
+        self.next += m
+        return out
+
+    def poll_ids(self, polls: np.ndarray) -> np.ndarray:
+        if self.inferred:
+            return self.rank[polls]
+        return polls if self.napi else np.full(len(polls), -1, np.int64)
+
+
+def _part_writer(stage: str | None, name: str, k: int):
+    """``(final path, temporary path)`` of partition ``k``'s part of ``name``."""
+    if stage is None:
+        return None, None
+    d = os.path.join(stage, name)
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, f"part-{k:05d}.parquet")
+    return path, os.path.join(d, f".part-{k:05d}.parquet.tmp")
+
+
+def write_partition_task(pieces, config, models, split: str, nparts: int, k: int,
+                         works: list, info: dict, fmap: np.ndarray, stage: str | None,
+                         meta: dict, packet_columns, batch_records: int,
+                         tunnels: tuple = ()) -> dict:
+    """The output pass of partition ``k`` (module docstring, step 4): super-packets with
+    their global delivery positions and the packets with their verdicts, written as
+    ``stage/superpackets/part-K.parquet`` and ``stage/packets/part-K.parquet`` (None:
+    nothing written); returns ``{"encap": {model: counts}, "causes": (flow ids, total,
+    ahead, back)}`` (flow ids global), ``"before"``: per model, its super-packets that
+    start at a row of ``tunnels`` (the tunnel hint)."""
+    from gropcap.gro.engine import _SEG_FIELDS, _gso_table
+    from gropcap.io.columns import readable, readable_names, select_packet_columns
+    from gropcap.io.parquet import with_metadata
+    from gropcap.run.accumulators import FlowCauses, ModelCounts
+    from gropcap.run.stream import _RowCursor, _VerdictCursor, _parquet_options
+    work = works[k]
+    grows = np.memmap(os.path.join(work, "global.rows"), np.int64, mode="r") \
+        if os.path.getsize(os.path.join(work, "global.rows")) else np.zeros(0, np.int64)
+    primary = "napi" if "napi" in models else models[0]
+    orders, inst_pos = {}, {}
+    sp_path, sp_tmp = _part_writer(stage, "superpackets", k)
+    sp_writer = None
+    for m in models:
+        cfg = config.replace(model=m)
+        so = _Order(m, k, works, info[m]["napi"])
+        # delivery position per instance, -(pos + 1) for one packet (run.stream's map;
+        # int64: positions count every partition's super-packets)
+        ipos = np.full(info[m]["ninst"], -1, np.int64)
+        gtable = _gso_table(cfg)
+        segs = _reopen(os.path.join(work, f"{m}.segs"))
+        for _ in range(info[m]["parts"]):
+            s = dict(zip(_SEG_FIELDS, segs.get(len(_SEG_FIELDS))))
+            pos = so.positions(s["poll"])
+            if len(pos):
+                ipos[s["inst"]] = np.where(s["count"] > 1, pos, -pos - 1)
+            if sp_path is None or not len(pos):
+                continue
+            gso_type = np.zeros(len(pos), np.uint32)
+            multi = s["count"] > 1
+            gso_type[multi] = gtable[s["gcode"][multi], s["fixed"][multi] & 3]
+            tbl = readable(pa.table({
+                "seg_id": pos, "flow_id": fmap[s["flow"].astype(np.int64)],
+                "first_packet": grows[s["first"]], "last_packet": grows[s["last"]],
+                "count": s["count"].astype(np.int32), "payload_len": s["payload"],
+                "gso_size": s["gso"].astype(np.int32), "gso_type": gso_type,
+                "end_reason": s["end"].astype(np.uint8),
+                "rx_queue": s["queue"].astype(np.uint16),
+                "poll_id": so.poll_ids(s["poll"]).astype(np.int64),
+                "model": pa.array([m] * len(pos), pa.string())}))
+            if sp_writer is None:
+                sp_writer = pq.ParquetWriter(sp_tmp, with_metadata(tbl.slice(0, 0),
+                                                                   meta).schema,
+                                             **_parquet_options(tbl.schema))
+            sp_writer.write_table(tbl)
+        segs.close()
+        orders[m], inst_pos[m] = so, ipos
+    if sp_writer is not None:
+        sp_writer.close()
+        os.replace(sp_tmp, sp_path)
+    # the packets pass: decoded rows + verdicts (run.stream's pass 4, per partition)
+    cursors = {m: (_RowCursor(_reopen(os.path.join(work, f"{m}.rows")), 2),
+                   _VerdictCursor(_reopen(os.path.join(work, f"{m}.verdicts"))))
+               for m in models}
+    seen = {m: np.zeros(info[m]["ninst"], np.bool_) for m in models}
+    counts = {m: ModelCounts(m) for m in models}
+    before = {m: 0 for m in models}
+    causes = FlowCauses()
+    pk_path, pk_tmp = _part_writer(stage, "packets", k)
+    pk_writer, pk_cols = None, None
+    r0 = 0
+    from gropcap.run.stream import _kept_columns
+    keep = _kept_columns(stage, packet_columns, models)
+    if keep is not None:
+        keep = sorted(set(keep) | {"file_index", "tun_type", "outer_dport",
+                                   "outer_l4_proto"}, key=PACKET_SCHEMA.names.index)
+    for t, _ in _partition_batches(pieces, split, nparts, k, batch_records, keep):
+        r1 = r0 + t.num_rows
+        cols = {}
+        for m in models:
+            fid, rxq = cursors[m][0].take(t.num_rows)
+            reason, inst, poll = cursors[m][1].take(r0, r1)
+            code = inst_pos[m][inst].astype(np.int64)
+            alone = code < 0
+            role = np.where(alone, ROLE_ALONE, ROLE_MERGED).astype(np.uint8)
+            multi = np.flatnonzero(~alone)
+            _, first_idx = np.unique(inst[multi], return_index=True)
+            cand = multi[first_idx]
+            role[cand[~seen[m][inst[cand]]]] = ROLE_HEAD
+            seen[m][inst[multi]] = True
+            counts[m].add_encap(t, role != ROLE_MERGED)
+            if tunnels:
+                from gropcap.run.hints import tunnel_mask
+                before[m] += int(np.count_nonzero(tunnel_mask(t, tunnels) &
+                                                  (role != ROLE_MERGED)))
+            if m == primary:
+                causes.add(fid, t.column("tcp_seq").to_numpy(),
+                           t.column("payload_len").to_numpy(),
+                           t.column("l4_proto").to_numpy(), reason)
+            so = orders[m]
+            c = {"flow_id": fmap[fid.astype(np.int64)],
+                 "gro_seg": np.where(alone, -code - 1, code), "gro_role": role,
+                 "reason": reason.astype(np.uint8), "rx_queue": rxq.astype(np.uint16),
+                 "poll_id": (so.rank[poll] if so.inferred else poll).astype(np.int64)}
+            if m == primary:
+                cols = {**c, **cols}
+            else:
+                cols.update({f"{m}_{name}": v for name, v in c.items() if name != "flow_id"})
+        r0 = r1
+        if pk_path is None:
+            continue
+        for name in ("flow_id", "gro_seg", "gro_role", "reason", "rx_queue", "poll_id"):
+            t = t.append_column(name, pa.array(cols.pop(name)))
+        for name, v in cols.items():
+            t = t.append_column(name, pa.array(v))
+        if pk_cols is None:
+            pk_cols = select_packet_columns(readable_names(t.column_names), packet_columns)
+        t = readable(t, columns=pk_cols)
+        if pk_writer is None:
+            pk_writer = pq.ParquetWriter(pk_tmp, with_metadata(t.slice(0, 0), meta).schema,
+                                         **_parquet_options(t.schema))
+        pk_writer.write_table(t)
+    if pk_writer is not None:
+        pk_writer.close()
+        os.replace(pk_tmp, pk_path)
+    for c in cursors.values():
+        c[0].spill.close()
+        c[1].spill.close()
+    nloc = len(causes.next_seq)
+    return {"encap": {m: mc.encap for m, mc in counts.items()}, "before": before,
+            "causes": (fmap[:nloc], causes.total, causes.ahead, causes.back)}
+
+
+__all__ = ["gro_partition_task", "write_partition_task"]
