@@ -317,13 +317,20 @@ def test_dead_worker_in_a_range_reported_with_its_bytes(client, generated, monke
     client.wait_for_workers(2, timeout=60)
 
 
-def test_coalesced_input_split_by_queue(client, tmp_path):
-    """Frames captured after TSO/GRO arrive as GSO packets in every queue partition."""
+def _bench_capture(tmp_path) -> str:
+    """The benchmark generator's capture, 20 000 packets of 200 flows (VXLAN frames of
+    1550 IP bytes among them)."""
     p = str(tmp_path / "bench.pcap")
     subprocess.run([sys.executable, os.path.join(TESTS, "..",
                                                  "benchmarks", "make_bench_capture.py"),
                     p, "--packets", "20000", "--flows", "200"], check=True,
                    stdout=subprocess.DEVNULL)
+    return p
+
+
+def test_coalesced_input_split_by_queue(client, tmp_path):
+    """Frames captured after TSO/GRO arrive as GSO packets in every queue partition."""
+    p = _bench_capture(tmp_path)
     # its VXLAN frames are 1550 IP bytes (the SYNs imply a 1550-byte underlay): above a
     # 1500-byte MTU, stated here, they are coalesced input
     cfg = GroConfig(queues=4, mtu=1500)
@@ -445,11 +452,7 @@ def test_core_per_partition_coalesced_input(client, tmp_path):
     segments; the counts and rows equal one process (and the VXLAN tunnel hint)."""
     from gropcap.run.dask_core import analyze_partitioned
     from gropcap.run.stream import stream_analyze
-    p = str(tmp_path / "bench.pcap")
-    subprocess.run([sys.executable, os.path.join(TESTS, "..",
-                                                 "benchmarks", "make_bench_capture.py"),
-                    p, "--packets", "20000", "--flows", "200"], check=True,
-                   stdout=subprocess.DEVNULL)
+    p = _bench_capture(tmp_path)
     cfg = GroConfig(queues=4, mtu=1500)
     one = stream_analyze(p, cfg, out_dir=str(tmp_path / "one"))
     dist = analyze_partitioned(p, cfg, client=client, out_dir=str(tmp_path / "dist"),
