@@ -178,7 +178,7 @@ def gro_partition_task(pieces, config, models, split: str, nparts: int, k: int, 
             when = np.concatenate(whens) if whens else np.zeros(0, np.int64)
             order = np.lexsort((np.arange(len(when)), when))
             table = {"when": when, "sorted": when[order], "order": order}
-        np.savez(os.path.join(work, f"{run.model}.order.npz"), **table)
+        _save_ints(os.path.join(work, f"{run.model}.order"), table)
         run.segs.close()
         info[run.model] = {"ninst": int(state.kernel.ctr[1]), "parts": run.parts,
                            "napi": run.config.model == "napi" and len(p_time) > 0}
@@ -191,13 +191,29 @@ def gro_partition_task(pieces, config, models, split: str, nparts: int, k: int, 
             "tunnels": (tun_rows, tun_at, tun_co) if tunnels else None}
 
 
+def _save_ints(prefix: str, table: dict) -> None:
+    """A partition's delivery table for the other tasks: each array as raw int64
+    (``prefix.<name>.i64``) and the names in ``prefix.names`` (no pickle, no np.load)."""
+    for name, a in table.items():
+        np.ascontiguousarray(a, dtype=np.int64).tofile(f"{prefix}.{name}.i64")
+    with open(f"{prefix}.names", "w", encoding="ascii") as f:
+        f.write("\n".join(table))
+
+
+def _load_ints(prefix: str) -> dict:
+    """What :func:`_save_ints` wrote."""
+    with open(f"{prefix}.names", encoding="ascii") as f:
+        names = [n for n in f.read().split("\n") if n]
+    return {n: np.fromfile(f"{prefix}.{n}.i64", dtype=np.int64) for n in names}
+
+
 class _Order:
     """Global delivery positions of one partition's super-packets and poll ids of its
     polls, from every partition's delivery table (``run.stream._SegOrder``'s interface:
     ``positions`` in emission order, ``poll_ids``)."""
 
     def __init__(self, model: str, k: int, works: list, napi: bool):
-        load = lambda w: np.load(os.path.join(w, f"{model}.order.npz"))  # noqa: E731
+        load = lambda w: _load_ints(os.path.join(w, f"{model}.order"))  # noqa: E731
         own = load(works[k])
         self.napi, self.inferred = model == "napi", napi
         self.next = 0
@@ -209,7 +225,7 @@ class _Order:
             off_sorted = own["cum"][:-1].copy()
             for j, w in enumerate(works):
                 other = load(w) if j != k else None
-                if other is None or not len(other.files) or "time" not in other.files:
+                if other is None or "time" not in other:
                     continue
                 at = np.searchsorted(key(other), mine)   # (time, queue) never tie across
                 rank_sorted += at
@@ -227,7 +243,7 @@ class _Order:
             for j, w in enumerate(works):
                 if j != k:
                     other = load(w)
-                    if "sorted" in other.files:
+                    if "sorted" in other:
                         pos += np.searchsorted(other["sorted"], when)
             self.pos = pos
 
