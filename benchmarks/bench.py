@@ -46,6 +46,8 @@ import subprocess
 import sys
 import time
 
+import provenance
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 # measure this checkout, not whatever gropcap an editable install points at
@@ -322,13 +324,6 @@ def _child(stage, path, args):
     print(json.dumps(fn(path, args)))
 
 
-def _git(*a):
-    try:
-        return subprocess.run(["git", *a], capture_output=True, text=True, cwd=ROOT,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -386,17 +381,16 @@ def main(argv=None) -> int:
             ratios[f"{stage}_vs_reference_decode"] = st["pps"] / ref_pps
         if ref_cpu and st.get("pps_cpu"):
             ratios[f"{stage}_vs_reference_decode_cpu"] = st["pps_cpu"] / ref_cpu
-    sha = _git("rev-parse", "--short", "HEAD") or "unknown"
+    prov = provenance.commit()
     doc = {
-        "commit": sha, "commit_full": _git("rev-parse", "HEAD"),
-        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        **prov,
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"python": platform.python_version(), "platform": platform.platform(),
                     "cpu_count": os.cpu_count(), "processor": platform.processor()},
         "capture": {"path": path, "bytes": os.path.getsize(path), "records": records},
         "stages": res, "ratios": ratios,
     }
-    out = args.out or os.path.join(HERE, "results", f"{sha}.json")
+    out = args.out or os.path.join(HERE, "results", f"{prov['commit']}.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as fh:
         json.dump(doc, fh, indent=2, sort_keys=True)

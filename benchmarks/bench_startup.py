@@ -51,6 +51,8 @@ import sys
 import tempfile
 import time
 
+import provenance
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 NOTE = "gropcap: compiling GRO kernels, first run only"
@@ -213,13 +215,6 @@ def _reference(rounds: int) -> dict:
             "best_cpu_s": min(r["cpu_s"] for r in runs)}
 
 
-def _git(*a) -> str:
-    try:
-        return subprocess.run(["git", *a], capture_output=True, text=True, cwd=ROOT,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-
 
 def _line(label: str, m: dict, ref: dict) -> str:
     c, r = m["cold"], m["cold_reference"]
@@ -279,17 +274,16 @@ def main() -> None:
         print(f"numba passes (s, callees included where they compiled): LLVM "
               f"{stages['llvm_lock_s']:.1f}; " + ", ".join(
                   f"{k} {v:.1f}" for k, v in list(stages["passes_s"].items())[:6]))
-    sha = _git("rev-parse", "--short", "HEAD") or "unknown"
+    prov = provenance.commit()
     doc = {
-        "benchmark": "startup", "commit": sha, "commit_full": _git("rev-parse", "HEAD"),
-        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "benchmark": "startup", **prov,
         "capture": os.path.relpath(args.capture, ROOT), "python": platform.python_version(),
         "cpus": os.cpu_count(), "loadavg_after": os.getloadavg(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "reference": ref, "results": results, "compiles": compiles,
         "compile_stages": stages,
     }
-    out = args.out or os.path.join(HERE, "results", f"startup-{sha}.json")
+    out = args.out or os.path.join(HERE, "results", f"startup-{prov['commit']}.json")
     with open(out, "w") as fh:
         json.dump(doc, fh, indent=2)
     print(f"wrote {out}")

@@ -44,6 +44,8 @@ import sys
 import tempfile
 import time
 
+import provenance
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:
@@ -52,13 +54,6 @@ if ROOT not in sys.path:
 TARGETS = {"json_marginal_pps": 5e6, "json_vs_reference": 50.0, "out_marginal_pps": 2e6,
            "threads_json_ratio": 1.7}
 
-
-def _git(*a) -> str:
-    try:
-        return subprocess.run(["git", *a], capture_output=True, text=True, cwd=ROOT,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
 
 
 def write_prefix(path: str, records: int, dest: str) -> int:
@@ -192,15 +187,14 @@ def main(argv=None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     met = {key: (res.get(key) is not None and res[key] >= goal)
            for key, goal in TARGETS.items() if key in res}
-    sha = _git("rev-parse", "--short", "HEAD") or "unknown"
-    doc = {"benchmark": "targets", "commit": sha, "commit_full": _git("rev-parse", "HEAD"),
-           "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+    prov = provenance.commit()
+    doc = {"benchmark": "targets", **prov,
            "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "machine": {"python": platform.python_version(), "cpu_count": os.cpu_count(),
                        "platform": platform.platform(), "loadavg": os.getloadavg()},
            "capture": {"path": path, "bytes": os.path.getsize(path), "records": records},
            "results": res, "targets": TARGETS, "met": met}
-    out = args.out or os.path.join(HERE, "results", f"targets-{sha}.json")
+    out = args.out or os.path.join(HERE, "results", f"targets-{prov['commit']}.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as fh:
         json.dump(doc, fh, indent=2, sort_keys=True)
