@@ -32,6 +32,11 @@ the run is :func:`gropcap.run.distributed.analyze_distributed`, the in-memory me
    on each) and returns the counts only this pass makes (super-packets per
    encapsulation, the flow causes). The client writes ``flows.parquet``.
 
+A worker lost mid-run: its running task is retried (by Dask, then once by the client),
+and every attempt writes under names of its own (GRO: an ``attempt-*`` directory it
+returns; write: ``stage/.tmp`` then renamed into ``stage/NAME``); each stage's results are
+released once fetched, so nothing finished is recomputed (docs/scale.md "Failures").
+
 Exactness needs each partition to hold whole GRO-state units for every model: RX queues
 (napi) and loose same-flow classes (ideal). Both models run over one partition, cut by
 RX queue when napi runs. The napi model's classes include the RSS hash, so they never
