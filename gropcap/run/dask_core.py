@@ -32,6 +32,11 @@ the run is :func:`gropcap.run.distributed.analyze_distributed`, the in-memory me
    on each) and returns the counts only this pass makes (super-packets per
    encapsulation, the flow causes). The client writes ``flows.parquet``.
 
+A worker lost mid-run: its running task is retried (by Dask, then once by the client),
+and every attempt writes under names of its own (GRO: an ``attempt-*`` directory it
+returns; write: ``stage/.tmp`` then renamed into ``stage/NAME``); each stage's results are
+released once fetched, so nothing finished is recomputed (docs/scale.md "Failures").
+
 Exactness needs each partition to hold whole GRO-state units for every model: RX queues
 (napi) and loose same-flow classes (ideal). Both models run over one partition, cut by
 RX queue when napi runs. The napi model's classes include the RSS hash, so they never
@@ -60,7 +65,7 @@ import pyarrow.parquet as pq
 
 from gropcap.decode.schema import PACKET_SCHEMA
 from gropcap.gro.config import MODELS
-from gropcap.run.dask_tasks import gro_partition_task, write_partition_task
+from gropcap.run.dask_tasks import STAGE_TMP, gro_partition_task, write_partition_task
 from gropcap.run.stream import StreamResult
 
 # the one-process layout, and the dataset layout workers write
@@ -166,6 +171,19 @@ def _merge_flows(parts: list):
     return out
 
 
+def _results(c, tasks: list, fn) -> list:
+    """The results of ``tasks`` (``(future, args)``, a task lost with its worker retried:
+    ``run.distributed._result_or_retry``), then the futures released: a result kept on a
+    worker would be recomputed when that worker is lost later (Dask recomputes what a
+    client still holds), a GRO task rewriting its files while the write tasks read them,
+    a write task its part while the client renames the dataset."""
+    from gropcap.run.distributed import _result_or_retry
+    out = [_result_or_retry(c, f, fn, *a)[0] for f, a in tasks]
+    for f, _ in tasks:
+        f.release()
+    return out
+
+
 def _check_classes(done: list) -> None:
     """No loose same-flow class (its 64-bit hash) in two partitions, else
     :class:`_Fallback`."""
@@ -231,7 +249,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
     from gropcap.run.accumulators import Totals
     from gropcap.run.distributed import (BATCH_RECORDS, SPLIT_BYTES, _decode_all,
                                          _merged_capture, _nparts, _nworkers,
-                                         _result_or_retry, _scratch_dir, open_client)
+                                         _scratch_dir, open_client)
     from gropcap.run.inputs import input_files
     from gropcap.run.summary import render_summary
     from gropcap.io.columns import parse_packet_columns
@@ -271,8 +289,10 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                         stats = p.stats if stats is None else stats.merge(p.stats)
                 if stats is not None:
                     stats.set_mtu(config.mtu).mtu_inference()
-                stats_arg = c.scatter(stats, hash=False) if stats is not None and \
-                    stats.num else None
+                # on every worker: scattered data lost with a dying worker cannot be
+                # recomputed, and the GRO task re-run elsewhere needs it
+                stats_arg = c.scatter(stats, hash=False, broadcast=True) \
+                    if stats is not None and stats.num else None
                 pieces = [(p.ref, d.index, d.new_index, p.offset)
                           for d in decoded for p in d.pieces]
                 works = [os.path.join(tmp, f"core-{k}") for k in range(nparts)]
@@ -287,7 +307,11 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                     tasks.append((c.submit(gro_partition_task, *args, pure=False), args))
                 if progress is not None:
                     progress.track(f"GRO {'+'.join(models)}", [f for f, _ in tasks])
-                done = [_result_or_retry(c, f, gro_partition_task, *a)[0] for f, a in tasks]
+                done = _results(c, tasks, gro_partition_task)
+                # each attempt writes a directory of its own: read the one that answered
+                works = [d["work"] for d in done]
+                if stats_arg is not None:
+                    stats_arg.release()
                 tm["gro"] = clock() - t0
                 t0 = clock()
                 _check_classes(done)
@@ -320,6 +344,10 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                     os.makedirs(out_dir, exist_ok=True)
                     stage = tempfile.mkdtemp(prefix=".gropcap-parts-", dir=out_dir)
                     os.chmod(stage, 0o755)
+                    # made here, not by the tasks: a task still running after the run
+                    # ended cannot recreate them (run.dask_tasks._part_writer)
+                    for name in (*DATASET_DIRS, STAGE_TMP):
+                        os.mkdir(os.path.join(stage, name))
                 wtasks = []
                 for k, (d, fmap) in enumerate(zip(done, fmaps)):
                     args = (pieces, config, tuple(models), split, nparts, k, works,
@@ -332,8 +360,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                                    [f for f, _ in wtasks])
                 tm["merge"] = clock() - t0
                 t0 = clock()
-                wrote = [_result_or_retry(c, f, write_partition_task, *a)[0]
-                         for f, a in wtasks]
+                wrote = _results(c, wtasks, write_partition_task)
                 from gropcap.run.accumulators import FlowCauses
                 causes = FlowCauses()
                 causes._grow(tot.flows.n_flows)
@@ -356,8 +383,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 if out_dir:
                     from gropcap.io.parquet import summary_metadata, write_table
                     for name in DATASET_DIRS:
-                        if not os.path.isdir(os.path.join(stage, name)) or \
-                                not os.listdir(os.path.join(stage, name)):
+                        if not os.listdir(os.path.join(stage, name)):
                             _empty_part(stage, name, models, meta, packet_columns)
                     write_table(flows, os.path.join(stage, FLOWS_FILE),
                                 {**meta, **summary_metadata(summary)}, force=True)
@@ -375,6 +401,9 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
         finally:
             if locals().get("stage"):
                 shutil.rmtree(stage, ignore_errors=True)
+                # again once open_client's workers are gone (a task still running)
+                getattr(c, "gropcap_after_close", []).append(
+                    lambda: shutil.rmtree(stage, ignore_errors=True))
     return PartitionedResult(summary=summary, flows=flows, paths=written, metadata=meta,
                              totals=tot, flow_causes=causes.result(flows.num_rows),
                              udp_tunnel_hint=tunnel_hint, failures=failures,

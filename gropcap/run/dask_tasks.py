@@ -96,7 +96,7 @@ def gro_partition_task(pieces, config, models, split: str, nparts: int, k: int, 
     from gropcap.run.accumulators import CoalescedCounts, Totals, _add_at
     from gropcap.run.engines import BatchGroModels
     from gropcap.run.stream import _ModelRun
-    os.makedirs(work, exist_ok=True)
+    work = _attempt_dir(work)
     tot = Totals(models, config.verify_checksums)
     runs = [_ModelRun(m, config, work, tot.models[m]) for m in models]
     gro = BatchGroModels([r.config for r in runs])
@@ -184,7 +184,7 @@ def gro_partition_task(pieces, config, models, split: str, nparts: int, k: int, 
                            "napi": run.config.model == "napi" and len(p_time) > 0}
         for sp in (run.rows, run.verdicts):
             sp.close()
-    return {"k": k, "rows": n, "models": tot.models, "flows": tot.flows,
+    return {"k": k, "work": work, "rows": n, "models": tot.models, "flows": tot.flows,
             "coalesced": coal, "keys": keys,
             "firsts": np.concatenate(firsts) if firsts else np.zeros(0, np.int64),
             "hashes": hashes if check else None, "info": info,
@@ -263,14 +263,32 @@ class _Order:
         return polls if self.napi else np.full(len(polls), -1, np.int64)
 
 
+def _attempt_dir(work: str) -> str:
+    """A fresh directory under ``work`` for one attempt of a GRO task: a task re-run
+    after its worker died (or a recomputation of a result lost with one) never reads,
+    truncates or appends to the files of another attempt; the client reads the
+    directory the attempt it got a result from returns."""
+    import tempfile
+    os.makedirs(work, exist_ok=True)
+    return tempfile.mkdtemp(prefix="attempt-", dir=work)
+
+
+# under the stage directory, beside the dataset directories: the parts being written
+STAGE_TMP = ".tmp"
+
+
 def _part_writer(stage: str | None, name: str, k: int):
-    """``(final path, temporary path)`` of partition ``k``'s part of ``name``."""
+    """``(final path, temporary path)`` of partition ``k``'s part of ``name``: written
+    under a name of this attempt's own in ``stage/.tmp`` (never in the dataset directory,
+    which then only ever holds complete parts) and renamed into place. The client made
+    both directories; when they are gone (the run ended) opening the part fails instead
+    of recreating them."""
     if stage is None:
         return None, None
-    d = os.path.join(stage, name)
-    os.makedirs(d, exist_ok=True)
-    path = os.path.join(d, f"part-{k:05d}.parquet")
-    return path, os.path.join(d, f".part-{k:05d}.parquet.tmp")
+    import uuid
+    path = os.path.join(stage, name, f"part-{k:05d}.parquet")
+    return path, os.path.join(stage, STAGE_TMP,
+                              f"{name}-{k:05d}-{os.getpid()}-{uuid.uuid4().hex}.parquet")
 
 
 def write_partition_task(pieces, config, models, split: str, nparts: int, k: int,

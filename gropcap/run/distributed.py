@@ -172,8 +172,10 @@ def store_task(fn, args: tuple, path: str, splits: tuple = ()):
 
 
 def _write_ipc(path: str, table: pa.Table, stream: bool = False) -> None:
-    """``table`` to ``path`` (Arrow IPC file, or stream format), renamed into place."""
-    tmp = path + ".tmp"
+    """``table`` to ``path`` (Arrow IPC file, or stream format), renamed into place (from
+    a name of this attempt's own: a task re-run after its worker died never shares it)."""
+    import uuid
+    tmp = f"{path}.{os.getpid()}-{uuid.uuid4().hex}.tmp"
     new = pa.ipc.new_stream if stream else pa.ipc.new_file
     with pa.OSFile(tmp, "wb") as sink, new(sink, table.schema) as w:
         w.write_table(table)
