@@ -526,7 +526,7 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
                         split_bytes: int | None = SPLIT_BYTES,
                         batch_records: int = BATCH_RECORDS,
                         scratch: str | bool | None = None,
-                        progress=None) -> DistributedAnalysis:
+                        progress=None, captures: str = "auto") -> DistributedAnalysis:
     """:func:`gropcap.run.memory.analyze` on Dask, with the same result.
 
     Args:
@@ -546,6 +546,10 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
             Scratch files are removed before returning.
         progress: a :class:`gropcap.run.progress.Progress`: one line per stage counts
             its finished tasks.
+        captures: how several files map to receiver runs (``run/receivers.py``). The
+            partitions of this merge span the whole capture: inputs that make several
+            receiver runs are analysed in one process instead (``run.memory.analyze``,
+            the same result), and the progress says so.
 
     Returns:
         A :class:`DistributedAnalysis`: verdicts, tables and summary equal to the
@@ -558,7 +562,7 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
     from gropcap.run.inputs import input_files
     config, decode_options, models = run_options(config, decode_options, models,
                                                  decoder=decoder, engine=engine,
-                                                 egress=egress)
+                                                 egress=egress, captures=captures)
     files = input_files(paths)
     with open_client(client, jobs=jobs, scheduler=scheduler) as c, \
             _scratch_dir(c, scratch) as tmp:
@@ -569,6 +573,17 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
         decoded, infos, failures = _decode_all(c, files, decode_options, decoder,
                                                split_bytes, batch_records, tmp, progress,
                                                tuple(s for s in splits if s[2] > 1))
+        from gropcap.run.summary import inputs_of
+        if max(inputs_of(_merged_capture(decoded), infos, captures)["run_of_file"],
+               default=0):
+            if progress is not None:
+                progress.note("several receiver runs (--captures): this in-memory merge "
+                              "replays one timeline, so the run is collected in one "
+                              "process")
+            from gropcap.run.memory import analyze
+            return analyze(paths, config, models=models, decode_options=decode_options,
+                           engine=engine, decoder=decoder, egress=egress,
+                           progress=progress, captures=captures)
         n = sum(p.rows for d in decoded for p in d.pieces)
         # gso_size inference needs every row (SYNs, per-direction statistics): the
         # pieces' statistics, merged in input order
@@ -595,6 +610,7 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
     from gropcap.gro.coalesced import CoalescedStats
     a.mtu = (stats or CoalescedStats(config.mtu)).mtu_inference()
     a.failures = failures
+    a.captures = captures
     a._cache["totals"] = _merged_totals(a, decoded, partitions)
     return a
 
