@@ -115,17 +115,6 @@ def flow_maps(keys: list, firsts: list) -> list[np.ndarray]:
     return out
 
 
-def _run_keys(keys: np.ndarray, run: int) -> np.ndarray:
-    """A partition's flow keys (``np.void`` rows) prefixed by its receiver run: the
-    same flow in two runs is two flows."""
-    if not len(keys):
-        return keys
-    raw = keys.view(np.uint8).reshape(len(keys), keys.dtype.itemsize)
-    both = np.concatenate([np.full((len(keys), 1), run, np.int64).view(np.uint8), raw],
-                          axis=1)
-    return np.ascontiguousarray(both).view(np.dtype((np.void, both.shape[1]))).ravel()
-
-
 def _remap_models(mc, fmap: np.ndarray):
     """``ModelCounts`` of local flow ids -> the same counts under the global ids."""
     from gropcap.run.accumulators import ModelCounts
@@ -247,7 +236,8 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
     from gropcap.run.accumulators import Totals
     from gropcap.run.distributed import (BATCH_RECORDS, SPLIT_BYTES, _decode_all,
                                          _merged_capture, _nparts, _nworkers,
-                                         _result_or_retry, _scratch_dir, open_client)
+                                         _result_or_retry, _scratch_dir, open_client,
+                                         run_keys)
     from gropcap.run.inputs import input_files
     from gropcap.run.summary import render_summary
     from gropcap.io.columns import parse_packet_columns
@@ -318,7 +308,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 for r in range(nruns):
                     _check_classes(done[r * nparts:(r + 1) * nparts])
                 # flows keyed by run and key: a flow of two runs is two flows
-                fmaps = flow_maps([_run_keys(d["keys"], d["k"] // nparts) if nruns > 1
+                fmaps = flow_maps([run_keys(d["keys"], d["k"] // nparts) if nruns > 1
                                    else d["keys"] for d in done],
                                   [d["firsts"] for d in done])
                 tot = Totals(models, config.verify_checksums)

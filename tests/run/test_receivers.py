@@ -349,16 +349,18 @@ def test_copies_on_dask_equal_one_copy_twice(client, tmp_path, queues):
     assert ideal.summary == stream_analyze([A, A], cfg, models=("ideal",)).summary
 
 
-def test_in_memory_dask_merge_collects_several_runs_in_one_process(client):
+@pytest.mark.parametrize("scratch", [None, False], ids=["files", "transfers"])
+def test_in_memory_dask_merge_equals_one_process(client, scratch):
+    """The in-memory Dask merge (--no-stream --jobs, and the core's fallback): its GRO
+    partitions hold one run each; the results equal one process'."""
     from gropcap.run.distributed import analyze_distributed
-    notes = []
-
-    class P:
-        def note(self, text, **kw):
-            notes.append(text)
-
-        def __getattr__(self, name):
-            return lambda *a, **k: None
-    got = analyze_distributed([A, A], client=client, progress=P())
-    assert got.summary() == analyze([A, A]).summary()
-    assert any("several receiver runs" in n for n in notes)
+    cfg = GroConfig(queues=2)
+    got = analyze_distributed([A, A], cfg, client=client, scratch=scratch)
+    one = analyze([A, A], cfg)
+    for m in one.results:
+        assert got.results[m].equals(one.results[m]), m
+    assert got.summary() == one.summary()
+    assert got.flows.equals(one.flows)
+    # a model run as one task (the gro_cells stage) takes the runs too
+    cells = analyze_distributed([A, A], GroConfig(tunnel_gro=True), client=client)
+    assert cells.summary() == analyze([A, A], GroConfig(tunnel_gro=True)).summary()
