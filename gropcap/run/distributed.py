@@ -671,12 +671,15 @@ def _merged_totals(a, decoded: list, partitions: dict):
 def _merged_capture(decoded: list):
     """The ``CaptureCounts`` of every decoded piece, merged in input order (file indexes
     moved past failed inputs)."""
+    import copy
+
     from gropcap.run.accumulators import CaptureCounts
     capture = CaptureCounts()
     for d in decoded:
         for p in d.pieces:
+            # renumbered on a copy: the pieces' counts may be merged again
             capture.merge(p.counts if d.index == d.new_index else
-                          p.counts.renumber_file(d.index, d.new_index))
+                          copy.copy(p.counts).renumber_file(d.index, d.new_index))
     return capture
 
 
@@ -922,7 +925,7 @@ def _submit_models(c, decoded: list, n: int, config: GroConfig, models, engine, 
                         args = (refs, cfg, nparts, k, stats_arg,
                                 os.path.join(scratch, f"gro-{m}-{r}-{k}"))
                         tasks.append((c.submit(partition_files_task, *args, pure=False),
-                                      args, partition_files_task))
+                                      args, partition_files_task, r))
                 else:
                     splits = [c.submit(split_task, p.ref, d.index, d.new_index, p.offset,
                                        cfg, nparts, pure=False)
@@ -932,8 +935,8 @@ def _submit_models(c, decoded: list, n: int, config: GroConfig, models, engine, 
                                  for sp in splits]
                         args = (picks, cfg, stats_arg)
                         tasks.append((c.submit(partition_task, *args, pure=False), args,
-                                      partition_task))
-            pending[m] = ("parts", cfg, (tasks, nparts))
+                                      partition_task, r))
+            pending[m] = ("parts", cfg, tasks)
         else:
             args = (sources, cfg, engine, stats_arg, run_of_file)
             pending[m] = ("model", cfg, [(c.submit(model_task, *args, pure=False), args)])
@@ -948,11 +951,11 @@ def _gather_models(c, pending: dict, n: int):
     results, stages, partitions = {}, {}, {}
     for m, (kind, cfg, tasks) in pending.items():
         if kind == "parts":
-            tasks, nparts = tasks
-            done = [load_part(_result_or_retry(c, f, fn, *args)[0]) for f, args, fn in tasks]
+            done = [load_part(_result_or_retry(c, f, fn, *args)[0])
+                    for f, args, fn, _ in tasks]
             results[m] = merge_parts([d[0] for d in done], [d[1] for d in done],
                                      [d[2] for d in done], n, cfg,
-                                     runs=[k // nparts for k in range(len(done))])
+                                     runs=[t[3] for t in tasks])
             partitions[m] = [(d[0], d[1]) for d in done]
         else:
             fut, args = tasks[0]
