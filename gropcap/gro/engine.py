@@ -14,10 +14,11 @@ the TCP preparation should see it, and the UDP columns of ``K.Cols``).
 
 Public API::
 
-    simulate(packets, config, *, polls=None) -> GroResult          # one table
+    simulate(packets, config, *, polls=None, runs=None) -> GroResult   # one table
     simulate_batch(packets, config, state=None, *, final=False, polls=None)
         -> (BatchResult, EngineState)                              # streaming
     assemble(parts, config) -> GroResult                           # BatchResults -> result
+    next_run(state or states) -> fresh receivers for the next receiver run (after final=True)
     simulate_models(packets, configs) -> [GroResult]                # ideal + napi, one
     simulate_batch_models(packets, configs, states=None, *, final)  # preparation per batch
         -> ([BatchResult], [EngineState])
