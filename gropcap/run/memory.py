@@ -104,9 +104,8 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     from gropcap.receive.profile import resolve_receiver
     config, receiver = resolve_receiver(config, receiver)
     packets, infos = decode_files(paths, decode_options, decoder=decoder, progress=progress)
-    from gropcap.run.receivers import file_times, receiver_runs, row_runs
-    run_of_file = receiver_runs(captures, *file_times(packets, len(infos)))
-    runs = row_runs(packets, run_of_file) if len(run_of_file) and run_of_file[-1] else None
+    from gropcap.run.receivers import table_runs
+    runs = table_runs(packets, len(infos), captures)     # None: one receiver run
     from gropcap.gro.coalesced import CoalescedStats
     stats = CoalescedStats(config.mtu)
     stats.add(packets)

@@ -119,6 +119,13 @@ def file_times(table, files: int) -> tuple[np.ndarray, np.ndarray]:
     return first, last
 
 
+def table_runs(table, files: int, captures: str = "auto") -> np.ndarray | None:
+    """The receiver run of every row of a packet table of ``files`` input files under
+    ``captures`` (``engine.simulate``'s ``runs``), or None when they are one run."""
+    runs = receiver_runs(captures, *file_times(table, files))
+    return row_runs(table, runs) if len(runs) and runs[-1] else None
+
+
 def _seconds(ns: int) -> str:
     s = ns / 1e9
     if s >= 86400:
@@ -186,4 +193,4 @@ def inputs_dict(captures: str, first_ts, max_ts) -> dict:
 
 
 __all__ = ["CAPTURES", "NO_TS", "check_captures", "receiver_runs", "RunSplit", "row_runs",
-           "file_times", "inputs_dict"]
+           "file_times", "table_runs", "inputs_dict"]

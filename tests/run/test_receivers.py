@@ -364,3 +364,34 @@ def test_in_memory_dask_merge_equals_one_process(client, scratch):
     # a model run as one task (the gro_cells stage) takes the runs too
     cells = analyze_distributed([A, A], GroConfig(tunnel_gro=True), client=client)
     assert cells.summary() == analyze([A, A], GroConfig(tunnel_gro=True)).summary()
+
+
+def test_directory_of_links_with_jobs_and_out(tmp_path):
+    """The 100 GB run of issue 15 in small: a directory of links to one capture analysed
+    with --jobs 2 --out: every count is the one-copy count times the links, each file's
+    entry the one copy's, the flows the one copy's flows again (ids after each other)."""
+    from click.testing import CliRunner
+
+    from gropcap.cli.app import main
+    d = tmp_path / "links"
+    d.mkdir()
+    for k in range(3):
+        os.symlink(A, d / f"copy{k}.pcap")
+    one = json.loads(CliRunner().invoke(main, ["analyze", A, "-q", "--format", "json"]).output)
+    r = CliRunner().invoke(main, ["analyze", str(d), "-q", "--format", "json", "--jobs", "2",
+                                  "--out", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.output)
+    assert got["inputs"]["text"].startswith("3 files: 3 separate receivers (file 2 starts")
+    assert sorted(os.listdir(tmp_path / "out")) == ["flows.parquet", "packets",
+                                                    "superpackets"]
+    for m, ms in one["models"].items():
+        for k in MODEL_COUNTS:
+            assert got["models"][m][k] == 3 * ms[k], (m, k)
+    assert all(f["models"] == one["files"][0]["models"] for f in got["files"])
+    flows = pq.read_table(tmp_path / "out" / "flows.parquet")
+    n = flows.num_rows // 3
+    for k in range(3):
+        part = flows.slice(k * n, n)
+        assert part.column("flow_id").to_pylist() == list(range(k * n, (k + 1) * n))
+        assert part.drop(["flow_id"]).equals(flows.slice(0, n).drop(["flow_id"]))
