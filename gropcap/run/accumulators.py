@@ -44,7 +44,7 @@ from gropcap.gro.reasons import FLUSH_CWR, FLUSH_ZERO_PAYLOAD, reason_name
 UDP_TUNNEL_KINDS = {C.TUN_VXLAN: "vxlan", C.TUN_VXLAN_GPE: "vxlan-gpe",
                     C.TUN_GENEVE: "geneve", C.TUN_FOU: "fou", C.TUN_GUE: "gue"}
 FLOW_KEY_COLS = ("encap", "ip_version", "ip_src", "ip_dst", "l4_proto", "sport", "dport",
-                 "tun_type", "tun_key", "vlan_tci0", "dsa_port")
+                 "tun_type", "tun_key", "vlan_tci0", "dsa_port", "file_index")
 
 
 def udp_tunnel_counts(t) -> dict[tuple[str, int], int]:
@@ -411,7 +411,8 @@ def flow_key_columns(keys: pa.Table) -> dict:
         "src": arrow_strings([addr_text(s, v) for s, v in zip(src, ver)]),
         "dst": arrow_strings([addr_text(d, v) for d, v in zip(dst, ver)]),
         **{name: keys.column(name) for name in ("l4_proto", "sport", "dport", "tun_type",
-                                                "tun_key", "vlan_tci0", "dsa_port")},
+                                                "tun_key", "vlan_tci0", "dsa_port",
+                                                "file_index")},
     }
 
 

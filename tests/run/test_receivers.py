@@ -115,7 +115,7 @@ def assert_twice(two: dict, one: dict) -> None:
 
 def assert_flows_twice(two, one) -> None:
     """The flows table of ``[A, A]``: the table of ``[A]`` twice, the second copy's ids
-    after the first's."""
+    after the first's and its file index 1."""
     n = one.num_rows
     assert two.num_rows == 2 * n
     for half, lo in ((two.slice(0, n), 0), (two.slice(n, n), n)):
@@ -123,6 +123,8 @@ def assert_flows_twice(two, one) -> None:
             want = one.column(col).to_pylist()
             if col == "flow_id":
                 want = [f + lo for f in want]
+            elif col == "file_index":
+                want = [f + (lo > 0) for f in want]
             assert half.column(col).to_pylist() == want, col
 
 
@@ -394,4 +396,6 @@ def test_directory_of_links_with_jobs_and_out(tmp_path):
     for k in range(3):
         part = flows.slice(k * n, n)
         assert part.column("flow_id").to_pylist() == list(range(k * n, (k + 1) * n))
-        assert part.drop(["flow_id"]).equals(flows.slice(0, n).drop(["flow_id"]))
+        assert set(part.column("file_index").to_pylist()) == {k}
+        assert part.drop(["flow_id", "file_index"]).equals(
+            flows.slice(0, n).drop(["flow_id", "file_index"]))
