@@ -192,6 +192,22 @@ def test_copies_stream_equal_one_copy_twice(tmp_path, queues):
     assert meta[b"gropcap.captures"] == b"auto"
 
 
+@pytest.mark.parametrize("name", ["real_vxlan.pcap", "pairs/bulk.postgro.pcap"])
+def test_copies_through_the_unfused_stream(name):
+    """A VXLAN tunnel without a socket (the tunnel hint) and frames captured already
+    coalesced run the bounded-memory core unfused (decode, then GRO as a second sweep):
+    its runs split there too."""
+    x = os.path.join(SAMPLES, name)
+    one = stream_analyze(x)
+    two = stream_analyze([x, x])
+    # what makes the core run unfused is there
+    assert one.udp_tunnel_hint is not None if "vxlan" in name else \
+        one.totals.coalesced is not None
+    assert_twice(two.summary, one.summary)
+    assert_flows_twice(two.flows, one.flows)
+    assert two.summary == analyze([x, x]).summary()
+
+
 @pytest.mark.parametrize("engine", ["fast", "reference"])
 def test_copies_in_memory_equal_one_copy_twice(tmp_path, engine):
     from gropcap.io.parquet import write_analysis
