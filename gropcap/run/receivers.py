@@ -174,6 +174,8 @@ def inputs_dict(captures: str, first_ts, max_ts) -> dict:
     if nruns <= 1:
         if captures == "continuous" and back:
             text = f"{files}: 1 receiver run (--captures continuous; {why})"
+        elif captures == "separate" and n > 1:
+            text = f"{files}: 1 receiver run (--captures separate: one file holds packets)"
         elif n > 1:
             text = f"{files}: 1 receiver run (continuous timestamps)"
         else:

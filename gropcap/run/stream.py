@@ -23,8 +23,8 @@ same summary dict, batch by batch:
    with the spilled verdicts (``gro_seg`` from the instance -> position map).
 
 Memory that stays in RAM, per model: 5 bytes per super-packet (instance -> delivery
-position, int32 with the sign telling single packets, and a "head seen" byte) and 24
-bytes per NAPI poll (time, queue, rank); per flow: its key row and counters. Nothing per packet:
+position, int32 with the sign telling single packets, and a "head seen" byte) and 32
+bytes per NAPI poll (time, queue, receiver run, rank); per flow: its key row and counters. Nothing per packet:
 the per-packet arrays go through the spill files. Batches are ``batch_records`` rows.
 
 Layer: takes paths, calls capture/ (scan), decode/ (fast), gro/ (engine) and writes

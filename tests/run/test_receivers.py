@@ -80,6 +80,10 @@ def test_inputs_text_says_what_was_inferred_and_why():
                               "starts 1.0 s before file 1 ends)")
     asked = inputs_dict("separate", [0, 4 * s], [3 * s, 8 * s])
     assert asked["text"] == "2 files: 2 separate receivers (--captures separate)"
+    no = np.iinfo(np.int64).min
+    empty = inputs_dict("separate", [0, no], [s, no])
+    assert empty["text"] == "2 files: 1 receiver run (--captures separate: one file holds " \
+                            "packets)"
     mixed = inputs_dict("auto", [0, 2 * s, 0], [s, 3 * s, s])
     assert mixed["text"].startswith("3 files: 2 receiver runs (file 3 starts 3.0 s before "
                                     "file 2 ends)")
