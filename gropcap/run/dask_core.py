@@ -428,7 +428,8 @@ def _finish_hint(hint, done: list, summary: dict, tot, decoded: list, stats):
         co = stats.infer(table) if stats is not None and stats.num else None
         return table, (co if co is not None and co.num_coalesced else None)
     seg_in = tot.coalesced.segs_total if tot.coalesced else tot.capture.packets
-    return hint.finish(summary["models"], seg_in, tot.capture.packets, whole)
+    return hint.finish(summary["models"], seg_in, tot.capture.packets, whole,
+                       summary["inputs"]["run_of_file"])
 
 
 def _merge_encap(mc, enc: dict) -> None:

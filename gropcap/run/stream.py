@@ -314,9 +314,11 @@ class _TunnelHint:
             from gropcap.run.hints import tunnel_mask
             self.before[model] += int(np.count_nonzero(tunnel_mask(t, self.pairs) & first))
 
-    def finish(self, models: dict, segments: int, packets: int, whole) -> dict | None:
+    def finish(self, models: dict, segments: int, packets: int, whole,
+               run_of_file=None) -> dict | None:
         """The hint (None without one); ``models``: the summary's; ``whole()``: the
-        whole decoded table and its coalesced input, read back."""
+        whole decoded table and its coalesced input, read back; ``run_of_file``: the
+        summary's receiver runs (``hints.sockets_models``)."""
         if self.hint is None:
             return None
         from gropcap.gro.coalesced import CoalescedInput
@@ -334,7 +336,7 @@ class _TunnelHint:
         big = packets > HINT_NAPI_MAX_ROWS or all(m == "ideal" for m in models)
         self.hint["models"] = sockets_models(
             self.config, self.pairs, models, segments, tunnel_rows=tunnel_rows,
-            before=self.before, whole=None if big else whole())
+            before=self.before, whole=None if big else whole(), run_of_file=run_of_file)
         self.hint["left_out"] = [m for m in models if m not in (self.hint["models"] or {})]
         return self.hint
 
@@ -764,7 +766,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             co = coal.stats.infer(table) if coal.num else None
             return table, (co if co is not None and co.num_coalesced else None)
         seg_in = tot.coalesced.segs_total if tot.coalesced else counters.packets
-        tunnel_hint = hint.finish(summary["models"], seg_in, counters.packets, whole)
+        tunnel_hint = hint.finish(summary["models"], seg_in, counters.packets, whole,
+                                  summary["inputs"]["run_of_file"])
         tm["packets"] = clock() - t_start
         if out_dir:
             if not pk_out:
