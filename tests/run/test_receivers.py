@@ -422,3 +422,16 @@ def test_directory_of_links_with_jobs_and_out(tmp_path):
         assert set(part.column("file_index").to_pylist()) == {k}
         assert part.drop(["flow_id", "file_index"]).equals(
             flows.slice(0, n).drop(["flow_id", "file_index"]))
+
+
+@pytest.mark.parametrize("captures", ["auto", "continuous"])
+def test_load_keeps_the_receiver_runs(tmp_path, captures):
+    """gropcap.load(DIR) of a run over copies: the summary (its inputs section) is the
+    run's, whether stored (default columns) or rendered again (every column)."""
+    from gropcap.io.load import load
+    for cols in ("default", "all"):
+        d = tmp_path / f"{captures}-{cols}"
+        r = stream_analyze([A, A], out_dir=str(d), packet_columns=cols, captures=captures)
+        a = load(str(d))
+        assert a.summary() == r.summary, cols
+        assert a.summary()["inputs"]["captures"] == captures
