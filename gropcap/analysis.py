@@ -66,6 +66,8 @@ class Analysis:
         self.receive = None
         # receiver.ReceiverInfo: the --receiver profile and what it set (None: no profile)
         self.receiver = None
+        # --captures: how the input files map to receiver runs (run/receivers.py)
+        self.captures = "auto"
         self._cache: dict = {}
 
     def __repr__(self) -> str:
@@ -174,6 +176,7 @@ class Analysis:
                else {}),
             **({"gropcap.receiver": json.dumps(self.receiver.as_dict())}
                if self.receiver is not None else {}),
+            "gropcap.captures": self.captures,
         }
 
 

@@ -18,7 +18,8 @@ from gropcap.errors import ConfigError
 CLI_ONLY = ("files", "fmt", "out_dir", "force", "plot", "stream", "quiet", "top", "jobs",
             "scheduler", "scratch", "packet_columns", "threads")
 # analyze's own options :func:`analyze` hands on (besides cli._GRO_KEYS, cli._DECODE_KEYS)
-RUN_KEYS = ("model", "engine", "decoder", "egress_scenario", "egress_features", "egress_mtu")
+RUN_KEYS = ("model", "engine", "decoder", "egress_scenario", "egress_features", "egress_mtu",
+            "captures")
 
 
 def _keyword(param) -> str:
@@ -154,7 +155,8 @@ def analyze(paths, config=None, *, models=None, decode_options=None, progress=No
     from gropcap.run.core import analyze_run
     return analyze_run(paths, config, models=models, decode_options=decode_options,
                        engine=values["engine"], decoder=values["decoder"], egress=egress,
-                       progress=progress, receiver=receiver, in_memory=True)
+                       progress=progress, receiver=receiver, in_memory=True,
+                       captures=values["captures"])
 
 
 __all__ = ["analyze", "keywords", "keyword_params", "CLI_ONLY", "RUN_KEYS"]

@@ -22,7 +22,8 @@ from gropcap.cli.help import Group, capture_files, option
 from gropcap.cli.options import (_DECODE_KEYS, _GRO_KEYS, _apply_receiver,  # noqa: F401
                              _decode_options, _decoder_option, _default_poll_gap_us,
                              _gro_options, _packet_columns_option, _make_decode_options, _make_gro_config,
-                             _receiver_info, _split, _threads_option, staged_outputs)
+                             _receiver_info, _split, _threads_option, staged_outputs,
+                             _captures_option)
 from gropcap.errors import GropcapError
 
 
@@ -194,12 +195,13 @@ def decode(files, output, force, decoder, **kw):
                    "memory-mapped files instead of Dask transfers. Default: a temporary "
                    "directory when all workers run on this host.")
 @_threads_option
+@_captures_option
 @_decoder_option
 @_gro_options
 @_decode_options
 def analyze(files, model, fmt, out_dir, packet_columns, force, engine, plot, decoder, egress_scenario,
             egress_features, egress_mtu, stream, quiet, top, jobs, scheduler, scratch, threads,
-            **kw):
+            captures, **kw):
     """Simulate GRO over captures and summarise how far it aggregates and why it stops.
 
     Every output target (--out, --plot) is checked before the first packet is read; files
@@ -257,7 +259,7 @@ def analyze(files, model, fmt, out_dir, packet_columns, force, engine, plot, dec
                              in_memory=stream is False, jobs=jobs, scheduler=scheduler,
                              scratch=scratch, progress=progress, receiver=_receiver_info(),
                              receive=_receive_ctx(config), packet_columns=packet_columns,
-                             threads=threads)
+                             threads=threads, captures=captures)
         failures = getattr(result, "failures", None) or []
         summary = report_dict(result, top=top)
         hint = tunnel_hint(result) if fmt == "json" else None

@@ -26,7 +26,7 @@ _TITLES = {"input": "Input", "kernel": "Kernel", "receiver": "Receiver", "tunnel
 SECTION_OF = {
     # input: what is read and how it is framed
     "dsa_tag": "input", "decoder": "input", "flow_spec": "input", "against": "input",
-    "set_a": "input", "set_b": "input",
+    "set_a": "input", "set_b": "input", "captures": "input",
     # kernel: the release and its build configuration
     "kernel": "kernel", "hz": "kernel", "vlan_gro": "kernel",
     # receiver: the receiving device and its NAPI context (what the capture does not show)

@@ -109,6 +109,16 @@ _threads_option = click.option(
          "faster). More than 2 run as 2.")
 
 
+_captures_option = click.option(
+    "--captures", type=click.Choice(["auto", "continuous", "separate"]), default="auto",
+    show_default=True,
+    help="How several input files are replayed: continuous (one receiver, one timeline: "
+         "the pieces of a rotated capture), separate (each file on a receiver of its "
+         "own, the counts summed: copies, other hosts or days), auto (a file whose first "
+         "timestamp is earlier than the latest one before it starts a new receiver; "
+         "otherwise it continues). The report says which.")
+
+
 def _default_poll_gap_us() -> float:
     from gropcap.gro.config import DEFAULT_POLL_GAP_NS
     return DEFAULT_POLL_GAP_NS / 1000

@@ -14,10 +14,11 @@ the TCP preparation should see it, and the UDP columns of ``K.Cols``).
 
 Public API::
 
-    simulate(packets, config, *, polls=None) -> GroResult          # one table
+    simulate(packets, config, *, polls=None, runs=None) -> GroResult   # one table
     simulate_batch(packets, config, state=None, *, final=False, polls=None)
         -> (BatchResult, EngineState)                              # streaming
     assemble(parts, config) -> GroResult                           # BatchResults -> result
+    next_run(state or states) -> fresh receivers for the next receiver run (after final=True)
     simulate_models(packets, configs) -> [GroResult]                # ideal + napi, one
     simulate_batch_models(packets, configs, states=None, *, final)  # preparation per batch
         -> ([BatchResult], [EngineState])
@@ -49,7 +50,7 @@ from gropcap.gro import _udp_prepare
 from gropcap.gro.config import GroConfig
 from gropcap.gro.flows import FLOW_KEY_COLUMNS, flow_key_matrix
 from gropcap.gro.reasons import NOT_HELD_FRAG_LIST
-from gropcap.gro.result import GroResult
+from gropcap.gro.result import GroResult, run_bounds
 from gropcap.gro.gso import SKB_GSO_FRAGLIST, gso_type_for
 from gropcap.gro.rss import (
     ColumnReader, column_bytes, column_numpy, gro_bucket, rss_hash, rx_queue,
@@ -436,6 +437,10 @@ class EngineState:
     # UDP tunnel sockets: the TCP same-flow classes before the tunnel fields refine them
     # (gro/_udp_prepare.py: UdpView.view_state)
     udp_ids: dict = field(default_factory=dict)
+    # receiver runs (next_run): this run's number, and the flows of the runs before it
+    # (this run's flow ids start there)
+    run: int = 0
+    flow_base: int = 0
 
     @classmethod
     def new(cls, config: GroConfig, explicit_polls: bool = False) -> "EngineState":
@@ -471,6 +476,8 @@ class BatchResult:
     poll_base: int
     poll_time: np.ndarray
     poll_queue: np.ndarray
+    # the receiver run of these rows and polls (next_run): delivery is run after run
+    run: int = 0
 
 
 class InternTable:
@@ -652,6 +659,8 @@ def _prepare_common(t: pa.Table, config: GroConfig, state: EngineState, hash_: n
     uid, flow = _union_ids(t, hash_, state, columns=g0)
     if flow is None:
         flow = _matrix_flow_ids(t, state)
+    if state.flow_base:           # a later receiver run: its flows after the earlier ones'
+        flow = flow + state.flow_base
     if udp is not None:           # the same-flow classes of the rewritten headers
         uid, _ = _union_ids(t, hash_, udp.view_state(state),
                             columns=g)
@@ -959,7 +968,44 @@ def _run_batch(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineSta
         rx_queue=cols.queue.astype(np.uint16) if napi else np.zeros(n, np.uint16),
         p_row=cat(verdicts["row"]), p_reason=cat(verdicts["reason"]).astype(np.uint8),
         p_inst=cat(verdicts["inst"]), p_poll=cat(verdicts["poll"]), segs=seg,
-        poll_base=poll_base, poll_time=p_time, poll_queue=p_queue)
+        poll_base=poll_base, poll_time=p_time, poll_queue=p_queue, run=state.run)
+
+
+def next_run(states):
+    """Fresh receivers for the next receiver run (``run/receivers.py``: a separate
+    capture replayed on a receiver of its own) after ``states`` (an :class:`EngineState`
+    or a list of them, each finished: its last batch was fed with ``final=True``).
+
+    Everything GRO and NAPI hold starts empty (held entries, the 8x8 tables, timers,
+    arrival times, key and flow dictionaries); what numbers results carries on (rows,
+    super-packet instances, polls), flow ids continue after the earlier runs' flows, and
+    :func:`assemble` delivers the new run's super-packets after the earlier runs' ones
+    (polls ordered by run, then time, queue and number). States that shared their union
+    and flow tables (:func:`new_states`) share the new ones.
+
+    >>> # part, st = simulate_batch(run_a, cfg, None, final=True)
+    >>> # part2, st = simulate_batch(run_b, cfg, next_run(st), final=True)
+    >>> # result = assemble([part, part2], cfg)
+    """
+    single = isinstance(states, EngineState)
+    olds = [states] if single else list(states)
+    tables: dict = {}
+    news = []
+    for old in olds:
+        if not old.finished:
+            raise ConfigError("next_run: the run before was not finished (final=True)")
+        queues, buckets = old.kernel.tbl.shape[0], old.kernel.tbl.shape[1]
+        kernel = _new_kernel_state(64, 64, queues, buckets)
+        kernel.ctr[:] = old.kernel.ctr
+        shared = tables.setdefault((id(old.union_ids), id(old.flow_ids)),
+                                   (UnionTable(), InternTable(old.flow_ids.words)))
+        news.append(EngineState(
+            config_json=old.config_json, model=old.model, kernel=kernel,
+            key_ids=InternTable(old.key_ids.words), union_ids=shared[0],
+            flow_ids=shared[1], row_base=old.row_base,
+            q_maxts=np.full(queues, np.iinfo(np.int64).min, np.int64), run=old.run + 1,
+            flow_base=old.flow_base + len(old.flow_ids)))
+    return news[0] if single else news
 
 
 def new_states(configs: list[GroConfig]) -> list[EngineState]:
@@ -1027,10 +1073,10 @@ def simulate_batch_models(packets: pa.Table, configs: list[GroConfig],
 
 
 def simulate_models(packets: pa.Table, configs: list[GroConfig], *, coalesced=None,
-                    no_gro=None) -> list[GroResult]:
+                    no_gro=None, runs=None) -> list[GroResult]:
     """:func:`simulate` for several models (``configs`` differing only in ``model``)
     from one preparation per piece: the GroResults, each equal to its own
-    :func:`simulate`."""
+    :func:`simulate` (``runs`` as there)."""
     configs = list(configs)
     packets = _check_table(packets)
     if coalesced is True:
@@ -1038,11 +1084,12 @@ def simulate_models(packets: pa.Table, configs: list[GroConfig], *, coalesced=No
         coalesced = coalesced_input(packets)
     parts: list[list] = [[] for _ in configs]
     states = None
-    pieces = _pieces(packets)
-    for x, (lo, piece) in enumerate(pieces):
+    for lo, piece, final in _run_pieces(packets, runs):
         hi = lo + piece.num_rows
+        if states is not None and states[0].finished:
+            states = next_run(states)
         got, states = simulate_batch_models(
-            piece, configs, states, final=x == len(pieces) - 1,
+            piece, configs, states, final=final,
             coalesced=_cut_coalesced(coalesced, lo, hi),
             no_gro=None if no_gro is None else np.asarray(no_gro)[lo:hi])
         for acc, part in zip(parts, got):
@@ -1095,8 +1142,9 @@ def assemble(parts: list[BatchResult], config: GroConfig) -> GroResult:
     if napi_inferred:
         p_time = cat([p.poll_time for p in parts])
         p_queue = cat([p.poll_queue for p in parts])
+        p_run = cat([np.full(len(p.poll_time), p.run, np.int64) for p in parts])
         number = np.arange(len(p_time), dtype=np.int64)   # global poll numbers from 0
-        order = np.lexsort((number, p_queue, p_time))
+        order = np.lexsort((number, p_queue, p_time, p_run))
         rank = np.empty(len(order), np.int64)
         rank[order] = np.arange(len(order))
         s_rank = rank[seg["poll"]] if m else np.zeros(0, np.int64)
@@ -1163,7 +1211,7 @@ def partition_of(packets: pa.Table, config: GroConfig, parts: int) -> np.ndarray
 
 
 def simulate(packets: pa.Table, config: GroConfig | None = None, *, polls=None,
-             coalesced=None, hashes=None, no_gro=None) -> GroResult:
+             coalesced=None, hashes=None, no_gro=None, runs=None) -> GroResult:
     """Replay Linux GRO over a packet table; the numba twin of ``reference.simulate``.
 
     Parameters:
@@ -1179,6 +1227,10 @@ def simulate(packets: pa.Table, config: GroConfig | None = None, *, polls=None,
         hashes: ``napi`` model only: ``skb->hash`` per packet instead of the Toeplitz
             hash of the headers (the gro_cells stage).
         no_gro: bool per packet: its device has GRO off (BYPASS_GRO_DISABLED).
+        runs: the receiver run of each row, non-decreasing (``run/receivers.py``; None:
+            one run): each run is replayed on fresh receivers (:func:`next_run`), flushed
+            at its end, its flows numbered after the earlier runs' and its super-packets
+            delivered after theirs.
 
     Returns a :class:`GroResult` (per-packet verdicts, super-packets in delivery order).
 
@@ -1192,11 +1244,12 @@ def simulate(packets: pa.Table, config: GroConfig | None = None, *, polls=None,
         from gropcap.gro.coalesced import coalesced_input
         coalesced = coalesced_input(packets)
     parts, state = [], None
-    pieces = _pieces(packets)
-    for x, (lo, piece) in enumerate(pieces):
+    for lo, piece, final in _run_pieces(packets, runs):
         hi = lo + piece.num_rows
         cut = lambda a: None if a is None else np.asarray(a)[lo:hi]  # noqa: E731
-        part, state = simulate_batch(piece, config, state, final=x == len(pieces) - 1,
+        if state is not None and state.finished:
+            state = next_run(state)
+        part, state = simulate_batch(piece, config, state, final=final,
                                      polls=cut(polls), coalesced=_cut_coalesced(coalesced,
                                                                                lo, hi),
                                      hashes=cut(hashes), no_gro=cut(no_gro))
@@ -1231,6 +1284,16 @@ def _pieces(packets: pa.Table, rows: int = PIECE_ROWS) -> list[tuple[int, pa.Tab
             cuts.append(lo)
     cuts.append(n)
     return [(a, packets.slice(a, b - a)) for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+def _run_pieces(packets: pa.Table, runs) -> list[tuple[int, pa.Table, bool]]:
+    """``(first row, table, last piece of its run)``: :func:`_pieces` of each receiver
+    run (an empty table: one final piece)."""
+    out = []
+    for a, b in run_bounds(runs, packets.num_rows):
+        pieces = _pieces(packets.slice(a, b - a))
+        out += [(a + lo, piece, x == len(pieces) - 1) for x, (lo, piece) in enumerate(pieces)]
+    return out
 
 
 def _cut_coalesced(coalesced, lo: int, hi: int):

@@ -57,7 +57,7 @@ from gropcap.gro import gso
 from gropcap.gro import reasons as R
 from gropcap.gro.config import GroConfig, KernelProfile
 from gropcap.gro.flows import assign_flow_ids
-from gropcap.gro.result import GroResult
+from gropcap.gro.result import GroResult, concat_runs, run_bounds
 from gropcap.gro.rss import gro_bucket, rss_hash, rx_queue
 
 __all__ = ["simulate", "needs_reference", "GroNode", "HeldEntry", "Skb", "MAX_GRO_SKBS",
@@ -1571,7 +1571,7 @@ def _as_table(packets) -> pa.Table:
 def simulate(packets: pa.Table, config: GroConfig | None = None, *,
              polls: np.ndarray | None = None, coalesced=None,
              hashes: np.ndarray | None = None,
-             no_gro: np.ndarray | None = None) -> GroResult:
+             no_gro: np.ndarray | None = None, runs: np.ndarray | None = None) -> GroResult:
     """Replay Linux GRO over a packet table and return every verdict and super-packet.
 
     Parameters:
@@ -1590,6 +1590,10 @@ def simulate(packets: pa.Table, config: GroConfig | None = None, *,
             left: 0, or the outer L4 hash).
         no_gro: bool per packet: its receiving device has GRO off (netif_elide_gro), as
             for gro_cells devices without cells (ip6gre before v4.17) or DSA before v5.8.
+        runs: the receiver run of each row, non-decreasing (None: one run): each run is
+            replayed on a receiver of its own, from an empty GRO table, and flushed at
+            its end; flows, super-packets and polls are numbered run after run (the
+            numba engine's ``next_run``).
 
     Returns:
         :class:`GroResult` (contract in ``gropcap/gro/__init__.py``).
@@ -1602,6 +1606,27 @@ def simulate(packets: pa.Table, config: GroConfig | None = None, *,
     """
     config = config or GroConfig()
     table = _as_table(packets)
+    bounds = run_bounds(runs, table.num_rows)
+    if len(bounds) == 1:
+        return _simulate_run(table, config, polls, coalesced, hashes, no_gro)[0]
+    done = []
+    for a, b in bounds:
+        cut = lambda x: None if x is None or x is True else np.asarray(x)[a:b]  # noqa: E731
+        co = coalesced
+        if coalesced is not None and coalesced is not True:
+            import copy
+            co = copy.copy(coalesced)
+            for name, value in vars(coalesced).items():
+                if isinstance(value, np.ndarray) and value.ndim == 1:
+                    setattr(co, name, value[a:b])
+        done.append(_simulate_run(table.slice(a, b - a), config, cut(polls), co,
+                                  cut(hashes), cut(no_gro)))
+    return concat_runs([r for r, _ in done], [p for _, p in done])
+
+
+def _simulate_run(table: pa.Table, config: GroConfig, polls, coalesced, hashes,
+                  no_gro) -> tuple[GroResult, int]:
+    """One receiver run of :func:`simulate`: its GroResult and the number of polls."""
     n = table.num_rows
     flow_id = assign_flow_ids(table)
     payload_len = _col(table, "payload_len")
@@ -1629,6 +1654,7 @@ def simulate(packets: pa.Table, config: GroConfig | None = None, *,
     rec = _Recorder(n, config.kernel, payload_len)
     pkt_poll = np.full(n, -1, dtype=np.int64)
     ordered: list[tuple[SegDraft, int]] = []
+    npolls = 0
 
     if not napi:
         # ideal: one unlimited list, no poll boundaries; what is held at the end is
@@ -1658,6 +1684,7 @@ def simulate(packets: pa.Table, config: GroConfig | None = None, *,
             rec.receive(node, skb, 0, events)
         if last is not None:
             _flush_window(nodes, rec, events, window, ordered)
+        npolls = window + 1
     else:
         per_queue: dict[int, list] = {}
         for skb in skbs:
@@ -1670,8 +1697,9 @@ def simulate(packets: pa.Table, config: GroConfig | None = None, *,
             for i in poll.packets:
                 pkt_poll[i] = pid
             ordered += [(d, pid) for d in poll.events]
+        npolls = len(all_polls)
+    return _build_result(n, flow_id, rec, ordered, pkt_poll, skbs, napi), npolls
 
-    return _build_result(n, flow_id, rec, ordered, pkt_poll, skbs, napi)
 
 
 def needs_reference(config: GroConfig) -> bool:

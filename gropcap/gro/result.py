@@ -99,3 +99,42 @@ class GroResult:
         pl = self.seg_payload_len[multi]
         cnt = self.seg_count[multi].astype(np.int64)
         assert np.all(gs * (cnt - 1) < pl) and np.all(pl <= gs * cnt), "gso_size inconsistent"
+
+
+def run_bounds(runs, n: int) -> list[tuple[int, int]]:
+    """``(lo, hi)`` row ranges of the receiver runs of ``n`` rows (``runs``: the run of
+    each row, non-decreasing; None: one run)."""
+    if runs is None or not n:
+        return [(0, n)]
+    runs = np.asarray(runs, np.int64)
+    if runs.shape != (n,):
+        from gropcap.errors import ConfigError
+        raise ConfigError(f"runs has {runs.shape} values for {n} packets")
+    if np.any(np.diff(runs) < 0):
+        from gropcap.errors import ConfigError
+        raise ConfigError("runs must be non-decreasing", hint="one run after the other")
+    cuts = np.flatnonzero(np.diff(runs)) + 1
+    edges = [0, *cuts.tolist(), n]
+    return list(zip(edges, edges[1:]))
+
+
+def concat_runs(results: list[GroResult], polls: list[int]) -> GroResult:
+    """The GroResults of consecutive receiver runs (each numbered from 0, ``polls[k]``
+    polls in run ``k``) as one: rows, flows, super-packets and polls numbered run after
+    run, super-packets delivered run after run."""
+    rows = flows = segs = npoll = 0
+    cols: dict[str, list] = {f: [] for f in GroResult.__dataclass_fields__}
+    for r, p in zip(results, polls):
+        shift = {"flow_id": flows, "gro_seg": segs, "poll_id": npoll,
+                 "seg_flow_id": flows, "seg_first_packet": rows, "seg_last_packet": rows,
+                 "seg_poll_id": npoll}
+        for f in cols:
+            a = getattr(r, f)
+            if f in shift and shift[f]:
+                a = np.where(a >= 0, a + shift[f], a) if "poll" in f else a + shift[f]
+            cols[f].append(a)
+        rows += r.num_packets
+        segs += r.num_superpackets
+        flows += int(r.flow_id.max()) + 1 if r.num_packets else 0
+        npoll += p
+    return GroResult(**{f: np.concatenate(v) for f, v in cols.items()})

@@ -466,7 +466,7 @@ def _engine_for(engine: str, config: GroConfig):
 def simulate_stages(packets: pa.Table, config: GroConfig, *,
                     native: GroResult | None = None, frag_list_segs: int = MAX_SKB_FRAGS,
                     split_end_flush: bool = False, engine: str = "reference",
-                    coalesced=None) -> list[StageResult]:
+                    coalesced=None, runs=None) -> list[StageResult]:
     """Native GRO, then (when ``config.tunnel_gro`` is not None) the gro_cells stage.
 
     Parameters:
@@ -481,6 +481,8 @@ def simulate_stages(packets: pa.Table, config: GroConfig, *,
             stages; a configuration only the reference implements runs there.
         coalesced: a :class:`gropcap.gro.coalesced.CoalescedInput` for the capture (frames captured
             already coalesced): the native stage's input segments; None: plain segments.
+        runs: the receiver run of each row (``engine.simulate``; None: one run); a
+            gro_cells row belongs to the run of the native super-packet it comes from.
 
     Returns:
         ``[native]`` or ``[native, gro_cells]`` :class:`StageResult` objects.
@@ -491,8 +493,9 @@ def simulate_stages(packets: pa.Table, config: GroConfig, *,
         >>> [s.name for s in simulate_stages(empty_packet_table(), GroConfig(tunnel_gro=True))]
         ['native', 'gro_cells']
     """
+    more = {} if runs is None else {"runs": runs}
     if native is None:
-        native = _engine_for(engine, config)(packets, config, coalesced=coalesced)
+        native = _engine_for(engine, config)(packets, config, coalesced=coalesced, **more)
     segs_in = (np.asarray(coalesced.segs, np.int64) if coalesced is not None
                else np.ones(packets.num_rows, np.int64))
     out = [StageResult("native", packets, native, segs_in)]
@@ -507,9 +510,11 @@ def simulate_stages(packets: pa.Table, config: GroConfig, *,
     cfg2 = config.replace(native_gro=True, tunnel_gro=None, udp_tunnels=(), queues=1,
                           gro_max_size=65536, gro_ipv4_max_size=65536)
     napi = config.model == "napi"
+    if runs is not None and len(src):
+        more = {"runs": np.asarray(runs, np.int64)[native.seg_first_packet[src]]}
     res = _engine_for(engine, cfg2)(derived, cfg2, coalesced=co, no_gro=~gro,
                                     polls=polls if napi else None,
-                                    hashes=hashes if napi else None)
+                                    hashes=hashes if napi else None, **more)
     _keep_arriving_gso_type(res, co.gso_type)
     out.append(StageResult("gro_cells", derived, res, segs, source_seg=src, device=device,
                            gro=gro, dropped=dropped))

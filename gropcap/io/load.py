@@ -234,6 +234,7 @@ def load(directory) -> Analysis:
     if "gropcap.mtu" in meta:
         from gropcap.gro.mtu import MtuInference
         analysis.mtu = MtuInference(**json.loads(meta["gropcap.mtu"]))
+    analysis.captures = meta.get("gropcap.captures", "auto")
     return analysis
 
 

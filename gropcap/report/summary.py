@@ -144,6 +144,13 @@ def _section_header(out: _Out, s: dict) -> None:
     out.print(f"gropcap {s['gropcap']}: kernel {s['kernel']}, {s['packets']} packets, "
               f"{human_bytes(s['wire_bytes'])} on the wire")
     out.print(f"capture: {files}", soft_wrap=True)
+    inputs = s.get("inputs")
+    if inputs and inputs["files"] > 1:
+        # several files: one receiver's timeline or separate receivers (--captures)
+        import textwrap
+        for line in textwrap.wrap(f"inputs: {inputs['text']}", out.width,
+                                  subsequent_indent="  ", break_on_hyphens=False):
+            out.print(line)
 
 
 def _section_receive(out: _Out, s: dict) -> None:

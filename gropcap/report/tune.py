@@ -99,16 +99,17 @@ def variants(config, packets, dev: str = "DEV") -> list[Variant]:
     return out
 
 
-def _napi_ratio(packets, config, coalesced, segments, engine: str):
-    """(ratio, super-packets reaching the stack) of the napi model under ``config``."""
+def _napi_ratio(packets, config, coalesced, segments, engine: str, runs=None):
+    """(ratio, super-packets reaching the stack) of the napi model under ``config``
+    (``runs``: the receiver run of each row, run/receivers.py; None: one run)."""
     from gropcap.run.engines import simulate
     cfg = config.replace(model="napi")
-    res = simulate(packets, cfg, engine=engine, coalesced=coalesced)
+    res = simulate(packets, cfg, engine=engine, coalesced=coalesced, runs=runs)
     out = res.num_superpackets
     if cfg.tunnel_gro is not None:
         from gropcap.gro.stages import simulate_stages, stages_summary
         out = stages_summary(simulate_stages(packets, cfg, native=res, engine=engine,
-                                             coalesced=coalesced))["delivered"]
+                                             coalesced=coalesced, runs=runs))["delivered"]
     return (round(segments / out, 4) if out else 0.0), int(out)
 
 
@@ -117,7 +118,8 @@ def tune(paths, config=None, *, decode_options=None, dev: str = "DEV",
     """Rank receive-side changes by the napi model's aggregation on the captures.
 
     Args:
-        paths: capture file(s) or directories (one stream, as ``analyze``).
+        paths: capture file(s) or directories (as ``analyze``: several files are
+            receiver runs as ``--captures auto`` infers them, run/receivers.py).
         config: the receiver as it is (:class:`GroConfig`); each variant changes it.
         dev: the receiving device's name in the commands.
 
@@ -141,11 +143,14 @@ def tune(paths, config=None, *, decode_options=None, dev: str = "DEV",
     co = stats.infer(packets)
     segments = int(co.segs.astype(np.int64).sum())
     co = co if co.num_coalesced else None
-    ratio, out = _napi_ratio(packets, config, co, segments, engine)
+    # several files: receiver runs as `gropcap analyze --captures auto` infers them
+    from gropcap.run.receivers import table_runs
+    runs = table_runs(packets, len(infos))
+    ratio, out = _napi_ratio(packets, config, co, segments, engine, runs)
     found = variants(config, packets, dev)
     for v in found:
         v.ratio, v.superpackets = _napi_ratio(packets, config.replace(**v.changes), co,
-                                              segments, engine)
+                                              segments, engine, runs)
         v.gain = round(v.ratio / ratio - 1, 4) if ratio else 0.0
     order = sorted(range(len(found)), key=lambda i: (-found[i].ratio, i))
     return {"files": [i.path for i in infos], "segments": segments,

@@ -44,7 +44,7 @@ from gropcap.gro.reasons import FLUSH_CWR, FLUSH_ZERO_PAYLOAD, reason_name
 UDP_TUNNEL_KINDS = {C.TUN_VXLAN: "vxlan", C.TUN_VXLAN_GPE: "vxlan-gpe",
                     C.TUN_GENEVE: "geneve", C.TUN_FOU: "fou", C.TUN_GUE: "gue"}
 FLOW_KEY_COLS = ("encap", "ip_version", "ip_src", "ip_dst", "l4_proto", "sport", "dport",
-                 "tun_type", "tun_key", "vlan_tci0", "dsa_port")
+                 "tun_type", "tun_key", "vlan_tci0", "dsa_port", "file_index")
 
 
 def udp_tunnel_counts(t) -> dict[tuple[str, int], int]:
@@ -138,6 +138,10 @@ class CaptureCounts:
         self.file_packets = np.zeros(0, np.int64)   # per input file (file_index)
         self.file_bytes = np.zeros(0, np.int64)
         self.file_data = np.zeros(0, np.int64)
+        # per input file: its first and latest timestamp (run.receivers.NO_TS: no row),
+        # what --captures auto decides receiver runs from
+        self.file_first_ts = np.zeros(0, np.int64)
+        self.file_max_ts = np.zeros(0, np.int64)
         self.wire_bytes = 0
         self.status = np.zeros(256, np.int64)
         self.encap: dict[str, int] = {}
@@ -169,6 +173,7 @@ class CaptureCounts:
         self.file_bytes = _add_at(self.file_bytes,
                                   np.bincount(fidx, wire).astype(np.int64))
         self.file_data = _add_at(self.file_data, np.bincount(fidx[has]))
+        self._add_times(fidx, col("ts_ns").astype(np.int64))
         self.wire_bytes += int(wire.sum())
         self.status += np.bincount(col("status").astype(np.int64), minlength=256)
         self.encap = _merge_dicts(self.encap, encap_counts(t, np.ones(t.num_rows, np.bool_)))
@@ -195,6 +200,31 @@ class CaptureCounts:
         self.short += int(np.count_nonzero((col("cap_len") < col("wire_len"))
                                            & (col("l4_proto") != 0)))
 
+    def _add_times(self, fidx: np.ndarray, ts: np.ndarray) -> None:
+        """Rows' files and timestamps into each file's first and latest timestamp."""
+        from gropcap.run.receivers import NO_TS
+        if fidx[0] == fidx[-1] and bool(np.all(fidx == fidx[0])):   # the usual batch
+            seen, first, top = fidx[:1], ts[:1], np.array([ts.max()], np.int64)
+        else:
+            seen, at, inv = np.unique(fidx, return_index=True, return_inverse=True)
+            first = ts[at]
+            top = np.full(len(seen), NO_TS, np.int64)
+            np.maximum.at(top, inv.ravel(), ts)
+        later_first = np.full(int(seen.max()) + 1, NO_TS, np.int64)
+        later_first[seen] = first
+        later_max = np.full(len(later_first), NO_TS, np.int64)
+        later_max[seen] = top
+        self._merge_times(later_first, later_max)
+
+    def _merge_times(self, first: np.ndarray, top: np.ndarray) -> None:
+        """Fold in later rows' first and latest timestamps per file."""
+        from gropcap.run.receivers import NO_TS
+        n = max(len(self.file_first_ts), len(first))
+        pad = lambda a: np.concatenate([a, np.full(n - len(a), NO_TS, np.int64)])  # noqa
+        mine, theirs = pad(self.file_first_ts), pad(first)
+        self.file_first_ts = np.where(mine == NO_TS, theirs, mine)
+        self.file_max_ts = np.maximum(pad(self.file_max_ts), pad(top))
+
     def _tot(self, k: int, frames: int, largest: int) -> None:
         e = self.tot_hist.setdefault(k, [0, 0])
         e[0] += frames
@@ -214,6 +244,12 @@ class CaptureCounts:
             moved = np.zeros(new + 1, np.int64)
             moved[new] = int(a[old]) if old < len(a) else 0
             setattr(self, k, moved)
+        from gropcap.run.receivers import NO_TS
+        for k in ("file_first_ts", "file_max_ts"):
+            a = getattr(self, k)
+            moved = np.full(new + 1, NO_TS, np.int64)
+            moved[new] = int(a[old]) if old < len(a) else NO_TS
+            setattr(self, k, moved)
         return self
 
     def merge(self, later: "CaptureCounts") -> "CaptureCounts":
@@ -223,6 +259,7 @@ class CaptureCounts:
             setattr(self, k, getattr(self, k) + getattr(later, k))
         for k in ("file_packets", "file_bytes", "file_data"):
             setattr(self, k, _add_at(getattr(self, k), getattr(later, k)))
+        self._merge_times(later.file_first_ts, later.file_max_ts)
         self.status = self.status + later.status
         self.encap = _merge_dicts(self.encap, later.encap)
         self.pre_largest = max(self.pre_largest, later.pre_largest)
@@ -374,7 +411,8 @@ def flow_key_columns(keys: pa.Table) -> dict:
         "src": arrow_strings([addr_text(s, v) for s, v in zip(src, ver)]),
         "dst": arrow_strings([addr_text(d, v) for d, v in zip(dst, ver)]),
         **{name: keys.column(name) for name in ("l4_proto", "sport", "dport", "tun_type",
-                                                "tun_key", "vlan_tci0", "dsa_port")},
+                                                "tun_key", "vlan_tci0", "dsa_port",
+                                                "file_index")},
     }
 
 

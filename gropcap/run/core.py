@@ -39,7 +39,8 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
                 out_dir: str | None = None, plot=None, force: bool = False,
                 in_memory: bool = False, jobs: int | None = None,
                 scheduler: str | None = None, scratch=None, progress=None, receiver=None,
-                receive=None, packet_columns="default", threads: int | None = None):
+                receive=None, packet_columns="default", threads: int | None = None,
+                captures: str = "auto"):
     """Analyse captures and write the requested sinks.
 
     Args:
@@ -60,6 +61,9 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
             a list (``io.columns.parse_packet_columns``).
         threads: the threads of a bounded-memory run (``run.stream.stream_analyze``;
             None: ``run.threads.default_threads``); the other ways ignore it.
+        captures: how several input files map to receiver runs (``--captures``:
+            ``"auto"``, ``"continuous"``, ``"separate"``; ``run/receivers.py``), the same
+            in every way of running.
 
     Returns:
         An ``Analysis`` (in memory or Dask) or a ``run.stream.StreamResult`` (bounded
@@ -68,7 +72,7 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
     """
     config, decode_options, models = run_options(config, decode_options, models,
                                                  decoder=decoder, engine=engine,
-                                                 egress=egress)
+                                                 egress=egress, captures=captures)
     from gropcap.receive.profile import resolve_receiver
     config, receiver = resolve_receiver(config, receiver)
     distributed = jobs is not None or scheduler is not None
@@ -79,7 +83,8 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
         return stream_analyze(paths, config, models=models, decode_options=decode_options,
                               out_dir=out_dir, force=force, progress=progress,
                               receiver=receiver, receive=receive,
-                              packet_columns=packet_columns, threads=threads)
+                              packet_columns=packet_columns, threads=threads,
+                              captures=captures)
     if distributed and config.poll_acks:
         from gropcap.errors import ConfigError
         raise ConfigError("--poll-acks reads the whole capture (an ACK follows the data it "
@@ -98,14 +103,15 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
                                        scheduler=scheduler, models=models,
                                        decode_options=decode_options, engine=engine,
                                        decoder=decoder, egress=egress, scratch=scratch,
-                                       progress=progress)
+                                       progress=progress, captures=captures)
         if not in_memory and partitioned_reason(config, engine=engine, decoder=decoder,
                                                 egress=egress, plot=plot is not None) is None:
             result = analyze_partitioned(
                 paths, config, jobs=jobs, scheduler=scheduler, models=models,
                 decode_options=decode_options, out_dir=out_dir, force=force,
                 scratch=scratch, progress=progress, receiver=receiver, receive=receive,
-                packet_columns=packet_columns, fallback=in_memory_merge)
+                packet_columns=packet_columns, fallback=in_memory_merge,
+                captures=captures)
             if not isinstance(result, Analysis):
                 return result
             analysis = result
@@ -116,7 +122,7 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
         from gropcap.run.memory import analyze
         analysis = analyze(paths, config, models=models, decode_options=decode_options,
                            engine=engine, decoder=decoder, egress=egress,
-                           progress=progress, receiver=receiver)
+                           progress=progress, receiver=receiver, captures=captures)
     analysis.receive = receive
     _write_sinks(analysis, out_dir, plot, force, progress, packet_columns)
     return analysis

@@ -229,13 +229,18 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                         models=MODELS, decode_options=None, out_dir=None,
                         force: bool = False, scratch=None, progress=None, receiver=None,
                         receive=None, packet_columns="default", batch_records: int = 65536,
-                        split_bytes=None, fallback=None):
+                        split_bytes=None, fallback=None, captures: str = "auto"):
     """Analyse captures on Dask with the bounded-memory core per partition (module
     docstring): a :class:`PartitionedResult` whose summary equals the one-process run's;
     with ``out_dir``, ``packets/part-*.parquet``, ``superpackets/part-*.parquet`` and
     ``flows.parquet`` there, the same rows as the one-process files (a list of
     ``packet_columns`` gets ``file_index`` and ``record`` too: the key that puts the
     parts back in capture order).
+
+    Receiver runs (``captures``, ``run/receivers.py``): a partition holds the rows of
+    one run only (its files' pieces; partition ``j`` is RX-queue partition
+    ``j % nparts`` of run ``j // nparts``), flows are keyed by run and key, and delivery
+    is run after run (``run.dask_tasks``: the run leads the delivery key).
 
     When the workers share no scratch directory with this process, or the data needs
     it (a flow or an ideal-model same-flow class in two RX-queue partitions),
@@ -249,12 +254,13 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
     from gropcap.run.accumulators import Totals
     from gropcap.run.distributed import (BATCH_RECORDS, SPLIT_BYTES, _decode_all,
                                          _merged_capture, _nparts, _nworkers,
-                                         _scratch_dir, open_client)
+                                         _scratch_dir, open_client, run_keys)
     from gropcap.run.inputs import input_files
     from gropcap.run.summary import render_summary
     from gropcap.io.columns import parse_packet_columns
     from gropcap.run.options import run_options
-    config, decode_options, models = run_options(config, decode_options, models)
+    config, decode_options, models = run_options(config, decode_options, models,
+                                                 captures=captures)
     packet_columns = parse_packet_columns(packet_columns)
     if isinstance(packet_columns, tuple):
         # the dataset's order key (its parts hold partitions): always written
@@ -295,13 +301,21 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                     if stats is not None and stats.num else None
                 pieces = [(p.ref, d.index, d.new_index, p.offset)
                           for d in decoded for p in d.pieces]
-                works = [os.path.join(tmp, f"core-{k}") for k in range(nparts)]
+                # receiver runs: partition j holds RX-queue partition j % nparts of run
+                # j // nparts (its files' pieces only), so no partition mixes runs
+                from gropcap.run.summary import inputs_of
+                run_of_file = inputs_of(capture, infos, captures)["run_of_file"]
+                nruns = max(run_of_file, default=0) + 1
+                run_pieces = [[p for p in pieces if run_of_file[p[2]] == r]
+                              for r in range(nruns)]
+                works = [os.path.join(tmp, f"core-{k}") for k in range(nruns * nparts)]
                 check = nparts > 1 and split_model == "napi" and "ideal" in models
                 from gropcap.run.stream import _TunnelHint
                 hint = _TunnelHint(capture.udp_tunnels, config, models)
                 tasks = []
-                for k in range(nparts):
-                    args = (pieces, config, tuple(models), split, nparts, k, stats_arg,
+                for k in range(nruns * nparts):
+                    args = (run_pieces[k // nparts], config, tuple(models), split, nparts,
+                            k, stats_arg,
                             works[k], n, batch_records, check,
                             hint.pairs if hint.collect else ())
                     tasks.append((c.submit(gro_partition_task, *args, pure=False), args))
@@ -314,8 +328,12 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                     stats_arg.release()
                 tm["gro"] = clock() - t0
                 t0 = clock()
-                _check_classes(done)
-                fmaps = flow_maps([d["keys"] for d in done], [d["firsts"] for d in done])
+                for r in range(nruns):
+                    _check_classes(done[r * nparts:(r + 1) * nparts])
+                # flows keyed by run and key: a flow of two runs is two flows
+                fmaps = flow_maps([run_keys(d["keys"], d["k"] // nparts) if nruns > 1
+                                   else d["keys"] for d in done],
+                                  [d["firsts"] for d in done])
                 tot = Totals(models, config.verify_checksums)
                 tot.capture = capture
                 for d, fmap in zip(done, fmaps):
@@ -335,6 +353,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                                    {m: None for m in models}, decode_options)
                 meta_of.mtu = mtu
                 meta_of.receiver = receiver
+                meta_of.captures = captures
                 meta = meta_of.metadata()
                 stage = None
                 if out_dir:
@@ -350,7 +369,8 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                         os.mkdir(os.path.join(stage, name))
                 wtasks = []
                 for k, (d, fmap) in enumerate(zip(done, fmaps)):
-                    args = (pieces, config, tuple(models), split, nparts, k, works,
+                    args = (run_pieces[k // nparts], config, tuple(models), split, nparts,
+                            k, works,
                             d["info"], fmap, stage, meta, packet_columns, batch_records,
                             hint.pairs)
                     wtasks.append((c.submit(write_partition_task, *args, pure=False),
@@ -374,7 +394,8 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 tm["write"] = clock() - t0
                 t0 = clock()
                 summary = render_summary(tot, infos=infos, config=config, mtu=mtu,
-                                         receive=receive or ReceiveContext.from_config(config))
+                                         receive=receive or ReceiveContext.from_config(config),
+                                         captures=captures)
                 tunnel_hint = _finish_hint(hint, done, summary, tot, decoded, stats)
                 if failures:
                     summary["failed_inputs"] = [f.as_dict() for f in failures]
@@ -435,7 +456,8 @@ def _finish_hint(hint, done: list, summary: dict, tot, decoded: list, stats):
         co = stats.infer(table) if stats is not None and stats.num else None
         return table, (co if co is not None and co.num_coalesced else None)
     seg_in = tot.coalesced.segs_total if tot.coalesced else tot.capture.packets
-    return hint.finish(summary["models"], seg_in, tot.capture.packets, whole)
+    return hint.finish(summary["models"], seg_in, tot.capture.packets, whole,
+                       summary["inputs"]["run_of_file"])
 
 
 def _merge_encap(mc, enc: dict) -> None:

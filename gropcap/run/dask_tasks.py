@@ -44,7 +44,7 @@ def _partition_batches(pieces, split: str, nparts: int, k: int, batch_records: i
             if part is None:
                 rows = np.arange(lo, lo + t.num_rows, dtype=np.int64)
             else:
-                mine = part[lo:lo + step] == k
+                mine = part[lo:lo + step] == k % nparts   # k // nparts: its receiver run
                 rows = np.flatnonzero(mine) + lo
                 if not len(rows):
                     continue
@@ -166,12 +166,14 @@ def gro_partition_task(pieces, config, models, split: str, nparts: int, k: int, 
                 nseg += np.bincount(s["poll"].astype(np.int64), minlength=len(p_time))
             elif not napi and len(s["trig"]):
                 trig, first = s["trig"].astype(np.int64), s["first"].astype(np.int64)
-                whens.append(np.where(trig >= 0, grows[np.maximum(trig, 0)],
-                                      n_total + grows[first]))
+                # run after run (run // nparts leads), a run's end flush after its rows
+                whens.append((k // nparts) * 2 * n_total + np.where(
+                    trig >= 0, grows[np.maximum(trig, 0)], n_total + grows[first]))
         table = {}
         if napi and len(p_time):
             order = np.lexsort((np.arange(len(p_time)), p_queue, p_time))
-            table = {"time": p_time[order].astype(np.int64),
+            table = {"run": np.full(len(order), k // nparts, np.int64),
+                     "time": p_time[order].astype(np.int64),
                      "queue": p_queue[order].astype(np.int64),
                      "cum": np.concatenate([[0], np.cumsum(nseg[order])]), "order": order}
         elif not napi:
@@ -218,8 +220,9 @@ class _Order:
         self.napi, self.inferred = model == "napi", napi
         self.next = 0
         if napi:
-            key = lambda t: np.rec.fromarrays([t["time"], t["queue"]],  # noqa: E731
-                                              names="t,q")
+            # receiver run, then time and queue (engine.assemble's order)
+            key = lambda t: np.rec.fromarrays([t["run"], t["time"], t["queue"]],  # noqa
+                                              names="r,t,q")
             mine = key(own)
             rank_sorted = np.arange(len(mine), dtype=np.int64)
             off_sorted = own["cum"][:-1].copy()

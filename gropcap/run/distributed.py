@@ -301,18 +301,23 @@ def load_part(ref):
     return part, rows["rows"], keys
 
 
-def model_task(sources, config: GroConfig, engine: str, stats):
+def model_task(sources, config: GroConfig, engine: str, stats, run_of_file=None):
     """One model over the whole table (``run.engines.simulate`` and, when configured, the
-    gro_cells stage): ``(GroResult, stages or None)``."""
+    gro_cells stage): ``(GroResult, stages or None)``; ``run_of_file``: the receiver run
+    of each file (None: one run)."""
     from gropcap.run.engines import simulate
     packets = _packets_of(sources)
     coalesced = stats.infer(packets) if stats is not None and stats.num else None
-    result = simulate(packets, config, engine=engine, coalesced=coalesced)
+    runs = None
+    if run_of_file is not None and max(run_of_file, default=0):
+        from gropcap.run.receivers import row_runs
+        runs = row_runs(packets, np.asarray(run_of_file, np.int64))
+    result = simulate(packets, config, engine=engine, coalesced=coalesced, runs=runs)
     stages = None
     if config.tunnel_gro is not None:
         from gropcap.gro.stages import simulate_stages
         stages = simulate_stages(packets, config, native=result, engine=engine,
-                                 coalesced=coalesced)
+                                 coalesced=coalesced, runs=runs)
     return result, stages
 
 
@@ -352,8 +357,19 @@ def global_flow_ids(parts: list, rows: list[np.ndarray], keys: list[np.ndarray],
     return flow_id
 
 
+def run_keys(keys: np.ndarray, run: int) -> np.ndarray:
+    """A partition's flow keys (``np.void`` rows) prefixed by its receiver run
+    (``run/receivers.py``): the same flow in two runs is two flows."""
+    if not len(keys):
+        return keys
+    raw = keys.view(np.uint8).reshape(len(keys), keys.dtype.itemsize)
+    both = np.concatenate([np.full((len(keys), 1), run, np.int64).view(np.uint8), raw],
+                          axis=1)
+    return np.ascontiguousarray(both).view(np.dtype((np.void, both.shape[1]))).ravel()
+
+
 def merge_parts(parts: list, rows: list[np.ndarray], keys: list[np.ndarray], n: int,
-                config: GroConfig):
+                config: GroConfig, runs: list[int] | None = None):
     """Map per-partition BatchResults (``engine.partition_of``) to global numbering and
     assemble the one GroResult a one-process run gives.
 
@@ -367,18 +383,41 @@ def merge_parts(parts: list, rows: list[np.ndarray], keys: list[np.ndarray], n: 
       end-of-capture flush, oldest hold first. Every row belongs to one partition, so the
       one-process order is (trigger row, emission order within it), then the flushed
       ones by their first row (hold order is row order).
+
+    ``runs[i]``: the receiver run of partition ``i`` (``run/receivers.py``; None: one
+    run; partitions run-major): flows are keyed by run, and each run is delivered after
+    the one before it (one merged part per run, ``BatchResult.run``).
     """
-    from gropcap.gro.engine import BatchResult, assemble
-    cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64)  # noqa: E731
+    from gropcap.gro.engine import assemble
+    runs = [0] * len(parts) if runs is None else list(runs)
+    if max(runs, default=0):
+        keys = [run_keys(k, r) for k, r in zip(keys, runs)]
     flow_id = global_flow_ids(parts, rows, keys, n)
     queue = np.zeros(n, np.uint16)
+    for part, r in zip(parts, rows):
+        queue[r] = part.rx_queue
+    merged, off = [], [0, 0]       # polls and instances numbered over every run
+    lo = 0
+    for run in sorted(set(runs)):
+        mine = [i for i, x in enumerate(runs) if x == run]
+        hi = max([lo] + [int(rows[i].max()) + 1 for i in mine if len(rows[i])])
+        merged.append(_merge_run([parts[i] for i in mine], [rows[i] for i in mine],
+                                 flow_id, queue, lo, hi, n, config, run, off))
+        lo = hi
+    return assemble(merged, config)
+
+
+def _merge_run(parts, rows, flow_id, queue, lo: int, hi: int, n: int, config, run: int,
+               off: list):
+    """One receiver run's partitions (global rows ``lo:hi``) as one BatchResult of
+    global numbering (``off``: polls and instances of the runs before, advanced)."""
+    from gropcap.gro.engine import BatchResult
+    cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64)  # noqa: E731
     p_row, p_reason, p_inst, p_poll = [], [], [], []
     segs: dict[str, list] = {}
     p_time, p_queue = [], []
-    poll_off = 0
-    inst_off = 0
+    poll_off, inst_off = off
     for part, r in zip(parts, rows):
-        queue[r] = part.rx_queue
         nseg_inst = int(part.segs["inst"].max()) + 1 if len(part.segs["inst"]) else 0
         ninst = max(nseg_inst, int(part.p_inst.max()) + 1 if len(part.p_inst) else 0)
         p_row.append(r[part.p_row])
@@ -409,11 +448,12 @@ def merge_parts(parts: list, rows: list[np.ndarray], keys: list[np.ndarray], n: 
         when = np.where(trig >= 0, trig, n + seg["first"])
         order = np.lexsort((np.arange(len(trig)), when))
         seg = {f: v[order] for f, v in seg.items()}
-    merged = BatchResult(
-        row_start=0, flow_id=flow_id, rx_queue=queue, p_row=cat(p_row),
+    base = off[0]
+    off[:] = [poll_off, inst_off]
+    return BatchResult(
+        row_start=lo, flow_id=flow_id[lo:hi], rx_queue=queue[lo:hi], p_row=cat(p_row),
         p_reason=cat(p_reason).astype(np.uint8), p_inst=cat(p_inst), p_poll=cat(p_poll),
-        segs=seg, poll_base=0, poll_time=cat(p_time), poll_queue=cat(p_queue))
-    return assemble([merged], config)
+        segs=seg, poll_base=base, poll_time=cat(p_time), poll_queue=cat(p_queue), run=run)
 
 
 def _nworkers(c) -> int:
@@ -528,7 +568,7 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
                         split_bytes: int | None = SPLIT_BYTES,
                         batch_records: int = BATCH_RECORDS,
                         scratch: str | bool | None = None,
-                        progress=None) -> DistributedAnalysis:
+                        progress=None, captures: str = "auto") -> DistributedAnalysis:
     """:func:`gropcap.run.memory.analyze` on Dask, with the same result.
 
     Args:
@@ -548,6 +588,9 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
             Scratch files are removed before returning.
         progress: a :class:`gropcap.run.progress.Progress`: one line per stage counts
             its finished tasks.
+        captures: how several files map to receiver runs (``run/receivers.py``): a
+            GRO partition holds one run's rows, flows are keyed by run, delivery is run
+            after run (:func:`merge_parts`).
 
     Returns:
         A :class:`DistributedAnalysis`: verdicts, tables and summary equal to the
@@ -560,7 +603,7 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
     from gropcap.run.inputs import input_files
     config, decode_options, models = run_options(config, decode_options, models,
                                                  decoder=decoder, engine=engine,
-                                                 egress=egress)
+                                                 egress=egress, captures=captures)
     files = input_files(paths)
     with open_client(client, jobs=jobs, scheduler=scheduler) as c, \
             _scratch_dir(c, scratch) as tmp:
@@ -571,6 +614,9 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
         decoded, infos, failures = _decode_all(c, files, decode_options, decoder,
                                                split_bytes, batch_records, tmp, progress,
                                                tuple(s for s in splits if s[2] > 1))
+        from gropcap.run.summary import inputs_of
+        # receiver runs (run/receivers.py): partitions per run, the run leads delivery
+        run_of_file = inputs_of(_merged_capture(decoded), infos, captures)["run_of_file"]
         n = sum(p.rows for d in decoded for p in d.pieces)
         # gso_size inference needs every row (SYNs, per-direction statistics): the
         # pieces' statistics, merged in input order
@@ -580,7 +626,8 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
                 stats = p.stats if stats is None else stats.merge(p.stats)
         if stats is not None:
             stats.set_mtu(config.mtu).mtu_inference()   # resolved once, shipped resolved
-        pending = _submit_models(c, decoded, n, config, models, engine, stats, tmp)
+        pending = _submit_models(c, decoded, n, config, models, engine, stats, tmp,
+                                 run_of_file)
         if progress is not None:
             for m, (_, _, tasks) in pending.items():
                 progress.track(f"GRO {m}", [t[0] for t in tasks])
@@ -597,6 +644,7 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
     from gropcap.gro.coalesced import CoalescedStats
     a.mtu = (stats or CoalescedStats(config.mtu)).mtu_inference()
     a.failures = failures
+    a.captures = captures
     a._cache["totals"] = _merged_totals(a, decoded, partitions)
     return a
 
@@ -625,12 +673,15 @@ def _merged_totals(a, decoded: list, partitions: dict):
 def _merged_capture(decoded: list):
     """The ``CaptureCounts`` of every decoded piece, merged in input order (file indexes
     moved past failed inputs)."""
+    import copy
+
     from gropcap.run.accumulators import CaptureCounts
     capture = CaptureCounts()
     for d in decoded:
         for p in d.pieces:
+            # renumbered on a copy: the pieces' counts may be merged again
             capture.merge(p.counts if d.index == d.new_index else
-                          p.counts.renumber_file(d.index, d.new_index))
+                          copy.copy(p.counts).renumber_file(d.index, d.new_index))
     return capture
 
 
@@ -844,7 +895,7 @@ class _RangeFailed(Exception):
 
 
 def _submit_models(c, decoded: list, n: int, config: GroConfig, models, engine, stats,
-                   scratch=None):
+                   scratch=None, run_of_file=None):
     """Submit every model's GRO tasks: ``{model: (kind, cfg, tasks)}``.
 
     A model the numba engine runs (``_split_ok``) is cut into one partition per worker
@@ -852,36 +903,44 @@ def _submit_models(c, decoded: list, n: int, config: GroConfig, models, engine, 
     in the ideal model): each decoded piece is split where it lies, and each partition
     task fetches only its share of every piece (with a scratch directory, each partition
     task maps every piece's file and copies its own rows out). Others run as one task
-    over the whole table."""
+    over the whole table. ``run_of_file``: the receiver run of each file (None: one
+    run); a partition holds one run's pieces (tasks run-major)."""
     import operator
     nworkers = _nworkers(c)
     stats_arg = c.scatter(stats, hash=False) if stats is not None and stats.num else None
     sources = [(d.kind, [p.ref for p in d.pieces], d.index, d.new_index) for d in decoded]
     pending = {}
+    run_of = (lambda d: 0) if run_of_file is None else \
+        (lambda d: run_of_file[d.new_index])  # noqa: E731
+    nruns = 1 + max((run_of(d) for d in decoded), default=0)
     for m in models:
         cfg = config.replace(model=m)
         if _split_ok(cfg, engine) and n:
             nparts = _nparts(cfg, nworkers)
             tasks = []
-            if scratch:
-                refs = [(p.ref, d.index, d.new_index, p.offset)
-                        for d in decoded for p in d.pieces]
-                for k in range(nparts):
-                    args = (refs, cfg, nparts, k, stats_arg,
-                            os.path.join(scratch, f"gro-{m}-{k}"))
-                    tasks.append((c.submit(partition_files_task, *args, pure=False),
-                                  args, partition_files_task))
-            else:
-                splits = [c.submit(split_task, p.ref, d.index, d.new_index, p.offset, cfg,
-                                   nparts, pure=False) for d in decoded for p in d.pieces]
-                for k in range(nparts):
-                    picks = [c.submit(operator.getitem, sp, k, pure=False) for sp in splits]
-                    args = (picks, cfg, stats_arg)
-                    tasks.append((c.submit(partition_task, *args, pure=False), args,
-                                  partition_task))
+            for r in range(nruns):
+                mine = [d for d in decoded if run_of(d) == r]
+                if scratch:
+                    refs = [(p.ref, d.index, d.new_index, p.offset)
+                            for d in mine for p in d.pieces]
+                    for k in range(nparts):
+                        args = (refs, cfg, nparts, k, stats_arg,
+                                os.path.join(scratch, f"gro-{m}-{r}-{k}"))
+                        tasks.append((c.submit(partition_files_task, *args, pure=False),
+                                      args, partition_files_task, r))
+                else:
+                    splits = [c.submit(split_task, p.ref, d.index, d.new_index, p.offset,
+                                       cfg, nparts, pure=False)
+                              for d in mine for p in d.pieces]
+                    for k in range(nparts):
+                        picks = [c.submit(operator.getitem, sp, k, pure=False)
+                                 for sp in splits]
+                        args = (picks, cfg, stats_arg)
+                        tasks.append((c.submit(partition_task, *args, pure=False), args,
+                                      partition_task, r))
             pending[m] = ("parts", cfg, tasks)
         else:
-            args = (sources, cfg, engine, stats_arg)
+            args = (sources, cfg, engine, stats_arg, run_of_file)
             pending[m] = ("model", cfg, [(c.submit(model_task, *args, pure=False), args)])
     return pending
 
@@ -894,9 +953,11 @@ def _gather_models(c, pending: dict, n: int):
     results, stages, partitions = {}, {}, {}
     for m, (kind, cfg, tasks) in pending.items():
         if kind == "parts":
-            done = [load_part(_result_or_retry(c, f, fn, *args)[0]) for f, args, fn in tasks]
+            done = [load_part(_result_or_retry(c, f, fn, *args)[0])
+                    for f, args, fn, _ in tasks]
             results[m] = merge_parts([d[0] for d in done], [d[1] for d in done],
-                                     [d[2] for d in done], n, cfg)
+                                     [d[2] for d in done], n, cfg,
+                                     runs=[t[3] for t in tasks])
             partitions[m] = [(d[0], d[1]) for d in done]
         else:
             fut, args = tasks[0]

@@ -20,7 +20,7 @@ from gropcap.run.options import check_engine
 
 
 def simulate(packets: pa.Table, config: GroConfig, *, engine: str = "fast",
-             polls=None, coalesced=None) -> GroResult:
+             polls=None, coalesced=None, runs=None) -> GroResult:
     """Run one GRO engine (``"fast"`` numba or ``"reference"`` plain Python).
 
     Configurations that use a receive-path feature only the reference model implements
@@ -33,6 +33,8 @@ def simulate(packets: pa.Table, config: GroConfig, *, engine: str = "fast",
 
     ``config.poll_acks`` (napi model, no explicit ``polls``): the polls the receiver's
     ACKs show reach the engine as arrival times (:mod:`gropcap.receive.ackpolls`).
+
+    ``runs``: the receiver run of each row (``run/receivers.py``; None: one run).
     """
     from gropcap.gro.reference import needs_reference
 
@@ -46,9 +48,10 @@ def simulate(packets: pa.Table, config: GroConfig, *, engine: str = "fast",
         from gropcap.gro.reference import simulate as run
     else:
         from gropcap.gro.engine import simulate as run
+    more = {} if runs is None else {"runs": runs}
     if coalesced is not None and coalesced.num_coalesced:
-        return run(packets, config, polls=polls, coalesced=coalesced)
-    return run(packets, config, polls=polls)
+        return run(packets, config, polls=polls, coalesced=coalesced, **more)
+    return run(packets, config, polls=polls, **more)
 
 
 class BatchGro:
@@ -67,6 +70,12 @@ class BatchGro:
         part, self.state = simulate_batch(table, self.config, self.state, final=final,
                                           coalesced=coalesced)
         return part
+
+    def next_run(self) -> None:
+        """The next receiver run on fresh receivers (``engine.next_run``; the run
+        before was fed ``final``)."""
+        from gropcap.gro.engine import next_run
+        self.state = next_run(self.state)
 
 
 class BatchGroModels:
@@ -87,31 +96,49 @@ class BatchGroModels:
                                                    final=final, coalesced=coalesced)
         return parts
 
+    def next_run(self) -> None:
+        """The next receiver run on fresh receivers (``engine.next_run``; the run
+        before was fed ``final``)."""
+        from gropcap.gro.engine import next_run
+        self.states = next_run(self.states)
+
 
 def simulate_batches(tables: list, config: GroConfig, *, engine: str = "fast",
-                     coalesced=None) -> GroResult:
+                     coalesced=None, runs=None) -> GroResult:
     """GRO over a run's decoded batches (tables in capture order): :class:`BatchGro`
     fed batch by batch, the parts assembled (``engine.assemble``). The reference model
     (asked for, or the only one that implements ``config``) runs on the whole table.
-    ``coalesced``: the whole run's ``gso.CoalescedInput`` (None: none)."""
+    ``coalesced``: the whole run's ``gso.CoalescedInput`` (None: none). ``runs``: the
+    receiver run of each row (``run/receivers.py``; None: one run): each run's last
+    rows are fed ``final`` and the next run starts on fresh receivers."""
     from gropcap.decode.schema import PACKET_SCHEMA
     from gropcap.gro.reference import needs_reference
 
     check_engine(engine)
     if engine == "reference" or needs_reference(config):
         whole = pa.concat_tables(tables) if tables else PACKET_SCHEMA.empty_table()
-        return simulate(whole, config, engine=engine, coalesced=coalesced)
+        return simulate(whole, config, engine=engine, coalesced=coalesced, runs=runs)
     from gropcap.gro.engine import assemble
     from gropcap.gro.coalesced import CoalescedInput
+    from gropcap.gro.result import run_bounds
     run = BatchGro(config)
     parts = []
     lo = 0
+    ends = [hi for _, hi in run_bounds(runs, sum(t.num_rows for t in tables))][:-1]
+    flushed: set = set()
     for t in tables:
         hi = lo + t.num_rows
-        co = None if coalesced is None else CoalescedInput(
-            coalesced.is_gso[lo:hi], coalesced.gso_size[lo:hi], coalesced.segs[lo:hi],
-            coalesced.source[lo:hi])
-        parts.append(run.feed(t, coalesced=co))
+        # a batch across a run's end is fed in two, the run flushed between them
+        cuts = [lo] + [e for e in ends if lo < e < hi] + [hi]
+        for a, b in zip(cuts, cuts[1:]):
+            if a in ends and a not in flushed:
+                flushed.add(a)
+                parts.append(run.feed(PACKET_SCHEMA.empty_table(), final=True))
+                run.next_run()
+            co = None if coalesced is None else CoalescedInput(
+                coalesced.is_gso[a:b], coalesced.gso_size[a:b], coalesced.segs[a:b],
+                coalesced.source[a:b])
+            parts.append(run.feed(t.slice(a - lo, b - a), coalesced=co))
         lo = hi
     parts.append(run.feed(PACKET_SCHEMA.empty_table(), final=True))
     return assemble(parts, config)

@@ -125,7 +125,8 @@ def sub_coalesced(co, idx):
 
 
 def sockets_models(config, pairs, models: dict, segments: int, *, tunnel_rows=None,
-                   before: dict | None = None, whole=None) -> dict | None:
+                   before: dict | None = None, whole=None,
+                   run_of_file=None) -> dict | None:
     """``{model: {"ratio", "ratio_with"}}`` with tunnel sockets for ``pairs`` added.
 
     The ideal model has no polls and no table limit, so flows do not interact: only the
@@ -134,19 +135,27 @@ def sockets_models(config, pairs, models: dict, segments: int, *, tunnel_rows=No
     model, its super-packets that start at a tunnel row. The napi model shares polls and
     the GRO table between flows: it runs on the whole table (``whole``: ``(table,
     CoalescedInput or None)``, None when too large). ``models``: the summary's models
-    (``superpackets_out``, ``aggregation_ratio``); ``segments``: segments in. Models
-    left out are missing from the dict."""
+    (``superpackets_out``, ``aggregation_ratio``); ``segments``: segments in;
+    ``run_of_file``: the receiver run of each input file (the summary's ``inputs``;
+    None: one run), replayed as the run itself was. Models left out are missing from
+    the dict."""
     from gropcap.run.engines import simulate
+    from gropcap.run.receivers import row_runs
+
+    def runs(t):
+        return row_runs(t, np.asarray(run_of_file, np.int64)) \
+            if run_of_file is not None and max(run_of_file, default=0) else None
 
     cfg = config.replace(udp_tunnels=config.udp_tunnels + pairs)
     out = {}
     for m, ms in models.items():
         if m == "ideal" and tunnel_rows is not None:
-            sub = simulate(tunnel_rows[0], cfg.replace(model=m), coalesced=tunnel_rows[1])
+            sub = simulate(tunnel_rows[0], cfg.replace(model=m), coalesced=tunnel_rows[1],
+                           runs=runs(tunnel_rows[0]))
             total = ms["superpackets_out"] - before[m] + sub.num_superpackets
         elif m != "ideal" and whole is not None:
-            total = simulate(whole[0], cfg.replace(model=m),
-                             coalesced=whole[1]).num_superpackets
+            total = simulate(whole[0], cfg.replace(model=m), coalesced=whole[1],
+                             runs=runs(whole[0])).num_superpackets
         else:
             continue
         out[m] = {"ratio": ms["aggregation_ratio"],
@@ -158,7 +167,8 @@ def _with_sockets(analysis, pairs, max_rows: int, napi_max_rows: int) -> dict | 
     """:func:`sockets_models` of an in-memory analysis."""
     t = analysis.decoded
     co = getattr(analysis, "coalesced", None)
-    models = analysis.summary()["models"]
+    summary = analysis.summary()
+    models = summary["models"]
     mask = tunnel_mask(t, pairs)
     tunnel_rows = None
     if mask.sum() <= max_rows:
@@ -169,7 +179,8 @@ def _with_sockets(analysis, pairs, max_rows: int, napi_max_rows: int) -> dict | 
     whole = (t, co) if t.num_rows <= napi_max_rows else None
     segments = next(iter(models.values()))["segments_in"] if models else t.num_rows
     return sockets_models(analysis.config, pairs, models, segments,
-                          tunnel_rows=tunnel_rows, before=before, whole=whole)
+                          tunnel_rows=tunnel_rows, before=before, whole=whole,
+                          run_of_file=summary["inputs"]["run_of_file"])
 
 
 def acks_hint(flows, config) -> dict | None:

@@ -63,7 +63,7 @@ def decode_files(paths, options: DecodeOptions | None = None, *,
 def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             decode_options: DecodeOptions | None = None, engine: str = "fast",
             decoder: str = "fast", egress: EgressOptions | None = None,
-            progress=None, receiver=None) -> Analysis:
+            progress=None, receiver=None, captures: str = "auto") -> Analysis:
     """Decode captures and run GRO under each model.
 
     Args:
@@ -79,6 +79,9 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             to the fields ``config`` leaves at their defaults (``receiver.apply_profile``);
             or a ``receiver.ReceiverInfo`` of a profile the caller already applied (the
             CLI). ``Analysis.receiver`` and the Parquet metadata record it.
+        captures: how several files map to receiver runs (``run/receivers.py``):
+            ``"auto"``, ``"continuous"`` (one timeline) or ``"separate"`` (a receiver
+            per file).
 
     When ``config.tunnel_gro`` is not None the gro_cells second stage runs too
     (``gro.stages.simulate_stages``), per model.
@@ -96,10 +99,13 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         >>> a = analyze("sample_pcaps/real_ipv4.pcap")  # doctest: +SKIP
         >>> a.summary()["models"]["ideal"]["aggregation_ratio"]  # doctest: +SKIP
     """
-    config, decode_options, models = run_options(config, decode_options, models)
+    config, decode_options, models = run_options(config, decode_options, models,
+                                                 captures=captures)
     from gropcap.receive.profile import resolve_receiver
     config, receiver = resolve_receiver(config, receiver)
     packets, infos = decode_files(paths, decode_options, decoder=decoder, progress=progress)
+    from gropcap.run.receivers import table_runs
+    runs = table_runs(packets, len(infos), captures)     # None: one receiver run
     from gropcap.gro.coalesced import CoalescedStats
     stats = CoalescedStats(config.mtu)
     stats.add(packets)
@@ -123,13 +129,14 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 cfg, feed = ackpolls.engine_config(cfg), [
                     pa.Table.from_batches([b]) for b in timed.to_batches()]
         with phase(progress, f"GRO {m}", packets.num_rows) as advance:
-            results[m] = simulate_batches(feed, cfg, engine=engine, coalesced=coalesced)
+            results[m] = simulate_batches(feed, cfg, engine=engine, coalesced=coalesced,
+                                          runs=runs)
             advance(packets.num_rows)
     stages = {}
     if config.tunnel_gro is not None:
         from gropcap.gro.stages import simulate_stages
         stages = {m: simulate_stages(packets, config.replace(model=m), native=results[m],
-                                     engine=engine, coalesced=coalesced)
+                                     engine=engine, coalesced=coalesced, runs=runs)
                   for m in models}
     if egress is not None:
         egress.features  # validate the feature names before any work is reported
@@ -139,4 +146,5 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     analysis.poll_acks = acks      # ackpolls.AckEvidence of --poll-acks (None: not asked)
     analysis.mtu = stats.mtu_inference()
     analysis.receiver = receiver
+    analysis.captures = captures
     return analysis

@@ -47,10 +47,10 @@ def check_engine(engine: str) -> None:
 
 
 def run_options(config, decode_options, models, *, decoder: str | None = None,
-                engine: str | None = None, egress=None):
+                engine: str | None = None, egress=None, captures: str | None = None):
     """Defaults and checks shared by every entry point: ``(config, decode_options,
-    models)``; a bad model, decoder, engine or egress feature name raises
-    :class:`ConfigError` before any work starts."""
+    models)``; a bad model, decoder, engine, egress feature name or ``captures``
+    (``run.receivers.CAPTURES``) raises :class:`ConfigError` before any work starts."""
     config = config or GroConfig()
     decode_options = decode_options or DecodeOptions()
     models = list(models)
@@ -63,6 +63,9 @@ def run_options(config, decode_options, models, *, decoder: str | None = None,
         check_engine(engine)
     if egress is not None:
         egress.features  # validate the feature names before any work is reported
+    if captures is not None:
+        from gropcap.run.receivers import check_captures
+        check_captures(captures)
     return config, decode_options, models
 
 

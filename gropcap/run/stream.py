@@ -23,8 +23,8 @@ same summary dict, batch by batch:
    with the spilled verdicts (``gro_seg`` from the instance -> position map).
 
 Memory that stays in RAM, per model: 5 bytes per super-packet (instance -> delivery
-position, int32 with the sign telling single packets, and a "head seen" byte) and 24
-bytes per NAPI poll (time, queue, rank); per flow: its key row and counters. Nothing per packet:
+position, int32 with the sign telling single packets, and a "head seen" byte) and 32
+bytes per NAPI poll (time, queue, receiver run, rank); per flow: its key row and counters. Nothing per packet:
 the per-packet arrays go through the spill files. Batches are ``batch_records`` rows.
 
 Layer: takes paths, calls capture/ (scan), decode/ (fast), gro/ (engine) and writes
@@ -173,6 +173,7 @@ class _ModelRun:
         self.counts = counts            # run.accumulators.ModelCounts
         self.poll_time: list = []
         self.poll_queue: list = []
+        self.poll_run: list = []        # the receiver run of each poll (run/receivers.py)
 
     def take(self, part, file_of=None):
         """Spill and count this model's BatchResult of the next batch (the engine state
@@ -191,6 +192,7 @@ class _ModelRun:
             assert part.poll_base == sum(len(t) for t in self.poll_time)
         self.poll_time.append(part.poll_time)
         self.poll_queue.append(part.poll_queue)
+        self.poll_run.append(np.full(len(part.poll_time), part.run, np.int64))
         return part
 
 
@@ -200,11 +202,13 @@ class _SegOrder:
     def __init__(self, run: _ModelRun):
         cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64)  # noqa: E731
         p_time, p_queue = cat(run.poll_time), cat(run.poll_queue)
+        p_run = cat(run.poll_run)
         self.napi = run.config.model == "napi"
         self.inferred = self.napi and len(p_time) > 0
-        run.poll_time = run.poll_queue = None
+        run.poll_time = run.poll_queue = run.poll_run = None
         if self.inferred:
-            order = np.lexsort((np.arange(len(p_time)), p_queue, p_time))
+            # engine.assemble's order: receiver run, time, queue, number
+            order = np.lexsort((np.arange(len(p_time)), p_queue, p_time, p_run))
             self.rank = np.empty(len(order), np.int64)
             self.rank[order] = np.arange(len(order))
             self.poll_segs = np.zeros(len(p_time), np.int64)
@@ -310,9 +314,11 @@ class _TunnelHint:
             from gropcap.run.hints import tunnel_mask
             self.before[model] += int(np.count_nonzero(tunnel_mask(t, self.pairs) & first))
 
-    def finish(self, models: dict, segments: int, packets: int, whole) -> dict | None:
+    def finish(self, models: dict, segments: int, packets: int, whole,
+               run_of_file=None) -> dict | None:
         """The hint (None without one); ``models``: the summary's; ``whole()``: the
-        whole decoded table and its coalesced input, read back."""
+        whole decoded table and its coalesced input, read back; ``run_of_file``: the
+        summary's receiver runs (``hints.sockets_models``)."""
         if self.hint is None:
             return None
         from gropcap.gro.coalesced import CoalescedInput
@@ -330,7 +336,7 @@ class _TunnelHint:
         big = packets > HINT_NAPI_MAX_ROWS or all(m == "ideal" for m in models)
         self.hint["models"] = sockets_models(
             self.config, self.pairs, models, segments, tunnel_rows=tunnel_rows,
-            before=self.before, whole=None if big else whole())
+            before=self.before, whole=None if big else whole(), run_of_file=run_of_file)
         self.hint["left_out"] = [m for m in models if m not in (self.hint["models"] or {})]
         return self.hint
 
@@ -388,7 +394,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                    engine: str = "fast", decoder: str = "fast", egress=None,
                    tmp_dir: str | None = None, progress=None,
                    receiver=None, receive=None, packet_columns="default",
-                   threads: int | None = None, _fused: bool = True) -> StreamResult:
+                   threads: int | None = None, captures: str = "auto",
+                   _fused: bool = True) -> StreamResult:
     """Analyse captures batch by batch in bounded memory (see the module docstring).
 
     Args:
@@ -413,6 +420,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             available, ``run.threads.default_threads``): decode runs ahead in a thread of
             its own and the spills of the engine's results in another
             (``run.threads``); the same results. More than 2 run as 2.
+        captures: how several files map to receiver runs (``run/receivers.py``): a
+            batch that starts a new run first flushes the run before it
+            (``BatchGroModels.next_run``).
 
     Returns:
         A :class:`StreamResult`; ``summary`` equals ``analyze(...).summary()`` and the
@@ -434,7 +444,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
 
     config, decode_options, models = run_options(config, decode_options, models,
                                                  decoder=decoder, engine=engine,
-                                                 egress=egress)
+                                                 egress=egress, captures=captures)
     from gropcap.receive.profile import resolve_receiver
     config, receiver = resolve_receiver(config, receiver)
     why = memory_reason(config, engine=engine, decoder=decoder, egress=egress)
@@ -466,6 +476,22 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                           row_arrays=2 if out_dir else int(m == primary)) for m in models]
         from gropcap.run.engines import BatchGroModels
         gro = BatchGroModels([r.config for r in runs])   # states carried batch to batch
+        from gropcap.run.receivers import RunSplit
+        split = RunSplit(captures)
+
+        def run_end(t):
+            # a batch that starts a new receiver run: the run before it flushed (its
+            # parts), fresh receivers for this one (run/receivers.py); else None
+            if not t.num_rows or not split.starts(
+                    int(numpy_of(t.column("file_index"))[0]), numpy_of(t.column("ts_ns"))):
+                return None
+            parts = gro.feed(empty_packet_table(), final=True)
+            gro.next_run()
+            return parts
+
+        def take_parts(parts):
+            for run, part in zip(runs, parts):
+                run.take(part, file_of=counters.file_of)
         # Arrow IPC with lz4 buffers: 3-4x cheaper to write and read back than Parquet
         dec_path = os.path.join(tmp, "decoded.arrow")
         infos = []
@@ -520,6 +546,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                     gro_phase = phase(progress, f"GRO {'+'.join(models)}", None)
                 gro_phase.advance(t.num_rows)
                 t1 = clock()
+                ended = run_end(t)
+                if ended is not None:
+                    side.submit(take_parts, ended)
                 parts = gro.feed(t, final=False)
                 tm["engine"] += clock() - t1
             side.submit(spill, t, parts)
@@ -550,16 +579,17 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             t0 = clock()
             co = coal.batch(t) if coal.num else None
             t1 = clock()
+            ended = run_end(t)
+            if ended is not None:
+                take_parts(ended)
             parts = gro.feed(t, final=False, coalesced=co)
-            for run, part in zip(runs, parts):
-                run.take(part, file_of=counters.file_of)
+            take_parts(parts)
             hint.gro_batch(t, co)
             tm["coalesced"] += t1 - t0
             tm["engine"] += clock() - t1
             if parts:
                 tot.flows.add(t, parts[0].flow_id)
-        for run, part in zip(runs, gro.feed(empty_packet_table(), final=True)):
-            run.take(part, file_of=counters.file_of)
+        take_parts(gro.feed(empty_packet_table(), final=True))
         for run, state in zip(runs, gro.states or []):
             run.state = state                   # the finished engine state
         tot.coalesced = coal.counts if coal.num else None
@@ -574,6 +604,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                            {m: None for m in models}, decode_options)
         meta_of.mtu = coal.stats.mtu_inference()
         meta_of.receiver = receiver   # receiver.ReceiverInfo of a profile the CLI applied
+        meta_of.captures = captures
         meta = meta_of.metadata()
 
         tm["flows"] = clock() - t_start
@@ -727,14 +758,16 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         from gropcap.run.summary import render_summary
         summary = render_summary(tot, infos=infos, config=config,
                                  mtu=coal.stats.mtu_inference(),
-                                 receive=receive or ReceiveContext.from_config(config))
+                                 receive=receive or ReceiveContext.from_config(config),
+                                 captures=captures)
 
         def whole():
             table = pa.Table.from_batches(list(decoded()), schema=PACKET_SCHEMA)
             co = coal.stats.infer(table) if coal.num else None
             return table, (co if co is not None and co.num_coalesced else None)
         seg_in = tot.coalesced.segs_total if tot.coalesced else counters.packets
-        tunnel_hint = hint.finish(summary["models"], seg_in, counters.packets, whole)
+        tunnel_hint = hint.finish(summary["models"], seg_in, counters.packets, whole,
+                                  summary["inputs"]["run_of_file"])
         tm["packets"] = clock() - t_start
         if out_dir:
             if not pk_out:
@@ -791,7 +824,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                           out_dir=out_dir, force=force, batch_records=batch_records,
                           engine=engine, decoder=decoder, egress=egress, tmp_dir=tmp_dir,
                           progress=progress, receiver=receiver, receive=receive,
-                          packet_columns=packet_columns, threads=threads, _fused=False)
+                          packet_columns=packet_columns, threads=threads,
+                          captures=captures, _fused=False)
 
 
 class _Unfused(Exception):

@@ -200,13 +200,26 @@ def _segments(analysis):
     return co.segs if co is not None and co.num_coalesced else None
 
 
-def render_summary(tot, *, infos, config, mtu, receive, extra: dict | None = None) -> dict:
+def inputs_of(capture, infos, captures: str = "auto") -> dict:
+    """The summary's ``inputs`` section (``run.receivers.inputs_dict``): the files and
+    their receiver runs under ``captures`` (``--captures``), from each file's first and
+    latest timestamp (``capture``: the run's ``run.accumulators.CaptureCounts``)."""
+    from gropcap.run.receivers import NO_TS, inputs_dict
+    c, n = capture, len(infos)
+    pad = lambda a: np.concatenate([a[:n], np.full(max(0, n - len(a)), NO_TS,  # noqa: E731
+                                                   np.int64)])
+    return inputs_dict(captures, pad(c.file_first_ts), pad(c.file_max_ts))
+
+
+def render_summary(tot, *, infos, config, mtu, receive, extra: dict | None = None,
+                   captures: str = "auto") -> dict:
     """The JSON summary from a run's finished totals (``run.accumulators.Totals``): how
     they were computed (in memory, batch by batch, on Dask) does not show.
 
     ``mtu``: the run's :class:`gropcap.gro.mtu.MtuInference`; ``receive``: its
     :class:`gropcap.receive.context.ReceiveContext` (without the MTU); ``extra``: ``stages`` and
-    ``egress`` when they were modelled."""
+    ``egress`` when they were modelled; ``captures``: ``--captures`` (the ``inputs``
+    section: :func:`inputs_of`)."""
     from gropcap.run.hints import acks_hint, napi_dependence
     c, co = tot.capture, tot.coalesced
     flows = tot.flows_table()
@@ -218,6 +231,7 @@ def render_summary(tot, *, infos, config, mtu, receive, extra: dict | None = Non
         "gropcap": __version__,
         "kernel": config.kernel.name,
         "files": files_list(tot, infos),
+        "inputs": inputs_of(c, infos, captures),
         "packets": c.packets,
         "wire_bytes": c.wire_bytes,
         "status": statuses,
@@ -242,7 +256,8 @@ def summary_dict(analysis) -> dict:
     mtu = mtu_of(analysis)
     receive = getattr(analysis, "receive", None) or ReceiveContext.from_config(analysis.config)
     return render_summary(analysis.totals, infos=analysis.infos, config=analysis.config,
-                          mtu=mtu, receive=receive, extra=_stage_and_egress(analysis))
+                          mtu=mtu, receive=receive, extra=_stage_and_egress(analysis),
+                          captures=getattr(analysis, "captures", "auto"))
 
 
 def _stage_and_egress(analysis) -> dict:

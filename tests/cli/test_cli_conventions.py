@@ -173,6 +173,33 @@ def test_analyze_help_kernel_section_exact():
     assert ANALYZE_KERNEL_SECTION in ok("analyze", "--help")
 
 
+ANALYZE_INPUT_SECTION = """\
+Input options:
+  --captures [auto|continuous|separate]
+                                  How several input files are replayed:
+                                  continuous (one receiver, one timeline: the
+                                  pieces of a rotated capture), separate (each
+                                  file on a receiver of its own, the counts
+                                  summed: copies, other hosts or days), auto (a
+                                  file whose first timestamp is earlier than the
+                                  latest one before it starts a new receiver;
+                                  otherwise it continues). The report says
+                                  which.  [default: auto]
+  --decoder [fast|reference]      Capture reader and header decoder: numba over
+                                  a memory map, or the plain-Python reference
+                                  (identical tables).  [default: fast]
+  --dsa-tag [dsa|edsa|brcm|brcm-prepend]
+                                  Ethernet capture taken on a DSA conduit: tag
+                                  to strip.
+
+"""
+
+
+def test_analyze_help_input_section_exact():
+    """--captures (run/receivers.py) is an input option: how several files are read."""
+    assert ANALYZE_INPUT_SECTION in ok("analyze", "--help")
+
+
 # --- one spelling per option, old ones as hidden aliases ----------------------------------
 
 def test_output_option_is_o_out_everywhere_and_output_still_works(tmp_path):

@@ -104,17 +104,17 @@ def test_gre_report_exact():
 TWO_FILES_REPORT = (
     RECEIVE_DEFAULTS +
     '\n'
-    'data direction: 4.92 segments per super-packet (napi); all packets including\n'
-    'pure ACKs: 3.68\n'
+    'data direction: 5.33 segments per super-packet (napi); all packets including\n'
+    'pure ACKs: 3.89\n'
     '\n'
     'Aggregation\n'
     'model   data ratio   ratio   packets in   super-packets out   largest\n'
     '─────────────────────────────────────────────────────────────────────\n'
-    'napi          4.92    3.68           70                  19         8\n'
+    'napi          5.33    3.89           70                  18         8\n'
     '  data ratio: segments carrying payload per super-packet carrying payload;\n'
     '    ratio: every packet in (pure ACKs included) per super-packet out; largest:\n'
     '    segments in the largest super-packet\n'
-    'napi depends on them: of its 19 super-packets 5% by a poll end, 0% by a\n'
+    'napi depends on them: of its 18 super-packets 0% by a poll end, 0% by a\n'
     '  full-budget or deferred flush, 0% by a GRO table eviction\n'
     "poll ends: 2 TCP data directions with the receiver's ACKs in the capture; if\n"
     '  that receiver had GRO on, --poll-acks infers the napi polls from its ACKs\n'
@@ -124,42 +124,40 @@ TWO_FILES_REPORT = (
     'file                packets     bytes   napi data / all\n'
     '───────────────────────────────────────────────────────\n'
     'crafted_gre.pcap         35   48.0 kB       5.33 / 3.89\n'
-    'crafted_ipip.pcap        35   48.0 kB       4.57 / 3.50\n'
+    'crafted_ipip.pcap        35   48.0 kB       5.33 / 3.89\n'
     '  data / all: the data ratio and the ratio of every packet, as above; a\n'
     '    super-packet counts for the file of its first packet\n'
     '\n'
     'Flows with the most super-packets (napi): 1 of 4; --top N shows more\n'
     'flow   endpoints / top end reason           pkts in   super-pkts   ratio\n'
     '────────────────────────────────────────────────────────────────────────\n'
-    '   2   192.0.2.1:40000 > 192.0.2.2:5201          32            7    4.57\n'
+    '   0   192.0.2.1:40000 > 192.0.2.2:5201          32            6    5.33\n'
     '         FLUSH_TCP_TS; loss or reordering\n'
     '         at 1 of 4 breaks\n'
     '\n'
     'Why super-packets ended (napi)\n'
     'reason                  count   share\n'
     '─────────────────────────────────────\n'
-    'NOT_HELD_ZERO_PAYLOAD       6   31.6%\n'
-    'FLUSH_TCP_TS                6   31.6%\n'
-    'END_PSH                     4   21.1%\n'
-    'FLUSH_SEQ                   2   10.5%\n'
-    'END_POLL                    1    5.3%\n'
+    'NOT_HELD_ZERO_PAYLOAD       6   33.3%\n'
+    'FLUSH_TCP_TS                6   33.3%\n'
+    'END_PSH                     4   22.2%\n'
+    'FLUSH_SEQ                   2   11.1%\n'
     '  NOT_HELD_ZERO_PAYLOAD: no payload (pure ACK): never held\n'
     '  FLUSH_TCP_TS: TCP timestamp changed: the sender starts a new TSval between\n'
     '    bursts, GRO cannot merge across it\n'
     '  END_PSH: PSH merged: the sender marked the end of a write, GRO pushes up\n'
     '  FLUSH_SEQ: sequence gap: loss, reordering or retransmission\n'
-    '  END_POLL: end of a NAPI poll: everything held is flushed\n'
     '\n'
     'Per encapsulation\n'
     'encapsulation           packets   napi ratio\n'
     '────────────────────────────────────────────\n'
     'eth/ipv4/gre/ipv4/tcp        35         3.89\n'
-    'eth/ipv4/ipv4/tcp            35         3.50\n'
+    'eth/ipv4/ipv4/tcp            35         3.89\n'
     '\n'
     'Egress segmentation\n'
     'model   scenario   super-pkts   segments   hardware   software   as is   dropped\n'
     '────────────────────────────────────────────────────────────────────────────────\n'
-    'napi    encap              19          6          0          0       6        13\n'
+    'napi    encap              18          6          0          0       6        12\n'
     '  segments = hardware (TSO/USO) + software (GSO) + as is (super-packets of one\n'
     '    packet, sent unchanged); dropped counts super-packets above the egress MTU\n'
     '    with DF (or IPv6), which put no segment on the wire\n'
@@ -180,6 +178,9 @@ def test_directory_report_exact_with_top_and_egress(tmp_path):
               "--egress-mtu", "1400")
     assert out == ("gropcap 0.1.0: kernel 6.18, 70 packets, 96.0 kB on the wire\n"
                    f"capture: 2 files in {d}\n"
+                   # two captures of the same time: separate receivers (--captures auto)
+                   "inputs: 2 files: 2 separate receivers (file 2 starts 0.408 ms before "
+                   "file 1\n  ends); --captures continuous to replay them as one\n"
                    + TWO_FILES_REPORT)
     assert all(len(line) <= 80 for line in out.splitlines()[2:])
 
@@ -190,7 +191,10 @@ def test_json_has_top_flows_and_per_file_data(tmp_path):
     assert s["top_flows"]["model"] == "napi"
     assert (s["top_flows"]["total"], s["top_flows"]["shown"]) == (4, 2)
     first = s["top_flows"]["flows"][0]
-    assert (first["flow_id"], first["packets"], first["superpackets"]) == (2, 32, 7)
+    # the two files are separate receivers (--captures auto): flow 0 of the first file
+    # and flow 2 of the second, the same traffic, tie at 6 super-packets
+    assert (first["flow_id"], first["packets"], first["superpackets"]) == (0, 32, 6)
+    assert s["inputs"]["run_of_file"] == [0, 1]
     assert first["probable_cause"] == "loss or reordering at 1 of 4 breaks"
     gre, ipip = s["files"]
     assert (gre["packets"], gre["wire_bytes"]) == (35, 47994)

@@ -71,8 +71,9 @@ def test_unknown_keyword_is_a_type_error_listing_the_valid_ones():
         gropcap.analyze(GRE, kernal="6.1")
     msg = str(e.value)
     assert msg.startswith("analyze() got unexpected keyword argument(s) 'kernal'; "
-                          "option keywords: budget, decoder, dsa_tag, egress, ")
-    for k in ("kernel", "queues", "hz", "udp_tunnel", "gro_flush_timeout_us", "model"):
+                          "option keywords: budget, captures, decoder, dsa_tag, egress, ")
+    for k in ("kernel", "queues", "hz", "udp_tunnel", "gro_flush_timeout_us", "model",
+              "captures"):
         assert f" {k}," in msg
     # output-only options of the command are not keywords
     with pytest.raises(TypeError, match="'out_dir'"):

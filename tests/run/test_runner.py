@@ -88,11 +88,17 @@ def multi_flow_frames(seed: int, n: int = 3000, flows: int = 40):
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory):
-    """Three captures (two pcap, one pcapng) of the same multi-flow workload."""
+    """Three captures (two pcap, one pcapng) of the same multi-flow workload, one after
+    the other (each starts 1 ms after the one before ends: one receiver run under
+    --captures auto, the flows continuing from file to file)."""
     d = tmp_path_factory.mktemp("gen")
     paths = []
+    end = 0
     for i in range(3):
         frames, ts = multi_flow_frames(seed=i)
+        shift = max(0, end + 1_000_000 - ts[0])
+        ts = [t + shift for t in ts]
+        end = ts[-1]
         p = str(d / f"part{i}.{'pcapng' if i == 2 else 'pcap'}")
         (write_pcapng if i == 2 else write_pcap)(p, frames, ts)
         paths.append(p)
