@@ -101,12 +101,13 @@ def test_importing_the_gro_kernels_writes_their_stamp_next_to_their_cache(tmp_pa
 
 def test_the_stamp_covers_every_module_the_gro_kernels_import():
     # a kernel bakes in the constants of the modules it imports: each of them, and each
-    # kernel module, must be in the stamp
+    # kernel module, must be in the stamp; and every kernel of them is refreshed
+    from gropcap import numba_cache
     from gropcap.gro import fast
 
     stamped = {m.__name__ for m in fast.STAMP_MODULES}
     assert {m.__name__ for m in fast.MODULES} <= stamped
-    imported = set()
+    imported, jitted = set(), set()
     for mod in fast.MODULES:
         with open(mod.__file__) as fh:
             tree = ast.parse(fh.read())
@@ -115,7 +116,11 @@ def test_the_stamp_covers_every_module_the_gro_kernels_import():
                 imported.add(node.module)
             elif isinstance(node, ast.Import):
                 imported.update(a.name for a in node.names if a.name.startswith("gropcap"))
+            elif isinstance(node, ast.FunctionDef) and any(
+                    "njit" in ast.unparse(d) for d in node.decorator_list):
+                jitted.add(f"{mod.__name__}.{node.name}")
     assert "gropcap.gro.reasons" in imported
     assert imported - stamped == set()
-    dispatchers = {d.py_func.__module__ for d in fast.numba_cache.dispatchers_of(*fast.MODULES)}
-    assert dispatchers == {m.__name__ for m in fast.MODULES}
+    found = numba_cache.dispatchers_of(*fast.MODULES)
+    assert fast.run in found
+    assert {f"{d.py_func.__module__}.{d.py_func.__name__}" for d in found} == jitted
