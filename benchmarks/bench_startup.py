@@ -201,8 +201,10 @@ def _finish(m: dict) -> None:
 def _compiles(tree: str, capture: str, scratch: str) -> dict:
     cache = tempfile.mkdtemp(prefix="numba-cache-", dir=scratch)
     out = os.path.join(scratch, "compiles.json")
-    _run([sys.executable, "-c", _DRIVER, out, "analyze", capture, "--format", "json"],
-         _env(tree, cache), tree)
+    # the compiled path named, as in _analyze: on a cold cache the CLI would take the
+    # reference one for a small capture and compile nothing
+    _run([sys.executable, "-c", _DRIVER, out, "analyze", capture, "--format", "json",
+          "--engine", "fast", "--decoder", "fast"], _env(tree, cache), tree)
     with open(out) as fh:
         return json.load(fh)
 

@@ -192,7 +192,7 @@ def _atheris_worker(workdir: Path, seed: int) -> None:
 
     # numba compiles from bytecode: its modules must not be instrumented
     with atheris.instrument_imports(include=["gropcap"], exclude=[
-            "gropcap.capture.fast", "gropcap.decode._fast_kernels", "gropcap.gro._kernels",
+            "gropcap.capture.fast", "gropcap.decode._fast_kernels", "gropcap.gro.fast",
             "gropcap.gro.rss"]):
         import gropcap.capture.pcap  # noqa: F401
         import gropcap.capture.pcapng  # noqa: F401

@@ -1493,46 +1493,17 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
 # --- on-disk cache freshness -------------------------------------------------------------
 # numba keys its on-disk cache on this file only, but the kernels bake in constants from
 # constants.py / schema.py / options.py at compile time. When any of those changed since
-# the cache was written, drop the cached machine code so it is rebuilt from the new values.
-def _dependency_stamp() -> str:
-    import hashlib
-    import os
-
-    from gropcap import constants
-    from gropcap.decode import options, schema
-    h = hashlib.sha256()
-    for mod in (constants, schema, options):
-        with open(mod.__file__, "rb") as fh:
-            h.update(fh.read())
-    h.update(repr(sorted(LAYOUT.items())).encode())
-    return h.hexdigest() + os.path.basename(__file__)
-
-
+# the cache was written, drop the cached machine code so it is rebuilt from the new values
+# (gropcap.numba_cache).
 def _refresh_cache() -> None:
     import os
 
-    dispatchers = [decode_kernel, _enter_tunnel, _add_vlan, _clear_rows, _rare_on,
-                   _pack_bools]
-    try:
-        path = os.path.join(decode_kernel._cache.cache_path, "_fast_kernels.deps")
-        stamp = _dependency_stamp()
-        with open(path) as fh:
-            if fh.read() == stamp:
-                return
-    except OSError:
-        pass
-    except AttributeError:       # caching unavailable: nothing stale to drop
-        return
-    for d in dispatchers:
-        try:
-            d._cache.flush()
-        except (AttributeError, OSError):
-            pass
-    try:
-        with open(path, "w") as fh:
-            fh.write(stamp)
-    except OSError:
-        pass
+    from gropcap import constants, numba_cache
+    from gropcap.decode import options, schema
+    stamp = numba_cache.stamp([m.__file__ for m in (constants, schema, options)],
+                              repr(sorted(LAYOUT.items()))) + os.path.basename(__file__)
+    numba_cache.refresh([decode_kernel, _enter_tunnel, _add_vlan, _clear_rows, _rare_on,
+                         _pack_bools], "_fast_kernels.deps", stamp)
 
 
 _refresh_cache()

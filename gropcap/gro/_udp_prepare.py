@@ -1,7 +1,7 @@
 """UDP GRO and UDP tunnel sockets in the numba engine: the per-packet part (numpy).
 
 Layer: gro/, called by ``engine.prepare`` (and ``engine.partition_of``,
-``engine._gso_table``); the per-pair rule is ``_kernels._udp_receive``. Mirrors what
+``engine._gso_table``); the per-pair rule is ``fast.udp._udp_receive``. Mirrors what
 ``reference.build_skbs``, ``GroNode._network_layers``, ``udp_tunnel_gro_receive`` and
 ``udp_mode`` decide per packet, for the two receive-path features the engine's TCP
 preparation does not know:
@@ -40,7 +40,7 @@ import pyarrow as pa
 
 from gropcap import constants as C
 from gropcap.decode import schema as S
-from gropcap.gro import _kernels as K
+from gropcap.gro import fast as K
 from gropcap.gro import reasons as R
 from gropcap.gro.config import GroConfig
 from gropcap.gro.reference import (

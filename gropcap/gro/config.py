@@ -169,7 +169,7 @@ class KernelProfile:
         it (``if (timeout) hrtimer_start(...); else napi_gro_flush(n, false);``) a poll
         that armed the timer flushed nothing: held packets waited for the timer poll
         (work 0: ``napi_gro_flush(n, false)``, everything) or a full-budget poll. Read by
-        both NAPI loops (reference ``NapiQueue.run``, ``_kernels.run``)."""
+        both NAPI loops (reference ``NapiQueue.run``, ``fast.napi.run``)."""
         return self.version >= (4, 20)
 
     @property

@@ -7,10 +7,12 @@ contract in ``gropcap/gro/__init__.py``. Same verdicts as the plain-Python refer
 This module is the validating wrapper: it extracts the columns the kernel rules read,
 decides per packet what depends on that packet alone (which layer bails before L4, which
 sets an skb flush, the exact same-flow class), and hands plain arrays to the kernels in
-``_kernels.py`` (``@njit(cache=True, nogil=True)``), which run the per-pair rules, the
-8x8 table and the NAPI poll model. Results are packed into a GroResult. UDP GRO and UDP
-tunnel sockets add a per-packet step of their own (``_udp_prepare.UdpView``: the batch as
-the TCP preparation should see it, and the UDP columns of ``K.Cols``).
+``gro/fast/`` (``@njit(cache=True, nogil=True)``, one module per kernel area: keys,
+bypass, ip/tcp/udp pair rules, dev_gro_receive, the NAPI poll loop), which run the
+per-pair rules, the 8x8 table and the NAPI poll model. Results are packed into a
+GroResult. UDP GRO and UDP tunnel sockets add a per-packet step of their own
+(``_udp_prepare.UdpView``: the batch as the TCP preparation should see it, and the UDP
+columns of ``K.Cols``).
 
 Public API::
 
@@ -45,7 +47,7 @@ from gropcap.constants import (
 )
 from gropcap.decode.schema import PACKET_SCHEMA
 from gropcap.errors import ConfigError
-from gropcap.gro import _kernels as K
+from gropcap.gro import fast as K
 from gropcap.gro import _udp_prepare
 from gropcap.gro.config import GroConfig
 from gropcap.gro.flows import FLOW_KEY_COLUMNS, flow_key_matrix
@@ -83,7 +85,7 @@ def _pre_and_flush(t: pa.Table, config: GroConfig, no_gro=None, sfl_fl=None, col
     ``no_gro``: bool per row, its device has GRO off; ``sfl_fl``: the frag_list flush of
     rows that arrive as GSO packets (only used to skip checksum validation); ``columns``:
     a shared :class:`ColumnReader` of ``t``. The checks run in one numba pass
-    (``_kernels.pre_and_flush``); tests hold it to the numpy formulation.
+    (``fast.bypass.pre_and_flush``); tests hold it to the numpy formulation.
 
     Returns ``(pre, sfl_out, sfl_in)``: ``pre`` the BYPASS_* code of the first layer that
     bails before L4 (0 = reaches tcp_gro_receive), ``sfl_*`` the skb flush the outer /
@@ -159,7 +161,7 @@ def _same_flow_ids(t: pa.Table, config: GroConfig, hash_: np.ndarray, use: np.nd
 
 def _classes(t: pa.Table, config: GroConfig, hash_: np.ndarray, use: np.ndarray,
              state: "EngineState", columns=None, flows: bool = True):
-    """``(key, loose, flow)`` per row in one numba pass (``_kernels.classify``), the ids
+    """``(key, loose, flow)`` per row in one numba pass (``fast.keys.classify``), the ids
     global through the tables of ``state`` (first appearance first; keys among rows with
     ``use``; ``flow`` None unless ``flows``).
 
@@ -169,7 +171,7 @@ def _classes(t: pa.Table, config: GroConfig, hash_: np.ndarray, use: np.ndarray,
     limit before 5.18), gre_gro_receive (flags, protocol, key when K), eth_gro_receive
     (inner MACs of GRE-TEB) and vlan_gro_receive on its inner tags, TCP ports
     (tcp_gro_lookup). Each field is packed into uint64 words at its full width (an
-    injective packing, so equal words <=> equal fields; ``_kernels._same_flow_rows``):
+    injective packing, so equal words <=> equal fields; ``fast.keys._same_flow_rows``):
 
     ====  ==============================================================
     word  fields (bit offset)
@@ -199,7 +201,7 @@ def _classes(t: pa.Table, config: GroConfig, hash_: np.ndarray, use: np.ndarray,
 
 def _matrix_flow_ids(t: pa.Table, state: "EngineState") -> np.ndarray:
     """Flow ids from flows.flow_key_matrix (when FLOW_KEY_COLUMNS is not what
-    ``_kernels._flow_row`` packs)."""
+    ``fast.keys._flow_row`` packs)."""
     if not t.num_rows:
         return np.zeros(0, np.int64)
     return _global_ids(_bytes_as_words(flow_key_matrix(t)), np.ones(t.num_rows, np.bool_),
@@ -207,9 +209,9 @@ def _matrix_flow_ids(t: pa.Table, state: "EngineState") -> np.ndarray:
 
 
 def _union_ids(t: pa.Table, hash_: np.ndarray, state: "EngineState", columns=None):
-    """``(uid, flow)``: the union class of every row (``_kernels.classify``, through
+    """``(uid, flow)``: the union class of every row (``fast.keys.classify``, through
     ``state.union_ids``; ``hash_`` goes into word 0) and its flow id (None when
-    flows.FLOW_KEY_COLUMNS is not what ``_kernels._flow_row`` packs)."""
+    flows.FLOW_KEY_COLUMNS is not what ``fast.keys._flow_row`` packs)."""
     n = t.num_rows
     # union classes get their flow id when they are first seen, asked for or not (a later
     # call on the same state may ask)
@@ -241,7 +243,7 @@ def _union_ids(t: pa.Table, hash_: np.ndarray, state: "EngineState", columns=Non
 
 def _key_ids(uid: np.ndarray, use: np.ndarray, config: GroConfig, state: "EngineState",
              no_hash: bool) -> tuple[np.ndarray, np.ndarray]:
-    """``(key, loose)`` per row from its union class (``_kernels.key_classes``, numbered
+    """``(key, loose)`` per row from its union class (``fast.keys.key_classes``, numbered
     through ``state.key_ids`` / ``loose_ids``). ``no_hash``: word 0's RSS hash is not
     part of this model's key (the ideal model in a shared preparation)."""
     n = len(uid)
@@ -279,7 +281,7 @@ def _bytes_as_words(mat: np.ndarray) -> np.ndarray:
 
 
 def _flow_input(t: pa.Table, columns=None) -> K.FlowIn:
-    """flows.FLOW_KEY_COLUMNS as ``_kernels._flow_row`` reads them: packed injectively
+    """flows.FLOW_KEY_COLUMNS as ``fast.keys._flow_row`` reads them: packed injectively
     into 13 uint64 words per row (same classes, hence the same first-appearance
     numbering as flows.assign_flow_ids): ip_version | l4_proto << 8 | outer_ip_version
     << 16 | tun_type << 24 | tun_key << 32; the four ports; both VLAN TCIs, DSA port,
@@ -485,7 +487,7 @@ class InternTable:
 
     The keys are rows of ``words`` uint64 words in an open-addressing table (``slots``:
     id or -1, at most half used; ``keys[id]``; ``cnt[0]`` keys) that the numba kernels
-    (``_kernels.classify``, ``_kernels.intern_rows``) look up and grow in place of a
+    (``fast.keys.classify``, ``fast.keys.intern_rows``) look up and grow in place of a
     Python dict or a sorted array. Picklable; grows with flows, not packets.
     """
 
@@ -553,7 +555,7 @@ class InternTable:
 
 class UnionTable(InternTable):
     """The union-key table of :func:`_classes`: an :class:`InternTable` of
-    ``_kernels.UNION_WORDS`` words plus the flow id of each union class (``flow``).
+    ``fast.keys.UNION_WORDS`` words plus the flow id of each union class (``flow``).
     Model independent: :func:`simulate_batch_models` shares one between the states of
     its models (each keeps its own key and loose ids per union class,
     ``EngineState.union_key``)."""
@@ -779,7 +781,7 @@ _SEG_FIELDS = ("first", "last", "count", "payload", "gso", "end", "queue", "poll
 def _udp_arg(config: GroConfig, c: K.Cols):
     """``run``'s ``udp`` argument: the UDP GRO rules are compiled into ``run`` only when
     the configuration can use them (or, never otherwise, a packet does), so a TCP-only
-    first run compiles the smaller variant (``_kernels.run``)."""
+    first run compiles the smaller variant (``fast.napi.run``)."""
     return np.bool_(True) if _udp_prepare.needed(config) or c.udp.any() else None
 
 
@@ -1185,7 +1187,7 @@ def partition_of(packets: pa.Table, config: GroConfig, parts: int) -> np.ndarray
     * ``ideal``: a hash of fields of the row's loose same-flow key (the fields
       ``gro_list_prepare`` and the protocol ``gro_receive`` callbacks compare, without the
       pre-5.18 IPv6 hop limit): a held entry is only ever matched, flushed or counted by
-      packets of its own loose class (``_kernels._receive``: the entry of ``key``,
+      packets of its own loose class (``fast.dev._receive``: the entry of ``key``,
       ``loose_held[loose]``), and rows that bail before L4 touch no state at all. The
       hashed fields (innermost addresses and ports) are a subset of that key, so a class
       never straddles partitions; the hash is a fixed mix, the same on every host.
@@ -1339,10 +1341,14 @@ COLD_REFERENCE_MAX_BYTES = 4 << 20   # <= ~57 k records of >= 70 bytes: <= ~10 s
 
 
 def kernels_cached() -> bool:
-    """True when numba's on-disk cache holds the GRO ``run`` kernel and the decoder kernel,
-    written by an earlier run of this very source (numba's own index and source stamp), so
-    a run loads them instead of compiling. False without a usable cache (numba then
-    compiles on every run). Reads two small index files; compiles nothing."""
+    """True when numba's on-disk cache holds the GRO ``run`` kernel (``fast.napi.run``)
+    and the decoder kernel, written by an earlier run of this very source, so a run loads
+    them instead of compiling. numba's index checks only the file a kernel is defined
+    in; the files ``run`` inlines or calls (the other ``gro/fast`` modules, the constants
+    they read) are checked by the stamp importing ``gro.fast`` compares, which empties
+    every kernel's index when one of them changed (:mod:`gropcap.numba_cache`). False
+    without a usable cache (numba then compiles on every run). Reads two small index
+    files; compiles nothing."""
     from gropcap.decode import _fast_kernels as DK
     for d in (K.run, DK.decode_kernel):
         try:

@@ -1708,7 +1708,7 @@ def needs_reference(config: GroConfig) -> bool:
 
     None today: UDP GRO (``udp_gro``: socket, forward, fraglist) and UDP tunnel sockets
     (``udp_tunnels``) are in both engines (``gro/_udp_prepare.py``,
-    ``_kernels._udp_receive``), as are TCP fraglist GRO (``rx_gro_list``,
+    ``fast.udp._udp_receive``), as are TCP fraglist GRO (``rx_gro_list``,
     ``tcp_local_socket``), GRO off on the device (``native_gro``, ``no_gro=``), the DSA
     conduit of the gro_cells stage (``tunnel_gro``), VLAN GRO (``vlan_gro``) and arriving
     GSO packets (``coalesced=``, ``hashes=``), so the gro_cells stage

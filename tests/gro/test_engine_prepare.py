@@ -1,13 +1,14 @@
 """engine.prepare's fused numba helpers against plain oracles.
 
 The preparation numbers same-flow, loose and flow keys in one numba pass over persistent
-key tables (``_kernels.classify``), hashes RSS in one pass (``rss._rss_select_kernel``), compares TCP
-option areas without materialised copies (``_kernels._options_differ_beyond_ts``) and
-keeps held headers in narrow dtypes. Each is checked here against an independent
-definition: Python tuples of the fields the kernel compares, ``flows.assign_flow_ids``,
-``rss.rss_inputs`` + ``_rss_kernel``, ``_kernels.zero_timestamps``, the numpy
-formulation of the bypass checks (``naive_pre_and_flush``, the engine's code before its
-numba pass), and the reference GRO model on extreme header values.
+key tables (``fast.keys.classify``), hashes RSS in one pass (``rss._rss_select_kernel``),
+compares TCP option areas without materialised copies
+(``fast.tcp._options_differ_beyond_ts``) and keeps held headers in narrow dtypes. Each
+is checked here against an independent definition: Python tuples of the fields the
+kernel compares, ``flows.assign_flow_ids``, ``rss.rss_inputs`` + ``_rss_kernel``,
+``fast.tcp.zero_timestamps``, the numpy formulation of the bypass checks
+(``naive_pre_and_flush``, the engine's code before its numba pass), and the reference
+GRO model on extreme header values.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from gropcap.decode.schema import (
     STATUS_ENCAP_TOO_DEEP, STATUS_NOT_IP, STATUS_OK, STATUS_UNSUPPORTED_ENCAP,
     STATUS_UNSUPPORTED_LINKTYPE,
 )
-from gropcap.gro import _kernels as K
+from gropcap.gro.fast import state, tcp
 from gropcap.gro.config import GroConfig, KernelProfile
 from gropcap.gro.engine import (
     EngineState, _flow_ids, _same_flow_ids, simulate, simulate_batch, assemble,
@@ -260,17 +261,19 @@ def test_option_compare_matches_zeroed_timestamp_copies():
     lens_b = np.array([x[1] for x in b], np.int64)
     ma, mb = area48(a), area48(b)
     same_want = (ma == mb).all(axis=1)
-    ts_only_want = (K.zero_timestamps(ma, lens_a) == K.zero_timestamps(mb, lens_b)).all(axis=1)
+    ts_only_want = (tcp.zero_timestamps(ma, lens_a)
+                    == tcp.zero_timestamps(mb, lens_b)).all(axis=1)
     # packet side: the option column and its length; held side: State.e_opt layout
     C = namedtuple("C", "opt opt_len")
     S = namedtuple("S", "e_opt")
     c = C(np.ascontiguousarray(ma[:, :40]).view(np.uint64), lens_a)
-    e = np.zeros((n, K.OPT_WORDS + 1), np.uint64)
-    e[:, :K.OPT_WORDS] = np.ascontiguousarray(mb[:, :40]).view(np.uint64)
-    e[:, K.OPT_WORDS] = ((lens_b & 0xFF) | (np.minimum(lens_b, 48) << 8)).astype(np.uint64)
+    e = np.zeros((n, state.OPT_WORDS + 1), np.uint64)
+    e[:, :state.OPT_WORDS] = np.ascontiguousarray(mb[:, :40]).view(np.uint64)
+    e[:, state.OPT_WORDS] = ((lens_b & 0xFF)
+                             | (np.minimum(lens_b, 48) << 8)).astype(np.uint64)
     s = S(e)
-    got_same = np.array([K._same_options(i, i, c, s) for i in range(n)])
-    got_beyond = np.array([K._options_differ_beyond_ts(i, i, c, s) for i in range(n)])
+    got_same = np.array([tcp._same_options(i, i, c, s) for i in range(n)])
+    got_beyond = np.array([tcp._options_differ_beyond_ts(i, i, c, s) for i in range(n)])
     assert np.array_equal(got_same, same_want)
     diff = ~same_want
     assert np.array_equal(got_beyond[diff], ~ts_only_want[diff])
@@ -336,7 +339,7 @@ def test_state_grows_by_half_and_streams_equal():
 
 @pytest.mark.parametrize("kernel", ["6.18", "5.4"])
 def test_flow_fallback_numbers_like_the_packed_kernel(monkeypatch, kernel):
-    """When flows.FLOW_KEY_COLUMNS is not what ``_kernels._flow_row`` packs, flow ids
+    """When flows.FLOW_KEY_COLUMNS is not what ``fast.keys._flow_row`` packs, flow ids
     come from the byte matrix (flow_key_matrix, dedup_reps, gather_rows): same ids, and
     the same-flow classes do not change."""
     import gropcap.gro.engine as E

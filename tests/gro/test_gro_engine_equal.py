@@ -180,7 +180,7 @@ def test_equal_receive_switches(seed, n, kernel, model, switch):
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("hz", [100, 250, 1000])
 def test_equal_epoch_timestamps_jiffies(seed, hz):
-    """Epoch nanoseconds times HZ pass 2**63: the engine's jiffies (``_kernels._jiffy``)
+    """Epoch nanoseconds times HZ pass 2**63: the engine's jiffies (``fast.napi._jiffy``)
     must not wrap, or old-only flushes (full budget, gro_flush_timeout) fall at other
     jiffy boundaries than the reference's."""
     rows = random_traffic(np.random.default_rng(seed), 300, 4)

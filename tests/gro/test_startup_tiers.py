@@ -33,11 +33,11 @@ SAMPLE = os.path.join(ROOT, "sample_pcaps", "real_ipv4.pcap")
 _VARIANTS = r"""
 import json, sys
 import gropcap
-from gropcap.gro import _kernels as K
+from gropcap.gro.fast import napi, udp
 kw = json.loads(sys.argv[1])
 gropcap.analyze(sys.argv[2], **kw)
-print(json.dumps({"run_udp_arg": sorted({str(sig[-1]) for sig in K.run.signatures}),
-                  "udp_receive_signatures": len(K._udp_receive.signatures)}))
+print(json.dumps({"run_udp_arg": sorted({str(sig[-1]) for sig in napi.run.signatures}),
+                  "udp_receive_signatures": len(udp._udp_receive.signatures)}))
 """
 
 _COLD = r"""
@@ -80,11 +80,12 @@ def test_a_run_fills_the_cache_it_checks(tmp_path):
     code = r"""
 import json, sys
 import gropcap
-from gropcap.gro import _kernels as K, engine
+from gropcap.gro import engine
+from gropcap.gro.fast import udp
 before = engine.kernels_cached()
 gropcap.analyze(sys.argv[1])
 print(json.dumps({"before": before, "after": engine.kernels_cached(),
-                  "udp_receive_signatures": len(K._udp_receive.signatures)}))
+                  "udp_receive_signatures": len(udp._udp_receive.signatures)}))
 """
     assert _child(code, SAMPLE, env=cache) == {"before": False, "after": True,
                                                "udp_receive_signatures": 0}

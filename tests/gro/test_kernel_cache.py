@@ -1,0 +1,126 @@
+"""numba's on-disk cache and kernels split over several files (gropcap.numba_cache).
+
+numba invalidates a cached function only when its own file changes: a caller cached
+from one file keeps the machine code of a callee from another file after that callee
+changed. The GRO kernels (gro/fast/, one module per kernel area) call across files, so
+importing the package compares a stamp of every file they depend on with the one next
+to the cache and empties the kernels' cache indexes when it differs. Each check runs in
+a child process with its own NUMBA_CACHE_DIR.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+
+from where import ROOT
+
+CALLEE = """import numba
+
+
+@numba.njit(cache=True)
+def f(x):
+    return x + {add}
+"""
+
+CALLER = """import numba
+
+from callee import f
+
+
+@numba.njit(cache=True)
+def g(x):
+    return f(x) * 10
+"""
+
+MAIN = """import json, sys
+import callee, caller
+from gropcap import numba_cache
+refreshed = False
+if sys.argv[1] == "refresh":
+    refreshed = numba_cache.refresh(
+        numba_cache.dispatchers_of(callee, caller), "toy.deps",
+        numba_cache.stamp([callee.__file__, caller.__file__]))
+print(json.dumps({"g": caller.g(1), "refreshed": refreshed}))
+"""
+
+
+def _child(code: str, *args: str, cwd: str, cache: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([cwd, ROOT]), NUMBA_CACHE_DIR=cache,
+               PYTHONDONTWRITEBYTECODE="1")
+    p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                       cwd=cwd, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.splitlines()[-1])
+
+
+def _toy(tmp_path, mode: str) -> list[dict]:
+    src = tmp_path / mode
+    src.mkdir()
+    cache = str(tmp_path / f"cache-{mode}")
+    (src / "caller.py").write_text(CALLER)
+    got = []
+    for add in (1, 22):
+        (src / "callee.py").write_text(CALLEE.format(add=add))
+        got.append(_child(MAIN, mode, cwd=str(src), cache=cache))
+    return got
+
+
+def test_numba_keeps_a_caller_compiled_against_a_changed_callee_in_another_file(tmp_path):
+    # the premise of gropcap.numba_cache: if this fails, numba now tracks callees in
+    # other files and the stamps may go
+    first, second = _toy(tmp_path, "plain")
+    assert first["g"] == 20
+    assert second["g"] == 20        # stale: f(x) = x + 1 still, from caller's cache
+
+
+def test_the_stamp_recompiles_a_caller_whose_callee_changed(tmp_path):
+    first, second = _toy(tmp_path, "refresh")
+    assert first == {"g": 20, "refreshed": True}      # no stamp yet: indexes emptied
+    assert second == {"g": 230, "refreshed": True}    # x + 22, recompiled
+
+
+_FAST = r"""
+import json, os
+from gropcap.gro import fast
+from gropcap.gro.fast import napi
+path = os.path.join(napi.run._cache.cache_path, fast.CACHE_STAMP)
+print(json.dumps({"stamp": os.path.exists(path), "again": fast._refresh_cache()}))
+"""
+
+
+def test_importing_the_gro_kernels_writes_their_stamp_next_to_their_cache(tmp_path):
+    # the import refreshed (a new cache directory has no stamp) and wrote it where the
+    # kernels' indexes are; a second refresh finds it current and empties nothing
+    got = _child(_FAST, cwd=ROOT, cache=str(tmp_path / "cache"))
+    assert got == {"stamp": True, "again": False}
+
+
+def test_the_stamp_covers_every_module_the_gro_kernels_import():
+    # a kernel bakes in the constants of the modules it imports: each of them, and each
+    # kernel module, must be in the stamp; and every kernel of them is refreshed
+    from gropcap import numba_cache
+    from gropcap.gro import fast
+
+    stamped = {m.__name__ for m in fast.STAMP_MODULES}
+    assert {m.__name__ for m in fast.MODULES} <= stamped
+    imported, jitted = set(), set()
+    for mod in fast.MODULES:
+        with open(mod.__file__) as fh:
+            tree = ast.parse(fh.read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module.startswith("gropcap"):
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported.update(a.name for a in node.names if a.name.startswith("gropcap"))
+            elif isinstance(node, ast.FunctionDef) and any(
+                    "njit" in ast.unparse(d) for d in node.decorator_list):
+                jitted.add(f"{mod.__name__}.{node.name}")
+    assert "gropcap.gro.reasons" in imported
+    assert imported - stamped == set()
+    found = numba_cache.dispatchers_of(*fast.MODULES)
+    assert fast.run in found
+    assert {f"{d.py_func.__module__}.{d.py_func.__name__}" for d in found} == jitted
