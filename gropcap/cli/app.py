@@ -185,8 +185,15 @@ def decode(files, output, force, decoder, **kw):
 @click.option("--top", "top", type=click.IntRange(0, None), default=5, show_default=True,
               metavar="N", help="Flows listed in the report (text and JSON), most "
                                 "super-packets first.")
-@click.option("--jobs", type=click.IntRange(1, None), default=None,
-              help="Run on N local Dask worker processes (same results as one process).")
+@click.option("--jobs", type=click.IntRange(1, None), default=None, metavar="N",
+              help="Use N cores, the same results as one process: Dask worker processes "
+                   "when the run cuts into partitions of one receiver run (RX queues: "
+                   "--queues), else threads in one process; one line on stderr says "
+                   "which and why. --parallel chooses.")
+@click.option("--parallel", type=click.Choice(["auto", "workers", "threads"]),
+              default="auto", show_default=True,
+              help="How --jobs uses its cores: auto (as measured fastest, see --jobs), "
+                   "workers (N local Dask worker processes) or threads (in one process).")
 @click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
               help="Run on an existing Dask cluster through its scheduler.")
 @click.option("--scratch", default=None, type=click.Path(file_okay=False, exists=True),
@@ -200,8 +207,8 @@ def decode(files, output, force, decoder, **kw):
 @_gro_options
 @_decode_options
 def analyze(files, model, fmt, out_dir, packet_columns, force, engine, plot, decoder, egress_scenario,
-            egress_features, egress_mtu, stream, quiet, top, jobs, scheduler, scratch, threads,
-            captures, **kw):
+            egress_features, egress_mtu, stream, quiet, top, jobs, parallel, scheduler, scratch,
+            threads, captures, **kw):
     """Simulate GRO over captures and summarise how far it aggregates and why it stops.
 
     Every output target (--out, --plot) is checked before the first packet is read; files
@@ -231,6 +238,8 @@ def analyze(files, model, fmt, out_dir, packet_columns, force, engine, plot, dec
     if jobs is not None and scheduler is not None:
         raise click.UsageError("--jobs starts local workers, --scheduler uses a cluster: "
                                "give one of them")
+    if parallel != "auto" and jobs is None:
+        raise click.UsageError("--parallel says how --jobs N uses its cores: give --jobs")
     if scratch and not distributed:
         raise click.UsageError("--scratch is for --jobs/--scheduler runs")
     if packet_columns != "default" and not out_dir:
@@ -259,7 +268,7 @@ def analyze(files, model, fmt, out_dir, packet_columns, force, engine, plot, dec
                              in_memory=stream is False, jobs=jobs, scheduler=scheduler,
                              scratch=scratch, progress=progress, receiver=_receiver_info(),
                              receive=_receive_ctx(config), packet_columns=packet_columns,
-                             threads=threads, captures=captures)
+                             threads=threads, captures=captures, parallel=parallel)
         failures = getattr(result, "failures", None) or []
         summary = report_dict(result, top=top)
         hint = tunnel_hint(result) if fmt == "json" else None
@@ -279,7 +288,7 @@ def analyze(files, model, fmt, out_dir, packet_columns, force, engine, plot, dec
         click.echo(text, nl=False)
         if not quiet:
             click.echo(_done_line(summary, time.perf_counter() - t_start, written,
-                                  getattr(result, "threads", None)), err=True)
+                                  _ran_on(result, jobs)), err=True)
     if failures:
         sys.exit(1)   # results are complete for the other inputs, but not for these
 
@@ -311,16 +320,26 @@ def _plot_sink(path):
     return sink
 
 
+def _ran_on(result, jobs) -> str | None:
+    """What the run ran on, for the closing line: ``2 workers`` (Dask), ``2 threads``
+    (a bounded-memory run), None (in memory)."""
+    from gropcap.run.dask_core import PartitionedResult
+    if isinstance(result, PartitionedResult) or hasattr(result, "failures"):
+        return f"{jobs} workers" if jobs else "Dask"
+    n = getattr(result, "threads", None)
+    return f"{n} thread{'s' if n > 1 else ''}" if n else None
+
+
 def _done_line(summary: dict, seconds: float, written: list,
-               threads: int | None = None) -> str:
+               ran_on: str | None = None) -> str:
     """The last line of a run (stderr): packets, wall time, rate (and the threads of a
     bounded-memory run), what was written."""
     n = summary.get("packets", 0)
     rate = n / seconds if seconds > 0 else 0.0
     rate_text = (f"{rate / 1e6:.2f} M" if rate >= 1e6 else f"{rate / 1e3:.1f} k"
                  if rate >= 1e3 else f"{rate:.0f}")
-    if threads:
-        rate_text += f" packets/s, {threads} thread{'s' if threads > 1 else ''}"
+    if ran_on:
+        rate_text += f" packets/s, {ran_on}"
     else:
         rate_text += " packets/s"
     where = "wrote " + ", ".join(written) if written else "nothing written"

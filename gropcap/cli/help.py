@@ -47,7 +47,8 @@ SECTION_OF = {
     "force": "output", "plot": "output", "quiet": "output", "breaks_only": "output",
     "top": "output", "packet_columns": "output",
     # run: how the work is done
-    "model": "run", "engine": "run", "stream": "run", "jobs": "run", "scheduler": "run",
+    "model": "run", "engine": "run", "stream": "run", "jobs": "run", "parallel": "run",
+    "scheduler": "run",
     "scratch": "run", "tolerance": "run", "threads": "run",
 }
 

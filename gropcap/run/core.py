@@ -40,7 +40,7 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
                 in_memory: bool = False, jobs: int | None = None,
                 scheduler: str | None = None, scratch=None, progress=None, receiver=None,
                 receive=None, packet_columns="default", threads: int | None = None,
-                captures: str = "auto"):
+                captures: str = "auto", parallel: str = "workers"):
     """Analyse captures and write the requested sinks.
 
     Args:
@@ -59,6 +59,11 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
             CLI's: which option was typed); None: from ``config``.
         packet_columns: the columns of ``packets.parquet``: ``"default"``, ``"all"`` or
             a list (``io.columns.parse_packet_columns``).
+        parallel: how ``jobs`` (local, without ``scheduler``) uses its cores when the run
+            is one the bounded-memory core models: ``"workers"`` (Dask worker processes,
+            what Python callers get by default), ``"threads"`` (``jobs`` threads in one
+            process) or ``"auto"`` (:func:`jobs_way`, what ``gropcap analyze --jobs``
+            does); the choice and its reason go to ``progress.note``.
         threads: the threads of a bounded-memory run (``run.stream.stream_analyze``;
             None: ``run.threads.default_threads``); the other ways ignore it.
         captures: how several input files map to receiver runs (``--captures``:
@@ -75,9 +80,15 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
                                                  egress=egress, captures=captures)
     from gropcap.receive.profile import resolve_receiver
     config, receiver = resolve_receiver(config, receiver)
-    distributed = jobs is not None or scheduler is not None
     why = memory_reason(config, engine=engine, decoder=decoder, egress=egress,
                         plot=plot is not None)
+    if jobs is not None and scheduler is None and not (in_memory or why):
+        way, reason = jobs_way(paths, config, models, jobs, parallel, captures)
+        if progress is not None:
+            progress.note(f"--jobs {jobs}: {reason}")
+        if way == "threads":
+            threads, jobs = jobs, None
+    distributed = jobs is not None or scheduler is not None
     if not (distributed or in_memory or why):
         from gropcap.run.stream import stream_analyze
         return stream_analyze(paths, config, models=models, decode_options=decode_options,
@@ -143,3 +154,45 @@ def _write_sinks(analysis, out_dir, plot, force, progress, packet_columns="defau
 
 
 __all__ = ["analyze_run"]
+
+
+PARALLEL = ("auto", "workers", "threads")
+
+
+def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
+             captures: str = "auto") -> tuple[str, str]:
+    """How ``--jobs N`` on this host uses N cores: ``("workers", why)`` (the Dask core
+    per partition, ``run.dask_core``) or ``("threads", why)`` (``run.threads`` in one
+    process), and the sentence the run prints.
+
+    ``auto`` picks what measured faster (docs/scale.md, "Which way --jobs runs"):
+    workers when the work cuts exactly into at least two partitions of one receiver
+    run (RX queues for the napi model, same-flow classes for the ideal model alone):
+    each worker then decodes the input and replays its own partitions, 1.7x one
+    process on two cores. Otherwise threads: with one RX queue the napi model has one
+    partition (a worker would replay everything), and several files that may be
+    separate receivers (``--captures``) run their partitions through the exchange of
+    decoded rows, slower than one process on two cores.
+    """
+    from gropcap.errors import ConfigError
+    if parallel not in PARALLEL:
+        raise ConfigError(f"unknown --parallel {parallel!r}", hint=f"use one of {PARALLEL}")
+    if parallel == "workers":
+        return "workers", f"{jobs} Dask worker processes (--parallel workers)"
+    if parallel == "threads":
+        return "threads", (f"{min(jobs, 2)} threads in one process (--parallel threads)")
+    from gropcap.run.distributed import _nparts
+    from gropcap.run.inputs import input_files
+    from gropcap.run.threads import MAX_USEFUL_THREADS
+    nthreads = min(jobs, MAX_USEFUL_THREADS)
+    split = "napi" if "napi" in models else models[0]
+    parts = _nparts(config.replace(model=split), jobs)
+    files = input_files(paths)
+    if parts < 2:
+        return "threads", (f"{nthreads} threads in one process: with one RX queue (--queues 1) "
+                           "the napi model does not cut into partitions for workers")
+    if len(files) > 1 and captures != "continuous":
+        return "threads", (f"{nthreads} threads in one process: {len(files)} files may be "
+                           "separate receivers (--captures), whose partitions the workers "
+                           "would exchange through scratch files (slower here)")
+    return "workers", f"{jobs} Dask worker processes, {parts} partitions ({split} model)"

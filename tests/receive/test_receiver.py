@@ -250,7 +250,7 @@ def test_calibrate_cli_refuses_existing_output_before_work(tmp_path):
     assert out.read_text() == "keep"
 
 
-@pytest.mark.parametrize("mode", [[], ["--no-stream"], ["--jobs", "1"]])
+@pytest.mark.parametrize("mode", [[], ["--no-stream"], ["--jobs", "1", "--parallel", "workers"]])
 def test_streamed_and_distributed_runs_record_the_profile(tmp_path, profile, mode):
     out = tmp_path / "o"
     run("analyze", P4, "-q", "--receiver", profile, "--budget", 32, "--out", out, *mode)

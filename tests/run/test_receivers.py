@@ -403,7 +403,7 @@ def test_directory_of_links_with_jobs_and_out(tmp_path):
     for k in range(3):
         os.symlink(A, d / f"copy{k}.pcap")
     one = json.loads(CliRunner().invoke(main, ["analyze", A, "-q", "--format", "json"]).output)
-    r = CliRunner().invoke(main, ["analyze", str(d), "-q", "--format", "json", "--jobs", "2",
+    r = CliRunner().invoke(main, ["analyze", str(d), "-q", "--format", "json", "--jobs", "2", "--parallel", "workers",
                                   "--out", str(tmp_path / "out")])
     assert r.exit_code == 0, r.output
     got = json.loads(r.output)

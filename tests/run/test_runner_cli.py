@@ -28,7 +28,7 @@ def test_jobs_same_summary_and_parquet(generated, tmp_path, queues):  # noqa: F8
     one = run("analyze", *inputs, "--format", "json", "--queues", queues, "-q",
               "--out", tmp_path / "one", "--no-stream")
     two = run("analyze", *inputs, "--format", "json", "--queues", queues, "-q",
-              "--out", tmp_path / "two", "--jobs", "2")
+              "--out", tmp_path / "two", "--jobs", "2", "--parallel", "workers")
     bounded = run("analyze", *inputs, "--format", "json", "--queues", queues, "-q",
                   "--out", tmp_path / "bounded")
     assert one.exit_code == 0 and two.exit_code == 0 and bounded.exit_code == 0, two.output
@@ -47,7 +47,7 @@ def test_jobs_writes_a_dataset(generated, tmp_path):  # noqa: F811
     from gropcap.io.load import load
     one = run("analyze", *generated, "--queues", "4", "-q", "--out", tmp_path / "one")
     two = run("analyze", *generated, "--queues", "4", "-q", "--out", tmp_path / "two",
-              "--jobs", "2")
+              "--jobs", "2", "--parallel", "workers")
     assert one.exit_code == 0 and two.exit_code == 0, two.output
     assert one.stdout == two.stdout and "napi" in two.stdout
     parts = sorted(os.listdir(tmp_path / "two" / "packets"))
@@ -56,15 +56,15 @@ def test_jobs_writes_a_dataset(generated, tmp_path):  # noqa: F811
     assert_same_rows(tmp_path / "one", tmp_path / "two")
     assert load(tmp_path / "two").summary() == load(tmp_path / "one").summary()
     again = run("analyze", *generated, "--queues", "4", "-q", "--out", tmp_path / "one",
-                "--jobs", "2")
+                "--jobs", "2", "--parallel", "workers")
     assert again.exit_code != 0 and "output exists" in again.output
     again = run("analyze", *generated, "--queues", "4", "-q", "--out", tmp_path / "one",
-                "--jobs", "2", "--force")
+                "--jobs", "2", "--parallel", "workers", "--force")
     assert again.exit_code == 0
     assert sorted(os.listdir(tmp_path / "one")) == ["flows.parquet", "packets",
                                                     "superpackets"]
     cols = run("analyze", *generated, "--queues", "4", "-q", "--out", tmp_path / "cols",
-               "--jobs", "2", "--packet-columns", "ts_ns,sport")
+               "--jobs", "2", "--parallel", "workers", "--packet-columns", "ts_ns,sport")
     assert cols.exit_code == 0
     names = ds.dataset(tmp_path / "cols" / "packets").schema.names
     assert {"ts_ns", "sport", "file_index", "record"} <= set(names)   # + the sort key
@@ -79,7 +79,7 @@ def test_jobs_writes_a_dataset(generated, tmp_path):  # noqa: F811
 
 def test_jobs_text_summary_same(generated):  # noqa: F811
     one = run("analyze", generated[0], "-q")
-    two = run("analyze", generated[0], "-q", "--jobs", "1")
+    two = run("analyze", generated[0], "-q", "--jobs", "1", "--parallel", "workers")
     assert one.exit_code == 0 and two.exit_code == 0
     assert "napi" in one.stdout and one.stdout == two.stdout
 
@@ -96,7 +96,7 @@ def test_scheduler_option(generated, tmp_path):  # noqa: F811
 def test_failed_input_named_and_exit_status(generated, tmp_path):  # noqa: F811
     bad = tmp_path / "bad.pcap"
     bad.write_bytes(b"garbage, not a capture" * 4)
-    res = run("analyze", generated[0], bad, "--format", "json", "--jobs", "1")
+    res = run("analyze", generated[0], bad, "--format", "json", "--jobs", "1", "--parallel", "workers")
     assert res.exit_code == 1
     assert f"{bad} (bytes 0-end) left out" in res.stderr
     summary = json.loads(res.stdout)
@@ -105,7 +105,7 @@ def test_failed_input_named_and_exit_status(generated, tmp_path):  # noqa: F811
 
 
 def test_stream_with_jobs_refused(generated):  # noqa: F811
-    res = run("analyze", generated[0], "--stream", "--jobs", "2")
+    res = run("analyze", generated[0], "--stream", "--jobs", "2", "--parallel", "workers")
     assert res.exit_code == 2 and "--stream runs in one process" in res.output
     res = run("analyze", generated[0], "--jobs", "2", "--scheduler", "tcp://127.0.0.1:1")
     assert res.exit_code == 2 and "give one of them" in res.output
@@ -128,3 +128,45 @@ def test_scheduler_with_scratch_directory(generated, tmp_path):  # noqa: F811
 def test_scratch_needs_a_distributed_run(generated, tmp_path):  # noqa: F811
     res = run("analyze", generated[0], "--scratch", tmp_path)
     assert res.exit_code == 2 and "--scratch is for --jobs/--scheduler" in res.output
+
+
+@pytest.mark.parametrize("case", ["one_queue", "queues", "files"])
+def test_jobs_picks_workers_or_threads_and_says_why(tmp_path, case):
+    """``--jobs 2`` (``--parallel auto``) runs Dask workers when one receiver run cuts
+    into RX-queue partitions, else threads in one process; one stderr line says which,
+    the results are those of one process either way, and the output layout is the one
+    of what ran (a dataset from workers, files from one process)."""
+    sample, other = SAMPLES[0], SAMPLES[1]
+    inputs = {"one_queue": [sample], "queues": [sample], "files": [sample, other]}[case]
+    queues = "1" if case == "one_queue" else "4"
+    args = ["analyze", *inputs, "--format", "json", "--queues", queues]
+    res = CliRunner().invoke(main, [str(a) for a in args + ["--jobs", "2", "--out",
+                                                             tmp_path / "j"]])
+    ref = run(*args, "-q")
+    assert res.exit_code == 0 and ref.exit_code == 0, res.output
+    assert json.loads(res.stdout) == json.loads(ref.stdout)
+    note = [line for line in res.stderr.splitlines() if line.startswith("gropcap: --jobs 2:")]
+    assert len(note) == 1, res.stderr
+    if case == "queues":
+        assert "Dask worker processes, 2 partitions" in note[0]
+        assert (tmp_path / "j" / "packets").is_dir() and "2 workers" in res.stderr
+    else:
+        why = "one RX queue" if case == "one_queue" else "may be separate receivers"
+        assert "threads in one process" in note[0] and why in note[0], note
+        assert (tmp_path / "j" / "packets.parquet").is_file() and "2 threads" in res.stderr
+
+
+def test_parallel_needs_jobs_and_forces_the_way():
+    from gropcap.gro.config import GroConfig
+    from gropcap.run.core import jobs_way
+    res = run("analyze", SAMPLES[0], "--parallel", "threads")
+    assert res.exit_code == 2 and "give --jobs" in res.output
+    one = GroConfig()
+    assert jobs_way([SAMPLES[0]], one, ("ideal", "napi"), 2)[0] == "threads"
+    assert jobs_way([SAMPLES[0]], one, ("ideal",), 2)[0] == "workers"   # class partitions
+    assert jobs_way([SAMPLES[0]], one, ("ideal", "napi"), 2, "workers")[0] == "workers"
+    four = GroConfig(queues=4)
+    assert jobs_way([SAMPLES[0]], four, ("ideal", "napi"), 2, "threads")[0] == "threads"
+    assert jobs_way(SAMPLES[:2], four, ("napi",), 2, captures="continuous")[0] == "workers"
+    with pytest.raises(Exception, match="unknown --parallel"):
+        jobs_way([SAMPLES[0]], one, ("napi",), 2, "cores")

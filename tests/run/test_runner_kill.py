@@ -297,7 +297,7 @@ def test_cli_jobs_killed_worker_same_output(capture, tmp_path, monkeypatch):
     def run(out, *extra):
         return CliRunner().invoke(main, ["analyze", capture, "--queues", "4", "--mtu",
                                          "1500", "--format", "json", "-q", "--out",
-                                         str(out), "--jobs", "2", *extra],
+                                         str(out), "--jobs", "2", "--parallel", "workers", *extra],
                                   catch_exceptions=False)
     ref = run(tmp_path / "ref")
     assert ref.exit_code == 0, ref.output
