@@ -78,9 +78,17 @@ class PartitionedResult(StreamResult):
     as ``run.distributed.DistributedAnalysis``; the summary lists them under
     ``failed_inputs``). ``timings``: wall seconds of the client's stages (``decode``,
     ``gro``, ``merge``, ``write``: the output pass, ``finish``: summary, flows table,
-    ``flows.parquet``)."""
+    ``flows.parquet``; the fused exchange: ``fused``, the tasks' wall time, split into
+    ``decode``, the slowest task's decoding, and ``gro``, the rest)."""
 
     failures: list = dataclasses.field(default_factory=list)
+    # how the partitions got their rows: "fused" (each task decodes every input and
+    # keeps its partition's rows) or "exchange" (decode tasks, rows through scratch
+    # files); exchange_rule
+    exchange: str = "exchange"
+    # per partition task of the fused exchange, its own wall seconds (decode: decoding,
+    # partitioning and counting; gro: the rest)
+    task_timings: list = dataclasses.field(default_factory=list)
 
 
 def partitioned_reason(config, *, engine="fast", decoder="fast", egress=None,
@@ -90,6 +98,74 @@ def partitioned_reason(config, *, engine="fast", decoder="fast", egress=None,
     (``run.options.memory_reason``)."""
     from gropcap.run.options import memory_reason
     return memory_reason(config, engine=engine, decoder=decoder, egress=egress, plot=plot)
+
+
+# at most this many partitions run fused (every partition task decodes every input): the
+# fused exchange's extra work grows with the partitions (P decodes instead of one), the
+# exchange's with the rows only (docs/scale.md, "Which exchange")
+FUSED_MAX_PARTS = 2
+
+
+def exchange_rule(exchange: str, nparts: int, nworkers: int, workers_local: bool) -> str:
+    """How partitions get their rows: ``exchange`` as asked (``"fused"``,
+    ``"exchange"``), or for ``"auto"``: fused when every worker runs on this host, each
+    partition has a worker of its own and there are at most :data:`FUSED_MAX_PARTS`;
+    else the exchange through scratch files."""
+    if exchange not in ("auto", "fused", "exchange"):
+        raise ValueError(f"exchange must be auto, fused or exchange, not {exchange!r}")
+    if exchange != "auto":
+        return exchange
+    return "fused" if workers_local and nparts <= min(nworkers, FUSED_MAX_PARTS) \
+        else "exchange"
+
+
+def _fused_stage(c, files, config, models, decode_options, split_config, nparts: int,
+                 works: list, batch_records: int, check: bool, keep, local_pass: bool,
+                 progress):
+    """Decode and GRO of every partition in one task each
+    (``run.dask_tasks.fused_partition_task``): ``(done, capture counts, coalesced
+    statistics, infos, rows)``, or why the exchange must run instead (a string: an
+    input fails to decode, whose report the exchange gives; a TCP direction's SYNs in
+    two partitions). With coalesced input the tasks run again, given the statistics
+    of the whole capture."""
+    from gropcap.errors import GropcapError
+    from gropcap.run.accumulators import CaptureCounts
+    from gropcap.run.dask_tasks import fused_partition_task
+    from gropcap.run.distributed import _result_or_retry
+
+    def run(stats_arg):
+        tasks = []
+        for k in range(nparts):
+            args = (files, decode_options, config, tuple(models), split_config, nparts, k,
+                    stats_arg, works[k], batch_records, check, keep, local_pass)
+            tasks.append((c.submit(fused_partition_task, *args, pure=False), args))
+        if progress is not None:
+            progress.track(f"decode+GRO {'+'.join(models)}", [f for f, _ in tasks])
+        try:
+            return [_result_or_retry(c, f, fused_partition_task, *a)[0] for f, a in tasks]
+        except (GropcapError, OSError):
+            c.cancel([f for f, _ in tasks])
+            return None
+    done = run(None)
+    if done is None:
+        return "an input failed"
+    capture, stats = CaptureCounts(), None
+    for d in done:
+        capture.merge(d["counts"])      # additive (dictionaries are reported sorted)
+        st = d["stats"]
+        if stats is not None and any(key in stats.syn_mss for key in st.syn_mss):
+            return "a TCP direction's SYNs fall in two partitions"
+        # per direction, first-in-order within its partition is first in the capture
+        stats = st if stats is None else stats.merge(st)
+    stats.set_mtu(config.mtu).mtu_inference()
+    first = done
+    if stats.num or any(d["stopped"] for d in done):
+        done = run(c.scatter(stats, hash=False))
+        if done is None:
+            return "an input failed"
+        for d, d0 in zip(done, first):
+            d["timings"] = {k: d["timings"][k] + d0["timings"][k] for k in d["timings"]}
+    return done, capture, stats, first[0]["infos"], first[0]["total"]
 
 
 # ---- client side ----
@@ -211,7 +287,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                         models=MODELS, decode_options=None, out_dir=None,
                         force: bool = False, scratch=None, progress=None, receiver=None,
                         receive=None, packet_columns="default", batch_records: int = 65536,
-                        split_bytes=None, fallback=None):
+                        split_bytes=None, fallback=None, exchange: str = "auto"):
     """Analyse captures on Dask with the bounded-memory core per partition (module
     docstring): a :class:`PartitionedResult` whose summary equals the one-process run's;
     with ``out_dir``, ``packets/part-*.parquet``, ``superpackets/part-*.parquet`` and
@@ -223,6 +299,10 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
     it (a flow or an ideal-model same-flow class in two RX-queue partitions),
     ``fallback(client, why)`` runs instead (the caller's in-memory Dask merge) and its
     result is returned.
+
+    ``exchange``: how the partitions get their rows (:func:`exchange_rule`): ``"auto"``,
+    ``"fused"`` (each partition task decodes every input) or ``"exchange"`` (decode
+    tasks, rows through the scratch directory); the result's ``exchange`` says which ran.
     """
     import shutil
 
@@ -231,8 +311,9 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
     from gropcap.run.accumulators import Totals
     from gropcap.run.distributed import (BATCH_RECORDS, SPLIT_BYTES, _decode_all,
                                          _merged_capture, _nparts, _nworkers,
-                                         _result_or_retry, _scratch_dir, open_client)
-    from gropcap.run.inputs import input_files
+                                         _result_or_retry, _scratch_dir, _workers_local,
+                                         open_client)
+    from gropcap.run.inputs import decode_table, input_files
     from gropcap.run.summary import render_summary
     from gropcap.io.columns import parse_packet_columns
     from gropcap.run.options import run_options
@@ -251,44 +332,72 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 if tmp is None:
                     raise _Fallback("the workers share no scratch directory")
                 scfg = config.replace(model=split_model)
-                nparts = _nparts(scfg, _nworkers(c))
+                nworkers = _nworkers(c)
+                nparts = _nparts(scfg, nworkers)
                 split = "joint"
                 import time
                 clock, tm = time.perf_counter, {}
-                t0 = clock()
-                decoded, infos, failures = _decode_all(
-                    c, files, decode_options, "fast",
-                    SPLIT_BYTES if split_bytes is None else split_bytes, BATCH_RECORDS,
-                    tmp, progress, ((split, scfg, nparts),) if nparts > 1 else ())
-                n = sum(p.rows for d in decoded for p in d.pieces)
-                tm["decode"] = clock() - t0
-                t0 = clock()
-                capture = _merged_capture(decoded)
-                capture.verify = config.verify_checksums
-                stats = None
-                for d in decoded:
-                    for p in d.pieces:
-                        stats = p.stats if stats is None else stats.merge(p.stats)
-                if stats is not None:
-                    stats.set_mtu(config.mtu).mtu_inference()
-                stats_arg = c.scatter(stats, hash=False) if stats is not None and \
-                    stats.num else None
-                pieces = [(p.ref, d.index, d.new_index, p.offset)
-                          for d in decoded for p in d.pieces]
                 works = [os.path.join(tmp, f"core-{k}") for k in range(nparts)]
                 check = nparts > 1 and split_model == "napi" and "ideal" in models
                 from gropcap.run.stream import _TunnelHint
-                hint = _TunnelHint(capture.udp_tunnels, config, models)
-                tasks = []
-                for k in range(nparts):
-                    args = (pieces, config, tuple(models), split, nparts, k, stats_arg,
-                            works[k], n, batch_records, check,
-                            hint.pairs if hint.collect else ())
-                    tasks.append((c.submit(gro_partition_task, *args, pure=False), args))
-                if progress is not None:
-                    progress.track(f"GRO {'+'.join(models)}", [f for f, _ in tasks])
-                done = [_result_or_retry(c, f, gro_partition_task, *a)[0] for f, a in tasks]
-                tm["gro"] = clock() - t0
+                how = exchange_rule(exchange, nparts, nworkers, _workers_local(c))
+                fused = None
+                if how == "fused":
+                    from gropcap.run.dask_tasks import write_columns
+                    t0 = clock()
+                    fused = _fused_stage(c, files, config, models, decode_options, scfg,
+                                         nparts, works, batch_records, check,
+                                         write_columns(out_dir, packet_columns, models),
+                                         not out_dir, progress)
+                    tm["fused"] = clock() - t0
+                    if isinstance(fused, str):
+                        if progress is not None:
+                            progress.note(f"{fused}: the decoded rows are exchanged "
+                                          "through the scratch directory")
+                        how, fused = "exchange", None
+                if fused is not None:
+                    done, capture, stats, infos, n = fused
+                    capture.verify = config.verify_checksums
+                    decoded, failures = None, []
+                    hint = _TunnelHint(capture.udp_tunnels, config, models)
+                    pieces = [os.path.join(w, "rows.arrow") for w in works]
+                    tm["decode"] = max(d["timings"]["decode"] for d in done)
+                    tm["gro"] = tm["fused"] - tm["decode"]
+                    t0 = clock()
+                else:
+                    t0 = clock()
+                    decoded, infos, failures = _decode_all(
+                        c, files, decode_options, "fast",
+                        SPLIT_BYTES if split_bytes is None else split_bytes, BATCH_RECORDS,
+                        tmp, progress, ((split, scfg, nparts),) if nparts > 1 else ())
+                    n = sum(p.rows for d in decoded for p in d.pieces)
+                    tm["decode"] = clock() - t0
+                    t0 = clock()
+                    capture = _merged_capture(decoded)
+                    capture.verify = config.verify_checksums
+                    stats = None
+                    for d in decoded:
+                        for p in d.pieces:
+                            stats = p.stats if stats is None else stats.merge(p.stats)
+                    if stats is not None:
+                        stats.set_mtu(config.mtu).mtu_inference()
+                    stats_arg = c.scatter(stats, hash=False) if stats is not None and \
+                        stats.num else None
+                    pieces = [(p.ref, d.index, d.new_index, p.offset)
+                              for d in decoded for p in d.pieces]
+                    hint = _TunnelHint(capture.udp_tunnels, config, models)
+                    tasks = []
+                    for k in range(nparts):
+                        args = (pieces, config, tuple(models), split, nparts, k, stats_arg,
+                                works[k], n, batch_records, check,
+                                hint.pairs if hint.collect else ())
+                        tasks.append((c.submit(gro_partition_task, *args, pure=False),
+                                      args))
+                    if progress is not None:
+                        progress.track(f"GRO {'+'.join(models)}", [f for f, _ in tasks])
+                    done = [_result_or_retry(c, f, gro_partition_task, *a)[0]
+                            for f, a in tasks]
+                    tm["gro"] = clock() - t0
                 t0 = clock()
                 _check_classes(done)
                 fmaps = flow_maps([d["keys"] for d in done], [d["firsts"] for d in done])
@@ -322,18 +431,24 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                     os.chmod(stage, 0o755)
                 wtasks = []
                 for k, (d, fmap) in enumerate(zip(done, fmaps)):
-                    args = (pieces, config, tuple(models), split, nparts, k, works,
+                    if "local" in d:
+                        continue        # the fused summary-only run: counted already
+                    args = (pieces[k] if fused else pieces, config, tuple(models), split,
+                            nparts, k, works,
                             d["info"], fmap, stage, meta, packet_columns, batch_records,
                             hint.pairs)
                     wtasks.append((c.submit(write_partition_task, *args, pure=False),
                                    args))
-                if progress is not None:
+                if progress is not None and wtasks:
                     progress.track("packets.parquet" if out_dir else "verdicts",
                                    [f for f, _ in wtasks])
                 tm["merge"] = clock() - t0
                 t0 = clock()
                 wrote = [_result_or_retry(c, f, write_partition_task, *a)[0]
                          for f, a in wtasks]
+                wrote += [{**d["local"], "causes": (fmap[:len(d["local"]["causes"][0])],
+                                                    *d["local"]["causes"])}
+                          for d, fmap in zip(done, fmaps) if "local" in d]
                 from gropcap.run.accumulators import FlowCauses
                 causes = FlowCauses()
                 causes._grow(tot.flows.n_flows)
@@ -348,7 +463,10 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 t0 = clock()
                 summary = render_summary(tot, infos=infos, config=config, mtu=mtu,
                                          receive=receive or ReceiveContext.from_config(config))
-                tunnel_hint = _finish_hint(hint, done, summary, tot, decoded, stats)
+                tunnel_hint = _finish_hint(
+                    hint, done, summary, tot, decoded if decoded is not None else
+                    (lambda: [decode_table(f, i, decode_options)[0]
+                              for i, f in enumerate(files)]), stats)
                 if failures:
                     summary["failed_inputs"] = [f.as_dict() for f in failures]
                 flows = tot.flows_table()
@@ -378,13 +496,16 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
     return PartitionedResult(summary=summary, flows=flows, paths=written, metadata=meta,
                              totals=tot, flow_causes=causes.result(flows.num_rows),
                              udp_tunnel_hint=tunnel_hint, failures=failures,
-                             timings={**tm, "finish": clock() - t0})
+                             timings={**tm, "finish": clock() - t0}, exchange=how,
+                             task_timings=[d["timings"] for d in done]
+                             if fused is not None else [])
 
 
 def _finish_hint(hint, done: list, summary: dict, tot, decoded: list, stats):
     """``report.receive.tunnel_hint`` of the run (None without one): the partitions'
     tunnel rows in capture order for the ideal model, the whole decoded table (small by
-    ``HINT_NAPI_MAX_ROWS``) read back from the scratch pieces for the napi model."""
+    ``HINT_NAPI_MAX_ROWS``) read back from the scratch pieces for the napi model
+    (``decoded()``: the tables, decoded again, after the fused exchange)."""
     if hint.hint is None:
         return None
     from gropcap.run.distributed import file_table
@@ -400,8 +521,11 @@ def _finish_hint(hint, done: list, summary: dict, tot, decoded: list, stats):
             [tuple(np.concatenate([c[i] for c in cos])[order] for i in range(4))]
 
     def whole():
-        tables = [file_table(d.kind, [p.ref for p in d.pieces], d.index, d.new_index)
-                  for d in decoded]
+        if callable(decoded):           # the fused exchange: no pieces, decode again
+            tables = decoded()
+        else:
+            tables = [file_table(d.kind, [p.ref for p in d.pieces], d.index, d.new_index)
+                      for d in decoded]
         table = pa.concat_tables(tables) if tables else PACKET_SCHEMA.empty_table()
         co = stats.infer(table) if stats is not None and stats.num else None
         return table, (co if co is not None and co.num_coalesced else None)
