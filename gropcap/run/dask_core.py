@@ -133,6 +133,12 @@ def _fused_stage(c, files, config, models, decode_options, split_config, nparts:
     from gropcap.run.dask_tasks import fused_partition_task
     from gropcap.run.distributed import _result_or_retry
 
+    from concurrent.futures import ThreadPoolExecutor
+    # the files' sha256 here, while the tasks run (hashlib releases the GIL), once
+    hashing = ThreadPoolExecutor(1, thread_name_prefix="gropcap-sha256")
+    digests = [hashing.submit(_sha256_plain, f) for f in files]
+    hashing.shutdown(wait=False)
+
     def run(stats_arg):
         tasks = []
         for k in range(nparts):
@@ -165,7 +171,32 @@ def _fused_stage(c, files, config, models, decode_options, split_config, nparts:
             return "an input failed"
         for d, d0 in zip(done, first):
             d["timings"] = {k: d["timings"][k] + d0["timings"][k] for k in d["timings"]}
-    return done, capture, stats, first[0]["infos"], first[0]["total"]
+    infos = first[0]["infos"]
+    for info, digest in zip(infos, digests):
+        if not info.sha256:
+            info.sha256 = digest.result()
+    return done, capture, stats, infos, first[0]["total"]
+
+
+def _sha256_plain(path: str) -> str:
+    """The sha256 of a plain capture file (compressed ones: "", their reader hashes
+    them)."""
+    import hashlib
+
+    from gropcap.capture.compress import sniff_compression
+    try:
+        with open(path, "rb") as f:
+            if sniff_compression(f.read(8)):
+                return ""
+            f.seek(0)
+            h = hashlib.sha256()
+            while True:
+                chunk = f.read(1 << 22)
+                if not chunk:
+                    return h.hexdigest()
+                h.update(chunk)
+    except OSError:
+        return ""           # the tasks report it
 
 
 # ---- client side ----

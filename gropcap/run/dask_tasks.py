@@ -270,8 +270,10 @@ def fused_partition_task(files, decode_options, config, models, split_config, np
     there (``"stopped"``: the client runs the task again with the merged statistics).
     ``keep``: the columns the output pass reads, kept in ``work/rows.arrow``;
     ``local_pass``: that pass runs here (summary only). Returns :func:`_gro_core`'s dict
-    plus ``"counts"``, ``"stats"``, ``"infos"``, ``"total"`` (rows of every partition),
-    ``"timings"`` (``decode``: decode, partition and counting; ``gro``: the rest)."""
+    plus ``"counts"``, ``"stats"``, ``"infos"`` (a plain file's ``sha256`` left empty: the
+    client hashes it), ``"total"`` (rows of every partition),
+    ``"timings"`` (wall seconds, ``decode``: decode, partition and counting; ``gro``: the
+    rest; ``cpu``: the task's CPU seconds, every thread)."""
     import time
 
     from gropcap.gro.coalesced import CoalescedStats
@@ -288,7 +290,9 @@ def fused_partition_task(files, decode_options, config, models, split_config, np
     def batches():
         for i, path in enumerate(files):
             t0 = clock()
-            gen = decode_file(path, i, decode_options, batch_records=batch_records)
+            # the client hashes the files (once, not once per partition)
+            gen = decode_file(path, i, decode_options, batch_records=batch_records,
+                              sha256=False)
             while True:
                 try:
                     t = pa.Table.from_batches([next(gen)])
@@ -313,13 +317,14 @@ def fused_partition_task(files, decode_options, config, models, split_config, np
                     yield t, rows, missing_pairs(t, config)
                 t0 = clock()
             state["decode"] += clock() - t0
-    t_start = clock()
+    t_start, cpu = clock(), time.process_time()
     out = _gro_core(batches(), config, models, stats, work, lambda: state["total"], check,
                     True, keep, local_pass and not state["coalesced"])
     out.update(counts=counts, stats=own, infos=infos, total=state["total"],
                stopped=state["coalesced"],
                timings={"decode": state["decode"],
-                        "gro": clock() - t_start - state["decode"]})
+                        "gro": clock() - t_start - state["decode"],
+                        "cpu": time.process_time() - cpu})
     return out
 
 
