@@ -239,8 +239,6 @@ def alternate(args, paths, cfg) -> dict:
     """``--alternate``: the one-process bounded run (``--threads`` 1 and 2) and the core
     per partition (each ``--exchange`` of core and fused) on one cluster, alternated;
     every summary asserted equal to the first one-process run's."""
-    from dask.distributed import Client, LocalCluster
-
     from gropcap.run.dask_core import analyze_partitioned
     from gropcap.run.stream import stream_analyze
     n = args.workers[-1]
@@ -249,9 +247,9 @@ def alternate(args, paths, cfg) -> dict:
               "cpus": os.cpu_count(), "queues": args.queues, "workers": n,
               "write": bool(args.write), "load_before": _load(), "runs": {}}
     t0 = time.perf_counter()
-    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                           dashboard_address=None)
-    client = Client(cluster)
+    # the cluster `gropcap analyze --jobs N` starts (run.distributed._local_cluster)
+    from gropcap.run.distributed import _local_cluster
+    cluster, client = _local_cluster(n)
     report["cluster_start_s"] = round(time.perf_counter() - t0, 2)
     t0 = time.perf_counter()
     client.run(lambda: __import__("gropcap.run.dask_tasks"))
