@@ -94,6 +94,10 @@ def main(argv=None) -> dict:
                          "with --threads 1 and 2: one cluster of --workers[-1] workers "
                          "(start-up timed), the configurations alternated --repeat times, "
                          "the least of each kept, per-task timings of the fused runs")
+    ap.add_argument("--quiet", type=float, default=None, metavar="SHARE",
+                    help="--alternate: before each timed run wait until the machine is "
+                         "this idle (0-1, over 2 s; at most --quiet-timeout seconds)")
+    ap.add_argument("--quiet-timeout", type=float, default=120)
     ap.add_argument("--capture", default=None,
                     help="use this capture instead of generated ones")
     ap.add_argument("--repeat", type=int, default=3,
@@ -232,7 +236,32 @@ def main(argv=None) -> dict:
 
 
 def _load() -> str:
-    return open("/proc/loadavg").read().split()[0]
+    with open("/proc/loadavg") as f:
+        return f.read().split()[0]
+
+
+def _idle(seconds: float = 2.0) -> float:
+    """Share of the machine's CPU time idle over the next ``seconds`` (/proc/stat)."""
+    def sample():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return v[3] + v[4], sum(v)
+    i0, t0 = sample()
+    time.sleep(seconds)
+    i1, t1 = sample()
+    return (i1 - i0) / max(1, t1 - t0)
+
+
+def _wait_quiet(threshold: float, timeout: float) -> float:
+    """Wait until the machine is at least ``threshold`` idle (other users' runs: this
+    machine is shared, and Linux's autogroup scheduling gives each session an equal
+    share, so a run's worker processes get no more CPU than one process while other
+    sessions are busy), at most ``timeout`` seconds; the last idle share."""
+    end = time.monotonic() + timeout
+    while True:
+        idle = _idle()
+        if idle >= threshold or time.monotonic() > end:
+            return round(idle, 2)
 
 
 def alternate(args, paths, cfg) -> dict:
@@ -271,11 +300,19 @@ def alternate(args, paths, cfg) -> dict:
     walls = {k: [] for k in configs}
     summary = None
     timings = {}
+    idle = {k: [] for k in configs}
+    cpu = {k: [] for k in configs}
     for i in range(args.repeat):
         for name, fn in configs.items():
-            t0 = time.perf_counter()
+            if args.quiet:
+                idle[name].append(_wait_quiet(args.quiet, args.quiet_timeout))
+            t0, c0 = time.perf_counter(), time.process_time()
             r = fn(paths)
             walls[name].append(round(time.perf_counter() - t0, 2))
+            # CPU seconds: this process (both threads of a one-process run; the
+            # client of a Dask run) plus the partition tasks
+            cpu[name].append(round(time.process_time() - c0 + sum(
+                t.get("cpu", 0) for t in getattr(r, "task_timings", None) or []), 2))
             if summary is None:
                 summary = r.summary
                 report["packets"] = summary["packets"]
@@ -286,14 +323,20 @@ def alternate(args, paths, cfg) -> dict:
                      **({"tasks": [{k: round(v, 2) for k, v in t.items()}
                                    for t in r.task_timings]}
                         if getattr(r, "task_timings", None) else {})})
-            print(name, walls[name][-1], "load", _load(), flush=True)
+            print(name, walls[name][-1], "load", _load(), "idle before",
+                  idle[name][-1] if idle[name] else None, "cpu", cpu[name][-1], flush=True)
     base = {t: min(walls[f"one_process_threads_{t}"]) for t in (1, 2)}
     for name, w in walls.items():
         report["runs"][name] = {
-            "wall_s": min(w), "all_wall_s": w, "timings": timings.get(name),
+            "wall_s": min(w), "all_wall_s": w, "cpu_s": cpu[name],
+            "idle_before": idle[name], "timings": timings.get(name),
             "vs_threads_1": round(base[1] / min(w), 2),
             "vs_threads_2": round(base[2] / min(w), 2)}
     report["load_after"] = _load()
+    # peaks over the whole session (VmHWM): the client's includes the one-process runs
+    report["worker_peak_rss_mib"] = sorted(round(v, 1) for v in
+                                           client.run(_peak_rss_mib).values())
+    report["client_peak_rss_mib"] = round(_peak_rss_mib(), 1)
     client.close()
     cluster.close()
     text = json.dumps(report, indent=2)

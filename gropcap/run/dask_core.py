@@ -102,8 +102,9 @@ def partitioned_reason(config, *, engine="fast", decoder="fast", egress=None,
 
 # at most this many partitions run fused (every partition task decodes every input): the
 # fused exchange's extra work grows with the partitions (P decodes instead of one), the
-# exchange's with the rows only (docs/scale.md, "Which exchange")
-FUSED_MAX_PARTS = 2
+# exchange's with the rows only. Measured faster at 2 on this 2-core machine; 4 from the
+# per-row costs measured (docs/scale.md, "Which exchange")
+FUSED_MAX_PARTS = 4
 
 
 def exchange_rule(exchange: str, nparts: int, nworkers: int, workers_local: bool) -> str:

@@ -254,6 +254,10 @@ def _kept_batches(path: str):
             yield pa.Table.from_batches([b])
 
 
+# a fused task decodes batches of at most this many times batch_records records
+FUSED_BATCH_PARTS = 4
+
+
 def fused_partition_task(files, decode_options, config, models, split_config, nparts: int,
                          k: int, stats, work: str, batch_records: int, check: bool,
                          keep, local_pass: bool) -> dict:
@@ -291,7 +295,11 @@ def fused_partition_task(files, decode_options, config, models, split_config, np
         for i, path in enumerate(files):
             t0 = clock()
             # the client hashes the files (once, not once per partition)
-            gen = decode_file(path, i, decode_options, batch_records=batch_records,
+            # batches of batch_records * P records: the partition's share is about a
+            # batch of one process (GRO's per-batch work and the output's per-batch
+            # dictionaries, e.g. the address texts, as one process pays them)
+            gen = decode_file(path, i, decode_options,
+                              batch_records=batch_records * min(nparts, FUSED_BATCH_PARTS),
                               sha256=False)
             while True:
                 try:

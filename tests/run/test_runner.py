@@ -490,6 +490,7 @@ def test_core_per_partition_exchange_path(client, generated, tmp_path, out):
     assert exchange_rule("auto", 2, 2, True) == "fused"
     assert exchange_rule("auto", 2, 2, False) == "exchange"
     assert exchange_rule("auto", 3, 2, True) == "exchange"
+    assert exchange_rule("auto", 4, 4, True) == "fused"
     assert exchange_rule("auto", 8, 8, True) == "exchange"
     assert exchange_rule("fused", 8, 2, False) == "fused"
 
