@@ -7,6 +7,15 @@ None) and the workers share a scratch directory with the client (local workers, 
 ``--scratch`` on a shared file system). Otherwise, or when the data asks for it (below),
 the run is :func:`gropcap.run.distributed.analyze_distributed`, the in-memory merge.
 
+Steps 1 and 2 run one of two ways (:func:`exchange_rule`): **fused** (local workers,
+a worker per partition, at most :data:`FUSED_MAX_PARTS`): one task per partition
+(``run.dask_tasks.fused_partition_task``) decodes every input, keeps its partition's
+rows (``engine.partition_of``, as step 1 computes it) and runs step 2 on them, counting
+its own rows for the capture counters and coalesced-input statistics (merged here;
+coalesced input: the tasks run again with the merged statistics); summary only, it
+also makes step 4's counts and no write task runs. Nothing decoded is exchanged; every
+partition decodes every input. Else the **exchange** through scratch files:
+
 1. **decode** (``run.distributed._decode_all``): one task per file or byte range writes
    its decoded piece to the scratch directory with the GRO partition of every row
    (``engine.partition_of`` of the napi model when it runs: whole RX queues; else of the
