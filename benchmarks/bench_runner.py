@@ -18,6 +18,12 @@ Builds (once, deterministic) ``--files`` captures with ``make_bench_capture.py``
   ``--write`` setting).
 - ``--reference none`` skips the one-process runs (then nothing is compared): the client
   then measures its own peak RSS, not one left over from a one-process run before.
+- ``--alternate`` (issue 15's figure): the one-process bounded run with ``--threads`` 1
+  and 2 and ``--jobs N`` (``--exchange fused`` and/or ``core``) on the cluster
+  ``gropcap analyze --jobs N`` starts, alternated ``--repeat`` times, wall and CPU
+  (this process plus the partition tasks'), the fused tasks' own timings, optionally
+  waiting for the machine to be ``--quiet`` idle before each run; ``--capture`` a
+  given file (e.g. ``make_bench_capture.py --packets 20000000 --flows 32000``).
 
 The machine is shared: run it under ``nice`` and read the CPU-time column with the wall one.
 
