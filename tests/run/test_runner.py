@@ -512,6 +512,43 @@ def test_core_per_partition_coalesced_input(client, tmp_path):
     assert_same_rows(tmp_path / "one", tmp_path / "dist")
 
 
+def test_core_per_partition_coalesced_inferred_mtu(client, tmp_path):
+    """Frames above the MTU the SYNs imply (1500, inferred: no option, no mark): the
+    fused tasks find them only once their statistics are merged, and run again with
+    them; the summary and rows equal one process."""
+    from gropcap.run.dask_core import analyze_partitioned
+    from gropcap.run.stream import stream_analyze
+    mss = b"\x02\x04\x05\xb4"               # MSS 1460: a 1500-byte MTU
+    frames, ts = [], []
+    t = 1_700_000_000_000_000_000
+    for f in range(12):
+        a, b = f"10.0.0.{f + 1}", "10.1.0.1"
+        for src, dst, sp, dp in ((a, b, 1000 + f, 80), (b, a, 80, 1000 + f)):
+            frames.append(eth(ipv4(src, dst, C.IPPROTO_TCP,
+                                   tcp(sp, dp, seq=1, flags=C.TCP_FLAG_SYN, options=mss))))
+            t += 1000
+            ts.append(t)
+    for i in range(600):
+        f = i % 12
+        size = 2920 if i % 7 == 0 else 1460     # every 7th: two segments already merged
+        frames.append(eth(ipv4(f"10.0.0.{f + 1}", "10.1.0.1", C.IPPROTO_TCP,
+                               tcp(1000 + f, 80, seq=2 + 1460 * (i // 12) * 2, ack=1,
+                                   payload=bytes(size)))))
+        t += 3000
+        ts.append(t)
+    p = str(tmp_path / "gso.pcap")
+    write_pcap(p, frames, ts)
+    cfg = GroConfig(queues=4)
+    one = stream_analyze(p, cfg, out_dir=str(tmp_path / "one"))
+    assert one.totals.coalesced is not None and one.totals.coalesced.num > 50
+    assert one.summary["mtu"]["source"] != "option"
+    dist = analyze_partitioned(p, cfg, client=client, out_dir=str(tmp_path / "dist"),
+                               fallback=_no_fallback)
+    assert dist.exchange == "fused"
+    assert dist.summary == one.summary
+    assert_same_rows(tmp_path / "one", tmp_path / "dist")
+
+
 def test_core_per_partition_falls_back(client, tmp_path):
     """One inner TCP flow in VXLAN whose outer UDP source port changes: RSS (which hashes
     the outer ports) spreads it over both queues, while the ideal model's same-flow class
