@@ -18,6 +18,12 @@ Builds (once, deterministic) ``--files`` captures with ``make_bench_capture.py``
   ``--write`` setting).
 - ``--reference none`` skips the one-process runs (then nothing is compared): the client
   then measures its own peak RSS, not one left over from a one-process run before.
+- ``--alternate`` (issue 15's figure): the one-process bounded run with ``--threads`` 1
+  and 2 and ``--jobs N`` (``--exchange fused`` and/or ``core``) on the cluster
+  ``gropcap analyze --jobs N`` starts, alternated ``--repeat`` times, wall and CPU
+  (this process plus the partition tasks'), the fused tasks' own timings, optionally
+  waiting for the machine to be ``--quiet`` idle before each run; ``--capture`` a
+  given file (e.g. ``make_bench_capture.py --packets 20000000 --flows 32000``).
 
 The machine is shared: run it under ``nice`` and read the CPU-time column with the wall one.
 
@@ -84,9 +90,22 @@ def main(argv=None) -> dict:
     ap.add_argument("--queues", type=int, default=4)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--exchange", nargs="+", default=["files", "transfers"],
-                    choices=["files", "transfers", "core"],
-                    help="how decoded pieces move: scratch files (the default for local "
-                         "workers) or Dask transfers (scratch=False)")
+                    choices=["files", "transfers", "core", "fused"],
+                    help="the in-memory merge with pieces through scratch files (files) "
+                         "or Dask transfers (transfers); the core per partition with "
+                         "decoded rows exchanged through scratch files (core) or fused "
+                         "(fused: each partition task decodes every input)")
+    ap.add_argument("--alternate", action="store_true",
+                    help="the core per partition against the one-process bounded run "
+                         "with --threads 1 and 2: one cluster of --workers[-1] workers "
+                         "(start-up timed), the configurations alternated --repeat times, "
+                         "the least of each kept, per-task timings of the fused runs")
+    ap.add_argument("--quiet", type=float, default=None, metavar="SHARE",
+                    help="--alternate: before each timed run wait until the machine is "
+                         "this idle (0-1, over 2 s; at most --quiet-timeout seconds)")
+    ap.add_argument("--quiet-timeout", type=float, default=120)
+    ap.add_argument("--capture", default=None,
+                    help="use this capture instead of generated ones")
     ap.add_argument("--repeat", type=int, default=3,
                     help="timed runs of each configuration; the best wall time is used "
                          "(the machine is shared: page-fault and scheduling noise only "
@@ -107,8 +126,11 @@ def main(argv=None) -> dict:
     from gropcap.run.distributed import analyze_distributed
     from gropcap.run.stream import stream_analyze
 
-    paths = make_inputs(args.dir, args.files, args.packets, args.flows)
+    paths = [args.capture] if args.capture else \
+        make_inputs(args.dir, args.files, args.packets, args.flows)
     cfg = GroConfig(queues=args.queues)
+    if args.alternate:
+        return alternate(args, paths, cfg)
     total_bytes = sum(os.path.getsize(p) for p in paths)
     report = {"files": len(paths), "bytes": total_bytes, "packets": None,
               "cpus": os.cpu_count(), "queues": args.queues, "runs": {}}
@@ -139,7 +161,7 @@ def main(argv=None) -> dict:
         print(f"one process: {wall:.2f} s wall, {cpu:.2f} s CPU, "
               f"{report['packets']} packets, {total_bytes / 2**20:.0f} MiB", flush=True)
         del one
-    if "core" in args.exchange and args.reference == "yes":
+    if {"core", "fused"} & set(args.exchange) and args.reference == "yes":
         walls = []
         stream_analyze(warm, cfg)
         for _ in range(args.repeat):
@@ -171,9 +193,10 @@ def main(argv=None) -> dict:
                 raise AssertionError(f"the core per partition fell back: {why}")
 
             def go(p, write=None):
-                if exchange == "core":
-                    return analyze_partitioned(p, cfg, client=client, out_dir=write,
-                                               force=True, fallback=fail)
+                if exchange in ("core", "fused"):
+                    return analyze_partitioned(
+                        p, cfg, client=client, out_dir=write, force=True, fallback=fail,
+                        exchange="exchange" if exchange == "core" else "fused")
                 return analyze_distributed(p, cfg, client=client, scratch=scratch)
             go(warm)       # workers load the numba cache
             walls = []
@@ -185,7 +208,7 @@ def main(argv=None) -> dict:
                 dist = go(paths, args.write)
                 walls.append(time.perf_counter() - t0)
             wall = min(walls)
-            if exchange == "core":
+            if exchange in ("core", "fused"):
                 report["packets"] = dist.summary["packets"]
                 if stream_summary is not None:
                     assert dist.summary == stream_summary, "core summary differs"
@@ -195,12 +218,13 @@ def main(argv=None) -> dict:
                     assert dist.results[m].equals(one_results[m]), m
             rss = client.run(_peak_rss_mib)
             first.setdefault(exchange, wall)
-            ref = base_stream if exchange == "core" else base
+            ref = base_stream if exchange in ("core", "fused") else base
             run = {"workers": n, "exchange": exchange, "cluster_start_s": round(start, 2),
                    "wall_s": round(wall, 3), "all_wall_s": [round(w, 2) for w in walls],
                    "speedup_vs_one_process": round(ref / wall, 2) if ref else None,
-                   "one_process": "stream_analyze" if exchange == "core" else "analyze",
-                   "write": bool(args.write) if exchange == "core" else False,
+                   "one_process": "stream_analyze" if exchange in ("core", "fused")
+                   else "analyze",
+                   "write": bool(args.write) if exchange in ("core", "fused") else False,
                    "speedup_vs_1_worker": round(first[exchange] / wall, 2),
                    "worker_peak_rss_mib": sorted(round(v, 1) for v in rss.values()),
                    "client_peak_rss_mib": round(_peak_rss_mib(), 1)}
@@ -209,6 +233,118 @@ def main(argv=None) -> dict:
             del dist
             client.close()
             cluster.close()
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    return report
+
+
+def _load() -> str:
+    with open("/proc/loadavg") as f:
+        return f.read().split()[0]
+
+
+def _idle(seconds: float = 2.0) -> float:
+    """Share of the machine's CPU time idle over the next ``seconds`` (/proc/stat)."""
+    def sample():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return v[3] + v[4], sum(v)
+    i0, t0 = sample()
+    time.sleep(seconds)
+    i1, t1 = sample()
+    return (i1 - i0) / max(1, t1 - t0)
+
+
+def _wait_quiet(threshold: float, timeout: float) -> float:
+    """Wait until the machine is at least ``threshold`` idle (other users' runs: this
+    machine is shared, and Linux's autogroup scheduling gives each session an equal
+    share, so a run's worker processes get no more CPU than one process while other
+    sessions are busy), at most ``timeout`` seconds; the last idle share."""
+    end = time.monotonic() + timeout
+    while True:
+        idle = _idle()
+        if idle >= threshold or time.monotonic() > end:
+            return round(idle, 2)
+
+
+def alternate(args, paths, cfg) -> dict:
+    """``--alternate``: the one-process bounded run (``--threads`` 1 and 2) and the core
+    per partition (each ``--exchange`` of core and fused) on one cluster, alternated;
+    every summary asserted equal to the first one-process run's."""
+    from gropcap.run.dask_core import analyze_partitioned
+    from gropcap.run.stream import stream_analyze
+    n = args.workers[-1]
+    warm = make_inputs(args.dir, 1, 20_000, 200)[0]
+    report = {"capture": paths, "bytes": sum(os.path.getsize(p) for p in paths),
+              "cpus": os.cpu_count(), "queues": args.queues, "workers": n,
+              "write": bool(args.write), "load_before": _load(), "runs": {}}
+    t0 = time.perf_counter()
+    # the cluster `gropcap analyze --jobs N` starts (run.distributed._local_cluster)
+    from gropcap.run.distributed import _local_cluster
+    cluster, client = _local_cluster(n)
+    report["cluster_start_s"] = round(time.perf_counter() - t0, 2)
+    t0 = time.perf_counter()
+    client.run(lambda: __import__("gropcap.run.dask_tasks"))
+    report["worker_import_s"] = round(time.perf_counter() - t0, 2)
+
+    def fail(_client, why):
+        raise AssertionError(f"the core per partition fell back: {why}")
+    configs = {"one_process_threads_1": lambda p: stream_analyze(
+                   p, cfg, out_dir=args.write, force=True, threads=1),
+               "one_process_threads_2": lambda p: stream_analyze(
+                   p, cfg, out_dir=args.write, force=True, threads=2)}
+    for ex in args.exchange:
+        if ex in ("core", "fused"):
+            configs[f"jobs_{n}_{ex}"] = (lambda ex: lambda p: analyze_partitioned(
+                p, cfg, client=client, out_dir=args.write, force=True, fallback=fail,
+                exchange="exchange" if ex == "core" else "fused"))(ex)
+    for fn in configs.values():
+        fn(warm)            # JIT, numba cache, imports
+    walls = {k: [] for k in configs}
+    summary = None
+    timings = {}
+    idle = {k: [] for k in configs}
+    cpu = {k: [] for k in configs}
+    for i in range(args.repeat):
+        for name, fn in configs.items():
+            if args.quiet:
+                idle[name].append(_wait_quiet(args.quiet, args.quiet_timeout))
+            t0, c0 = time.perf_counter(), time.process_time()
+            r = fn(paths)
+            walls[name].append(round(time.perf_counter() - t0, 2))
+            # CPU seconds: this process (both threads of a one-process run; the
+            # client of a Dask run) plus the partition tasks
+            cpu[name].append(round(time.process_time() - c0 + sum(
+                t.get("cpu", 0) for t in getattr(r, "task_timings", None) or []), 2))
+            if summary is None:
+                summary = r.summary
+                report["packets"] = summary["packets"]
+            assert r.summary == summary, f"{name}: the summary differs"
+            if getattr(r, "timings", None):
+                timings.setdefault(name, []).append(
+                    {**{k: round(v, 2) for k, v in r.timings.items()},
+                     **({"tasks": [{k: round(v, 2) for k, v in t.items()}
+                                   for t in r.task_timings]}
+                        if getattr(r, "task_timings", None) else {})})
+            print(name, walls[name][-1], "load", _load(), "idle before",
+                  idle[name][-1] if idle[name] else None, "cpu", cpu[name][-1], flush=True)
+    base = {t: min(walls[f"one_process_threads_{t}"]) for t in (1, 2)}
+    for name, w in walls.items():
+        report["runs"][name] = {
+            "wall_s": min(w), "all_wall_s": w, "cpu_s": cpu[name],
+            "idle_before": idle[name], "timings": timings.get(name),
+            "vs_threads_1": round(base[1] / min(w), 2),
+            "vs_threads_2": round(base[2] / min(w), 2)}
+    report["load_after"] = _load()
+    # peaks over the whole session (VmHWM): the client's includes the one-process runs
+    report["worker_peak_rss_mib"] = sorted(round(v, 1) for v in
+                                           client.run(_peak_rss_mib).values())
+    report["client_peak_rss_mib"] = round(_peak_rss_mib(), 1)
+    client.close()
+    cluster.close()
     text = json.dumps(report, indent=2)
     print(text)
     if args.out:

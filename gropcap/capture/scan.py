@@ -72,7 +72,7 @@ BATCH_RECORDS = 262144
 
 
 def iter_scan_batches(path, *, batch_records: int = BATCH_RECORDS,
-                      window_bytes: int = WINDOW_BYTES
+                      window_bytes: int = WINDOW_BYTES, sha256: bool = True
                       ) -> Iterator[tuple[CaptureInfo, RecordBatch]]:
     """Stream a capture in batches, mapping at most a window of a plain file at a time.
 
@@ -87,6 +87,9 @@ def iter_scan_batches(path, *, batch_records: int = BATCH_RECORDS,
     batch_records: records per batch (the last batch may be smaller).
     window_bytes: bytes mapped ahead of the current batch's start (tests use tiny
         windows to exercise records that straddle windows).
+    sha256: False: a plain file's ``CaptureInfo.sha256`` is left empty (a caller that
+        hashes the file elsewhere: the Dask runner's fused partitions each scan every
+        file; compressed files are hashed anyway).
 
     Yields ``(info, batch)``. Raises :class:`~gropcap.errors.CaptureError` /
     :class:`~gropcap.errors.CaptureTruncatedError` as the reference reader does.
@@ -97,10 +100,10 @@ def iter_scan_batches(path, *, batch_records: int = BATCH_RECORDS,
         raise ValueError("batch_records must be >= 1")
     if window_bytes < 1:
         raise ValueError("window_bytes must be >= 1")
-    return _scan(os.fspath(path), batch_records, window_bytes)
+    return _scan(os.fspath(path), batch_records, window_bytes, sha256)
 
 
-def _scan(path: str, batch_records: int, window_bytes: int):
+def _scan(path: str, batch_records: int, window_bytes: int, sha256: bool = True):
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -116,7 +119,7 @@ def _scan(path: str, batch_records: int, window_bytes: int):
             fd = -1
             yield from iter_batches(path, batch_records=batch_records)
             return
-        yield from _scan_mapped(path, fd, size, head, batch_records, window_bytes)
+        yield from _scan_mapped(path, fd, size, head, batch_records, window_bytes, sha256)
     finally:
         if fd >= 0:
             os.close(fd)
@@ -130,13 +133,16 @@ class _Hasher:
     the same as hashing inline.
     """
 
-    def __init__(self):
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
         self.sha = hashlib.sha256()
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="gropcap-sha256")
         self.pending = []
 
     def update(self, mm, lo: int, hi: int) -> None:
         """Hash ``mm[lo:hi]`` (the mapping stays alive until it is hashed)."""
+        if not self.enabled:
+            return
         self.pending = [f for f in self.pending if not f.done()]
         while len(self.pending) >= _HASH_BACKLOG:     # bounded: windows wait to be hashed
             self.pending.pop(0).result()
@@ -168,14 +174,14 @@ class _Hasher:
         for f in self.pending:
             f.result()
         self.pool.shutdown(wait=True)
-        return self.sha.hexdigest()
+        return self.sha.hexdigest() if self.enabled else ""
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _scan_mapped(path, fd, size, head, batch_records, window_bytes):
-    hasher = _Hasher()
+def _scan_mapped(path, fd, size, head, batch_records, window_bytes, sha256=True):
+    hasher = _Hasher(sha256)
     try:
         yield from _scan_hashed(path, fd, size, head, batch_records, window_bytes, hasher)
     finally:
@@ -232,7 +238,7 @@ def _scan_hashed(path, fd, size, head, batch_records, window_bytes, hasher):
     del win
     for f in hasher.pending:      # the worker is done with the windows after this
         f.result()
-    while hashed < size:          # bytes after a cut record, or never reached
+    while hasher.enabled and hashed < size:   # bytes after a cut record, or never reached
         chunk = os.pread(fd, min(_HASH_CHUNK, size - hashed), hashed)
         if not chunk:
             break

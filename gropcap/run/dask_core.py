@@ -7,6 +7,15 @@ None) and the workers share a scratch directory with the client (local workers, 
 ``--scratch`` on a shared file system). Otherwise, or when the data asks for it (below),
 the run is :func:`gropcap.run.distributed.analyze_distributed`, the in-memory merge.
 
+Steps 1 and 2 run one of two ways (:func:`exchange_rule`): **fused** (local workers,
+a worker per partition, at most :data:`FUSED_MAX_PARTS`): one task per partition
+(``run.dask_tasks.fused_partition_task``) decodes every input, keeps its partition's
+rows (``engine.partition_of``, as step 1 computes it) and runs step 2 on them, counting
+its own rows for the capture counters and coalesced-input statistics (merged here;
+coalesced input: the tasks run again with the merged statistics); summary only, it
+also makes step 4's counts and no write task runs. Nothing decoded is exchanged; every
+partition decodes every input. Else the **exchange** through scratch files:
+
 1. **decode** (``run.distributed._decode_all``): one task per file or byte range writes
    its decoded piece to the scratch directory with the GRO partition of every row
    (``engine.partition_of`` of the napi model when it runs: whole RX queues; else of the
@@ -83,9 +92,17 @@ class PartitionedResult(StreamResult):
     as ``run.distributed.DistributedAnalysis``; the summary lists them under
     ``failed_inputs``). ``timings``: wall seconds of the client's stages (``decode``,
     ``gro``, ``merge``, ``write``: the output pass, ``finish``: summary, flows table,
-    ``flows.parquet``)."""
+    ``flows.parquet``; the fused exchange: ``fused``, the tasks' wall time, split into
+    ``decode``, the slowest task's decoding, and ``gro``, the rest)."""
 
     failures: list = dataclasses.field(default_factory=list)
+    # how the partitions got their rows: "fused" (each task decodes every input and
+    # keeps its partition's rows) or "exchange" (decode tasks, rows through scratch
+    # files); exchange_rule
+    exchange: str = "exchange"
+    # per partition task of the fused exchange, its own wall seconds (decode: decoding,
+    # partitioning and counting; gro: the rest)
+    task_timings: list = dataclasses.field(default_factory=list)
 
 
 def partitioned_reason(config, *, engine="fast", decoder="fast", egress=None,
@@ -95,6 +112,105 @@ def partitioned_reason(config, *, engine="fast", decoder="fast", egress=None,
     (``run.options.memory_reason``)."""
     from gropcap.run.options import memory_reason
     return memory_reason(config, engine=engine, decoder=decoder, egress=egress, plot=plot)
+
+
+# at most this many partitions run fused (every partition task decodes every input): the
+# fused exchange's extra work grows with the partitions (P decodes instead of one), the
+# exchange's with the rows only. Measured faster at 2 on this 2-core machine; 4 from the
+# per-row costs measured (docs/scale.md, "Which exchange")
+FUSED_MAX_PARTS = 4
+
+
+def exchange_rule(exchange: str, nparts: int, nworkers: int, workers_local: bool) -> str:
+    """How partitions get their rows: ``exchange`` as asked (``"fused"``,
+    ``"exchange"``), or for ``"auto"``: fused when every worker runs on this host, each
+    partition has a worker of its own and there are at most :data:`FUSED_MAX_PARTS`;
+    else the exchange through scratch files."""
+    if exchange not in ("auto", "fused", "exchange"):
+        raise ValueError(f"exchange must be auto, fused or exchange, not {exchange!r}")
+    if exchange != "auto":
+        return exchange
+    return "fused" if workers_local and nparts <= min(nworkers, FUSED_MAX_PARTS) \
+        else "exchange"
+
+
+def _fused_stage(c, files, config, models, decode_options, split_config, nparts: int,
+                 works: list, batch_records: int, check: bool, keep, local_pass: bool,
+                 progress):
+    """Decode and GRO of every partition in one task each
+    (``run.dask_tasks.fused_partition_task``): ``(done, capture counts, coalesced
+    statistics, infos, rows)``, or why the exchange must run instead (a string: an
+    input fails to decode, whose report the exchange gives; a TCP direction's SYNs in
+    two partitions). With coalesced input the tasks run again, given the statistics
+    of the whole capture."""
+    from gropcap.errors import GropcapError
+    from gropcap.run.accumulators import CaptureCounts
+    from gropcap.run.dask_tasks import fused_partition_task
+
+    from concurrent.futures import ThreadPoolExecutor
+    # the files' sha256 here, while the tasks run (hashlib releases the GIL), once
+    hashing = ThreadPoolExecutor(1, thread_name_prefix="gropcap-sha256")
+    digests = [hashing.submit(_sha256_plain, f) for f in files]
+    hashing.shutdown(wait=False)
+
+    def run(stats_arg):
+        tasks = []
+        for k in range(nparts):
+            args = (files, decode_options, config, tuple(models), split_config, nparts, k,
+                    stats_arg, works[k], batch_records, check, keep, local_pass)
+            tasks.append((c.submit(fused_partition_task, *args, pure=False), args))
+        if progress is not None:
+            progress.track(f"decode+GRO {'+'.join(models)}", [f for f, _ in tasks])
+        try:
+            return _results(c, tasks, fused_partition_task)
+        except (GropcapError, OSError):
+            c.cancel([f for f, _ in tasks])
+            return None
+    done = run(None)
+    if done is None:
+        return "an input failed"
+    capture, stats = CaptureCounts(), None
+    for d in done:
+        capture.merge(d["counts"])      # additive (dictionaries are reported sorted)
+        st = d["stats"]
+        if stats is not None and any(key in stats.syn_mss for key in st.syn_mss):
+            return "a TCP direction's SYNs fall in two partitions"
+        # per direction, first-in-order within its partition is first in the capture
+        stats = st if stats is None else stats.merge(st)
+    stats.set_mtu(config.mtu).mtu_inference()
+    first = done
+    if stats.num or any(d["stopped"] for d in done):
+        done = run(c.scatter(stats, hash=False))
+        if done is None:
+            return "an input failed"
+        for d, d0 in zip(done, first):
+            d["timings"] = {k: d["timings"][k] + d0["timings"][k] for k in d["timings"]}
+    infos = first[0]["infos"]
+    for info, digest in zip(infos, digests):
+        if not info.sha256:
+            info.sha256 = digest.result()
+    return done, capture, stats, infos, first[0]["total"]
+
+
+def _sha256_plain(path: str) -> str:
+    """The sha256 of a plain capture file (compressed ones: "", their reader hashes
+    them)."""
+    import hashlib
+
+    from gropcap.capture.compress import sniff_compression
+    try:
+        with open(path, "rb") as f:
+            if sniff_compression(f.read(8)):
+                return ""
+            f.seek(0)
+            h = hashlib.sha256()
+            while True:
+                chunk = f.read(1 << 22)
+                if not chunk:
+                    return h.hexdigest()
+                h.update(chunk)
+    except OSError:
+        return ""           # the tasks report it
 
 
 # ---- client side ----
@@ -229,7 +345,8 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                         models=MODELS, decode_options=None, out_dir=None,
                         force: bool = False, scratch=None, progress=None, receiver=None,
                         receive=None, packet_columns="default", batch_records: int = 65536,
-                        split_bytes=None, fallback=None, captures: str = "auto"):
+                        split_bytes=None, fallback=None, captures: str = "auto",
+                        exchange: str = "auto"):
     """Analyse captures on Dask with the bounded-memory core per partition (module
     docstring): a :class:`PartitionedResult` whose summary equals the one-process run's;
     with ``out_dir``, ``packets/part-*.parquet``, ``superpackets/part-*.parquet`` and
@@ -246,6 +363,10 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
     it (a flow or an ideal-model same-flow class in two RX-queue partitions),
     ``fallback(client, why)`` runs instead (the caller's in-memory Dask merge) and its
     result is returned.
+
+    ``exchange``: how the partitions get their rows (:func:`exchange_rule`): ``"auto"``,
+    ``"fused"`` (each partition task decodes every input) or ``"exchange"`` (decode
+    tasks, rows through the scratch directory); the result's ``exchange`` says which ran.
     """
     import shutil
 
@@ -254,8 +375,9 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
     from gropcap.run.accumulators import Totals
     from gropcap.run.distributed import (BATCH_RECORDS, SPLIT_BYTES, _decode_all,
                                          _merged_capture, _nparts, _nworkers,
-                                         _scratch_dir, open_client, run_keys)
-    from gropcap.run.inputs import input_files
+                                         _result_or_retry, _scratch_dir, _workers_local,
+                                         open_client, run_keys)
+    from gropcap.run.inputs import decode_table, input_files
     from gropcap.run.summary import render_summary
     from gropcap.io.columns import parse_packet_columns
     from gropcap.run.options import run_options
@@ -275,58 +397,94 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 if tmp is None:
                     raise _Fallback("the workers share no scratch directory")
                 scfg = config.replace(model=split_model)
-                nparts = _nparts(scfg, _nworkers(c))
+                nworkers = _nworkers(c)
+                nparts = _nparts(scfg, nworkers)
                 split = "joint"
                 import time
                 clock, tm = time.perf_counter, {}
-                t0 = clock()
-                decoded, infos, failures = _decode_all(
-                    c, files, decode_options, "fast",
-                    SPLIT_BYTES if split_bytes is None else split_bytes, BATCH_RECORDS,
-                    tmp, progress, ((split, scfg, nparts),) if nparts > 1 else ())
-                n = sum(p.rows for d in decoded for p in d.pieces)
-                tm["decode"] = clock() - t0
-                t0 = clock()
-                capture = _merged_capture(decoded)
-                capture.verify = config.verify_checksums
-                stats = None
-                for d in decoded:
-                    for p in d.pieces:
-                        stats = p.stats if stats is None else stats.merge(p.stats)
-                if stats is not None:
-                    stats.set_mtu(config.mtu).mtu_inference()
-                # on every worker: scattered data lost with a dying worker cannot be
-                # recomputed, and the GRO task re-run elsewhere needs it
-                stats_arg = c.scatter(stats, hash=False, broadcast=True) \
-                    if stats is not None and stats.num else None
-                pieces = [(p.ref, d.index, d.new_index, p.offset)
-                          for d in decoded for p in d.pieces]
-                # receiver runs: partition j holds RX-queue partition j % nparts of run
-                # j // nparts (its files' pieces only), so no partition mixes runs
-                from gropcap.run.summary import inputs_of
-                run_of_file = inputs_of(capture, infos, captures)["run_of_file"]
-                nruns = max(run_of_file, default=0) + 1
-                run_pieces = [[p for p in pieces if run_of_file[p[2]] == r]
-                              for r in range(nruns)]
-                works = [os.path.join(tmp, f"core-{k}") for k in range(nruns * nparts)]
+                works = [os.path.join(tmp, f"core-{k}") for k in range(nparts)]
                 check = nparts > 1 and split_model == "napi" and "ideal" in models
                 from gropcap.run.stream import _TunnelHint
-                hint = _TunnelHint(capture.udp_tunnels, config, models)
-                tasks = []
-                for k in range(nruns * nparts):
-                    args = (run_pieces[k // nparts], config, tuple(models), split, nparts,
-                            k, stats_arg,
-                            works[k], n, batch_records, check,
-                            hint.pairs if hint.collect else ())
-                    tasks.append((c.submit(gro_partition_task, *args, pure=False), args))
-                if progress is not None:
-                    progress.track(f"GRO {'+'.join(models)}", [f for f, _ in tasks])
-                done = _results(c, tasks, gro_partition_task)
-                # each attempt writes a directory of its own: read the one that answered
-                works = [d["work"] for d in done]
-                if stats_arg is not None:
-                    stats_arg.release()
-                tm["gro"] = clock() - t0
+                how = exchange_rule(exchange, nparts, nworkers, _workers_local(c))
+                if how == "fused" and len(files) > 1 and captures != "continuous":
+                    # receiver runs are known once every file's timestamps are (the
+                    # decode tasks): the fused tasks replay one run
+                    how = "exchange"
+                nruns = 1
+                fused = None
+                if how == "fused":
+                    from gropcap.run.dask_tasks import write_columns
+                    t0 = clock()
+                    fused = _fused_stage(c, files, config, models, decode_options, scfg,
+                                         nparts, works, batch_records, check,
+                                         write_columns(out_dir, packet_columns, models),
+                                         not out_dir, progress)
+                    tm["fused"] = clock() - t0
+                    if isinstance(fused, str):
+                        if progress is not None:
+                            progress.note(f"{fused}: the decoded rows are exchanged "
+                                          "through the scratch directory")
+                        how, fused = "exchange", None
+                if fused is not None:
+                    done, capture, stats, infos, n = fused
+                    capture.verify = config.verify_checksums
+                    decoded, failures = None, []
+                    hint = _TunnelHint(capture.udp_tunnels, config, models)
+                    # each attempt writes a directory of its own: read the one that answered
+                    works = [d["work"] for d in done]
+                    pieces = [os.path.join(w, "rows.arrow") for w in works]
+                    tm["decode"] = max(d["timings"]["decode"] for d in done)
+                    tm["gro"] = tm["fused"] - tm["decode"]
+                    t0 = clock()
+                else:
+                    t0 = clock()
+                    decoded, infos, failures = _decode_all(
+                        c, files, decode_options, "fast",
+                        SPLIT_BYTES if split_bytes is None else split_bytes, BATCH_RECORDS,
+                        tmp, progress, ((split, scfg, nparts),) if nparts > 1 else ())
+                    n = sum(p.rows for d in decoded for p in d.pieces)
+                    tm["decode"] = clock() - t0
+                    t0 = clock()
+                    capture = _merged_capture(decoded)
+                    capture.verify = config.verify_checksums
+                    stats = None
+                    for d in decoded:
+                        for p in d.pieces:
+                            stats = p.stats if stats is None else stats.merge(p.stats)
+                    if stats is not None:
+                        stats.set_mtu(config.mtu).mtu_inference()
+                    # on every worker: scattered data lost with a dying worker cannot be
+                    # recomputed, and the GRO task re-run elsewhere needs it
+                    stats_arg = c.scatter(stats, hash=False, broadcast=True) \
+                        if stats is not None and stats.num else None
+                    pieces = [(p.ref, d.index, d.new_index, p.offset)
+                              for d in decoded for p in d.pieces]
+                    # receiver runs: partition j holds RX-queue partition j % nparts of run
+                    # j // nparts (its files' pieces only), so no partition mixes runs
+                    from gropcap.run.summary import inputs_of
+                    run_of_file = inputs_of(capture, infos, captures)["run_of_file"]
+                    nruns = max(run_of_file, default=0) + 1
+                    run_pieces = [[p for p in pieces if run_of_file[p[2]] == r]
+                                  for r in range(nruns)]
+                    works = [os.path.join(tmp, f"core-{k}") for k in range(nruns * nparts)]
+                    check = nparts > 1 and split_model == "napi" and "ideal" in models
+                    from gropcap.run.stream import _TunnelHint
+                    hint = _TunnelHint(capture.udp_tunnels, config, models)
+                    tasks = []
+                    for k in range(nruns * nparts):
+                        args = (run_pieces[k // nparts], config, tuple(models), split, nparts,
+                                k, stats_arg,
+                                works[k], n, batch_records, check,
+                                hint.pairs if hint.collect else ())
+                        tasks.append((c.submit(gro_partition_task, *args, pure=False), args))
+                    if progress is not None:
+                        progress.track(f"GRO {'+'.join(models)}", [f for f, _ in tasks])
+                    done = _results(c, tasks, gro_partition_task)
+                    # each attempt writes a directory of its own: read the one that answered
+                    works = [d["work"] for d in done]
+                    if stats_arg is not None:
+                        stats_arg.release()
+                    tm["gro"] = clock() - t0
                 t0 = clock()
                 for r in range(nruns):
                     _check_classes(done[r * nparts:(r + 1) * nparts])
@@ -369,18 +527,23 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                         os.mkdir(os.path.join(stage, name))
                 wtasks = []
                 for k, (d, fmap) in enumerate(zip(done, fmaps)):
-                    args = (run_pieces[k // nparts], config, tuple(models), split, nparts,
-                            k, works,
+                    if "local" in d:
+                        continue        # the fused summary-only run: counted already
+                    args = (pieces[k] if fused else run_pieces[k // nparts], config,
+                            tuple(models), split, nparts, k, works,
                             d["info"], fmap, stage, meta, packet_columns, batch_records,
                             hint.pairs)
                     wtasks.append((c.submit(write_partition_task, *args, pure=False),
                                    args))
-                if progress is not None:
+                if progress is not None and wtasks:
                     progress.track("packets.parquet" if out_dir else "verdicts",
                                    [f for f, _ in wtasks])
                 tm["merge"] = clock() - t0
                 t0 = clock()
                 wrote = _results(c, wtasks, write_partition_task)
+                wrote += [{**d["local"], "causes": (fmap[:len(d["local"]["causes"][0])],
+                                                    *d["local"]["causes"])}
+                          for d, fmap in zip(done, fmaps) if "local" in d]
                 from gropcap.run.accumulators import FlowCauses
                 causes = FlowCauses()
                 causes._grow(tot.flows.n_flows)
@@ -396,7 +559,10 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 summary = render_summary(tot, infos=infos, config=config, mtu=mtu,
                                          receive=receive or ReceiveContext.from_config(config),
                                          captures=captures)
-                tunnel_hint = _finish_hint(hint, done, summary, tot, decoded, stats)
+                tunnel_hint = _finish_hint(
+                    hint, done, summary, tot, decoded if decoded is not None else
+                    (lambda: [decode_table(f, i, decode_options)[0]
+                              for i, f in enumerate(files)]), stats)
                 if failures:
                     summary["failed_inputs"] = [f.as_dict() for f in failures]
                 flows = tot.flows_table()
@@ -428,13 +594,16 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
     return PartitionedResult(summary=summary, flows=flows, paths=written, metadata=meta,
                              totals=tot, flow_causes=causes.result(flows.num_rows),
                              udp_tunnel_hint=tunnel_hint, failures=failures,
-                             timings={**tm, "finish": clock() - t0})
+                             timings={**tm, "finish": clock() - t0}, exchange=how,
+                             task_timings=[d["timings"] for d in done]
+                             if fused is not None else [])
 
 
 def _finish_hint(hint, done: list, summary: dict, tot, decoded: list, stats):
     """``report.receive.tunnel_hint`` of the run (None without one): the partitions'
     tunnel rows in capture order for the ideal model, the whole decoded table (small by
-    ``HINT_NAPI_MAX_ROWS``) read back from the scratch pieces for the napi model."""
+    ``HINT_NAPI_MAX_ROWS``) read back from the scratch pieces for the napi model
+    (``decoded()``: the tables, decoded again, after the fused exchange)."""
     if hint.hint is None:
         return None
     from gropcap.run.distributed import file_table
@@ -450,8 +619,11 @@ def _finish_hint(hint, done: list, summary: dict, tot, decoded: list, stats):
             [tuple(np.concatenate([c[i] for c in cos])[order] for i in range(4))]
 
     def whole():
-        tables = [file_table(d.kind, [p.ref for p in d.pieces], d.index, d.new_index)
-                  for d in decoded]
+        if callable(decoded):           # the fused exchange: no pieces, decode again
+            tables = decoded()
+        else:
+            tables = [file_table(d.kind, [p.ref for p in d.pieces], d.index, d.new_index)
+                      for d in decoded]
         table = pa.concat_tables(tables) if tables else PACKET_SCHEMA.empty_table()
         co = stats.infer(table) if stats is not None and stats.num else None
         return table, (co if co is not None and co.num_coalesced else None)

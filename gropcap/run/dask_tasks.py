@@ -92,6 +92,22 @@ def gro_partition_task(pieces, config, models, split: str, nparts: int, k: int, 
     flow keys and first rows, (``check``) the loose-class hashes of its rows, and the
     rows of the UDP tunnels ``tunnels`` (``(kind, port)`` pairs without a socket: the
     tunnel hint runs them again) with their global rows and coalesced input."""
+    batches = _partition_batches(pieces, split, nparts, k, batch_records)
+    return _gro_core(((t, g, tunnels) for t, g in batches), config, models, stats, work,
+                     lambda: n_total, check, bool(tunnels), k=k, nparts=nparts)
+
+
+def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
+              collect: bool, keep=None, local_pass: bool = False, k: int = 0,
+              nparts: int = 1) -> dict:
+    """The GRO of one partition's ``(table, global_rows, tunnel pairs)`` batches (capture
+    order) for :func:`gro_partition_task` and :func:`fused_partition_task`; ``n_total()``:
+    the capture's rows (asked once the batches are done); ``collect``: keep the rows of
+    each batch's tunnel pairs (the tunnel hint); ``keep``: columns of the partition's rows
+    written to ``work/rows.arrow`` for the output pass (None: none); ``local_pass``: run
+    the output pass's counts here on them (the summary-only fused run: ``"local"``);
+    ``k``, ``nparts``: the partition and the partitions per receiver run (the run,
+    ``k // nparts``, leads the delivery key)."""
     from gropcap.gro.engine import _SEG_FIELDS
     from gropcap.run.accumulators import CoalescedCounts, Totals, _add_at
     from gropcap.run.engines import BatchGroModels
@@ -105,8 +121,11 @@ def gro_partition_task(pieces, config, models, split: str, nparts: int, k: int, 
     file_rows = np.zeros(0, np.int64)
     firsts, hashes = [], np.zeros(0, np.int64)
     rows_out = open(os.path.join(work, "global.rows"), "wb")
+    kept = None
     n = 0
     tun_rows, tun_at, tun_co = [], [], []
+    from gropcap.run.hints import HINT_MAX_ROWS
+    n_tun = 0
 
     def file_of(rows):
         return np.searchsorted(np.cumsum(file_rows), rows, side="right")
@@ -114,7 +133,7 @@ def gro_partition_task(pieces, config, models, split: str, nparts: int, k: int, 
     def take(parts):
         for run, part in zip(runs, parts):
             run.take(part, file_of=file_of)
-    for t, grows in _partition_batches(pieces, split, nparts, k, batch_records):
+    for t, grows, tunnels in batches:
         grows.astype(np.int64).tofile(rows_out)
         file_rows = _add_at(file_rows, np.bincount(
             t.column("file_index").to_numpy().astype(np.int64)))
@@ -132,16 +151,24 @@ def gro_partition_task(pieces, config, models, split: str, nparts: int, k: int, 
             firsts.append(grows[new[first]])
         if check:
             hashes = np.union1d(hashes, _class_hash(t, ideal_cfg))
-        if tunnels:
+        if collect and tunnels and n_tun <= HINT_MAX_ROWS:
+            # (a task over the limit: so is the capture, the hint runs no model)
             from gropcap.run.hints import tunnel_mask
             idx = np.flatnonzero(tunnel_mask(t, tunnels))
+            n_tun += len(idx)
             tun_rows.append(t.take(pa.array(idx)))
             tun_at.append(grows[idx])
             tun_co.append(None if co is None else
                           (co.is_gso[idx], co.gso_size[idx], co.segs[idx], co.source[idx]))
+        if keep is not None:
+            kept = _keep_rows(kept, os.path.join(work, "rows.arrow"), t.select(keep))
         n += t.num_rows
     take(gro.feed(PACKET_SCHEMA.empty_table(), final=True))
     rows_out.close()
+    if kept is not None:
+        kept[1].close()
+        kept[0].close()
+    n_total = n_total()
     states = gro.states or []
     kt = states[0].flow_ids if states else None
     keys = np.zeros(0, np.uint64) if kt is None or kt.sorted_keys is None else \
@@ -149,7 +176,7 @@ def gro_partition_task(pieces, config, models, split: str, nparts: int, k: int, 
     # global row of each partition row, read back mapped (not held)
     grows = np.memmap(os.path.join(work, "global.rows"), np.int64, mode="r") if n else \
         np.zeros(0, np.int64)
-    info = {}
+    info, local_pos = {}, {}
     for run, state in zip(runs, states):
         # the delivery table of this partition (read by every write task), from one
         # sweep over the spilled super-packets
@@ -160,8 +187,17 @@ def gro_partition_task(pieces, config, models, split: str, nparts: int, k: int, 
         nseg = np.zeros(len(p_time), np.int64)
         whens = []
         run.segs.rewind()
+        ninst = int(state.kernel.ctr[1])
+        if local_pass:
+            # any position will do for the counts: the sign tells single packets
+            local_pos[run.model] = ipos = np.full(ninst, -1, np.int64)
+            done = 0
         for _ in range(run.parts):
             s = dict(zip(_SEG_FIELDS, run.segs.get(len(_SEG_FIELDS))))
+            if local_pass and len(s["inst"]):
+                pos = np.arange(done, done + len(s["inst"]), dtype=np.int64)
+                ipos[s["inst"]] = np.where(s["count"] > 1, pos, -pos - 1)
+                done += len(pos)
             if napi and len(p_time) and len(s["poll"]):
                 nseg += np.bincount(s["poll"].astype(np.int64), minlength=len(p_time))
             elif not napi and len(s["trig"]):
@@ -182,15 +218,138 @@ def gro_partition_task(pieces, config, models, split: str, nparts: int, k: int, 
             table = {"when": when, "sorted": when[order], "order": order}
         _save_ints(os.path.join(work, f"{run.model}.order"), table)
         run.segs.close()
-        info[run.model] = {"ninst": int(state.kernel.ctr[1]), "parts": run.parts,
+        info[run.model] = {"ninst": ninst, "parts": run.parts,
                            "napi": run.config.model == "napi" and len(p_time) > 0}
         for sp in (run.rows, run.verdicts):
             sp.close()
+    local = {}
+    if local_pass:
+        # summary only: the output pass here, on the rows kept (no write task)
+        from gropcap.run.hints import missing_pairs
+        encap, before, causes = _packets_pass(
+            _kept_batches(os.path.join(work, "rows.arrow")) if n else (), work, models,
+            info, local_pos, None, None, lambda t: missing_pairs(t, config), None)
+        local = {"local": {"encap": encap, "before": before,
+                           "causes": (causes.total, causes.ahead, causes.back)}}
     return {"k": k, "work": work, "rows": n, "models": tot.models, "flows": tot.flows,
             "coalesced": coal, "keys": keys,
             "firsts": np.concatenate(firsts) if firsts else np.zeros(0, np.int64),
             "hashes": hashes if check else None, "info": info,
-            "tunnels": (tun_rows, tun_at, tun_co) if tunnels else None}
+            "tunnels": (tun_rows, tun_at, tun_co) if collect else None, **local}
+
+
+def _keep_rows(kept, path: str, t: pa.Table):
+    """Append ``t`` to the partition's kept rows at ``path`` (Arrow IPC stream, lz4, each
+    batch with its own ``encap`` dictionary, as ``run.stream`` keeps them); ``kept``:
+    ``(sink, writer)`` once open."""
+    if kept is None:
+        sink = pa.OSFile(path, "wb")
+        kept = (sink, pa.ipc.new_stream(sink, t.schema,
+                                        options=pa.ipc.IpcWriteOptions(compression="lz4")))
+    kept[1].write_table(t)
+    return kept
+
+
+def _kept_batches(path: str):
+    """The tables :func:`_keep_rows` wrote, in order (read, not mapped)."""
+    if not os.path.exists(path):
+        return
+    with pa.OSFile(path, "rb") as src:
+        for b in pa.ipc.open_stream(src):
+            yield pa.Table.from_batches([b])
+
+
+# a fused task decodes batches of at most this many times batch_records records
+FUSED_BATCH_PARTS = 4
+
+
+def fused_partition_task(files, decode_options, config, models, split_config, nparts: int,
+                         k: int, stats, work: str, batch_records: int, check: bool,
+                         keep, local_pass: bool) -> dict:
+    """Partition ``k`` decoded and replayed in one task, nothing exchanged (the fused
+    exchange, ``run.dask_core``): every input decoded batch by batch as one process
+    decodes it (``run.inputs.decode_file``), each row's partition computed
+    (``engine.partition_of`` of ``split_config``, as the decode tasks of the exchange
+    compute it), the partition's rows through :func:`_gro_core`.
+
+    ``stats`` None (the first try): the task also counts its own rows
+    (``CaptureCounts``, ``gso.CoalescedStats``: additive per row, a TCP direction in one
+    partition; merged on the client) and returns them with the files' ``CaptureInfo`` s;
+    if a row is coalesced input for certain (a mark, or above a given MTU) GRO stops
+    there (``"stopped"``: the client runs the task again with the merged statistics).
+    ``keep``: the columns the output pass reads, kept in ``work/rows.arrow``;
+    ``local_pass``: that pass runs here (summary only). Returns :func:`_gro_core`'s dict
+    plus ``"counts"``, ``"stats"``, ``"infos"`` (a plain file's ``sha256`` left empty: the
+    client hashes it), ``"total"`` (rows of every partition),
+    ``"timings"`` (wall seconds, ``decode``: decode, partition and counting; ``gro``: the
+    rest; ``cpu``: the task's CPU seconds, every thread)."""
+    import time
+
+    from gropcap.gro.coalesced import CoalescedStats
+    from gropcap.gro.engine import partition_of
+    from gropcap.run.accumulators import CaptureCounts
+    from gropcap.run.hints import missing_pairs
+    from gropcap.run.inputs import decode_file
+    clock = time.perf_counter
+    counting = stats is None
+    counts = CaptureCounts(config.verify_checksums) if counting else None
+    own = CoalescedStats(config.mtu) if counting else None
+    infos, state = [], {"total": 0, "coalesced": False, "decode": 0.0}
+
+    def batches():
+        for i, path in enumerate(files):
+            t0 = clock()
+            # the client hashes the files (once, not once per partition)
+            # batches of batch_records * P records: the partition's share is about a
+            # batch of one process (GRO's per-batch work and the output's per-batch
+            # dictionaries, e.g. the address texts, as one process pays them)
+            gen = decode_file(path, i, decode_options,
+                              batch_records=batch_records * min(nparts, FUSED_BATCH_PARTS),
+                              sha256=False)
+            while True:
+                try:
+                    t = pa.Table.from_batches([next(gen)])
+                except StopIteration as stop:
+                    infos.append(stop.value)
+                    break
+                g0 = state["total"]
+                state["total"] += t.num_rows
+                if nparts > 1:
+                    mine = partition_of(t, split_config, nparts) == k
+                    rows = np.flatnonzero(mine) + g0
+                    t = t.filter(pa.array(mine))
+                else:
+                    rows = np.arange(g0, g0 + t.num_rows, dtype=np.int64)
+                if counting:
+                    counts.add(t)
+                    own.add(t)
+                    if not state["coalesced"] and _surely_coalesced(own, t, config.mtu):
+                        state["coalesced"] = True
+                state["decode"] += clock() - t0
+                if not state["coalesced"] and t.num_rows:
+                    yield t, rows, missing_pairs(t, config)
+                t0 = clock()
+            state["decode"] += clock() - t0
+    t_start, cpu = clock(), time.process_time()
+    out = _gro_core(batches(), config, models, stats, work, lambda: state["total"], check,
+                    True, keep, local_pass and not state["coalesced"], k=k, nparts=nparts)
+    out.update(counts=counts, stats=own, infos=infos, total=state["total"],
+               stopped=state["coalesced"],
+               timings={"decode": state["decode"],
+                        "gro": clock() - t_start - state["decode"],
+                        "cpu": time.process_time() - cpu})
+    return out
+
+
+def _surely_coalesced(stats, t: pa.Table, mtu) -> bool:
+    """A row of ``t`` is coalesced input whatever the rest of the capture says: marked
+    (``CoalescedStats.hard``), or a TCP data frame above the MTU given."""
+    if stats.hard:
+        return True
+    if mtu is None:
+        return False
+    data, _, tot = stats._marks(t)
+    return bool((data & (tot > mtu)).any())
 
 
 def _save_ints(prefix: str, table: dict) -> None:
@@ -307,8 +466,7 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
     from gropcap.gro.engine import _SEG_FIELDS, _gso_table
     from gropcap.io.columns import readable, readable_names, select_packet_columns
     from gropcap.io.parquet import with_metadata
-    from gropcap.run.accumulators import FlowCauses, ModelCounts
-    from gropcap.run.stream import _RowCursor, _VerdictCursor, _parquet_options
+    from gropcap.run.stream import _parquet_options
     work = works[k]
     grows = np.memmap(os.path.join(work, "global.rows"), np.int64, mode="r") \
         if os.path.getsize(os.path.join(work, "global.rows")) else np.zeros(0, np.int64)
@@ -354,6 +512,61 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
         sp_writer.close()
         os.replace(sp_tmp, sp_path)
     # the packets pass: decoded rows + verdicts (run.stream's pass 4, per partition)
+    pk_path, pk_tmp = _part_writer(stage, "packets", k)
+    pk: dict = {}               # the packets part's "columns" and "writer"
+    keep = write_columns(stage, packet_columns, models)
+
+    def write(t, cols):
+        for name in ("flow_id", "gro_seg", "gro_role", "reason", "rx_queue", "poll_id"):
+            t = t.append_column(name, pa.array(cols.pop(name)))
+        for name, v in cols.items():
+            t = t.append_column(name, pa.array(v))
+        if not pk:
+            pk["columns"] = select_packet_columns(readable_names(t.column_names),
+                                                  packet_columns)
+        t = readable(t, columns=pk["columns"])
+        if "writer" not in pk:
+            pk["writer"] = pq.ParquetWriter(pk_tmp, with_metadata(t.slice(0, 0),
+                                                                  meta).schema,
+                                            **_parquet_options(t.schema))
+        pk["writer"].write_table(t)
+    batches = (t for t, _ in _partition_batches(pieces, split, nparts, k, batch_records,
+                                                keep)) if not isinstance(pieces, str) \
+        else _kept_batches(pieces)
+    encap, before, causes = _packets_pass(batches, work, models, info, inst_pos, orders,
+                                          fmap, lambda t: tunnels,
+                                          write if pk_path is not None else None)
+    if "writer" in pk:
+        pk["writer"].close()
+        os.replace(pk_tmp, pk_path)
+    nloc = len(causes.next_seq)
+    return {"encap": encap, "before": before,
+            "causes": (fmap[:nloc], causes.total, causes.ahead, causes.back)}
+
+
+def write_columns(out_dir, packet_columns, models) -> list[str] | None:
+    """Decoded columns the output pass reads (None: all): ``run.stream._kept_columns``
+    and what the tunnel hint and the per-file counts need."""
+    from gropcap.run.stream import _kept_columns
+    keep = _kept_columns(out_dir, packet_columns, models)
+    if keep is not None:
+        keep = sorted(set(keep) | {"file_index", "tun_type", "outer_dport",
+                                   "outer_l4_proto"}, key=PACKET_SCHEMA.names.index)
+    return keep
+
+
+def _packets_pass(batches, work: str, models, info: dict, inst_pos: dict, orders,
+                  fmap, pairs_of, write):
+    """Decoded rows (a partition's, capture order) joined with their verdicts spilled in
+    ``work``: per model the super-packets per encapsulation and those starting at a row
+    of the tunnels ``pairs_of(table)`` (the tunnel hint), and the flow causes (flow ids
+    local); ``write(table, verdict columns)`` (None: no packets part) gets each batch
+    with ``gro_seg`` from ``inst_pos`` (per instance its delivery position, ``-(pos +
+    1)`` for a single packet), ``poll_id`` from ``orders`` and ``flow_id`` by ``fmap``.
+    Returns ``(encap, before, causes)``."""
+    from gropcap.run.accumulators import FlowCauses, ModelCounts
+    from gropcap.run.stream import _RowCursor, _VerdictCursor
+    primary = "napi" if "napi" in models else models[0]
     cursors = {m: (_RowCursor(_reopen(os.path.join(work, f"{m}.rows")), 2),
                    _VerdictCursor(_reopen(os.path.join(work, f"{m}.verdicts"))))
                for m in models}
@@ -361,17 +574,11 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
     counts = {m: ModelCounts(m) for m in models}
     before = {m: 0 for m in models}
     causes = FlowCauses()
-    pk_path, pk_tmp = _part_writer(stage, "packets", k)
-    pk_writer, pk_cols = None, None
     r0 = 0
-    from gropcap.run.stream import _kept_columns
-    keep = _kept_columns(stage, packet_columns, models)
-    if keep is not None:
-        keep = sorted(set(keep) | {"file_index", "tun_type", "outer_dport",
-                                   "outer_l4_proto"}, key=PACKET_SCHEMA.names.index)
-    for t, _ in _partition_batches(pieces, split, nparts, k, batch_records, keep):
+    for t in batches:
         r1 = r0 + t.num_rows
         cols = {}
+        pairs = pairs_of(t)
         for m in models:
             fid, rxq = cursors[m][0].take(t.num_rows)
             reason, inst, poll = cursors[m][1].take(r0, r1)
@@ -384,14 +591,16 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
             role[cand[~seen[m][inst[cand]]]] = ROLE_HEAD
             seen[m][inst[multi]] = True
             counts[m].add_encap(t, role != ROLE_MERGED)
-            if tunnels:
+            if pairs:
                 from gropcap.run.hints import tunnel_mask
-                before[m] += int(np.count_nonzero(tunnel_mask(t, tunnels) &
+                before[m] += int(np.count_nonzero(tunnel_mask(t, pairs) &
                                                   (role != ROLE_MERGED)))
             if m == primary:
                 causes.add(fid, t.column("tcp_seq").to_numpy(),
                            t.column("payload_len").to_numpy(),
                            t.column("l4_proto").to_numpy(), reason)
+            if write is None:
+                continue
             so = orders[m]
             c = {"flow_id": fmap[fid.astype(np.int64)],
                  "gro_seg": np.where(alone, -code - 1, code), "gro_role": role,
@@ -402,28 +611,13 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
             else:
                 cols.update({f"{m}_{name}": v for name, v in c.items() if name != "flow_id"})
         r0 = r1
-        if pk_path is None:
-            continue
-        for name in ("flow_id", "gro_seg", "gro_role", "reason", "rx_queue", "poll_id"):
-            t = t.append_column(name, pa.array(cols.pop(name)))
-        for name, v in cols.items():
-            t = t.append_column(name, pa.array(v))
-        if pk_cols is None:
-            pk_cols = select_packet_columns(readable_names(t.column_names), packet_columns)
-        t = readable(t, columns=pk_cols)
-        if pk_writer is None:
-            pk_writer = pq.ParquetWriter(pk_tmp, with_metadata(t.slice(0, 0), meta).schema,
-                                         **_parquet_options(t.schema))
-        pk_writer.write_table(t)
-    if pk_writer is not None:
-        pk_writer.close()
-        os.replace(pk_tmp, pk_path)
+        if write is not None:
+            write(t, cols)
     for c in cursors.values():
         c[0].spill.close()
         c[1].spill.close()
-    nloc = len(causes.next_seq)
-    return {"encap": {m: mc.encap for m, mc in counts.items()}, "before": before,
-            "causes": (fmap[:nloc], causes.total, causes.ahead, causes.back)}
+    return {m: mc.encap for m, mc in counts.items()}, before, causes
 
 
-__all__ = ["gro_partition_task", "write_partition_task"]
+__all__ = ["gro_partition_task", "fused_partition_task", "write_partition_task",
+           "write_columns"]

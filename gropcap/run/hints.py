@@ -102,6 +102,13 @@ def tunnel_hint(analysis, max_rows: int = HINT_MAX_ROWS,
     return hint
 
 
+def missing_pairs(t, config) -> tuple:
+    """The ``(kind, port)`` UDP tunnels of packet table ``t`` on ports without a tunnel
+    socket in ``config`` (those of :func:`missing_tunnels` that occur in ``t``)."""
+    return tuple(pair for pair in sorted(udp_tunnel_counts(t))
+                 if not config.udp_tunnel_socket(*pair))
+
+
 def tunnel_mask(t, pairs) -> np.ndarray:
     """Rows of packet table ``t`` that are UDP tunnels of ``pairs`` ``((kind, port),
     ...)``."""

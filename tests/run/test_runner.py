@@ -422,6 +422,9 @@ def test_core_per_partition_equals_one_process(client, generated, tmp_path, cfg)
     assert dist.summary == one.summary == analyze(generated, cfg).summary()
     assert dist.flows.equals(one.flows) and dist.flow_causes == one.flow_causes
     assert dist.failures == []
+    # 2 partitions on 2 local workers: the fused exchange, one task per partition
+    assert dist.exchange == "fused" and len(dist.task_timings) == 2
+    assert "fused" in dist.timings and all(t["cpu"] > 0 for t in dist.task_timings)
     # two partitions, each wrote its own part of each dataset
     for name in ("packets", "superpackets"):
         assert len(glob.glob(str(tmp_path / "dist" / name / "part-*.parquet"))) == 2
@@ -453,6 +456,51 @@ def test_core_per_partition_samples(client, tmp_path, queues):
     assert_same_rows(tmp_path / "one", tmp_path / "dist")
 
 
+@pytest.mark.parametrize("queues", [1, 4])
+def test_core_per_partition_fused_summary_only(client, generated, tmp_path, queues):
+    """Without --out the fused tasks count the output pass themselves (no write
+    tasks): the summary, flows, flow causes and tunnel hint of one process; the
+    samples with the VXLAN/Geneve hint as well."""
+    from gropcap.run.dask_core import analyze_partitioned
+    from gropcap.run.stream import stream_analyze
+    cfg = GroConfig(queues=queues)
+    for files in (generated, [p for p in SAMPLES if "real_" in p]):
+        one = stream_analyze(files, cfg)
+        dist = analyze_partitioned(files, cfg, client=client, fallback=_no_fallback)
+        assert dist.exchange == "fused"
+        assert len(dist.task_timings) == min(queues, 2)
+        assert dist.summary == one.summary
+        assert dist.flows.equals(one.flows) and dist.flow_causes == one.flow_causes
+        assert dist.udp_tunnel_hint == one.udp_tunnel_hint
+        assert dist.metadata == one.metadata     # the sha256 the client computed
+    assert one.udp_tunnel_hint is not None
+
+
+@pytest.mark.parametrize("out", [False, True], ids=["summary", "out"])
+def test_core_per_partition_exchange_path(client, generated, tmp_path, out):
+    """The exchange through scratch files (decode tasks, what a remote scheduler or more
+    partitions than FUSED_MAX_PARTS run) still equals one process."""
+    from gropcap.run.dask_core import analyze_partitioned, exchange_rule
+    from gropcap.run.stream import stream_analyze
+    cfg = GroConfig(queues=4)
+    one = stream_analyze(generated, cfg, out_dir=str(tmp_path / "one") if out else None)
+    dist = analyze_partitioned(generated, cfg, client=client, exchange="exchange",
+                               out_dir=str(tmp_path / "dist") if out else None,
+                               fallback=_no_fallback)
+    assert dist.exchange == "exchange" and dist.task_timings == []
+    assert dist.summary == one.summary
+    assert dist.flows.equals(one.flows) and dist.flow_causes == one.flow_causes
+    if out:
+        assert_same_rows(tmp_path / "one", tmp_path / "dist")
+    # the rule: fused on local workers with a worker per partition, up to the limit
+    assert exchange_rule("auto", 2, 2, True) == "fused"
+    assert exchange_rule("auto", 2, 2, False) == "exchange"
+    assert exchange_rule("auto", 3, 2, True) == "exchange"
+    assert exchange_rule("auto", 4, 4, True) == "fused"
+    assert exchange_rule("auto", 8, 8, True) == "exchange"
+    assert exchange_rule("fused", 8, 2, False) == "fused"
+
+
 def test_core_per_partition_coalesced_input(client, tmp_path):
     """Frames captured already coalesced: the merged statistics infer each partition's
     segments; the counts and rows equal one process (and the VXLAN tunnel hint)."""
@@ -464,8 +512,46 @@ def test_core_per_partition_coalesced_input(client, tmp_path):
     dist = analyze_partitioned(p, cfg, client=client, out_dir=str(tmp_path / "dist"),
                                fallback=_no_fallback)
     assert one.totals.coalesced is not None and one.totals.coalesced.num > 100
+    assert dist.exchange == "fused"     # ran again with the merged statistics
     assert dist.summary == one.summary and dist.udp_tunnel_hint == one.udp_tunnel_hint
     assert dist.udp_tunnel_hint is not None
+    assert_same_rows(tmp_path / "one", tmp_path / "dist")
+
+
+def test_core_per_partition_coalesced_inferred_mtu(client, tmp_path):
+    """Frames above the MTU the SYNs imply (1500, inferred: no option, no mark): the
+    fused tasks find them only once their statistics are merged, and run again with
+    them; the summary and rows equal one process."""
+    from gropcap.run.dask_core import analyze_partitioned
+    from gropcap.run.stream import stream_analyze
+    mss = b"\x02\x04\x05\xb4"               # MSS 1460: a 1500-byte MTU
+    frames, ts = [], []
+    t = 1_700_000_000_000_000_000
+    for f in range(12):
+        a, b = f"10.0.0.{f + 1}", "10.1.0.1"
+        for src, dst, sp, dp in ((a, b, 1000 + f, 80), (b, a, 80, 1000 + f)):
+            frames.append(eth(ipv4(src, dst, C.IPPROTO_TCP,
+                                   tcp(sp, dp, seq=1, flags=C.TCP_FLAG_SYN, options=mss))))
+            t += 1000
+            ts.append(t)
+    for i in range(600):
+        f = i % 12
+        size = 2920 if i % 7 == 0 else 1460     # every 7th: two segments already merged
+        frames.append(eth(ipv4(f"10.0.0.{f + 1}", "10.1.0.1", C.IPPROTO_TCP,
+                               tcp(1000 + f, 80, seq=2 + 1460 * (i // 12) * 2, ack=1,
+                                   payload=bytes(size)))))
+        t += 3000
+        ts.append(t)
+    p = str(tmp_path / "gso.pcap")
+    write_pcap(p, frames, ts)
+    cfg = GroConfig(queues=4)
+    one = stream_analyze(p, cfg, out_dir=str(tmp_path / "one"))
+    assert one.totals.coalesced is not None and one.totals.coalesced.num > 50
+    assert one.summary["mtu"]["source"] != "option"
+    dist = analyze_partitioned(p, cfg, client=client, out_dir=str(tmp_path / "dist"),
+                               fallback=_no_fallback)
+    assert dist.exchange == "fused"
+    assert dist.summary == one.summary
     assert_same_rows(tmp_path / "one", tmp_path / "dist")
 
 
