@@ -16,7 +16,7 @@ from gropcap.errors import ConfigError
 
 # options of `gropcap analyze` a notebook does not pass: it gets the Analysis object back
 CLI_ONLY = ("files", "fmt", "out_dir", "force", "plot", "stream", "quiet", "top", "jobs",
-            "scheduler", "scratch", "packet_columns", "threads")
+            "parallel", "scheduler", "scratch", "packet_columns", "threads")
 # analyze's own options :func:`analyze` hands on (besides cli._GRO_KEYS, cli._DECODE_KEYS)
 RUN_KEYS = ("model", "engine", "decoder", "egress_scenario", "egress_features", "egress_mtu",
             "captures")

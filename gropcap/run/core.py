@@ -171,8 +171,12 @@ def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
     each worker then decodes the input and replays its own partitions, 1.7x one
     process on two cores. Otherwise threads: with one RX queue the napi model has one
     partition (a worker would replay everything), and several files that may be
-    separate receivers (``--captures``) run their partitions through the exchange of
-    decoded rows, slower than one process on two cores.
+    separate receivers (``--captures separate``, or ``auto`` with a file that starts
+    no later than the one before: :func:`_first_times_rise`) run their partitions
+    through the exchange of decoded rows, slower than one process on two cores. Files
+    whose first timestamps rise (a rotated capture) run on workers; should their
+    latest timestamps show separate receivers after all, the workers' first pass is
+    redone through the exchange (``run.dask_core``).
     """
     from gropcap.errors import ConfigError
     if parallel not in PARALLEL:
@@ -191,8 +195,32 @@ def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
     if parts < 2:
         return "threads", (f"{nthreads} threads in one process: with one RX queue (--queues 1) "
                            "the napi model does not cut into partitions for workers")
-    if len(files) > 1 and captures != "continuous":
-        return "threads", (f"{nthreads} threads in one process: {len(files)} files may be "
+    if len(files) > 1 and (captures == "separate" or
+                           (captures == "auto" and not _first_times_rise(files))):
+        return "threads", (f"{nthreads} threads in one process: {len(files)} files are "
                            "separate receivers (--captures), whose partitions the workers "
                            "would exchange through scratch files (slower here)")
     return "workers", f"{jobs} Dask worker processes, {parts} partitions ({split} model)"
+
+
+def _first_times_rise(files) -> bool:
+    """Whether each file's first timestamp is later than the one before (a rotated
+    capture can be one receiver run; copies of one capture start at the same time).
+    Reads one record per file; an unreadable file answers False (the run reports it)."""
+    from gropcap.capture.reader import iter_batches
+    from gropcap.errors import GropcapError
+    last = None
+    for f in files:
+        try:
+            gen = iter_batches(f, batch_records=1)
+            _, batch = next(gen)
+            gen.close()
+        except (GropcapError, OSError, StopIteration):
+            return False
+        if not len(batch.ts_ns):
+            continue
+        t = int(batch.ts_ns[0])
+        if last is not None and t <= last:
+            return False
+        last = t
+    return True

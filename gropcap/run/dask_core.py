@@ -375,7 +375,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
     from gropcap.run.accumulators import Totals
     from gropcap.run.distributed import (BATCH_RECORDS, SPLIT_BYTES, _decode_all,
                                          _merged_capture, _nparts, _nworkers,
-                                         _result_or_retry, _scratch_dir, _workers_local,
+                                         _scratch_dir, _workers_local,
                                          open_client, run_keys)
     from gropcap.run.inputs import decode_table, input_files
     from gropcap.run.summary import render_summary
@@ -406,10 +406,6 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 check = nparts > 1 and split_model == "napi" and "ideal" in models
                 from gropcap.run.stream import _TunnelHint
                 how = exchange_rule(exchange, nparts, nworkers, _workers_local(c))
-                if how == "fused" and len(files) > 1 and captures != "continuous":
-                    # receiver runs are known once every file's timestamps are (the
-                    # decode tasks): the fused tasks replay one run
-                    how = "exchange"
                 nruns = 1
                 fused = None
                 if how == "fused":
@@ -420,6 +416,13 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                                          write_columns(out_dir, packet_columns, models),
                                          not out_dir, progress)
                     tm["fused"] = clock() - t0
+                    if not isinstance(fused, str) and len(files) > 1:
+                        # the fused tasks replay the files as one receiver run; the
+                        # files' timestamps (counted by the tasks) may say otherwise
+                        from gropcap.run.summary import inputs_of
+                        if max(inputs_of(fused[1], fused[3], captures)["run_of_file"],
+                               default=0) > 0:
+                            fused = "the files are separate receivers (--captures)"
                     if isinstance(fused, str):
                         if progress is not None:
                             progress.note(f"{fused}: the decoded rows are exchanged "

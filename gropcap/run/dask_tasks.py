@@ -295,6 +295,7 @@ def fused_partition_task(files, decode_options, config, models, split_config, np
     counts = CaptureCounts(config.verify_checksums) if counting else None
     own = CoalescedStats(config.mtu) if counting else None
     infos, state = [], {"total": 0, "coalesced": False, "decode": 0.0}
+    times = {}
 
     def batches():
         for i, path in enumerate(files):
@@ -314,6 +315,13 @@ def fused_partition_task(files, decode_options, config, models, split_config, np
                     break
                 g0 = state["total"]
                 state["total"] += t.num_rows
+                if counting and t.num_rows:
+                    # each file's first and latest timestamp over all its rows (the
+                    # receiver runs), not only this partition's
+                    ts = t.column("ts_ns").to_numpy()
+                    if i not in times:
+                        times[i] = [int(ts[0]), int(ts.max())]
+                    times[i][1] = max(times[i][1], int(ts.max()))
                 if nparts > 1:
                     mine = partition_of(t, split_config, nparts) == k
                     rows = np.flatnonzero(mine) + g0
@@ -333,6 +341,13 @@ def fused_partition_task(files, decode_options, config, models, split_config, np
     t_start, cpu = clock(), time.process_time()
     out = _gro_core(batches(), config, models, stats, work, lambda: state["total"], check,
                     True, keep, local_pass and not state["coalesced"], k=k, nparts=nparts)
+    if counting:
+        from gropcap.run.receivers import NO_TS
+        first = np.full(len(files), NO_TS, np.int64)
+        top = np.full(len(files), NO_TS, np.int64)
+        for i, (a, b) in times.items():
+            first[i], top[i] = a, b
+        counts.file_first_ts, counts.file_max_ts = first, top
     out.update(counts=counts, stats=own, infos=infos, total=state["total"],
                stopped=state["coalesced"],
                timings={"decode": state["decode"],
@@ -470,7 +485,6 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
     work = works[k]
     grows = np.memmap(os.path.join(work, "global.rows"), np.int64, mode="r") \
         if os.path.getsize(os.path.join(work, "global.rows")) else np.zeros(0, np.int64)
-    primary = "napi" if "napi" in models else models[0]
     orders, inst_pos = {}, {}
     sp_path, sp_tmp = _part_writer(stage, "superpackets", k)
     sp_writer = None

@@ -136,8 +136,8 @@ def test_jobs_picks_workers_or_threads_and_says_why(tmp_path, case):
     into RX-queue partitions, else threads in one process; one stderr line says which,
     the results are those of one process either way, and the output layout is the one
     of what ran (a dataset from workers, files from one process)."""
-    sample, other = SAMPLES[0], SAMPLES[1]
-    inputs = {"one_queue": [sample], "queues": [sample], "files": [sample, other]}[case]
+    sample = SAMPLES[0]
+    inputs = {"one_queue": [sample], "queues": [sample], "files": [sample, sample]}[case]
     queues = "1" if case == "one_queue" else "4"
     args = ["analyze", *inputs, "--format", "json", "--queues", queues]
     res = CliRunner().invoke(main, [str(a) for a in args + ["--jobs", "2", "--out",
@@ -151,7 +151,7 @@ def test_jobs_picks_workers_or_threads_and_says_why(tmp_path, case):
         assert "Dask worker processes, 2 partitions" in note[0]
         assert (tmp_path / "j" / "packets").is_dir() and "2 workers" in res.stderr
     else:
-        why = "one RX queue" if case == "one_queue" else "may be separate receivers"
+        why = "one RX queue" if case == "one_queue" else "are separate receivers"
         assert "threads in one process" in note[0] and why in note[0], note
         assert (tmp_path / "j" / "packets.parquet").is_file() and "2 threads" in res.stderr
 
@@ -167,6 +167,8 @@ def test_parallel_needs_jobs_and_forces_the_way():
     assert jobs_way([SAMPLES[0]], one, ("ideal", "napi"), 2, "workers")[0] == "workers"
     four = GroConfig(queues=4)
     assert jobs_way([SAMPLES[0]], four, ("ideal", "napi"), 2, "threads")[0] == "threads"
-    assert jobs_way(SAMPLES[:2], four, ("napi",), 2, captures="continuous")[0] == "workers"
+    assert jobs_way(SAMPLES[:1] * 2, four, ("napi",), 2, captures="continuous")[0] == \
+        "workers"
+    assert jobs_way(SAMPLES[:1] * 2, four, ("napi",), 2)[0] == "threads"      # copies
     with pytest.raises(Exception, match="unknown --parallel"):
         jobs_way([SAMPLES[0]], one, ("napi",), 2, "cores")
