@@ -233,12 +233,7 @@ def main(argv=None) -> dict:
             del dist
             client.close()
             cluster.close()
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
-    return report
+    return _emit(report, args.out)
 
 
 def _load() -> str:
@@ -345,13 +340,18 @@ def alternate(args, paths, cfg) -> dict:
     report["client_peak_rss_mib"] = round(_peak_rss_mib(), 1)
     client.close()
     cluster.close()
+    return _emit(report, args.out)
+
+
+
+def _emit(report: dict, out: str | None) -> dict:
+    """Print the report (JSON) and write it to ``out`` when given."""
     text = json.dumps(report, indent=2)
     print(text)
-    if args.out:
-        with open(args.out, "w") as f:
+    if out:
+        with open(out, "w") as f:
             f.write(text + "\n")
     return report
-
 
 if __name__ == "__main__":
     main()

@@ -116,9 +116,10 @@ def _store(fn, args, path, splits=(), *, d: str, stage: str):
     return runner.store_task(fn, args, path, splits)
 
 
-def _gro(*args, d: str, stage: str):
+def _gro_attempt(k: int, d: str, stage: str) -> None:
+    """Log a GRO attempt of partition ``k``; the first one of the ``gro`` stage holds
+    once it has written its spills and a delivery table."""
     from gropcap.run import dask_tasks
-    k = args[5]
     _log(os.path.join(d, "log"), "gro", k)
     if stage == "gro" and _first(os.path.join(d, "victim")):
         save = dask_tasks._save_ints
@@ -127,6 +128,11 @@ def _gro(*args, d: str, stage: str):
             save(prefix, table)
             _hold(os.path.join(d, "ready"))
         dask_tasks._save_ints = save_then_hold
+
+
+def _gro(*args, d: str, stage: str):
+    from gropcap.run import dask_tasks
+    _gro_attempt(args[5], d, stage)
     return dask_tasks.gro_partition_task(*args)
 
 
@@ -134,15 +140,7 @@ def _fused(*args, d: str, stage: str):
     """The fused exchange's decode+GRO task (``fused_partition_task``: ``k`` is its 7th
     argument), held as :func:`_gro` holds the GRO task."""
     from gropcap.run import dask_tasks
-    k = args[6]
-    _log(os.path.join(d, "log"), "gro", k)
-    if stage == "gro" and _first(os.path.join(d, "victim")):
-        save = dask_tasks._save_ints
-
-        def save_then_hold(prefix, table):
-            save(prefix, table)
-            _hold(os.path.join(d, "ready"))
-        dask_tasks._save_ints = save_then_hold
+    _gro_attempt(args[6], d, stage)
     return dask_tasks.fused_partition_task(*args)
 
 
