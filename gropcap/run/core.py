@@ -181,14 +181,16 @@ def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
     from gropcap.errors import ConfigError
     if parallel not in PARALLEL:
         raise ConfigError(f"unknown --parallel {parallel!r}", hint=f"use one of {PARALLEL}")
+    from gropcap.run.threads import MAX_USEFUL_THREADS
+    nthreads = min(jobs, MAX_USEFUL_THREADS)
     if parallel == "workers":
         return "workers", f"{jobs} Dask worker processes (--parallel workers)"
     if parallel == "threads":
-        return "threads", (f"{min(jobs, 2)} threads in one process (--parallel threads)")
+        return "threads", f"{nthreads} threads in one process (--parallel threads)"
+    if jobs < 2:
+        return "threads", "one thread in one process"
     from gropcap.run.distributed import _nparts
     from gropcap.run.inputs import input_files
-    from gropcap.run.threads import MAX_USEFUL_THREADS
-    nthreads = min(jobs, MAX_USEFUL_THREADS)
     split = "napi" if "napi" in models else models[0]
     parts = _nparts(config.replace(model=split), jobs)
     files = input_files(paths)

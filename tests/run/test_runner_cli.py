@@ -170,5 +170,7 @@ def test_parallel_needs_jobs_and_forces_the_way():
     assert jobs_way(SAMPLES[:1] * 2, four, ("napi",), 2, captures="continuous")[0] == \
         "workers"
     assert jobs_way(SAMPLES[:1] * 2, four, ("napi",), 2)[0] == "threads"      # copies
+    assert jobs_way([SAMPLES[0]], four, ("ideal", "napi"), 1) == \
+        ("threads", "one thread in one process")
     with pytest.raises(Exception, match="unknown --parallel"):
         jobs_way([SAMPLES[0]], one, ("napi",), 2, "cores")
