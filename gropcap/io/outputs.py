@@ -31,6 +31,7 @@ import shutil
 import tempfile
 
 from gropcap.errors import OutputError   # not io.parquet: no pyarrow.parquet at start
+from gropcap.interrupt import deferred
 
 _PREFIX = ".gropcap-"
 
@@ -89,22 +90,23 @@ class Outputs:
                     if os.path.lexists(os.path.join(path, n)):
                         raise OutputError("output exists", path=os.path.join(path, n),
                                           hint="use --force to replace it")
-            try:
-                stage = tempfile.mkdtemp(prefix=_PREFIX, dir=path)
-            except OSError as e:
-                raise _os_error(os.path.join(path, names[0] if names else "x"), e) from None
-            self._staged.append((stage, path, "dir-into", names))
-            self._targets[stage] = path
+            with deferred():     # an interrupt cannot fall between creating and noting it
+                try:
+                    stage = tempfile.mkdtemp(prefix=_PREFIX, dir=path)
+                except OSError as e:
+                    raise _os_error(os.path.join(path, names[0] if names else "x"),
+                                    e) from None
+                self._note(stage, path, "dir-into", names)
             return stage
         parent = os.path.dirname(os.path.abspath(path))
-        try:
-            stage = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(path))}"
-                                            f"{_PREFIX}", dir=parent)
-        except OSError as e:
-            raise _os_error(path, e) from None
-        os.chmod(stage, 0o777 & ~_umask())   # it becomes DIR: mkdir's mode, not 0700
-        self._staged.append((stage, path, "dir-new", names))
-        self._targets[stage] = path
+        with deferred():
+            try:
+                stage = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(path))}"
+                                                f"{_PREFIX}", dir=parent)
+            except OSError as e:
+                raise _os_error(path, e) from None
+            self._note(stage, path, "dir-new", names)
+            os.chmod(stage, 0o777 & ~_umask())   # it becomes DIR: mkdir's mode, not 0700
         return stage
 
     def file(self, path: str) -> str:
@@ -117,15 +119,19 @@ class Outputs:
             raise OutputError("output exists", path=path, hint="use --force to replace it")
         parent = os.path.dirname(os.path.abspath(path))
         base = os.path.basename(path)
-        try:
-            fd, stage = tempfile.mkstemp(prefix=_PREFIX, suffix=f"-{base}", dir=parent)
-        except OSError as e:
-            raise _os_error(path, e) from None
-        os.close(fd)
-        os.chmod(stage, 0o666 & ~_umask())   # it becomes the target: open()'s mode
-        self._staged.append((stage, path, "file", ()))
-        self._targets[stage] = path
+        with deferred():
+            try:
+                fd, stage = tempfile.mkstemp(prefix=_PREFIX, suffix=f"-{base}", dir=parent)
+            except OSError as e:
+                raise _os_error(path, e) from None
+            self._note(stage, path, "file", ())
+            os.close(fd)
+            os.chmod(stage, 0o666 & ~_umask())   # it becomes the target: open()'s mode
         return stage
+
+    def _note(self, stage: str, target: str, kind: str, names: tuple[str, ...]) -> None:
+        self._staged.append((stage, target, kind, names))
+        self._targets[stage] = target
 
     def real_path(self, path):
         """The target a staging path stands for (errors name what the user asked for):
@@ -143,8 +149,6 @@ class Outputs:
     def commit(self) -> list[str]:
         """Rename every staged output over its target (interrupts wait); returns the
         targets written (directories as ``DIR/name``)."""
-        from gropcap.interrupt import deferred
-
         with deferred():
             for stage, target, kind, names in self._staged:
                 if kind == "file":
@@ -171,16 +175,18 @@ class Outputs:
         return self.written
 
     def discard(self) -> None:
-        """Remove every staging entry not committed."""
-        for stage, _target, kind, _names in self._staged:
-            if kind == "file":
-                try:
-                    os.unlink(stage)
-                except OSError:
-                    pass
-            else:
-                shutil.rmtree(stage, ignore_errors=True)
-        self._staged = []
+        """Remove every staging entry not committed (an interrupt waits: it would leave
+        the rest behind)."""
+        with deferred():
+            for stage, _target, kind, _names in self._staged:
+                if kind == "file":
+                    try:
+                        os.unlink(stage)
+                    except OSError:
+                        pass
+                else:
+                    shutil.rmtree(stage, ignore_errors=True)
+            self._staged = []
 
 
 __all__ = ["Outputs", "OutputError"]

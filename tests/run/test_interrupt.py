@@ -212,3 +212,44 @@ def test_a_keyboard_interrupt_cpython_saw_unhandled_still_exits_with_our_status(
     p = subprocess.run([sys.executable, "-m", "flagged"], capture_output=True, text=True,
                        env=env, cwd=ROOT, timeout=60)
     assert p.returncode == code, p.stderr
+
+
+@pytest.mark.parametrize("kind", ["dir-new", "dir-into", "file"])
+def test_interrupt_while_an_output_is_staged_leaves_nothing(tmp_path, monkeypatch, kind):
+    """Ctrl-C between creating a staging entry and noting it (os.chmod, the step after
+    mkdtemp): the entry is still removed when the command ends.
+
+    Regression: CI found ``.out.gropcap-XXXX`` left beside ``--out`` after a SIGINT 0.19 s
+    into a run (the interrupt raised inside ``Outputs.directory`` before the entry was
+    noted, so ``discard`` did not know it)."""
+    import gropcap.io.outputs as outputs
+    from gropcap.interrupt import handling_interrupts
+
+    real_chmod = os.chmod
+
+    def chmod_then_ctrl_c(path, mode, *a, **kw):
+        real_chmod(path, mode, *a, **kw)
+        signal.raise_signal(signal.SIGINT)     # the handler runs before chmod returns
+
+    monkeypatch.setattr(outputs.os, "chmod", chmod_then_ctrl_c)
+    if kind == "dir-into":
+        (tmp_path / "out").mkdir()
+        # dir-into has no chmod: the interrupt lands on the mkdtemp's return instead
+        real_mkdtemp = outputs.tempfile.mkdtemp
+
+        def mkdtemp_then_ctrl_c(*a, **kw):
+            d = real_mkdtemp(*a, **kw)
+            signal.raise_signal(signal.SIGINT)
+            return d
+
+        monkeypatch.setattr(outputs.tempfile, "mkdtemp", mkdtemp_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        with handling_interrupts(), outputs.Outputs() as outs:
+            if kind == "file":
+                outs.file(str(tmp_path / "plot.png"))
+            else:
+                outs.directory(str(tmp_path / "out"), ("packets.parquet",))
+            pytest.fail("the interrupt did not stop the block")
+    left = sorted(os.listdir(tmp_path)) + (sorted(os.listdir(tmp_path / "out"))
+                                           if (tmp_path / "out").is_dir() else [])
+    assert left == (["out"] if kind == "dir-into" else []), left
