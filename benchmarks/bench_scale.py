@@ -74,10 +74,14 @@ def run_sampled(cmd: list[str], out_json: str, sample: float) -> dict:
     """Run ``cmd`` with stdout to ``out_json``; the client's and every descendant's peak
     RSS (VmHWM, MiB) from samples every ``sample`` seconds, wall and CPU seconds."""
     t0 = time.perf_counter()
+    disk = os.path.dirname(os.path.abspath(out_json))
+    free0 = _free(disk)
+    used = 0
     with open(out_json, "w") as out, open(out_json + ".err", "w") as err:
         p = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ROOT)
         client, workers = 0, {}
         while p.poll() is None:
+            used = max(used, free0 - _free(disk))
             v = _status_kib(p.pid, "VmHWM")
             client = max(client, v or 0)
             for c in _children(p.pid):
@@ -90,8 +94,26 @@ def run_sampled(cmd: list[str], out_json: str, sample: float) -> dict:
         stderr = f.read()
     big = {pid: kib for pid, kib in workers.items() if kib > 150 * 1024}   # not helpers
     return {"cmd": cmd, "exit": p.returncode, "wall_s": wall, "stderr_tail": stderr[-2000:],
+            "disk_peak_gb": used / 1e9,
+            "output_gb": _du(cmd[cmd.index("--out") + 1]) / 1e9 if "--out" in cmd else 0,
             "client_peak_mib": client / 1024,
             "worker_peaks_mib": sorted((kib / 1024 for kib in big.values()), reverse=True)}
+
+
+def _free(path: str) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def _du(path: str) -> int:
+    total = 0
+    for d, _, names in os.walk(path):
+        for n in names:
+            try:
+                total += os.path.getsize(os.path.join(d, n))
+            except OSError:
+                pass
+    return total
 
 
 def _dataset_rows(path: str) -> int:
@@ -134,6 +156,19 @@ def check(one: dict, many: dict, copies: int, one_dir: str, many_dir: str) -> di
             _dataset_rows(os.path.join(many_dir, name))
         rows[name] = {"one": a, "many": b}
         same(f"{name} rows", copies * a, b)
+    # the flows: each copy's are the one copy's but for their ids and file index
+    import pyarrow.parquet as pq
+    f1 = pq.read_table(os.path.join(one_dir, "flows.parquet"))
+    fn = pq.read_table(os.path.join(many_dir, "flows.parquet"))
+    n = f1.num_rows
+    if fn.num_rows == copies * n:
+        ref = f1.drop(["flow_id", "file_index"])
+        for k in range(copies):
+            part = fn.slice(k * n, n)
+            if not part.drop(["flow_id", "file_index"]).equals(ref):
+                bad.append(f"flows of copy {k} differ")
+            if set(part.column("file_index").to_pylist()) != {k}:
+                bad.append(f"flows of copy {k}: file index not {k}")
     return {"equal": not bad, "differences": bad[:50], "rows": rows}
 
 
@@ -195,7 +230,8 @@ def main(argv=None) -> int:
         print(f"{k:5s} exit {r['exit']}  wall {r['wall_s']:8.1f} s  "
               f"{r.get('packets_per_s', 0) / 1e6:6.2f} M packets/s  client peak "
               f"{r['client_peak_mib']:7.0f} MiB  workers "
-              + ", ".join(f"{w:.0f}" for w in r["worker_peaks_mib"]) + " MiB")
+              + ", ".join(f"{w:.0f}" for w in r["worker_peaks_mib"]) + " MiB  disk peak "
+              f"{r['disk_peak_gb']:.1f} GB (output {r['output_gb']:.1f} GB)")
     if "check" in res:
         c = res["check"]
         print("counts x%d: %s" % (args.copies, "equal" if c["equal"] else

@@ -166,17 +166,17 @@ def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
     process), and the sentence the run prints.
 
     ``auto`` picks what measured faster (docs/scale.md, "Which way --jobs runs"):
-    workers when the work cuts exactly into at least two partitions of one receiver
-    run (RX queues for the napi model, same-flow classes for the ideal model alone):
-    each worker then decodes the input and replays its own partitions, 1.7x one
-    process on two cores. Otherwise threads: with one RX queue the napi model has one
-    partition (a worker would replay everything), and several files that may be
-    separate receivers (``--captures separate``, or ``auto`` with a file that starts
-    no later than the one before: :func:`_first_times_rise`) run their partitions
-    through the exchange of decoded rows, slower than one process on two cores. Files
-    whose first timestamps rise (a rotated capture) run on workers; should their
-    latest timestamps show separate receivers after all, the workers' first pass is
-    redone through the exchange (``run.dask_core``).
+    workers when several files may be separate receivers (``--captures separate``, or
+    ``auto`` with a file that starts no later than the one before:
+    ``run.inputs.first_times_rise``): each receiver run is a task of its own, written as
+    soon as the runs before it are counted (``run.dask_core``'s runs exchange); workers
+    when the work cuts exactly into at least two partitions of one receiver run (RX
+    queues for the napi model, same-flow classes for the ideal model alone): each
+    worker then decodes the input and replays its own partitions, 1.7x one process on
+    two cores. Otherwise threads: with one RX queue the napi model has one partition
+    (a worker would replay everything). Files whose first timestamps rise (a rotated
+    capture) run as one receiver run; should their latest timestamps show separate
+    receivers after all, the workers' first pass is redone through the exchange.
     """
     from gropcap.errors import ConfigError
     if parallel not in PARALLEL:
@@ -190,39 +190,15 @@ def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
     if jobs < 2:
         return "threads", "one thread in one process"
     from gropcap.run.distributed import _nparts
-    from gropcap.run.inputs import input_files
+    from gropcap.run.inputs import first_times_rise, input_files
     split = "napi" if "napi" in models else models[0]
     parts = _nparts(config.replace(model=split), jobs)
     files = input_files(paths)
+    if len(files) > 1 and (captures == "separate" or
+                           (captures == "auto" and not first_times_rise(files))):
+        return "workers", (f"{jobs} Dask worker processes: {len(files)} files that may be "
+                           "separate receivers (--captures), one receiver run per task")
     if parts < 2:
         return "threads", (f"{nthreads} threads in one process: with one RX queue (--queues 1) "
                            "the napi model does not cut into partitions for workers")
-    if len(files) > 1 and (captures == "separate" or
-                           (captures == "auto" and not _first_times_rise(files))):
-        return "threads", (f"{nthreads} threads in one process: {len(files)} files are "
-                           "separate receivers (--captures), whose partitions the workers "
-                           "would exchange through scratch files (slower here)")
     return "workers", f"{jobs} Dask worker processes, {parts} partitions ({split} model)"
-
-
-def _first_times_rise(files) -> bool:
-    """Whether each file's first timestamp is later than the one before (a rotated
-    capture can be one receiver run; copies of one capture start at the same time).
-    Reads one record per file; an unreadable file answers False (the run reports it)."""
-    from gropcap.capture.reader import iter_batches
-    from gropcap.errors import GropcapError
-    last = None
-    for f in files:
-        try:
-            gen = iter_batches(f, batch_records=1)
-            _, batch = next(gen)
-            gen.close()
-        except (GropcapError, OSError, StopIteration):
-            return False
-        if not len(batch.ts_ns):
-            continue
-        t = int(batch.ts_ns[0])
-        if last is not None and t <= last:
-            return False
-        last = t
-    return True

@@ -121,17 +121,162 @@ def partitioned_reason(config, *, engine="fast", decoder="fast", egress=None,
 FUSED_MAX_PARTS = 4
 
 
-def exchange_rule(exchange: str, nparts: int, nworkers: int, workers_local: bool) -> str:
-    """How partitions get their rows: ``exchange`` as asked (``"fused"``,
-    ``"exchange"``), or for ``"auto"``: fused when every worker runs on this host, each
-    partition has a worker of its own and there are at most :data:`FUSED_MAX_PARTS`;
-    else the exchange through scratch files."""
-    if exchange not in ("auto", "fused", "exchange"):
-        raise ValueError(f"exchange must be auto, fused or exchange, not {exchange!r}")
+EXCHANGES = ("auto", "fused", "runs", "exchange")
+
+
+def exchange_rule(exchange: str, nparts: int, nworkers: int, workers_local: bool,
+                  separate: bool = False) -> str:
+    """How partitions get their rows: ``exchange`` as asked (``"fused"``, ``"runs"``,
+    ``"exchange"``), or for ``"auto"``: runs when the input files may be separate
+    receivers (``separate``: ``--captures separate``, or ``auto`` with a file that does
+    not start after the one before, ``run.inputs.first_times_rise``); fused when every
+    worker runs on this host, each partition has a worker of its own and there are at
+    most :data:`FUSED_MAX_PARTS`; else the exchange through scratch files."""
+    if exchange not in EXCHANGES:
+        raise ValueError(f"exchange must be one of {EXCHANGES}, not {exchange!r}")
     if exchange != "auto":
         return exchange
+    if separate:
+        return "runs"
     return "fused" if workers_local and nparts <= min(nworkers, FUSED_MAX_PARTS) \
         else "exchange"
+
+
+def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nworkers: int,
+                tmp: str, batch_records: int, keep, out_dir, make_stage, metadata,
+                packet_columns, captures: str, progress, tm: dict):
+    """The runs exchange (module docstring): the inputs' receiver runs replayed as
+    independent units, a run's output written as soon as the runs before it are
+    counted, its scratch removed once written: scratch stays bounded by the runs in
+    flight, whatever the number of files.
+
+    1. **scan** (``run.dask_tasks.scan_task``, one task per file): counts, coalesced
+       statistics, ``CaptureInfo`` (sha256 too); merged here in input order. The
+       receiver runs, the MTU and the provenance are then known before any GRO.
+    2. **GRO** (``run.dask_tasks.fused_partition_task`` per run and partition: the
+       run's files decoded, numbered from 0 within the run): at most ``nworkers`` runs
+       submitted from the one the client waits for on.
+    3. **write** (``run.dask_tasks.write_partition_task`` with ``bases``: rows, flows,
+       super-packets and polls of the runs before), submitted with priority over GRO
+       tasks as soon as the runs before are counted; summary only: the GRO task counts
+       its output pass itself and nothing is written.
+
+    Returns a dict (the GRO results ``done`` with their global flow maps ``fmaps``, the
+    write results ``wrote``, ``capture``, ``stats``, ``infos``, ``n`` rows, ``meta``,
+    ``nruns``, the tunnel ``hint``) or why the exchange must run instead (a string: an
+    input fails to decode)."""
+    import shutil
+
+    from gropcap.errors import GropcapError
+    from gropcap.run.accumulators import CaptureCounts
+    from gropcap.run.dask_tasks import fused_partition_task, scan_task
+    from gropcap.run.summary import inputs_of
+    import time
+    clock = time.perf_counter
+    t0 = clock()
+    tasks = [(c.submit(scan_task, f, i, decode_options, config, batch_records, pure=False),
+              (f, i, decode_options, config, batch_records)) for i, f in enumerate(files)]
+    if progress is not None:
+        progress.track("scan", [f for f, _ in tasks])
+    capture, stats = CaptureCounts(config.verify_checksums), None
+    infos, rows_of = [], []
+    try:
+        for task in tasks:      # merged one by one, in input order (the client's memory)
+            d = _results(c, [task], scan_task)[0]
+            capture.merge(d["counts"])
+            stats = d["stats"] if stats is None else stats.merge(d["stats"])
+            infos.append(d["info"])
+            rows_of.append(d["rows"])
+    except (GropcapError, OSError):
+        c.cancel([f for f, _ in tasks])
+        return "an input failed"
+    stats.set_mtu(config.mtu).mtu_inference()
+    run_of_file = inputs_of(capture, infos, captures)["run_of_file"]
+    nruns = max(run_of_file, default=0) + 1
+    runs = [[i for i, r in enumerate(run_of_file) if r == k] for k in range(nruns)]
+    # runs enough to keep every worker busy: one task per run (no file decoded twice)
+    rparts = 1 if nruns >= nworkers else nparts
+    check = rparts > 1 and scfg.model == "napi" and "ideal" in models
+    stats_arg = c.scatter(stats, hash=False, broadcast=True) if stats.num else None
+    from gropcap.run.stream import _TunnelHint
+    hint = _TunnelHint(capture.udp_tunnels, config, models)
+    stage = make_stage()
+    meta = metadata(infos, stats.mtu_inference())
+    tm["decode"] = clock() - t0
+    t0 = clock()
+
+    def gro_args(r, k):
+        fidx = runs[r]
+        return ([files[i] for i in fidx], decode_options, config, tuple(models), scfg,
+                rparts, k, stats_arg, os.path.join(tmp, f"run-{r}-{k}"), batch_records,
+                check, keep, not out_dir, fidx[0] if fidx else 0, False)
+    gro, submitted = {}, 0
+
+    def submit_gro(upto):
+        nonlocal submitted
+        while submitted < min(upto, nruns):
+            for k in range(rparts):
+                a = gro_args(submitted, k)
+                gro[(submitted, k)] = (c.submit(fused_partition_task, *a, pure=False), a)
+            submitted += 1
+    done, fmaps, wrote, writes = [], [], [], []
+    flow_base, row_base = 0, 0
+    seg_base = {m: 0 for m in models}
+    poll_base = {m: 0 for m in models}
+    if progress is not None:
+        progress.note(f"{nruns} receiver run{'s' if nruns != 1 else ''} on {nworkers} "
+                      f"workers, {rparts} task{'s' if rparts != 1 else ''} each")
+
+    def collect_writes(wait: bool):
+        # a run's scratch goes once all its write tasks are done (each reads every
+        # partition's delivery table of its run)
+        while writes and (wait or all(f.done() for f, _ in writes[0][1])):
+            r_works, wtasks = writes.pop(0)
+            wrote.extend(_results(c, wtasks, write_partition_task))
+            for w in r_works:
+                shutil.rmtree(os.path.dirname(w), ignore_errors=True)
+    for r in range(nruns):
+        submit_gro(r + nworkers)
+        mine = _results(c, [gro.pop((r, k)) for k in range(rparts)], fused_partition_task)
+        if rparts > 1:
+            _check_classes(mine)
+        local = flow_maps([d["keys"] for d in mine], [d["firsts"] for d in mine])
+        nflows = sum(len(m) for m in local)
+        maps = [m + flow_base for m in local]
+        r_works = [d["work"] for d in mine]
+        for d in mine:
+            if d["tunnels"] is not None:
+                d["tunnels"] = (d["tunnels"][0], [a + row_base for a in d["tunnels"][1]],
+                                d["tunnels"][2])
+        if out_dir:
+            wtasks = []
+            for k, (d, fmap) in enumerate(zip(mine, maps)):
+                bases = {"part": r * rparts + k, "rows": row_base, "segs": dict(seg_base),
+                         "polls": dict(poll_base)}
+                args = (os.path.join(d["work"], "rows.arrow"), config, tuple(models),
+                        "napi", rparts, k, r_works, d["info"], fmap, stage, meta,
+                        packet_columns, batch_records, hint.pairs, bases)
+                wtasks.append((c.submit(write_partition_task, *args, pure=False,
+                                        priority=1), args))
+            writes.append((r_works, wtasks))
+            collect_writes(False)
+        else:
+            for w in r_works:
+                shutil.rmtree(os.path.dirname(w), ignore_errors=True)
+        for m in models:
+            seg_base[m] += sum(d["info"][m]["nseg"] for d in mine)
+            poll_base[m] += sum(d["info"][m]["npolls"] for d in mine)
+        flow_base += nflows
+        row_base += sum(rows_of[i] for i in runs[r])
+        done += mine
+        fmaps += maps
+    collect_writes(True)
+    if stats_arg is not None:
+        stats_arg.release()
+    tm["gro"] = clock() - t0
+    return {"done": done, "fmaps": fmaps, "capture": capture, "stats": stats,
+            "infos": infos, "wrote": wrote, "n": sum(rows_of), "meta": meta,
+            "nruns": nruns, "hint": hint}
 
 
 def _fused_stage(c, files, config, models, decode_options, split_config, nparts: int,
@@ -377,7 +522,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                                          _merged_capture, _nparts, _nworkers,
                                          _scratch_dir, _workers_local,
                                          open_client, run_keys)
-    from gropcap.run.inputs import decode_table, input_files
+    from gropcap.run.inputs import decode_table, first_times_rise, input_files
     from gropcap.run.summary import render_summary
     from gropcap.io.columns import parse_packet_columns
     from gropcap.run.options import run_options
@@ -390,7 +535,37 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                                 if c not in packet_columns)
     files = input_files(paths)
     check_targets(out_dir, force)
+    separate = len(files) > 1 and (captures == "separate" or
+                                   (captures == "auto" and not first_times_rise(files)))
     split_model = "napi" if "napi" in models else models[0]
+    stages = []         # the --out staging directory, once made
+    made = []           # out_dir, when this run made it (removed again if left empty)
+
+    def make_stage():
+        # beside the targets (same file system: renamed, not copied); the workers see
+        # it as they see the scratch directory
+        if not out_dir:
+            return None
+        import tempfile
+        if not os.path.exists(out_dir):
+            made.append(out_dir)
+        os.makedirs(out_dir, exist_ok=True)
+        stages.append(tempfile.mkdtemp(prefix=".gropcap-parts-", dir=out_dir))
+        os.chmod(stages[-1], 0o755)
+        # made here, not by the tasks: a task still running after the run ended
+        # cannot recreate them (run.dask_tasks._part_writer)
+        for name in (*DATASET_DIRS, STAGE_TMP):
+            os.mkdir(os.path.join(stages[-1], name))
+        return stages[-1]
+
+    def metadata(infos, mtu):
+        meta_of = Analysis(PACKET_SCHEMA.empty_table(), infos, config,
+                           {m: None for m in models}, decode_options)
+        meta_of.mtu = mtu
+        meta_of.receiver = receiver
+        meta_of.captures = captures
+        return meta_of.metadata()
+
     with open_client(client, jobs=jobs, scheduler=scheduler) as c:
         try:
             with _scratch_dir(c, scratch) as tmp:
@@ -405,9 +580,21 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 works = [os.path.join(tmp, f"core-{k}") for k in range(nparts)]
                 check = nparts > 1 and split_model == "napi" and "ideal" in models
                 from gropcap.run.stream import _TunnelHint
-                how = exchange_rule(exchange, nparts, nworkers, _workers_local(c))
+                how = exchange_rule(exchange, nparts, nworkers, _workers_local(c), separate)
                 nruns = 1
-                fused = None
+                fused = ran = None
+                if how == "runs":
+                    from gropcap.run.dask_tasks import write_columns
+                    ran = _runs_stage(c, files, config, models, decode_options, scfg,
+                                      nparts, nworkers, tmp, batch_records,
+                                      write_columns(out_dir, packet_columns, models),
+                                      out_dir, make_stage, metadata, packet_columns,
+                                      captures, progress, tm)
+                    if isinstance(ran, str):
+                        if progress is not None:
+                            progress.note(f"{ran}: the decoded rows are exchanged "
+                                          "through the scratch directory")
+                        how, ran = "exchange", None
                 if how == "fused":
                     from gropcap.run.dask_tasks import write_columns
                     t0 = clock()
@@ -428,7 +615,13 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                             progress.note(f"{fused}: the decoded rows are exchanged "
                                           "through the scratch directory")
                         how, fused = "exchange", None
-                if fused is not None:
+                if ran is not None:
+                    done, capture, stats, infos = (ran[k] for k in ("done", "capture",
+                                                                    "stats", "infos"))
+                    n, nruns, hint, fmaps = ran["n"], ran["nruns"], ran["hint"], ran["fmaps"]
+                    decoded, failures = None, []
+                    t0 = clock()
+                elif fused is not None:
                     done, capture, stats, infos, n = fused
                     capture.verify = config.verify_checksums
                     decoded, failures = None, []
@@ -489,12 +682,13 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                         stats_arg.release()
                     tm["gro"] = clock() - t0
                 t0 = clock()
-                for r in range(nruns):
-                    _check_classes(done[r * nparts:(r + 1) * nparts])
-                # flows keyed by run and key: a flow of two runs is two flows
-                fmaps = flow_maps([run_keys(d["keys"], d["k"] // nparts) if nruns > 1
-                                   else d["keys"] for d in done],
-                                  [d["firsts"] for d in done])
+                if ran is None:
+                    for r in range(nruns):
+                        _check_classes(done[r * nparts:(r + 1) * nparts])
+                    # flows keyed by run and key: a flow of two runs is two flows
+                    fmaps = flow_maps([run_keys(d["keys"], d["k"] // nparts) if nruns > 1
+                                       else d["keys"] for d in done],
+                                      [d["firsts"] for d in done])
                 tot = Totals(models, config.verify_checksums)
                 tot.capture = capture
                 for d, fmap in zip(done, fmaps):
@@ -510,28 +704,15 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                                           for d, f in zip(done, fmaps)])
                 from gropcap.gro.coalesced import CoalescedStats
                 mtu = (stats or CoalescedStats(config.mtu)).mtu_inference()
-                meta_of = Analysis(PACKET_SCHEMA.empty_table(), infos, config,
-                                   {m: None for m in models}, decode_options)
-                meta_of.mtu = mtu
-                meta_of.receiver = receiver
-                meta_of.captures = captures
-                meta = meta_of.metadata()
-                stage = None
-                if out_dir:
-                    # beside the targets (same file system: renamed, not copied); the
-                    # workers see it as they see the scratch directory
-                    import tempfile
-                    os.makedirs(out_dir, exist_ok=True)
-                    stage = tempfile.mkdtemp(prefix=".gropcap-parts-", dir=out_dir)
-                    os.chmod(stage, 0o755)
-                    # made here, not by the tasks: a task still running after the run
-                    # ended cannot recreate them (run.dask_tasks._part_writer)
-                    for name in (*DATASET_DIRS, STAGE_TMP):
-                        os.mkdir(os.path.join(stage, name))
+                if ran is None:
+                    meta = metadata(infos, mtu)
+                    stage = make_stage()
+                else:
+                    meta, stage = ran["meta"], (stages[-1] if stages else None)
                 wtasks = []
                 for k, (d, fmap) in enumerate(zip(done, fmaps)):
-                    if "local" in d:
-                        continue        # the fused summary-only run: counted already
+                    if "local" in d or ran is not None:
+                        continue        # summary only: counted already; runs: written
                     args = (pieces[k] if fused else run_pieces[k // nparts], config,
                             tuple(models), split, nparts, k, works,
                             d["info"], fmap, stage, meta, packet_columns, batch_records,
@@ -543,7 +724,8 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                                    [f for f, _ in wtasks])
                 tm["merge"] = clock() - t0
                 t0 = clock()
-                wrote = _results(c, wtasks, write_partition_task)
+                wrote = _results(c, wtasks, write_partition_task) if ran is None \
+                    else ran["wrote"]
                 wrote += [{**d["local"], "causes": (fmap[:len(d["local"]["causes"][0])],
                                                     *d["local"]["causes"])}
                           for d, fmap in zip(done, fmaps) if "local" in d]
@@ -589,11 +771,16 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 raise
             return fallback(c, str(why))
         finally:
-            if locals().get("stage"):
-                shutil.rmtree(stage, ignore_errors=True)
+            for st in stages:
+                shutil.rmtree(st, ignore_errors=True)
                 # again once open_client's workers are gone (a task still running)
                 getattr(c, "gropcap_after_close", []).append(
-                    lambda: shutil.rmtree(stage, ignore_errors=True))
+                    lambda st=st: shutil.rmtree(st, ignore_errors=True))
+            for d in made:
+                try:
+                    os.rmdir(d)         # only if nothing was written (a fallback, an error)
+                except OSError:
+                    pass
     return PartitionedResult(summary=summary, flows=flows, paths=written, metadata=meta,
                              totals=tot, flow_causes=causes.result(flows.num_rows),
                              udp_tunnel_hint=tunnel_hint, failures=failures,

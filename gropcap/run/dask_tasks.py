@@ -192,8 +192,10 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
             # any position will do for the counts: the sign tells single packets
             local_pos[run.model] = ipos = np.full(ninst, -1, np.int64)
             done = 0
+        nsegs = 0
         for _ in range(run.parts):
             s = dict(zip(_SEG_FIELDS, run.segs.get(len(_SEG_FIELDS))))
+            nsegs += len(s["inst"])
             if local_pass and len(s["inst"]):
                 pos = np.arange(done, done + len(s["inst"]), dtype=np.int64)
                 ipos[s["inst"]] = np.where(s["count"] > 1, pos, -pos - 1)
@@ -218,8 +220,10 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
             table = {"when": when, "sorted": when[order], "order": order}
         _save_ints(os.path.join(work, f"{run.model}.order"), table)
         run.segs.close()
+        # nseg, npolls: what a later receiver run's positions and poll ids start after
         info[run.model] = {"ninst": ninst, "parts": run.parts,
-                           "napi": run.config.model == "napi" and len(p_time) > 0}
+                           "napi": run.config.model == "napi" and len(p_time) > 0,
+                           "nseg": nsegs, "npolls": len(p_time)}
         for sp in (run.rows, run.verdicts):
             sp.close()
     local = {}
@@ -265,7 +269,8 @@ FUSED_BATCH_PARTS = 4
 
 def fused_partition_task(files, decode_options, config, models, split_config, nparts: int,
                          k: int, stats, work: str, batch_records: int, check: bool,
-                         keep, local_pass: bool) -> dict:
+                         keep, local_pass: bool, first_index: int = 0,
+                         count: bool = True) -> dict:
     """Partition ``k`` decoded and replayed in one task, nothing exchanged (the fused
     exchange, ``run.dask_core``): every input decoded batch by batch as one process
     decodes it (``run.inputs.decode_file``), each row's partition computed
@@ -282,7 +287,12 @@ def fused_partition_task(files, decode_options, config, models, split_config, np
     plus ``"counts"``, ``"stats"``, ``"infos"`` (a plain file's ``sha256`` left empty: the
     client hashes it), ``"total"`` (rows of every partition),
     ``"timings"`` (wall seconds, ``decode``: decode, partition and counting; ``gro``: the
-    rest; ``cpu``: the task's CPU seconds, every thread)."""
+    rest; ``cpu``: the task's CPU seconds, every thread).
+
+    ``first_index``: the ``file_index`` of ``files[0]`` (a receiver run's files of a
+    longer input list, ``run.dask_core``'s runs exchange: its rows are numbered from 0
+    within the run); ``count=False``: the client has the counts and the statistics
+    already (:func:`scan_task`), the task does not count."""
     import time
 
     from gropcap.gro.coalesced import CoalescedStats
@@ -291,7 +301,7 @@ def fused_partition_task(files, decode_options, config, models, split_config, np
     from gropcap.run.hints import missing_pairs
     from gropcap.run.inputs import decode_file
     clock = time.perf_counter
-    counting = stats is None
+    counting = stats is None and count
     counts = CaptureCounts(config.verify_checksums) if counting else None
     own = CoalescedStats(config.mtu) if counting else None
     infos, state = [], {"total": 0, "coalesced": False, "decode": 0.0}
@@ -304,7 +314,7 @@ def fused_partition_task(files, decode_options, config, models, split_config, np
             # batches of batch_records * P records: the partition's share is about a
             # batch of one process (GRO's per-batch work and the output's per-batch
             # dictionaries, e.g. the address texts, as one process pays them)
-            gen = decode_file(path, i, decode_options,
+            gen = decode_file(path, first_index + i, decode_options,
                               batch_records=batch_records * min(nparts, FUSED_BATCH_PARTS),
                               sha256=False)
             while True:
@@ -343,10 +353,10 @@ def fused_partition_task(files, decode_options, config, models, split_config, np
                     True, keep, local_pass and not state["coalesced"], k=k, nparts=nparts)
     if counting:
         from gropcap.run.receivers import NO_TS
-        first = np.full(len(files), NO_TS, np.int64)
-        top = np.full(len(files), NO_TS, np.int64)
+        first = np.full(first_index + len(files), NO_TS, np.int64)
+        top = np.full(first_index + len(files), NO_TS, np.int64)
         for i, (a, b) in times.items():
-            first[i], top[i] = a, b
+            first[first_index + i], top[first_index + i] = a, b
         counts.file_first_ts, counts.file_max_ts = first, top
     out.update(counts=counts, stats=own, infos=infos, total=state["total"],
                stopped=state["coalesced"],
@@ -365,6 +375,32 @@ def _surely_coalesced(stats, t: pa.Table, mtu) -> bool:
         return False
     data, _, tot = stats._marks(t)
     return bool((data & (tot > mtu)).any())
+
+
+def scan_task(path: str, index: int, decode_options, config, batch_records: int) -> dict:
+    """The first pass of the runs exchange (``run.dask_core``) over one input file: decode
+    it and count what the client needs before any GRO runs: the ``CaptureCounts`` (each
+    file's timestamps: the receiver runs), the ``gso.CoalescedStats`` (the MTU and the
+    coalesced input, merged over every file) and the file's ``CaptureInfo`` (sha256
+    included: the provenance every part carries). Returns ``{"counts", "stats", "info",
+    "rows"}``."""
+    from gropcap.gro.coalesced import CoalescedStats
+    from gropcap.run.accumulators import CaptureCounts
+    from gropcap.run.inputs import decode_file
+    counts = CaptureCounts(config.verify_checksums)
+    stats = CoalescedStats(config.mtu)
+    gen = decode_file(path, index, decode_options, batch_records=batch_records)
+    rows = 0
+    while True:
+        try:
+            t = pa.Table.from_batches([next(gen)])
+        except StopIteration as stop:
+            info = stop.value
+            break
+        counts.add(t)
+        stats.add(t)
+        rows += t.num_rows
+    return {"counts": counts, "stats": stats, "info": info, "rows": rows}
 
 
 def _save_ints(prefix: str, table: dict) -> None:
@@ -388,11 +424,15 @@ class _Order:
     polls, from every partition's delivery table (``run.stream._SegOrder``'s interface:
     ``positions`` in emission order, ``poll_ids``)."""
 
-    def __init__(self, model: str, k: int, works: list, napi: bool):
+    def __init__(self, model: str, k: int, works: list, napi: bool, seg_base: int = 0,
+                 poll_base: int = 0):
         load = lambda w: _load_ints(os.path.join(w, f"{model}.order"))  # noqa: E731
         own = load(works[k])
         self.napi, self.inferred = model == "napi", napi
         self.next = 0
+        # the super-packets and polls of the receiver runs before ``works``' (the runs
+        # exchange: each run's tasks know only their own run's partitions)
+        self.seg_base, self.poll_base = seg_base, poll_base
         if napi:
             # receiver run, then time and queue (engine.assemble's order)
             key = lambda t: np.rec.fromarrays([t["run"], t["time"], t["queue"]],  # noqa
@@ -427,16 +467,16 @@ class _Order:
     def positions(self, polls: np.ndarray) -> np.ndarray:
         from gropcap.run.stream import _SegOrder
         if self.inferred:
-            return _SegOrder.positions(self, polls)
+            return self.seg_base + _SegOrder.positions(self, polls)
         m = len(polls)
         out = self.pos[self.next:self.next + m] if not self.napi else \
             np.arange(self.next, self.next + m, dtype=np.int64)
         self.next += m
-        return out
+        return self.seg_base + out
 
     def poll_ids(self, polls: np.ndarray) -> np.ndarray:
         if self.inferred:
-            return self.rank[polls]
+            return self.poll_base + self.rank[polls]
         return polls if self.napi else np.full(len(polls), -1, np.int64)
 
 
@@ -471,26 +511,34 @@ def _part_writer(stage: str | None, name: str, k: int):
 def write_partition_task(pieces, config, models, split: str, nparts: int, k: int,
                          works: list, info: dict, fmap: np.ndarray, stage: str | None,
                          meta: dict, packet_columns, batch_records: int,
-                         tunnels: tuple = ()) -> dict:
+                         tunnels: tuple = (), bases: dict | None = None) -> dict:
     """The output pass of partition ``k`` (module docstring, step 4): super-packets with
     their global delivery positions and the packets with their verdicts, written as
     ``stage/superpackets/part-K.parquet`` and ``stage/packets/part-K.parquet`` (None:
     nothing written); returns ``{"encap": {model: counts}, "causes": (flow ids, total,
     ahead, back)}`` (flow ids global), ``"before"``: per model, its super-packets that
-    start at a row of ``tunnels`` (the tunnel hint)."""
+    start at a row of ``tunnels`` (the tunnel hint).
+
+    ``bases`` (the runs exchange: ``works`` are one receiver run's partitions, ``k``
+    among them): ``{"part": the part's number, "rows": global rows before the run,
+    "segs"/"polls": per model, the super-packets and polls before it}``."""
     from gropcap.gro.engine import _SEG_FIELDS, _gso_table
     from gropcap.io.columns import readable, readable_names, select_packet_columns
     from gropcap.io.parquet import with_metadata
     from gropcap.run.stream import _parquet_options
     work = works[k]
+    bases = bases or {}
+    row_base = bases.get("rows", 0)
+    part = bases.get("part", k)
     grows = np.memmap(os.path.join(work, "global.rows"), np.int64, mode="r") \
         if os.path.getsize(os.path.join(work, "global.rows")) else np.zeros(0, np.int64)
     orders, inst_pos = {}, {}
-    sp_path, sp_tmp = _part_writer(stage, "superpackets", k)
+    sp_path, sp_tmp = _part_writer(stage, "superpackets", part)
     sp_writer = None
     for m in models:
         cfg = config.replace(model=m)
-        so = _Order(m, k, works, info[m]["napi"])
+        so = _Order(m, k, works, info[m]["napi"], bases.get("segs", {}).get(m, 0),
+                    bases.get("polls", {}).get(m, 0))
         # delivery position per instance, -(pos + 1) for one packet (run.stream's map;
         # int64: positions count every partition's super-packets)
         ipos = np.full(info[m]["ninst"], -1, np.int64)
@@ -508,7 +556,8 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
             gso_type[multi] = gtable[s["gcode"][multi], s["fixed"][multi] & 3]
             tbl = readable(pa.table({
                 "seg_id": pos, "flow_id": fmap[s["flow"].astype(np.int64)],
-                "first_packet": grows[s["first"]], "last_packet": grows[s["last"]],
+                "first_packet": row_base + grows[s["first"]],
+                "last_packet": row_base + grows[s["last"]],
                 "count": s["count"].astype(np.int32), "payload_len": s["payload"],
                 "gso_size": s["gso"].astype(np.int32), "gso_type": gso_type,
                 "end_reason": s["end"].astype(np.uint8),
@@ -526,7 +575,7 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
         sp_writer.close()
         os.replace(sp_tmp, sp_path)
     # the packets pass: decoded rows + verdicts (run.stream's pass 4, per partition)
-    pk_path, pk_tmp = _part_writer(stage, "packets", k)
+    pk_path, pk_tmp = _part_writer(stage, "packets", part)
     pk: dict = {}               # the packets part's "columns" and "writer"
     keep = write_columns(stage, packet_columns, models)
 
@@ -619,7 +668,8 @@ def _packets_pass(batches, work: str, models, info: dict, inst_pos: dict, orders
             c = {"flow_id": fmap[fid.astype(np.int64)],
                  "gro_seg": np.where(alone, -code - 1, code), "gro_role": role,
                  "reason": reason.astype(np.uint8), "rx_queue": rxq.astype(np.uint16),
-                 "poll_id": (so.rank[poll] if so.inferred else poll).astype(np.int64)}
+                 "poll_id": (so.poll_base + so.rank[poll] if so.inferred
+                             else poll).astype(np.int64)}
             if m == primary:
                 cols = {**c, **cols}
             else:
@@ -634,4 +684,4 @@ def _packets_pass(batches, work: str, models, info: dict, inst_pos: dict, orders
 
 
 __all__ = ["gro_partition_task", "fused_partition_task", "write_partition_task",
-           "write_columns"]
+           "write_columns", "scan_task"]

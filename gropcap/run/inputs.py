@@ -113,4 +113,26 @@ def decode_table(path: str, file_index: int, options, *, decoder: str = "fast",
     return table, info
 
 
+def first_times_rise(files) -> bool:
+    """Whether each file's first timestamp is later than the one before (a rotated
+    capture can be one receiver run; copies of one capture start at the same time).
+    Reads one record per file; an unreadable file answers False (the run reports it)."""
+    from gropcap.capture.reader import iter_batches
+    from gropcap.errors import GropcapError
+    last = None
+    for f in files:
+        try:
+            gen = iter_batches(f, batch_records=1)
+            _, batch = next(gen)
+            gen.close()
+        except (GropcapError, OSError, StopIteration):
+            return False
+        if not len(batch.ts_ns):
+            continue
+        t = int(batch.ts_ns[0])
+        if last is not None and t <= last:
+            return False
+        last = t
+    return True
+
 __all__ = ["input_files", "record_batches", "decode_file", "decode_table", "drain"]

@@ -354,23 +354,27 @@ def _no_fallback(client, why):
     pytest.fail(f"fell back to the in-memory merge: {why}")
 
 
+@pytest.mark.parametrize("exchange", ["auto", "exchange"])
 @pytest.mark.parametrize("queues", [1, 2])
-def test_copies_on_dask_equal_one_copy_twice(client, tmp_path, queues):
-    """Partitions never mix runs (run x RX-queue partition), flows keyed by run, delivery
-    run after run: the same as one process, and twice one copy."""
+def test_copies_on_dask_equal_one_copy_twice(client, tmp_path, queues, exchange):
+    """Partitions never mix runs, flows keyed by run, delivery run after run: the same
+    as one process, and twice one copy. ``auto`` picks the runs exchange (a task per
+    receiver run, written with the counts of the runs before it as bases); the exchange
+    cuts run x RX-queue partitions."""
     from gropcap.run.dask_core import analyze_partitioned
     cfg = GroConfig(queues=queues)
     one = stream_analyze(A, cfg, out_dir=str(tmp_path / "one"))
     two = stream_analyze([A, A], cfg, out_dir=str(tmp_path / "two"))
     dist = analyze_partitioned([A, A], cfg, client=client, out_dir=str(tmp_path / "dist"),
-                               fallback=_no_fallback)
+                               fallback=_no_fallback, exchange=exchange)
+    assert dist.exchange == ("runs" if exchange == "auto" else "exchange")
     assert dist.summary == two.summary
     assert dist.flows.equals(two.flows) and dist.flow_causes == two.flow_causes
     assert_twice(dist.summary, one.summary)
     assert_rows_per_file(tmp_path / "dist", tmp_path / "one")
     # and the ideal model alone (its delivery key: trigger row, then the run's end flush)
     ideal = analyze_partitioned([A, A], cfg, models=("ideal",), client=client,
-                                fallback=_no_fallback)
+                                fallback=_no_fallback, exchange=exchange)
     assert ideal.summary == stream_analyze([A, A], cfg, models=("ideal",)).summary
 
 

@@ -467,10 +467,10 @@ def test_core_per_partition_fused_summary_only(client, generated, tmp_path, queu
     for files in (generated, [p for p in SAMPLES if "real_" in p]):
         one = stream_analyze(files, cfg)
         dist = analyze_partitioned(files, cfg, client=client, fallback=_no_fallback)
-        # the samples overlap in time: separate receivers, which the exchange replays
+        # the samples overlap in time: separate receivers, a task per receiver run
         one_run = max(one.summary["inputs"]["run_of_file"]) == 0
         assert one_run == (files is generated)
-        assert dist.exchange == ("fused" if one_run else "exchange")
+        assert dist.exchange == ("fused" if one_run else "runs")
         assert len(dist.task_timings) == (min(queues, 2) if one_run else 0)
         assert dist.summary == one.summary
         assert dist.flows.equals(one.flows) and dist.flow_causes == one.flow_causes
@@ -502,26 +502,34 @@ def test_core_per_partition_exchange_path(client, generated, tmp_path, out):
     assert exchange_rule("auto", 4, 4, True) == "fused"
     assert exchange_rule("auto", 8, 8, True) == "exchange"
     assert exchange_rule("fused", 8, 2, False) == "fused"
+    # files that may be separate receivers: a task per receiver run
+    assert exchange_rule("auto", 1, 2, True, separate=True) == "runs"
+    assert exchange_rule("auto", 4, 2, False, separate=True) == "runs"
 
 
-def test_core_per_partition_coalesced_input(client, tmp_path):
+@pytest.mark.parametrize("exchange", ["auto", "runs"])
+def test_core_per_partition_coalesced_input(client, tmp_path, exchange):
     """Frames captured already coalesced: the merged statistics infer each partition's
-    segments; the counts and rows equal one process (and the VXLAN tunnel hint)."""
+    segments; the counts and rows equal one process (and the VXLAN tunnel hint). The
+    runs exchange (one run here, in RX-queue partitions) has the statistics from its
+    scan before any GRO."""
     from gropcap.run.dask_core import analyze_partitioned
     from gropcap.run.stream import stream_analyze
     p = _bench_capture(tmp_path)
     cfg = GroConfig(queues=4, mtu=1500)
     one = stream_analyze(p, cfg, out_dir=str(tmp_path / "one"))
     dist = analyze_partitioned(p, cfg, client=client, out_dir=str(tmp_path / "dist"),
-                               fallback=_no_fallback)
+                               fallback=_no_fallback, exchange=exchange)
     assert one.totals.coalesced is not None and one.totals.coalesced.num > 100
-    assert dist.exchange == "fused"     # ran again with the merged statistics
+    # fused: ran again with the merged statistics
+    assert dist.exchange == ("fused" if exchange == "auto" else "runs")
     assert dist.summary == one.summary and dist.udp_tunnel_hint == one.udp_tunnel_hint
     assert dist.udp_tunnel_hint is not None
     assert_same_rows(tmp_path / "one", tmp_path / "dist")
 
 
-def test_core_per_partition_coalesced_inferred_mtu(client, tmp_path):
+@pytest.mark.parametrize("exchange", ["auto", "runs"])
+def test_core_per_partition_coalesced_inferred_mtu(client, tmp_path, exchange):
     """Frames above the MTU the SYNs imply (1500, inferred: no option, no mark): the
     fused tasks find them only once their statistics are merged, and run again with
     them; the summary and rows equal one process."""
@@ -552,13 +560,14 @@ def test_core_per_partition_coalesced_inferred_mtu(client, tmp_path):
     assert one.totals.coalesced is not None and one.totals.coalesced.num > 50
     assert one.summary["mtu"]["source"] != "option"
     dist = analyze_partitioned(p, cfg, client=client, out_dir=str(tmp_path / "dist"),
-                               fallback=_no_fallback)
-    assert dist.exchange == "fused"
+                               fallback=_no_fallback, exchange=exchange)
+    assert dist.exchange == ("fused" if exchange == "auto" else "runs")
     assert dist.summary == one.summary
     assert_same_rows(tmp_path / "one", tmp_path / "dist")
 
 
-def test_core_per_partition_falls_back(client, tmp_path):
+@pytest.mark.parametrize("exchange", ["auto", "runs"])
+def test_core_per_partition_falls_back(client, tmp_path, exchange):
     """One inner TCP flow in VXLAN whose outer UDP source port changes: RSS (which hashes
     the outer ports) spreads it over both queues, while the ideal model's same-flow class
     (no RSS hash, no outer ports) is one. Both models cannot run on one cut: the
@@ -581,9 +590,70 @@ def test_core_per_partition_falls_back(client, tmp_path):
     assert len(set(napi.results["napi"].rx_queue.tolist())) == 2
     why = []
     got = analyze_partitioned(p, cfg, client=client, out_dir=str(tmp_path / "dist"),
-                              fallback=lambda c, reason: why.append(reason) or "merged")
+                              fallback=lambda c, reason: why.append(reason) or "merged",
+                              exchange=exchange)
     assert got == "merged" and why and "same-flow class" in why[0]
     assert not os.path.exists(tmp_path / "dist")
     merged = analyze_run(p, cfg, jobs=2)
     assert merged.summary() == napi.summary()
     assert type(merged).__name__ == "DistributedAnalysis"
+
+
+@pytest.mark.parametrize("files, exchange, runs", [
+    ((0, 1, 2), "runs", [0, 0, 0]),         # one run of three files, in RX-queue partitions
+    ((0, 1, 2, 0), "auto", [0, 0, 0, 1]),   # a copy of the first file after the run
+    ((0, 0, 1), "auto", [0, 1, 1]),         # the second run holds two files
+], ids=["one-run", "run-and-copy", "two-file-run"])
+def test_core_per_receiver_run_equals_one_process(client, generated, tmp_path, files,
+                                                  exchange, runs):
+    """The runs exchange: a scan of every file first (counts, statistics, provenance),
+    then a task per receiver run (its files numbered from 0 within the run), each run's
+    parts written with the rows, flows, super-packets and polls of the runs before it as
+    bases, its scratch removed once written. Summary, flows, flow causes, every row and
+    the provenance on every part equal one process."""
+    from gropcap.run.dask_core import analyze_partitioned
+    from gropcap.run.stream import stream_analyze
+    paths = [generated[i] for i in files]
+    cfg = GroConfig(queues=4)
+    one = stream_analyze(paths, cfg, out_dir=str(tmp_path / "one"))
+    assert one.summary["inputs"]["run_of_file"] == runs
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    dist = analyze_partitioned(paths, cfg, client=client, out_dir=str(tmp_path / "dist"),
+                               fallback=_no_fallback, exchange=exchange, scratch=str(scratch))
+    assert dist.exchange == "runs"
+    assert dist.summary == one.summary
+    assert dist.flows.equals(one.flows) and dist.flow_causes == one.flow_causes
+    assert_same_rows(tmp_path / "one", tmp_path / "dist")
+    assert not os.listdir(scratch), "scratch left behind"
+    # summary only: the tasks count their output pass themselves
+    quiet = analyze_partitioned(paths, cfg, client=client, fallback=_no_fallback,
+                                exchange=exchange)
+    assert quiet.summary == one.summary and quiet.flow_causes == one.flow_causes
+
+
+def test_runs_exchange_keeps_scratch_bounded(client, generated, tmp_path, monkeypatch):
+    """Eight copies of a file (eight receiver runs) on two workers: a run's scratch goes
+    once its parts are written, and GRO runs at most as many runs ahead as there are
+    workers, so the scratch never holds more than a few runs (the 100 GB
+    run of issue 15 rests on it: the runs' scratch together would fill the disk)."""
+    import gropcap.run.dask_core as dc
+    from gropcap.run.stream import stream_analyze
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    seen = []
+    real = dc._results
+
+    def results(c, tasks, fn):
+        seen.append(len(glob.glob(str(scratch / "*" / "run-*"))))
+        return real(c, tasks, fn)
+    monkeypatch.setattr(dc, "_results", results)
+    paths = [generated[0]] * 8
+    dist = dc.analyze_partitioned(paths, GroConfig(), client=client,
+                                  out_dir=str(tmp_path / "dist"), fallback=_no_fallback,
+                                  scratch=str(scratch))
+    assert dist.exchange == "runs" and dist.summary["inputs"]["receiver_runs"] == 8
+    assert dist.summary == stream_analyze(paths, GroConfig()).summary
+    assert max(seen) >= 2, seen          # runs did overlap
+    # runs in flight (one a worker) and runs waiting for their write: never all 8
+    assert max(seen) <= 2 * 2 + 1, seen

@@ -133,12 +133,13 @@ def test_scratch_needs_a_distributed_run(generated, tmp_path):  # noqa: F811
 @pytest.mark.parametrize("case", ["one_queue", "queues", "files"])
 def test_jobs_picks_workers_or_threads_and_says_why(tmp_path, case):
     """``--jobs 2`` (``--parallel auto``) runs Dask workers when one receiver run cuts
-    into RX-queue partitions, else threads in one process; one stderr line says which,
-    the results are those of one process either way, and the output layout is the one
-    of what ran (a dataset from workers, files from one process)."""
+    into RX-queue partitions or several files may be separate receivers (a task per
+    run, even with one RX queue), else threads in one process; one stderr line says
+    which, the results are those of one process either way, and the output layout is
+    the one of what ran (a dataset from workers, files from one process)."""
     sample = SAMPLES[0]
     inputs = {"one_queue": [sample], "queues": [sample], "files": [sample, sample]}[case]
-    queues = "1" if case == "one_queue" else "4"
+    queues = "4" if case == "queues" else "1"
     args = ["analyze", *inputs, "--format", "json", "--queues", queues]
     res = CliRunner().invoke(main, [str(a) for a in args + ["--jobs", "2", "--out",
                                                              tmp_path / "j"]])
@@ -147,13 +148,13 @@ def test_jobs_picks_workers_or_threads_and_says_why(tmp_path, case):
     assert json.loads(res.stdout) == json.loads(ref.stdout)
     note = [line for line in res.stderr.splitlines() if line.startswith("gropcap: --jobs 2:")]
     assert len(note) == 1, res.stderr
-    if case == "queues":
-        assert "Dask worker processes, 2 partitions" in note[0]
-        assert (tmp_path / "j" / "packets").is_dir() and "2 workers" in res.stderr
-    else:
-        why = "one RX queue" if case == "one_queue" else "are separate receivers"
-        assert "threads in one process" in note[0] and why in note[0], note
+    if case == "one_queue":
+        assert "threads in one process" in note[0] and "one RX queue" in note[0], note
         assert (tmp_path / "j" / "packets.parquet").is_file() and "2 threads" in res.stderr
+    else:
+        why = "2 partitions" if case == "queues" else "one receiver run per task"
+        assert "Dask worker processes" in note[0] and why in note[0], note
+        assert (tmp_path / "j" / "packets").is_dir() and "2 workers" in res.stderr
 
 
 def test_parallel_needs_jobs_and_forces_the_way():
@@ -169,7 +170,8 @@ def test_parallel_needs_jobs_and_forces_the_way():
     assert jobs_way([SAMPLES[0]], four, ("ideal", "napi"), 2, "threads")[0] == "threads"
     assert jobs_way(SAMPLES[:1] * 2, four, ("napi",), 2, captures="continuous")[0] == \
         "workers"
-    assert jobs_way(SAMPLES[:1] * 2, four, ("napi",), 2)[0] == "threads"      # copies
+    assert jobs_way(SAMPLES[:1] * 2, four, ("napi",), 2)[0] == "workers"      # copies
+    assert jobs_way(SAMPLES[:1] * 2, one, ("napi",), 2)[0] == "workers"       # a run each
     assert jobs_way([SAMPLES[0]], four, ("ideal", "napi"), 1) == \
         ("threads", "one thread in one process")
     with pytest.raises(Exception, match="unknown --parallel"):

@@ -232,7 +232,8 @@ def _tree(root, dirs: bool = True) -> list[str]:
 
 @pytest.mark.parametrize("exchange,stage", [("exchange", "decode"), ("exchange", "gro"),
                                             ("exchange", "write"), ("fused", "gro"),
-                                            ("fused", "write")])
+                                            ("fused", "write"), ("runs", "gro"),
+                                            ("runs", "write")])
 def test_killed_worker_retried_output_identical(client, capture, undisturbed, tmp_path,
                                                 monkeypatch, exchange, stage):
     from gropcap.io.load import load
