@@ -211,6 +211,15 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
                 rparts, k, stats_arg, os.path.join(tmp, f"run-{r}-{k}"), batch_records,
                 check, keep, not out_dir, fidx[0] if fidx else 0, False)
     gro, submitted = {}, 0
+    # a line per stage counting packets (the rows the scan found): its rate is packets/s
+    run_rows = [sum(rows_of[i] for i in fidx) for fidx in runs]
+    lines = {}
+    if progress is not None:
+        lines["gro"] = progress.track(f"decode+GRO {'+'.join(models)}", [],
+                                      total=sum(rows_of), unit="packets")
+        if out_dir:
+            lines["write"] = progress.track("packets.parquet", [], total=sum(rows_of),
+                                            unit="packets")
 
     def submit_gro(upto):
         nonlocal submitted
@@ -218,6 +227,11 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
             for k in range(rparts):
                 a = gro_args(submitted, k)
                 gro[(submitted, k)] = (c.submit(fused_partition_task, *a, pure=False), a)
+                if progress is not None:
+                    # a run's partitions share its rows about evenly
+                    progress.follow(lines["gro"], gro[(submitted, k)][0],
+                                    run_rows[submitted] // rparts
+                                    + (k < run_rows[submitted] % rparts))
             submitted += 1
     done, fmaps, wrote, writes = [], [], [], []
     flow_base, row_base = 0, 0
@@ -258,6 +272,8 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
                         packet_columns, batch_records, hint.pairs, bases)
                 wtasks.append((c.submit(write_partition_task, *args, pure=False,
                                         priority=1), args))
+                if progress is not None:
+                    progress.follow(lines["write"], wtasks[-1][0], d["rows"])
             writes.append((r_works, wtasks))
             collect_writes(False)
         else:

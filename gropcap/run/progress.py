@@ -171,22 +171,27 @@ class Progress:
         over unfused, ``run.stream.stream_analyze``): their lines count from 0 again."""
         self._records.clear()
 
-    def track(self, label: str, futures: list) -> None:
+    def track(self, label: str, futures: list, *, total: int | None = None,
+              unit: str = "tasks"):
         """Count finished tasks among ``futures`` (Dask futures) on a line of its own;
-        safe to call from the client while the futures run."""
-        if self._bar is None or not futures:
-            return
-        total = len(futures)
-        task = self._bar.add_task(label, total=total, detail=f"0/{total} tasks",
-                                  unit="tasks")
-        bar = self._bar
-
-        def done(_fut):
-            bar.advance(task)
-            t = bar.tasks[task]
-            bar.update(task, detail=f"{int(t.completed)}/{total} tasks")
+        safe to call from the client while the futures run. ``total`` and ``unit``
+        (e.g. the packets of a stage whose tasks are submitted as it goes): a line
+        that :meth:`follow` adds futures to, each worth its packets (the line's rate is
+        then packets/s). Returns the line's task id (None when nothing is drawn)."""
+        if self._bar is None or (not futures and total is None):
+            return None
+        total = len(futures) if total is None else total
+        task = self._bar.add_task(label, total=total, detail=f"0/{total} {unit}",
+                                  unit=unit)
         for f in futures:
-            f.add_done_callback(done)
+            self.follow(task, f)
+        return task
+
+    def follow(self, task, future, weight: int = 1) -> None:
+        """Advance line ``task`` (:meth:`track`) by ``weight`` when ``future`` is done."""
+        if task is None or self._bar is None:
+            return
+        future.add_done_callback(lambda _fut: self.advance(task, weight))
 
 
 def _numba_importable() -> bool:

@@ -657,3 +657,28 @@ def test_runs_exchange_keeps_scratch_bounded(client, generated, tmp_path, monkey
     assert max(seen) >= 2, seen          # runs did overlap
     # runs in flight (one a worker) and runs waiting for their write: never all 8
     assert max(seen) <= 2 * 2 + 1, seen
+
+
+def test_runs_exchange_progress_counts_packets(client, generated, tmp_path):
+    """The runs exchange draws a line per stage: the scan in files, decode+GRO and the
+    packets pass in packets (the scan counted them), so each line's rate is packets/s;
+    every line ends complete."""
+    from gropcap.run.dask_core import analyze_partitioned
+    from gropcap.run.progress import Progress
+    paths = [generated[0], generated[1], generated[0]]
+    with Progress(True) as p:
+        r = analyze_partitioned(paths, GroConfig(), client=client, progress=p,
+                                out_dir=str(tmp_path / "out"), fallback=_no_fallback)
+        for _ in range(100):
+            if all(t.completed == t.total for t in p._bar.tasks):
+                break
+            time.sleep(0.05)
+        tasks = {t.description: t for t in p._bar.tasks}
+    assert r.exchange == "runs"
+    assert set(tasks) == {"scan", "decode+GRO ideal+napi", "packets.parquet"}
+    assert tasks["scan"].total == 3 and tasks["scan"].fields["unit"] == "tasks"
+    for name in ("decode+GRO ideal+napi", "packets.parquet"):
+        t = tasks[name]
+        assert t.fields["unit"] == "packets" and t.total == r.summary["packets"]
+        assert t.completed == t.total, (name, t.completed, t.total)
+        assert t.fields["detail"] == f"{t.total}/{t.total} packets"

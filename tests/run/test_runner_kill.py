@@ -3,6 +3,9 @@
 an undisturbed run, no partial or temporary file is left in ``--out`` and the scratch
 directory is removed.
 
+Each way rows reach their partition is covered: the exchange (decode, GRO and write
+tasks), the fused exchange and the runs exchange (their decode+GRO and write tasks).
+
 The kill is deterministic: the first attempt of the chosen stage's task stops at a point
 where it has written files (a decode task after its piece, before the piece's partition
 numbers; a GRO task after its first delivery table, its spills written; a write task
