@@ -158,8 +158,9 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
        submitted from the one the client waits for on.
     3. **write** (``run.dask_tasks.write_partition_task`` with ``bases``: rows, flows,
        super-packets and polls of the runs before), submitted with priority over GRO
-       tasks as soon as the runs before are counted; summary only: the GRO task counts
-       its output pass itself and nothing is written.
+       tasks as soon as the runs before are counted; the client waits for them before
+       it submits more GRO while ``nworkers`` runs wait for their writes; summary
+       only: the GRO task counts its output pass itself and nothing is written.
 
     Returns a dict (the GRO results ``done`` with their global flow maps ``fmaps``, the
     write results ``wrote``, ``capture``, ``stats``, ``infos``, ``n`` rows, ``meta``,
@@ -241,15 +242,17 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
         progress.note(f"{nruns} receiver run{'s' if nruns != 1 else ''} on {nworkers} "
                       f"workers, {rparts} task{'s' if rparts != 1 else ''} each")
 
-    def collect_writes(wait: bool):
+    def collect_writes(keep: int):
         # a run's scratch goes once all its write tasks are done (each reads every
-        # partition's delivery table of its run)
-        while writes and (wait or all(f.done() for f, _ in writes[0][1])):
+        # partition's delivery table of its run); waits while more than ``keep`` runs
+        # wait for their writes (writes slower than GRO would pile up scratch)
+        while writes and (len(writes) > keep or all(f.done() for f, _ in writes[0][1])):
             r_works, wtasks = writes.pop(0)
             wrote.extend(_results(c, wtasks, write_partition_task))
             for w in r_works:
                 shutil.rmtree(os.path.dirname(w), ignore_errors=True)
     for r in range(nruns):
+        collect_writes(nworkers - 1)
         submit_gro(r + nworkers)
         mine = _results(c, [gro.pop((r, k)) for k in range(rparts)], fused_partition_task)
         if rparts > 1:
@@ -275,7 +278,6 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
                 if progress is not None:
                     progress.follow(lines["write"], wtasks[-1][0], d["rows"])
             writes.append((r_works, wtasks))
-            collect_writes(False)
         else:
             for w in r_works:
                 shutil.rmtree(os.path.dirname(w), ignore_errors=True)
@@ -286,7 +288,7 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
         row_base += sum(rows_of[i] for i in runs[r])
         done += mine
         fmaps += maps
-    collect_writes(True)
+    collect_writes(0)
     if stats_arg is not None:
         stats_arg.release()
     tm["gro"] = clock() - t0
