@@ -76,7 +76,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gropcap.replay._netns import inside_netns  # noqa: E402
 from gropcap.replay.pairs import frame_lengths  # noqa: E402
-from make_real import OVERLAY4, SNAPLEN, UNDERLAY4, UNDERLAY6, add_vxlan, sh  # noqa: E402
+from make_real import (OVERLAY4, SNAPLEN, UNDERLAY4, UNDERLAY6, add_vxlan, sh,  # noqa: E402
+                       wait_listening)
 
 APPS = Path(__file__).resolve().parent / "pair_apps.py"
 ROUTED4 = ("10.202.0.2", "10.202.0.254")  # receiver, router (receiver side) when routed
@@ -479,7 +480,7 @@ class PairLab:
         kind, args = c.app[0], c.app[1:]
         if kind == "iperf3":
             srv = self._bg(self.ns_r, "iperf3", "-s", "-1")
-            time.sleep(0.5)
+            wait_listening(self.ns_r)
             self.iperf_out = self.ns(self.ns_s, "iperf3", "-c", addr, *args).stdout
             srv.wait(timeout=10)
         elif kind == "udp":

@@ -59,6 +59,19 @@ def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return r
 
 
+def wait_listening(ns: str, port: int = 5201, timeout: float = 60.0) -> None:
+    """Wait until a TCP socket listens on ``port`` in namespace ``ns`` (an iperf3 server
+    just started: on a busy host a fixed sleep was too short once, and the client's SYN
+    was refused)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        r = sh("ip", "netns", "exec", ns, "ss", "-Hltn", f"sport = :{port}", check=False)
+        if r.returncode == 0 and r.stdout.strip():
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port} in {ns} after {timeout:.0f} s")
+
+
 def add_vxlan(run_in, s: str, r: str, vs: str, vr: str, mtu: int) -> None:
     """A VXLAN device ``vx0`` (VNI 4242, port 4789) over veths ``vs``/``vr`` in namespaces
     ``s``/``r`` (``run_in(ns, *argv)`` runs a command there); no offloads on the sender's."""
@@ -128,7 +141,8 @@ class Lab:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.procs.append(tcpdump)
         try:
-            time.sleep(1.5)  # tcpdump (and the server) must be up before the SYN
+            time.sleep(1.5)  # tcpdump must be up before the SYN
+            wait_listening(self.ns_r)
             self.ns(self.ns_s, "iperf3", "-c", server, "-t", str(seconds), "-b", rate, *extra)
             time.sleep(0.5)  # let the last ACKs and FINs reach the capture
             tcpdump.send_signal(signal.SIGINT)

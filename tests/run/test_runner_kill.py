@@ -254,7 +254,7 @@ def test_killed_worker_retried_output_identical(client, capture, undisturbed, tm
             resubmitted.append(args[getattr(fn, "k_at", 5)])
         return got, last
     monkeypatch.setattr(runner, "_result_or_retry", counted)
-    client.wait_for_workers(2, timeout=60)
+    client.wait_for_workers(2, timeout=300)
     pids = set(client.run(os.getpid).values())
     out, scratch = tmp_path / "out", tmp_path / "scratch"
     scratch.mkdir()
@@ -314,7 +314,7 @@ def test_killed_worker_retried_output_identical(client, capture, undisturbed, tm
     # KilledWorker (allowed-failures 0; a decode task: by run.distributed._decode_all)
     if stage != "decode":
         assert resubmitted == ([victim[0][1]] if client.test_client_retries else [])
-    client.wait_for_workers(2, timeout=60)   # the nanny restarted it
+    client.wait_for_workers(2, timeout=300)   # the nanny restarted it
 
 
 def test_cli_jobs_killed_worker_same_output(capture, tmp_path, monkeypatch):
