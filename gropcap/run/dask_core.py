@@ -210,7 +210,10 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
         fidx = runs[r]
         return ([files[i] for i in fidx], decode_options, config, tuple(models), scfg,
                 rparts, k, stats_arg, os.path.join(tmp, f"run-{r}-{k}"), batch_records,
-                check, keep, not out_dir, fidx[0] if fidx else 0, False)
+                check, keep, not out_dir, fidx[0] if fidx else 0, False,
+                # the tunnel rows only when the hint runs a model on them: every task
+                # collecting its share up to the limit held 40 x that on the client
+                hint.pairs if hint.collect else ())
     gro, submitted = {}, 0
     # a line per stage counting packets (the rows the scan found): its rate is packets/s
     run_rows = [sum(rows_of[i] for i in fidx) for fidx in runs]

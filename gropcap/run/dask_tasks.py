@@ -270,7 +270,7 @@ FUSED_BATCH_PARTS = 4
 def fused_partition_task(files, decode_options, config, models, split_config, nparts: int,
                          k: int, stats, work: str, batch_records: int, check: bool,
                          keep, local_pass: bool, first_index: int = 0,
-                         count: bool = True) -> dict:
+                         count: bool = True, tunnels: tuple | None = None) -> dict:
     """Partition ``k`` decoded and replayed in one task, nothing exchanged (the fused
     exchange, ``run.dask_core``): every input decoded batch by batch as one process
     decodes it (``run.inputs.decode_file``), each row's partition computed
@@ -292,7 +292,9 @@ def fused_partition_task(files, decode_options, config, models, split_config, np
     ``first_index``: the ``file_index`` of ``files[0]`` (a receiver run's files of a
     longer input list, ``run.dask_core``'s runs exchange: its rows are numbered from 0
     within the run); ``count=False``: the client has the counts and the statistics
-    already (:func:`scan_task`), the task does not count."""
+    already (:func:`scan_task`), the task does not count. ``tunnels``: the UDP tunnels
+    whose rows the tunnel hint needs (``(kind, port)`` pairs; empty: none, the hint has
+    too many to run a model on; None: each batch's tunnels without a socket)."""
     import time
 
     from gropcap.gro.coalesced import CoalescedStats
@@ -345,12 +347,14 @@ def fused_partition_task(files, decode_options, config, models, split_config, np
                         state["coalesced"] = True
                 state["decode"] += clock() - t0
                 if not state["coalesced"] and t.num_rows:
-                    yield t, rows, missing_pairs(t, config)
+                    yield t, rows, (missing_pairs(t, config) if tunnels is None
+                                    else tunnels)
                 t0 = clock()
             state["decode"] += clock() - t0
     t_start, cpu = clock(), time.process_time()
     out = _gro_core(batches(), config, models, stats, work, lambda: state["total"], check,
-                    True, keep, local_pass and not state["coalesced"], k=k, nparts=nparts)
+                    tunnels is None or bool(tunnels), keep,
+                    local_pass and not state["coalesced"], k=k, nparts=nparts)
     if counting:
         from gropcap.run.receivers import NO_TS
         first = np.full(first_index + len(files), NO_TS, np.int64)

@@ -682,3 +682,33 @@ def test_runs_exchange_progress_counts_packets(client, generated, tmp_path):
         assert t.fields["unit"] == "packets" and t.total == r.summary["packets"]
         assert t.completed == t.total, (name, t.completed, t.total)
         assert t.fields["detail"] == f"{t.total}/{t.total} packets"
+
+
+def test_runs_exchange_ships_tunnel_rows_only_for_a_hint_that_uses_them(client, monkeypatch):
+    """UDP tunnels on ports without a socket: the GRO tasks of the runs exchange return
+    their rows only when the tunnel hint runs a model on them (at most
+    ``HINT_MAX_ROWS`` in the whole input). Regression: each of 40 runs shipped its share
+    up to the limit, and the client of the 100 GB run peaked at 5 GB."""
+    import gropcap.run.dask_core as dc
+    import gropcap.run.hints as hints
+    from gropcap.run.stream import stream_analyze
+    vx = [p for p in SAMPLES if p.endswith("real_vxlan.pcap")][0]
+    shipped = []
+    real = dc._results
+
+    def results(c, tasks, fn):
+        got = real(c, tasks, fn)
+        shipped.extend(d.get("tunnels") for d in got if isinstance(d, dict) and "keys" in d)
+        return got
+    monkeypatch.setattr(dc, "_results", results)
+    for limit, collected in ((hints.HINT_MAX_ROWS, True), (10, False)):
+        monkeypatch.setattr(hints, "HINT_MAX_ROWS", limit)
+        shipped.clear()
+        one = stream_analyze([vx, vx], GroConfig())
+        dist = dc.analyze_partitioned([vx, vx], GroConfig(), client=client,
+                                      fallback=_no_fallback)
+        assert dist.exchange == "runs" and len(shipped) == 2
+        assert dist.summary == one.summary and dist.udp_tunnel_hint == one.udp_tunnel_hint
+        assert one.udp_tunnel_hint is not None
+        assert all((s is not None and sum(t.num_rows for t in s[0]) > 0) == collected
+                   for s in shipped), (limit, shipped)
