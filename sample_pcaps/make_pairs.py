@@ -480,6 +480,7 @@ class PairLab:
         kind, args = c.app[0], c.app[1:]
         if kind == "iperf3":
             srv = self._bg(self.ns_r, "iperf3", "-s", "-1")
+            time.sleep(0.5)     # the timing the committed pairs were recorded with
             wait_listening(self.ns_r)
             self.iperf_out = self.ns(self.ns_s, "iperf3", "-c", addr, *args).stdout
             srv.wait(timeout=10)
