@@ -367,15 +367,18 @@ class ModelCounts:
 
     def top_reasons(self, n_flows: int) -> list[str]:
         """Most frequent end reason per flow (ties: the lower code), "" for none."""
-        top = [""] * n_flows
-        best: dict[int, tuple[int, int]] = {}
-        for key, c in zip(self.top_keys.tolist(), self.top_counts.tolist()):
-            f, r = divmod(key, 256)
-            if f not in best or c > best[f][0]:
-                best[f] = (c, r)
-        for f, (_, r) in best.items():
-            top[f] = reason_name(r)
-        return top
+        f, r = np.divmod(self.top_keys, 256)
+        # per flow, its keys by count (most first), then by code: the first one wins
+        order = np.lexsort((r, -self.top_counts, f))
+        f, r = f[order], r[order]
+        first = np.ones(len(f), bool)
+        first[1:] = f[1:] != f[:-1]
+        f, r = f[first], r[first]
+        keep = f < n_flows
+        names = np.array([reason_name(c) for c in range(256)], object)
+        top = np.full(n_flows, "", object)
+        top[f[keep]] = names[r[keep]]
+        return top.tolist()
 
     def merge(self, later: "ModelCounts") -> "ModelCounts":
         self.reason_hist = self.reason_hist + later.reason_hist
@@ -399,21 +402,51 @@ def addr_text(raw: bytes, version: int) -> str:
     return ""
 
 
+def addr_texts(raw: pa.ChunkedArray, ver: np.ndarray) -> pa.Array:
+    """:func:`addr_text` of every row of a 16-byte address column: each distinct
+    (address, version) converted once (flows share their hosts)."""
+    n = len(ver)
+    if not n:
+        return pa.array([], pa.string())
+    buf = np.empty((n, 17), np.uint8)
+    buf[:, :16] = np.concatenate([np.frombuffer(c.buffers()[1], np.uint8)[
+        c.offset * 16:(c.offset + len(c)) * 16] for c in raw.chunks]).reshape(n, 16)
+    buf[:, 16] = ver
+    uniq, inv = np.unique(buf.view(np.dtype((np.void, 17))).ravel(), return_inverse=True)
+    text = np.array([addr_text(u.tobytes()[:16], u.tobytes()[16]) for u in uniq], object)
+    return arrow_strings(text[inv.ravel()].tolist())
+
+
 def flow_key_columns(keys: pa.Table) -> dict:
     """The key columns of the flows table from each flow's first packet (one row a flow)."""
     ver = numpy_of(keys.column("ip_version"))
-    src = keys.column("ip_src").to_pylist()
-    dst = keys.column("ip_dst").to_pylist()
     return {
         "flow_id": np.arange(keys.num_rows, dtype=np.int64),
         "encap": keys.column("encap").cast(pa.string()),
         "ip_version": keys.column("ip_version"),
-        "src": arrow_strings([addr_text(s, v) for s, v in zip(src, ver)]),
-        "dst": arrow_strings([addr_text(d, v) for d, v in zip(dst, ver)]),
+        "src": addr_texts(keys.column("ip_src"), ver),
+        "dst": addr_texts(keys.column("ip_dst"), ver),
         **{name: keys.column(name) for name in ("l4_proto", "sport", "dport", "tun_type",
                                                 "tun_key", "vlan_tci0", "dsa_port",
                                                 "file_index")},
     }
+
+
+def reverse_seen(flows: pa.Table, rows: np.ndarray, among: np.ndarray,
+                 keys=("src", "sport", "dst", "dport")) -> np.ndarray:
+    """Per flow in ``rows`` (indices into ``flows``): whether a flow in ``among`` has its
+    key reversed (source and destination swapped; ``keys`` pairs them as src/sport/dst/
+    dport, any other key column compared as is). A hash join, not a Python set: a flows
+    table of a million rows stays in Arrow."""
+    swap = {"src": "dst", "dst": "src", "sport": "dport", "dport": "sport"}
+    left = flows.select(list(keys)).take(arrow_indices(rows)).append_column(
+        "_row", pa.array(np.arange(len(rows), dtype=np.int64)))
+    right = flows.select(list(keys)).take(arrow_indices(among))
+    right = right.rename_columns([swap.get(k, k) for k in keys])
+    hit = left.join(right, keys=list(keys), join_type="left semi")
+    out = np.zeros(len(rows), bool)
+    out[numpy_of(hit.column("_row")).astype(np.int64)] = True
+    return out
 
 
 class FlowCounts:
@@ -560,11 +593,36 @@ class Totals:
         self.models = {m: ModelCounts(m) for m in models}
         self.flows = FlowCounts()
         self._flows_table = None
+        self._sealed: list[pa.Table] = []      # flows-table rows of sealed runs
 
     def flows_table(self) -> pa.Table:
         if self._flows_table is None:
-            self._flows_table = self.flows.table(self.models)
+            self._flows_table = pa.concat_tables(self._sealed) if self._sealed else \
+                self.flows.table(self.models)
         return self._flows_table
+
+    def add_sealed(self, run: "Totals") -> None:
+        """Fold in the totals of a receiver run after these whose flows are final (flows
+        never span runs): its flows-table rows are built now, numbered on from the
+        flows before, and its per-flow counts dropped, so what is kept is a table row a
+        flow, not the accumulators (the Dask runs exchange's client). The capture
+        counts are not folded (the caller merges them once)."""
+        if self.flows.n_flows:
+            raise ValueError("sealed runs follow sealed runs only")
+        table = run.flows_table()
+        if table.num_rows:
+            base = sum(t.num_rows for t in self._sealed)
+            ids = np.arange(base, base + table.num_rows, dtype=np.int64)
+            self._sealed.append(table.set_column(
+                table.schema.get_field_index("flow_id"), "flow_id", pa.array(ids)))
+        if run.coalesced is not None:
+            self.coalesced = run.coalesced if self.coalesced is None else \
+                self.coalesced.merge(run.coalesced)
+        for m, mc in run.models.items():
+            mc.flow_segs = np.zeros(0, np.int64)
+            mc.top_keys = mc.top_counts = np.zeros(0, np.int64)
+            self.models[m] = self.models[m].merge(mc) if m in self.models else mc
+        self._flows_table = None
 
     def merge(self, later: "Totals") -> "Totals":
         """Fold in the totals of the rows after these (same flow numbering)."""
@@ -630,4 +688,4 @@ def totals_of_analysis(analysis, capture: CaptureCounts | None = None,
 __all__ = ["UDP_TUNNEL_KINDS", "udp_tunnel_counts", "FlowCauses", "Totals", "CaptureCounts",
            "CoalescedCounts", "ModelCounts", "FlowCounts", "totals_of_analysis",
            "model_counts", "file_index_of", "encap_counts", "hist_by_name",
-           "flow_key_columns", "addr_text", "FLOW_KEY_COLS"]
+           "flow_key_columns", "addr_text", "addr_texts", "reverse_seen", "FLOW_KEY_COLS"]

@@ -162,10 +162,12 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
        it submits more GRO while ``nworkers`` runs wait for their writes; summary
        only: the GRO task counts its output pass itself and nothing is written.
 
-    Returns a dict (the GRO results ``done`` with their global flow maps ``fmaps``, the
-    write results ``wrote``, ``capture``, ``stats``, ``infos``, ``n`` rows, ``meta``,
-    ``nruns``, the tunnel ``hint``) or why the exchange must run instead (a string: an
-    input fails to decode)."""
+    Each run's GRO results are merged into the totals as they arrive (``_merge_run``)
+    and each write result folded in (``_fold_wrote``): the client holds the totals, not
+    the runs. Returns a dict (the totals ``tot`` and flow ``causes``; ``done``: the GRO
+    results left, their tunnel rows and delivery info; ``capture``, ``stats``,
+    ``infos``, ``n`` rows, ``meta``, ``nruns``, the tunnel ``hint``) or why the exchange
+    must run instead (a string: an input fails to decode)."""
     import shutil
 
     from gropcap.errors import GropcapError
@@ -237,7 +239,9 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
                                     run_rows[submitted] // rparts
                                     + (k < run_rows[submitted] % rparts))
             submitted += 1
-    done, fmaps, wrote, writes = [], [], [], []
+    from gropcap.run.accumulators import FlowCauses, Totals
+    tot, causes = Totals(models, config.verify_checksums), FlowCauses()
+    done, writes = [], []
     flow_base, row_base = 0, 0
     seg_base = {m: 0 for m in models}
     poll_base = {m: 0 for m in models}
@@ -251,7 +255,8 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
         # wait for their writes (writes slower than GRO would pile up scratch)
         while writes and (len(writes) > keep or all(f.done() for f, _ in writes[0][1])):
             r_works, wtasks = writes.pop(0)
-            wrote.extend(_results(c, wtasks, write_partition_task))
+            for w in _results(c, wtasks, write_partition_task):
+                _fold_wrote(w, tot, hint, causes)
             for w in r_works:
                 shutil.rmtree(os.path.dirname(w), ignore_errors=True)
     for r in range(nruns):
@@ -263,6 +268,15 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
         local = flow_maps([d["keys"] for d in mine], [d["firsts"] for d in mine])
         nflows = sum(len(m) for m in local)
         maps = [m + flow_base for m in local]
+        # merged as it arrives, its flows-table rows made, its counts dropped: the
+        # client keeps the totals and a row a flow, not the runs
+        run_tot = Totals(models, config.verify_checksums)
+        _merge_run(run_tot, mine, local)
+        tot.add_sealed(run_tot)
+        del run_tot
+        for d, fmap in zip(mine, maps):
+            if "local" in d:
+                _fold_wrote(_local_wrote(d.pop("local"), fmap), tot, hint, causes)
         r_works = [d["work"] for d in mine]
         for d in mine:
             if d["tunnels"] is not None:
@@ -290,13 +304,12 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
         flow_base += nflows
         row_base += sum(rows_of[i] for i in runs[r])
         done += mine
-        fmaps += maps
     collect_writes(0)
     if stats_arg is not None:
         stats_arg.release()
     tm["gro"] = clock() - t0
-    return {"done": done, "fmaps": fmaps, "capture": capture, "stats": stats,
-            "infos": infos, "wrote": wrote, "n": sum(rows_of), "meta": meta,
+    return {"done": done, "tot": tot, "causes": causes, "capture": capture,
+            "stats": stats, "infos": infos, "n": sum(rows_of), "meta": meta,
             "nruns": nruns, "hint": hint}
 
 
@@ -639,7 +652,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 if ran is not None:
                     done, capture, stats, infos = (ran[k] for k in ("done", "capture",
                                                                     "stats", "infos"))
-                    n, nruns, hint, fmaps = ran["n"], ran["nruns"], ran["hint"], ran["fmaps"]
+                    n, nruns, hint = ran["n"], ran["nruns"], ran["hint"]
                     decoded, failures = None, []
                     t0 = clock()
                 elif fused is not None:
@@ -710,19 +723,14 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                     fmaps = flow_maps([run_keys(d["keys"], d["k"] // nparts) if nruns > 1
                                        else d["keys"] for d in done],
                                       [d["firsts"] for d in done])
-                tot = Totals(models, config.verify_checksums)
+                    tot = Totals(models, config.verify_checksums)
+                    _merge_run(tot, done, fmaps)
+                else:
+                    tot = ran["tot"]        # merged run by run
                 tot.capture = capture
-                for d, fmap in zip(done, fmaps):
-                    for m, mc in d["models"].items():
-                        tot.models[m].merge(_remap_models(mc, fmap))
-                    if d["coalesced"] is not None:
-                        tot.coalesced = d["coalesced"] if tot.coalesced is None else \
-                            tot.coalesced.merge(d["coalesced"])
                 if stats is not None and stats.num and tot.coalesced is None:
                     from gropcap.run.accumulators import CoalescedCounts
                     tot.coalesced = CoalescedCounts()
-                tot.flows = _merge_flows([_remap_flows(d["flows"], f)
-                                          for d, f in zip(done, fmaps)])
                 from gropcap.gro.coalesced import CoalescedStats
                 mtu = (stats or CoalescedStats(config.mtu)).mtu_inference()
                 if ran is None:
@@ -731,9 +739,9 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 else:
                     meta, stage = ran["meta"], (stages[-1] if stages else None)
                 wtasks = []
-                for k, (d, fmap) in enumerate(zip(done, fmaps)):
-                    if "local" in d or ran is not None:
-                        continue        # summary only: counted already; runs: written
+                for k, (d, fmap) in enumerate(zip(done, fmaps) if ran is None else ()):
+                    if "local" in d:
+                        continue        # summary only: counted already (runs: written)
                     args = (pieces[k] if fused else run_pieces[k // nparts], config,
                             tuple(models), split, nparts, k, works,
                             d["info"], fmap, stage, meta, packet_columns, batch_records,
@@ -745,21 +753,16 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                                    [f for f, _ in wtasks])
                 tm["merge"] = clock() - t0
                 t0 = clock()
-                wrote = _results(c, wtasks, write_partition_task) if ran is None \
-                    else ran["wrote"]
-                wrote += [{**d["local"], "causes": (fmap[:len(d["local"]["causes"][0])],
-                                                    *d["local"]["causes"])}
-                          for d, fmap in zip(done, fmaps) if "local" in d]
-                from gropcap.run.accumulators import FlowCauses
-                causes = FlowCauses()
-                causes._grow(tot.flows.n_flows)
-                for w in wrote:
-                    for m, enc in w["encap"].items():
-                        _merge_encap(tot.models[m], enc)
-                        hint.before[m] += w["before"][m]
-                    ids, total, ahead, back = w["causes"]
-                    for name, v in (("total", total), ("ahead", ahead), ("back", back)):
-                        getattr(causes, name)[ids] += v[:len(ids)]
+                if ran is None:
+                    from gropcap.run.accumulators import FlowCauses
+                    causes = FlowCauses()
+                    wrote = _results(c, wtasks, write_partition_task)
+                    wrote += [_local_wrote(d["local"], fmap)
+                              for d, fmap in zip(done, fmaps) if "local" in d]
+                    for w in wrote:
+                        _fold_wrote(w, tot, hint, causes)
+                else:
+                    causes = ran["causes"]  # folded in run by run
                 tm["write"] = clock() - t0
                 t0 = clock()
                 summary = render_summary(tot, infos=infos, config=config, mtu=mtu,
@@ -841,6 +844,43 @@ def _finish_hint(hint, done: list, summary: dict, tot, decoded: list, stats):
     seg_in = tot.coalesced.segs_total if tot.coalesced else tot.capture.packets
     return hint.finish(summary["models"], seg_in, tot.capture.packets, whole,
                        summary["inputs"]["run_of_file"])
+
+
+def _merge_run(tot, done: list, fmaps: list) -> None:
+    """Fold GRO results (``done``, their local flow ids mapped by ``fmaps`` to the global
+    ones; no flow in two of them, and none before ``tot``'s) into ``tot``: model counts,
+    coalesced input, flows. Their counts are dropped from ``done``: the delivery info,
+    tunnel rows and output-pass counts stay."""
+    for d, fmap in zip(done, fmaps):
+        for m, mc in d.pop("models").items():
+            tot.models[m].merge(_remap_models(mc, fmap))
+        co = d.pop("coalesced")
+        if co is not None:
+            tot.coalesced = co if tot.coalesced is None else tot.coalesced.merge(co)
+    tot.flows.merge(_merge_flows([_remap_flows(d.pop("flows"), f)
+                                  for d, f in zip(done, fmaps)]))
+    for d in done:
+        for k in ("keys", "firsts", "hashes"):
+            d.pop(k, None)
+
+
+def _local_wrote(local: dict, fmap: np.ndarray) -> dict:
+    """A summary-only GRO task's output-pass counts as a write task returns them: its
+    flow causes under the global flow ids."""
+    return {**local, "causes": (fmap[:len(local["causes"][0])], *local["causes"])}
+
+
+def _fold_wrote(w: dict, tot, hint, causes) -> None:
+    """A write task's counts (super-packets per encapsulation, the tunnel hint's rows
+    before, flow causes) into the run's totals."""
+    for m, enc in w["encap"].items():
+        _merge_encap(tot.models[m], enc)
+        hint.before[m] += w["before"][m]
+    ids, total, ahead, back = w["causes"]
+    if len(ids):
+        causes._grow(int(ids.max()) + 1)
+    for name, v in (("total", total), ("ahead", ahead), ("back", back)):
+        getattr(causes, name)[ids] += v[:len(ids)]
 
 
 def _merge_encap(mc, enc: dict) -> None:

@@ -199,10 +199,10 @@ def acks_hint(flows, config) -> dict | None:
     A suggestion only: nothing is re-run."""
     if config.poll_acks or flows is None or not flows.num_rows:
         return None
-    cols = {n: flows.column(n).to_pylist() for n in
-            ("encap", "src", "dst", "sport", "dport", "l4_proto", "payload_bytes")}
-    keys = set(zip(cols["encap"], cols["src"], cols["dst"], cols["sport"], cols["dport"],
-                   cols["l4_proto"]))
-    n = sum(1 for e, s, d, sp, dp, proto, pay in zip(*cols.values())
-            if proto == C.IPPROTO_TCP and pay > 0 and (e, d, s, dp, sp, proto) in keys)
+    from gropcap.run.accumulators import reverse_seen
+    data = np.flatnonzero((np.asarray(flows.column("l4_proto").to_numpy()) == C.IPPROTO_TCP)
+                          & (np.asarray(flows.column("payload_bytes").to_numpy()) > 0))
+    n = int(np.count_nonzero(reverse_seen(
+        flows, data, np.arange(flows.num_rows),
+        keys=("encap", "src", "sport", "dst", "dport", "l4_proto")))) if len(data) else 0
     return {"directions": n, "option": "--poll-acks"} if n else None

@@ -124,18 +124,18 @@ def warnings_of(tot, mtu, flows) -> list[str]:
         out.append(f"{c.short} frames are cut by the snap length: their "
                    f"TCP/UDP checksums cannot be verified")
     if flows.num_rows:
-        proto = flows.column("l4_proto").to_pylist()
-        keys = list(zip(flows.column("src").to_pylist(), flows.column("sport").to_pylist(),
-                        flows.column("dst").to_pylist(), flows.column("dport").to_pylist()))
+        from gropcap.run.accumulators import reverse_seen
+        col = lambda n: np.asarray(flows.column(n).to_numpy())  # noqa: E731
         # TCP flows with ports (a header cut before the ports leaves them 0)
-        tcp = [bool(p == IPPROTO_TCP and (k[1] or k[3])) for k, p in zip(keys, proto)]
-        present = {k for k, t in zip(keys, tcp) if t}
-        one_way = [i for i, (k, t) in enumerate(zip(keys, tcp))
-                   if t and (k[2], k[3], k[0], k[1]) not in present]
-        if one_way:
-            a, ap, b, bp = keys[one_way[0]]
-            out.append(f"{len(one_way)} of {sum(tcp)} TCP flows are seen in one direction "
-                       f"only (e.g. flow {one_way[0]}, {a}:{ap} > {b}:{bp}): a filtered, "
+        tcp = np.flatnonzero((col("l4_proto") == IPPROTO_TCP)
+                             & ((col("sport") != 0) | (col("dport") != 0)))
+        one_way = tcp[~reverse_seen(flows, tcp, tcp)] if len(tcp) else tcp
+        if len(one_way):
+            i = int(one_way[0])
+            a, ap, b, bp = (flows.column(n)[i].as_py() for n in ("src", "sport", "dst",
+                                                                  "dport"))
+            out.append(f"{len(one_way)} of {len(tcp)} TCP flows are seen in one direction "
+                       f"only (e.g. flow {i}, {a}:{ap} > {b}:{bp}): a filtered, "
                        f"mirrored or asymmetric capture")
     return out
 

@@ -99,3 +99,126 @@ def test_summary_rendered_from_totals_is_summary_dict(two_files):
                        receive=ReceiveContext.from_config(a.config))
     assert s == summary_dict(a)
     assert len(s["files"]) == 2 and s["encapsulations"]
+
+
+def _random_flows(seed: int, n: int):
+    """A flows table with few hosts and ports (reversed keys and repeated keys occur),
+    some rows without ports, some UDP, IPv4 and IPv6 addresses."""
+    import pyarrow as pa
+    rng = np.random.default_rng(seed)
+    hosts = ["10.0.0.1", "10.0.0.2", "fe80::1", "192.168.1.9"]
+    return pa.table({
+        "encap": pa.array(rng.choice(["", "vxlan"], n).tolist()),
+        "src": pa.array(rng.choice(hosts, n).tolist()),
+        "dst": pa.array(rng.choice(hosts, n).tolist()),
+        "sport": pa.array(rng.choice([0, 80, 5000], n), pa.uint16()),
+        "dport": pa.array(rng.choice([0, 80, 5000], n), pa.uint16()),
+        "l4_proto": pa.array(rng.choice([6, 6, 17], n), pa.uint8()),
+        "payload_bytes": pa.array(rng.choice([0, 100], n), pa.int64()),
+    })
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_one_way_and_ack_hints_by_join_equal_the_set_definition(seed):
+    """warnings_of's one-way TCP flows and acks_hint's directions (hash joins over the
+    flows table) equal their definitions over Python sets of keys."""
+    import re
+    from gropcap.run.hints import acks_hint
+    from gropcap.run.summary import warnings_of
+    flows = _random_flows(seed, 300)
+    rows = flows.to_pylist()
+    tcp = [i for i, r in enumerate(rows) if r["l4_proto"] == 6 and (r["sport"] or r["dport"])]
+    present = {(rows[i]["src"], rows[i]["sport"], rows[i]["dst"], rows[i]["dport"])
+               for i in tcp}
+    one_way = [i for i in tcp if (rows[i]["dst"], rows[i]["dport"], rows[i]["src"],
+                                  rows[i]["sport"]) not in present]
+    from gropcap.run.summary import mtu_of
+    a = analyze([os.path.join(SAMPLES, "real_ipv4.pcap")])
+    got = [w for w in warnings_of(a.totals, mtu_of(a), flows) if "one direction" in w]
+    assert one_way, "the table must hold one-way flows"
+    assert len(got) == 1
+    r = rows[one_way[0]]
+    assert re.match(rf"{len(one_way)} of {len(tcp)} TCP flows .* \(e\.g\. flow "
+                    rf"{one_way[0]}, {re.escape(r['src'])}:{r['sport']} > ", got[0])
+    keys = {(r["encap"], r["src"], r["dst"], r["sport"], r["dport"], r["l4_proto"])
+            for r in rows}
+    want = sum(1 for r in rows if r["l4_proto"] == 6 and r["payload_bytes"] > 0 and
+               (r["encap"], r["dst"], r["src"], r["dport"], r["sport"], 6) in keys)
+    hint = acks_hint(flows, GroConfig())
+    assert (hint or {}).get("directions", 0) == want and want > 0
+
+
+def test_address_texts_equal_one_at_a_time():
+    import pyarrow as pa
+    from gropcap.run.accumulators import addr_text, addr_texts
+    rng = np.random.default_rng(1)
+    raw, ver = [], []
+    for _ in range(500):
+        v = int(rng.choice([4, 6, 0]))
+        b = bytes(10) + b"\xff\xff" + bytes(rng.integers(0, 3, 4).tolist()) if v == 4 else \
+            bytes(rng.integers(0, 256, 16).tolist()) if v == 6 else bytes(16)
+        raw.append(b)
+        ver.append(v)
+    # two chunks, the second a slice (an offset into its buffer)
+    col = pa.chunked_array([pa.array(raw[:200], pa.binary(16)),
+                            pa.array(raw[190:], pa.binary(16)).slice(10)])
+    got = addr_texts(col, np.array(ver, np.uint8)).to_pylist()
+    assert got == [addr_text(b, v) for b, v in zip(raw, ver)]
+    assert len(set(got)) < len(got)         # repeated addresses: converted once each
+
+
+def test_top_reasons_pick_the_most_frequent_then_the_lower_code():
+    mc = ModelCounts("ideal")
+    # flow 0: reason 7 twice, 3 twice (tie: 3); flow 2: 9 three times, 1 once; flow 1: none
+    mc._top(np.array([0 * 256 + 7, 0 * 256 + 3, 2 * 256 + 1, 2 * 256 + 9]),
+            np.array([2, 2, 1, 3]))
+    from gropcap.gro.reasons import reason_name
+    assert mc.top_reasons(3) == [reason_name(3), "", reason_name(9)]
+    assert mc.top_reasons(1) == [reason_name(3)]
+
+
+def test_sealed_runs_give_the_flows_table_of_one_pass(two_files):
+    """Totals.add_sealed (a receiver run's flows final): the flows table equals the one
+    built from the merged per-flow counts, ids numbered on, and the models' totals too."""
+    from gropcap.run.accumulators import Totals
+    from gropcap.run.dask_core import _merge_run, flow_maps
+    t = two_files.decoded
+    fidx = file_index_of(t)
+    models = list(two_files.results)
+    # two "runs": the rows of file 0, then of file 1 (their flows disjoint)
+    runs = [np.flatnonzero(fidx == f) for f in (0, 1)]
+    whole, sealed = Totals(models), Totals(models)
+    base = 0
+    for rows in runs:
+        sub = t.take(rows)
+        run = Totals(models)
+        fid = np.asarray(two_files.results[models[0]].flow_id)[rows]
+        uniq, local = np.unique(fid, return_inverse=True)
+        order = np.argsort([rows[np.argmax(local == k)] for k in range(len(uniq))])
+        rank = np.empty(len(uniq), np.int64)
+        rank[order] = np.arange(len(uniq))
+        local = rank[local.ravel()]
+        run.flows.add(sub, local)
+        for m in models:
+            r = two_files.results[m]
+            segs = np.isin(np.asarray(r.seg_first_packet), rows)
+            seg_fid = rank[np.searchsorted(uniq, np.asarray(r.seg_flow_id)[segs])]
+            run.models[m] = model_counts(
+                m, t, fidx, reasons=np.asarray(r.reason)[rows],
+                count=np.asarray(r.seg_count)[segs], end=np.asarray(r.seg_end_reason)[segs],
+                payload=np.asarray(r.seg_payload_len)[segs], flow=seg_fid,
+                first=np.asarray(r.seg_first_packet)[segs])
+        part = {"models": run.models, "coalesced": None, "flows": run.flows,
+                "keys": np.arange(len(uniq)), "firsts": np.arange(len(uniq))}
+        fmap = flow_maps([part["keys"]], [part["firsts"]])
+        _merge_run(whole, [dict(part)], [fmap[0] + base])
+        one = Totals(models)
+        _merge_run(one, [dict(part)], fmap)
+        sealed.add_sealed(one)
+        base += len(uniq)
+    assert sealed.flows_table().equals(whole.flows_table())
+    assert sealed.flows_table().num_rows == base > 0
+    for m in models:
+        for k in ("reason_hist", "end_hist", "file_segs", "file_data_segs"):
+            assert np.array_equal(getattr(sealed.models[m], k), getattr(whole.models[m], k))
+        assert sealed.models[m].nseg == whole.models[m].nseg

@@ -653,7 +653,14 @@ def test_runs_exchange_keeps_scratch_bounded(client, generated, tmp_path, monkey
                                   out_dir=str(tmp_path / "dist"), fallback=_no_fallback,
                                   scratch=str(scratch))
     assert dist.exchange == "runs" and dist.summary["inputs"]["receiver_runs"] == 8
-    assert dist.summary == stream_analyze(paths, GroConfig()).summary
+    one = stream_analyze(paths, GroConfig())
+    assert dist.summary == one.summary
+    assert dist.flows.equals(one.flows)
+    # the client sealed each run as it came: a flows-table row a flow, no per-flow
+    # accumulators (they held the 100 GB run's client above 1 GB)
+    assert len(dist.totals._sealed) == 8 and dist.totals.flows.n_flows == 0
+    assert all(len(mc.top_keys) == 0 == len(mc.flow_segs)
+               for mc in dist.totals.models.values())
     assert max(seen) >= 2, seen          # runs did overlap
     # runs in flight (one a worker) and runs waiting for their write: never all 8
     assert max(seen) <= 2 * 2, seen
