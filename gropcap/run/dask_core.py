@@ -339,7 +339,9 @@ def _fused_stage(c, files, config, models, decode_options, split_config, nparts:
                     stats_arg, works[k], batch_records, check, keep, local_pass)
             tasks.append((c.submit(fused_partition_task, *args, pure=False), args))
         if progress is not None:
-            progress.track(f"decode+GRO {'+'.join(models)}", [f for f, _ in tasks])
+            # every task decodes every input: the line counts the input bytes (MB/s)
+            progress.track_shares(f"decode+GRO {'+'.join(models)}", [f for f, _ in tasks],
+                                  sum(os.path.getsize(f) for f in files), "bytes")
         try:
             return _results(c, tasks, fused_partition_task)
         except (GropcapError, OSError):
@@ -708,7 +710,10 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                                 hint.pairs if hint.collect else ())
                         tasks.append((c.submit(gro_partition_task, *args, pure=False), args))
                     if progress is not None:
-                        progress.track(f"GRO {'+'.join(models)}", [f for f, _ in tasks])
+                        # the decoded rows, shared by the partitions (the decode
+                        # counted them): its rate is packets/s
+                        progress.track_shares(f"GRO {'+'.join(models)}",
+                                              [f for f, _ in tasks], n, "packets")
                     done = _results(c, tasks, gro_partition_task)
                     # each attempt writes a directory of its own: read the one that answered
                     works = [d["work"] for d in done]
@@ -749,8 +754,10 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                     wtasks.append((c.submit(write_partition_task, *args, pure=False),
                                    args))
                 if progress is not None and wtasks:
-                    progress.track("packets.parquet" if out_dir else "verdicts",
-                                   [f for f, _ in wtasks])
+                    line = progress.track("packets.parquet" if out_dir else "verdicts", [],
+                                          total=n, unit="packets")
+                    for (f, _), d in zip(wtasks, (d for d in done if "local" not in d)):
+                        progress.follow(line, f, d["rows"])
                 tm["merge"] = clock() - t0
                 t0 = clock()
                 if ran is None:

@@ -824,8 +824,16 @@ def _decode_all(c, files, options, decoder, split_bytes, batch_records, scratch=
             pieces.append((_Piece(rfut, rargs, decode_range_task, lo, hi), meta))
         jobs[i] = ("ranges", info, pieces)
     if progress is not None:
-        progress.track("decode", [m for kind, _, pieces in jobs if kind != "failed"
-                                  for _, m in pieces])
+        # in input bytes (a range's bytes, a whole file's size): the line's rate is MB/s
+        def nbytes(piece):
+            a = piece.args
+            return a[3] - a[2] if piece.task is decode_range_task else os.path.getsize(a[0])
+        line = progress.track("decode", [], total=sum(
+            nbytes(p) for kind, _, pieces in jobs if kind != "failed" for p, _ in pieces),
+            unit="bytes")
+        for kind, _, pieces in jobs:
+            for p, m in pieces if kind != "failed" else ():
+                progress.follow(line, m, nbytes(p))
     decoded, infos, failures = [], [], []
     offset = 0
     for i, (kind, info, pieces) in enumerate(jobs):

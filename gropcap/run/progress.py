@@ -133,6 +133,9 @@ class Progress:
         t = self._bar.tasks[task]
         unit = t.fields.get("unit", "")
         done = int(t.completed)
+        if unit == "bytes":
+            self._bar.update(task, detail=f"{done / 1e6:.1f}/{(t.total or 0) / 1e6:.1f} MB")
+            return
         self._bar.update(task, detail=f"{done}/{t.total:.0f} {unit}" if t.total
                          else f"{done} {unit}")
 
@@ -185,6 +188,15 @@ class Progress:
                                   unit=unit)
         for f in futures:
             self.follow(task, f)
+        return task
+
+    def track_shares(self, label: str, futures: list, total: int, unit: str):
+        """:meth:`track` for tasks that share ``total`` (e.g. the input bytes every
+        fused task decodes) about evenly: the line's rate is then ``unit``/s."""
+        task = self.track(label, [], total=total, unit=unit)
+        n = len(futures)
+        for i, f in enumerate(futures):
+            self.follow(task, f, total // n + (i < total % n))
         return task
 
     def follow(self, task, future, weight: int = 1) -> None:

@@ -364,7 +364,11 @@ def test_progress_counts_every_stage(client, generated):
             time.sleep(0.05)
         tasks = {t.description: t for t in p._bar.tasks}
         assert set(tasks) == {"decode", "GRO ideal", "GRO napi"}
-        assert tasks["decode"].total == len(generated)
+        # the decode line counts input bytes (its rate is MB/s)
+        size = sum(os.path.getsize(f) for f in generated)
+        d = tasks.pop("decode")
+        assert d.fields["unit"] == "bytes" and d.total == d.completed == size
+        assert d.fields["detail"] == f"{size / 1e6:.1f}/{size / 1e6:.1f} MB"
         assert tasks["GRO napi"].total == 2      # one partition per worker
         for t in tasks.values():
             assert t.completed == t.total and t.fields["detail"] == f"{t.total}/{t.total} tasks"
@@ -689,6 +693,35 @@ def test_runs_exchange_progress_counts_packets(client, generated, tmp_path):
         assert t.fields["unit"] == "packets" and t.total == r.summary["packets"]
         assert t.completed == t.total, (name, t.completed, t.total)
         assert t.fields["detail"] == f"{t.total}/{t.total} packets"
+
+
+@pytest.mark.parametrize("exchange", ["fused", "exchange"])
+def test_core_progress_lines_have_rates(client, generated, tmp_path, exchange):
+    """The fused exchange and the exchange count their lines in input bytes (decode;
+    every fused task decodes every input) and packets (GRO, the packets pass), so each
+    line's rate is MB/s or packets/s; every line ends complete."""
+    from gropcap.run.dask_core import analyze_partitioned
+    from gropcap.run.progress import Progress
+    with Progress(True) as p:
+        r = analyze_partitioned(generated, GroConfig(queues=4), client=client, progress=p,
+                                out_dir=str(tmp_path / "out"), fallback=_no_fallback,
+                                exchange=exchange, captures="continuous")
+        for _ in range(100):
+            if all(t.completed == t.total for t in p._bar.tasks):
+                break
+            time.sleep(0.05)
+        tasks = {t.description: t for t in p._bar.tasks}
+    assert r.exchange == exchange
+    size = sum(os.path.getsize(f) for f in generated)
+    units = {"decode": "bytes", "decode+GRO ideal+napi": "bytes",
+             "GRO ideal+napi": "packets", "packets.parquet": "packets"}
+    want = {"fused": {"decode+GRO ideal+napi", "packets.parquet"},
+            "exchange": {"decode", "GRO ideal+napi", "packets.parquet"}}[exchange]
+    assert set(tasks) == want
+    for name, t in tasks.items():
+        assert t.fields["unit"] == units[name]
+        assert t.total == (size if units[name] == "bytes" else r.summary["packets"])
+        assert t.completed == t.total, (name, t.completed, t.total)
 
 
 def test_runs_exchange_ships_tunnel_rows_only_for_a_hint_that_uses_them(client, monkeypatch):
