@@ -403,8 +403,10 @@ def addr_text(raw: bytes, version: int) -> str:
 
 
 def addr_texts(raw: pa.ChunkedArray, ver: np.ndarray) -> pa.Array:
-    """:func:`addr_text` of every row of a 16-byte address column: each distinct
-    (address, version) converted once (flows share their hosts)."""
+    """:func:`addr_text` of every row of a 16-byte address column: IPv4 addresses
+    formatted by Arrow compute, each distinct IPv6 address once by ``ipaddress``, other
+    versions ""."""
+    import pyarrow.compute as pc
     n = len(ver)
     if not n:
         return pa.array([], pa.string())
@@ -413,8 +415,16 @@ def addr_texts(raw: pa.ChunkedArray, ver: np.ndarray) -> pa.Array:
         c.offset * 16:(c.offset + len(c)) * 16] for c in raw.chunks]).reshape(n, 16)
     buf[:, 16] = ver
     uniq, inv = np.unique(buf.view(np.dtype((np.void, 17))).ravel(), return_inverse=True)
-    text = np.array([addr_text(u.tobytes()[:16], u.tobytes()[16]) for u in uniq], object)
-    return arrow_strings(text[inv.ravel()].tolist())
+    ub = uniq.view(np.uint8).reshape(len(uniq), 17)
+    octets = [pc.cast(arrow_numeric(np.ascontiguousarray(ub[:, 12 + i]), pa.uint8()),
+                      pa.string()) for i in range(4)]
+    v = arrow_numeric(np.ascontiguousarray(ub[:, 16]), pa.uint8())
+    text = pc.if_else(pc.equal(v, 4), pc.binary_join_element_wise(*octets, "."), "")
+    six = np.flatnonzero(ub[:, 16] == 6)
+    if len(six):
+        text = pc.replace_with_mask(text, pc.equal(v, 6), pa.array(
+            [addr_text(ub[i, :16].tobytes(), 6) for i in six.tolist()], pa.string()))
+    return text.take(arrow_indices(inv.ravel()))
 
 
 def flow_key_columns(keys: pa.Table) -> dict:
