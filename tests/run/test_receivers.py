@@ -47,6 +47,37 @@ def test_a_file_without_packets_joins_the_run_before_it():
     assert receiver_runs("auto", [10, no, 5], [15, no, 9]).tolist() == [0, 0, 1]
 
 
+def test_first_times_rise_reads_only_the_first_records(tmp_path, monkeypatch):
+    """``first_times_rise`` (which way ``--jobs`` runs a list of files) compares each
+    file's first timestamp, plain or compressed, and hashes nothing. Regression: it
+    opened every file through the hashing reader, so the client of the 100 GB run read
+    all 100 GB before it started and its RSS peaked at 5 GB of mapped pages."""
+    import gzip
+    import hashlib
+    from gropcap.run.inputs import first_times_rise
+    info, batch = read_capture(A)
+    frames = [batch.frame(i) for i in range(len(batch))]
+    ts, half = batch.ts_ns.tolist(), len(batch) // 2
+    early, late = str(tmp_path / "early.pcap"), str(tmp_path / "late.pcap")
+    for p, a, b in ((early, 0, half), (late, half, len(frames))):
+        write_pcap(p, frames[a:b], ts[a:b], linktype=info.linktypes[0], nanosecond=True)
+    with open(late, "rb") as f, gzip.open(late + ".gz", "wb") as g:
+        g.write(f.read())
+    hashed = []
+    real = hashlib.sha256
+
+    def spy(data=b"", **kw):
+        hashed.append(len(data))
+        return real(data, **kw)
+    monkeypatch.setattr(hashlib, "sha256", spy)
+    assert ts[half] > ts[0]
+    assert first_times_rise([early, late])
+    assert first_times_rise([early, late + ".gz"])
+    assert not first_times_rise([A, A])         # copies start at the same time
+    assert not first_times_rise([late + ".gz", early])
+    assert sum(hashed) < os.path.getsize(A) // 4, hashed
+
+
 def test_run_split_online_agrees_with_receiver_runs():
     """The streamed run decides batch by batch what receiver_runs decides per file."""
     rng = np.random.default_rng(3)
