@@ -450,7 +450,7 @@ def reverse_seen(flows: pa.Table, rows: np.ndarray, among: np.ndarray,
     table of a million rows stays in Arrow."""
     swap = {"src": "dst", "dst": "src", "sport": "dport", "dport": "sport"}
     left = flows.select(list(keys)).take(arrow_indices(rows)).append_column(
-        "_row", arrow_indices(np.arange(len(rows), dtype=np.int64)))
+        "_row", pa.array(np.arange(len(rows), dtype=np.int64)))
     right = flows.select(list(keys)).take(arrow_indices(among))
     right = right.rename_columns([swap.get(k, k) for k in keys])
     hit = left.join(right, keys=list(keys), join_type="left semi")
@@ -624,8 +624,7 @@ class Totals:
             base = sum(t.num_rows for t in self._sealed)
             ids = np.arange(base, base + table.num_rows, dtype=np.int64)
             self._sealed.append(table.set_column(
-                table.schema.get_field_index("flow_id"), "flow_id",
-                arrow_numeric(ids, pa.int64())))
+                table.schema.get_field_index("flow_id"), "flow_id", pa.array(ids)))
         if run.coalesced is not None:
             self.coalesced = run.coalesced if self.coalesced is None else \
                 self.coalesced.merge(run.coalesced)
