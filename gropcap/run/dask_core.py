@@ -173,6 +173,7 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
     from gropcap.errors import GropcapError
     from gropcap.run.accumulators import CaptureCounts
     from gropcap.run.dask_tasks import fused_partition_task, scan_task
+    from gropcap.run.distributed import shared
     from gropcap.run.summary import inputs_of
     import time
     clock = time.perf_counter
@@ -200,7 +201,7 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
     # runs enough to keep every worker busy: one task per run (no file decoded twice)
     rparts = 1 if nruns >= nworkers else nparts
     check = rparts > 1 and scfg.model == "napi" and "ideal" in models
-    stats_arg = c.scatter(stats, hash=False, broadcast=True) if stats.num else None
+    stats_arg = shared(c, stats, tmp) if stats.num else None
     from gropcap.run.stream import _TunnelHint
     hint = _TunnelHint(capture.udp_tunnels, config, models)
     stage = make_stage()
@@ -325,6 +326,7 @@ def _fused_stage(c, files, config, models, decode_options, split_config, nparts:
     from gropcap.errors import GropcapError
     from gropcap.run.accumulators import CaptureCounts
     from gropcap.run.dask_tasks import fused_partition_task
+    from gropcap.run.distributed import shared
 
     from concurrent.futures import ThreadPoolExecutor
     # the files' sha256 here, while the tasks run (hashlib releases the GIL), once
@@ -361,7 +363,7 @@ def _fused_stage(c, files, config, models, decode_options, split_config, nparts:
     stats.set_mtu(config.mtu).mtu_inference()
     first = done
     if stats.num or any(d["stopped"] for d in done):
-        done = run(c.scatter(stats, hash=False))
+        done = run(shared(c, stats, os.path.dirname(works[0])))
         if done is None:
             return "an input failed"
         for d, d0 in zip(done, first):
@@ -557,7 +559,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
     from gropcap.run.distributed import (BATCH_RECORDS, SPLIT_BYTES, _decode_all,
                                          _merged_capture, _nparts, _nworkers,
                                          _scratch_dir, _workers_local,
-                                         open_client, run_keys)
+                                         open_client, run_keys, shared)
     from gropcap.run.inputs import decode_table, first_times_rise, input_files
     from gropcap.run.summary import render_summary
     from gropcap.io.columns import parse_packet_columns
@@ -685,9 +687,9 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                             stats = p.stats if stats is None else stats.merge(p.stats)
                     if stats is not None:
                         stats.set_mtu(config.mtu).mtu_inference()
-                    # on every worker: scattered data lost with a dying worker cannot be
-                    # recomputed, and the GRO task re-run elsewhere needs it
-                    stats_arg = c.scatter(stats, hash=False, broadcast=True) \
+                    # recomputed if its worker dies: the GRO task re-run elsewhere
+                    # needs it
+                    stats_arg = shared(c, stats, tmp) \
                         if stats is not None and stats.num else None
                     pieces = [(p.ref, d.index, d.new_index, p.offset)
                               for d in decoded for p in d.pieces]
