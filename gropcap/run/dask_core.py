@@ -201,7 +201,7 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
     # runs enough to keep every worker busy: one task per run (no file decoded twice)
     rparts = 1 if nruns >= nworkers else nparts
     check = rparts > 1 and scfg.model == "napi" and "ideal" in models
-    stats_arg = shared(c, stats, tmp) if stats.num else None
+    stats_arg = shared(c, stats) if stats.num else None
     from gropcap.run.stream import _TunnelHint
     hint = _TunnelHint(capture.udp_tunnels, config, models)
     stage = make_stage()
@@ -363,7 +363,7 @@ def _fused_stage(c, files, config, models, decode_options, split_config, nparts:
     stats.set_mtu(config.mtu).mtu_inference()
     first = done
     if stats.num or any(d["stopped"] for d in done):
-        done = run(shared(c, stats, os.path.dirname(works[0])))
+        done = run(shared(c, stats))
         if done is None:
             return "an input failed"
         for d, d0 in zip(done, first):
@@ -689,7 +689,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                         stats.set_mtu(config.mtu).mtu_inference()
                     # recomputed if its worker dies: the GRO task re-run elsewhere
                     # needs it
-                    stats_arg = shared(c, stats, tmp) \
+                    stats_arg = shared(c, stats) \
                         if stats is not None and stats.num else None
                     pieces = [(p.ref, d.index, d.new_index, p.offset)
                               for d in decoded for p in d.pieces]

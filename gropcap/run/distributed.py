@@ -735,33 +735,20 @@ def _workers_local(c) -> bool:
     return hosts <= mine
 
 
-def shared(c, value, scratch: str | None = None):
+def shared(c, value):
     """A future holding ``value`` for tasks to take as an argument, which the scheduler
-    recomputes if the worker holding it dies: a task that loads it from a pickle in the
-    shared ``scratch`` directory (a small task graph), or, without one, that returns it.
+    recomputes if the worker holding it dies: a task that returns it (the value travels
+    in the task graph).
 
     Not ``Client.scatter``: scattered data lost with its worker cannot be recomputed, so
     every task depending on it is cancelled ("lost dependencies"), and broadcasting it
     does not help, since the scheduler's active memory manager (``ReduceReplicas``, on by
     default) drops the extra copies once no task waits for them on that worker."""
-    if scratch is None:
-        return c.submit(_given, value, pure=False)
-    import pickle
-    import tempfile
-    fd, path = tempfile.mkstemp(prefix="shared-", suffix=".pickle", dir=scratch)
-    with os.fdopen(fd, "wb") as f:
-        pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
-    return c.submit(_unpickled, path, pure=False)
+    return c.submit(_given, value, pure=False)
 
 
 def _given(value):
     return value
-
-
-def _unpickled(path: str):
-    import pickle
-    with open(path, "rb") as f:
-        return pickle.load(f)
 
 
 def _result_or_retry(c, fut, fn, *args):
@@ -959,7 +946,7 @@ def _submit_models(c, decoded: list, n: int, config: GroConfig, models, engine, 
     run); a partition holds one run's pieces (tasks run-major)."""
     import operator
     nworkers = _nworkers(c)
-    stats_arg = shared(c, stats, scratch) if stats is not None and stats.num else None
+    stats_arg = shared(c, stats) if stats is not None and stats.num else None
     sources = [(d.kind, [p.ref for p in d.pieces], d.index, d.new_index) for d in decoded]
     pending = {}
     run_of = (lambda d: 0) if run_of_file is None else \

@@ -331,8 +331,11 @@ def test_kernel_replay_sets_the_veth_mtu(monkeypatch, tmp_path):
     """`kernel-replay --mtu` reaches the veth set-up (the replay's `mtu`)."""
     from tests.replay.test_kernel_replay import _fake_replay
 
+    from gropcap.cli import replay as cli_replay
     from gropcap.cli.replay import kernel_replay
     kernel, fake = _fake_replay(False)
+    # the replay is faked: no stale-namespace check (root, ip, ethtool)
+    monkeypatch.setattr(cli_replay, "_warn_stale", lambda: None)
     seen = []
 
     def spy(frames, bursts=None, **kw):

@@ -202,9 +202,13 @@ def _fake_replay(split_first: bool):
 
 @pytest.mark.parametrize("split_first", [False, True])
 def test_command_output_and_exit_code(monkeypatch, tmp_path, split_first):
+    from gropcap.cli import replay as cli_replay
     from gropcap.cli.replay import kernel_replay
     kernel, fake = _fake_replay(split_first)
     monkeypatch.setattr(kernel, "replay", fake)
+    # no live environment needed: the stale-namespace check is the replay's (it needs
+    # root, ip and ethtool)
+    monkeypatch.setattr(cli_replay, "_warn_stale", lambda: None)
     p = tmp_path / "psh.pcap"
     ST.write_case_pcap(p, "flags_psh", "ipv4")
     r = CliRunner().invoke(kernel_replay, [str(p), "--kernel", "6.18"])

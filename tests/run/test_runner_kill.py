@@ -367,13 +367,12 @@ def test_cli_jobs_killed_worker_same_output(capture, tmp_path, monkeypatch):
     assert len(writes) == 3 and set(writes) == {0, 1}    # the killed one twice
 
 
-@pytest.mark.parametrize("where", ["scratch", "graph"])
-def test_shared_value_survives_its_workers_death(tmp_path, where):
+def test_shared_value_survives_its_workers_death():
     """``run.distributed.shared``: the worker holding the value is killed and a task
-    submitted after it still gets the value (it is recomputed: from the pickle in the
-    scratch directory, or from the task graph). A scattered value lost that way cancels
-    its dependents ("lost dependencies"), broadcast or not: the scheduler's active memory
-    manager keeps one copy once no task waits for it elsewhere."""
+    submitted after it still gets the value (recomputed from the task graph). A
+    scattered value lost that way cancels its dependents ("lost dependencies"),
+    broadcast or not: the scheduler's active memory manager keeps one copy once no task
+    waits for it elsewhere."""
     import types
 
     from gropcap.run.distributed import shared
@@ -382,7 +381,7 @@ def test_shared_value_survives_its_workers_death(tmp_path, where):
                                        dashboard_address=":0")
     with distributed.Client(cluster) as c:
         c.wait_for_workers(2, timeout=300)
-        fut = shared(c, value, str(tmp_path) if where == "scratch" else None)
+        fut = shared(c, value)
         distributed.wait(fut)
         deadline = time.monotonic() + 60
         # on one worker (a broadcast scatter: once the memory manager dropped a copy)
