@@ -112,13 +112,14 @@ def missing_pairs(t, config) -> tuple:
 def tunnel_mask(t, pairs) -> np.ndarray:
     """Rows of packet table ``t`` that are UDP tunnels of ``pairs`` ``((kind, port),
     ...)``."""
-    tun = t.column("tun_type").to_numpy()
-    port = t.column("outer_dport").to_numpy()
+    from gropcap.arrays import numpy_of
+    tun = numpy_of(t.column("tun_type"))
+    port = numpy_of(t.column("outer_dport"))
     mask = np.zeros(t.num_rows, bool)
     for kind, p in pairs:
         code = next(c for c, k in UDP_TUNNEL_KINDS.items() if k == kind)
         mask |= (tun == code) & (port == p)
-    return mask & (t.column("outer_l4_proto").to_numpy() == C.IPPROTO_UDP)
+    return mask & (numpy_of(t.column("outer_l4_proto")) == C.IPPROTO_UDP)
 
 
 def sub_coalesced(co, idx):
@@ -199,9 +200,10 @@ def acks_hint(flows, config) -> dict | None:
     A suggestion only: nothing is re-run."""
     if config.poll_acks or flows is None or not flows.num_rows:
         return None
+    from gropcap.arrays import numpy_of
     from gropcap.run.accumulators import reverse_seen
-    data = np.flatnonzero((np.asarray(flows.column("l4_proto").to_numpy()) == C.IPPROTO_TCP)
-                          & (np.asarray(flows.column("payload_bytes").to_numpy()) > 0))
+    data = np.flatnonzero((numpy_of(flows.column("l4_proto")) == C.IPPROTO_TCP)
+                          & (numpy_of(flows.column("payload_bytes")) > 0))
     n = int(np.count_nonzero(reverse_seen(
         flows, data, np.arange(flows.num_rows),
         keys=("encap", "src", "sport", "dst", "dport", "l4_proto")))) if len(data) else 0

@@ -46,7 +46,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gropcap.decode.options import DecodeOptions
-from gropcap.arrays import numpy_of
+from gropcap.arrays import arrow_indices, numpy_of
 from gropcap.decode.schema import PACKET_SCHEMA, empty_packet_table
 from gropcap.errors import ConfigError
 from gropcap.gro.config import MODELS, GroConfig
@@ -303,7 +303,7 @@ class _TunnelHint:
             return
         from gropcap.run.hints import tunnel_mask
         idx = np.flatnonzero(tunnel_mask(t, self.pairs))
-        self.rows.append(t.take(idx))
+        self.rows.append(t.take(arrow_indices(idx)))
         self.co.append(None if co is None else
                        (co.is_gso[idx], co.gso_size[idx], co.segs[idx], co.source[idx]))
 

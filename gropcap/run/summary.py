@@ -124,8 +124,9 @@ def warnings_of(tot, mtu, flows) -> list[str]:
         out.append(f"{c.short} frames are cut by the snap length: their "
                    f"TCP/UDP checksums cannot be verified")
     if flows.num_rows:
+        from gropcap.arrays import numpy_of
         from gropcap.run.accumulators import reverse_seen
-        col = lambda n: np.asarray(flows.column(n).to_numpy())  # noqa: E731
+        col = lambda n: numpy_of(flows.column(n))  # noqa: E731
         # TCP flows with ports (a header cut before the ports leaves them 0)
         tcp = np.flatnonzero((col("l4_proto") == IPPROTO_TCP)
                              & ((col("sport") != 0) | (col("dport") != 0)))

@@ -7,7 +7,8 @@ can use to take the reference path.
 - ``engine.kernels_cached`` / ``cold_start_reference`` read numba's cache index only:
   an empty cache directory is cold, and a small capture on it takes the reference path.
 - ``gro.rss.numpy_of`` / ``arrow_*`` convert numpy <-> Arrow without pyarrow's pandas
-  import (a warm run's 0.2-0.45 s) and give what the pyarrow calls give.
+  import (a warm run's 0.2-0.45 s) and give what the pyarrow calls give; a run on the
+  fast engine imports no pandas at all.
 
 Each check runs in a child process (its own numba dispatchers, the test's cache
 directory): in this process other tests have compiled other variants.
@@ -89,6 +90,32 @@ print(json.dumps({"before": before, "after": engine.kernels_cached(),
 """
     assert _child(code, SAMPLE, env=cache) == {"before": False, "after": True,
                                                "udp_receive_signatures": 0}
+
+
+_NO_PANDAS = r"""
+import contextlib, io, json, sys
+from gropcap.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    try:
+        main(["analyze", sys.argv[1], "--engine", "fast", "--format", "json", "-q"])
+    except SystemExit as e:
+        assert e.code in (0, None), e.code
+summary = json.loads(out.getvalue())
+print(json.dumps({"pandas": "pandas" in sys.modules, "packets": summary["packets"],
+                  "warnings": len(summary["warnings"])}))
+"""
+
+
+@pytest.mark.parametrize("name", ["real_ipv4.pcap", "real_vxlan.pcap"])
+def test_a_fast_run_imports_no_pandas(name):
+    # a warm run's 0.2-0.4 s: pandas comes with a Python scalar in Arrow compute, a
+    # numpy argument to pa.array / take, to_numpy, or Table.join (pyarrow.dataset);
+    # the sample's flows table, one-way-flow warning and ACK hint, and the VXLAN
+    # sample's tunnel hint (a model run on the tunnel rows with a socket) included
+    got = _child(_NO_PANDAS, os.path.join(ROOT, "sample_pcaps", name))
+    assert got["packets"] > 0
+    assert got["pandas"] is False
 
 
 def _pyarrow_numpy(col):
