@@ -485,11 +485,36 @@ def reverse_seen(flows: pa.Table, rows: np.ndarray, among: np.ndarray,
         else:
             codes[k] = numpy_of(col.combine_chunks().dictionary_encode().indices) \
                 .astype(np.int64)
-    left = np.stack([codes[k][rows] for k in keys], axis=1)
-    right = np.stack([codes[swap.get(k, k)][among] for k in keys], axis=1)
+    # from 0 (a signed column), and a position's range covers both columns it holds
+    # (src and dst, sport and dport)
+    low = {k: int(c.min()) for k, c in codes.items()}
+    codes = {k: c - min(low[k], low[swap.get(k, k)]) for k, c in codes.items()}
+    top = {k: int(c.max()) + 1 for k, c in codes.items()}
+    ranges = [max(top[k], top[swap.get(k, k)]) for k in keys]
+    left = _packed([codes[k][rows] for k in keys], ranges)
+    right = _packed([codes[swap.get(k, k)][among] for k in keys], ranges)
+    if left.shape[1] == 1:
+        return np.isin(left[:, 0], right[:, 0])
     _, ids = np.unique(np.concatenate([left, right]), axis=0, return_inverse=True)
     ids = ids.ravel()
     return np.isin(ids[:len(rows)], ids[len(rows):])
+
+
+def _packed(cols: list, ranges: list) -> np.ndarray:
+    """Non-negative integer key columns packed into as few int64 words per row as the
+    columns' ``ranges`` (every value below its range, the same ranges for both sides of
+    a lookup) allow, mixed radix: an ``(n, words)`` array whose rows are equal exactly
+    when the key rows are."""
+    words, word, span = [], None, 1
+    for c, r in zip(cols, ranges):
+        if word is not None and span * r < 2 ** 62:
+            word, span = word * r + c, span * r
+        else:
+            if word is not None:
+                words.append(word)
+            word, span = c.astype(np.int64), r
+    words.append(word)
+    return np.stack(words, axis=1)
 
 
 class FlowCounts:

@@ -148,6 +148,29 @@ def test_one_way_and_ack_hints_by_join_equal_the_set_definition(seed):
     assert (hint or {}).get("directions", 0) == want and want > 0
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_reverse_seen_with_wide_and_signed_keys_equals_the_set_definition(seed):
+    """reverse_seen packs the key columns into int64 words: a signed key column with
+    values far apart takes several words (the np.unique path), and a flow is still
+    found exactly when its reversed key is among the others."""
+    import pyarrow as pa
+
+    from gropcap.run.accumulators import reverse_seen
+    rng = np.random.default_rng(seed)
+    n = 400
+    flows = _random_flows(seed, n).append_column(
+        "k", pa.array(rng.choice([-(2 ** 40), 0, 2 ** 40 + 7], n), pa.int64()))
+    keys = ("src", "sport", "dst", "dport", "k")
+    rows = flows.to_pylist()
+    pick, among = np.arange(0, n, 2), np.arange(n // 3, n)
+    present = {(rows[i]["dst"], rows[i]["dport"], rows[i]["src"], rows[i]["sport"],
+                rows[i]["k"]) for i in among}
+    want = [(rows[i]["src"], rows[i]["sport"], rows[i]["dst"], rows[i]["dport"],
+             rows[i]["k"]) in present for i in pick]
+    got = reverse_seen(flows, pick, among, keys=keys)
+    assert got.tolist() == want and any(want) and not all(want)
+
+
 def test_address_texts_equal_one_at_a_time():
     import pyarrow as pa
     from gropcap.run.accumulators import addr_text, addr_texts
