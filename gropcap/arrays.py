@@ -44,7 +44,11 @@ def numpy_of(col) -> np.ndarray:
 
 def arrow_numeric(a: np.ndarray, t: pa.DataType) -> pa.Array:
     """``pa.array(a, t)`` for a 1-D numpy array: over ``a``'s memory (no copy) when it
-    already has ``t``'s width and is contiguous, else through ``pa.array``."""
+    already has ``t``'s width and is contiguous, a bool array packed into Arrow's bits
+    (numpy keeps a byte per bool), else through ``pa.array``."""
+    if a.ndim == 1 and pa.types.is_boolean(t) and a.dtype == np.bool_:
+        bits = np.packbits(a, bitorder="little")
+        return pa.Array.from_buffers(t, len(a), [None, pa.py_buffer(bits)])
     if a.ndim == 1 and a.flags.c_contiguous and pa.from_numpy_dtype(a.dtype) == t:
         return pa.Array.from_buffers(t, len(a), [None, pa.py_buffer(a)])
     return pa.array(a, t)

@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 
 from gropcap import constants as C
+from gropcap.arrays import arrow_numeric
 from gropcap.decode import schema as S
 from gropcap.gro import fast as K
 from gropcap.gro import reasons as R
@@ -194,8 +195,8 @@ class UdpView:
                 arr = pa.FixedSizeBinaryArray.from_buffers(
                     field.type, len(v), [None, pa.py_buffer(v.tobytes())])
             else:
-                arr = pa.array(np.asarray(values).astype(field.type.to_pandas_dtype()),
-                               field.type)
+                arr = arrow_numeric(np.ascontiguousarray(
+                    np.asarray(values).astype(field.type.to_pandas_dtype())), field.type)
             t = t.set_column(i, field, arr)
         return t
 

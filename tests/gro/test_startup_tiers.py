@@ -107,12 +107,12 @@ print(json.dumps({"pandas": "pandas" in sys.modules, "packets": summary["packets
 """
 
 
-@pytest.mark.parametrize("name", ["real_ipv4.pcap", "real_ipv6.pcap"])
+@pytest.mark.parametrize("name", ["real_ipv4.pcap", "real_ipv6.pcap", "real_vxlan.pcap"])
 def test_a_fast_run_imports_no_pandas(name):
     # a warm run's 0.2-0.4 s: pandas comes with a Python scalar in Arrow compute, a
     # numpy argument to pa.array / take, to_numpy, or Table.join (pyarrow.dataset);
-    # the sample's flows table, one-way-flow warning and ACK hint included (not yet:
-    # the VXLAN tunnel hint's UDP preparation, gro/_udp_prepare.py, still uses pa.array)
+    # the sample's flows table, one-way-flow warning and ACK hint, and the VXLAN
+    # sample's tunnel hint (a model run on the tunnel rows with a socket) included
     got = _child(_NO_PANDAS, os.path.join(ROOT, "sample_pcaps", name))
     assert got["packets"] > 0
     assert got["pandas"] is False
@@ -147,6 +147,13 @@ def test_arrow_builders_equal_pa_array():
     assert arrow_numeric(v, pa.int32()).equals(pa.array(v, pa.int32()))
     assert arrow_numeric(v[::2], pa.int32()).equals(pa.array(v[::2], pa.int32()))
     assert arrow_numeric(v, pa.int64()).equals(pa.array(v, pa.int64()))
+    # numpy keeps a byte per bool, Arrow a bit (the UDP preparation's rewritten bool
+    # columns came out wrong before); lengths around a byte's 8 bits, and a view
+    for n in (0, 1, 7, 8, 9, 17):
+        b = np.random.default_rng(n).random(n) < 0.5
+        assert arrow_numeric(b, pa.bool_()).equals(pa.array(b, pa.bool_())), n
+    b = np.arange(20) % 3 == 0
+    assert arrow_numeric(b[1::2], pa.bool_()).equals(pa.array(b[1::2], pa.bool_()))
     words = ["", "eth/ipv4/tcp", "é", "eth/vlan/ipv6/udp/vxlan/eth/ipv4/tcp"]
     assert arrow_strings(words).equals(pa.array(words, pa.string()))
     assert arrow_strings([]).equals(pa.array([], pa.string()))
