@@ -72,18 +72,21 @@ def _children(pid: int) -> list[int]:
 
 def run_sampled(cmd: list[str], out_json: str, sample: float) -> dict:
     """Run ``cmd`` with stdout to ``out_json``; the client's and every descendant's peak
-    RSS (VmHWM, MiB) from samples every ``sample`` seconds, wall and CPU seconds."""
+    RSS (VmHWM, MiB) and the client's peak anonymous RSS (RssAnon: not the pages of
+    mapped files, which the kernel may drop and read again) from samples every
+    ``sample`` seconds, wall and CPU seconds."""
     t0 = time.perf_counter()
     disk = os.path.dirname(os.path.abspath(out_json))
     free0 = _free(disk)
     used = 0
     with open(out_json, "w") as out, open(out_json + ".err", "w") as err:
         p = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ROOT)
-        client, workers = 0, {}
+        client, anon, workers = 0, 0, {}
         while p.poll() is None:
             used = max(used, free0 - _free(disk))
             v = _status_kib(p.pid, "VmHWM")
             client = max(client, v or 0)
+            anon = max(anon, _status_kib(p.pid, "RssAnon") or 0)
             for c in _children(p.pid):
                 w = _status_kib(c, "VmHWM")
                 if w:
@@ -96,7 +99,7 @@ def run_sampled(cmd: list[str], out_json: str, sample: float) -> dict:
     return {"cmd": cmd, "exit": p.returncode, "wall_s": wall, "stderr_tail": stderr[-2000:],
             "disk_peak_gb": used / 1e9,
             "output_gb": _du(cmd[cmd.index("--out") + 1]) / 1e9 if "--out" in cmd else 0,
-            "client_peak_mib": client / 1024,
+            "client_peak_mib": client / 1024, "client_anon_peak_mib": anon / 1024,
             "worker_peaks_mib": sorted((kib / 1024 for kib in big.values()), reverse=True)}
 
 
@@ -229,7 +232,8 @@ def main(argv=None) -> int:
         r = res[k]
         print(f"{k:5s} exit {r['exit']}  wall {r['wall_s']:8.1f} s  "
               f"{r.get('packets_per_s', 0) / 1e6:6.2f} M packets/s  client peak "
-              f"{r['client_peak_mib']:7.0f} MiB  workers "
+              f"{r['client_peak_mib']:7.0f} MiB (anonymous {r['client_anon_peak_mib']:.0f})"
+              "  workers "
               + ", ".join(f"{w:.0f}" for w in r["worker_peaks_mib"]) + " MiB  disk peak "
               f"{r['disk_peak_gb']:.1f} GB (output {r['output_gb']:.1f} GB)")
     if "check" in res:

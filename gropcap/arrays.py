@@ -54,6 +54,11 @@ def arrow_numeric(a: np.ndarray, t: pa.DataType) -> pa.Array:
     return pa.array(a, t)
 
 
+def batch_column(batch: pa.RecordBatch, name: str) -> np.ndarray:
+    """:func:`numpy_of` a record batch's column by name."""
+    return numpy_of(batch.column(batch.schema.get_field_index(name)))
+
+
 def arrow_strings(values) -> pa.Array:
     """``pa.array(values, pa.string())`` for a sequence of str (no None)."""
     enc = [v.encode() for v in values]

@@ -18,20 +18,33 @@ def top_flows(flows, model: str, n: int) -> dict:
     "shown": k, "flows": [{"flow_id", "src", "sport", "dst", "dport", "l4_proto",
     "packets", "payload_bytes", "superpackets", "aggregation_ratio", "top_end_reason"}]}``,
     ties in flow order. Works on any flows table (in memory, streamed or loaded)."""
-    total = flows.num_rows
+    from gropcap.arrays import arrow_indices
+    from gropcap.run.accumulators import LOOKUP_ROWS
+    total, n = flows.num_rows, max(n, 0)
     if not total:
         return {"total": 0, "shown": 0, "flows": []}
-    segs = numpy_of(flows.column(f"{model}_superpackets"))
-    order = np.lexsort((np.arange(total), -segs))[:max(n, 0)].tolist()
-    cols = {k: flows.column(k).to_pylist() for k in
+    # the top n of each slice, then of those: a table of any size in bounded memory
+    ids, segs, off = [], [], 0
+    name = f"{model}_superpackets"
+    for batch in flows.select([name]).to_batches(max_chunksize=LOOKUP_ROWS):
+        s = numpy_of(batch.column(0))
+        best = np.lexsort((np.arange(len(s)), -s))[:n]
+        ids.append(best + off)
+        segs.append(s[best])
+        off += batch.num_rows
+    ids, segs = np.concatenate(ids), np.concatenate(segs)
+    order = np.lexsort((ids, -segs))[:n]
+    picked = flows.take(arrow_indices(ids[order]))
+    cols = {k: picked.column(k).to_pylist() for k in
             ("src", "sport", "dst", "dport", "l4_proto", "packets", "payload_bytes",
              f"{model}_ratio", f"{model}_top_reason")}
-    rows = [{"flow_id": i, "src": cols["src"][i], "sport": cols["sport"][i],
-             "dst": cols["dst"][i], "dport": cols["dport"][i],
-             "l4_proto": cols["l4_proto"][i], "packets": cols["packets"][i],
-             "payload_bytes": cols["payload_bytes"][i], "superpackets": int(segs[i]),
-             "aggregation_ratio": round(cols[f"{model}_ratio"][i], 4),
-             "top_end_reason": cols[f"{model}_top_reason"][i]} for i in order]
+    rows = [{"flow_id": int(i), "src": cols["src"][j], "sport": cols["sport"][j],
+             "dst": cols["dst"][j], "dport": cols["dport"][j],
+             "l4_proto": cols["l4_proto"][j], "packets": cols["packets"][j],
+             "payload_bytes": cols["payload_bytes"][j], "superpackets": int(segs[order][j]),
+             "aggregation_ratio": round(cols[f"{model}_ratio"][j], 4),
+             "top_end_reason": cols[f"{model}_top_reason"][j]}
+            for j, i in enumerate(ids[order].tolist())]
     return {"total": total, "shown": len(rows), "flows": rows}
 
 

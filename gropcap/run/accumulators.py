@@ -31,6 +31,7 @@ Layer: reads packet columns (decode/) and GRO results (gro/); imports nothing ab
 from __future__ import annotations
 
 import ipaddress
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -495,6 +496,129 @@ def reverse_seen(flows: pa.Table, rows: np.ndarray, among: np.ndarray,
     return np.isin(ids[:len(rows)], ids[len(rows):])
 
 
+# the flows-table lookups below hold the key rows of at most about this many flows at a
+# time: a larger table (the Dask runs exchange's, mapped from disk) is taken in buckets
+# that keep a flow and its reverse together, and in slices of this many rows
+LOOKUP_ROWS = 1 << 21
+
+
+def reverse_count(flows: pa.Table, rows_of, among_of,
+                  keys=("src", "sport", "dst", "dport"),
+                  limit: int = LOOKUP_ROWS) -> tuple[int, int, int]:
+    """:func:`reverse_seen` over a flows table of any size in bounded memory:
+    ``rows_of(batch)`` and ``among_of(batch)`` pick the rows and the candidates of each
+    record batch (bool masks). Returns ``(rows, seen, first)``: how many rows were
+    picked, how many have their reverse among the candidates, and the first picked
+    row that has not (-1: none). Up to ``limit`` flows in one lookup; more are split
+    into ``ceil(flows / limit)`` buckets by a hash of the endpoints that a flow and its
+    reverse share, written to temporary files in one pass over slices of ``limit``
+    rows, then looked up bucket by bucket (a grace hash join)."""
+    import tempfile
+    n = flows.num_rows
+    limit = max(limit, 1)
+    buckets = -(-n // limit)
+    cols = list(dict.fromkeys([*keys, *("src", "dst", "sport", "dport")]))
+    out = [0, 0, -1]
+
+    def picked(batch, off):
+        r = np.asarray(rows_of(batch), bool)
+        a = np.asarray(among_of(batch), bool)
+        idx = np.flatnonzero(r | a)
+        arrays = [batch.column(batch.schema.get_field_index(k)) for k in cols]
+        part = pa.RecordBatch.from_arrays(
+            [*arrays, arrow_numeric(np.arange(off, off + batch.num_rows, dtype=np.int64),
+                                     pa.int64()), arrow_numeric(r, pa.bool_()),
+             arrow_numeric(a, pa.bool_())], names=[*cols, "_id", "_row", "_among"])
+        return part.take(arrow_indices(idx)), idx
+
+    def lookup(sub: pa.Table):
+        if not sub.num_rows:
+            return
+        ids = numpy_of(sub.column("_id"))
+        rows = np.flatnonzero(numpy_of(sub.column("_row")))
+        hit = reverse_seen(sub, rows, np.flatnonzero(numpy_of(sub.column("_among"))), keys)
+        out[0] += len(rows)
+        out[1] += int(np.count_nonzero(hit))
+        miss = ids[rows[~hit]]
+        if len(miss):
+            out[2] = int(miss.min()) if out[2] < 0 else min(out[2], int(miss.min()))
+
+    slices, off = [], 0
+    for batch in flows.to_batches(max_chunksize=limit):
+        slices.append((off, batch))
+        off += batch.num_rows
+    if buckets <= 1:
+        lookup(pa.Table.from_batches([picked(b, o)[0] for o, b in slices]))
+        return tuple(out)
+    with tempfile.TemporaryDirectory(prefix="gropcap-flows-") as d:
+        sinks, writers = {}, {}
+        try:
+            for o, batch in slices:
+                part, idx = picked(batch, o)
+                bucket = _endpoint_bucket(batch, buckets)[idx]
+                order = np.argsort(bucket, kind="stable")
+                edges = np.flatnonzero(np.diff(bucket[order])) + 1
+                for sel in np.split(order, edges):
+                    if not len(sel):
+                        continue
+                    b = int(bucket[sel[0]])
+                    chunk = part.take(arrow_indices(sel))
+                    if b not in writers:
+                        sinks[b] = pa.OSFile(os.path.join(d, f"{b}.arrow"), "wb")
+                        writers[b] = pa.ipc.new_file(sinks[b], chunk.schema)
+                    writers[b].write_batch(chunk)
+        finally:
+            for b in writers:
+                writers[b].close()
+                sinks[b].close()
+        for b in sorted(writers):
+            with pa.OSFile(os.path.join(d, f"{b}.arrow")) as f:
+                lookup(pa.ipc.open_file(f).read_all())
+    return tuple(out)
+
+
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser over uint64 (wrapping)."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * _M1
+    x = x ^ (x >> np.uint64(27))
+    x = x * _M2
+    return x ^ (x >> np.uint64(31))
+
+
+def _text_hash(a: pa.Array) -> np.ndarray:
+    """A uint64 per string of a string array (equal strings, equal hashes): the sum of
+    its bytes times powers of an odd constant by position, plus its length."""
+    a = a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
+    n = len(a)
+    offs = np.frombuffer(a.buffers()[1], np.int32, count=n + 1,
+                         offset=4 * a.offset).astype(np.int64)
+    lo, hi = int(offs[0]), int(offs[-1])
+    data = a.buffers()[2]
+    seg = np.frombuffer(data, np.uint8)[lo:hi].astype(np.uint64) if data is not None and \
+        hi > lo else np.zeros(0, np.uint64)
+    lengths = np.diff(offs)
+    pos = np.arange(hi - lo) - np.repeat(offs[:-1] - lo, lengths)
+    powers = np.cumprod(np.full(int(lengths.max(initial=0)) + 1, 0x100000001B3, np.uint64))
+    sums = np.zeros(hi - lo + 1, np.uint64)
+    np.cumsum(seg * powers[pos], out=sums[1:])
+    return sums[offs[1:] - lo] - sums[offs[:-1] - lo] + lengths.astype(np.uint64)
+
+
+def _endpoint_bucket(batch, buckets: int) -> np.ndarray:
+    """Per flow of a record batch of the flows table, its bucket of ``buckets``: a
+    hash of its two endpoints (address, port) that does not change when they swap."""
+    ends = []
+    for addr, port in (("src", "sport"), ("dst", "dport")):
+        p = numpy_of(batch.column(batch.schema.get_field_index(port))).astype(np.uint64)
+        ends.append(_mix(_text_hash(batch.column(batch.schema.get_field_index(addr)))
+                         ^ _mix(p)))
+    return ((ends[0] + ends[1]) % np.uint64(buckets)).astype(np.int64)
+
+
 def _packed(cols: list, ranges: list) -> np.ndarray:
     """Non-negative integer key columns packed into as few int64 words per row as the
     columns' ``ranges`` (every value below its range, the same ranges for both sides of
@@ -633,52 +757,57 @@ class FlowCauses:
 
     def result(self, n_flows: int) -> list[str]:
         """One string per flow (see ``report.explain.flow_causes``)."""
+        from gropcap.run.spill import cause_text
         self._grow(n_flows)
-        out = []
-        for a, b, n in zip(self.ahead[:n_flows].tolist(), self.back[:n_flows].tolist(),
-                           self.total[:n_flows].tolist()):
-            if not a and not b:
-                out.append("")
-            elif a >= b:
-                out.append(f"loss or reordering at {a} of {n} breaks")
-            else:
-                out.append(f"retransmission at {b} of {n} breaks")
-        return out
+        return [cause_text(a, b, n) for a, b, n in zip(
+            self.ahead[:n_flows].tolist(), self.back[:n_flows].tolist(),
+            self.total[:n_flows].tolist())]
 
 
 class Totals:
     """Every accumulator of one run: ``capture``, ``coalesced`` (None: no frame was
     captured already coalesced), ``models`` (``{model: ModelCounts}``) and ``flows``."""
 
-    def __init__(self, models, verify_checksums: bool = False):
+    def __init__(self, models, verify_checksums: bool = False, spill=None):
         self.capture = CaptureCounts(verify_checksums)
         self.coalesced: CoalescedCounts | None = None
         self.models = {m: ModelCounts(m) for m in models}
         self.flows = FlowCounts()
         self._flows_table = None
-        self._sealed: list[pa.Table] = []      # flows-table rows of sealed runs
+        # flows-table rows of sealed runs: on disk (a ``run.spill.Spill``) or here
+        self._sealed = spill if spill is not None else []
+        self.sealed_flows = 0
 
     def flows_table(self) -> pa.Table:
         if self._flows_table is None:
-            self._flows_table = pa.concat_tables(self._sealed) if self._sealed else \
-                self.flows.table(self.models)
+            empty = self.flows.table(self.models)
+            if isinstance(self._sealed, list):
+                self._flows_table = pa.concat_tables(self._sealed) if self._sealed \
+                    else empty
+            else:                           # mapped from the spill, once
+                self._flows_table = self._sealed.table(empty)
+                self._sealed = [self._flows_table]
         return self._flows_table
 
     def add_sealed(self, run: "Totals") -> None:
         """Fold in the totals of a receiver run after these whose flows are final (flows
         never span runs): its flows-table rows are built now, numbered on from the
         flows before, and its per-flow counts dropped, so what is kept is a table row a
-        flow, not the accumulators (the Dask runs exchange's client). The capture
-        counts are not folded (the caller merges them once)."""
+        flow (on disk with a spill), not the accumulators (the Dask runs exchange's
+        client). The capture counts are not folded (the caller merges them once)."""
         if self.flows.n_flows:
             raise ValueError("sealed runs follow sealed runs only")
         table = run.flows_table()
         if table.num_rows:
-            base = sum(t.num_rows for t in self._sealed)
+            base = self.sealed_flows
             ids = np.arange(base, base + table.num_rows, dtype=np.int64)
-            self._sealed.append(table.set_column(
-                table.schema.get_field_index("flow_id"), "flow_id",
-                arrow_numeric(ids, pa.int64())))
+            table = table.set_column(table.schema.get_field_index("flow_id"), "flow_id",
+                                     arrow_numeric(ids, pa.int64()))
+            if isinstance(self._sealed, list):
+                self._sealed.append(table)
+            else:
+                self._sealed.add(table)
+            self.sealed_flows += table.num_rows
         if run.coalesced is not None:
             self.coalesced = run.coalesced if self.coalesced is None else \
                 self.coalesced.merge(run.coalesced)
@@ -752,4 +881,5 @@ def totals_of_analysis(analysis, capture: CaptureCounts | None = None,
 __all__ = ["UDP_TUNNEL_KINDS", "udp_tunnel_counts", "FlowCauses", "Totals", "CaptureCounts",
            "CoalescedCounts", "ModelCounts", "FlowCounts", "totals_of_analysis",
            "model_counts", "file_index_of", "encap_counts", "hist_by_name",
-           "flow_key_columns", "addr_text", "addr_texts", "reverse_seen", "FLOW_KEY_COLS"]
+           "flow_key_columns", "addr_text", "addr_texts", "reverse_seen", "reverse_count",
+           "LOOKUP_ROWS", "FLOW_KEY_COLS"]

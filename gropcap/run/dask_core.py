@@ -241,7 +241,11 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
                                     + (k < run_rows[submitted] % rparts))
             submitted += 1
     from gropcap.run.accumulators import FlowCauses, Totals
-    tot, causes = Totals(models, config.verify_checksums), FlowCauses()
+    from gropcap.run.spill import CausesSpill, Spill
+    # the flows-table rows and flow causes of sealed runs go to disk: the client's
+    # memory does not grow with the flows (run.spill)
+    tot = Totals(models, config.verify_checksums, spill=Spill(os.path.join(tmp, "flows.arrow")))
+    causes = CausesSpill(os.path.join(tmp, "causes.arrow"))
     done, writes = [], []
     flow_base, row_base = 0, 0
     seg_base = {m: 0 for m in models}
@@ -255,9 +259,10 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
         # partition's delivery table of its run); waits while more than ``keep`` runs
         # wait for their writes (writes slower than GRO would pile up scratch)
         while writes and (len(writes) > keep or all(f.done() for f, _ in writes[0][1])):
-            r_works, wtasks = writes.pop(0)
+            r_works, wtasks, r_causes, base, n = writes.pop(0)
             for w in _results(c, wtasks, write_partition_task):
-                _fold_wrote(w, tot, hint, causes)
+                _fold_wrote(w, tot, hint, r_causes, base)
+            causes.seal(r_causes, n)            # runs written in order
             for w in r_works:
                 shutil.rmtree(os.path.dirname(w), ignore_errors=True)
     for r in range(nruns):
@@ -275,9 +280,11 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
         _merge_run(run_tot, mine, local)
         tot.add_sealed(run_tot)
         del run_tot
-        for d, fmap in zip(mine, maps):
+        # the run's flow causes under its own flow ids (from 0), sealed once complete
+        r_causes = FlowCauses()
+        for d, lmap in zip(mine, local):
             if "local" in d:
-                _fold_wrote(_local_wrote(d.pop("local"), fmap), tot, hint, causes)
+                _fold_wrote(_local_wrote(d.pop("local"), lmap), tot, hint, r_causes)
         r_works = [d["work"] for d in mine]
         for d in mine:
             if d["tunnels"] is not None:
@@ -295,8 +302,9 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
                                         priority=1), args))
                 if progress is not None:
                     progress.follow(lines["write"], wtasks[-1][0], d["rows"])
-            writes.append((r_works, wtasks))
+            writes.append((r_works, wtasks, r_causes, flow_base, nflows))
         else:
+            causes.seal(r_causes, nflows)
             for w in r_works:
                 shutil.rmtree(os.path.dirname(w), ignore_errors=True)
         for m in models:
@@ -784,6 +792,8 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 if failures:
                     summary["failed_inputs"] = [f.as_dict() for f in failures]
                 flows = tot.flows_table()
+                # (a spill is mapped here, before its scratch directory goes)
+                flow_causes = causes.result(flows.num_rows)
                 written = []
                 if out_dir:
                     from gropcap.io.parquet import summary_metadata, write_table
@@ -815,7 +825,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 except OSError:
                     pass
     return PartitionedResult(summary=summary, flows=flows, paths=written, metadata=meta,
-                             totals=tot, flow_causes=causes.result(flows.num_rows),
+                             totals=tot, flow_causes=flow_causes,
                              udp_tunnel_hint=tunnel_hint, failures=failures,
                              timings={**tm, "finish": clock() - t0}, exchange=how,
                              task_timings=[d["timings"] for d in done]
@@ -879,13 +889,14 @@ def _local_wrote(local: dict, fmap: np.ndarray) -> dict:
     return {**local, "causes": (fmap[:len(local["causes"][0])], *local["causes"])}
 
 
-def _fold_wrote(w: dict, tot, hint, causes) -> None:
+def _fold_wrote(w: dict, tot, hint, causes, base: int = 0) -> None:
     """A write task's counts (super-packets per encapsulation, the tunnel hint's rows
-    before, flow causes) into the run's totals."""
+    before, flow causes: under their flow ids less ``base``) into the run's totals."""
     for m, enc in w["encap"].items():
         _merge_encap(tot.models[m], enc)
         hint.before[m] += w["before"][m]
     ids, total, ahead, back = w["causes"]
+    ids = ids - base
     if len(ids):
         causes._grow(int(ids.max()) + 1)
     for name, v in (("total", total), ("ahead", ahead), ("back", back)):

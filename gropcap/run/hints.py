@@ -200,11 +200,10 @@ def acks_hint(flows, config) -> dict | None:
     A suggestion only: nothing is re-run."""
     if config.poll_acks or flows is None or not flows.num_rows:
         return None
-    from gropcap.arrays import numpy_of
-    from gropcap.run.accumulators import reverse_seen
-    data = np.flatnonzero((numpy_of(flows.column("l4_proto")) == C.IPPROTO_TCP)
-                          & (numpy_of(flows.column("payload_bytes")) > 0))
-    n = int(np.count_nonzero(reverse_seen(
-        flows, data, np.arange(flows.num_rows),
-        keys=("encap", "src", "sport", "dst", "dport", "l4_proto")))) if len(data) else 0
+    from gropcap.arrays import batch_column as col
+    from gropcap.run.accumulators import reverse_count
+    _, n, _ = reverse_count(
+        flows, lambda b: (col(b, "l4_proto") == C.IPPROTO_TCP) & (col(b, "payload_bytes") > 0),
+        lambda b: np.ones(b.num_rows, bool),
+        keys=("encap", "src", "sport", "dst", "dport", "l4_proto"))
     return {"directions": n, "option": "--poll-acks"} if n else None

@@ -124,20 +124,20 @@ def warnings_of(tot, mtu, flows) -> list[str]:
         out.append(f"{c.short} frames are cut by the snap length: their "
                    f"TCP/UDP checksums cannot be verified")
     if flows.num_rows:
-        from gropcap.arrays import numpy_of
-        from gropcap.run.accumulators import reverse_seen
-        col = lambda n: numpy_of(flows.column(n))  # noqa: E731
-        # TCP flows with ports (a header cut before the ports leaves them 0)
-        tcp = np.flatnonzero((col("l4_proto") == IPPROTO_TCP)
-                             & ((col("sport") != 0) | (col("dport") != 0)))
-        one_way = tcp[~reverse_seen(flows, tcp, tcp)] if len(tcp) else tcp
-        if len(one_way):
-            i = int(one_way[0])
+        from gropcap.arrays import batch_column as col
+        from gropcap.run.accumulators import reverse_count
+
+        def tcp(b):
+            # TCP flows with ports (a header cut before the ports leaves them 0)
+            return (col(b, "l4_proto") == IPPROTO_TCP) & ((col(b, "sport") != 0)
+                                                          | (col(b, "dport") != 0))
+        n_tcp, two_way, i = reverse_count(flows, tcp, tcp)
+        if n_tcp > two_way:
             a, ap, b, bp = (flows.column(n)[i].as_py() for n in ("src", "sport", "dst",
                                                                   "dport"))
-            out.append(f"{len(one_way)} of {len(tcp)} TCP flows are seen in one direction "
-                       f"only (e.g. flow {i}, {a}:{ap} > {b}:{bp}): a filtered, "
-                       f"mirrored or asymmetric capture")
+            out.append(f"{n_tcp - two_way} of {n_tcp} TCP flows are seen in one "
+                       f"direction only (e.g. flow {i}, {a}:{ap} > {b}:{bp}): a "
+                       f"filtered, mirrored or asymmetric capture")
     return out
 
 

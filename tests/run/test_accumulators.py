@@ -200,17 +200,36 @@ def test_top_reasons_pick_the_most_frequent_then_the_lower_code():
     assert mc.top_reasons(1) == [reason_name(3)]
 
 
-def test_sealed_runs_give_the_flows_table_of_one_pass(two_files):
+def _mapped_from(buf, name: str) -> bool:
+    """Whether an Arrow buffer lies in a mapping of a (deleted) file called ``name``."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.rstrip("\n").split(maxsplit=5)
+            path = fields[5] if len(fields) > 5 else ""
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            if lo <= buf.address < hi:
+                return os.path.basename(path.replace(" (deleted)", "")) == name
+    return False
+
+
+@pytest.mark.parametrize("on_disk", [False, True], ids=["in-memory", "spilled"])
+def test_sealed_runs_give_the_flows_table_of_one_pass(two_files, on_disk, tmp_path):
     """Totals.add_sealed (a receiver run's flows final): the flows table equals the one
-    built from the merged per-flow counts, ids numbered on, and the models' totals too."""
+    built from the merged per-flow counts, ids numbered on, and the models' totals too.
+    Spilled (the Dask runs exchange's client): the rows are not in the client's memory
+    but in a mapped file, deleted once mapped."""
+    import pyarrow as pa
+
     from gropcap.run.accumulators import Totals
     from gropcap.run.dask_core import _merge_run, flow_maps
+    from gropcap.run.spill import Spill
     t = two_files.decoded
     fidx = file_index_of(t)
     models = list(two_files.results)
     # two "runs": the rows of file 0, then of file 1 (their flows disjoint)
     runs = [np.flatnonzero(fidx == f) for f in (0, 1)]
-    whole, sealed = Totals(models), Totals(models)
+    spill = Spill(str(tmp_path / "flows.arrow")) if on_disk else None
+    whole, sealed = Totals(models), Totals(models, spill=spill)
     base = 0
     for rows in runs:
         sub = t.take(rows)
@@ -237,11 +256,137 @@ def test_sealed_runs_give_the_flows_table_of_one_pass(two_files):
         _merge_run(whole, [dict(part)], [fmap[0] + base])
         one = Totals(models)
         _merge_run(one, [dict(part)], fmap)
+        size = one.flows_table().nbytes
+        held = pa.total_allocated_bytes()
         sealed.add_sealed(one)
+        del one
+        if on_disk:                     # the run's rows went to the file
+            assert pa.total_allocated_bytes() - held < size / 4, size
         base += len(uniq)
     assert sealed.flows_table().equals(whole.flows_table())
+    if on_disk:
+        assert not os.path.exists(spill.path)
+        assert sealed.flows_table().column("src").chunk(0).buffers()[2] is not None
+        assert all(_mapped_from(c.buffers()[1], "flows.arrow")
+                   for c in sealed.flows_table().column("packets").chunks)
     assert sealed.flows_table().num_rows == base > 0
     for m in models:
         for k in ("reason_hist", "end_hist", "file_segs", "file_data_segs"):
             assert np.array_equal(getattr(sealed.models[m], k), getattr(whole.models[m], k))
         assert sealed.models[m].nseg == whole.models[m].nseg
+
+
+def _set_reverse(rows, pick, among, key, swapped):
+    """(picked, with their reverse among the candidates, first picked without) by sets."""
+    present = {swapped(rows[i]) for i in among}
+    got = [i for i in pick if key(rows[i]) in present]
+    miss = [i for i in pick if key(rows[i]) not in present]
+    return len(pick), len(got), (miss[0] if miss else -1)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("limit", [4, 16, 64, 10_000])
+def test_reverse_count_in_buckets_equals_the_set_definition(seed, limit):
+    """reverse_count takes a table larger than ``limit`` flows in buckets by an endpoint
+    hash (a flow and its reverse in the same bucket) over slices of ``limit`` rows: its
+    counts and first row equal the set definition whatever the bucket count."""
+    from gropcap.arrays import batch_column as col
+    from gropcap.run.accumulators import reverse_count
+    flows = _random_flows(seed, 300)
+    # several chunks, one a slice with an offset into its buffers
+    import pyarrow as pa
+    flows = pa.concat_tables([flows.slice(0, 120), flows.slice(120, 100),
+                              flows.slice(220)])
+    rows = flows.to_pylist()
+    tcp = [i for i, r in enumerate(rows) if r["l4_proto"] == 6 and (r["sport"] or r["dport"])]
+    want = _set_reverse(rows, tcp, tcp, lambda r: (r["src"], r["sport"], r["dst"], r["dport"]),
+                        lambda r: (r["dst"], r["dport"], r["src"], r["sport"]))
+
+    def is_tcp(b):
+        return (col(b, "l4_proto") == 6) & ((col(b, "sport") != 0) | (col(b, "dport") != 0))
+    assert reverse_count(flows, is_tcp, is_tcp, limit=limit) == want
+    assert 0 < want[1] < want[0]
+    keys = ("encap", "src", "sport", "dst", "dport", "l4_proto")
+    data = [i for i, r in enumerate(rows) if r["l4_proto"] == 6 and r["payload_bytes"] > 0]
+    want = _set_reverse(rows, data, range(len(rows)),
+                        lambda r: (r["encap"], r["src"], r["sport"], r["dst"], r["dport"], 6),
+                        lambda r: (r["encap"], r["dst"], r["dport"], r["src"], r["sport"],
+                                   r["l4_proto"]))
+    got = reverse_count(flows, lambda b: (col(b, "l4_proto") == 6)
+                        & (col(b, "payload_bytes") > 0),
+                        lambda b: np.ones(b.num_rows, bool), keys=keys, limit=limit)
+    assert got == want and want[1] > 0
+
+
+def test_endpoint_buckets_keep_reverses_together_and_spread():
+    import pyarrow as pa
+    from gropcap.run.accumulators import _endpoint_bucket
+    rng = np.random.default_rng(3)
+    n = 5000
+    src = [f"10.{a}.{b}.1" for a, b in rng.integers(0, 256, (n, 2)).tolist()]
+    dst = [f"fe80::{a:x}" for a in rng.integers(0, 65536, n).tolist()]
+    sp, dp = rng.integers(0, 65536, n), rng.integers(0, 65536, n)
+    fwd = pa.record_batch({"src": pa.array(src), "dst": pa.array(dst),
+                           "sport": pa.array(sp, pa.uint16()), "dport": pa.array(dp, pa.uint16())})
+    rev = pa.record_batch({"src": pa.array(dst), "dst": pa.array(src),
+                           "sport": pa.array(dp, pa.uint16()), "dport": pa.array(sp, pa.uint16())})
+    b = _endpoint_bucket(fwd, 16)
+    assert np.array_equal(b, _endpoint_bucket(rev, 16))
+    counts = np.bincount(b, minlength=16)
+    assert counts.min() > n / 16 / 2 and counts.max() < n / 16 * 2, counts
+
+
+def test_top_flows_by_slices_equal_one_sort(monkeypatch):
+    """top_flows keeps the top of each slice of the flows table (a table mapped from
+    disk is never held whole): the same flows, in the same order, as one sort with ties
+    in flow order."""
+    import pyarrow as pa
+
+    import gropcap.run.accumulators as acc
+    from gropcap.report.summary import top_flows
+    rng = np.random.default_rng(5)
+    n = 500
+    flows = _random_flows(5, n).append_column(
+        "napi_superpackets", pa.array(rng.integers(0, 6, n), pa.int64()))
+    for k, v in (("packets", rng.integers(1, 99, n)), ("napi_ratio", rng.random(n)),
+                 ("napi_top_reason", np.array(["x"] * n))):
+        flows = flows.append_column(k, pa.array(v))
+    segs = flows.column("napi_superpackets").to_pylist()
+    want = sorted(range(n), key=lambda i: (-segs[i], i))
+    whole = top_flows(flows, "napi", 40)
+    assert [r["flow_id"] for r in whole["flows"]] == want[:40]
+    for rows in (1, 7, 100):
+        monkeypatch.setattr(acc, "LOOKUP_ROWS", rows)
+        assert top_flows(flows, "napi", 40) == whole
+    assert top_flows(flows, "napi", 0) == {"total": n, "shown": 0, "flows": []}
+
+
+def test_spilled_flow_causes_equal_the_list():
+    """The runs exchange's flow causes: each run's counts appended in flow order, read
+    as text on access, equal FlowCauses.result over all the flows."""
+    import tempfile
+
+    from gropcap.gro.reasons import FLUSH_CWR, FLUSH_ZERO_PAYLOAD
+    from gropcap.run.accumulators import FlowCauses
+    from gropcap.run.spill import CausesSpill
+    rng = np.random.default_rng(2)
+    whole = FlowCauses()
+    with tempfile.TemporaryDirectory() as d:
+        spill = CausesSpill(os.path.join(d, "causes.arrow"))
+        base = 0
+        for n in (5, 0, 12):
+            run = FlowCauses()
+            for _ in range(3):
+                fid = rng.integers(0, max(n, 1), 30) if n else np.zeros(0, np.int64)
+                seq = rng.integers(0, 5000, len(fid))
+                args = (seq, np.full(len(fid), 100), np.full(len(fid), 6),
+                        rng.integers(FLUSH_CWR, FLUSH_ZERO_PAYLOAD + 1, len(fid)))
+                run.add(fid, *args)
+                whole.add(fid + base, *args)
+            spill.seal(run, n)
+            base += n
+        got = spill.result(base)
+        want = whole.result(base)
+        assert got == want and list(got) == want and len(got) == 17
+        assert got[3] == want[3] and got[-1] == want[-1] and got[2:6] == want[2:6]
+        assert any(want) and not os.listdir(d)

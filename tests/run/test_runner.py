@@ -660,9 +660,13 @@ def test_runs_exchange_keeps_scratch_bounded(client, generated, tmp_path, monkey
     one = stream_analyze(paths, GroConfig())
     assert dist.summary == one.summary
     assert dist.flows.equals(one.flows)
-    # the client sealed each run as it came: a flows-table row a flow, no per-flow
-    # accumulators (they held the 100 GB run's client above 1 GB)
-    assert len(dist.totals._sealed) == 8 and dist.totals.flows.n_flows == 0
+    # the client sealed each run as it came: its flows-table rows to a file on disk,
+    # mapped at the end, no per-flow accumulators (they held the 100 GB run's client
+    # above 1 GB); the flow causes read from disk on access too
+    from gropcap.run.spill import CauseTexts
+    assert dist.totals.sealed_flows == dist.flows.num_rows == 8 * one.flows.num_rows // 8
+    assert dist.totals.flows.n_flows == 0 and dist.flows.column("packets").num_chunks == 8
+    assert isinstance(dist.flow_causes, CauseTexts) and dist.flow_causes == one.flow_causes
     assert all(len(mc.top_keys) == 0 == len(mc.flow_segs)
                for mc in dist.totals.models.values())
     assert max(seen) >= 2, seen          # runs did overlap
