@@ -10,6 +10,9 @@ Layer: 0 (numpy and pyarrow only); decode/, gro/ and run/ use it.
 
 from __future__ import annotations
 
+import mmap
+import weakref
+
 import numpy as np
 import pyarrow as pa
 
@@ -52,6 +55,46 @@ def arrow_numeric(a: np.ndarray, t: pa.DataType) -> pa.Array:
     if a.ndim == 1 and a.flags.c_contiguous and pa.from_numpy_dtype(a.dtype) == t:
         return pa.Array.from_buffers(t, len(a), [None, pa.py_buffer(a)])
     return pa.array(a, t)
+
+
+# passes over a table that may be larger than memory should hold (a flows table mapped
+# from disk) take it in slices of this many rows
+SLICE_ROWS = 1 << 19
+
+# the mappings of tables map_ipc_file made, by id(table), while the table lives
+_MAPS: dict = {}
+
+
+def map_ipc_file(path: str) -> pa.Table:
+    """The tables of an Arrow IPC file, zero-copy over a read-only mapping of it (the
+    file may be unlinked once this returns: the mapping lives as long as the table).
+    :func:`slices` drops the mapping's resident pages after each slice."""
+    with open(path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    table = pa.ipc.open_file(pa.BufferReader(pa.py_buffer(mm))).read_all()
+    _MAPS[id(table)] = mm
+    weakref.finalize(table, _MAPS.pop, id(table), None)
+    return table
+
+
+def is_mapped(table) -> bool:
+    """Whether ``table`` is one :func:`map_ipc_file` made."""
+    return id(table) in _MAPS
+
+
+def slices(table: pa.Table, rows: int | None = None):
+    """``(first row, record batch)`` over ``table`` in slices of at most ``rows``
+    (:data:`SLICE_ROWS`) rows, zero-copy. For a table of :func:`map_ipc_file` this
+    process's resident pages of the file are dropped after each slice (the kernel reads
+    them again from the page cache when used), so a pass does not leave the whole file
+    in the process's RSS (VmHWM counts a mapped file's resident pages)."""
+    mm = _MAPS.get(id(table))
+    off = 0
+    for batch in table.to_batches(max_chunksize=max(rows or SLICE_ROWS, 1)):
+        yield off, batch
+        off += batch.num_rows
+        if mm is not None:
+            mm.madvise(mmap.MADV_DONTNEED)
 
 
 def batch_column(batch: pa.RecordBatch, name: str) -> np.ndarray:

@@ -15,6 +15,7 @@ import tempfile
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from gropcap.arrays import is_mapped, slices
 from gropcap.errors import OutputError  # noqa: F401  (defined with the other errors)
 
 
@@ -43,7 +44,15 @@ def write_table(table: pa.Table, path: str, metadata: dict[str, str], *,
         fd, tmp = tempfile.mkstemp(prefix=".gropcap-", suffix=".parquet.tmp", dir=directory)
         os.close(fd)
         try:
-            pq.write_table(with_metadata(table, metadata), tmp, compression="zstd")
+            if is_mapped(table):
+                # a table mapped from disk (the runs exchange's flows): by slices, its
+                # pages dropped after each (arrays.slices), not the whole file in RSS
+                schema = with_metadata(table.slice(0, 0), metadata).schema
+                with pq.ParquetWriter(tmp, schema, compression="zstd") as w:
+                    for _, batch in slices(table):
+                        w.write_batch(batch)
+            else:
+                pq.write_table(with_metadata(table, metadata), tmp, compression="zstd")
             os.chmod(tmp, 0o666 & ~current_umask())   # mkstemp made it 0600
             os.replace(tmp, path)
         finally:

@@ -8,8 +8,9 @@ import os
 import textwrap
 
 import numpy as np
+import pyarrow as pa
 
-from gropcap.arrays import numpy_of
+from gropcap.arrays import batch_column, slices
 from gropcap.gro.reasons import REASONS
 
 
@@ -18,23 +19,22 @@ def top_flows(flows, model: str, n: int) -> dict:
     "shown": k, "flows": [{"flow_id", "src", "sport", "dst", "dport", "l4_proto",
     "packets", "payload_bytes", "superpackets", "aggregation_ratio", "top_end_reason"}]}``,
     ties in flow order. Works on any flows table (in memory, streamed or loaded)."""
-    from gropcap.arrays import arrow_indices
-    from gropcap.run.accumulators import LOOKUP_ROWS
     total, n = flows.num_rows, max(n, 0)
     if not total:
         return {"total": 0, "shown": 0, "flows": []}
     # the top n of each slice, then of those: a table of any size in bounded memory
-    ids, segs, off = [], [], 0
-    name = f"{model}_superpackets"
-    for batch in flows.select([name]).to_batches(max_chunksize=LOOKUP_ROWS):
-        s = numpy_of(batch.column(0))
+    ids, segs = [], []
+    for off, batch in slices(flows):
+        s = batch_column(batch, f"{model}_superpackets")
         best = np.lexsort((np.arange(len(s)), -s))[:n]
         ids.append(best + off)
         segs.append(s[best])
-        off += batch.num_rows
     ids, segs = np.concatenate(ids), np.concatenate(segs)
     order = np.lexsort((ids, -segs))[:n]
-    picked = flows.take(arrow_indices(ids[order]))
+    # row by row: a take over a chunked table concatenates its chunks (every page of a
+    # table mapped from disk, and a copy)
+    picked = pa.concat_tables([flows.slice(i, 1) for i in ids[order].tolist()]) \
+        if len(order) else flows.slice(0, 0)
     cols = {k: picked.column(k).to_pylist() for k in
             ("src", "sport", "dst", "dport", "l4_proto", "packets", "payload_bytes",
              f"{model}_ratio", f"{model}_top_reason")}

@@ -37,7 +37,8 @@ import numpy as np
 import pyarrow as pa
 
 from gropcap import constants as C
-from gropcap.arrays import arrow_indices, arrow_numeric, arrow_strings, numpy_of
+from gropcap.arrays import (SLICE_ROWS, arrow_indices, arrow_numeric, arrow_strings,
+                            numpy_of, slices)
 from gropcap.gro.reasons import FLUSH_CWR, FLUSH_ZERO_PAYLOAD, reason_name
 
 # UDP tunnels a local socket must own before GRO looks inside (udp_gro_receive ->
@@ -496,26 +497,21 @@ def reverse_seen(flows: pa.Table, rows: np.ndarray, among: np.ndarray,
     return np.isin(ids[:len(rows)], ids[len(rows):])
 
 
-# the flows-table lookups below hold the key rows of at most about this many flows at a
-# time: a larger table (the Dask runs exchange's, mapped from disk) is taken in buckets
-# that keep a flow and its reverse together, and in slices of this many rows
-LOOKUP_ROWS = 1 << 21
-
-
 def reverse_count(flows: pa.Table, rows_of, among_of,
                   keys=("src", "sport", "dst", "dport"),
-                  limit: int = LOOKUP_ROWS) -> tuple[int, int, int]:
+                  limit: int | None = None) -> tuple[int, int, int]:
     """:func:`reverse_seen` over a flows table of any size in bounded memory:
     ``rows_of(batch)`` and ``among_of(batch)`` pick the rows and the candidates of each
     record batch (bool masks). Returns ``(rows, seen, first)``: how many rows were
     picked, how many have their reverse among the candidates, and the first picked
-    row that has not (-1: none). Up to ``limit`` flows in one lookup; more are split
+    row that has not (-1: none). Up to ``limit`` (``arrays.SLICE_ROWS``) flows in one
+    lookup (the key rows held at a time); more are split
     into ``ceil(flows / limit)`` buckets by a hash of the endpoints that a flow and its
     reverse share, written to temporary files in one pass over slices of ``limit``
     rows, then looked up bucket by bucket (a grace hash join)."""
     import tempfile
     n = flows.num_rows
-    limit = max(limit, 1)
+    limit = max(limit or SLICE_ROWS, 1)
     buckets = -(-n // limit)
     cols = list(dict.fromkeys([*keys, *("src", "dst", "sport", "dport")]))
     out = [0, 0, -1]
@@ -543,17 +539,13 @@ def reverse_count(flows: pa.Table, rows_of, among_of,
         if len(miss):
             out[2] = int(miss.min()) if out[2] < 0 else min(out[2], int(miss.min()))
 
-    slices, off = [], 0
-    for batch in flows.to_batches(max_chunksize=limit):
-        slices.append((off, batch))
-        off += batch.num_rows
     if buckets <= 1:
-        lookup(pa.Table.from_batches([picked(b, o)[0] for o, b in slices]))
+        lookup(pa.Table.from_batches([picked(b, o)[0] for o, b in slices(flows, limit)]))
         return tuple(out)
     with tempfile.TemporaryDirectory(prefix="gropcap-flows-") as d:
         sinks, writers = {}, {}
         try:
-            for o, batch in slices:
+            for o, batch in slices(flows, limit):
                 part, idx = picked(batch, o)
                 bucket = _endpoint_bucket(batch, buckets)[idx]
                 order = np.argsort(bucket, kind="stable")
@@ -882,4 +874,4 @@ __all__ = ["UDP_TUNNEL_KINDS", "udp_tunnel_counts", "FlowCauses", "Totals", "Cap
            "CoalescedCounts", "ModelCounts", "FlowCounts", "totals_of_analysis",
            "model_counts", "file_index_of", "encap_counts", "hist_by_name",
            "flow_key_columns", "addr_text", "addr_texts", "reverse_seen", "reverse_count",
-           "LOOKUP_ROWS", "FLOW_KEY_COLS"]
+           "FLOW_KEY_COLS"]

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from gropcap.arrays import arrow_numeric, numpy_of
+from gropcap.arrays import arrow_numeric, map_ipc_file, numpy_of
 
 
 class Spill:
@@ -48,9 +48,8 @@ class Spill:
         self._writer.close()
         self._sink.close()
         self._writer = self._sink = None
-        source = pa.memory_map(self.path)
         try:
-            return pa.ipc.open_file(source).read_all()
+            return map_ipc_file(self.path)
         finally:
             os.unlink(self.path)
 

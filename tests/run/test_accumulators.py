@@ -342,7 +342,7 @@ def test_top_flows_by_slices_equal_one_sort(monkeypatch):
     in flow order."""
     import pyarrow as pa
 
-    import gropcap.run.accumulators as acc
+    import gropcap.arrays as arrays
     from gropcap.report.summary import top_flows
     rng = np.random.default_rng(5)
     n = 500
@@ -356,7 +356,7 @@ def test_top_flows_by_slices_equal_one_sort(monkeypatch):
     whole = top_flows(flows, "napi", 40)
     assert [r["flow_id"] for r in whole["flows"]] == want[:40]
     for rows in (1, 7, 100):
-        monkeypatch.setattr(acc, "LOOKUP_ROWS", rows)
+        monkeypatch.setattr(arrays, "SLICE_ROWS", rows)
         assert top_flows(flows, "napi", 40) == whole
     assert top_flows(flows, "napi", 0) == {"total": n, "shown": 0, "flows": []}
 
@@ -390,3 +390,39 @@ def test_spilled_flow_causes_equal_the_list():
         assert got == want and list(got) == want and len(got) == 17
         assert got[3] == want[3] and got[-1] == want[-1] and got[2:6] == want[2:6]
         assert any(want) and not os.listdir(d)
+
+
+def _mapping_rss_kib(address: int) -> int:
+    """Resident KiB of the mapping holding ``address`` (/proc/self/smaps)."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and all(c in "0123456789abcdef-" for c in head):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and line.startswith("Rss:"):
+                return int(line.split()[1])
+    raise AssertionError("no mapping holds the address")
+
+
+def test_a_pass_by_slices_leaves_a_mapped_table_off_the_rss(tmp_path):
+    """arrays.slices drops a mapped table's resident pages after each slice: a pass
+    over a 32 MB table mapped from an unlinked file leaves none of it in the process's
+    RSS, where reading it whole leaves all of it."""
+    import pyarrow as pa
+
+    from gropcap.arrays import batch_column, map_ipc_file, numpy_of, slices
+    n = 1 << 22
+    path = str(tmp_path / "t.arrow")
+    with pa.ipc.new_file(path, pa.schema([("a", pa.int64())])) as w:
+        for lo in range(0, n, 1 << 20):
+            w.write_table(pa.table({"a": np.arange(lo, lo + (1 << 20), dtype=np.int64)}))
+    t = map_ipc_file(path)
+    os.unlink(path)
+    address = t.column("a").chunk(0).buffers()[1].address
+    assert sum(int(batch_column(b, "a").sum()) for _, b in slices(t, 1 << 18)) == \
+        n * (n - 1) // 2
+    assert _mapping_rss_kib(address) < 1024
+    assert sum(int(numpy_of(c).sum()) for c in t.column("a").chunks) == n * (n - 1) // 2
+    assert _mapping_rss_kib(address) > 30 * 1024        # a plain pass: all resident
