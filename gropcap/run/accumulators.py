@@ -457,8 +457,9 @@ def reverse_seen(flows: pa.Table, rows: np.ndarray, among: np.ndarray,
     column becomes integer codes (``src`` and ``dst`` over one dictionary, so a swapped
     address compares equal), packed into as few int64 words a row as their ranges allow
     (``_packed``), and the rows' words are looked up among the swapped ones
-    (``np.isin``; the rows numbered first, ``_row_ids``, when a row needs several words). (Not Arrow's hash join: ``Table.join``
-    imports ``pyarrow.dataset`` and with it pandas, 0.2-0.4 s of a warm run.)"""
+    (``np.isin``; the rows numbered first, ``_row_ids``, when a row needs several
+    words). (Not Arrow's hash join: ``Table.join`` imports ``pyarrow.dataset`` and with
+    it pandas, 0.2-0.4 s of a warm run.)"""
     rows = np.asarray(rows, np.int64)
     among = np.asarray(among, np.int64)
     out = np.zeros(len(rows), bool)

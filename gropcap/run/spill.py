@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from gropcap.arrays import arrow_numeric, map_ipc_file, numpy_of
+from gropcap.arrays import arrow_numeric, batch_column, map_ipc_file, slices
 
 
 class Spill:
@@ -26,8 +26,6 @@ class Spill:
 
     def __init__(self, path: str):
         self.path = path
-        self.num_rows = 0
-        self.num_tables = 0
         self._sink = self._writer = None
 
     def add(self, table: pa.Table) -> None:
@@ -37,8 +35,6 @@ class Spill:
             self._sink = pa.OSFile(self.path, "wb")
             self._writer = pa.ipc.new_file(self._sink, table.schema)
         self._writer.write_table(table)
-        self.num_rows += table.num_rows
-        self.num_tables += 1
 
     def table(self, empty: pa.Table) -> pa.Table:
         """Everything added, as one table over the mapped file (``empty`` when nothing
@@ -85,8 +81,8 @@ class CauseTexts(Sequence):
         return cause_text(*(self._t.column(k)[i].as_py() for k in ("ahead", "back", "total")))
 
     def __iter__(self):
-        for batch in self._t.to_batches():
-            cols = [numpy_of(batch.column(k)).tolist() for k in ("ahead", "back", "total")]
+        for _, batch in slices(self._t):
+            cols = [batch_column(batch, k).tolist() for k in ("ahead", "back", "total")]
             yield from (cause_text(a, b, n) for a, b, n in zip(*cols))
 
     def __eq__(self, other) -> bool:
