@@ -31,20 +31,21 @@ def top_flows(flows, model: str, n: int) -> dict:
         segs.append(s[best])
     ids, segs = np.concatenate(ids), np.concatenate(segs)
     order = np.lexsort((ids, -segs))[:n]
+    ids, segs = ids[order], segs[order]
     # row by row: a take over a chunked table concatenates its chunks (every page of a
     # table mapped from disk, and a copy)
-    picked = pa.concat_tables([flows.slice(i, 1) for i in ids[order].tolist()]) \
-        if len(order) else flows.slice(0, 0)
+    picked = pa.concat_tables([flows.slice(i, 1) for i in ids.tolist()]) \
+        if len(ids) else flows.slice(0, 0)
     cols = {k: picked.column(k).to_pylist() for k in
             ("src", "sport", "dst", "dport", "l4_proto", "packets", "payload_bytes",
              f"{model}_ratio", f"{model}_top_reason")}
     rows = [{"flow_id": int(i), "src": cols["src"][j], "sport": cols["sport"][j],
              "dst": cols["dst"][j], "dport": cols["dport"][j],
              "l4_proto": cols["l4_proto"][j], "packets": cols["packets"][j],
-             "payload_bytes": cols["payload_bytes"][j], "superpackets": int(segs[order][j]),
+             "payload_bytes": cols["payload_bytes"][j], "superpackets": int(segs[j]),
              "aggregation_ratio": round(cols[f"{model}_ratio"][j], 4),
              "top_end_reason": cols[f"{model}_top_reason"][j]}
-            for j, i in enumerate(ids[order].tolist())]
+            for j, i in enumerate(ids.tolist())]
     return {"total": total, "shown": len(rows), "flows": rows}
 
 

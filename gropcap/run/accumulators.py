@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from gropcap import constants as C
 from gropcap.arrays import (SLICE_ROWS, arrow_indices, arrow_numeric, arrow_strings,
-                            numpy_of, slices)
+                            batch_column, numpy_of, slices)
 from gropcap.gro.reasons import FLUSH_CWR, FLUSH_ZERO_PAYLOAD, reason_name
 
 # UDP tunnels a local socket must own before GRO looks inside (udp_gro_receive ->
@@ -618,7 +618,7 @@ def _endpoint_bucket(batch, buckets: int) -> np.ndarray:
     hash of its two endpoints (address, port) that does not change when they swap."""
     ends = []
     for addr, port in (("src", "sport"), ("dst", "dport")):
-        p = numpy_of(batch.column(batch.schema.get_field_index(port))).astype(np.uint64)
+        p = batch_column(batch, port).astype(np.uint64)
         ends.append(_mix(_text_hash(batch.column(batch.schema.get_field_index(addr)))
                          ^ _mix(p)))
     return ((ends[0] + ends[1]) % np.uint64(buckets)).astype(np.int64)
@@ -709,6 +709,16 @@ class FlowCounts:
                          if isinstance(v, np.ndarray) else v for k, v in cols.items()})
 
 
+def cause_text(ahead: int, back: int, total: int) -> str:
+    """The probable cause of a flow's breaks (``report.explain.flow_causes``) from how
+    many of its ``total`` sequence breaks jumped ahead and how many back."""
+    if not ahead and not back:
+        return ""
+    if ahead >= back:
+        return f"loss or reordering at {ahead} of {total} breaks"
+    return f"retransmission at {back} of {total} breaks"
+
+
 class FlowCauses:
     """Accumulator of ``report.explain.flow_causes`` over batches in capture order (the
     streamed run adds one batch at a time); the expected next sequence number of each
@@ -762,11 +772,28 @@ class FlowCauses:
 
     def result(self, n_flows: int) -> list[str]:
         """One string per flow (see ``report.explain.flow_causes``)."""
-        from gropcap.run.spill import cause_text
         self._grow(n_flows)
         return [cause_text(a, b, n) for a, b, n in zip(
             self.ahead[:n_flows].tolist(), self.back[:n_flows].tolist(),
             self.total[:n_flows].tolist())]
+
+
+class SealedTables:
+    """``run.spill.Spill``'s interface over tables kept in memory (concatenated once)."""
+
+    def __init__(self):
+        self.num_rows = 0
+        self._parts: list = []
+
+    def add(self, table: pa.Table) -> None:
+        if table.num_rows:
+            self._parts.append(table)
+            self.num_rows += table.num_rows
+
+    def table(self, empty: pa.Table) -> pa.Table:
+        if len(self._parts) != 1:
+            self._parts = [pa.concat_tables(self._parts)] if self._parts else []
+        return self._parts[0] if self._parts else empty
 
 
 class Totals:
@@ -779,19 +806,18 @@ class Totals:
         self.models = {m: ModelCounts(m) for m in models}
         self.flows = FlowCounts()
         self._flows_table = None
-        # flows-table rows of sealed runs: on disk (a ``run.spill.Spill``) or here
-        self._sealed = spill if spill is not None else []
-        self.sealed_flows = 0
+        # flows-table rows of sealed runs: on disk (a ``run.spill.Spill``) or in memory
+        self._sealed = spill if spill is not None else SealedTables()
+
+    @property
+    def sealed_flows(self) -> int:
+        """Flows of the runs sealed so far (``add_sealed``)."""
+        return self._sealed.num_rows
 
     def flows_table(self) -> pa.Table:
         if self._flows_table is None:
-            empty = self.flows.table(self.models)
-            if isinstance(self._sealed, list):
-                self._flows_table = pa.concat_tables(self._sealed) if self._sealed \
-                    else empty
-            else:                           # mapped from the spill, once
-                self._flows_table = self._sealed.table(empty)
-                self._sealed = [self._flows_table]
+            self._flows_table = self._sealed.table(self.flows.table(self.models)) \
+                if self._sealed.num_rows else self.flows.table(self.models)
         return self._flows_table
 
     def add_sealed(self, run: "Totals") -> None:
@@ -808,11 +834,7 @@ class Totals:
             ids = np.arange(base, base + table.num_rows, dtype=np.int64)
             table = table.set_column(table.schema.get_field_index("flow_id"), "flow_id",
                                      arrow_numeric(ids, pa.int64()))
-            if isinstance(self._sealed, list):
-                self._sealed.append(table)
-            else:
-                self._sealed.add(table)
-            self.sealed_flows += table.num_rows
+            self._sealed.add(table)
         if run.coalesced is not None:
             self.coalesced = run.coalesced if self.coalesced is None else \
                 self.coalesced.merge(run.coalesced)
@@ -887,4 +909,4 @@ __all__ = ["UDP_TUNNEL_KINDS", "udp_tunnel_counts", "FlowCauses", "Totals", "Cap
            "CoalescedCounts", "ModelCounts", "FlowCounts", "totals_of_analysis",
            "model_counts", "file_index_of", "encap_counts", "hist_by_name",
            "flow_key_columns", "addr_text", "addr_texts", "reverse_seen", "reverse_count",
-           "FLOW_KEY_COLS"]
+           "cause_text", "FLOW_KEY_COLS"]

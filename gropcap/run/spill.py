@@ -18,46 +18,45 @@ import numpy as np
 import pyarrow as pa
 
 from gropcap.arrays import arrow_numeric, batch_column, map_ipc_file, slices
+from gropcap.run.accumulators import cause_text
 
 
 class Spill:
     """Tables with one schema appended to an Arrow IPC file at ``path``; ``table()``
-    maps the file and unlinks it (the mapping lives as long as the table)."""
+    maps the file and unlinks it (the mapping lives as long as the table) and returns
+    that table from then on."""
 
     def __init__(self, path: str):
         self.path = path
-        self._sink = self._writer = None
+        self.num_rows = 0
+        self._sink = self._writer = self._table = None
 
     def add(self, table: pa.Table) -> None:
+        if self._table is not None:
+            raise ValueError("the spill is mapped already: nothing more can be added")
         if not table.num_rows:
             return
         if self._writer is None:
             self._sink = pa.OSFile(self.path, "wb")
             self._writer = pa.ipc.new_file(self._sink, table.schema)
         self._writer.write_table(table)
+        self.num_rows += table.num_rows
 
     def table(self, empty: pa.Table) -> pa.Table:
         """Everything added, as one table over the mapped file (``empty`` when nothing
         was)."""
-        if self._writer is None:
-            return empty
-        self._writer.close()
-        self._sink.close()
-        self._writer = self._sink = None
-        try:
-            return map_ipc_file(self.path)
-        finally:
-            os.unlink(self.path)
-
-
-def cause_text(ahead: int, back: int, total: int) -> str:
-    """The probable cause of a flow's breaks (``report.explain.flow_causes``) from how
-    many of its ``total`` sequence breaks jumped ahead and how many back."""
-    if not ahead and not back:
-        return ""
-    if ahead >= back:
-        return f"loss or reordering at {ahead} of {total} breaks"
-    return f"retransmission at {back} of {total} breaks"
+        if self._table is None:
+            if self._writer is None:
+                self._table = empty
+            else:
+                self._writer.close()
+                self._sink.close()
+                self._writer = self._sink = None
+                try:
+                    self._table = map_ipc_file(self.path)
+                finally:
+                    os.unlink(self.path)
+        return self._table
 
 
 class CauseTexts(Sequence):
@@ -116,4 +115,4 @@ class CausesSpill:
         return CauseTexts(table)
 
 
-__all__ = ["Spill", "CausesSpill", "CauseTexts", "cause_text"]
+__all__ = ["Spill", "CausesSpill", "CauseTexts"]
