@@ -7,9 +7,10 @@ one alternating, ``--rounds`` times; the figure is the child's CPU time (user + 
 least of the rounds. Marginal packets/s = (records of the capture - records of the small
 one) / (CPU of the capture - CPU of the small one): start-up and JIT cache loading cancel
 out. The new checkout also runs ``--out DIR --packet-columns all`` (``out-all``: every
-column, what the old one writes); the new checkout runs with ``--threads 1`` (one core,
-as the old one; ``--threads N`` to change it). ``--phases`` adds the bounded-memory run's phases (``StreamResult.timings`` with
-CPU time in place of wall time) for both checkouts.
+column, what the old one writes); both checkouts run with ``--threads 1`` (one core; an
+old one without the option runs on one anyway; ``--threads N`` to change it).
+``--phases`` adds the bounded-memory run's phases (``StreamResult.timings`` with CPU
+time in place of wall time) for both checkouts.
 
 Invariants: the JSON summaries of old and new are equal; the small capture's
 ``packets.parquet`` written with ``--packet-columns all`` holds every column the old
@@ -124,7 +125,8 @@ def main(argv=None) -> int:
     ap.add_argument("--phases", action="store_true")
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--threads", type=int, default=1,
-                    help="--threads of the new checkout's runs (the old one has no such option)")
+                    help="--threads of the runs (of the old checkout too when it has the "
+                         "option)")
     args = ap.parse_args(argv)
 
     tmp = tempfile.mkdtemp(prefix="bench-glue-")
@@ -148,7 +150,8 @@ def main(argv=None) -> int:
                             extra = ["--out", out]
                         if mode == "out-all":      # every column, as the old files
                             extra += ["--packet-columns", "all"]
-                        if side == "new":
+                        if side == "new" or os.path.exists(
+                                os.path.join(root, "gropcap", "run", "threads.py")):
                             extra += ["--threads", str(args.threads)]
                         c, text = run_cli(root, cap, extra)
                         cpu.setdefault(f"{side}/{mode}/{size}", []).append(round(c, 3))

@@ -37,8 +37,11 @@ def numpy_of(col) -> np.ndarray:
         n, off = len(col), col.offset
         buf = col.buffers()[1]
         if pa.types.is_boolean(t):
-            bits = np.frombuffer(buf, np.uint8)
-            return np.unpackbits(bits, bitorder="little")[off:off + n].view(np.bool_)
+            # only the bytes of these rows: the buffer can be a slab far longer than
+            # the column (the decoder's batches share one)
+            bits = np.frombuffer(buf, np.uint8)[off // 8:(off + n + 7) // 8]
+            lo = off % 8
+            return np.unpackbits(bits, bitorder="little")[lo:lo + n].view(np.bool_)
         view = np.frombuffer(buf, t.to_pandas_dtype())[off:off + n]
         view.flags.writeable = False        # (a writable buffer gives a writable view)
         return view
@@ -55,6 +58,25 @@ def arrow_numeric(a: np.ndarray, t: pa.DataType) -> pa.Array:
     if a.ndim == 1 and a.flags.c_contiguous and pa.from_numpy_dtype(a.dtype) == t:
         return pa.Array.from_buffers(t, len(a), [None, pa.py_buffer(a)])
     return pa.array(a, t)
+
+
+def arrow_of(a: np.ndarray) -> pa.Array:
+    """``pa.array(a)`` for a 1-D numeric or bool numpy array (its own Arrow type)."""
+    return arrow_numeric(a, pa.from_numpy_dtype(a.dtype))
+
+
+def arrow_masked(a: np.ndarray, missing: np.ndarray, t: pa.DataType) -> pa.Array:
+    """``pa.array(a, t, mask=missing)`` for a 1-D numeric numpy array already of ``t``'s
+    width (the values under the mask are set to 0)."""
+    nulls = int(np.count_nonzero(missing))
+    valid = pa.py_buffer(np.packbits(~missing, bitorder="little")) if nulls else None
+    data = np.ascontiguousarray(np.where(missing, 0, a).astype(a.dtype, copy=False))
+    return pa.Array.from_buffers(t, len(a), [valid, pa.py_buffer(data)], nulls)
+
+
+def arrow_table(cols: dict) -> pa.Table:
+    """``pa.table(cols)`` for a dict of 1-D numeric or bool numpy arrays."""
+    return pa.table({k: arrow_of(v) for k, v in cols.items()})
 
 
 # passes over a table that may be larger than memory should hold (a flows table mapped

@@ -86,6 +86,8 @@ _decoder_option = click.option(
 
 
 def _check_packet_columns(ctx, param, value):
+    if value in ("default", "all"):
+        return value    # what parse_packet_columns returns, without importing io.columns
     from gropcap.io.columns import parse_packet_columns
     try:
         return parse_packet_columns(value)

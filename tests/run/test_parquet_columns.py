@@ -81,6 +81,28 @@ def test_address_text_formats_each_version():
     assert named(pa.array([5], pa.uint8()), {1: "a"}).to_pylist() == [None]
 
 
+def test_address_text_equals_one_row_at_a_time():
+    # distinct addresses found by a hash table, repeated, mixed versions, chunked and
+    # sliced input: each row's text is what ipaddress gives for that row alone
+    import ipaddress
+    rng = np.random.default_rng(11)
+    pool = rng.integers(0, 256, (40, 16)).astype(np.uint8)
+    pool[:20, :12] = np.frombuffer(bytes(10) + b"\xff\xff", np.uint8)
+    pick = rng.integers(0, 40, 3000)
+    ver = np.where(pick < 20, 4, 6)
+    ver[rng.random(3000) < 0.1] = 0
+    raw = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(16), 3000, [None, pa.py_buffer(np.ascontiguousarray(pool[pick]))])
+    want = [None if v == 0 else str(ipaddress.IPv4Address(r[12:]) if v == 4
+                                    else ipaddress.IPv6Address(r))
+            for r, v in zip([bytes(x) for x in pool[pick]], ver)]
+    assert address_text(raw, ver).to_pylist() == want
+    chunked = pa.chunked_array([raw.slice(0, 1000), raw.slice(1000)])
+    assert address_text(chunked, ver).to_pylist() == want
+    assert address_text(raw.slice(7, 50), ver[7:57]).to_pylist() == want[7:57]
+    assert address_text(raw.slice(0, 0), ver[:0]).to_pylist() == []
+
+
 def test_in_memory_written_and_loaded_tables_agree(written):
     a, out = written
     b = load(out)
