@@ -127,17 +127,21 @@ class CoalescedStats:
         return out
 
     @staticmethod
-    def _keys(t, rev: bool = False):
-        """Direction keys, one fixed-width byte row per packet (addresses, then ports)."""
+    def _keys(t, rev: bool = False, rows=None):
+        """Direction keys, one fixed-width byte row per packet (addresses, then ports);
+        of ``rows`` only when given (numpy indexing: an Arrow ``take`` would import
+        ``pyarrow.compute`` on the warm path)."""
         import numpy as np
 
         from gropcap.gro.flows import _column_bytes as fixed_bytes
         a, b = ("ip_dst", "ip_src") if rev else ("ip_src", "ip_dst")
         pa_, pb = ("dport", "sport") if rev else ("sport", "dport")
+        pick = (lambda x: x) if rows is None else (lambda x: x[rows])  # noqa: E731
         mat = np.concatenate([
-            fixed_bytes(t.column(a)), fixed_bytes(t.column(b)),
-            numpy_of(t.column(pa_)).astype(">u2").view(np.uint8).reshape(-1, 2),
-            numpy_of(t.column(pb)).astype(">u2").view(np.uint8).reshape(-1, 2)], axis=1)
+            pick(fixed_bytes(t.column(a))), pick(fixed_bytes(t.column(b))),
+            pick(numpy_of(t.column(pa_))).astype(">u2").view(np.uint8).reshape(-1, 2),
+            pick(numpy_of(t.column(pb))).astype(">u2").view(np.uint8).reshape(-1, 2)],
+            axis=1)
         return np.ascontiguousarray(mat)
 
     @staticmethod
@@ -166,9 +170,12 @@ class CoalescedStats:
         data, hard, tot = self._marks(t)
         return hard | (data & (tot > self.mtu))
 
-    def add(self, t) -> None:
+    def add(self, t, flow_id=None) -> None:
         """Fold in the next rows (capture order): first SYN MSS per direction, sizes of
-        data frames, IP lengths of the other frames."""
+        data frames, IP lengths of the other frames. ``flow_id``: the GRO engine's flow of
+        each row when known (a flow has one direction, so its ids group the sizes with
+        one sort, where the direction keys take three; a direction's sizes then come in
+        another order, which nothing reads)."""
         import numpy as np
 
         from gropcap import constants as C
@@ -197,7 +204,7 @@ class CoalescedStats:
             return
         if syn.any():
             srows = np.flatnonzero(syn)
-            keys = self._keys(t.select(_KEY_COLUMNS).take(arrow_indices(srows)))
+            keys = self._keys(t, rows=srows)
             mss = col("tcp_mss")[srows]
             # advmss = MTU - 40 (IPv4) / 60 (IPv6) headers without options
             # (tcp_mss_to_mtu / ip_rt_get_advmss), plus any encapsulation outside it
@@ -215,15 +222,34 @@ class CoalescedStats:
             rows = np.flatnonzero(data)
             pl = np.minimum(col("payload_len")[rows].astype(np.int64), 0xFFFFF)
             size = (tot[rows] << np.int64(20)) | pl
+            if flow_id is not None:
+                fid = np.asarray(flow_id, np.int64)[rows]
+                if int(fid.min()) >= 0 and int(fid.max()) < 1 << 27:
+                    self._add_sizes_by_flow(t, rows, fid, size)
+                    return
             direction, rep = self._directions(t, rows)
             # (direction, IP length, size) counted as one int64 sort (36 bits of sizes)
             pair = (direction << np.int64(36)) | size
             _, first, cnt = np.unique(pair, return_index=True, return_counts=True)
-            keys = self._keys(t.select(_KEY_COLUMNS).take(arrow_indices(rep)))
+            keys = self._keys(t, rows=rep)
             for j, c in zip(first.tolist(), cnt.tolist()):
                 d = self.sizes.setdefault(keys[direction[j]].tobytes(), {})
                 k = int(size[j])
                 d[k] = d.get(k, 0) + c
+
+    def _add_sizes_by_flow(self, t, rows, fid, size) -> None:
+        """:meth:`add`'s data-frame sizes, grouped by flow (ids below 2**27)."""
+        import numpy as np
+        # (flow, IP length, payload) counted as one int64 sort (36 bits of sizes)
+        pairs, first, cnt = np.unique((fid << np.int64(36)) | size, return_index=True,
+                                      return_counts=True)
+        flows, at = np.unique(pairs >> np.int64(36), return_index=True)
+        keys = self._keys(t, rows=rows[first[at]])
+        key_of = {f: k.tobytes() for f, k in zip(flows.tolist(), keys)}
+        low = (1 << 36) - 1
+        for p, c in zip(pairs.tolist(), cnt.tolist()):
+            d = self.sizes.setdefault(key_of[p >> 36], {})
+            d[p & low] = d.get(p & low, 0) + c
 
     @staticmethod
     def _directions(t, rows):
@@ -243,7 +269,7 @@ class CoalescedStats:
         _, first, inv = np.unique(_mix_words(cols), return_index=True, return_inverse=True)
         inv = inv.ravel().astype(np.int64)
         if not all(np.array_equal(w, w[first][inv]) for w in cols):
-            keys = CoalescedStats._keys(t.select(_KEY_COLUMNS).take(arrow_indices(rows)))
+            keys = CoalescedStats._keys(t, rows=rows)
             view = keys.view(np.dtype((np.void, keys.shape[1]))).ravel()
             _, first, inv = np.unique(view, return_index=True, return_inverse=True)
             inv = inv.ravel().astype(np.int64)

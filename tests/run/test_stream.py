@@ -150,6 +150,28 @@ def test_empty_capture(tmp_path):
     assert r.summary["packets"] == 0 and r.flows.num_rows == 0
 
 
+@pytest.mark.parametrize("name,config", [
+    ("real_ipv4.pcap", GroConfig(queues=2, budget=8)),
+    ("real_ipv6.pcap", GroConfig(queues=3, gro_flush_timeout_ns=20_000, napi_defer_hard_irqs=2)),
+    ("real_vxlan.pcap", GroConfig(udp_tunnels="vxlan:4789")),
+    ("real_ipv4.pcap", GroConfig(model="ideal")),
+], ids=["queues", "timers", "vxlan-socket", "ideal"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_summary_only_counts_in_the_first_pass(name, config, threads):
+    # summary only, fused: the packets pass's counts (encapsulations of the rows that
+    # start a super-packet, the flow causes) come from the first pass as the verdicts
+    # arrive, with no temporary file; small batches, so NAPI polls are decided a batch
+    # or more after their rows
+    path = os.path.join(ROOT, "sample_pcaps", name)
+    inline = stream_analyze(path, config, batch_records=50, threads=threads)
+    plain = stream_analyze(path, config, batch_records=50, threads=threads, _fused=False)
+    assert inline.peak_spill_bytes == 0 < plain.peak_spill_bytes
+    assert inline.summary == plain.summary
+    assert inline.flow_causes == plain.flow_causes
+    assert _plain(inline.flows) == _plain(plain.flows)
+    assert any(v for m in inline.summary["encapsulations"].values() for v in m.values())
+
+
 @pytest.mark.parametrize("name,config,restarts", [
     ("real_ipv4.pcap", GroConfig(queues=2, budget=8), False),
     # frames above a 1000-byte MTU were captured coalesced: their gso_size needs the
