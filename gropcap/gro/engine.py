@@ -768,6 +768,17 @@ def _concat_cols(a: K.Cols | None, b: K.Cols) -> K.Cols:
     return K.Cols(*[_like(np.concatenate([x, y]), y) for x, y in zip(a, b)])
 
 
+def _slice_cols(c: K.Cols, lo: int, hi: int) -> K.Cols:
+    """Rows ``lo:hi`` of every column, as views (the same numba types: a slice of a
+    contiguous column is contiguous and keeps its flags)."""
+    return K.Cols(*[x[lo:hi] for x in c])
+
+
+# run_prepared, NAPI model, one RX queue: the rows of a batch that go in with the
+# undecided rows of the batch before (the rest of the batch then goes in uncopied)
+HEAD_ROWS = 1024
+
+
 def _take_cols(c: K.Cols, idx: np.ndarray) -> K.Cols:
     return K.Cols(*[_like(np.ascontiguousarray(x[idx]), x) for x in c])
 
@@ -828,7 +839,6 @@ def run_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineS
             K.flush_ideal(st, out)
         collect(cols, out)
     else:
-        c = _concat_cols(state.pending, cols)
         arr_new = ts.copy()
         queues = config.queues
         # arrival = running maximum of ts_ns within a queue (backwards stamps keep order)
@@ -844,9 +854,10 @@ def run_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineS
                 run = np.maximum.accumulate(np.maximum(arr_new[sel], state.q_maxts[q]))
                 arr_new[sel] = run
                 state.q_maxts[q] = run[-1]
-        arr_all = arr_new if state.pending is None else np.concatenate(
-            [state.pending_arr, arr_new])
-        while True:
+
+        def step(c, arr_all, final):
+            # one kernel call over ``c``: the rows it leaves undecided (sorted), and
+            # whether timers are still running at the end of the capture
             n = len(c.row)
             if queues == 1:                 # the rows in order (what the sort gives)
                 rows = np.arange(n, dtype=np.int64)
@@ -872,7 +883,30 @@ def run_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineS
                 K.napi_finish(st, out)
             collect(c, out)
             polls.append((base, p_time[:npoll].copy(), p_queue[:npoll].copy()))
-            left = np.sort(left)
+            return np.sort(left), busy
+
+        nb = len(cols.row)
+        if queues == 1 and state.pending is not None and nb > 2 * HEAD_ROWS:
+            # The undecided rows of the batch before go in with this batch's first rows
+            # only. Once a poll among those is decided, what is left undecided is a run
+            # of this batch's own rows, and the batch from there goes in as views of its
+            # columns: no copy of its ~90 columns (0.17 s per 3 M rows of the run).
+            npend = len(state.pending.row)
+            c = _concat_cols(state.pending, _slice_cols(cols, 0, HEAD_ROWS))
+            arr_all = np.concatenate([state.pending_arr, arr_new[:HEAD_ROWS]])
+            left, _ = step(c, arr_all, False)
+            if not len(left) or left[0] >= npend:
+                j = int(left[0]) - npend if len(left) else HEAD_ROWS
+                c, arr_all = _slice_cols(cols, j, nb), arr_new[j:]
+            else:
+                c = _concat_cols(_take_cols(c, left), _slice_cols(cols, HEAD_ROWS, nb))
+                arr_all = np.concatenate([arr_all[left], arr_new[HEAD_ROWS:]])
+        else:
+            c = _concat_cols(state.pending, cols)
+            arr_all = arr_new if state.pending is None else np.concatenate(
+                [state.pending_arr, arr_new])
+        while True:
+            left, busy = step(c, arr_all, final)
             if not final or (not len(left) and not busy):
                 state.pending = _take_cols(c, left) if len(left) else None
                 state.pending_arr = arr_all[left] if len(left) else None

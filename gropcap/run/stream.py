@@ -393,6 +393,13 @@ class _VerdictCursor:
             got = self.spill.get(4)
             self.buf = [np.concatenate([b, g]) if len(b) else g
                         for b, g in zip(self.buf, got)]
+        n, b0 = r1 - r0, self.buf[0]
+        if n and len(b0) >= n and b0[0] == r0 and b0[n - 1] == r1 - 1 and \
+                bool(np.all(b0[1:n] > b0[:n - 1])):
+            # in row order (one RX queue, or the ideal model): the first n, as they are
+            out = [b[:n].astype(np.int64, copy=False) for b in self.buf[1:]]
+            self.buf = [b[n:] for b in self.buf]
+            return out
         inside = self.buf[0] < r1
         if inside.all():
             rows, rest = self.buf[0] - r0, None

@@ -64,6 +64,52 @@ def test_batches_equal_one_call(seed, n, cfg, nbatch, tunnels):
     assert_equal(streamed(table, cfg, cuts), whole)
 
 
+ONE_QUEUE_NAPI = [c for c in CONFIGS if c.model == "napi" and c.queues == 1]
+
+
+def _with_head(rows, fn):
+    from gropcap.gro import engine
+    real = engine.HEAD_ROWS
+    engine.HEAD_ROWS = rows
+    try:
+        return fn()
+    finally:
+        engine.HEAD_ROWS = real
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300),
+       cfg=st.sampled_from(ONE_QUEUE_NAPI), nbatch=st.integers(1, 8), tunnels=st.booleans(),
+       head=st.integers(1, 6))
+def test_batches_that_go_in_after_a_short_head_equal_one_call(seed, n, cfg, nbatch,
+                                                               tunnels, head):
+    # one RX queue: a batch's first HEAD_ROWS rows go in with the undecided rows of the
+    # batch before, the rest as views of its columns (no copy); a head too short to
+    # decide a poll takes the copy
+    rng = np.random.default_rng(seed)
+    table = packet_table(random_traffic(rng, n, int(rng.integers(1, 10)), tunnels))
+    cuts = sorted(set(rng.integers(0, n + 1, nbatch - 1).tolist()))
+    whole = simulate(table, cfg)
+    assert_equal(_with_head(head, lambda: streamed(table, cfg, cuts)), whole)
+
+
+def test_the_uncopied_rest_of_a_batch_is_used(monkeypatch):
+    from gropcap.gro import engine
+    rng = np.random.default_rng(5)
+    table = packet_table(random_traffic(rng, 400, 4, False))
+    cfg = GroConfig(model="napi", budget=4)
+    views = []
+    real = engine._slice_cols
+
+    def spy(c, lo, hi):
+        views.append(lo)
+        return real(c, lo, hi)
+    monkeypatch.setattr(engine, "_slice_cols", spy)
+    got = _with_head(3, lambda: streamed(table, cfg, list(range(40, 400, 40))))
+    assert_equal(got, simulate(table, cfg))
+    assert any(lo > 0 for lo in views), views
+
+
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 200), nbatch=st.integers(1, 6))
 def test_batches_equal_explicit_polls(seed, n, nbatch):

@@ -204,3 +204,31 @@ def test_fused_first_pass_equals_unfused(name, config, restarts, columns, tmp_pa
     for n in OUT_NAMES:
         a, b = pq.read_table(tmp_path / "f" / n), pq.read_table(tmp_path / "u" / n)
         assert a.schema.equals(b.schema) and _plain(a) == _plain(b), n
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_verdicts_are_served_by_row_range(shuffle):
+    # verdicts arrive in processing order (one queue or the ideal model: row order;
+    # several queues: rows of a queue decided a batch later) and are served per row range
+    import numpy as np
+
+    from gropcap.run.stream import _VerdictBuffer
+    rng = np.random.default_rng(int(shuffle))
+    n = 1000
+    order = np.arange(n)
+    if shuffle:
+        for lo in range(0, n, 50):          # reordered within windows, as queues do
+            rng.shuffle(order[lo:lo + 80])
+    reason, inst = rng.integers(0, 60, n), rng.integers(0, 400, n)
+    buf = _VerdictBuffer()
+    cuts = np.sort(rng.choice(np.arange(1, n), 12, replace=False))
+    bounds = [0, *cuts.tolist(), n]
+    fed = 0
+    for r0, r1 in zip(bounds[:-1], bounds[1:]):
+        while not buf.complete(r0, r1):
+            k = order[fed:fed + 37]
+            buf.put(k, reason[k], inst[k], np.zeros(len(k), np.int64))
+            fed += len(k)
+        got_reason, got_inst, _ = buf.take(r0, r1)
+        assert got_reason.tolist() == reason[r0:r1].tolist()
+        assert got_inst.tolist() == inst[r0:r1].tolist()
