@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from gropcap import __version__
+from gropcap.arrays import arrow_repeated
 from gropcap.decode.options import DecodeOptions
 from gropcap.io.columns import readable
 
@@ -211,6 +212,6 @@ def superpackets_table(analysis) -> pa.Table:
     parts = []
     for model, result in analysis.results.items():
         t = result.superpackets_table()
-        t = t.append_column("model", pa.array([model] * t.num_rows, pa.string()))
+        t = t.append_column("model", arrow_repeated(model, t.num_rows))
         parts.append(t)
     return readable(pa.concat_tables(parts))

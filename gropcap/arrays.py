@@ -133,6 +133,13 @@ def arrow_strings(values) -> pa.Array:
                                        pa.py_buffer(b"".join(enc)))
 
 
+def arrow_repeated(value: str, n: int) -> pa.Array:
+    """``pa.array([value] * n, pa.string())``, its buffers built at once."""
+    b = value.encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(b))
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(b * n))
+
+
 def arrow_indices(rows: np.ndarray) -> pa.Array:
     """Row numbers for ``Table.take`` / ``Array.take`` (which would convert a numpy
     argument with ``pa.array``): an int64 Arrow array over the rows' memory."""

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from gropcap.arrays import arrow_repeated, arrow_table
 from gropcap.decode.schema import PACKET_SCHEMA
 from gropcap.gro.reasons import ROLE_ALONE, ROLE_HEAD, ROLE_MERGED
 
@@ -558,7 +559,7 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
             gso_type = np.zeros(len(pos), np.uint32)
             multi = s["count"] > 1
             gso_type[multi] = gtable[s["gcode"][multi], s["fixed"][multi] & 3]
-            tbl = readable(pa.table({
+            tbl = readable(arrow_table({
                 "seg_id": pos, "flow_id": fmap[s["flow"].astype(np.int64)],
                 "first_packet": row_base + grows[s["first"]],
                 "last_packet": row_base + grows[s["last"]],
@@ -566,8 +567,8 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
                 "gso_size": s["gso"].astype(np.int32), "gso_type": gso_type,
                 "end_reason": s["end"].astype(np.uint8),
                 "rx_queue": s["queue"].astype(np.uint16),
-                "poll_id": so.poll_ids(s["poll"]).astype(np.int64),
-                "model": pa.array([m] * len(pos), pa.string())}))
+                "poll_id": so.poll_ids(s["poll"]).astype(np.int64)}).append_column(
+                "model", arrow_repeated(m, len(pos))))
             if sp_writer is None:
                 sp_writer = pq.ParquetWriter(sp_tmp, with_metadata(tbl.slice(0, 0),
                                                                    meta).schema,

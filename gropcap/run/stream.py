@@ -46,7 +46,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gropcap.decode.options import DecodeOptions
-from gropcap.arrays import arrow_indices, arrow_of, arrow_strings, arrow_table, numpy_of
+from gropcap.arrays import (arrow_indices, arrow_of, arrow_repeated, arrow_strings,
+                            arrow_table, numpy_of)
 from gropcap.decode.schema import PACKET_SCHEMA, empty_packet_table
 from gropcap.errors import ConfigError
 from gropcap.gro.config import MODELS, GroConfig
@@ -777,7 +778,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 if ready:
                     chunk = {k: v[:ready] for k, v in pend.items()}
                     tbl = readable(arrow_table(chunk).append_column(
-                        "model", arrow_strings([run.model] * ready)))
+                        "model", arrow_repeated(run.model, ready)))
                     if sp_writer is None:
                         from gropcap.io.parquet import with_metadata
                         sp_writer = pq.ParquetWriter(

@@ -25,8 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gropcap.arrays import (arrow_indices, arrow_masked, arrow_numeric, arrow_of, arrow_strings,
-                            arrow_table, numpy_of)
+from gropcap.arrays import (arrow_indices, arrow_masked, arrow_numeric, arrow_of, arrow_repeated,
+                            arrow_strings, arrow_table, numpy_of)
 
 from where import ROOT
 
@@ -185,6 +185,8 @@ def test_arrow_builders_equal_pa_array():
     for t_, a in ((pa.int16(), np.array([3, -1, 0, -1], np.int16)),
                   (pa.int64(), np.arange(-2, 15)), (pa.int64(), np.arange(3))):
         assert arrow_masked(a, a < 0, t_).equals(pa.array(a, t_, mask=a < 0))
+    for word, n in (("napi", 5), ("ideal", 0), ("", 3), ("é", 2)):
+        assert arrow_repeated(word, n).equals(pa.array([word] * n, pa.string()))
     t = pa.table({"x": np.arange(10)})
     rows = np.array([9, 0, 3, 3])
     assert t.take(arrow_indices(rows)).equals(t.take(pa.array(rows)))
