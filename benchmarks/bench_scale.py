@@ -205,7 +205,10 @@ def main(argv=None) -> int:
     gp = [sys.executable, "-m", "gropcap", "analyze", "--format", "json", "-q", "--force"]
     one = run_sampled(gp + [cap, "--out", one_dir] + args.extra,
                       os.path.join(args.dir, "one.json"), args.sample)
-    many = run_sampled(gp + [links, "--jobs", str(args.jobs), "--out", many_dir] + args.extra,
+    # --parallel workers: the Dask path under test even for a small --capture (below
+    # run.core.WORKERS_MIN_BYTES, --jobs alone would run threads)
+    many = run_sampled(gp + [links, "--jobs", str(args.jobs), "--parallel", "workers",
+                             "--out", many_dir] + args.extra,
                        os.path.join(args.dir, "many.json"), args.sample)
     res = {"benchmark": "scale", **provenance.commit(), "capture": cap,
            "capture_bytes": os.path.getsize(cap), "copies": args.copies, "jobs": args.jobs,

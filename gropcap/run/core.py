@@ -158,6 +158,12 @@ __all__ = ["analyze_run"]
 
 PARALLEL = ("auto", "workers", "threads")
 
+# Below this much input (bytes on disk), ``--jobs N`` runs threads in one process: local
+# Dask workers take about 3 s to start and to hand their results back, more than they
+# save there (measured: a real 422 MB capture 6.7 s with workers against 3.0 s with
+# threads; a synthetic 632 MB one even; docs/scale.md, "Which way --jobs runs")
+WORKERS_MIN_BYTES = 1 << 30
+
 
 def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
              captures: str = "auto") -> tuple[str, str]:
@@ -166,7 +172,8 @@ def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
     process), and the sentence the run prints.
 
     ``auto`` picks what measured faster (docs/scale.md, "Which way --jobs runs"):
-    workers when several files may be separate receivers (``--captures separate``, or
+    threads below :data:`WORKERS_MIN_BYTES` of input (Dask's start-up costs more there
+    than it saves); above it, workers when several files may be separate receivers (``--captures separate``, or
     ``auto`` with a file that starts no later than the one before:
     ``run.inputs.first_times_rise``): each receiver run is a task of its own, written as
     soon as the runs before it are counted (``run.dask_core``'s runs exchange); workers
@@ -189,11 +196,18 @@ def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
         return "threads", f"{nthreads} threads in one process (--parallel threads)"
     if jobs < 2:
         return "threads", "one thread in one process"
+    import os
+
     from gropcap.run.distributed import _nparts
     from gropcap.run.inputs import first_times_rise, input_files
     split = "napi" if "napi" in models else models[0]
     parts = _nparts(config.replace(model=split), jobs)
     files = input_files(paths)
+    size = sum(os.path.getsize(f) for f in files)
+    if size < WORKERS_MIN_BYTES:
+        return "threads", (f"{nthreads} threads in one process: {size / 2 ** 20:.0f} MiB of "
+                           f"input; Dask workers pay off from {WORKERS_MIN_BYTES >> 30} GiB "
+                           "(--parallel workers runs them)")
     if len(files) > 1 and (captures == "separate" or
                            (captures == "auto" and not first_times_rise(files))):
         return "workers", (f"{jobs} Dask worker processes: {len(files)} files that may be "

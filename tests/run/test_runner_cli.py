@@ -131,12 +131,14 @@ def test_scratch_needs_a_distributed_run(generated, tmp_path):  # noqa: F811
 
 
 @pytest.mark.parametrize("case", ["one_queue", "queues", "files"])
-def test_jobs_picks_workers_or_threads_and_says_why(tmp_path, case):
+def test_jobs_picks_workers_or_threads_and_says_why(tmp_path, case, monkeypatch):
     """``--jobs 2`` (``--parallel auto``) runs Dask workers when one receiver run cuts
     into RX-queue partitions or several files may be separate receivers (a task per
     run, even with one RX queue), else threads in one process; one stderr line says
     which, the results are those of one process either way, and the output layout is
     the one of what ran (a dataset from workers, files from one process)."""
+    import gropcap.run.core as core
+    monkeypatch.setattr(core, "WORKERS_MIN_BYTES", 0)      # the samples are small
     sample = SAMPLES[0]
     inputs = {"one_queue": [sample], "queues": [sample], "files": [sample, sample]}[case]
     queues = "4" if case == "queues" else "1"
@@ -157,9 +159,30 @@ def test_jobs_picks_workers_or_threads_and_says_why(tmp_path, case):
         assert (tmp_path / "j" / "packets").is_dir() and "2 workers" in res.stderr
 
 
-def test_parallel_needs_jobs_and_forces_the_way():
+def test_small_inputs_run_threads_whatever_they_cut_into(tmp_path, monkeypatch):
+    # below WORKERS_MIN_BYTES, Dask's start-up costs more than workers save: threads,
+    # and the line says why; --parallel workers still runs them
+    import gropcap.run.core as core
+    from gropcap.gro.config import GroConfig
+    four = GroConfig(queues=4)
+    size = os.path.getsize(SAMPLES[0])
+    for paths in ([SAMPLES[0]], SAMPLES[:1] * 2):
+        way, why = core.jobs_way(paths, four, ("ideal", "napi"), 2)
+        assert way == "threads" and "MiB of input" in why and "--parallel workers" in why
+    monkeypatch.setattr(core, "WORKERS_MIN_BYTES", 2 * size)
+    assert core.jobs_way(SAMPLES[:1] * 2, four, ("ideal", "napi"), 2)[0] == "workers"
+    assert core.jobs_way([SAMPLES[0]], four, ("ideal", "napi"), 2)[0] == "threads"
+    assert core.jobs_way([SAMPLES[0]], four, ("ideal", "napi"), 2, "workers")[0] == "workers"
+    res = CliRunner().invoke(main, ["analyze", SAMPLES[0], "--queues", "4", "--jobs", "2",
+                                    "--format", "json"])
+    assert res.exit_code == 0 and "threads in one process" in res.stderr, res.stderr
+
+
+def test_parallel_needs_jobs_and_forces_the_way(monkeypatch):
+    import gropcap.run.core as core
     from gropcap.gro.config import GroConfig
     from gropcap.run.core import jobs_way
+    monkeypatch.setattr(core, "WORKERS_MIN_BYTES", 0)      # the samples are small
     res = run("analyze", SAMPLES[0], "--parallel", "threads")
     assert res.exit_code == 2 and "give --jobs" in res.output
     one = GroConfig()
