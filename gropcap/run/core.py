@@ -165,6 +165,19 @@ PARALLEL = ("auto", "workers", "threads")
 WORKERS_MIN_BYTES = 1 << 30
 
 
+def _any_compressed(files) -> bool:
+    """Whether one of ``files`` is a compressed capture (gzip, zstd, xz, bzip2)."""
+    from gropcap.capture.compress import sniff_compression
+    for f in files:
+        try:
+            with open(f, "rb") as fh:
+                if sniff_compression(fh.read(6)):
+                    return True
+        except OSError:
+            pass                    # the run reports it
+    return False
+
+
 def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
              captures: str = "auto") -> tuple[str, str]:
     """How ``--jobs N`` on this host uses N cores: ``("workers", why)`` (the Dask core
@@ -172,8 +185,9 @@ def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
     process), and the sentence the run prints.
 
     ``auto`` picks what measured faster (docs/scale.md, "Which way --jobs runs"):
-    threads below :data:`WORKERS_MIN_BYTES` of input (Dask's start-up costs more there
-    than it saves); above it, workers when several files may be separate receivers (``--captures separate``, or
+    threads below :data:`WORKERS_MIN_BYTES` of plain capture files (Dask's start-up
+    costs more there than it saves; a compressed file's size says too little about its
+    work); above it, workers when several files may be separate receivers (``--captures separate``, or
     ``auto`` with a file that starts no later than the one before:
     ``run.inputs.first_times_rise``): each receiver run is a task of its own, written as
     soon as the runs before it are counted (``run.dask_core``'s runs exchange); workers
@@ -204,7 +218,8 @@ def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
     parts = _nparts(config.replace(model=split), jobs)
     files = input_files(paths)
     size = sum(os.path.getsize(f) for f in files)
-    if size < WORKERS_MIN_BYTES:
+    if size < WORKERS_MIN_BYTES and not _any_compressed(files):
+        # (a compressed capture's work is not known from its size: the rules below)
         return "threads", (f"{nthreads} threads in one process: {size / 2 ** 20:.0f} MiB of "
                            f"input; Dask workers pay off from {WORKERS_MIN_BYTES >> 30} GiB "
                            "(--parallel workers runs them)")
