@@ -30,6 +30,8 @@ the plot sink is passed in by the caller (the CLI's is ``report.plots.save_plots
 
 from __future__ import annotations
 
+import os
+
 from gropcap.gro.config import MODELS
 from gropcap.run.options import memory_reason, run_options
 
@@ -210,8 +212,6 @@ def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
         return "threads", f"{nthreads} threads in one process (--parallel threads)"
     if jobs < 2:
         return "threads", "one thread in one process"
-    import os
-
     from gropcap.run.distributed import _nparts
     from gropcap.run.inputs import first_times_rise, input_files
     split = "napi" if "napi" in models else models[0]

@@ -19,7 +19,8 @@ import pyarrow.parquet as pq
 
 from gropcap.arrays import arrow_repeated, arrow_table
 from gropcap.decode.schema import PACKET_SCHEMA
-from gropcap.gro.reasons import ROLE_ALONE, ROLE_HEAD, ROLE_MERGED
+from gropcap.run.stream import _FirstRows, _roles
+
 
 def _partition_batches(pieces, split: str, nparts: int, k: int, batch_records: int,
                        columns=None):
@@ -638,7 +639,7 @@ def _packets_pass(batches, work: str, models, info: dict, inst_pos: dict, orders
     cursors = {m: (_RowCursor(_reopen(os.path.join(work, f"{m}.rows")), 2),
                    _VerdictCursor(_reopen(os.path.join(work, f"{m}.verdicts"))))
                for m in models}
-    seen = {m: np.zeros(info[m]["ninst"], np.bool_) for m in models}
+    first_rows = {m: _FirstRows(info[m]["ninst"]) for m in models}
     counts = {m: ModelCounts(m) for m in models}
     before = {m: 0 for m in models}
     causes = FlowCauses()
@@ -652,17 +653,12 @@ def _packets_pass(batches, work: str, models, info: dict, inst_pos: dict, orders
             reason, inst, poll = cursors[m][1].take(r0, r1)
             code = inst_pos[m][inst].astype(np.int64)
             alone = code < 0
-            role = np.where(alone, ROLE_ALONE, ROLE_MERGED).astype(np.uint8)
-            multi = np.flatnonzero(~alone)
-            _, first_idx = np.unique(inst[multi], return_index=True)
-            cand = multi[first_idx]
-            role[cand[~seen[m][inst[cand]]]] = ROLE_HEAD
-            seen[m][inst[multi]] = True
-            counts[m].add_encap(t, role != ROLE_MERGED)
+            first = first_rows[m](inst)
+            role = _roles(first, alone)
+            counts[m].add_encap(t, first)
             if pairs:
                 from gropcap.run.hints import tunnel_mask
-                before[m] += int(np.count_nonzero(tunnel_mask(t, pairs) &
-                                                  (role != ROLE_MERGED)))
+                before[m] += int(np.count_nonzero(tunnel_mask(t, pairs) & first))
             if m == primary:
                 causes.add(fid, t.column("tcp_seq").to_numpy(),
                            t.column("payload_len").to_numpy(),

@@ -437,6 +437,33 @@ class _VerdictBuffer(_VerdictCursor):
         pass
 
 
+class _FirstRows:
+    """Per row of a model's verdicts, whether it is the first row of its instance (a
+    super-packet's first packet: role HEAD, or ALONE for a super-packet of one packet);
+    rows come in row order, an instance's rows may span batches."""
+
+    def __init__(self, ninst: int = 0):
+        self.seen = np.zeros(ninst, np.bool_)
+
+    def __call__(self, inst: np.ndarray) -> np.ndarray:
+        if len(inst) and int(inst.max()) >= len(self.seen):
+            grown = np.zeros(max(int(inst.max()) + 1, 2 * len(self.seen)), np.bool_)
+            grown[:len(self.seen)] = self.seen
+            self.seen = grown
+        _, idx = np.unique(inst, return_index=True)
+        first = np.zeros(len(inst), np.bool_)
+        first[idx[~self.seen[inst[idx]]]] = True
+        self.seen[inst] = True
+        return first
+
+
+def _roles(first: np.ndarray, alone: np.ndarray) -> np.ndarray:
+    """``gro_role`` per row: ALONE (a super-packet of one packet), HEAD (the first row of
+    a merged one) or MERGED."""
+    return np.where(alone, ROLE_ALONE,
+                    np.where(first, ROLE_HEAD, ROLE_MERGED)).astype(np.uint8)
+
+
 class _Inline:
     """The packets pass of a summary-only run whose first pass is fused, done in that pass
     (the sidecar) instead of after it: each decoded batch is held until every model has
@@ -451,7 +478,7 @@ class _Inline:
         self.runs, self.primary, self.causes = runs, primary, causes
         self.batches = collections.deque()      # (table, first row, primary flow ids)
         self.next_row = 0
-        self.seen = {r.model: np.zeros(0, np.bool_) for r in runs}
+        self.first = {r.model: _FirstRows() for r in runs}
 
     def batch(self, t: pa.Table, flow_id: np.ndarray) -> None:
         """The next decoded batch and its flow ids (after its models' parts went in)."""
@@ -471,24 +498,11 @@ class _Inline:
             self.batches.popleft()
             for run in self.runs:
                 reason, inst, _ = run.verdicts.take(r0, r1)
-                run.counts.add_encap(t, self._first(run.model, inst))
+                run.counts.add_encap(t, self.first[run.model](inst))
                 if run.model == self.primary:
                     self.causes.add(fid, numpy_of(t.column("tcp_seq")),
                                     numpy_of(t.column("payload_len")),
                                     numpy_of(t.column("l4_proto")), reason)
-
-    def _first(self, model: str, inst: np.ndarray) -> np.ndarray:
-        """Rows that are the first of their instance (instances continue across batches)."""
-        seen = self.seen[model]
-        if len(inst) and int(inst.max()) >= len(seen):
-            grown = np.zeros(max(int(inst.max()) + 1, 2 * len(seen)), np.bool_)
-            grown[:len(seen)] = seen
-            seen = self.seen[model] = grown
-        _, idx = np.unique(inst, return_index=True)
-        first = np.zeros(len(inst), np.bool_)
-        first[idx[~seen[inst[idx]]]] = True
-        seen[inst] = True
-        return first
 
 
 def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
@@ -790,7 +804,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             orders[run.model] = so
             inst_pos[run.model] = ipos
             # head = the first row of an instance (a flow's rows keep their order)
-            inst_first[run.model] = np.zeros(ninst, np.bool_)
+            inst_first[run.model] = _FirstRows(ninst)
             run.segs.close()
             os.unlink(run.segs.path)
 
@@ -840,16 +854,10 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 so = orders[run.model]
                 code = inst_pos[run.model][inst].astype(np.int64)
                 alone = code < 0
-                role = np.where(alone, ROLE_ALONE, ROLE_MERGED).astype(np.uint8)
-                seen = inst_first[run.model]
-                multi = np.flatnonzero(~alone)
-                _, first_idx = np.unique(inst[multi], return_index=True)
-                cand = multi[first_idx]
-                head = cand[~seen[inst[cand]]]
-                role[head] = ROLE_HEAD
-                seen[inst[multi]] = True
-                run.counts.add_encap(t, role != ROLE_MERGED)
-                hint.packets_batch(t, run.model, role != ROLE_MERGED)
+                first = inst_first[run.model](inst)
+                role = _roles(first, alone)
+                run.counts.add_encap(t, first)
+                hint.packets_batch(t, run.model, first)
                 if run.model == primary:
                     causes.add(fid, numpy_of(t.column("tcp_seq")),
                                numpy_of(t.column("payload_len")),
@@ -1023,24 +1031,18 @@ def _empty_packets(models, primary) -> pa.Table:
     from gropcap.gro.result import PACKET_RESULT_DTYPES
     t = empty_packet_table()
     for k, dt in PACKET_RESULT_DTYPES.items():
-        t = t.append_column(k, _empty_array(dt))
+        t = t.append_column(k, arrow_of(np.zeros(0, dt)))
     for m in models:
         if m != primary:
             for k, dt in PACKET_RESULT_DTYPES.items():
                 if k != "flow_id":
-                    t = t.append_column(f"{m}_{k}", _empty_array(dt))
+                    t = t.append_column(f"{m}_{k}", arrow_of(np.zeros(0, dt)))
     return t
-
-
-def _empty_array(dt) -> pa.Array:
-    """``pa.array(np.zeros(0, dt))`` without the pandas import ``pa.array`` makes
-    (0.47 s of an ``--out`` run: ``gropcap.arrays``)."""
-    return arrow_of(np.zeros(0, dt))
 
 
 def _empty_superpackets() -> pa.Table:
     from gropcap.gro.result import SEG_DTYPES
-    cols = {k: _empty_array(dt) for k, dt in SEG_DTYPES.items()}
+    cols = {k: arrow_of(np.zeros(0, dt)) for k, dt in SEG_DTYPES.items()}
     cols["model"] = arrow_strings([])
     return pa.table(cols)
 
