@@ -63,7 +63,10 @@ def _tcp(sport, dport, flags, opts):
 def template(f: int, kind: str, reverse: bool, opts: bytes, payload: int, tos: int):
     """One flow direction's frame header; returns (bytes, wire_len, ip_off, tcp_off, v6)."""
     a4, b4 = f"10.{(f >> 8) & 255}.{f & 255}.1", f"10.{128 + ((f >> 8) & 127)}.{f & 255}.2"
-    a6, b6 = f"2001:db8:{f:x}::1", f"2001:db8:{f:x}::2"
+    # (a group holds 16 bits: flows from 65 536 on take two, the ones before stay as
+    # they were)
+    net = f"{f:x}" if f < 0x10000 else f"{f >> 16:x}:{f & 0xFFFF:x}"
+    a6, b6 = f"2001:db8:{net}::1", f"2001:db8:{net}::2"
     sport, dport = 32768 + f % 28000, (5201 if f % 3 else 443)
     if reverse:
         a4, b4, a6, b6, sport, dport = b4, a4, b6, a6, dport, sport

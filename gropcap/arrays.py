@@ -99,6 +99,20 @@ def map_ipc_file(path: str) -> pa.Table:
     return table
 
 
+def drop_pages(obj) -> None:
+    """Drop this process's resident pages of the mapping under ``obj`` (a table of
+    :func:`map_ipc_file`, a ``numpy.memmap`` or a view of one; anything else: nothing):
+    the kernel reads them again from the page cache when used, and the process's RSS
+    (VmHWM counts a mapped file's resident pages) does not keep them."""
+    mm = _MAPS.get(id(obj))
+    if mm is None and isinstance(obj, np.ndarray):
+        while isinstance(obj, np.ndarray):
+            obj = obj.base
+        mm = obj
+    if isinstance(mm, mmap.mmap):
+        mm.madvise(mmap.MADV_DONTNEED)
+
+
 def is_mapped(table) -> bool:
     """Whether ``table`` is one :func:`map_ipc_file` made."""
     return id(table) in _MAPS

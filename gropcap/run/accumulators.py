@@ -810,12 +810,13 @@ class Totals:
         self.models = {m: ModelCounts(m) for m in models}
         self.flows = FlowCounts()
         self._flows_table = None
-        # flows-table rows of sealed runs: on disk (a ``run.spill.Spill``) or in memory
+        # final flows-table rows (``add_flow_rows``): on disk (a ``run.spill.Spill``) or
+        # in memory
         self._sealed = spill if spill is not None else SealedTables()
 
     @property
     def sealed_flows(self) -> int:
-        """Flows of the runs sealed so far (``add_sealed``)."""
+        """Flows added as final rows so far (``add_flow_rows``)."""
         return self._sealed.num_rows
 
     def flows_table(self) -> pa.Table:
@@ -824,28 +825,14 @@ class Totals:
                 if self._sealed.num_rows else self.flows.table(self.models)
         return self._flows_table
 
-    def add_sealed(self, run: "Totals") -> None:
-        """Fold in the totals of a receiver run after these whose flows are final (flows
-        never span runs): its flows-table rows are built now, numbered on from the
-        flows before, and its per-flow counts dropped, so what is kept is a table row a
-        flow (on disk with a spill), not the accumulators (the Dask runs exchange's
-        client). The capture counts are not folded (the caller merges them once)."""
+    def add_flow_rows(self, table: pa.Table) -> None:
+        """Append flows-table rows that are final (the next flows, numbered on from those
+        before: a receiver run's flows never span runs, and a partition's are its own),
+        kept as table rows (on disk with a spill), not as per-flow accumulators (the Dask
+        runner's client, ``run.spill``)."""
         if self.flows.n_flows:
-            raise ValueError("sealed runs follow sealed runs only")
-        table = run.flows_table()
-        if table.num_rows:
-            base = self.sealed_flows
-            ids = np.arange(base, base + table.num_rows, dtype=np.int64)
-            table = table.set_column(table.schema.get_field_index("flow_id"), "flow_id",
-                                     arrow_numeric(ids, pa.int64()))
-            self._sealed.add(table)
-        if run.coalesced is not None:
-            self.coalesced = run.coalesced if self.coalesced is None else \
-                self.coalesced.merge(run.coalesced)
-        for m, mc in run.models.items():
-            mc.flow_segs = np.zeros(0, np.int64)
-            mc.top_keys = mc.top_counts = np.zeros(0, np.int64)
-            self.models[m] = self.models[m].merge(mc) if m in self.models else mc
+            raise ValueError("final flows follow final flows only")
+        self._sealed.add(table)
         self._flows_table = None
 
     def merge(self, later: "Totals") -> "Totals":

@@ -25,21 +25,27 @@ partition decodes every input. Else the **exchange** through scratch files:
    partition's rows in capture order, cut into batches of ``batch_records``, through
    ``run.engines.BatchGroModels`` (every model from one preparation, state carried), the
    engine's partial results spilled as ``run.stream`` spills them; returns the
-   partition's accumulators (``ModelCounts``, ``FlowCounts``, ``CoalescedCounts``,
-   numbered by the partition's own flow ids), each local flow's same-flow key and first
-   global row, and writes the small table its delivery order needs (napi: its polls'
-   time, queue and super-packets, sorted; ideal: each super-packet's trigger row).
-3. **client**: flows numbered over the whole capture by first appearance (keys ranked
-   by first global row), the accumulators remapped to those ids and merged
-   (``Totals.merge``); the summary is rendered from them as in every other mode.
+   partition's accumulators without their per-flow parts (``ModelCounts``,
+   ``CoalescedCounts``), writes its per-flow results to its work directory
+   (``run.spill.save_partition_flows``: the flows-table rows of its flows, numbered by
+   its own flow ids, each flow's same-flow key and first global row) and the small
+   table its delivery order needs (napi: its polls' time, queue and super-packets,
+   sorted; ideal: each super-packet's trigger row).
+3. **client**: flows numbered over the whole capture by first appearance
+   (``run.spill.number_flows``: a ``gid.i64`` file per partition), the accumulators
+   merged (``Totals.merge``) and the partitions' flows-table rows appended in that
+   order to a file, a slice of flows at a time (``run.spill.in_flow_order``): the
+   client holds nothing per flow; the summary is rendered from them as in every other
+   mode.
 4. **write** (``run.dask_tasks.write_partition_task``, one task per partition): each
    partition reads every partition's delivery table and gives its super-packets their
    global delivery position (napi: polls ranked by (time, queue, order), the one-process
    rule of ``engine.assemble``; ideal: (trigger row, emission order), the end-of-capture
    flush by first row: ``run.distributed.merge_parts``), then writes
    ``packets/part-K.parquet`` and ``superpackets/part-K.parquet`` (provenance metadata
-   on each) and returns the counts only this pass makes (super-packets per
-   encapsulation, the flow causes). The client writes ``flows.parquet``.
+   on each), writes its flow causes beside its flows and returns the counts only this
+   pass makes (super-packets per encapsulation). The client appends the causes in flow
+   order as it did the flows and writes ``flows.parquet``.
 
 A worker lost mid-run: its running task is retried (by Dask, then once by the client),
 and every attempt writes under names of its own (GRO: an ``attempt-*`` directory it
@@ -50,9 +56,9 @@ Exactness needs each partition to hold whole GRO-state units for every model: RX
 (napi) and loose same-flow classes (ideal). Both models run over one partition, cut by
 RX queue when napi runs. The napi model's classes include the RSS hash, so they never
 straddle queues; the ideal model's leave it out (a tunnel's outer UDP source port can
-send one inner flow to two queues). A GRO task returns the 64-bit hashes of its rows'
+send one inner flow to two queues). A GRO task writes the 64-bit hashes of its rows'
 loose-class fields (``run.dask_tasks._class_hash``) and the client checks that no hash
-and no flow occurs in two partitions; otherwise the run falls back to the in-memory merge
+and no flow key occurs in two partitions of a run (``run.spill.disjoint``); otherwise the run falls back to the in-memory merge
 (``run.distributed``), which partitions each model on its own.
 
 The union of the parts equals the one-process files row for row; the order differs:
@@ -162,9 +168,10 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
        it submits more GRO while ``nworkers`` runs wait for their writes; summary
        only: the GRO task counts its output pass itself and nothing is written.
 
-    Each run's GRO results are merged into the totals as they arrive (``_merge_run``)
-    and each write result folded in (``_fold_wrote``): the client holds the totals, not
-    the runs. Returns a dict (the totals ``tot`` and flow ``causes``; ``done``: the GRO
+    Each run's GRO results are merged into the totals as they arrive (``_merge_run``),
+    its flows-table rows and flow causes appended to files (``run.spill``), and each
+    write result folded in (``_fold_wrote``): the client holds the totals, not the runs
+    or their flows. Returns a dict (the totals ``tot`` and flow ``causes``; ``done``: the GRO
     results left, their tunnel rows and delivery info; ``capture``, ``stats``,
     ``infos``, ``n`` rows, ``meta``, ``nruns``, the tunnel ``hint``) or why the exchange
     must run instead (a string: an input fails to decode)."""
@@ -240,10 +247,10 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
                                     run_rows[submitted] // rparts
                                     + (k < run_rows[submitted] % rparts))
             submitted += 1
-    from gropcap.run.accumulators import FlowCauses, Totals
-    from gropcap.run.spill import CausesSpill, Spill
-    # the flows-table rows and flow causes of sealed runs go to disk: the client's
-    # memory does not grow with the flows (run.spill)
+    from gropcap.run.accumulators import Totals
+    from gropcap.run.spill import FLOWS, CausesSpill, Spill, in_flow_order, number_flows
+    # the flows-table rows and flow causes of each run go to disk as the run is
+    # counted: the client's memory does not grow with the flows (run.spill)
     tot = Totals(models, config.verify_checksums, spill=Spill(os.path.join(tmp, "flows.arrow")))
     causes = CausesSpill(os.path.join(tmp, "causes.arrow"))
     done, writes = [], []
@@ -259,52 +266,47 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
         # partition's delivery table of its run); waits while more than ``keep`` runs
         # wait for their writes (writes slower than GRO would pile up scratch)
         while writes and (len(writes) > keep or all(f.done() for f, _ in writes[0][1])):
-            r_works, wtasks, r_causes, base, n = writes.pop(0)
+            r_works, wtasks, base, n = writes.pop(0)
             for w in _results(c, wtasks, write_partition_task):
-                _fold_wrote(w, tot, hint, r_causes, base)
-            causes.seal(r_causes, n)            # runs written in order
+                _fold_wrote(w, tot, hint)
+            _add_causes(causes, r_works, base, n)   # runs written in order
             for w in r_works:
                 shutil.rmtree(os.path.dirname(w), ignore_errors=True)
     for r in range(nruns):
         collect_writes(nworkers - 1)
         submit_gro(r + nworkers)
         mine = _results(c, [gro.pop((r, k)) for k in range(rparts)], fused_partition_task)
-        if rparts > 1:
-            _check_classes(mine)
-        local = flow_maps([d["keys"] for d in mine], [d["firsts"] for d in mine])
-        nflows = sum(len(m) for m in local)
-        maps = [m + flow_base for m in local]
-        # merged as it arrives, its flows-table rows made, its counts dropped: the
-        # client keeps the totals and a row a flow, not the runs
-        run_tot = Totals(models, config.verify_checksums)
-        _merge_run(run_tot, mine, local)
-        tot.add_sealed(run_tot)
-        del run_tot
-        # the run's flow causes under its own flow ids (from 0), sealed once complete
-        r_causes = FlowCauses()
-        for d, lmap in zip(mine, local):
-            if "local" in d:
-                _fold_wrote(_local_wrote(d.pop("local"), lmap), tot, hint, r_causes)
         r_works = [d["work"] for d in mine]
+        _check_disjoint(r_works)
+        # the run's flows numbered on from the runs before, its flows-table rows
+        # appended in that order, a slice at a time (run.spill): the client keeps the
+        # totals, not the runs
+        nflows = number_flows(r_works, flow_base)
+        _merge_run(tot, mine)
+        for t in in_flow_order(r_works, FLOWS, flow_base, nflows):
+            tot.add_flow_rows(t)
+        for d in mine:
+            if "local" in d:
+                _fold_wrote(d.pop("local"), tot, hint)
         for d in mine:
             if d["tunnels"] is not None:
                 d["tunnels"] = (d["tunnels"][0], [a + row_base for a in d["tunnels"][1]],
                                 d["tunnels"][2])
         if out_dir:
             wtasks = []
-            for k, (d, fmap) in enumerate(zip(mine, maps)):
+            for k, d in enumerate(mine):
                 bases = {"part": r * rparts + k, "rows": row_base, "segs": dict(seg_base),
                          "polls": dict(poll_base)}
                 args = (os.path.join(d["work"], "rows.arrow"), config, tuple(models),
-                        "napi", rparts, k, r_works, d["info"], fmap, stage, meta,
+                        "napi", rparts, k, r_works, d["info"], stage, meta,
                         packet_columns, batch_records, hint.pairs, bases)
                 wtasks.append((c.submit(write_partition_task, *args, pure=False,
                                         priority=1), args))
                 if progress is not None:
                     progress.follow(lines["write"], wtasks[-1][0], d["rows"])
-            writes.append((r_works, wtasks, r_causes, flow_base, nflows))
+            writes.append((r_works, wtasks, flow_base, nflows))
         else:
-            causes.seal(r_causes, nflows)
+            _add_causes(causes, r_works, flow_base, nflows)
             for w in r_works:
                 shutil.rmtree(os.path.dirname(w), ignore_errors=True)
         for m in models:
@@ -406,76 +408,26 @@ def _sha256_plain(path: str) -> str:
 
 # ---- client side ----
 
-def flow_maps(keys: list, firsts: list) -> list[np.ndarray]:
-    """Per partition, its local flow id -> the global id (flows numbered by first
-    appearance over the whole capture: keys ranked by their first global row). Raises
-    :class:`_Fallback` when a flow occurs in two partitions."""
-    spans = [len(k) for k in keys]
-    if not sum(spans):
-        return [np.zeros(0, np.int64) for _ in keys]
-    cat = np.concatenate([k for k in keys if len(k)])
-    uniq, inv = np.unique(cat, return_inverse=True)
-    if len(uniq) != len(cat):
+def _check_disjoint(works: list) -> None:
+    """No flow key and no loose same-flow class (its 64-bit hash) in two of the
+    partitions in ``works`` (one receiver run's), else :class:`_Fallback`."""
+    from gropcap.run.spill import HASHES, KEYS, disjoint
+    if len(works) < 2:
+        return
+    if not disjoint([os.path.join(w, KEYS) for w in works]):
         raise _Fallback("a flow's rows fall in two partitions")
-    first = np.concatenate([f for f, k in zip(firsts, keys) if len(k)])
-    rank = np.empty(len(first), np.int64)
-    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
-    out, off = [], 0
-    for s in spans:
-        out.append(rank[off:off + s])
-        off += s
-    return out
+    if not disjoint([os.path.join(w, HASHES) for w in works]):
+        raise _Fallback("a same-flow class of the ideal model falls in two RX-queue "
+                        "partitions")
 
 
-def _remap_models(mc, fmap: np.ndarray):
-    """``ModelCounts`` of local flow ids -> the same counts under the global ids."""
-    from gropcap.run.accumulators import ModelCounts
-    out = ModelCounts(mc.model)
-    for k in ("reason_hist", "end_hist", "nseg", "largest", "data_segs", "file_segs",
-              "file_data_segs", "encap"):
-        setattr(out, k, getattr(mc, k))
-    if len(mc.flow_segs):
-        out.flow_segs = np.zeros(int(fmap.max()) + 1 if len(fmap) else 0, np.int64)
-        out.flow_segs[fmap[:len(mc.flow_segs)]] = mc.flow_segs
-    f, r = np.divmod(mc.top_keys, 256)
-    out._top(fmap[f] * 256 + r if len(f) else f, mc.top_counts)
-    return out
-
-
-def _remap_flows(fc, fmap: np.ndarray):
-    """``FlowCounts`` of local flow ids -> the global ids (flows of one partition only)."""
-    from gropcap.run.accumulators import FlowCounts
-    out = FlowCounts()
-    if not fc.n_flows:
-        return out
-    n = int(fmap.max()) + 1
-    out.packets = np.zeros(n, np.int64)
-    out.packets[fmap[:len(fc.packets)]] = fc.packets
-    out.payload = np.zeros(n, np.float64)
-    out.payload[fmap[:len(fc.payload)]] = fc.payload
-    out.key_parts = list(fc.key_parts)
-    out.key_ids = [fmap[ids] for ids in fc.key_ids]
-    out.n_flows = n
-    return out
-
-
-def _merge_flows(parts: list):
-    """One ``FlowCounts`` from partitions' remapped ones (no flow in two of them)."""
-    from gropcap.run.accumulators import FlowCounts, _add_at
-    out = FlowCounts()
-    tables, ids = [], []
-    for fc in parts:
-        out.packets = _add_at(out.packets, fc.packets)
-        out.payload = _add_at(out.payload, fc.payload)
-        tables += fc.key_parts
-        ids += fc.key_ids
-        out.n_flows = max(out.n_flows, fc.n_flows)
-    if tables:
-        ids = np.concatenate(ids)
-        order = np.argsort(ids, kind="stable")
-        out.key_parts = [pa.concat_tables(tables).take(pa.array(order))]
-        out.key_ids = [ids[order]]
-    return out
+def _add_causes(causes, works: list, base: int, n: int) -> None:
+    """Append the flow causes of the partitions in ``works`` (their ``causes.arrow``),
+    flows ``base .. base+n-1``, to ``causes`` (a ``run.spill.CausesSpill``) in flow
+    order."""
+    from gropcap.run.spill import CAUSES, in_flow_order
+    for t in in_flow_order(works, CAUSES, base, n):
+        causes.add(t)
 
 
 def _results(c, tasks: list, fn) -> list:
@@ -489,17 +441,6 @@ def _results(c, tasks: list, fn) -> list:
     for f, _ in tasks:
         f.release()
     return out
-
-
-def _check_classes(done: list) -> None:
-    """No loose same-flow class (its 64-bit hash) in two partitions, else
-    :class:`_Fallback`."""
-    hashes = [d["hashes"] for d in done if d["hashes"] is not None and len(d["hashes"])]
-    if len(hashes) > 1:
-        cat = np.concatenate(hashes)
-        if len(np.unique(cat)) != len(cat):
-            raise _Fallback("a same-flow class of the ideal model falls in two RX-queue "
-                            "partitions")
 
 
 def _empty_part(stage: str, name: str, models, meta: dict, packet_columns) -> None:
@@ -567,7 +508,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
     from gropcap.run.distributed import (BATCH_RECORDS, SPLIT_BYTES, _decode_all,
                                          _merged_capture, _nparts, _nworkers,
                                          _scratch_dir, _workers_local,
-                                         open_client, run_keys, shared)
+                                         open_client, shared)
     from gropcap.run.inputs import decode_table, first_times_rise, input_files
     from gropcap.run.summary import render_summary
     from gropcap.io.columns import parse_packet_columns
@@ -732,14 +673,19 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                     tm["gro"] = clock() - t0
                 t0 = clock()
                 if ran is None:
+                    from gropcap.run.spill import (FLOWS, CausesSpill, Spill, in_flow_order,
+                                                   number_flows)
+                    # (a flow key in two runs is two flows)
                     for r in range(nruns):
-                        _check_classes(done[r * nparts:(r + 1) * nparts])
-                    # flows keyed by run and key: a flow of two runs is two flows
-                    fmaps = flow_maps([run_keys(d["keys"], d["k"] // nparts) if nruns > 1
-                                       else d["keys"] for d in done],
-                                      [d["firsts"] for d in done])
-                    tot = Totals(models, config.verify_checksums)
-                    _merge_run(tot, done, fmaps)
+                        _check_disjoint(works[r * nparts:(r + 1) * nparts])
+                    # the flows numbered over the capture, their rows to a file in that
+                    # order, a slice at a time: nothing per flow on the client
+                    nflows = number_flows(works)
+                    tot = Totals(models, config.verify_checksums,
+                                 spill=Spill(os.path.join(tmp, "flows.arrow")))
+                    _merge_run(tot, done)
+                    for t in in_flow_order(works, FLOWS, 0, nflows):
+                        tot.add_flow_rows(t)
                 else:
                     tot = ran["tot"]        # merged run by run
                 tot.capture = capture
@@ -754,12 +700,12 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 else:
                     meta, stage = ran["meta"], (stages[-1] if stages else None)
                 wtasks = []
-                for k, (d, fmap) in enumerate(zip(done, fmaps) if ran is None else ()):
+                for k, d in enumerate(done if ran is None else ()):
                     if "local" in d:
                         continue        # summary only: counted already (runs: written)
                     args = (pieces[k] if fused else run_pieces[k // nparts], config,
                             tuple(models), split, nparts, k, works,
-                            d["info"], fmap, stage, meta, packet_columns, batch_records,
+                            d["info"], stage, meta, packet_columns, batch_records,
                             hint.pairs)
                     wtasks.append((c.submit(write_partition_task, *args, pure=False),
                                    args))
@@ -771,13 +717,12 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 tm["merge"] = clock() - t0
                 t0 = clock()
                 if ran is None:
-                    from gropcap.run.accumulators import FlowCauses
-                    causes = FlowCauses()
+                    causes = CausesSpill(os.path.join(tmp, "causes.arrow"))
                     wrote = _results(c, wtasks, write_partition_task)
-                    wrote += [_local_wrote(d["local"], fmap)
-                              for d, fmap in zip(done, fmaps) if "local" in d]
+                    wrote += [d["local"] for d in done if "local" in d]
                     for w in wrote:
-                        _fold_wrote(w, tot, hint, causes)
+                        _fold_wrote(w, tot, hint)
+                    _add_causes(causes, works, 0, nflows)
                 else:
                     causes = ran["causes"]  # folded in run by run
                 tm["write"] = clock() - t0
@@ -865,42 +810,25 @@ def _finish_hint(hint, done: list, summary: dict, tot, decoded: list, stats):
                        summary["inputs"]["run_of_file"])
 
 
-def _merge_run(tot, done: list, fmaps: list) -> None:
-    """Fold GRO results (``done``, their local flow ids mapped by ``fmaps`` to the global
-    ones; no flow in two of them, and none before ``tot``'s) into ``tot``: model counts,
-    coalesced input, flows. Their counts are dropped from ``done``: the delivery info,
-    tunnel rows and output-pass counts stay."""
-    for d, fmap in zip(done, fmaps):
+def _merge_run(tot, done: list) -> None:
+    """Fold GRO results (``done``: their counts without per-flow parts, which the
+    partitions keep on disk: ``run.spill``) into ``tot``: model counts, coalesced input.
+    Their counts are dropped from ``done``: the delivery info, tunnel rows and
+    output-pass counts stay."""
+    for d in done:
         for m, mc in d.pop("models").items():
-            tot.models[m].merge(_remap_models(mc, fmap))
+            tot.models[m].merge(mc)
         co = d.pop("coalesced")
         if co is not None:
             tot.coalesced = co if tot.coalesced is None else tot.coalesced.merge(co)
-    tot.flows.merge(_merge_flows([_remap_flows(d.pop("flows"), f)
-                                  for d, f in zip(done, fmaps)]))
-    for d in done:
-        for k in ("keys", "firsts", "hashes"):
-            d.pop(k, None)
 
 
-def _local_wrote(local: dict, fmap: np.ndarray) -> dict:
-    """A summary-only GRO task's output-pass counts as a write task returns them: its
-    flow causes under the global flow ids."""
-    return {**local, "causes": (fmap[:len(local["causes"][0])], *local["causes"])}
-
-
-def _fold_wrote(w: dict, tot, hint, causes, base: int = 0) -> None:
+def _fold_wrote(w: dict, tot, hint) -> None:
     """A write task's counts (super-packets per encapsulation, the tunnel hint's rows
-    before, flow causes: under their flow ids less ``base``) into the run's totals."""
+    before) into the run's totals."""
     for m, enc in w["encap"].items():
         _merge_encap(tot.models[m], enc)
         hint.before[m] += w["before"][m]
-    ids, total, ahead, back = w["causes"]
-    ids = ids - base
-    if len(ids):
-        causes._grow(int(ids.max()) + 1)
-    for name, v in (("total", total), ("ahead", ahead), ("back", back)):
-        getattr(causes, name)[ids] += v[:len(ids)]
 
 
 def _merge_encap(mc, enc: dict) -> None:
@@ -917,4 +845,4 @@ def _remove(path: str) -> None:
 
 
 __all__ = ["analyze_partitioned", "partitioned_reason", "PartitionedResult",
-           "flow_maps", "DATASET_DIRS"]
+           "DATASET_DIRS"]

@@ -90,8 +90,10 @@ def gro_partition_task(pieces, config, models, split: str, nparts: int, k: int, 
                        work: str, n_total: int, batch_records: int, check: bool,
                        tunnels: tuple = ()) -> dict:
     """GRO of partition ``k`` through the bounded-memory core (module docstring, step 2);
-    spills and delivery tables go to ``work``. Returns the partition's accumulators,
-    flow keys and first rows, (``check``) the loose-class hashes of its rows, and the
+    spills and delivery tables go to ``work``, and so do its per-flow results
+    (``run.spill.save_partition_flows``: flows-table rows, first rows, keys and, with
+    ``check``, the loose-class hashes of its rows). Returns the partition's accumulators
+    without their per-flow parts, its flows (``nflows``), and the
     rows of the UDP tunnels ``tunnels`` (``(kind, port)`` pairs without a socket: the
     tunnel hint runs them again) with their global rows and coalesced input."""
     batches = _partition_batches(pieces, split, nparts, k, batch_records)
@@ -121,7 +123,7 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
     coal = CoalescedCounts() if stats is not None and stats.num else None
     ideal_cfg = config.replace(model="ideal")
     file_rows = np.zeros(0, np.int64)
-    firsts, hashes = [], np.zeros(0, np.int64)
+    firsts, hashes = [], np.zeros(0, np.uint64)  # (int64 would make union1d float)
     rows_out = open(os.path.join(work, "global.rows"), "wb")
     kept = None
     n = 0
@@ -174,7 +176,7 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
     states = gro.states or []
     kt = states[0].flow_ids if states else None
     keys = np.zeros(0, np.uint64) if kt is None or kt.sorted_keys is None else \
-        kt.sorted_keys[np.argsort(kt.sorted_ids)]
+        kt.sorted_keys
     # global row of each partition row, read back mapped (not held)
     grows = np.memmap(os.path.join(work, "global.rows"), np.int64, mode="r") if n else \
         np.zeros(0, np.int64)
@@ -229,18 +231,26 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
         for sp in (run.rows, run.verdicts):
             sp.close()
     local = {}
+    from gropcap.run.spill import CAUSES, causes_table, save_partition_flows, write_ipc
+    nflows = tot.flows.n_flows
     if local_pass:
         # summary only: the output pass here, on the rows kept (no write task)
         from gropcap.run.hints import missing_pairs
         encap, before, causes = _packets_pass(
             _kept_batches(os.path.join(work, "rows.arrow")) if n else (), work, models,
             info, local_pos, None, None, lambda t: missing_pairs(t, config), None)
-        local = {"local": {"encap": encap, "before": before,
-                           "causes": (causes.total, causes.ahead, causes.back)}}
-    return {"k": k, "work": work, "rows": n, "models": tot.models, "flows": tot.flows,
-            "coalesced": coal, "keys": keys,
-            "firsts": np.concatenate(firsts) if firsts else np.zeros(0, np.int64),
-            "hashes": hashes if check else None, "info": info,
+        write_ipc(os.path.join(work, CAUSES), causes_table(causes, nflows))
+        local = {"local": {"encap": encap, "before": before}}
+    # the per-flow results stay here, in files the client reads a slice at a time
+    # (run.spill): the flows-table rows (each flow's counts, super-packets and most
+    # frequent end reason per model: a flow is in one partition only), first rows, keys
+    save_partition_flows(work, tot.flows.table(tot.models),
+                         np.concatenate(firsts) if firsts else np.zeros(0, np.int64),
+                         keys, hashes if check else None)
+    for mc in tot.models.values():
+        mc.flow_segs = mc.top_keys = mc.top_counts = np.zeros(0, np.int64)
+    return {"k": k, "work": work, "rows": n, "models": tot.models, "nflows": nflows,
+            "coalesced": coal, "info": info,
             "tunnels": (tun_rows, tun_at, tun_co) if collect else None, **local}
 
 
@@ -515,15 +525,16 @@ def _part_writer(stage: str | None, name: str, k: int):
 
 
 def write_partition_task(pieces, config, models, split: str, nparts: int, k: int,
-                         works: list, info: dict, fmap: np.ndarray, stage: str | None,
+                         works: list, info: dict, stage: str | None,
                          meta: dict, packet_columns, batch_records: int,
                          tunnels: tuple = (), bases: dict | None = None) -> dict:
     """The output pass of partition ``k`` (module docstring, step 4): super-packets with
     their global delivery positions and the packets with their verdicts, written as
     ``stage/superpackets/part-K.parquet`` and ``stage/packets/part-K.parquet`` (None:
-    nothing written); returns ``{"encap": {model: counts}, "causes": (flow ids, total,
-    ahead, back)}`` (flow ids global), ``"before"``: per model, its super-packets that
-    start at a row of ``tunnels`` (the tunnel hint).
+    nothing written), ``flow_id`` by the partition's ``gid.i64`` (``run.spill``), its flow
+    causes to ``causes.arrow`` in its work directory; returns ``{"encap": {model:
+    counts}, "before": per model, its super-packets that start at a row of ``tunnels``
+    (the tunnel hint)}``.
 
     ``bases`` (the runs exchange: ``works`` are one receiver run's partitions, ``k``
     among them): ``{"part": the part's number, "rows": global rows before the run,
@@ -532,7 +543,9 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
     from gropcap.io.columns import readable, readable_names, select_packet_columns
     from gropcap.io.parquet import with_metadata
     from gropcap.run.stream import _parquet_options
+    from gropcap.run.spill import CAUSES, GIDS, causes_table, read_array, write_ipc
     work = works[k]
+    fmap = np.array(read_array(os.path.join(work, GIDS)))
     bases = bases or {}
     row_base = bases.get("rows", 0)
     part = bases.get("part", k)
@@ -608,9 +621,8 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
     if "writer" in pk:
         pk["writer"].close()
         os.replace(pk_tmp, pk_path)
-    nloc = len(causes.next_seq)
-    return {"encap": encap, "before": before,
-            "causes": (fmap[:nloc], causes.total, causes.ahead, causes.back)}
+    write_ipc(os.path.join(work, CAUSES), causes_table(causes, len(fmap)))
+    return {"encap": encap, "before": before}
 
 
 def write_columns(out_dir, packet_columns, models) -> list[str] | None:

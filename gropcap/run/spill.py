@@ -1,13 +1,19 @@
 """Per-flow results kept on disk instead of in the client's memory.
 
-The Dask runs exchange (``run.dask_core``) seals each receiver run as it is counted: a
-flow never spans runs, so the run's flows-table rows, and its flow causes once its
-packets are written, are final. They go to an Arrow IPC file in the run's scratch,
-appended run by run; when the run ends the file is memory-mapped and unlinked, and the
-result's flows table and flow causes are read through the page cache on access. The
-client's own (anonymous) memory then stays the same whatever the number of flows: the
-kernel may drop the mapped pages at any time and read them again (docs/scale.md,
-"What the client holds")."""
+The Dask runner (``run.dask_core``) cuts a receiver run into partitions whose flows are
+disjoint. Each GRO task writes its partition's flows to its work directory
+(:func:`save_partition_flows`: the flows-table rows, each flow's first global row and
+flow key, the loose-class hashes; its flow causes once its packets are counted). The
+client never loads them whole: it checks that no flow or class is in two partitions
+(:func:`disjoint`, slice by slice over mapped files), numbers the flows by first
+appearance over the run (:func:`number_flows`: a ``gid.i64`` file per partition, which
+the write tasks read for their ``flow_id`` columns) and appends the rows in that order,
+a slice of :data:`arrays.SLICE_ROWS` flows at a time (:func:`in_flow_order`), to an
+Arrow IPC file in the scratch (:class:`Spill`), run by run. When the analysis ends that
+file is memory-mapped and unlinked, and the result's flows table and flow causes are
+read through the page cache on access. The client's own (anonymous) memory then stays
+the same whatever the number of flows: the kernel may drop the mapped pages at any time
+and read them again (docs/scale.md, "What the client holds")."""
 
 from __future__ import annotations
 
@@ -17,8 +23,154 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from gropcap import arrays
 from gropcap.arrays import arrow_numeric, batch_column, map_ipc_file, slices
 from gropcap.run.accumulators import cause_text
+
+# a partition's flow files in its work directory
+FLOWS = "flows.arrow"           # flows-table rows, local flow order
+CAUSES = "causes.arrow"         # flow causes (total, ahead, back), local flow order
+# numpy .npy files
+FIRSTS = "firsts.npy"           # each flow's first global row (ascending)
+KEYS = "keys.npy"               # the flows' same-flow keys (fixed-width bytes), sorted
+HASHES = "hashes.npy"           # the rows' loose same-flow class hashes, sorted
+GIDS = "gid.npy"                # each flow's id in the run's numbering (the client's)
+CAUSE_COLS = ("total", "ahead", "back")
+
+
+def write_ipc(path: str, table: pa.Table) -> None:
+    """``table`` as an Arrow IPC file at ``path``, written under another name and
+    renamed (a task re-run never leaves a reader half a file)."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table)
+    os.replace(tmp, path)
+
+
+def write_array(path: str, a: np.ndarray) -> None:
+    """``a`` as a ``.npy`` file at ``path`` (under another name, then renamed)."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        np.save(f, np.ascontiguousarray(a))
+    os.replace(tmp, path)
+
+
+def read_array(path: str) -> np.ndarray:
+    """The array :func:`write_array` wrote, read-only over a mapping of the file
+    (``arrays.drop_pages`` drops its resident pages); no file: an empty array."""
+    if not os.path.exists(path):
+        return np.zeros(0, np.int64)
+    # (open_memmap reads the header and maps the data; it refuses object arrays, so
+    # nothing is unpickled)
+    return np.lib.format.open_memmap(path, mode="r")
+
+
+def causes_table(causes, n: int) -> pa.Table:
+    """A ``FlowCauses``' counts of flows ``0 .. n-1`` as a table (:data:`CAUSE_COLS`)."""
+    causes._grow(n)
+    return pa.table({k: arrow_numeric(np.ascontiguousarray(getattr(causes, k)[:n]),
+                                      pa.int64()) for k in CAUSE_COLS})
+
+
+def save_partition_flows(work: str, flows: pa.Table, firsts: np.ndarray,
+                         keys: np.ndarray, hashes: np.ndarray | None) -> None:
+    """A GRO task's partition flows in ``work`` (module docstring): ``flows`` its
+    flows-table rows by local id, ``firsts`` their first global rows, ``keys`` their flow
+    keys, ``hashes`` its rows' loose-class hashes (None: not checked)."""
+    if len(firsts) > 1 and np.any(np.diff(firsts) <= 0):
+        # flows are interned in row order: their first rows rise with their ids
+        raise ValueError("a partition's flows are not numbered by first appearance")
+    write_ipc(os.path.join(work, FLOWS), flows)
+    write_array(os.path.join(work, FIRSTS), np.asarray(firsts, np.int64))
+    keys = np.ascontiguousarray(keys)
+    if keys.dtype.kind == "V":      # (raw bytes: sortable and searchable as byte strings)
+        keys = keys.view(f"S{keys.dtype.itemsize}")
+    write_array(os.path.join(work, KEYS), np.sort(keys))
+    if hashes is not None:
+        write_array(os.path.join(work, HASHES), np.unique(hashes))
+
+
+def disjoint(paths: list[str]) -> bool:
+    """Whether no value is in two of the sorted, duplicate-free arrays at ``paths``
+    (:func:`write_array`; a missing file: none), read mapped a slice at a time."""
+    arrs = [read_array(p) for p in paths]
+    step = arrays.SLICE_ROWS
+    for i, a in enumerate(arrs):
+        for b in arrs[i + 1:]:
+            if not len(a) or not len(b) or a[-1] < b[0] or b[-1] < a[0]:
+                continue
+            for lo in range(0, len(a), step):
+                part = np.asarray(a[lo:lo + step])
+                at = np.searchsorted(b, part)
+                hit = at < len(b)
+                if np.any(np.asarray(b[at[hit]]) == part[hit]):
+                    return False
+                arrays.drop_pages(a)
+                arrays.drop_pages(b)
+    return True
+
+
+def number_flows(works: list[str], base: int = 0) -> int:
+    """Number the flows of the partitions in ``works`` by first appearance over all of
+    them, from ``base`` (one process's numbering: a flow's id is the count of flows with
+    an earlier first row), into each partition's ``gid.i64``; returns the flows. A
+    flow's id is its local id plus, per other partition, its flows first seen before."""
+    firsts = [read_array(os.path.join(w, FIRSTS)) for w in works]
+    step = arrays.SLICE_ROWS
+    for k, (w, mine) in enumerate(zip(works, firsts)):
+        tmp = os.path.join(w, f"{GIDS}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as out:
+            np.lib.format.write_array_header_1_0(out, {
+                "descr": np.lib.format.dtype_to_descr(np.dtype(np.int64)),
+                "fortran_order": False, "shape": (len(mine),)})
+            for lo in range(0, len(mine), step):
+                part = np.asarray(mine[lo:lo + step])
+                gid = np.arange(base + lo, base + lo + len(part), dtype=np.int64)
+                for j, other in enumerate(firsts):
+                    if j != k and len(other):
+                        gid += np.searchsorted(other, part)
+                gid.tofile(out)
+                for f in firsts:
+                    arrays.drop_pages(f)
+        os.replace(tmp, os.path.join(w, GIDS))
+    return sum(len(f) for f in firsts)
+
+
+def in_flow_order(works: list[str], name: str, base: int, n: int):
+    """The rows of the partitions' tables ``name`` (:data:`FLOWS` or :data:`CAUSES`,
+    local flow order) in the run's flow order (``gid.i64``: ids ``base .. base+n-1``),
+    as tables of at most :data:`arrays.SLICE_ROWS` rows; a ``flow_id`` column gets the
+    run's ids. The tables are read mapped, their pages dropped after each slice."""
+    tables, gids = [], []
+    for w in works:
+        path = os.path.join(w, name)
+        gid = read_array(os.path.join(w, GIDS))
+        if len(gid):
+            tables.append(map_ipc_file(path))
+            gids.append(gid)
+    step = arrays.SLICE_ROWS
+    for lo in range(base, base + n, step):
+        hi = min(lo + step, base + n)
+        parts, ids = [], []
+        for t, gid in zip(tables, gids):
+            a, b = np.searchsorted(gid, [lo, hi])
+            if b > a:
+                parts.append(t.slice(a, b - a))
+                ids.append(np.asarray(gid[a:b]))
+        ids = np.concatenate(ids)
+        if len(ids) != hi - lo:
+            raise ValueError(f"flows {lo}-{hi - 1}: {len(ids)} rows found")
+        order = np.argsort(ids, kind="stable")
+        out = pa.concat_tables(parts).take(arrays.arrow_indices(order)) \
+            if len(parts) > 1 else parts[0]
+        if "flow_id" in out.column_names:
+            out = out.set_column(out.schema.get_field_index("flow_id"), "flow_id",
+                                 arrow_numeric(np.ascontiguousarray(ids[order]),
+                                               pa.int64()))
+        yield out
+        for t, gid in zip(tables, gids):
+            arrays.drop_pages(t)
+            arrays.drop_pages(gid)
 
 
 class Spill:
@@ -100,11 +252,9 @@ class CausesSpill:
     def __init__(self, path: str):
         self._spill = Spill(path)
 
-    def seal(self, causes, n: int) -> None:
-        """Append a run's ``n`` flows' counts (its ``FlowCauses``, local ids)."""
-        causes._grow(n)
-        self._spill.add(pa.table({k: arrow_numeric(np.ascontiguousarray(
-            getattr(causes, k)[:n]), pa.int64()) for k in ("total", "ahead", "back")}))
+    def add(self, table: pa.Table) -> None:
+        """Append the counts of the next flows (:data:`CAUSE_COLS`, flow order)."""
+        self._spill.add(table.select(list(CAUSE_COLS)))
 
     def result(self, n_flows: int) -> CauseTexts:
         none = np.zeros(0, np.int64)
@@ -115,4 +265,5 @@ class CausesSpill:
         return CauseTexts(table)
 
 
-__all__ = ["Spill", "CausesSpill", "CauseTexts"]
+__all__ = ["Spill", "CausesSpill", "CauseTexts", "save_partition_flows", "disjoint",
+           "number_flows", "in_flow_order", "causes_table"]

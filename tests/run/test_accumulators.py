@@ -235,67 +235,95 @@ def _mapped_from(buf, name: str) -> bool:
 
 
 @pytest.mark.parametrize("on_disk", [False, True], ids=["in-memory", "spilled"])
-def test_sealed_runs_give_the_flows_table_of_one_pass(two_files, on_disk, tmp_path):
-    """Totals.add_sealed (a receiver run's flows final): the flows table equals the one
-    built from the merged per-flow counts, ids numbered on, and the models' totals too.
-    Spilled (the Dask runs exchange's client): the rows are not in the client's memory
-    but in a mapped file, deleted once mapped."""
+@pytest.mark.parametrize("slice_rows", [1, 3, 1 << 19])
+def test_partition_flows_on_disk_give_the_flows_table_of_one_pass(
+        two_files, on_disk, slice_rows, tmp_path, monkeypatch):
+    """The Dask runner's flows (run.spill): two receiver runs (one per file), each cut
+    into two partitions by flow; every partition's flows-table rows under its own flow
+    ids go to its work directory, the client numbers the flows by first appearance and
+    appends the rows in that order, a slice at a time: the table equals the one-process
+    flows table. Spilled (the Dask runner's client): the rows are not in the client's
+    memory but in a mapped file, deleted once mapped."""
     import pyarrow as pa
 
+    from gropcap import arrays
     from gropcap.run.accumulators import Totals
-    from gropcap.run.dask_core import _merge_run, flow_maps
-    from gropcap.run.spill import Spill
+    from gropcap.run.spill import (FLOWS, Spill, in_flow_order, number_flows,
+                                   save_partition_flows)
+    monkeypatch.setattr(arrays, "SLICE_ROWS", slice_rows)
     t = two_files.decoded
     fidx = file_index_of(t)
     models = list(two_files.results)
-    # two "runs": the rows of file 0, then of file 1 (their flows disjoint)
-    runs = [np.flatnonzero(fidx == f) for f in (0, 1)]
+    whole = totals_of_analysis(two_files).flows_table()
     spill = Spill(str(tmp_path / "flows.arrow")) if on_disk else None
-    whole, sealed = Totals(models), Totals(models, spill=spill)
+    sealed = Totals(models, spill=spill)
+    gfid = np.asarray(two_files.results[models[0]].flow_id).astype(np.int64)
     base = 0
-    for rows in runs:
-        sub = t.take(rows)
-        run = Totals(models)
-        fid = np.asarray(two_files.results[models[0]].flow_id)[rows]
-        uniq, local = np.unique(fid, return_inverse=True)
-        order = np.argsort([rows[np.argmax(local == k)] for k in range(len(uniq))])
-        rank = np.empty(len(uniq), np.int64)
-        rank[order] = np.arange(len(uniq))
-        local = rank[local.ravel()]
-        run.flows.add(sub, local)
-        for m in models:
-            r = two_files.results[m]
-            segs = np.isin(np.asarray(r.seg_first_packet), rows)
-            seg_fid = rank[np.searchsorted(uniq, np.asarray(r.seg_flow_id)[segs])]
-            run.models[m] = model_counts(
-                m, t, fidx, reasons=np.asarray(r.reason)[rows],
-                count=np.asarray(r.seg_count)[segs], end=np.asarray(r.seg_end_reason)[segs],
-                payload=np.asarray(r.seg_payload_len)[segs], flow=seg_fid,
-                first=np.asarray(r.seg_first_packet)[segs])
-        part = {"models": run.models, "coalesced": None, "flows": run.flows,
-                "keys": np.arange(len(uniq)), "firsts": np.arange(len(uniq))}
-        fmap = flow_maps([part["keys"]], [part["firsts"]])
-        _merge_run(whole, [dict(part)], [fmap[0] + base])
-        one = Totals(models)
-        _merge_run(one, [dict(part)], fmap)
-        size = one.flows_table().nbytes
+    for f in (0, 1):
+        works = []
+        for half in (0, 1):
+            rows = np.flatnonzero((fidx == f) & (gfid % 2 == half))
+            sub = t.take(rows)
+            # local ids: the partition's flows by first appearance
+            uniq, first_at, inv = np.unique(gfid[rows], return_index=True,
+                                            return_inverse=True)
+            rank = np.empty(len(uniq), np.int64)
+            rank[np.argsort(first_at, kind="stable")] = np.arange(len(uniq))
+            part = Totals(models)
+            part.flows.add(sub, rank[inv.ravel()])
+            for m in models:
+                r = two_files.results[m]
+                segs = np.isin(np.asarray(r.seg_first_packet), rows)
+                part.models[m] = model_counts(
+                    m, t, fidx, reasons=np.asarray(r.reason)[rows],
+                    count=np.asarray(r.seg_count)[segs],
+                    end=np.asarray(r.seg_end_reason)[segs],
+                    payload=np.asarray(r.seg_payload_len)[segs],
+                    flow=rank[np.searchsorted(uniq, np.asarray(r.seg_flow_id)[segs])],
+                    first=np.asarray(r.seg_first_packet)[segs])
+            work = str(tmp_path / f"run{f}-part{half}")
+            os.mkdir(work)
+            save_partition_flows(work, part.flows.table(part.models),
+                                 np.sort(rows[first_at]), uniq.astype(np.uint64), None)
+            works.append(work)
+        n = number_flows(works, base)
         held = pa.total_allocated_bytes()
-        sealed.add_sealed(one)
-        del one
+        for rows_of in in_flow_order(works, FLOWS, base, n):
+            assert rows_of.num_rows <= slice_rows
+            sealed.add_flow_rows(rows_of)
         if on_disk:                     # the run's rows went to the file
-            assert pa.total_allocated_bytes() - held < size / 4, size
-        base += len(uniq)
-    assert sealed.flows_table().equals(whole.flows_table())
+            assert pa.total_allocated_bytes() - held < 4096 + whole.nbytes / 8
+        base += n
+    assert sealed.sealed_flows == base == whole.num_rows > 0
+    assert sealed.flows_table().equals(whole)
     if on_disk:
         assert not os.path.exists(spill.path)
         assert sealed.flows_table().column("src").chunk(0).buffers()[2] is not None
         assert all(_mapped_from(c.buffers()[1], "flows.arrow")
                    for c in sealed.flows_table().column("packets").chunks)
-    assert sealed.flows_table().num_rows == base > 0
-    for m in models:
-        for k in ("reason_hist", "end_hist", "file_segs", "file_data_segs"):
-            assert np.array_equal(getattr(sealed.models[m], k), getattr(whole.models[m], k))
-        assert sealed.models[m].nseg == whole.models[m].nseg
+
+
+def test_partition_flow_keys_that_meet_are_found(tmp_path, monkeypatch):
+    """run.spill.disjoint (the client's check that no flow or loose class is in two
+    partitions): a shared value is found wherever it lies in a slice, none when the
+    arrays only interleave."""
+    from gropcap import arrays
+    from gropcap.run.spill import disjoint, write_array
+    rng = np.random.default_rng(4)
+    for trial in range(40):
+        monkeypatch.setattr(arrays, "SLICE_ROWS", int(rng.integers(1, 9)))
+        vals = rng.choice(1000, int(rng.integers(2, 60)), replace=False).astype(np.uint64)
+        cut = np.sort(rng.choice(np.arange(1, len(vals)), 2 if len(vals) > 2 else 1,
+                                 replace=False))
+        parts = np.split(vals, cut)
+        meet = trial % 2 == 1 and len(parts[0]) and len(parts[-1])
+        if meet:
+            parts[-1] = np.append(parts[-1], parts[0][rng.integers(len(parts[0]))])
+        paths = []
+        for i, p in enumerate(parts):
+            paths.append(str(tmp_path / f"{trial}-{i}.npy"))
+            write_array(paths[-1], np.unique(p))
+        assert disjoint(paths) == (not meet)
 
 
 def _set_reverse(rows, pick, among, key, swapped):
@@ -390,7 +418,7 @@ def test_spilled_flow_causes_equal_the_list():
 
     from gropcap.gro.reasons import FLUSH_CWR, FLUSH_ZERO_PAYLOAD
     from gropcap.run.accumulators import FlowCauses
-    from gropcap.run.spill import CausesSpill
+    from gropcap.run.spill import CausesSpill, causes_table
     rng = np.random.default_rng(2)
     whole = FlowCauses()
     with tempfile.TemporaryDirectory() as d:
@@ -405,7 +433,7 @@ def test_spilled_flow_causes_equal_the_list():
                         rng.integers(FLUSH_CWR, FLUSH_ZERO_PAYLOAD + 1, len(fid)))
                 run.add(fid, *args)
                 whole.add(fid + base, *args)
-            spill.seal(run, n)
+            spill.add(causes_table(run, n))
             base += n
         got = spill.result(base)
         want = whole.result(base)

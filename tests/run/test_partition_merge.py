@@ -109,13 +109,40 @@ def test_partition_keeps_a_same_flow_class_together():
     assert np.array_equal(pn, q.astype(np.int64) % 4)
 
 
-def test_flow_maps_number_flows_by_first_row_over_partitions():
-    """The core per partition (run.dask_core): each partition's local flow ids map to the
-    one-process numbering (first appearance over the whole capture); a flow seen by two
-    partitions cannot be merged from per-partition counters and is refused."""
-    from gropcap.run.dask_core import _Fallback, flow_maps
-    keys = [np.array([5, 9], np.uint64), np.array([7], np.uint64), np.zeros(0, np.uint64)]
-    firsts = [np.array([0, 10]), np.array([3]), np.zeros(0, np.int64)]
-    assert [m.tolist() for m in flow_maps(keys, firsts)] == [[0, 2], [1], []]
-    with pytest.raises(_Fallback, match="two partitions"):
-        flow_maps([np.array([5], np.uint64)] * 2, [np.array([0]), np.array([1])])
+def test_flows_are_numbered_by_first_row_over_partitions(tmp_path, monkeypatch):
+    """The core per partition (run.dask_core, run.spill.number_flows): each partition's
+    local flow ids map to the one-process numbering (first appearance over the whole
+    capture, from a run's base), slice by slice; the rows then come in that order."""
+    import pyarrow as pa
+
+    from gropcap import arrays
+    from gropcap.run.spill import (FLOWS, GIDS, in_flow_order, number_flows, read_array,
+                                   save_partition_flows)
+    rng = np.random.default_rng(7)
+    for trial in range(30):
+        monkeypatch.setattr(arrays, "SLICE_ROWS", int(rng.integers(1, 6)))
+        n, parts = int(rng.integers(0, 40)), int(rng.integers(1, 5))
+        firsts = np.sort(rng.choice(1000, n, replace=False))
+        owner = rng.integers(0, parts, n)
+        base = int(rng.integers(0, 100))
+        works = []
+        for k in range(parts):
+            mine = firsts[owner == k]
+            w = tmp_path / f"{trial}-{k}"
+            w.mkdir()
+            save_partition_flows(str(w), pa.table({
+                "flow_id": np.arange(len(mine), dtype=np.int64), "first": mine}),
+                mine, np.arange(len(mine), dtype=np.uint64), None)
+            works.append(str(w))
+        assert number_flows(works, base) == n
+        for k, w in enumerate(works):
+            # the global id of a flow: the flows first seen before it, from ``base``
+            want = base + np.searchsorted(firsts, firsts[owner == k])
+            assert read_array(os.path.join(w, GIDS)).tolist() == want.tolist()
+        rows = pa.concat_tables(list(in_flow_order(works, FLOWS, base, n))) if n else None
+        if n:
+            assert rows.column("first").to_pylist() == firsts.tolist()
+            assert rows.column("flow_id").to_pylist() == list(range(base, base + n))
+    with pytest.raises(ValueError, match="first appearance"):
+        save_partition_flows(str(tmp_path), pa.table({"x": [1, 2]}), np.array([5, 3]),
+                             np.arange(2, dtype=np.uint64), None)

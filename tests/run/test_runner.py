@@ -483,6 +483,67 @@ def test_core_per_partition_fused_summary_only(client, generated, tmp_path, queu
     assert one.udp_tunnel_hint is not None
 
 
+def _many_flows(path: str, flows: int, per_flow: int) -> str:
+    """``flows`` TCP flows of ``per_flow`` full segments each, round-robin."""
+    seq = [1000 * f for f in range(flows)]
+    frames, ts, t = [], [], 1_700_000_000_000_000_000
+    for _ in range(per_flow):
+        for f in range(flows):
+            seg = tcp(1000 + f, 5201, seq=seq[f], ack=1, flags=C.TCP_FLAG_ACK,
+                      payload=bytes(1448))
+            frames.append(eth(ipv4(f"10.{f // 250 % 250}.{f % 250 + 1}.1", "10.250.0.1",
+                                   C.IPPROTO_TCP, seg)))
+            seq[f] += 1448
+            t += 1000
+            ts.append(t)
+    write_pcap(path, frames, ts)
+    return path
+
+
+@pytest.mark.parametrize("out", [False, True], ids=["summary", "out"])
+@pytest.mark.parametrize("how", ["fused", "exchange"])
+def test_the_client_gets_nothing_per_flow(client, tmp_path, monkeypatch, how, out):
+    """One receiver run cut by RX queue (the fused exchange, the exchange): the GRO and
+    write tasks keep their partition's flows on disk and return no per-flow counters,
+    so what reaches the client is the same size for 2 400 flows as for 16 carrying as
+    many packets; the flows table and flow causes still equal one process, read from a
+    file the client maps."""
+    import pickle
+
+    import gropcap.run.dask_core as dc
+    from gropcap.arrays import is_mapped
+    from gropcap.run.spill import CauseTexts
+    from gropcap.run.stream import stream_analyze
+    cfg = GroConfig(queues=4)
+    got, size = [], {}
+    real = dc._results
+
+    def results(c, tasks, fn):
+        r = real(c, tasks, fn)
+        got.extend(r)
+        return r
+    monkeypatch.setattr(dc, "_results", results)
+    for flows, per_flow in ((2400, 2), (16, 300)):
+        cap = _many_flows(str(tmp_path / f"f{flows}.pcap"), flows, per_flow)
+        got.clear()
+        one = stream_analyze([cap], cfg)
+        dist = dc.analyze_partitioned(
+            [cap], cfg, client=client, exchange=how, fallback=_no_fallback,
+            out_dir=str(tmp_path / f"out{flows}") if out else None)
+        assert dist.exchange == how
+        assert dist.summary == one.summary and dist.flows.num_rows == flows
+        assert dist.flows.equals(one.flows) and dist.flow_causes == one.flow_causes
+        assert is_mapped(dist.flows) and isinstance(dist.flow_causes, CauseTexts)
+        assert dist.totals.flows.n_flows == 0
+        assert all(len(mc.flow_segs) == len(mc.top_keys) == 0
+                   for mc in dist.totals.models.values())
+        # (the fused tasks' coalesced-input statistics are per TCP direction: apart)
+        size[flows] = sum(len(pickle.dumps({k: v for k, v in d.items() if k != "stats"}))
+                          for d in got)
+    # before: 24-34 bytes a flow pickled (keys, first rows, counters, key rows)
+    assert size[2400] - size[16] < 2400 * 4, size
+
+
 @pytest.mark.parametrize("out", [False, True], ids=["summary", "out"])
 def test_core_per_partition_exchange_path(client, generated, tmp_path, out):
     """The exchange through scratch files (decode tasks, what a remote scheduler or more
@@ -742,7 +803,7 @@ def test_runs_exchange_ships_tunnel_rows_only_for_a_hint_that_uses_them(client, 
 
     def results(c, tasks, fn):
         got = real(c, tasks, fn)
-        shipped.extend(d.get("tunnels") for d in got if isinstance(d, dict) and "keys" in d)
+        shipped.extend(d.get("tunnels") for d in got if isinstance(d, dict) and "nflows" in d)
         return got
     monkeypatch.setattr(dc, "_results", results)
     for limit, collected in ((hints.HINT_MAX_ROWS, True), (10, False)):
