@@ -27,6 +27,7 @@ import ipaddress
 import numpy as np
 import pyarrow as pa
 
+from gropcap.addresses import ipv6_text
 from gropcap.arrays import arrow_masked, arrow_numeric, arrow_strings, numpy_of
 
 
@@ -190,7 +191,7 @@ def address_text(raw: pa.ChunkedArray | pa.Array, version) -> pa.Array:
         uniq, inverse = _distinct(pa.Array.from_buffers(pa.binary(16), len(six),
                                                         [None, pa.py_buffer(six)]))
         idx[v6] = inverse + len(texts)
-        texts += [str(ipaddress.IPv6Address(u)) for u in uniq]
+        texts += [ipv6_text(u) for u in uniq]
     return arrow_strings(texts).take(arrow_masked(idx, idx < 0, pa.int64()))
 
 

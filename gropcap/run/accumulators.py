@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from gropcap import constants as C
+from gropcap.addresses import ipv6_text
 from gropcap.arrays import (SLICE_ROWS, arrow_indices, arrow_numeric, arrow_strings,
                             batch_column, numpy_of, slices)
 from gropcap.gro.reasons import FLUSH_CWR, FLUSH_ZERO_PAYLOAD, reason_name
@@ -316,6 +317,11 @@ class CoalescedCounts:
         return self
 
 
+# ModelCounts folds the (flow, reason) keys of new super-packets into its sorted ones
+# once at least this many wait
+TOP_FOLD_MIN = 1 << 16
+
+
 class ModelCounts:
     """One GRO model's counts: per-row reasons, and per super-packet its end reason,
     size, payload, flow and input file (of its first packet)."""
@@ -330,8 +336,13 @@ class ModelCounts:
         self.file_segs = np.zeros(0, np.int64)
         self.file_data_segs = np.zeros(0, np.int64)
         self.flow_segs = np.zeros(0, np.int64)
-        self.top_keys = np.zeros(0, np.int64)     # flow * 256 + end reason
-        self.top_counts = np.zeros(0, np.int64)
+        # per (flow, end reason) key, flow * 256 + reason: super-packets (top_keys,
+        # top_counts); keys added since are folded in when read or once they outnumber
+        # those (each key is then sorted O(log) times, not once per batch)
+        self._top_keys = np.zeros(0, np.int64)
+        self._top_counts = np.zeros(0, np.int64)
+        self._top_parts: list = []
+        self._top_pending = 0
         self.encap: dict[str, int] = {}           # super-packets per encap (first packet)
 
     def add_reasons(self, reasons: np.ndarray) -> None:
@@ -360,12 +371,43 @@ class ModelCounts:
     def _top(self, keys: np.ndarray, counts: np.ndarray) -> None:
         if not len(keys):
             return
-        k = np.concatenate([self.top_keys, keys])
-        v = np.concatenate([self.top_counts, counts])
+        self._top_parts.append((np.asarray(keys, np.int64), np.asarray(counts, np.int64)))
+        self._top_pending += len(keys)
+        if self._top_pending > max(len(self._top_keys), TOP_FOLD_MIN):
+            self._fold_top()
+
+    def _fold_top(self) -> None:
+        if not self._top_parts:
+            return
+        k = np.concatenate([self._top_keys] + [p[0] for p in self._top_parts])
+        v = np.concatenate([self._top_counts] + [p[1] for p in self._top_parts])
+        self._top_parts, self._top_pending = [], 0
         uu, inv = np.unique(k, return_inverse=True)
-        self.top_keys = uu
-        self.top_counts = np.bincount(inv.ravel(), weights=v,
-                                      minlength=len(uu)).astype(np.int64)
+        self._top_keys = uu
+        self._top_counts = np.bincount(inv.ravel(), weights=v,
+                                       minlength=len(uu)).astype(np.int64)
+
+    @property
+    def top_keys(self) -> np.ndarray:
+        """Sorted ``flow * 256 + end reason`` keys of the super-packets counted."""
+        self._fold_top()
+        return self._top_keys
+
+    @top_keys.setter
+    def top_keys(self, keys: np.ndarray) -> None:
+        self._fold_top()
+        self._top_keys = keys
+
+    @property
+    def top_counts(self) -> np.ndarray:
+        """Super-packets per key of :attr:`top_keys`."""
+        self._fold_top()
+        return self._top_counts
+
+    @top_counts.setter
+    def top_counts(self, counts: np.ndarray) -> None:
+        self._fold_top()
+        self._top_counts = counts
 
     def add_encap(self, t: pa.Table, first: np.ndarray) -> None:
         """Rows of ``t`` that are a super-packet's first packet (``first`` mask)."""
@@ -404,14 +446,14 @@ def addr_text(raw: bytes, version: int) -> str:
     if version == 4:
         return str(ipaddress.IPv4Address(raw[12:16]))
     if version == 6:
-        return str(ipaddress.IPv6Address(raw))
+        return ipv6_text(raw)
     return ""
 
 
 def addr_texts(raw: pa.ChunkedArray, ver: np.ndarray) -> pa.Array:
     """:func:`addr_text` of every row of a 16-byte address column: IPv4 addresses
-    formatted by Arrow compute, each distinct other address once (IPv6 by ``ipaddress``,
-    other versions ""). No Python scalar reaches Arrow compute and no ``pa.array``:
+    formatted by Arrow compute, each distinct other address once (IPv6 by
+    ``addresses.ipv6_text``, other versions ""). No Python scalar reaches Arrow compute and no ``pa.array``:
     either imports pandas (``gropcap.arrays``)."""
     import pyarrow.compute as pc
     n = len(ver)

@@ -20,8 +20,11 @@ SAMPLES = os.path.join(TESTS, os.pardir, "sample_pcaps")
 
 
 def _state(obj) -> dict:
-    return {k: (v.tolist() if isinstance(v, np.ndarray) else v)
-            for k, v in vars(obj).items() if k not in ("key_parts", "key_ids")}
+    got = {k: v for k, v in vars(obj).items()
+           if k not in ("key_parts", "key_ids") and not k.startswith("_top")}
+    if isinstance(obj, ModelCounts):    # (the keys still to fold in, folded)
+        got.update(top_keys=obj.top_keys, top_counts=obj.top_counts)
+    return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in got.items()}
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +96,37 @@ def test_model_counts_merged_from_pieces_equal_one_pass(two_files, model):
                                   **{k: np.asarray(v)[ss] for k, v in kw.items()}))
     assert whole.nseg == r.num_superpackets > 0 and whole.encap
     assert _state(merged) == _state(whole)
+
+
+@pytest.mark.parametrize("fold_min", [1, 5, 1 << 16])
+def test_top_reasons_folded_now_and_then_equal_one_count(monkeypatch, fold_min):
+    """ModelCounts keeps each batch's (flow, end reason) keys aside and folds them into
+    its sorted counts only once they outnumber those (or when read): the counts, the
+    top reason per flow and a merge equal one count over every super-packet."""
+    import gropcap.run.accumulators as acc
+    monkeypatch.setattr(acc, "TOP_FOLD_MIN", fold_min)
+    rng = np.random.default_rng(11)
+    flows, ends = [], []
+    a, b = ModelCounts("napi"), ModelCounts("napi")
+    for i in range(40):
+        m = int(rng.integers(0, 50))
+        flow = rng.integers(0, 30 + 20 * i, m)
+        end = rng.choice([1, 2, 3, 7, 200], m)
+        flows.append(flow)
+        ends.append(end)
+        (a if i % 3 else b).add_segs(count=np.ones(m, np.int64), end=end,
+                                     payload=np.ones(m), flow=flow, file=np.zeros(m))
+        if i == 17:
+            assert len(a.top_keys) == len(a.top_counts)     # a read between batches
+    key = np.concatenate(flows) * 256 + np.concatenate(ends)
+    want_k, want_c = np.unique(key, return_counts=True)
+    n_flows = int(np.concatenate(flows).max()) + 1
+    whole = ModelCounts("napi")
+    whole._top(want_k, want_c)
+    a.merge(b)
+    assert a.top_keys.tolist() == want_k.tolist()
+    assert a.top_counts.tolist() == want_c.tolist()
+    assert a.top_reasons(n_flows) == whole.top_reasons(n_flows)
 
 
 def test_flow_counts_merged_in_row_order_equal_one_pass(two_files):

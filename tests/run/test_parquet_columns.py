@@ -13,6 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gropcap.decode.schema import STATUS_NAMES
 from gropcap.gro.reasons import REASONS, ROLE_NAMES
@@ -101,6 +103,23 @@ def test_address_text_equals_one_row_at_a_time():
     assert address_text(chunked, ver).to_pylist() == want
     assert address_text(raw.slice(7, 50), ver[7:57]).to_pylist() == want[7:57]
     assert address_text(raw.slice(0, 0), ver[:0]).to_pylist() == []
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from([0, 0, 0, 1, 0xFFFF, 0xDB8, 0xABCD, 0x10]), min_size=8,
+                max_size=8),
+       st.binary(min_size=16, max_size=16), st.booleans())
+def test_ipv6_text_is_what_ipaddress_prints(groups, raw, grouped):
+    """addresses.ipv6_text (inet_ntop, ipaddress for embedded IPv4): zero runs of every
+    length and place, ties, mapped and compatible IPv4, random bytes."""
+    import ipaddress
+    import struct
+
+    from gropcap.addresses import ipv6_text
+    b = struct.pack("!8H", *groups) if grouped else raw
+    assert ipv6_text(b) == str(ipaddress.IPv6Address(b))
+    for mapped in (bytes(10) + b"\xff\xff" + b[12:], bytes(12) + b[12:]):
+        assert ipv6_text(mapped) == str(ipaddress.IPv6Address(mapped))
 
 
 def test_in_memory_written_and_loaded_tables_agree(written):
