@@ -71,14 +71,26 @@ class CoalescedStats:
     depend on a SYN or on segments that come after it. The same statistics whatever the
     batches, so streaming and distributed runs infer what one pass over the whole table
     infers.
+
+    Per direction the statistics are numpy arrays, not Python objects (a capture of
+    800 000 flows held 370 MB of dictionaries): :meth:`syn_arrays` (direction keys, the
+    36-byte rows of :meth:`_keys` as ``S36``, sorted; MSS; implied MTU) and
+    :meth:`size_arrays` (direction keys; per (direction, size) entry its direction,
+    ``(IP length << 20) | payload`` and frames, sorted). What :meth:`add` and
+    :meth:`merge` bring waits in chunks and is folded in when read or once it outnumbers
+    what is folded. ``syn_mss``, ``syn_mtu`` and ``sizes`` give them as dictionaries
+    (tests, debugging).
     """
 
     def __init__(self, mtu: int | None = None):
         self.mtu_option = mtu
-        self.syn_mss: dict[bytes, int] = {}
-        self.syn_mtu: dict[bytes, int] = {}   # device MTU the SYN's MSS implies
-        # per direction: {(IP length << 20) | payload: frames}
-        self.sizes: dict[bytes, dict[int, int]] = {}
+        # folded: SYN keys (sorted), MSS, implied MTU; size entries (their directions'
+        # keys, sorted; per entry its direction, size code and frames, sorted)
+        self._syn = (_no_keys(), _ints(), _ints())
+        self._size = (_no_keys(), _ints(), _ints(), _ints())
+        self._pending_syn: list = []        # (keys, mss, mtu) chunks, capture order
+        self._pending_size: list = []       # (keys, code, frames) chunks
+        self._pending = 0
         self.other_tot: dict[int, int] = {}   # outermost IP length of other IP frames
         self.syn_data_tot: dict[int, int] = {}  # the same of TCP SYNs carrying data
         self.hard = 0           # frames marked coalesced whatever the MTU
@@ -111,20 +123,120 @@ class CoalescedStats:
         """Coalesced TCP data frames among the rows added."""
         inf = self.mtu_inference()
         if self._num is None:
-            self._num = self.hard + sum(c for d in self.sizes.values()
-                                        for k, c in d.items() if (k >> 20) > inf.mtu) \
+            _, _, code, frames = self.size_arrays()
+            self._num = self.hard + int(frames[(code >> 20) > inf.mtu].sum()) \
                 + sum(c for k, c in self.syn_data_tot.items() if k > inf.mtu)
         return self._num
 
+    # ---- the per-direction arrays
+
+    def _fold(self) -> None:
+        """Fold the pending chunks into the sorted arrays."""
+        import numpy as np
+        if self._pending_syn:
+            keys = np.concatenate([self._syn[0]] + [c[0] for c in self._pending_syn])
+            mss = np.concatenate([self._syn[1]] + [c[1] for c in self._pending_syn])
+            mtu = np.concatenate([self._syn[2]] + [c[2] for c in self._pending_syn])
+            # a direction's first SYN: its first occurrence (chunks in capture order)
+            keys, first = np.unique(keys, return_index=True)
+            self._syn = (keys, mss[first], mtu[first])
+            self._pending_syn = []
+        if self._pending_size:
+            old_keys, old_dir, old_code, old_n = self._size
+            keys = np.concatenate([old_keys] + [c[0] for c in self._pending_size])
+            code = np.concatenate([old_code] + [c[1] for c in self._pending_size])
+            frames = np.concatenate([old_n] + [c[2] for c in self._pending_size])
+            dkeys, inv = np.unique(keys, return_inverse=True)
+            inv = inv.ravel().astype(np.int64)
+            direction = np.concatenate([inv[:len(old_keys)][old_dir],
+                                        inv[len(old_keys):]])
+            order = np.lexsort((code, direction))
+            direction, code, frames = direction[order], code[order], frames[order]
+            start = np.ones(len(order), np.bool_)
+            start[1:] = (direction[1:] != direction[:-1]) | (code[1:] != code[:-1])
+            at = np.flatnonzero(start)
+            self._size = (dkeys, direction[at], code[at],
+                          np.add.reduceat(frames, at) if len(at) else frames[:0])
+            self._pending_size = []
+        self._pending = 0
+
+    def _push(self, syn=None, size=None) -> None:
+        if syn is not None and len(syn[0]):
+            self._pending_syn.append(syn)
+            self._pending += len(syn[0])
+        if size is not None and len(size[0]):
+            self._pending_size.append(size)
+            self._pending += len(size[0])
+        if self._pending > max(len(self._syn[0]) + len(self._size[1]), FOLD_MIN):
+            self._fold()
+
+    def syn_arrays(self):
+        """``(keys, mss, implied mtu)``: per direction with a SYN carrying an MSS (keys
+        ``S36``, sorted), its first such SYN's."""
+        self._fold()
+        return self._syn
+
+    def size_arrays(self):
+        """``(keys, direction, code, frames)``: the directions with data frames (keys
+        ``S36``, sorted) and per (direction, ``(IP length << 20) | payload``) entry, sorted
+        by both, the direction's index in ``keys``, the code and the frames."""
+        self._fold()
+        return self._size
+
+    def syn_mss_of(self, keys):
+        """The first-SYN MSS of each direction key in ``keys`` (``S36``; 0: none)."""
+        import numpy as np
+        skeys, mss, _ = self.syn_arrays()
+        if not len(skeys) or not len(keys):
+            return np.zeros(len(keys), np.int64)
+        at = np.minimum(np.searchsorted(skeys, keys), len(skeys) - 1)
+        return np.where(skeys[at] == keys, mss[at], 0)
+
+    def shares_syn(self, other: "CoalescedStats") -> bool:
+        """Whether a direction has SYNs in both statistics."""
+        import numpy as np
+        return len(np.intersect1d(self.syn_arrays()[0], other.syn_arrays()[0])) > 0
+
+    @property
+    def syn_mss(self) -> dict[bytes, int]:
+        keys, mss, _ = self.syn_arrays()
+        return dict(zip(_key_bytes(keys), mss.tolist()))
+
+    @property
+    def syn_mtu(self) -> dict[bytes, int]:
+        """The device MTU each direction's first SYN's MSS implies."""
+        keys, _, mtu = self.syn_arrays()
+        return dict(zip(_key_bytes(keys), mtu.tolist()))
+
+    @property
+    def sizes(self) -> dict[bytes, dict[int, int]]:
+        """Per direction: ``{(IP length << 20) | payload: frames}``."""
+        keys, direction, code, frames = self.size_arrays()
+        names = _key_bytes(keys)
+        out: dict[bytes, dict[int, int]] = {}
+        for d, k, c in zip(direction.tolist(), code.tolist(), frames.tolist()):
+            out.setdefault(names[d], {})[k] = c
+        return out
+
     def size_hist(self, key: bytes) -> dict[int, int]:
         """Payload sizes of the direction's single (not coalesced) data segments."""
+        import numpy as np
+        keys, direction, code, frames = self.size_arrays()
+        d = np.searchsorted(keys, np.frombuffer(key, f"S{len(key)}"))[0] if len(keys) \
+            else 0
+        if d >= len(keys) or keys[d] != np.frombuffer(key, f"S{len(key)}")[0]:
+            return {}
+        lo, hi = np.searchsorted(direction, [d, d + 1])
         out: dict[int, int] = {}
         mtu = self.mtu
-        for k, c in self.sizes.get(key, {}).items():
+        for k, c in zip(code[lo:hi].tolist(), frames[lo:hi].tolist()):
             if (k >> 20) <= mtu:
-                pl = k & 0xFFFFF
-                out[pl] = out.get(pl, 0) + c
+                out[k & 0xFFFFF] = out.get(k & 0xFFFFF, 0) + c
         return out
+
+    def __getstate__(self):
+        self._fold()                    # (pickled compact)
+        return self.__dict__
 
     @staticmethod
     def _keys(t, rev: bool = False, rows=None):
@@ -213,11 +325,7 @@ class CoalescedStats:
             base = np.where(col("ip_version")[srows] == 6, 60, 40)
             implied = mss.astype(np.int64) + base + (col("ip_offset")[srows].astype(np.int64)
                                                     - first)
-            for j in range(len(srows)):
-                k = keys[j].tobytes()
-                if k not in self.syn_mss:
-                    self.syn_mss[k] = int(mss[j])
-                    self.syn_mtu[k] = int(implied[j])
+            self._push(syn=(_as_keys(keys), mss.astype(np.int64), implied))
         if data.any():
             rows = np.flatnonzero(data)
             pl = np.minimum(col("payload_len")[rows].astype(np.int64), 0xFFFFF)
@@ -231,11 +339,8 @@ class CoalescedStats:
             # (direction, IP length, size) counted as one int64 sort (36 bits of sizes)
             pair = (direction << np.int64(36)) | size
             _, first, cnt = np.unique(pair, return_index=True, return_counts=True)
-            keys = self._keys(t, rows=rep)
-            for j, c in zip(first.tolist(), cnt.tolist()):
-                d = self.sizes.setdefault(keys[direction[j]].tobytes(), {})
-                k = int(size[j])
-                d[k] = d.get(k, 0) + c
+            keys = _as_keys(self._keys(t, rows=rep))
+            self._push(size=(keys[direction[first]], size[first], cnt.astype(np.int64)))
 
     def _add_sizes_by_flow(self, t, rows, fid, size) -> None:
         """:meth:`add`'s data-frame sizes, grouped by flow (ids below 2**27)."""
@@ -243,13 +348,11 @@ class CoalescedStats:
         # (flow, IP length, payload) counted as one int64 sort (36 bits of sizes)
         pairs, first, cnt = np.unique((fid << np.int64(36)) | size, return_index=True,
                                       return_counts=True)
-        flows, at = np.unique(pairs >> np.int64(36), return_index=True)
-        keys = self._keys(t, rows=rows[first[at]])
-        key_of = {f: k.tobytes() for f, k in zip(flows.tolist(), keys)}
-        low = (1 << 36) - 1
-        for p, c in zip(pairs.tolist(), cnt.tolist()):
-            d = self.sizes.setdefault(key_of[p >> 36], {})
-            d[p & low] = d.get(p & low, 0) + c
+        flows, at, of = np.unique(pairs >> np.int64(36), return_index=True,
+                                  return_inverse=True)
+        keys = _as_keys(self._keys(t, rows=rows[first[at]]))
+        self._push(size=(keys[of.ravel()], pairs & np.int64((1 << 36) - 1),
+                         cnt.astype(np.int64)))
 
     @staticmethod
     def _directions(t, rows):
@@ -278,14 +381,10 @@ class CoalescedStats:
     def merge(self, later: "CoalescedStats") -> "CoalescedStats":
         """Fold in the statistics of rows that come after the ones seen so far (the first
         SYN stays the first); returns self."""
-        for k, v in later.syn_mss.items():
-            if k not in self.syn_mss:
-                self.syn_mss[k] = v
-                self.syn_mtu[k] = later.syn_mtu[k]
-        for k, d in later.sizes.items():
-            mine = self.sizes.setdefault(k, {})
-            for size, c in d.items():
-                mine[size] = mine.get(size, 0) + c
+        later._fold()
+        self._push(syn=later._syn)
+        keys, direction, code, frames = later._size
+        self._push(size=(keys[direction], code, frames))
         for mine, theirs in ((self.other_tot, later.other_tot),
                              (self.syn_data_tot, later.syn_data_tot)):
             for k, c in theirs.items():
@@ -321,16 +420,10 @@ class CoalescedStats:
             view = np.ascontiguousarray(keys).view(np.dtype((np.void, keys.shape[1]))).ravel()
             _, first_of, inv = np.unique(view, return_index=True, return_inverse=True)
             inv = inv.ravel()
-            nk = len(first_of)
-            mss_k = np.zeros(nk, np.int64)
-            best_k = np.zeros(nk, np.int64)
-            for u, j in enumerate(first_of.tolist()):
-                k = keys[j].tobytes()
-                mss_k[u] = self.syn_mss.get(rkeys[j].tobytes()) or self.syn_mss.get(k) or 0
-                hist = self.size_hist(k)
-                if hist:
-                    # the most common size, the largest on ties
-                    best_k[u] = max(hist.items(), key=lambda kv: (kv[1], kv[0]))[0]
+            ukeys = _as_keys(keys[first_of])
+            rev = self.syn_mss_of(_as_keys(rkeys[first_of]))
+            mss_k = np.where(rev != 0, rev, self.syn_mss_of(ukeys))
+            best_k = self._best_payload(ukeys, mtu)
             mss = mss_k[inv]
             best = best_k[inv]
             use_syn = (mss != 0) & (mss - opt > 0)
@@ -343,6 +436,79 @@ class CoalescedStats:
             segs[rows] = np.maximum(1, -(-pl // size))
             source[rows] = src
         return CoalescedInput(gso, gso_size, segs, source)
+
+
+    def _best_payload(self, ukeys, mtu: int):
+        """Per direction key of ``ukeys``: the most common payload of its data frames
+        at most ``mtu`` IP bytes (the largest on ties; 0: none)."""
+        import numpy as np
+        keys, direction, code, frames = self.size_arrays()
+        best = np.zeros(len(ukeys), np.int64)
+        if not len(keys) or not len(ukeys):
+            return best
+        at = np.minimum(np.searchsorted(keys, ukeys), len(keys) - 1)
+        found = np.flatnonzero(keys[at] == ukeys)
+        lo = np.searchsorted(direction, at[found])
+        hi = np.searchsorted(direction, at[found], side="right")
+        span = hi - lo
+        owner = np.repeat(found, span)              # the ukeys index of each entry
+        entry = np.arange(span.sum()) - np.repeat(np.cumsum(span) - span - lo, span)
+        keep = (code[entry] >> 20) <= mtu
+        owner, pl, n = owner[keep], code[entry][keep] & 0xFFFFF, frames[entry][keep]
+        if not len(owner):
+            return best
+        # frames per (direction, payload), then per direction the most frames, the
+        # largest payload on ties: the last of an ascending sort by (count, payload)
+        order = np.lexsort((pl, owner))
+        owner, pl, n = owner[order], pl[order], n[order]
+        start = np.ones(len(owner), np.bool_)
+        start[1:] = (owner[1:] != owner[:-1]) | (pl[1:] != pl[:-1])
+        at = np.flatnonzero(start)
+        owner, pl, n = owner[at], pl[at], np.add.reduceat(n, at)
+        order = np.lexsort((pl, n, owner))
+        owner, pl = owner[order], pl[order]
+        last = np.ones(len(owner), np.bool_)
+        last[:-1] = owner[1:] != owner[:-1]
+        best[owner[last]] = pl[last]
+        return best
+
+
+# CoalescedStats folds its pending chunks once they hold at least this many entries
+FOLD_MIN = 1 << 16
+KEY_BYTES = 36          # a direction key: two 16-byte addresses, two 2-byte ports
+
+
+def _no_keys():
+    import numpy as np
+    return np.zeros(0, f"S{KEY_BYTES}")
+
+
+def _ints():
+    import numpy as np
+    return np.zeros(0, np.int64)
+
+
+def _as_keys(rows):
+    """``(n, 36)`` uint8 direction-key rows -> an ``S36`` array (byte strings that sort
+    and compare as the rows; equal width, so the trailing-NUL rule of numpy's byte
+    strings cannot make two different rows equal)."""
+    import numpy as np
+    return np.ascontiguousarray(rows).view(f"S{KEY_BYTES}").ravel()
+
+
+def _key_bytes(keys) -> list[bytes]:
+    """An ``S36`` array's keys as 36-byte ``bytes`` (its items drop trailing NULs)."""
+    import numpy as np
+    rows = np.ascontiguousarray(keys).view(np.uint8).reshape(-1, KEY_BYTES)
+    return [r.tobytes() for r in rows]
+
+
+def reverse_keys(keys):
+    """The other direction's key of each ``S36`` key (addresses swapped, ports swapped)."""
+    import numpy as np
+    r = np.ascontiguousarray(keys).view(np.uint8).reshape(-1, KEY_BYTES)
+    return _as_keys(np.concatenate([r[:, 16:32], r[:, :16], r[:, 34:36], r[:, 32:34]],
+                                   axis=1))
 
 
 def coalesced_input(packets, mtu: int | None = None) -> CoalescedInput:

@@ -78,22 +78,22 @@ class MtuInference:
         return text
 
 
-def _reverse(key: bytes) -> bytes:
-    """The direction key of the other direction (addresses, then ports)."""
-    w = (len(key) - 4) // 2
-    return key[w:2 * w] + key[:w] + key[2 * w + 2:] + key[2 * w:2 * w + 2]
-
-
 def resolve_mtu(stats) -> MtuInference:
     """The MTU for a capture whose statistics are ``stats`` (a
     :class:`gropcap.gro.coalesced.CoalescedStats`; its ``mtu_option`` wins). Rules: module docstring.
     """
+    import numpy as np
+
+    from gropcap.gro.coalesced import reverse_keys
+    keys, direction, code, frames = stats.size_arrays()
+    tot, pl = code >> 20, code & 0xFFFFF
     tots: dict[int, int] = dict(stats.other_tot)
     for k, c in stats.syn_data_tot.items():
         tots[k] = tots.get(k, 0) + c
-    for d in stats.sizes.values():
-        for k, c in d.items():
-            tots[k >> 20] = tots.get(k >> 20, 0) + c
+    if len(tot):
+        u, inv = np.unique(tot, return_inverse=True)
+        for k, c in zip(u.tolist(), np.bincount(inv.ravel(), weights=frames).tolist()):
+            tots[k] = tots.get(k, 0) + int(c)
     largest = max(tots) if tots else 0
 
     def above(mtu):
@@ -102,10 +102,11 @@ def resolve_mtu(stats) -> MtuInference:
     if stats.mtu_option is not None:
         mtu = int(stats.mtu_option)
         return MtuInference(mtu, "option", f"--mtu {mtu}", above(mtu), largest)
-    if stats.syn_mtu:
-        mtu = max(stats.syn_mtu.values())
-        mss = sorted(set(stats.syn_mss.values()))
-        n = len(stats.syn_mtu)
+    skeys, smss, smtu = stats.syn_arrays()
+    if len(skeys):
+        mtu = int(smtu.max())
+        mss = np.unique(smss).tolist()
+        n = len(skeys)
         shown = f"MSS {mss[0]}" if len(mss) == 1 else f"MSS {mss[0]}..{mss[-1]}"
         evidence = f"the MSS option of {n} SYN{'s' if n != 1 else ''} ({shown})"
         # frames above it that are not provably coalesced (TCP payload above its MSS)
@@ -114,13 +115,16 @@ def resolve_mtu(stats) -> MtuInference:
         # a SYN carrying more than its own MSS allows is coalesced; otherwise it conflicts
         odd += sum(c for t, c in stats.syn_data_tot.items() if t > mtu)
         odd_largest = max([odd_largest] + [t for t in stats.syn_data_tot if t > mtu])
-        for key, d in stats.sizes.items():
-            peer = stats.syn_mss.get(_reverse(key)) or stats.syn_mss.get(key) or 0
-            for k, c in d.items():
-                t, pl = k >> 20, k & 0xFFFFF
-                if t > mtu and not (peer and pl > peer):
-                    odd += c
-                    odd_largest = max(odd_largest, t)
+        big = np.flatnonzero(tot > mtu)
+        if len(big):
+            # the MSS of the other direction's SYN, else of this direction's
+            dk = keys[direction[big]]
+            rev = stats.syn_mss_of(reverse_keys(dk))
+            peer = np.where(rev != 0, rev, stats.syn_mss_of(dk))
+            bad = big[~((peer != 0) & (pl[big] > peer))]
+            if len(bad):
+                odd += int(frames[bad].sum())
+                odd_largest = max(odd_largest, int(tot[bad].max()))
         conflict = None
         if odd:
             conflict = (f"MTU evidence conflicts: {odd} frames (up to {odd_largest} IP bytes) "
@@ -134,15 +138,24 @@ def resolve_mtu(stats) -> MtuInference:
                             f"(Linux loopback, no SYN in the capture)",
                             above(MAX_MTU), largest)
     jumbo = []
-    for d in stats.sizes.values():
-        by_tot: dict[int, int] = {}
-        for k, c in d.items():
-            by_tot[k >> 20] = by_tot.get(k >> 20, 0) + c
-        t, c = max(by_tot.items(), key=lambda tc: (tc[1], tc[0]))
-        if ETH_MTU < t <= JUMBO_MAX and c >= 2:
+    if len(direction):
+        # per direction its most common IP length (the largest on ties): frames per
+        # (direction, length) (entries are sorted by direction, then code: by length)
+        start = np.ones(len(direction), np.bool_)
+        start[1:] = (direction[1:] != direction[:-1]) | (tot[1:] != tot[:-1])
+        at = np.flatnonzero(start)
+        g_dir, g_tot, g_n = direction[at], tot[at], np.add.reduceat(frames, at)
+        order = np.lexsort((g_tot, g_n, g_dir))
+        last = np.ones(len(order), np.bool_)
+        last[:-1] = g_dir[order][1:] != g_dir[order][:-1]
+        pick = order[last]
+        cand = pick[(g_tot[pick] > ETH_MTU) & (g_tot[pick] <= JUMBO_MAX) & (g_n[pick] >= 2)]
+        for d, t in zip(g_dir[cand].tolist(), g_tot[cand].tolist()):
+            lo, hi = np.searchsorted(direction, [d, d + 1])
+            pls = pl[lo:hi].tolist()
             # TSO/GRO output: its payload is a multiple of a segment the flow also sent
-            pl = max(k & 0xFFFFF for k in d if k >> 20 == t)
-            if not any(0 < (k & 0xFFFFF) < pl and pl % (k & 0xFFFFF) == 0 for k in d):
+            top = max(p for p, tt in zip(pls, tot[lo:hi].tolist()) if tt == t)
+            if not any(0 < p < top and top % p == 0 for p in pls):
                 jumbo.append(t)
     if jumbo:
         size = max(jumbo)

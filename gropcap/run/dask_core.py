@@ -366,7 +366,7 @@ def _fused_stage(c, files, config, models, decode_options, split_config, nparts:
     for d in done:
         capture.merge(d["counts"])      # additive (dictionaries are reported sorted)
         st = d["stats"]
-        if stats is not None and any(key in stats.syn_mss for key in st.syn_mss):
+        if stats is not None and stats.shares_syn(st):
             return "a TCP direction's SYNs fall in two partitions"
         # per direction, first-in-order within its partition is first in the capture
         stats = st if stats is None else stats.merge(st)

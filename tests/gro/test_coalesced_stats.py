@@ -213,3 +213,121 @@ def test_sizes_grouped_by_flow_equal_by_direction(seed, n, tags, shift):
         by_flow.add(t.slice(lo, hi - lo), fid[lo:hi])
     assert _stats_fields(by_flow) == _stats_fields(by_key)
     assert_same(by_flow.infer(t), by_key.infer(t))
+
+
+def _mtu_rule(stats):
+    """gro.mtu.resolve_mtu stated one direction and one size at a time over the
+    dictionary views (the statement the vectorised function replaced): ``(mtu, source,
+    evidence, above, largest, conflict)``."""
+    from gropcap.gro.mtu import ETH_MTU, JUMBO_MAX, JUMBO_MTU, MAX_MTU
+    syn_mss, syn_mtu, sizes = stats.syn_mss, stats.syn_mtu, stats.sizes
+
+    def reverse(key):
+        return key[16:32] + key[:16] + key[34:36] + key[32:34]
+    tots = dict(stats.other_tot)
+    for k, c in stats.syn_data_tot.items():
+        tots[k] = tots.get(k, 0) + c
+    for d in sizes.values():
+        for k, c in d.items():
+            tots[k >> 20] = tots.get(k >> 20, 0) + c
+    largest = max(tots) if tots else 0
+
+    def above(mtu):
+        return sum(c for t, c in tots.items() if t > mtu)
+    if syn_mtu:
+        mtu = max(syn_mtu.values())
+        odd = sum(c for t, c in stats.other_tot.items() if t > mtu)
+        odd_largest = max((t for t in stats.other_tot if t > mtu), default=0)
+        odd += sum(c for t, c in stats.syn_data_tot.items() if t > mtu)
+        odd_largest = max([odd_largest] + [t for t in stats.syn_data_tot if t > mtu])
+        for key, d in sizes.items():
+            peer = syn_mss.get(reverse(key)) or syn_mss.get(key) or 0
+            for k, c in d.items():
+                t, pl = k >> 20, k & 0xFFFFF
+                if t > mtu and not (peer and pl > peer):
+                    odd += c
+                    odd_largest = max(odd_largest, t)
+        mss = sorted(set(syn_mss.values()))
+        return mtu, "inferred", mss[:1] + mss[1:][-1:], len(syn_mtu), above(mtu), \
+            largest, (odd, odd_largest) if odd else None
+    if stats.eth_frames and stats.zero_mac == stats.eth_frames:
+        return MAX_MTU, "loopback", above(MAX_MTU), largest
+    jumbo = []
+    for d in sizes.values():
+        by_tot = {}
+        for k, c in d.items():
+            by_tot[k >> 20] = by_tot.get(k >> 20, 0) + c
+        t, c = max(by_tot.items(), key=lambda tc: (tc[1], tc[0]))
+        if ETH_MTU < t <= JUMBO_MAX and c >= 2:
+            pl = max(k & 0xFFFFF for k in d if k >> 20 == t)
+            if not any(0 < (k & 0xFFFFF) < pl and pl % (k & 0xFFFFF) == 0 for k in d):
+                jumbo.append(t)
+    if jumbo:
+        size = max(jumbo)
+        mtu = JUMBO_MTU if size <= JUMBO_MTU else size
+        return mtu, "jumbo", len(jumbo), above(mtu), largest
+    return ETH_MTU, "default", above(ETH_MTU), largest
+
+
+def _mtu_got(stats):
+    import re
+    inf = stats.mtu_inference()
+    if inf.source == "inferred" and "MSS option" in inf.evidence:
+        n = int(re.search(r"of (\d+) SYN", inf.evidence).group(1))
+        m = re.search(r"MSS (\d+)(?:\.\.(\d+))?", inf.evidence)
+        conflict = None
+        if inf.conflict:
+            c = re.search(r": (\d+) frames \(up to (\d+) IP bytes\)", inf.conflict)
+            conflict = (int(c.group(1)), int(c.group(2)))
+        mss = [int(m.group(1))] + ([int(m.group(2))] if m.group(2) else [])
+        return inf.mtu, "inferred", mss, n, inf.above, inf.largest, conflict
+    if "all-zero MAC" in inf.evidence:
+        return inf.mtu, "loopback", inf.above, inf.largest
+    if "full segments" in inf.evidence:
+        n = int(re.search(r"of (\d+) TCP direction", inf.evidence).group(1))
+        return inf.mtu, "jumbo", n, inf.above, inf.largest
+    return inf.mtu, "default", inf.above, inf.largest
+
+
+@pytest.mark.parametrize("fold_min", [1, 7, 1 << 16])
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), flows=st.integers(1, 8),
+       syn=st.booleans(), jumbo=st.booleans(), cuts=st.integers(0, 4))
+def test_mtu_inference_equals_the_rule(fold_min, seed, n, flows, syn, jumbo, cuts):
+    """The vectorised MTU inference over the per-direction arrays equals the rule
+    stated one direction at a time (SYN MTU and its conflicting frames, the peer's MSS;
+    jumbo full segments; loopback; the default), with the statistics built in pieces and
+    folded early or late (``FOLD_MIN``)."""
+    import gropcap.gro.coalesced as co
+    real = co.FOLD_MIN
+    co.FOLD_MIN = fold_min
+    try:
+        t = disturbed(seed, n, flows)
+        rng = np.random.default_rng(seed)
+        m = t.num_rows
+        if not syn:
+            t = t.set_column(t.schema.get_field_index("tcp_mss"), t.schema.field("tcp_mss"),
+                             pa.array(np.zeros(m), t.schema.field("tcp_mss").type))
+        if jumbo:
+            # full segments of 9000-byte frames and their multiples' single segments
+            pick = rng.random(m) < 0.5
+            tot = t.column("ip_tot_len").to_numpy().copy()
+            t = t.set_column(t.schema.get_field_index("ip_tot_len"),
+                             t.schema.field("ip_tot_len"),
+                             pa.array(np.where(pick, rng.choice([9000, 8000, 4000], m), tot),
+                                      t.schema.field("ip_tot_len").type))
+        bounds = np.unique(np.concatenate([[0, m], rng.integers(0, m + 1, cuts)]))
+        pieces = []
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            s = co.CoalescedStats()
+            s.add(t.slice(lo, hi - lo))
+            pieces.append(s)
+        merged = pieces[0]
+        for s in pieces[1:]:
+            merged.merge(s)
+        assert _mtu_got(merged) == _mtu_rule(merged)
+        whole = co.CoalescedStats()
+        whole.add(t)
+        assert _stats_fields(merged) == _stats_fields(whole)
+    finally:
+        co.FOLD_MIN = real
