@@ -6,14 +6,15 @@ disjoint. Each GRO task writes its partition's flows to its work directory
 flow key, the loose-class hashes; its flow causes once its packets are counted). The
 client never loads them whole: it checks that no flow or class is in two partitions
 (:func:`disjoint`, slice by slice over mapped files), numbers the flows by first
-appearance over the run (:func:`number_flows`: a ``gid.i64`` file per partition, which
+appearance over the run (:func:`number_flows`: a ``gid.npy`` file per partition, which
 the write tasks read for their ``flow_id`` columns) and appends the rows in that order,
 a slice of :data:`arrays.SLICE_ROWS` flows at a time (:func:`in_flow_order`), to an
 Arrow IPC file in the scratch (:class:`Spill`), run by run. When the analysis ends that
 file is memory-mapped and unlinked, and the result's flows table and flow causes are
-read through the page cache on access. The client's own (anonymous) memory then stays
-the same whatever the number of flows: the kernel may drop the mapped pages at any time
-and read them again (docs/scale.md, "What the client holds")."""
+read through the page cache on access. The client's own (anonymous) memory then holds
+no flow: the kernel may drop the mapped pages at any time and read them again. (The
+coalesced-input statistics, per TCP direction, are still merged in memory:
+docs/scale.md, "What the client holds".)"""
 
 from __future__ import annotations
 
