@@ -192,6 +192,13 @@ class CoalescedStats:
         at = np.minimum(np.searchsorted(skeys, keys), len(skeys) - 1)
         return np.where(skeys[at] == keys, mss[at], 0)
 
+    def peer_mss(self, keys):
+        """Per direction key of ``keys`` (``S36``): the MSS a SYN of the other direction
+        gave (what the receiver allowed), else one of this direction (0: none)."""
+        import numpy as np
+        rev = self.syn_mss_of(reverse_keys(keys))
+        return np.where(rev != 0, rev, self.syn_mss_of(keys))
+
     def shares_syn(self, other: "CoalescedStats") -> bool:
         """Whether a direction has SYNs in both statistics."""
         import numpy as np
@@ -410,7 +417,6 @@ class CoalescedStats:
             g = t.select(_INFER_COLUMNS).take(arrow_indices(rows)) if len(rows) < n else t
             col = lambda name: numpy_of(g.column(name)).astype(np.int64)  # noqa: E731
             keys = self._keys(g)
-            rkeys = self._keys(g, rev=True)
             opt = col("tcp_doff") * 4 - 20
             first = np.where(col("outer_ip_version") != 0, col("outer_ip_offset"),
                              col("ip_offset"))
@@ -421,8 +427,7 @@ class CoalescedStats:
             _, first_of, inv = np.unique(view, return_index=True, return_inverse=True)
             inv = inv.ravel()
             ukeys = _as_keys(keys[first_of])
-            rev = self.syn_mss_of(_as_keys(rkeys[first_of]))
-            mss_k = np.where(rev != 0, rev, self.syn_mss_of(ukeys))
+            mss_k = self.peer_mss(ukeys)
             best_k = self._best_payload(ukeys, mtu)
             mss = mss_k[inv]
             best = best_k[inv]

@@ -83,8 +83,6 @@ def resolve_mtu(stats) -> MtuInference:
     :class:`gropcap.gro.coalesced.CoalescedStats`; its ``mtu_option`` wins). Rules: module docstring.
     """
     import numpy as np
-
-    from gropcap.gro.coalesced import reverse_keys
     keys, direction, code, frames = stats.size_arrays()
     tot, pl = code >> 20, code & 0xFFFFF
     tots: dict[int, int] = dict(stats.other_tot)
@@ -118,9 +116,7 @@ def resolve_mtu(stats) -> MtuInference:
         big = np.flatnonzero(tot > mtu)
         if len(big):
             # the MSS of the other direction's SYN, else of this direction's
-            dk = keys[direction[big]]
-            rev = stats.syn_mss_of(reverse_keys(dk))
-            peer = np.where(rev != 0, rev, stats.syn_mss_of(dk))
+            peer = stats.peer_mss(keys[direction[big]])
             bad = big[~((peer != 0) & (pl[big] > peer))]
             if len(bad):
                 odd += int(frames[bad].sum())
