@@ -246,15 +246,14 @@ class CoalescedStats:
         return self.__dict__
 
     @staticmethod
-    def _keys(t, rev: bool = False, rows=None):
+    def _keys(t, rows=None):
         """Direction keys, one fixed-width byte row per packet (addresses, then ports);
         of ``rows`` only when given (numpy indexing: an Arrow ``take`` would import
-        ``pyarrow.compute`` on the warm path)."""
+        ``pyarrow.compute`` on the warm path). The other direction's: :func:`reverse_keys`."""
         import numpy as np
 
         from gropcap.gro.flows import _column_bytes as fixed_bytes
-        a, b = ("ip_dst", "ip_src") if rev else ("ip_src", "ip_dst")
-        pa_, pb = ("dport", "sport") if rev else ("sport", "dport")
+        a, b, pa_, pb = "ip_src", "ip_dst", "sport", "dport"
         pick = (lambda x: x) if rows is None else (lambda x: x[rows])  # noqa: E731
         mat = np.concatenate([
             pick(fixed_bytes(t.column(a))), pick(fixed_bytes(t.column(b))),
