@@ -393,21 +393,17 @@ class ModelCounts:
         self._fold_top()
         return self._top_keys
 
-    @top_keys.setter
-    def top_keys(self, keys: np.ndarray) -> None:
-        self._fold_top()
-        self._top_keys = keys
-
     @property
     def top_counts(self) -> np.ndarray:
         """Super-packets per key of :attr:`top_keys`."""
         self._fold_top()
         return self._top_counts
 
-    @top_counts.setter
-    def top_counts(self, counts: np.ndarray) -> None:
-        self._fold_top()
-        self._top_counts = counts
+    def drop_flows(self) -> None:
+        """Forget the per-flow counts (super-packets and end reasons per flow: a Dask
+        task's, whose flows-table rows hold them)."""
+        self.flow_segs = self._top_keys = self._top_counts = np.zeros(0, np.int64)
+        self._top_parts, self._top_pending = [], 0
 
     def add_encap(self, t: pa.Table, first: np.ndarray) -> None:
         """Rows of ``t`` that are a super-packet's first packet (``first`` mask)."""

@@ -32,7 +32,7 @@ partition decodes every input. Else the **exchange** through scratch files:
    table its delivery order needs (napi: its polls' time, queue and super-packets,
    sorted; ideal: each super-packet's trigger row).
 3. **client**: flows numbered over the whole capture by first appearance
-   (``run.spill.number_flows``: a ``gid.i64`` file per partition), the accumulators
+   (``run.spill.number_flows``: a ``gid.npy`` file per partition), the accumulators
    merged (``Totals.merge``) and the partitions' flows-table rows appended in that
    order to a file, a slice of flows at a time (``run.spill.in_flow_order``): the
    client holds nothing per flow; the summary is rendered from them as in every other
@@ -58,8 +58,9 @@ RX queue when napi runs. The napi model's classes include the RSS hash, so they 
 straddle queues; the ideal model's leave it out (a tunnel's outer UDP source port can
 send one inner flow to two queues). A GRO task writes the 64-bit hashes of its rows'
 loose-class fields (``run.dask_tasks._class_hash``) and the client checks that no hash
-and no flow key occurs in two partitions of a run (``run.spill.disjoint``); otherwise the run falls back to the in-memory merge
-(``run.distributed``), which partitions each model on its own.
+and no flow key occurs in two partitions of a run (``run.spill.disjoint``); otherwise
+the run falls back to the in-memory merge (``run.distributed``), which partitions each
+model on its own.
 
 The union of the parts equals the one-process files row for row; the order differs:
 sort ``packets`` by (``file_index``, ``record``), ``superpackets`` by (``model``,
@@ -248,7 +249,7 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
                                     + (k < run_rows[submitted] % rparts))
             submitted += 1
     from gropcap.run.accumulators import Totals
-    from gropcap.run.spill import FLOWS, CausesSpill, Spill, in_flow_order, number_flows
+    from gropcap.run.spill import CausesSpill, Spill
     # the flows-table rows and flow causes of each run go to disk as the run is
     # counted: the client's memory does not grow with the flows (run.spill)
     tot = Totals(models, config.verify_checksums, spill=Spill(os.path.join(tmp, "flows.arrow")))
@@ -278,13 +279,10 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
         mine = _results(c, [gro.pop((r, k)) for k in range(rparts)], fused_partition_task)
         r_works = [d["work"] for d in mine]
         _check_disjoint(r_works)
-        # the run's flows numbered on from the runs before, its flows-table rows
-        # appended in that order, a slice at a time (run.spill): the client keeps the
+        # the run's flows numbered on from the runs before: the client keeps the
         # totals, not the runs
-        nflows = number_flows(r_works, flow_base)
         _merge_run(tot, mine)
-        for t in in_flow_order(r_works, FLOWS, flow_base, nflows):
-            tot.add_flow_rows(t)
+        nflows = _add_flows(tot, r_works, flow_base)
         for d in mine:
             if "local" in d:
                 _fold_wrote(d.pop("local"), tot, hint)
@@ -419,6 +417,17 @@ def _check_disjoint(works: list) -> None:
     if not disjoint([os.path.join(w, HASHES) for w in works]):
         raise _Fallback("a same-flow class of the ideal model falls in two RX-queue "
                         "partitions")
+
+
+def _add_flows(tot, works: list, base: int) -> int:
+    """Number the flows of the partitions in ``works`` by first appearance from ``base``
+    (``run.spill.number_flows``: the write tasks read the ids) and append their
+    flows-table rows in that order to ``tot``, a slice at a time; returns the flows."""
+    from gropcap.run.spill import FLOWS, in_flow_order, number_flows
+    n = number_flows(works, base)
+    for t in in_flow_order(works, FLOWS, base, n):
+        tot.add_flow_rows(t)
+    return n
 
 
 def _add_causes(causes, works: list, base: int, n: int) -> None:
@@ -673,19 +682,15 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                     tm["gro"] = clock() - t0
                 t0 = clock()
                 if ran is None:
-                    from gropcap.run.spill import (FLOWS, CausesSpill, Spill, in_flow_order,
-                                                   number_flows)
+                    from gropcap.run.spill import CausesSpill, Spill
                     # (a flow key in two runs is two flows)
                     for r in range(nruns):
                         _check_disjoint(works[r * nparts:(r + 1) * nparts])
-                    # the flows numbered over the capture, their rows to a file in that
-                    # order, a slice at a time: nothing per flow on the client
-                    nflows = number_flows(works)
                     tot = Totals(models, config.verify_checksums,
                                  spill=Spill(os.path.join(tmp, "flows.arrow")))
                     _merge_run(tot, done)
-                    for t in in_flow_order(works, FLOWS, 0, nflows):
-                        tot.add_flow_rows(t)
+                    # flows numbered over the capture: nothing per flow on the client
+                    nflows = _add_flows(tot, works, 0)
                 else:
                     tot = ran["tot"]        # merged run by run
                 tot.capture = capture

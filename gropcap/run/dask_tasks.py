@@ -248,7 +248,7 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
                          np.concatenate(firsts) if firsts else np.zeros(0, np.int64),
                          keys, hashes if check else None)
     for mc in tot.models.values():
-        mc.flow_segs = mc.top_keys = mc.top_counts = np.zeros(0, np.int64)
+        mc.drop_flows()
     return {"k": k, "work": work, "rows": n, "models": tot.models, "nflows": nflows,
             "coalesced": coal, "info": info,
             "tunnels": (tun_rows, tun_at, tun_co) if collect else None, **local}
