@@ -11,6 +11,7 @@ Layer: 0 (numpy and pyarrow only); decode/, gro/ and run/ use it.
 from __future__ import annotations
 
 import mmap
+import os
 import weakref
 
 import numpy as np
@@ -158,3 +159,21 @@ def arrow_indices(rows: np.ndarray) -> pa.Array:
     """Row numbers for ``Table.take`` / ``Array.take`` (which would convert a numpy
     argument with ``pa.array``): an int64 Arrow array over the rows' memory."""
     return arrow_numeric(np.ascontiguousarray(rows, dtype=np.int64), pa.int64())
+
+
+def write_array(path: str, a: np.ndarray) -> None:
+    """``a`` as a ``.npy`` file at ``path`` (under another name, then renamed)."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        np.save(f, np.ascontiguousarray(a))
+    os.replace(tmp, path)
+
+
+def read_array(path: str, dtype=np.int64) -> np.ndarray:
+    """The array :func:`write_array` wrote, read-only over a mapping of the file
+    (``arrays.drop_pages`` drops its resident pages); no file: an empty array of ``dtype``."""
+    if not os.path.exists(path):
+        return np.zeros(0, dtype)
+    # (open_memmap reads the header and maps the data; it refuses object arrays, so
+    # nothing is unpickled)
+    return np.lib.format.open_memmap(path, mode="r")

@@ -9,7 +9,9 @@ over a whole table; the GRO engines take a frame's ``segs`` as that many segment
 
 from __future__ import annotations
 
-from gropcap.arrays import arrow_indices, numpy_of
+import os
+
+from gropcap.arrays import arrow_indices, drop_pages, numpy_of, read_array, write_array
 
 # --- input captured after GRO/TSO: frames that are already GSO super-packets ----------------
 
@@ -91,6 +93,10 @@ class CoalescedStats:
         self._pending_syn: list = []        # (keys, mss, mtu) chunks, capture order
         self._pending_size: list = []       # (keys, code, frames) chunks
         self._pending = 0
+        # folded pieces that come before the arrays above, in capture order (another
+        # task's statistics, kept in its work directory: :meth:`spill`)
+        self._parts: list[_Part] = []
+        self._summ = None       # :meth:`summary`, until the next change
         self.other_tot: dict[int, int] = {}   # outermost IP length of other IP frames
         self.syn_data_tot: dict[int, int] = {}  # the same of TCP SYNs carrying data
         self.hard = 0           # frames marked coalesced whatever the MTU
@@ -123,8 +129,8 @@ class CoalescedStats:
         """Coalesced TCP data frames among the rows added."""
         inf = self.mtu_inference()
         if self._num is None:
-            _, _, code, frames = self.size_arrays()
-            self._num = self.hard + int(frames[(code >> 20) > inf.mtu].sum()) \
+            tot, frames = self.summary()[3:]
+            self._num = self.hard + int(frames[tot > inf.mtu].sum()) \
                 + sum(c for k, c in self.syn_data_tot.items() if k > inf.mtu)
         return self._num
 
@@ -161,6 +167,7 @@ class CoalescedStats:
         self._pending = 0
 
     def _push(self, syn=None, size=None) -> None:
+        self._summ = None
         if syn is not None and len(syn[0]):
             self._pending_syn.append(syn)
             self._pending += len(syn[0])
@@ -172,25 +179,140 @@ class CoalescedStats:
 
     def syn_arrays(self):
         """``(keys, mss, implied mtu)``: per direction with a SYN carrying an MSS (keys
-        ``S36``, sorted), its first such SYN's."""
+        ``S36``, sorted), its first such SYN's. With parts (:meth:`spill`): all of them
+        folded in memory (tests, debugging; the MTU inference reads :meth:`slices`)."""
         self._fold()
-        return self._syn
+        return self._all()._syn if self._parts else self._syn
 
     def size_arrays(self):
         """``(keys, direction, code, frames)``: the directions with data frames (keys
         ``S36``, sorted) and per (direction, ``(IP length << 20) | payload``) entry, sorted
-        by both, the direction's index in ``keys``, the code and the frames."""
+        by both, the direction's index in ``keys``, the code and the frames. With parts:
+        as :meth:`syn_arrays`."""
         self._fold()
-        return self._size
+        return self._all()._size if self._parts else self._size
+
+    # ---- parts: statistics of other tasks, left in their files
+
+    def spill(self, path: str, min_entries: int | None = None) -> "CoalescedStats":
+        """Move the per-direction arrays to ``.npy`` files in directory ``path`` (once
+        they hold at least ``min_entries`` entries, default :data:`SPILL_MIN`): what is
+        pickled then is the path, and whoever merges these statistics reads the arrays
+        mapped, a key range at a time (:meth:`slices`), or looks keys up in them. A
+        Dask task's statistics, so that the client holds none per direction (the
+        directory must outlive every reader: the run's scratch). Returns self."""
+        self._fold()
+        if len(self._syn[0]) + len(self._size[1]) < (SPILL_MIN if min_entries is None
+                                                     else min_entries):
+            return self
+        self._parts.append(_Part.save(path, self._syn, self._size))
+        self._syn = (_no_keys(), _ints(), _ints())
+        self._size = (_no_keys(), _ints(), _ints(), _ints())
+        return self
+
+    def _sources(self) -> list:
+        """The folded pieces in capture order (parts, then the arrays in memory), the
+        empty ones left out."""
+        self._fold()
+        return [p for p in self._parts + [_Part(self._syn, self._size)] if p.entries]
+
+    def _all(self) -> "CoalescedStats":
+        """Every piece folded into one statistics object in memory."""
+        import numpy as np
+        one = CoalescedStats()
+        for p in self._sources():
+            keys, direction, code, frames = (np.asarray(a) for a in p.size)
+            one._push(syn=tuple(np.asarray(a) for a in p.syn),
+                      size=(keys[direction], code, frames))
+        one._fold()
+        return one
+
+    def slices(self):
+        """The per-direction statistics a key range at a time, each a folded piece
+        (``.syn``, ``.size`` as :meth:`syn_arrays`, :meth:`size_arrays`) that holds every
+        entry of its directions: the pieces' entries in the range folded (the first SYN
+        of a direction is the first piece's). One piece: that piece, whole. Ranges of
+        about :data:`SLICE_KEYS` keys per piece; the mapped pages are dropped after
+        each."""
+        import numpy as np
+        srcs = self._sources()
+        if len(srcs) <= 1:
+            yield from srcs
+            return
+        samples = [np.asarray(a[::SLICE_KEYS]) for p in srcs
+                   for a in (p.syn[0], p.size[0]) if len(a)]
+        bounds = np.unique(np.concatenate(samples))[1:]
+        cuts = []
+        for p in srcs:
+            s = np.searchsorted(p.syn[0], bounds)
+            d = np.searchsorted(p.size[0], bounds)
+            e = np.searchsorted(p.size[1], d)
+            edge = lambda c, n: np.concatenate([[0], c, [n]])  # noqa: E731
+            cuts.append((edge(s, len(p.syn[0])), edge(d, len(p.size[0])),
+                         edge(e, len(p.size[1]))))
+        for i in range(len(bounds) + 1):
+            one = CoalescedStats()
+            for p, (s, d, e) in zip(srcs, cuts):
+                keys, mss, mtu = p.syn
+                if s[i + 1] > s[i]:
+                    one._push(syn=(np.asarray(keys[s[i]:s[i + 1]]),
+                                   np.asarray(mss[s[i]:s[i + 1]]),
+                                   np.asarray(mtu[s[i]:s[i + 1]])))
+                if e[i + 1] > e[i]:
+                    dkeys, direction, code, frames = p.size
+                    sub = np.asarray(direction[e[i]:e[i + 1]]) - d[i]
+                    one._push(size=(np.asarray(dkeys[d[i]:d[i + 1]])[sub],
+                                    np.asarray(code[e[i]:e[i + 1]]),
+                                    np.asarray(frames[e[i]:e[i + 1]])))
+            one._fold()
+            yield _Part(one._syn, one._size)
+            for p in srcs:
+                p.drop_pages()
+
+    def summary(self):
+        """``(SYN directions, the largest MTU a first SYN implies (0: none), the first
+        SYNs' MSS values (sorted, distinct), IP lengths of the data-frame entries
+        (sorted, distinct), their frames)``: what the MTU inference needs of every
+        direction, gathered a key range at a time."""
+        import numpy as np
+        if self._summ is None:
+            n, top, mss = 0, 0, _ints()
+            tots, counts = [_ints()], [_ints()]
+            for s in self.slices():
+                keys, smss, smtu = s.syn
+                if len(keys):
+                    n += len(keys)
+                    top = max(top, int(smtu.max()))
+                    mss = np.union1d(mss, smss)
+                code, frames = s.size[2], s.size[3]
+                if len(code):
+                    u, inv = np.unique(code >> 20, return_inverse=True)
+                    tots.append(u)
+                    counts.append(np.bincount(inv.ravel(), weights=frames,
+                                              minlength=len(u)).astype(np.int64))
+            u, inv = np.unique(np.concatenate(tots), return_inverse=True)
+            frames = np.bincount(inv.ravel(), weights=np.concatenate(counts),
+                                 minlength=len(u)).astype(np.int64)
+            self._summ = (n, top, mss, u, frames)
+        return self._summ
 
     def syn_mss_of(self, keys):
-        """The first-SYN MSS of each direction key in ``keys`` (``S36``; 0: none)."""
+        """The first-SYN MSS of each direction key in ``keys`` (``S36``; 0: none): the
+        first piece's that has the key."""
         import numpy as np
-        skeys, mss, _ = self.syn_arrays()
-        if not len(skeys) or not len(keys):
-            return np.zeros(len(keys), np.int64)
-        at = np.minimum(np.searchsorted(skeys, keys), len(skeys) - 1)
-        return np.where(skeys[at] == keys, mss[at], 0)
+        out = np.zeros(len(keys), np.int64)
+        if not len(keys):
+            return out
+        found = np.zeros(len(keys), np.bool_)
+        for p in self._sources():
+            skeys, mss, _ = p.syn
+            if not len(skeys):
+                continue
+            at = np.minimum(np.searchsorted(skeys, keys), len(skeys) - 1)
+            hit = ~found & (np.asarray(skeys[at]) == keys)
+            out[hit] = np.asarray(mss[at[hit]])
+            found |= hit
+        return out
 
     def peer_mss(self, keys):
         """Per direction key of ``keys`` (``S36``): the MSS a SYN of the other direction
@@ -200,9 +322,19 @@ class CoalescedStats:
         return np.where(rev != 0, rev, self.syn_mss_of(keys))
 
     def shares_syn(self, other: "CoalescedStats") -> bool:
-        """Whether a direction has SYNs in both statistics."""
+        """Whether a direction has SYNs in both statistics (read a slice at a time)."""
         import numpy as np
-        return len(np.intersect1d(self.syn_arrays()[0], other.syn_arrays()[0])) > 0
+        for a in self._sources():
+            for b in other._sources():
+                x, y = a.syn[0], b.syn[0]
+                if not len(x) or not len(y) or x[-1] < y[0] or y[-1] < x[0]:
+                    continue
+                for lo in range(0, len(x), SLICE_KEYS):
+                    part = np.asarray(x[lo:lo + SLICE_KEYS])
+                    at = np.minimum(np.searchsorted(y, part), len(y) - 1)
+                    if np.any(np.asarray(y[at]) == part):
+                        return True
+        return False
 
     @property
     def syn_mss(self) -> dict[bytes, int]:
@@ -386,8 +518,17 @@ class CoalescedStats:
 
     def merge(self, later: "CoalescedStats") -> "CoalescedStats":
         """Fold in the statistics of rows that come after the ones seen so far (the first
-        SYN stays the first); returns self."""
+        SYN stays the first); returns self. Parts of ``later`` (:meth:`spill`) stay
+        where they are, after this one's arrays."""
         later._fold()
+        if later._parts:
+            self._fold()
+            if len(self._syn[0]) or len(self._size[1]):
+                self._parts.append(_Part(self._syn, self._size))
+                self._syn = (_no_keys(), _ints(), _ints())
+                self._size = (_no_keys(), _ints(), _ints(), _ints())
+            self._parts.extend(later._parts)
+            self._summ = None
         self._push(syn=later._syn)
         keys, direction, code, frames = later._size
         self._push(size=(keys[direction], code, frames))
@@ -444,21 +585,15 @@ class CoalescedStats:
 
     def _best_payload(self, ukeys, mtu: int):
         """Per direction key of ``ukeys``: the most common payload of its data frames
-        at most ``mtu`` IP bytes (the largest on ties; 0: none)."""
+        at most ``mtu`` IP bytes (the largest on ties; 0: none), over every piece."""
         import numpy as np
-        keys, direction, code, frames = self.size_arrays()
         best = np.zeros(len(ukeys), np.int64)
-        if not len(keys) or not len(ukeys):
+        if not len(ukeys):
             return best
-        at = np.minimum(np.searchsorted(keys, ukeys), len(keys) - 1)
-        found = np.flatnonzero(keys[at] == ukeys)
-        lo = np.searchsorted(direction, at[found])
-        hi = np.searchsorted(direction, at[found], side="right")
-        span = hi - lo
-        owner = np.repeat(found, span)              # the ukeys index of each entry
-        entry = np.arange(span.sum()) - np.repeat(np.cumsum(span) - span - lo, span)
-        keep = (code[entry] >> 20) <= mtu
-        owner, pl, n = owner[keep], code[entry][keep] & 0xFFFFF, frames[entry][keep]
+        got = [_entries_of(p, ukeys, mtu) for p in self._sources()]
+        if not got:
+            return best
+        owner, pl, n = (np.concatenate(x) for x in zip(*got))
         if not len(owner):
             return best
         # frames per (direction, payload), then per direction the most frames, the
@@ -477,8 +612,83 @@ class CoalescedStats:
         return best
 
 
+def _entries_of(part, ukeys, mtu: int):
+    """``(owner, payload, frames)``: the size entries of ``part`` at most ``mtu`` IP
+    bytes whose direction is in ``ukeys`` (``owner``: its index in ``ukeys``)."""
+    import numpy as np
+    keys, direction, code, frames = part.size
+    if not len(keys):
+        return _ints(), _ints(), _ints()
+    at = np.minimum(np.searchsorted(keys, ukeys), len(keys) - 1)
+    found = np.flatnonzero(np.asarray(keys[at]) == ukeys)
+    lo = np.searchsorted(direction, at[found])
+    hi = np.searchsorted(direction, at[found], side="right")
+    span = hi - lo
+    owner = np.repeat(found, span)              # the ukeys index of each entry
+    entry = np.arange(span.sum()) - np.repeat(np.cumsum(span) - span - lo, span)
+    c = np.asarray(code[entry])
+    keep = (c >> 20) <= mtu
+    return owner[keep], c[keep] & 0xFFFFF, np.asarray(frames[entry])[keep]
+
+
+class _Part:
+    """One folded piece of :class:`CoalescedStats`: ``syn`` (keys, MSS, implied MTU) and
+    ``size`` (keys, direction, code, frames) as its :meth:`~CoalescedStats.syn_arrays`
+    and :meth:`~CoalescedStats.size_arrays`; in memory, or in the ``.npy`` files of a
+    directory (:meth:`save`), mapped when first read and pickled as the path."""
+
+    FILES = ("syn_keys", "syn_mss", "syn_mtu", "size_keys", "size_dir", "size_code",
+             "size_frames")
+
+    def __init__(self, syn=None, size=None, path: str | None = None):
+        self.path, self._syn, self._size = path, syn, size
+
+    @classmethod
+    def save(cls, path: str, syn, size) -> "_Part":
+        os.makedirs(path, exist_ok=True)
+        for name, a in zip(cls.FILES, syn + size):
+            write_array(os.path.join(path, name + ".npy"), a)
+        return cls(path=path)
+
+    def _load(self) -> None:
+        if self._syn is None:
+            a = [read_array(os.path.join(self.path, name + ".npy"),
+                            f"S{KEY_BYTES}" if name.endswith("keys") else "int64")
+                 for name in self.FILES]
+            self._syn, self._size = tuple(a[:3]), tuple(a[3:])
+
+    @property
+    def syn(self):
+        self._load()
+        return self._syn
+
+    @property
+    def size(self):
+        self._load()
+        return self._size
+
+    @property
+    def entries(self) -> int:
+        return len(self.syn[0]) + len(self.size[1])
+
+    def drop_pages(self) -> None:
+        """Drop the resident pages of the mapped files (``arrays.drop_pages``)."""
+        if self.path is not None and self._syn is not None:
+            for a in self._syn + self._size:
+                drop_pages(a)
+
+    def __getstate__(self):
+        if self.path is not None:
+            return {"path": self.path, "_syn": None, "_size": None}
+        return self.__dict__
+
+
 # CoalescedStats folds its pending chunks once they hold at least this many entries
 FOLD_MIN = 1 << 16
+# CoalescedStats.spill leaves smaller statistics in memory (pickled with them)
+SPILL_MIN = 1 << 12
+# CoalescedStats.slices: keys per piece and range, about
+SLICE_KEYS = 1 << 17
 KEY_BYTES = 36          # a direction key: two 16-byte addresses, two 2-byte ports
 
 

@@ -83,15 +83,12 @@ def resolve_mtu(stats) -> MtuInference:
     :class:`gropcap.gro.coalesced.CoalescedStats`; its ``mtu_option`` wins). Rules: module docstring.
     """
     import numpy as np
-    keys, direction, code, frames = stats.size_arrays()
-    tot, pl = code >> 20, code & 0xFFFFF
+    n_syn, syn_top, syn_mss, size_tot, size_frames = stats.summary()
     tots: dict[int, int] = dict(stats.other_tot)
     for k, c in stats.syn_data_tot.items():
         tots[k] = tots.get(k, 0) + c
-    if len(tot):
-        u, inv = np.unique(tot, return_inverse=True)
-        for k, c in zip(u.tolist(), np.bincount(inv.ravel(), weights=frames).tolist()):
-            tots[k] = tots.get(k, 0) + int(c)
+    for k, c in zip(size_tot.tolist(), size_frames.tolist()):
+        tots[k] = tots.get(k, 0) + c
     largest = max(tots) if tots else 0
 
     def above(mtu):
@@ -100,11 +97,10 @@ def resolve_mtu(stats) -> MtuInference:
     if stats.mtu_option is not None:
         mtu = int(stats.mtu_option)
         return MtuInference(mtu, "option", f"--mtu {mtu}", above(mtu), largest)
-    skeys, smss, smtu = stats.syn_arrays()
-    if len(skeys):
-        mtu = int(smtu.max())
-        mss = np.unique(smss).tolist()
-        n = len(skeys)
+    if n_syn:
+        mtu = int(syn_top)
+        mss = syn_mss.tolist()
+        n = n_syn
         shown = f"MSS {mss[0]}" if len(mss) == 1 else f"MSS {mss[0]}..{mss[-1]}"
         evidence = f"the MSS option of {n} SYN{'s' if n != 1 else ''} ({shown})"
         # frames above it that are not provably coalesced (TCP payload above its MSS)
@@ -113,14 +109,18 @@ def resolve_mtu(stats) -> MtuInference:
         # a SYN carrying more than its own MSS allows is coalesced; otherwise it conflicts
         odd += sum(c for t, c in stats.syn_data_tot.items() if t > mtu)
         odd_largest = max([odd_largest] + [t for t in stats.syn_data_tot if t > mtu])
-        big = np.flatnonzero(tot > mtu)
-        if len(big):
-            # the MSS of the other direction's SYN, else of this direction's
-            peer = stats.peer_mss(keys[direction[big]])
-            bad = big[~((peer != 0) & (pl[big] > peer))]
-            if len(bad):
-                odd += int(frames[bad].sum())
-                odd_largest = max(odd_largest, int(tot[bad].max()))
+        if size_tot[-1:].tolist() and int(size_tot[-1]) > mtu:
+            for s in stats.slices():        # a key range at a time
+                keys, direction, code, frames = s.size
+                big = np.flatnonzero((code >> 20) > mtu)
+                if not len(big):
+                    continue
+                # the MSS of the other direction's SYN, else of this direction's
+                peer = stats.peer_mss(keys[direction[big]])
+                bad = big[~((peer != 0) & ((code[big] & 0xFFFFF) > peer))]
+                if len(bad):
+                    odd += int(frames[bad].sum())
+                    odd_largest = max(odd_largest, int((code[bad] >> 20).max()))
         conflict = None
         if odd:
             conflict = (f"MTU evidence conflicts: {odd} frames (up to {odd_largest} IP bytes) "
@@ -134,25 +134,9 @@ def resolve_mtu(stats) -> MtuInference:
                             f"(Linux loopback, no SYN in the capture)",
                             above(MAX_MTU), largest)
     jumbo = []
-    if len(direction):
-        # per direction its most common IP length (the largest on ties): frames per
-        # (direction, length) (entries are sorted by direction, then code: by length)
-        start = np.ones(len(direction), np.bool_)
-        start[1:] = (direction[1:] != direction[:-1]) | (tot[1:] != tot[:-1])
-        at = np.flatnonzero(start)
-        g_dir, g_tot, g_n = direction[at], tot[at], np.add.reduceat(frames, at)
-        order = np.lexsort((g_tot, g_n, g_dir))
-        last = np.ones(len(order), np.bool_)
-        last[:-1] = g_dir[order][1:] != g_dir[order][:-1]
-        pick = order[last]
-        cand = pick[(g_tot[pick] > ETH_MTU) & (g_tot[pick] <= JUMBO_MAX) & (g_n[pick] >= 2)]
-        for d, t in zip(g_dir[cand].tolist(), g_tot[cand].tolist()):
-            lo, hi = np.searchsorted(direction, [d, d + 1])
-            pls = pl[lo:hi].tolist()
-            # TSO/GRO output: its payload is a multiple of a segment the flow also sent
-            top = max(p for p, tt in zip(pls, tot[lo:hi].tolist()) if tt == t)
-            if not any(0 < p < top and top % p == 0 for p in pls):
-                jumbo.append(t)
+    if len(size_tot) and int(size_tot[-1]) > ETH_MTU:
+        for s in stats.slices():            # a key range at a time
+            jumbo += _jumbo_sizes(*s.size[1:])
     if jumbo:
         size = max(jumbo)
         mtu = JUMBO_MTU if size <= JUMBO_MTU else size
@@ -162,6 +146,38 @@ def resolve_mtu(stats) -> MtuInference:
         return MtuInference(mtu, "inferred", evidence, above(mtu), largest)
     evidence = "no SYN MSS, no jumbo or loopback frames"
     return MtuInference(ETH_MTU, "default", evidence, above(ETH_MTU), largest)
+
+
+def _jumbo_sizes(direction, code, frames) -> list[int]:
+    """Rule 4 over size entries (per (direction, ``(IP length << 20) | payload``) their
+    frames, sorted by both; every entry of each direction): the IP length of each
+    direction whose most common data frame (the largest on ties; at least two) is
+    1501..9216 bytes, unless that frame's payload is a multiple of a smaller payload
+    the direction also sent."""
+    import numpy as np
+    tot, pl = code >> 20, code & 0xFFFFF
+    jumbo = []
+    if not len(direction):
+        return jumbo
+    # per direction its most common IP length (the largest on ties): frames per
+    # (direction, length) (entries are sorted by direction, then code: by length)
+    start = np.ones(len(direction), np.bool_)
+    start[1:] = (direction[1:] != direction[:-1]) | (tot[1:] != tot[:-1])
+    at = np.flatnonzero(start)
+    g_dir, g_tot, g_n = direction[at], tot[at], np.add.reduceat(frames, at)
+    order = np.lexsort((g_tot, g_n, g_dir))
+    last = np.ones(len(order), np.bool_)
+    last[:-1] = g_dir[order][1:] != g_dir[order][:-1]
+    pick = order[last]
+    cand = pick[(g_tot[pick] > ETH_MTU) & (g_tot[pick] <= JUMBO_MAX) & (g_n[pick] >= 2)]
+    for d, t in zip(g_dir[cand].tolist(), g_tot[cand].tolist()):
+        lo, hi = np.searchsorted(direction, [d, d + 1])
+        pls = pl[lo:hi].tolist()
+        # TSO/GRO output: its payload is a multiple of a segment the flow also sent
+        top = max(p for p, tt in zip(pls, tot[lo:hi].tolist()) if tt == t)
+        if not any(0 < p < top and top % p == 0 for p in pls):
+            jumbo.append(t)
+    return jumbo
 
 
 __all__ = ["MtuInference", "resolve_mtu", "ETH_MTU", "JUMBO_MTU", "JUMBO_MAX", "MIN_MTU",

@@ -186,8 +186,9 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
     import time
     clock = time.perf_counter
     t0 = clock()
-    tasks = [(c.submit(scan_task, f, i, decode_options, config, batch_records, pure=False),
-              (f, i, decode_options, config, batch_records)) for i, f in enumerate(files)]
+    scan = [(f, i, decode_options, config, batch_records, os.path.join(tmp, f"scan-{i}"))
+            for i, f in enumerate(files)]
+    tasks = [(c.submit(scan_task, *a, pure=False), a) for a in scan]
     if progress is not None:
         progress.track("scan", [f for f, _ in tasks])
     capture, stats = CaptureCounts(config.verify_checksums), None

@@ -368,6 +368,9 @@ def fused_partition_task(files, decode_options, config, models, split_config, np
                     tunnels is None or bool(tunnels), keep,
                     local_pass and not state["coalesced"], k=k, nparts=nparts)
     if counting:
+        # the statistics per TCP direction stay in the attempt's directory: the client
+        # merges paths, not directions (gro.coalesced.CoalescedStats.spill)
+        own.spill(os.path.join(out["work"], "coalesced"))
         from gropcap.run.receivers import NO_TS
         first = np.full(first_index + len(files), NO_TS, np.int64)
         top = np.full(first_index + len(files), NO_TS, np.int64)
@@ -393,13 +396,15 @@ def _surely_coalesced(stats, t: pa.Table, mtu) -> bool:
     return bool((data & (tot > mtu)).any())
 
 
-def scan_task(path: str, index: int, decode_options, config, batch_records: int) -> dict:
+def scan_task(path: str, index: int, decode_options, config, batch_records: int,
+              work: str | None = None) -> dict:
     """The first pass of the runs exchange (``run.dask_core``) over one input file: decode
     it and count what the client needs before any GRO runs: the ``CaptureCounts`` (each
     file's timestamps: the receiver runs), the ``gso.CoalescedStats`` (the MTU and the
     coalesced input, merged over every file) and the file's ``CaptureInfo`` (sha256
     included: the provenance every part carries). Returns ``{"counts", "stats", "info",
-    "rows"}``."""
+    "rows"}``; the statistics per TCP direction stay in a directory of this attempt under
+    ``work`` (the scratch: ``CoalescedStats.spill``) when given."""
     from gropcap.gro.coalesced import CoalescedStats
     from gropcap.run.accumulators import CaptureCounts
     from gropcap.run.inputs import decode_file
@@ -416,6 +421,8 @@ def scan_task(path: str, index: int, decode_options, config, batch_records: int)
         counts.add(t)
         stats.add(t)
         rows += t.num_rows
+    if work is not None:
+        stats.spill(os.path.join(_attempt_dir(work), "coalesced"))
     return {"counts": counts, "stats": stats, "info": info, "rows": rows}
 
 

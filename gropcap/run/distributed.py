@@ -168,7 +168,9 @@ def store_task(fn, args: tuple, path: str, splits: tuple = ()):
     for name, config, parts in splits:
         part = partition_of(table, config, parts).astype(np.uint16)
         _write_ipc(f"{path}.{name}.part", pa.table({"part": part}))
-    return piece_meta_task(out)
+    rows, info, stats, counts = piece_meta_task(out)
+    # its statistics per TCP direction stay beside it (gro.coalesced.CoalescedStats.spill)
+    return rows, info, stats.spill(f"{path}.coalesced"), counts
 
 
 def _write_ipc(path: str, table: pa.Table, stream: bool = False) -> None:

@@ -25,7 +25,8 @@ import numpy as np
 import pyarrow as pa
 
 from gropcap import arrays
-from gropcap.arrays import arrow_numeric, batch_column, map_ipc_file, slices
+from gropcap.arrays import (arrow_numeric, batch_column, map_ipc_file, read_array,  # noqa: F401
+                            slices, write_array)
 from gropcap.run.accumulators import cause_text
 
 # a partition's flow files in its work directory
@@ -46,24 +47,6 @@ def write_ipc(path: str, table: pa.Table) -> None:
     with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
         w.write_table(table)
     os.replace(tmp, path)
-
-
-def write_array(path: str, a: np.ndarray) -> None:
-    """``a`` as a ``.npy`` file at ``path`` (under another name, then renamed)."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        np.save(f, np.ascontiguousarray(a))
-    os.replace(tmp, path)
-
-
-def read_array(path: str) -> np.ndarray:
-    """The array :func:`write_array` wrote, read-only over a mapping of the file
-    (``arrays.drop_pages`` drops its resident pages); no file: an empty array."""
-    if not os.path.exists(path):
-        return np.zeros(0, np.int64)
-    # (open_memmap reads the header and maps the data; it refuses object arrays, so
-    # nothing is unpickled)
-    return np.lib.format.open_memmap(path, mode="r")
 
 
 def causes_table(causes, n: int) -> pa.Table:

@@ -289,6 +289,26 @@ def _mtu_got(stats):
     return inf.mtu, "default", inf.above, inf.largest
 
 
+def _mtu_traffic(seed, n, flows, syn, jumbo, cuts):
+    """Traffic for the MTU rules: SYNs with an MSS or none; with ``jumbo``, full
+    segments of 9000-byte frames and their multiples' single segments; and up to
+    ``cuts`` cut points (row bounds, 0 and the end included)."""
+    t = disturbed(seed, n, flows)
+    rng = np.random.default_rng(seed)
+    m = t.num_rows
+    if not syn:
+        t = t.set_column(t.schema.get_field_index("tcp_mss"), t.schema.field("tcp_mss"),
+                         pa.array(np.zeros(m), t.schema.field("tcp_mss").type))
+    if jumbo:
+        pick = rng.random(m) < 0.5
+        tot = t.column("ip_tot_len").to_numpy().copy()
+        t = t.set_column(t.schema.get_field_index("ip_tot_len"),
+                         t.schema.field("ip_tot_len"),
+                         pa.array(np.where(pick, rng.choice([9000, 8000, 4000], m), tot),
+                                  t.schema.field("ip_tot_len").type))
+    return t, np.unique(np.concatenate([[0, m], rng.integers(0, m + 1, cuts)]))
+
+
 @pytest.mark.parametrize("fold_min", [1, 7, 1 << 16])
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), flows=st.integers(1, 8),
@@ -302,21 +322,7 @@ def test_mtu_inference_equals_the_rule(fold_min, seed, n, flows, syn, jumbo, cut
     real = co.FOLD_MIN
     co.FOLD_MIN = fold_min
     try:
-        t = disturbed(seed, n, flows)
-        rng = np.random.default_rng(seed)
-        m = t.num_rows
-        if not syn:
-            t = t.set_column(t.schema.get_field_index("tcp_mss"), t.schema.field("tcp_mss"),
-                             pa.array(np.zeros(m), t.schema.field("tcp_mss").type))
-        if jumbo:
-            # full segments of 9000-byte frames and their multiples' single segments
-            pick = rng.random(m) < 0.5
-            tot = t.column("ip_tot_len").to_numpy().copy()
-            t = t.set_column(t.schema.get_field_index("ip_tot_len"),
-                             t.schema.field("ip_tot_len"),
-                             pa.array(np.where(pick, rng.choice([9000, 8000, 4000], m), tot),
-                                      t.schema.field("ip_tot_len").type))
-        bounds = np.unique(np.concatenate([[0, m], rng.integers(0, m + 1, cuts)]))
+        t, bounds = _mtu_traffic(seed, n, flows, syn, jumbo, cuts)
         pieces = []
         for lo, hi in zip(bounds[:-1], bounds[1:]):
             s = co.CoalescedStats()
@@ -331,3 +337,70 @@ def test_mtu_inference_equals_the_rule(fold_min, seed, n, flows, syn, jumbo, cut
         assert _stats_fields(merged) == _stats_fields(whole)
     finally:
         co.FOLD_MIN = real
+
+
+@pytest.mark.parametrize("slice_keys", [1, 3, 1 << 17])
+@settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), flows=st.integers(1, 8),
+       syn=st.booleans(), jumbo=st.booleans(), cuts=st.integers(0, 4),
+       spilled=st.integers(0, 31))
+def test_statistics_left_in_files_infer_what_one_pass_infers(slice_keys, seed, n, flows,
+                                                             syn, jumbo, cuts, spilled):
+    """A Dask task's statistics stay in its work directory (``CoalescedStats.spill``)
+    and travel pickled as a path; merged with others, in memory or not, in capture
+    order, they read a key range at a time (``SLICE_KEYS``) and look keys up in every
+    piece. Pieces of one capture share directions (the first SYN of a direction is the
+    first piece's). The MTU inference, the rule stated one direction at a time over the
+    whole capture, every statistic and every row's inference equal one pass's."""
+    import pickle
+    import tempfile
+
+    import gropcap.gro.coalesced as co
+    real = co.SLICE_KEYS
+    co.SLICE_KEYS = slice_keys
+    try:
+        t, bounds = _mtu_traffic(seed, n, flows, syn, jumbo, cuts)
+        m = t.num_rows
+        whole = co.CoalescedStats()
+        whole.add(t)
+        with tempfile.TemporaryDirectory() as tmp:
+            pieces = []
+            for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+                s = co.CoalescedStats()
+                s.add(t.slice(lo, hi - lo))
+                if spilled >> i & 1:
+                    s.spill(os.path.join(tmp, str(i)), min_entries=0)
+                    assert s._parts and not len(s._syn[0]) and not len(s._size[1])
+                pieces.append(pickle.loads(pickle.dumps(s)))
+            merged = pieces[0]
+            for s in pieces[1:]:
+                merged.merge(s)
+            if spilled & ((1 << len(pieces)) - 1):
+                assert merged._parts
+                blob = pickle.dumps(merged)
+                assert len(blob) < 4096, len(blob)     # paths, not arrays
+            assert _mtu_got(merged) == _mtu_rule(whole)
+            assert _stats_fields(merged) == _stats_fields(whole)
+            got, want = merged.summary(), whole.summary()
+            assert got[:2] == want[:2]
+            for a, b in zip(got[2:], want[2:]):
+                assert np.array_equal(a, b)
+            shipped = pickle.loads(pickle.dumps(merged))
+            assert_same(shipped.infer(t), whole.infer(t))
+            half = co.CoalescedStats()
+            half.add(t.slice(0, m // 2))
+            assert merged.shares_syn(half) == whole.shares_syn(half)
+    finally:
+        co.SLICE_KEYS = real
+
+
+def test_spilled_statistics_keep_small_ones_in_memory(tmp_path):
+    """Below ``SPILL_MIN`` entries the arrays stay in memory: nothing is written."""
+    t = disturbed(7, 50, 3)
+    s = coalesced.CoalescedStats()
+    s.add(t)
+    s.spill(str(tmp_path / "p"))
+    assert not s._parts and not (tmp_path / "p").exists()
+    s.spill(str(tmp_path / "p"), min_entries=1)
+    assert s._parts and sorted(os.listdir(tmp_path / "p")) == sorted(
+        f + ".npy" for f in coalesced._Part.FILES)
