@@ -12,9 +12,10 @@ a slice of :data:`arrays.SLICE_ROWS` flows at a time (:func:`in_flow_order`), to
 Arrow IPC file in the scratch (:class:`Spill`), run by run. When the analysis ends that
 file is memory-mapped and unlinked, and the result's flows table and flow causes are
 read through the page cache on access. The client's own (anonymous) memory then holds
-no flow: the kernel may drop the mapped pages at any time and read them again. (The
-coalesced-input statistics, per TCP direction, are still merged in memory:
-docs/scale.md, "What the client holds".)"""
+no flow: the kernel may drop the mapped pages at any time and read them again. The
+coalesced-input statistics, per TCP direction, stay in the tasks' directories too
+(``gro.coalesced.CoalescedStats.spill``: docs/scale.md, "The coalesced-input
+statistics on disk")."""
 
 from __future__ import annotations
 
