@@ -226,3 +226,76 @@ def egress_headers(packets, first_packet, scenario: str = "encap"):
     df = np.where(outer, c("outer_ip_df"), c("ip_df")).astype(bool) | (ver == 6)
     ihl = np.where(outer, c("outer_ip_hdr_len"), c("ip_hdr_len"))
     return l4_end - off, df, ihl
+
+
+# --- egress counted part by part (the bounded-memory core) -------------------------------
+
+def header_codes(packets, scenario: str = "encap"):
+    """Per row of ``packets``, what :func:`egress` reads of a super-packet's first packet,
+    packed into an int64 (:func:`unpack_header_codes`): :func:`egress_headers`'
+    ``hdr_len`` (32 bits), ``ip_hdr_len`` (8 bits) and ``df``, and :func:`mangleid_df`.
+    A run keeps these 8 bytes per row instead of the decoded table."""
+    import numpy as np
+
+    from gropcap.arrays import numpy_of
+
+    def c(name):
+        return numpy_of(packets.column(name)).astype(np.int64)
+    l4_end = c("l4_offset") + np.where(c("l4_proto") == 17, 8, c("tcp_doff") * 4)
+    outer = (c("outer_ip_version") != 0) & (scenario == "encap")
+    off = np.where(outer, c("outer_ip_offset"), c("ip_offset"))
+    ver = np.where(outer, c("outer_ip_version"), c("ip_version"))
+    df = (np.where(outer, c("outer_ip_df"), c("ip_df")) != 0) | (ver == 6)
+    ihl = np.where(outer, c("outer_ip_hdr_len"), c("ip_hdr_len"))
+    mdf = (c("ip_df") != 0) | (c("ip_version") == 6)
+    return (((l4_end - off) & 0xFFFFFFFF) | ((ihl & 0xFF) << 32)
+            | (df.astype(np.int64) << 40) | (mdf.astype(np.int64) << 41))
+
+
+def unpack_header_codes(codes):
+    """:func:`header_codes` -> ``(hdr_len, df, ip_hdr_len, mangleid_df)``."""
+    import numpy as np
+    codes = np.asarray(codes, np.int64)
+    hdr = (codes & 0xFFFFFFFF).astype(np.uint32).view(np.int32).astype(np.int64)
+    return hdr, (codes >> 40) & 1 != 0, (codes >> 32) & 0xFF, (codes >> 41) & 1 != 0
+
+
+class EgressCounts:
+    """One model's egress totals (:meth:`EgressResult.totals`, every one a sum over
+    super-packets) counted part by part: :meth:`add` takes some super-packets and their
+    first packets' :func:`header_codes`, :meth:`merge` another part's counts. What
+    :func:`egress` over all the super-packets at once totals, with the options of the
+    in-memory ``Analysis.egress`` (``gso_max_segs``/``gso_max_size`` not checked)."""
+
+    def __init__(self, scenario: str, features: int, feature_text: str, mtu,
+                 kernel_version: tuple[int, int]):
+        self.scenario, self.features, self.feature_text = scenario, features, feature_text
+        self.mtu, self.kernel_version = mtu, tuple(kernel_version)
+        self.totals: dict[str, int] = {}
+
+    @classmethod
+    def of(cls, options, kernel_version) -> "EgressCounts":
+        """For ``run.options.EgressOptions``."""
+        return cls(options.scenario, options.features, options.feature_text, options.mtu,
+                   kernel_version)
+
+    def add(self, count, gso_size, gso_type, payload_len, codes) -> None:
+        if not len(count):
+            return
+        hdr, df, ihl, mdf = unpack_header_codes(codes)
+        r = egress(count, gso_size, gso_type, payload_len, scenario=self.scenario,
+                   features=self.features, kernel_version=self.kernel_version,
+                   hdr_len=hdr, df=df, ip_hdr_len=ihl, mtu=self.mtu, mangleid_df=mdf)
+        for k, v in r.totals().items():
+            self.totals[k] = self.totals.get(k, 0) + v
+
+    def merge(self, later: "EgressCounts") -> "EgressCounts":
+        for k, v in later.totals.items():
+            self.totals[k] = self.totals.get(k, 0) + v
+        return self
+
+    def as_dict(self) -> dict:
+        """The summary's ``egress`` entry of the model (``Analysis.egress``)."""
+        empty = egress([], [], [], []).totals()
+        return {"scenario": self.scenario, "features": self.feature_text, "mtu": self.mtu,
+                **{k: self.totals.get(k, 0) for k in empty}}

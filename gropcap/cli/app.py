@@ -88,7 +88,7 @@ class _Group(Group):
             sys.exit(1)
         except MemoryError:
             click.echo("gropcap: error: out of memory; runs hold the capture in memory with "
-                       "--no-stream, --plot, --egress, tunnel GRO or the reference "
+                       "--no-stream, --plot, tunnel GRO or the reference "
                        "engine: drop them for a bounded-memory run", err=True)
             sys.exit(1)
         finally:
@@ -176,7 +176,7 @@ def decode(files, output, force, decoder, **kw):
               help="--stream (the default, kept for old command lines): bounded memory, "
                    "decode, simulate and write batch by batch (temporary files in --out "
                    "or $TMPDIR); what only whole-table models run (--engine/--decoder "
-                   "reference, tunnel GRO, --egress, --plot) "
+                   "reference, tunnel GRO, --plot) "
                    "is held in memory by itself. --no-stream: hold the whole run in "
                    "memory.")
 @click.option("-q", "--quiet", is_flag=True,

@@ -344,6 +344,8 @@ class ModelCounts:
         self._top_parts: list = []
         self._top_pending = 0
         self.encap: dict[str, int] = {}           # super-packets per encap (first packet)
+        # egress totals (``egress.EgressCounts``) when the run accounts for egress
+        self.egress = None
 
     def add_reasons(self, reasons: np.ndarray) -> None:
         """Per-row reason codes."""
@@ -434,6 +436,9 @@ class ModelCounts:
             setattr(self, k, _add_at(getattr(self, k), getattr(later, k)))
         self._top(later.top_keys, later.top_counts)
         self.encap = _merge_dicts(self.encap, later.encap)
+        if later.egress is not None:
+            self.egress = later.egress if self.egress is None else \
+                self.egress.merge(later.egress)
         return self
 
 
@@ -840,12 +845,18 @@ class SealedTables:
 
 class Totals:
     """Every accumulator of one run: ``capture``, ``coalesced`` (None: no frame was
-    captured already coalesced), ``models`` (``{model: ModelCounts}``) and ``flows``."""
+    captured already coalesced), ``models`` (``{model: ModelCounts}``) and ``flows``.
+    ``egress``: ``(run.options.EgressOptions, kernel version)`` to count egress per model
+    (``ModelCounts.egress``)."""
 
-    def __init__(self, models, verify_checksums: bool = False, spill=None):
+    def __init__(self, models, verify_checksums: bool = False, spill=None, egress=None):
         self.capture = CaptureCounts(verify_checksums)
         self.coalesced: CoalescedCounts | None = None
         self.models = {m: ModelCounts(m) for m in models}
+        if egress is not None:      # (egress options, kernel version)
+            from gropcap.egress import EgressCounts
+            for mc in self.models.values():
+                mc.egress = EgressCounts.of(*egress)
         self.flows = FlowCounts()
         self._flows_table = None
         # final flows-table rows (``add_flow_rows``): on disk (a ``run.spill.Spill``) or

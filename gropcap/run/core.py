@@ -94,7 +94,7 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
     if not (distributed or in_memory or why):
         from gropcap.run.stream import stream_analyze
         return stream_analyze(paths, config, models=models, decode_options=decode_options,
-                              out_dir=out_dir, force=force, progress=progress,
+                              out_dir=out_dir, force=force, progress=progress, egress=egress,
                               receiver=receiver, receive=receive,
                               packet_columns=packet_columns, threads=threads,
                               captures=captures)
@@ -124,7 +124,7 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
                 decode_options=decode_options, out_dir=out_dir, force=force,
                 scratch=scratch, progress=progress, receiver=receiver, receive=receive,
                 packet_columns=packet_columns, fallback=in_memory_merge,
-                captures=captures)
+                captures=captures, egress=egress)
             if not isinstance(result, Analysis):
                 return result
             analysis = result

@@ -151,7 +151,7 @@ def exchange_rule(exchange: str, nparts: int, nworkers: int, workers_local: bool
 
 def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nworkers: int,
                 tmp: str, batch_records: int, keep, out_dir, make_stage, metadata,
-                packet_columns, captures: str, progress, tm: dict):
+                packet_columns, captures: str, progress, tm: dict, egress=None):
     """The runs exchange (module docstring): the inputs' receiver runs replayed as
     independent units, a run's output written as soon as the runs before it are
     counted, its scratch removed once written: scratch stays bounded by the runs in
@@ -225,7 +225,7 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
                 check, keep, not out_dir, fidx[0] if fidx else 0, False,
                 # the tunnel rows only when the hint runs a model on them: every task
                 # collecting its share up to the limit held 40 x that on the client
-                hint.pairs if hint.collect else ())
+                hint.pairs if hint.collect else (), egress)
     gro, submitted = {}, 0
     # a line per stage counting packets (the rows the scan found): its rate is packets/s
     run_rows = [sum(rows_of[i] for i in fidx) for fidx in runs]
@@ -325,7 +325,7 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
 
 def _fused_stage(c, files, config, models, decode_options, split_config, nparts: int,
                  works: list, batch_records: int, check: bool, keep, local_pass: bool,
-                 progress):
+                 progress, egress=None):
     """Decode and GRO of every partition in one task each
     (``run.dask_tasks.fused_partition_task``): ``(done, capture counts, coalesced
     statistics, infos, rows)``, or why the exchange must run instead (a string: an
@@ -347,7 +347,8 @@ def _fused_stage(c, files, config, models, decode_options, split_config, nparts:
         tasks = []
         for k in range(nparts):
             args = (files, decode_options, config, tuple(models), split_config, nparts, k,
-                    stats_arg, works[k], batch_records, check, keep, local_pass)
+                    stats_arg, works[k], batch_records, check, keep, local_pass, 0, True,
+                    None, egress)
             tasks.append((c.submit(fused_partition_task, *args, pure=False), args))
         if progress is not None:
             # every task decodes every input: the line counts the input bytes (MB/s)
@@ -488,7 +489,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                         force: bool = False, scratch=None, progress=None, receiver=None,
                         receive=None, packet_columns="default", batch_records: int = 65536,
                         split_bytes=None, fallback=None, captures: str = "auto",
-                        exchange: str = "auto"):
+                        exchange: str = "auto", egress=None):
     """Analyse captures on Dask with the bounded-memory core per partition (module
     docstring): a :class:`PartitionedResult` whose summary equals the one-process run's;
     with ``out_dir``, ``packets/part-*.parquet``, ``superpackets/part-*.parquet`` and
@@ -586,7 +587,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                                       nparts, nworkers, tmp, batch_records,
                                       write_columns(out_dir, packet_columns, models),
                                       out_dir, make_stage, metadata, packet_columns,
-                                      captures, progress, tm)
+                                      captures, progress, tm, egress)
                     if isinstance(ran, str):
                         if progress is not None:
                             progress.note(f"{ran}: the decoded rows are exchanged "
@@ -598,7 +599,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                     fused = _fused_stage(c, files, config, models, decode_options, scfg,
                                          nparts, works, batch_records, check,
                                          write_columns(out_dir, packet_columns, models),
-                                         not out_dir, progress)
+                                         not out_dir, progress, egress)
                     tm["fused"] = clock() - t0
                     if not isinstance(fused, str) and len(files) > 1:
                         # the fused tasks replay the files as one receiver run; the
@@ -668,7 +669,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                         args = (run_pieces[k // nparts], config, tuple(models), split, nparts,
                                 k, stats_arg,
                                 works[k], n, batch_records, check,
-                                hint.pairs if hint.collect else ())
+                                hint.pairs if hint.collect else (), egress)
                         tasks.append((c.submit(gro_partition_task, *args, pure=False), args))
                     if progress is not None:
                         # the decoded rows, shared by the partitions (the decode
@@ -733,9 +734,10 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                     causes = ran["causes"]  # folded in run by run
                 tm["write"] = clock() - t0
                 t0 = clock()
+                from gropcap.run.stream import egress_extra
                 summary = render_summary(tot, infos=infos, config=config, mtu=mtu,
                                          receive=receive or ReceiveContext.from_config(config),
-                                         captures=captures)
+                                         extra=egress_extra(tot), captures=captures)
                 tunnel_hint = _finish_hint(
                     hint, done, summary, tot, decoded if decoded is not None else
                     (lambda: [decode_table(f, i, decode_options)[0]

@@ -88,7 +88,7 @@ def _reopen(path: str):
 
 def gro_partition_task(pieces, config, models, split: str, nparts: int, k: int, stats,
                        work: str, n_total: int, batch_records: int, check: bool,
-                       tunnels: tuple = ()) -> dict:
+                       tunnels: tuple = (), egress=None) -> dict:
     """GRO of partition ``k`` through the bounded-memory core (module docstring, step 2);
     spills and delivery tables go to ``work``, and so do its per-flow results
     (``run.spill.save_partition_flows``: flows-table rows, first rows, keys and, with
@@ -98,12 +98,13 @@ def gro_partition_task(pieces, config, models, split: str, nparts: int, k: int, 
     tunnel hint runs them again) with their global rows and coalesced input."""
     batches = _partition_batches(pieces, split, nparts, k, batch_records)
     return _gro_core(((t, g, tunnels) for t, g in batches), config, models, stats, work,
-                     lambda: n_total, check, bool(tunnels), k=k, nparts=nparts)
+                     lambda: n_total, check, bool(tunnels), k=k, nparts=nparts,
+                     egress=egress)
 
 
 def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
               collect: bool, keep=None, local_pass: bool = False, k: int = 0,
-              nparts: int = 1) -> dict:
+              nparts: int = 1, egress=None) -> dict:
     """The GRO of one partition's ``(table, global_rows, tunnel pairs)`` batches (capture
     order) for :func:`gro_partition_task` and :func:`fused_partition_task`; ``n_total()``:
     the capture's rows (asked once the batches are done); ``collect``: keep the rows of
@@ -111,14 +112,21 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
     written to ``work/rows.arrow`` for the output pass (None: none); ``local_pass``: run
     the output pass's counts here on them (the summary-only fused run: ``"local"``);
     ``k``, ``nparts``: the partition and the partitions per receiver run (the run,
-    ``k // nparts``, leads the delivery key)."""
+    ``k // nparts``, leads the delivery key); ``egress``: the ``run.options.EgressOptions``
+    to count (``ModelCounts.egress``, additive over partitions) or None."""
     from gropcap.gro.engine import _SEG_FIELDS
     from gropcap.run.accumulators import CoalescedCounts, Totals, _add_at
     from gropcap.run.engines import BatchGroModels
     from gropcap.run.stream import _ModelRun
+    from gropcap.run.stream import RowCodes
     work = _attempt_dir(work)
-    tot = Totals(models, config.verify_checksums)
-    runs = [_ModelRun(m, config, work, tot.models[m]) for m in models]
+    tot = Totals(models, config.verify_checksums,
+                 egress=None if egress is None else (egress, config.kernel.version))
+    # egress reads each super-packet's first packet: 8 bytes a partition row (RowCodes)
+    egress_rows = None if egress is None else \
+        RowCodes(os.path.join(work, "egress.rows"), egress.scenario)
+    runs = [_ModelRun(m, config, work, tot.models[m], egress_rows=egress_rows)
+            for m in models]
     gro = BatchGroModels([r.config for r in runs])
     coal = CoalescedCounts() if stats is not None and stats.num else None
     ideal_cfg = config.replace(model="ideal")
@@ -146,6 +154,8 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
             coal.add(t, co)
         before = tot.flows.n_flows
         parts = gro.feed(t, final=False, coalesced=co)
+        if egress_rows is not None:
+            egress_rows.add(t)
         take(parts)
         fid = parts[0].flow_id.astype(np.int64)
         tot.flows.add(t, fid)
@@ -169,6 +179,9 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
         n += t.num_rows
     take(gro.feed(PACKET_SCHEMA.empty_table(), final=True))
     rows_out.close()
+    if egress_rows is not None:
+        egress_rows.close()
+        os.unlink(egress_rows.path)
     if kept is not None:
         kept[1].close()
         kept[0].close()
@@ -282,7 +295,8 @@ FUSED_BATCH_PARTS = 4
 def fused_partition_task(files, decode_options, config, models, split_config, nparts: int,
                          k: int, stats, work: str, batch_records: int, check: bool,
                          keep, local_pass: bool, first_index: int = 0,
-                         count: bool = True, tunnels: tuple | None = None) -> dict:
+                         count: bool = True, tunnels: tuple | None = None,
+                         egress=None) -> dict:
     """Partition ``k`` decoded and replayed in one task, nothing exchanged (the fused
     exchange, ``run.dask_core``): every input decoded batch by batch as one process
     decodes it (``run.inputs.decode_file``), each row's partition computed
@@ -366,7 +380,8 @@ def fused_partition_task(files, decode_options, config, models, split_config, np
     t_start, cpu = clock(), time.process_time()
     out = _gro_core(batches(), config, models, stats, work, lambda: state["total"], check,
                     tunnels is None or bool(tunnels), keep,
-                    local_pass and not state["coalesced"], k=k, nparts=nparts)
+                    local_pass and not state["coalesced"], k=k, nparts=nparts,
+                    egress=egress)
     if counting:
         # the statistics per TCP direction stay in the attempt's directory: the client
         # merges paths, not directions (gro.coalesced.CoalescedStats.spill)

@@ -74,8 +74,9 @@ def memory_reason(config: GroConfig, *, engine: str = "fast", decoder: str = "fa
     """None when the core runs batch by batch in bounded memory, else why this run needs
     the whole decoded table (one line): what only the in-memory models implement today
     (the reference engine or decoder, a rule only the reference model implements
-    (none today: gro.reference.needs_reference), the gro_cells stage, egress
-    accounting) or what reads the whole table (plots)."""
+    (none today: gro.reference.needs_reference), the gro_cells stage) or what reads the
+    whole table (plots, ``--poll-acks``). Egress accounting runs batch by batch
+    (``egress.EgressCounts``)."""
     from gropcap.gro.reference import needs_reference
     if engine != "fast" or decoder != "fast":
         return "only the fast engine and decoder run batch by batch"
@@ -83,8 +84,6 @@ def memory_reason(config: GroConfig, *, engine: str = "fast", decoder: str = "fa
         return "the configuration uses a rule only the reference model implements"
     if config.tunnel_gro is not None:
         return "the gro_cells stage runs on the whole table"
-    if egress is not None:
-        return "egress accounting runs on the whole table"
     if plot:
         return "the plots read the whole table"
     if config.poll_acks:

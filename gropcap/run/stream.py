@@ -171,12 +171,48 @@ class _NoSpill:
         pass
 
 
+class RowCodes:
+    """One int64 per decoded row (``egress.header_codes``), appended in row order to a
+    temporary file and looked up by row: what egress reads of each super-packet's first
+    packet, without the decoded table. The file is mapped again when it has grown and
+    only the looked-up pages are read (a super-packet's first packet is usually recent)."""
+
+    def __init__(self, path: str, scenario: str):
+        self.path, self.scenario = path, scenario
+        self.f = open(path, "wb", buffering=0)
+        self.n = 0
+        self._map = None
+
+    def add(self, t: pa.Table) -> None:
+        """The next rows."""
+        from gropcap.egress import header_codes
+        if t.num_rows:
+            self.f.write(memoryview(np.ascontiguousarray(
+                header_codes(t, self.scenario))).cast("B"))
+            self.n += t.num_rows
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        if not len(rows):
+            return np.zeros(0, np.int64)
+        if self._map is None or len(self._map) < self.n:
+            self._map = np.memmap(self.path, np.int64, mode="r", shape=(self.n,))
+        return np.asarray(self._map[np.asarray(rows, np.int64)])
+
+    def close(self) -> None:
+        self._map = None
+        self.f.close()
+
+
 class _ModelRun:
-    """One model's engine state, spill files and counts (``run.accumulators``)."""
+    """One model's engine state, spill files and counts (``run.accumulators``);
+    ``egress_rows``: the run's :class:`RowCodes` when it counts egress
+    (``counts.egress``)."""
 
     def __init__(self, model: str, config: GroConfig, tmp: str, counts, row_arrays: int = 2,
-                 inline: bool = False):
+                 inline: bool = False, egress_rows: RowCodes | None = None):
         self.model = model
+        self.egress_rows = egress_rows
+        self._gso_table = None
         self.config = config.replace(model=model)
         self.state = None                 # the engine state once the GRO pass is done
         # inline (a summary-only fused run, _Inline): the verdicts stay in memory until
@@ -208,12 +244,27 @@ class _ModelRun:
         self.nseg += len(s["first"])
         self.counts.add_segs(count=s["count"], end=s["end"], payload=s["payload"],
                              flow=s["flow"], file=file_of(s["first"]))
+        if self.counts.egress is not None:
+            self._egress(s)
         if self.poll_time or len(part.poll_time):
             assert part.poll_base == sum(len(t) for t in self.poll_time)
         self.poll_time.append(part.poll_time)
         self.poll_queue.append(part.poll_queue)
         self.poll_run.append(np.full(len(part.poll_time), part.run, np.int64))
         return part
+
+
+    def _egress(self, s) -> None:
+        """Egress of the part's super-packets (``counts.egress``), their first packets'
+        header codes from :attr:`egress_rows`."""
+        from gropcap.gro.engine import _gso_table
+        if self._gso_table is None:
+            self._gso_table = _gso_table(self.config)
+        multi = s["count"] > 1
+        gso_type = np.zeros(len(multi), np.uint32)
+        gso_type[multi] = self._gso_table[s["gcode"][multi], s["fixed"][multi] & 3]
+        self.counts.egress.add(s["count"], s["gso"], gso_type, s["payload"],
+                               self.egress_rows.take(s["first"]))
 
 
 class _SegOrder:
@@ -546,8 +597,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         Parquet files hold the same rows as ``io.parquet.write_analysis``.
 
     Raises:
-        ConfigError for what only the in-memory path models (gro_cells stage, egress,
-        UDP GRO, captures already coalesced).
+        ConfigError for what only the in-memory path models (``run.options.memory_reason``:
+        the reference engine or decoder, the gro_cells stage, plots, ``--poll-acks``).
 
     Example:
         >>> r = stream_analyze("big.pcap", out_dir="out")          # doctest: +SKIP
@@ -586,13 +637,18 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     switch = switching(threads)         # the GIL handed over sooner between the threads
     switch.__enter__()
     try:
-        tot = Totals(models, config.verify_checksums)
+        tot = Totals(models, config.verify_checksums,
+                     egress=None if egress is None else (egress, config.kernel.version))
         counters = tot.capture
         primary = "napi" if "napi" in models else models[0]
         # summary only and fused: the packets pass runs inside the first pass (_Inline)
         inline = bool(_fused and not out_dir)
+        # egress: 8 bytes per row of what it reads of a first packet (RowCodes)
+        egress_rows = None if egress is None else \
+            RowCodes(os.path.join(tmp, "egress.rows"), egress.scenario)
         runs = [_ModelRun(m, config, tmp, tot.models[m],
-                          row_arrays=2 if out_dir else int(m == primary), inline=inline)
+                          row_arrays=2 if out_dir else int(m == primary), inline=inline,
+                          egress_rows=egress_rows)
                 for m in models]
         from gropcap.run.accumulators import FlowCauses
         causes = FlowCauses()
@@ -643,6 +699,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             # the sidecar's part of a batch (run.threads.Sidecar): the capture counters
             # and coalesced-input statistics, the engine's results spilled and counted,
             # the flows, the temporary decoded file
+            if egress_rows is not None:
+                egress_rows.add(t)          # (before its super-packets are counted)
             _count_batch(t, counters, coal, config, fused,
                          parts[0].flow_id if parts else None)
             for run, part in zip(runs, parts):
@@ -882,7 +940,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         summary = render_summary(tot, infos=infos, config=config,
                                  mtu=coal.stats.mtu_inference(),
                                  receive=receive or ReceiveContext.from_config(config),
-                                 captures=captures)
+                                 extra=egress_extra(tot), captures=captures)
 
         def whole():
             table = pa.Table.from_batches(list(decoded()), schema=PACKET_SCHEMA)
@@ -934,6 +992,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             if stage is not None:
                 stage.close()
         switch.__exit__(None, None, None)
+        if locals().get("egress_rows") is not None:
+            locals()["egress_rows"].close()
         for run in locals().get("runs", []):
             for sp in (run.rows, run.verdicts, run.segs):
                 try:
@@ -949,6 +1009,12 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                           progress=progress, receiver=receiver, receive=receive,
                           packet_columns=packet_columns, threads=threads,
                           captures=captures, _fused=False)
+
+
+def egress_extra(tot) -> dict:
+    """``render_summary``'s ``extra``: the models' ``egress`` when counted."""
+    got = {m: mc.egress.as_dict() for m, mc in tot.models.items() if mc.egress is not None}
+    return {"egress": got} if got else {}
 
 
 class _Unfused(Exception):

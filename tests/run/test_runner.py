@@ -505,15 +505,10 @@ def _many_flows(path: str, flows: int, per_flow: int) -> str:
 def test_the_client_gets_nothing_per_flow(client, tmp_path, monkeypatch, how, out):
     """One receiver run cut by RX queue (the fused exchange, the exchange): the GRO and
     write tasks keep their partition's flows and coalesced-input statistics on disk and
-    return no per-flow counters, so what reaches the client is the same size for 2 400 flows as for 16 carrying as
-    many packets; the flows table and flow causes still equal one process, read from a
-    file the client maps."""
-    import pickle
-
+    return no per-flow counters, so what reaches the client is the same size for 2 400
+    flows as for 16 carrying as many packets; the flows table and flow causes still
+    equal one process, read from a file the client maps."""
     import gropcap.run.dask_core as dc
-    from gropcap.arrays import is_mapped
-    from gropcap.run.spill import CauseTexts
-    from gropcap.run.stream import stream_analyze
     cfg = GroConfig(queues=4)
     got, size = [], {}
     real = dc._results
@@ -524,9 +519,34 @@ def test_the_client_gets_nothing_per_flow(client, tmp_path, monkeypatch, how, ou
         return r
     monkeypatch.setattr(dc, "_results", results)
     # the tasks' coalesced-input statistics (per TCP direction) stay in their files
-    # however few the directions
+    # however few the directions: on the workers too (their own processes)
     import gropcap.gro.coalesced as co
+    real_min = co.SPILL_MIN
     monkeypatch.setattr(co, "SPILL_MIN", 1)
+    client.run(_set_spill_min, 1)
+    try:
+        _client_sizes(client, tmp_path, cfg, how, out, got, size)
+    finally:
+        client.run(_set_spill_min, real_min)
+    # before: 24-34 bytes a flow pickled (keys, first rows, counters, key rows), and
+    # about 80 bytes a flow of coalesced-input statistics
+    assert size[2400] - size[16] < 2400 * 4, size
+
+
+def _set_spill_min(n: int) -> None:
+    import gropcap.gro.coalesced as co
+    co.SPILL_MIN = n
+
+
+def _client_sizes(client, tmp_path, cfg, how, out, got, size) -> None:
+    """What reaches the client (pickled) for 2 400 flows and for 16 flows of as many
+    packets, into ``size``; the results equal one process."""
+    import pickle
+
+    import gropcap.run.dask_core as dc
+    from gropcap.arrays import is_mapped
+    from gropcap.run.spill import CauseTexts
+    from gropcap.run.stream import stream_analyze
     for flows, per_flow in ((2400, 2), (16, 300)):
         cap = _many_flows(str(tmp_path / f"f{flows}.pcap"), flows, per_flow)
         got.clear()
@@ -542,9 +562,6 @@ def test_the_client_gets_nothing_per_flow(client, tmp_path, monkeypatch, how, ou
         assert all(len(mc.flow_segs) == len(mc.top_keys) == 0
                    for mc in dist.totals.models.values())
         size[flows] = sum(len(pickle.dumps(d)) for d in got)
-    # before: 24-34 bytes a flow pickled (keys, first rows, counters, key rows), and
-    # about 80 bytes a flow of coalesced-input statistics
-    assert size[2400] - size[16] < 2400 * 4, size
 
 
 @pytest.mark.parametrize("out", [False, True], ids=["summary", "out"])
@@ -820,3 +837,31 @@ def test_runs_exchange_ships_tunnel_rows_only_for_a_hint_that_uses_them(client, 
         assert one.udp_tunnel_hint is not None
         assert all((s is not None and sum(t.num_rows for t in s[0]) > 0) == collected
                    for s in shipped), (limit, shipped)
+
+
+@pytest.mark.parametrize("exchange, files", [
+    ("fused", (0,)), ("exchange", (0, 1, 2)), ("runs", (0, 1, 2, 0))])
+def test_egress_counted_per_partition_equals_one_process(client, generated, tmp_path,
+                                                         exchange, files):
+    """``--egress`` on the core per partition: each GRO task counts its super-packets'
+    egress from its own rows (``run.stream.RowCodes``), the client adds the totals. The
+    summary equals the bounded one-process run's and the in-memory run's, for a
+    scenario with hardware segmentation and one with an MTU that drops; nothing of the
+    in-memory merge runs (``_no_fallback``)."""
+    from gropcap.run.dask_core import analyze_partitioned
+    from gropcap.run.options import EgressOptions
+    from gropcap.run.stream import stream_analyze
+    paths = [generated[i] for i in files]
+    cfg = GroConfig(queues=4)
+    for spec in (("encap", "tso,tx-tcp6-segmentation", None), ("decap", "tso", 1400)):
+        opts = EgressOptions(*spec)
+        one = stream_analyze(paths, cfg, egress=opts)
+        assert one.summary == analyze(paths, cfg, egress=opts).summary()
+        dist = analyze_partitioned(paths, cfg, client=client, fallback=_no_fallback,
+                                   exchange=exchange, egress=opts,
+                                   out_dir=str(tmp_path / spec[0]))
+        assert dist.exchange == exchange
+        assert dist.summary == one.summary, spec
+        e = dist.summary["egress"]["napi"]
+        assert e["superpackets"] > 0
+        assert e["hardware_segments"] > 0 if spec[2] is None else e["dropped"] > 0
