@@ -233,7 +233,8 @@ def egress_headers(packets, first_packet, scenario: str = "encap"):
 def header_codes(packets, scenario: str = "encap"):
     """Per row of ``packets``, what :func:`egress` reads of a super-packet's first packet,
     packed into an int64 (:func:`unpack_header_codes`): :func:`egress_headers`'
-    ``hdr_len`` (32 bits), ``ip_hdr_len`` (8 bits) and ``df``, and :func:`mangleid_df`.
+    ``hdr_len`` (32 bits), ``ip_hdr_len`` (16 bits: IPv6 extension headers) and ``df``,
+    and :func:`mangleid_df`.
     A run keeps these 8 bytes per row instead of the decoded table."""
     import numpy as np
 
@@ -248,8 +249,8 @@ def header_codes(packets, scenario: str = "encap"):
     df = (np.where(outer, c("outer_ip_df"), c("ip_df")) != 0) | (ver == 6)
     ihl = np.where(outer, c("outer_ip_hdr_len"), c("ip_hdr_len"))
     mdf = (c("ip_df") != 0) | (c("ip_version") == 6)
-    return (((l4_end - off) & 0xFFFFFFFF) | ((ihl & 0xFF) << 32)
-            | (df.astype(np.int64) << 40) | (mdf.astype(np.int64) << 41))
+    return (((l4_end - off) & 0xFFFFFFFF) | ((ihl & 0xFFFF) << 32)
+            | (df.astype(np.int64) << 48) | (mdf.astype(np.int64) << 49))
 
 
 def unpack_header_codes(codes):
@@ -257,7 +258,7 @@ def unpack_header_codes(codes):
     import numpy as np
     codes = np.asarray(codes, np.int64)
     hdr = (codes & 0xFFFFFFFF).astype(np.uint32).view(np.int32).astype(np.int64)
-    return hdr, (codes >> 40) & 1 != 0, (codes >> 32) & 0xFF, (codes >> 41) & 1 != 0
+    return hdr, (codes >> 48) & 1 != 0, (codes >> 32) & 0xFFFF, (codes >> 49) & 1 != 0
 
 
 class EgressCounts:

@@ -9,6 +9,7 @@ import importlib.util
 import os
 import sys
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -279,3 +280,28 @@ def test_egress_counts_are_not_empty():
     assert e0["hardware_segments"] > 0 and e0["superpackets"] > 0
     assert e1["dropped"] + e1["fragmented"] > 0
     assert e0["superpackets"] == e1["superpackets"]
+
+
+def test_egress_header_codes_round_trip():
+    """``egress.header_codes`` keeps every value ``egress_headers`` and ``mangleid_df``
+    give, at their widest (negative and 32-bit header lengths, IPv6 header lengths
+    above 255 with extension headers)."""
+    import numpy as np
+
+    from gropcap.egress import (egress_headers, header_codes, mangleid_df,
+                                unpack_header_codes)
+    t = analyze(os.path.join(ROOT, "sample_pcaps", "real_vxlan.pcap"), GroConfig()).decoded
+    rng = np.random.default_rng(5)
+    for name, values in (("l4_offset", rng.integers(0, 1 << 16, t.num_rows)),
+                         ("ip_hdr_len", rng.integers(0, 2048, t.num_rows)),
+                         ("ip_df", rng.integers(0, 2, t.num_rows))):
+        i = t.schema.get_field_index(name)
+        t = t.set_column(i, t.schema.field(name),
+                         pa.array(values.astype(t.schema.field(name).type.to_pandas_dtype())))
+    rows = np.arange(t.num_rows)
+    for scenario in ("encap", "decap"):
+        hdr, df, ihl, mdf = unpack_header_codes(header_codes(t, scenario))
+        want = egress_headers(t, rows, scenario)
+        assert np.array_equal(hdr, want[0]) and np.array_equal(df, want[1])
+        assert np.array_equal(ihl, want[2])
+        assert np.array_equal(mdf, mangleid_df(t, rows))
