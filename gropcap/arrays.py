@@ -161,6 +161,22 @@ def arrow_indices(rows: np.ndarray) -> pa.Array:
     return arrow_numeric(np.ascontiguousarray(rows, dtype=np.int64), pa.int64())
 
 
+def sorted_meet(a, b, step: int = SLICE_ROWS) -> bool:
+    """Whether sorted arrays ``a`` and ``b`` (mapped or not) share a value, ``a`` read
+    ``step`` values at a time; the mapped pages are dropped after each slice."""
+    if not len(a) or not len(b) or a[-1] < b[0] or b[-1] < a[0]:
+        return False
+    for lo in range(0, len(a), step):
+        part = np.asarray(a[lo:lo + step])
+        at = np.minimum(np.searchsorted(b, part), len(b) - 1)
+        hit = np.any(np.asarray(b[at]) == part)
+        drop_pages(a)
+        drop_pages(b)
+        if hit:
+            return True
+    return False
+
+
 def write_array(path: str, a: np.ndarray) -> None:
     """``a`` as a ``.npy`` file at ``path`` (under another name, then renamed)."""
     tmp = f"{path}.{os.getpid()}.tmp"

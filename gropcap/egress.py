@@ -196,36 +196,39 @@ def egress(count, gso_size, gso_type, payload_len, *, scenario: str = "encap",
     return EgressResult(gtype, segs, hardware, fragments, dropped)
 
 
+def _first_packet_fields(c, scenario: str):
+    """``(hdr_len, df, ip_hdr_len, mangleid_df)`` from column getter ``c`` (a name -> an
+    int64 array of the rows wanted): :func:`egress_headers` and :func:`mangleid_df`."""
+    import numpy as np
+    l4_end = c("l4_offset") + np.where(c("l4_proto") == 17, 8, c("tcp_doff") * 4)
+    outer = (c("outer_ip_version") != 0) & (scenario == "encap")
+    off = np.where(outer, c("outer_ip_offset"), c("ip_offset"))
+    ver = np.where(outer, c("outer_ip_version"), c("ip_version"))
+    df = (np.where(outer, c("outer_ip_df"), c("ip_df")) != 0) | (ver == 6)
+    ihl = np.where(outer, c("outer_ip_hdr_len"), c("ip_hdr_len"))
+    mdf = (c("ip_df") != 0) | (c("ip_version") == 6)
+    return l4_end - off, df, ihl, mdf
+
+
+def _rows_getter(packets, first_packet):
+    import numpy as np
+    idx = np.asarray(first_packet, dtype=np.int64)
+    return lambda name: packets.column(name).to_numpy(
+        zero_copy_only=False)[idx].astype(np.int64)
+
+
 def mangleid_df(packets, first_packet):
     """Per super-packet, the DF bit gso_features_check reads for NETIF_F_TSO_MANGLEID:
     the innermost IPv4 header (an encapsulated GRO packet has ``skb->encapsulation`` set,
     so ``inner_ip_hdr``; after decapsulation it is the only one); True for IPv6."""
-    import numpy as np
-
-    idx = np.asarray(first_packet, dtype=np.int64)
-    df = packets.column("ip_df").to_numpy(zero_copy_only=False)[idx].astype(bool)
-    v6 = packets.column("ip_version").to_numpy(zero_copy_only=False)[idx] == 6
-    return df | v6
+    return _first_packet_fields(_rows_getter(packets, first_packet), "encap")[3]
 
 
 def egress_headers(packets, first_packet, scenario: str = "encap"):
     """``(hdr_len, df, ip_hdr_len)`` per super-packet from its first packet's columns:
     the egress packet's outermost IP header through TCP/UDP (outer for ``encap``, inner
     after ``decap``); ``df`` True for IPv6."""
-    import numpy as np
-
-    idx = np.asarray(first_packet, dtype=np.int64)
-
-    def c(name):
-        return packets.column(name).to_numpy(zero_copy_only=False)[idx].astype(np.int64)
-
-    l4_end = c("l4_offset") + np.where(c("l4_proto") == 17, 8, c("tcp_doff") * 4)
-    outer = (c("outer_ip_version") != 0) & (scenario == "encap")
-    off = np.where(outer, c("outer_ip_offset"), c("ip_offset"))
-    ver = np.where(outer, c("outer_ip_version"), c("ip_version"))
-    df = np.where(outer, c("outer_ip_df"), c("ip_df")).astype(bool) | (ver == 6)
-    ihl = np.where(outer, c("outer_ip_hdr_len"), c("ip_hdr_len"))
-    return l4_end - off, df, ihl
+    return _first_packet_fields(_rows_getter(packets, first_packet), scenario)[:3]
 
 
 # --- egress counted part by part (the bounded-memory core) -------------------------------
@@ -239,17 +242,9 @@ def header_codes(packets, scenario: str = "encap"):
     import numpy as np
 
     from gropcap.arrays import numpy_of
-
-    def c(name):
-        return numpy_of(packets.column(name)).astype(np.int64)
-    l4_end = c("l4_offset") + np.where(c("l4_proto") == 17, 8, c("tcp_doff") * 4)
-    outer = (c("outer_ip_version") != 0) & (scenario == "encap")
-    off = np.where(outer, c("outer_ip_offset"), c("ip_offset"))
-    ver = np.where(outer, c("outer_ip_version"), c("ip_version"))
-    df = (np.where(outer, c("outer_ip_df"), c("ip_df")) != 0) | (ver == 6)
-    ihl = np.where(outer, c("outer_ip_hdr_len"), c("ip_hdr_len"))
-    mdf = (c("ip_df") != 0) | (c("ip_version") == 6)
-    return (((l4_end - off) & 0xFFFFFFFF) | ((ihl & 0xFFFF) << 32)
+    hdr, df, ihl, mdf = _first_packet_fields(
+        lambda name: numpy_of(packets.column(name)).astype(np.int64), scenario)
+    return ((hdr & 0xFFFFFFFF) | ((ihl & 0xFFFF) << 32)
             | (df.astype(np.int64) << 48) | (mdf.astype(np.int64) << 49))
 
 

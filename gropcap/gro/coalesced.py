@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 
-from gropcap.arrays import arrow_indices, drop_pages, numpy_of, read_array, write_array
+from gropcap.arrays import (arrow_indices, drop_pages, numpy_of, read_array, sorted_meet,
+                            write_array)
 
 # --- input captured after GRO/TSO: frames that are already GSO super-packets ----------------
 
@@ -323,18 +324,8 @@ class CoalescedStats:
 
     def shares_syn(self, other: "CoalescedStats") -> bool:
         """Whether a direction has SYNs in both statistics (read a slice at a time)."""
-        import numpy as np
-        for a in self._sources():
-            for b in other._sources():
-                x, y = a.syn[0], b.syn[0]
-                if not len(x) or not len(y) or x[-1] < y[0] or y[-1] < x[0]:
-                    continue
-                for lo in range(0, len(x), SLICE_KEYS):
-                    part = np.asarray(x[lo:lo + SLICE_KEYS])
-                    at = np.minimum(np.searchsorted(y, part), len(y) - 1)
-                    if np.any(np.asarray(y[at]) == part):
-                        return True
-        return False
+        return any(sorted_meet(a.syn[0], b.syn[0], SLICE_KEYS)
+                   for a in self._sources() for b in other._sources())
 
     @property
     def syn_mss(self) -> dict[bytes, int]:

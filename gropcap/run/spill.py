@@ -79,20 +79,8 @@ def disjoint(paths: list[str]) -> bool:
     """Whether no value is in two of the sorted, duplicate-free arrays at ``paths``
     (:func:`write_array`; a missing file: none), read mapped a slice at a time."""
     arrs = [read_array(p) for p in paths]
-    step = arrays.SLICE_ROWS
-    for i, a in enumerate(arrs):
-        for b in arrs[i + 1:]:
-            if not len(a) or not len(b) or a[-1] < b[0] or b[-1] < a[0]:
-                continue
-            for lo in range(0, len(a), step):
-                part = np.asarray(a[lo:lo + step])
-                at = np.searchsorted(b, part)
-                hit = at < len(b)
-                if np.any(np.asarray(b[at[hit]]) == part[hit]):
-                    return False
-                arrays.drop_pages(a)
-                arrays.drop_pages(b)
-    return True
+    return not any(arrays.sorted_meet(a, b) for i, a in enumerate(arrs)
+                   for b in arrs[i + 1:])
 
 
 def number_flows(works: list[str], base: int = 0) -> int:
