@@ -21,26 +21,9 @@ import sys
 import time
 
 import provenance
+from child import run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def run(cmd: list[str]) -> tuple[float, int, bytes]:
-    """Wall seconds, peak RSS (KiB) and stdout of one child."""
-    t0 = time.perf_counter()
-    pid = os.fork()
-    if pid == 0:
-        fd = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(fd, 2)
-        out = os.open(RUN_OUT, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(out, 1)
-        os.execvp(cmd[0], cmd)
-    _, status, usage = os.wait4(pid, 0)
-    wall = time.perf_counter() - t0
-    if os.waitstatus_to_exitcode(status) != 0:
-        sys.exit(f"failed: {' '.join(cmd)}")
-    with open(RUN_OUT, "rb") as f:
-        return wall, usage.ru_maxrss, f.read()
 
 
 RUN_OUT = f"/tmp/bench-egress-{os.getpid()}.json"
@@ -67,10 +50,11 @@ def main() -> None:
     outs = {}
     for _ in range(a.rounds):
         for name, cmd in ways.items():
-            wall, rss, out = run(cmd)
-            got[name]["wall_s"].append(round(wall, 2))
-            got[name]["peak_rss_kib"].append(rss)
-            outs[name] = out
+            r = run(cmd, RUN_OUT, 0.2)
+            got[name]["wall_s"].append(r["wall_s"])
+            got[name]["peak_rss_kib"].append(r["peak_rss_kib"])
+            with open(RUN_OUT, "rb") as f:
+                outs[name] = f.read()
     same = len(set(outs.values())) == 1
     summary = json.loads(next(iter(outs.values())))
     ref, new = (got[k] for k in ways)

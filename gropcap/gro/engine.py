@@ -53,6 +53,7 @@ from gropcap.gro.config import GroConfig
 from gropcap.gro.flows import FLOW_KEY_COLUMNS, flow_key_matrix
 from gropcap.gro.reasons import NOT_HELD_FRAG_LIST
 from gropcap.gro.result import GroResult, run_bounds
+from gropcap.gro.retire import retire_idle
 from gropcap.gro.gso import SKB_GSO_FRAGLIST, gso_type_for
 from gropcap.gro.rss import (
     ColumnReader, column_bytes, column_numpy, gro_bucket, rss_hash, rx_queue,
@@ -563,6 +564,10 @@ class UnionTable(InternTable):
     def __init__(self):
         super().__init__(K.UNION_WORDS)
         self.flow = np.full(32, -1, np.int64)
+        # the states sharing this table (new_states, next_run), and the classes live
+        # after the last retirement (retire.retire_idle)
+        self.sharers = 1
+        self.live = 0
 
     def _grew(self, cap: int) -> None:
         flow = np.full(cap, -1, np.int64)
@@ -950,6 +955,7 @@ def simulate_batch(packets: pa.Table, config: GroConfig, state: EngineState | No
     """
     packets = _check_table(packets)
     state = _check_state(config, state, polls)
+    retire_idle([state])
     if coalesced is True:
         from gropcap.gro.coalesced import coalesced_input
         coalesced = coalesced_input(packets)
@@ -1035,6 +1041,7 @@ def next_run(states):
         kernel.ctr[:] = old.kernel.ctr
         shared = tables.setdefault((id(old.union_ids), id(old.flow_ids)),
                                    (UnionTable(), InternTable(old.flow_ids.words)))
+        shared[0].sharers = old.union_ids.sharers
         news.append(EngineState(
             config_json=old.config_json, model=old.model, kernel=kernel,
             key_ids=InternTable(old.key_ids.words), union_ids=shared[0],
@@ -1051,6 +1058,7 @@ def new_states(configs: list[GroConfig]) -> list[EngineState]:
     states = [EngineState.new(c) for c in configs]
     for st in states[1:]:
         st.union_ids, st.flow_ids = states[0].union_ids, states[0].flow_ids
+    states[0].union_ids.sharers = len(states)
     return states
 
 
@@ -1085,6 +1093,7 @@ def simulate_batch_models(packets: pa.Table, configs: list[GroConfig],
         raise ConfigError(f"simulate_batch_models: {len(states)} states for "
                           f"{len(configs)} configs")
     states = [_check_state(c, st, None) for c, st in zip(configs, states)]
+    retire_idle(states)
     if coalesced is True:
         from gropcap.gro.coalesced import coalesced_input
         coalesced = coalesced_input(packets)
