@@ -16,7 +16,7 @@ import sys
 import click
 
 from gropcap import __version__
-from gropcap.cli.help import Group, capture_files, option
+from gropcap.cli.help import HELP_OPTION_NAMES, Group, capture_files, option
 # the options shared by every command, and their converters (cliopts.py; the names stay
 # importable from here: api.py and the tests read cli._GRO_KEYS, cli._make_gro_config)
 from gropcap.cli.options import (_DECODE_KEYS, _GRO_KEYS, _apply_receiver,  # noqa: F401
@@ -96,7 +96,7 @@ class _Group(Group):
                 signal.signal(signal.SIGTERM, previous)
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"],
+@click.group(cls=_Group, context_settings={"help_option_names": HELP_OPTION_NAMES,
                                            "max_content_width": 100})
 @click.version_option(__version__, prog_name="gropcap")
 def main():

@@ -96,9 +96,23 @@ def section_of(param) -> str | None:
     return getattr(param, "section", None) or SECTION_OF.get(param.name)
 
 
+HELP_OPTION_NAMES = ["-h", "--help"]
+
+
 class Command(click.Command):
     """Options printed in sections (input, kernel, receiver, tunnels, egress, output, run)
-    instead of one flat list; options with no section go last, under "Other options"."""
+    instead of one flat list; options with no section go last, under "Other options".
+
+    ``-h`` and ``--help`` on the command itself, not only through the ``gropcap``
+    group: click keeps a command's help option once made, so a command first run on
+    its own (``CliRunner().invoke(kernel_replay, ...)``) kept ``--help`` alone for
+    every later run through the group."""
+
+    def __init__(self, *args, **kwargs):
+        settings = dict(kwargs.get("context_settings") or {})
+        settings.setdefault("help_option_names", HELP_OPTION_NAMES)
+        kwargs["context_settings"] = settings
+        super().__init__(*args, **kwargs)
 
     def format_options(self, ctx, formatter):
         groups: dict[str | None, list] = {}

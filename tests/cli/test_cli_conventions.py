@@ -155,6 +155,17 @@ def test_every_help_is_in_sections(argv, sections):
         assert alias not in out
 
 
+def test_a_command_run_on_its_own_keeps_both_help_options():
+    """A command object run outside the group (as the API and some tests do) takes
+    ``-h`` too, and a later run through the group still lists ``-h, --help``: click
+    keeps the help option a command made first."""
+    from gropcap.cli.replay import kernel_replay
+    alone = CliRunner().invoke(kernel_replay, ["-h"])
+    assert alone.exit_code == 0, alone.output
+    assert "-h, --help" in alone.output
+    assert "-h, --help  Show this message and exit." in ok("kernel-replay", "--help")
+
+
 ANALYZE_KERNEL_SECTION = """\
 Kernel options:
   --kernel X.Y[.Z]            Kernel release whose GRO rules apply: 4.4-4.20,
