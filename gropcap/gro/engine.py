@@ -539,6 +539,17 @@ class InternTable:
     def _grew(self, cap: int) -> None:
         """Hook: per-key arrays of subclasses follow the capacity."""
 
+    def kept(self, keep: np.ndarray) -> "InternTable":
+        """A new table of the keys ``keep`` (ids, ascending) numbered 0.. in that order,
+        with room for half as many again (``retire.retire_idle``)."""
+        new = InternTable(self.words) if type(self) is InternTable else type(self)()
+        m = len(keep)
+        new.reserve(m + m // 2)
+        new.keys[:m] = self.keys[keep]
+        new.cnt[0] = m
+        K.rehash(new.keys, m, new.slots, np.empty(self.words, np.uint64))
+        return new
+
     # the key of each id as one fixed-width byte string (numpy ``void``), in id order:
     # what runner.partition_task sends to number flows over partitions
     @property
@@ -573,6 +584,14 @@ class UnionTable(InternTable):
         flow = np.full(cap, -1, np.int64)
         flow[:len(self.flow)] = self.flow
         self.flow = flow
+
+    def kept(self, keep: np.ndarray) -> "UnionTable":
+        """:meth:`InternTable.kept` with the kept classes' flow ids, the same sharers,
+        and ``live`` the classes kept."""
+        new = super().kept(keep)
+        new.flow[:len(keep)] = self.flow[keep]
+        new.sharers, new.live = self.sharers, len(keep)
+        return new
 
 
 def _global_ids(mat: np.ndarray, use: np.ndarray, table: InternTable) -> np.ndarray:

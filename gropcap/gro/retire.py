@@ -72,28 +72,30 @@ def retire_idle(states: list) -> bool:
     if not any(polled):
         polled = [True] * len(states)
     for st, counts in zip(states, polled):
-        ukey = st.union_key[:2 * nu].reshape(-1, 2) if nu else np.zeros((0, 2), np.int64)
+        pairs = st.union_key[:2 * nu].reshape(-1, 2)
         kmap, lmap = _retire_keys(st)
-        key = ukey[:, 0]
-        has = key >= 0
-        new_key = np.where(has, kmap[np.where(has, key, 0)], -1)
-        loose = ukey[:, 1]
-        new_loose = np.where(has, lmap[np.where(has, loose, 0)], -1)
+        has = pairs[:, 0] >= 0
         # a class whose key is kept keeps its loose key (a held key's loose key is live)
-        renumbered.append(np.stack([new_key, new_loose], axis=1))
+        pairs = np.stack([_mapped(pairs[:, 0], kmap, has, -1),
+                          _mapped(pairs[:, 1], lmap, has, -1)], axis=1)
+        renumbered.append(pairs)
         if counts:
-            live_union |= new_key >= 0
+            live_union |= pairs[:, 0] >= 0
     keep = np.flatnonzero(live_union)
-    new_union = _kept_table(union, keep)
-    new_union.flow = np.full(len(new_union.keys), -1, np.int64)
-    new_union.flow[:len(keep)] = union.flow[keep]
-    new_union.live = len(keep)
+    new_union = union.kept(keep)
     for st, pairs in zip(states, renumbered):
         ukey = np.full(max(64, 2 * len(new_union.keys)), -1, np.int64)
         ukey[:2 * len(keep)] = pairs[keep].ravel()
         st.union_key = ukey
         st.union_ids = new_union
     return True
+
+
+def _mapped(ids: np.ndarray, id_map: np.ndarray, valid: np.ndarray, fill) -> np.ndarray:
+    """``id_map[ids]`` where ``valid``, else ``fill`` (an array or a value)."""
+    out = np.where(valid, 0, fill).astype(np.int64)
+    out[valid] = id_map[ids[valid]]
+    return out
 
 
 def _retire_keys(st) -> tuple[np.ndarray, np.ndarray]:
@@ -107,66 +109,43 @@ def _retire_keys(st) -> tuple[np.ndarray, np.ndarray]:
         pk = pend.key[pend.key >= 0]
         live[pk[pk < nk]] = True
     keep = np.flatnonzero(live)
-    kmap = np.full(max(nk, 1), -1, np.int64)
-    kmap[keep] = np.arange(len(keep), dtype=np.int64)
-    separate = len(lt) > 0          # loose keys of their own (before 5.18), else = keys
-    if separate:
+    kmap = _numbering(keep, nk)
+    if len(lt):                     # loose keys of their own (before 5.18), else = keys
         nl = len(lt)
         lheld = ks.loose_held[:nl] > 0
         if pend is not None:
-            pl = pend.loose[(pend.key >= 0) & (pend.loose < nl)]
-            lheld[pl] = True
+            lheld[pend.loose[(pend.key >= 0) & (pend.loose < nl)]] = True
         lkeep = np.flatnonzero(lheld)
-        lmap = np.full(max(nl, 1), -1, np.int64)
-        lmap[lkeep] = np.arange(len(lkeep), dtype=np.int64)
-        st.loose_ids = _kept_table(lt, lkeep)
+        lmap = _numbering(lkeep, nl)
+        st.loose_ids = lt.kept(lkeep)
     else:
         lkeep, lmap = keep, kmap
-    st.key_ids = _kept_table(kt, keep)
+    st.key_ids = kt.kept(keep)
+    m = len(keep)
+    rows = max(64, m + m // 2)
     changes = {}
-    rows = max(64, len(keep) + len(keep) // 2)
     for f in ks._fields:
-        if not f.startswith("e_"):
-            continue
-        old = getattr(ks, f)
-        new = np.full((rows,) + old.shape[1:], -1 if f == "e_first" else 0, old.dtype)
-        new[:len(keep)] = old[keep]
-        changes[f] = new
-    held = changes["e_first"][:len(keep)] >= 0
-    loose_col = changes["e_loose"]
-    loose_col[:len(keep)] = np.where(held, lmap[np.where(held, loose_col[:len(keep)], 0)], 0)
-    lrows = max(64, len(lkeep) + len(lkeep) // 2)
-    loose_held = np.zeros(lrows, ks.loose_held.dtype)
-    loose_held[:len(lkeep)] = ks.loose_held[lkeep]
-    changes["loose_held"] = loose_held
-    tbl = ks.tbl.copy()
-    used = tbl >= 0
-    tbl[used] = kmap[tbl[used]]
-    changes["tbl"] = tbl
+        if f.startswith("e_"):      # fast.state.State: e_first -1 is "nothing held"
+            old = getattr(ks, f)
+            changes[f] = new = np.full((rows,) + old.shape[1:], -1 if f == "e_first" else 0,
+                                       old.dtype)
+            new[:m] = old[keep]
+    held = changes["e_first"][:m] >= 0
+    changes["e_loose"][:m] = _mapped(changes["e_loose"][:m], lmap, held, 0)
+    changes["loose_held"] = np.zeros(max(64, len(lkeep) + len(lkeep) // 2),
+                                     ks.loose_held.dtype)
+    changes["loose_held"][:len(lkeep)] = ks.loose_held[lkeep]
+    changes["tbl"] = _mapped(ks.tbl, kmap, ks.tbl >= 0, ks.tbl)
     st.kernel = ks._replace(**changes)
     if pend is not None:
-        k = pend.key
-        new_key = np.where(k >= 0, kmap[np.clip(k, 0, None)], k)
-        new_loose = np.where(k >= 0, lmap[np.clip(pend.loose, 0, None)], pend.loose)
-        st.pending = pend._replace(key=new_key, loose=new_loose)
+        use = pend.key >= 0
+        st.pending = pend._replace(key=_mapped(pend.key, kmap, use, pend.key),
+                                   loose=_mapped(pend.loose, lmap, use, pend.loose))
     return kmap, lmap
 
 
-def _kept_table(table, keep: np.ndarray):
-    """A new table of ``table``'s type holding the keys ``keep`` (old ids, ascending),
-    numbered 0.. in that order, with room for half as many again (capacity a power of
-    two, at most half the slots used); other attributes shared with ``table`` (the caller gives a
-    ``UnionTable`` its own ``flow``)."""
-    new = type(table).__new__(type(table))
-    new.__dict__.update(table.__dict__)
-    m = len(keep)
-    cap = 32
-    while cap < m + m // 2:
-        cap *= 2
-    keys = np.zeros((cap, table.words), np.uint64)
-    keys[:m] = table.keys[keep]
-    new.keys = keys
-    new.cnt = np.array([m], np.int64)
-    new.slots = np.full(2 * cap, -1, np.int64)
-    K.rehash(keys, m, new.slots, np.empty(table.words, np.uint64))
-    return new
+def _numbering(keep: np.ndarray, n: int) -> np.ndarray:
+    """Old id -> new id (-1: retired) of ``n`` ids of which ``keep`` stay, in order."""
+    id_map = np.full(n, -1, np.int64)
+    id_map[keep] = np.arange(len(keep), dtype=np.int64)
+    return id_map

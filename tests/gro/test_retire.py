@@ -143,7 +143,8 @@ def test_not_retired_when_due_only_for_some_of_its_sharers():
         assert not retire.retire_idle(states[:1])
         assert retire.retire_idle(states)
         _, st_udp = simulate_batch(table, GroConfig(udp_gro="forward"))
-        assert not st_udp.udp_ids or not retire.retire_idle([st_udp])
+        assert st_udp.udp_ids
+        assert not retire.retire_idle([st_udp])
 
 
 def test_small_tables_are_not_retired():
