@@ -3,7 +3,10 @@
 pyarrow imports pandas (0.2-0.45 s) on its first numpy <-> Arrow conversion through
 ``pa.array``, ``to_numpy``, ``take(numpy)``, ``Schema.empty_table`` (it asks whether the
 object is a pandas one); a run that never uses pandas converts with these instead
-(docs/performance.md, "Start-up"). Same values and types as the pyarrow calls named.
+(docs/performance.md, "Start-up"); those a summary-only run needs are also done without
+``pyarrow.compute`` (``take_rows``, ``dictionary_strings``, ``string_codes``,
+``strings_at``: its import is 20-50 ms of a warm run). Same values and types as the
+pyarrow calls named.
 
 Layer: 0 (numpy and pyarrow only); decode/, gro/ and run/ use it.
 """
@@ -159,6 +162,101 @@ def arrow_indices(rows: np.ndarray) -> pa.Array:
     """Row numbers for ``Table.take`` / ``Array.take`` (which would convert a numpy
     argument with ``pa.array``): an int64 Arrow array over the rows' memory."""
     return arrow_numeric(np.ascontiguousarray(rows, dtype=np.int64), pa.int64())
+
+
+def strings_at(texts: list, idx: np.ndarray) -> pa.Array:
+    """``pa.array([texts[i] for i in idx])`` from numpy buffers: no ``pa.array`` (pandas)
+    and no ``Array.take`` (``pyarrow.compute``)."""
+    enc = [t.encode() for t in texts]
+    lens = np.array([len(b) for b in enc], np.int64)
+    width = max(1, int(lens.max(initial=0)))
+    mat = np.zeros((len(enc), width), np.uint8)
+    for i, b in enumerate(enc):
+        mat[i, :len(b)] = np.frombuffer(b, np.uint8)
+    row_lens = lens[idx]
+    offsets = np.zeros(len(idx) + 1, np.int32)
+    np.cumsum(row_lens, out=offsets[1:])
+    data = mat[idx][np.arange(width) < row_lens[:, None]]
+    return pa.StringArray.from_buffers(len(idx), pa.py_buffer(offsets), pa.py_buffer(data))
+
+
+def dictionary_strings(col) -> pa.Array:
+    """``col.cast(pa.string())`` of a dictionary-of-strings column (Array or
+    ChunkedArray) without ``pyarrow.compute``, for a null-free column; else the cast."""
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    if col.null_count or not chunks:
+        return col.cast(pa.string())
+    parts = [strings_at(c.dictionary.to_pylist(), numpy_of(c.indices).astype(np.int64))
+             for c in chunks]
+    return parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
+
+
+STRING_CODES_PYTHON = 8192   # rows coded in Python by string_codes (<= ~3 ms)
+
+
+def string_codes(arr) -> np.ndarray:
+    """int64 codes of a string Array (or dictionary array of strings), equal exactly for
+    equal values: ``dictionary_encode().indices``, which imports ``pyarrow.compute``
+    (20-50 ms of a warm run); up to :data:`STRING_CODES_PYTHON` rows are coded in Python
+    instead (the codes then number the values by first appearance too)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    if pa.types.is_dictionary(arr.type):
+        arr = dictionary_strings(arr)
+    if len(arr) <= STRING_CODES_PYTHON:
+        seen: dict = {}
+        return np.fromiter((seen.setdefault(v, len(seen)) for v in arr.to_pylist()),
+                           np.int64, len(arr))
+    return numpy_of(arr.dictionary_encode().indices).astype(np.int64)
+
+
+def _take_array(col, idx: np.ndarray):
+    """:func:`take_rows` of one column; None where only ``pyarrow.compute`` can."""
+    if isinstance(col, pa.ChunkedArray):
+        if col.num_chunks != 1 and pa.types.is_dictionary(col.type):
+            return None                     # (chunks may carry different dictionaries)
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    t = col.type
+    if col.null_count:
+        return None
+    if pa.types.is_dictionary(t):
+        return pa.DictionaryArray.from_arrays(arrow_numeric(
+            numpy_of(col.indices)[idx], t.index_type), col.dictionary)
+    if pa.types.is_fixed_size_binary(t):
+        w = t.byte_width
+        raw = np.frombuffer(col.buffers()[1], np.uint8)[col.offset * w:
+                                                         (col.offset + len(col)) * w]
+        rows = np.ascontiguousarray(raw.reshape(len(col), w)[idx])
+        return pa.Array.from_buffers(t, len(idx), [None, pa.py_buffer(rows)])
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
+        return arrow_numeric(np.ascontiguousarray(numpy_of(col)[idx]), t)
+    if pa.types.is_string(t):
+        offs = np.frombuffer(col.buffers()[1], np.int32)[col.offset:col.offset + len(col) + 1]
+        data = np.frombuffer(col.buffers()[2] or b"", np.uint8)
+        lens = (offs[1:] - offs[:-1])[idx]
+        new = np.zeros(len(idx) + 1, np.int64)
+        np.cumsum(lens, out=new[1:])
+        if new[-1] >= 2 ** 31:
+            return None
+        at = np.repeat(offs[:-1][idx].astype(np.int64) - new[:-1], lens) + \
+            np.arange(new[-1], dtype=np.int64)
+        return pa.StringArray.from_buffers(len(idx), pa.py_buffer(new.astype(np.int32)),
+                                           pa.py_buffer(np.ascontiguousarray(data[at])))
+    return None
+
+
+def take_rows(table, rows: np.ndarray):
+    """``table.take(rows)`` (a Table or a RecordBatch) built from numpy for null-free numeric, boolean,
+    fixed-size binary, string and single-chunk dictionary columns (flow keys, the flows
+    table); other tables
+    go through ``Table.take``, whose ``pyarrow.compute`` import is 20-50 ms of a warm
+    run (docs/performance.md, "Start-up")."""
+    idx = np.ascontiguousarray(rows, dtype=np.int64)
+    cols = [_take_array(c, idx) for c in table.columns]
+    if any(c is None for c in cols):
+        return table.take(arrow_indices(idx))
+    kind = pa.RecordBatch if isinstance(table, pa.RecordBatch) else pa.Table
+    return kind.from_arrays(cols, schema=table.schema)
 
 
 def sorted_meet(a, b, step: int = SLICE_ROWS) -> bool:

@@ -323,8 +323,8 @@ def _plot_sink(path):
 def _ran_on(result, jobs) -> str | None:
     """What the run ran on, for the closing line: ``2 workers`` (Dask), ``2 threads``
     (a bounded-memory run), None (in memory)."""
-    from gropcap.run.dask_core import PartitionedResult
-    if isinstance(result, PartitionedResult) or hasattr(result, "failures"):
+    if hasattr(result, "failures"):     # (run.dask_core.PartitionedResult too: not imported,
+        #                                  its Parquet import is 7 ms of a warm run)
         return f"{jobs} workers" if jobs else "Dask"
     n = getattr(result, "threads", None)
     return f"{n} thread{'s' if n > 1 else ''}" if n else None

@@ -39,7 +39,8 @@ import pyarrow as pa
 from gropcap import constants as C
 from gropcap.addresses import ipv6_text
 from gropcap.arrays import (SLICE_ROWS, arrow_indices, arrow_numeric, arrow_strings,
-                            batch_column, numpy_of, slices)
+                            batch_column, dictionary_strings, numpy_of, slices,
+                            string_codes, strings_at, take_rows)
 from gropcap.gro.reasons import FLUSH_CWR, FLUSH_ZERO_PAYLOAD, reason_name
 
 # UDP tunnels a local socket must own before GRO looks inside (udp_gro_receive ->
@@ -451,12 +452,16 @@ def addr_text(raw: bytes, version: int) -> str:
     return ""
 
 
+ADDR_TEXTS_PYTHON = 4096   # distinct addresses formatted in Python (about 2 us each)
+
+
 def addr_texts(raw: pa.ChunkedArray, ver: np.ndarray) -> pa.Array:
     """:func:`addr_text` of every row of a 16-byte address column: IPv4 addresses
     formatted by Arrow compute, each distinct other address once (IPv6 by
     ``addresses.ipv6_text``, other versions ""). No Python scalar reaches Arrow compute and no ``pa.array``:
-    either imports pandas (``gropcap.arrays``)."""
-    import pyarrow.compute as pc
+    either imports pandas (``gropcap.arrays``). Up to :data:`ADDR_TEXTS_PYTHON` distinct
+    addresses are formatted in Python instead: importing ``pyarrow.compute`` costs more
+    than that (20-50 ms, a tenth of a warm run on the sample)."""
     n = len(ver)
     if not n:
         return arrow_strings([])
@@ -467,6 +472,10 @@ def addr_texts(raw: pa.ChunkedArray, ver: np.ndarray) -> pa.Array:
     uniq, inv = np.unique(buf.view(np.dtype((np.void, 17))).ravel(), return_inverse=True)
     ub = uniq.view(np.uint8).reshape(len(uniq), 17)
     m = len(uniq)
+    if m <= ADDR_TEXTS_PYTHON:
+        return strings_at([addr_text(ub[i, :16].tobytes(), int(ub[i, 16]))
+                            for i in range(m)], inv.ravel())
+    import pyarrow.compute as pc
     octets = [pc.cast(arrow_numeric(np.ascontiguousarray(ub[:, 12 + i]), pa.uint8()),
                       pa.string()) for i in range(4)]
     dots = pa.StringArray.from_buffers(m, pa.py_buffer(np.arange(m + 1, dtype=np.int32)),
@@ -486,7 +495,7 @@ def flow_key_columns(keys: pa.Table) -> dict:
     ver = numpy_of(keys.column("ip_version"))
     return {
         "flow_id": np.arange(keys.num_rows, dtype=np.int64),
-        "encap": keys.column("encap").cast(pa.string()),
+        "encap": dictionary_strings(keys.column("encap")),
         "ip_version": keys.column("ip_version"),
         "src": addr_texts(keys.column("ip_src"), ver),
         "dst": addr_texts(keys.column("ip_dst"), ver),
@@ -521,15 +530,14 @@ def reverse_seen(flows: pa.Table, rows: np.ndarray, among: np.ndarray,
             # one dictionary over both address columns
             both = pa.concat_arrays([flows.column("src").combine_chunks(),
                                      flows.column("dst").combine_chunks()])
-            ids = numpy_of(both.dictionary_encode().indices).astype(np.int64)
+            ids = string_codes(both)
             codes["src"], codes["dst"] = ids[:flows.num_rows], ids[flows.num_rows:]
             continue
         col = flows.column(k)
         if pa.types.is_integer(col.type):
             codes[k] = numpy_of(col).astype(np.int64)
         else:
-            codes[k] = numpy_of(col.combine_chunks().dictionary_encode().indices) \
-                .astype(np.int64)
+            codes[k] = string_codes(col)
     # from 0 (a signed column), and a position's range covers both columns it holds
     # (src and dst, sport and dport)
     low = {k: int(c.min()) for k, c in codes.items()}
@@ -585,7 +593,7 @@ def reverse_count(flows: pa.Table, rows_of, among_of,
             [*arrays, arrow_numeric(np.arange(off, off + batch.num_rows, dtype=np.int64),
                                      pa.int64()), arrow_numeric(r, pa.bool_()),
              arrow_numeric(a, pa.bool_())], names=[*cols, "_id", "_row", "_among"])
-        return part.take(arrow_indices(idx)), idx
+        return take_rows(part, idx), idx
 
     def lookup(sub: pa.Table):
         if not sub.num_rows:
@@ -614,7 +622,7 @@ def reverse_count(flows: pa.Table, rows_of, among_of,
                     if not len(sel):
                         continue
                     b = int(bucket[sel[0]])
-                    chunk = part.take(arrow_indices(sel))
+                    chunk = take_rows(part, sel)
                     if b not in writers:
                         sinks[b] = pa.OSFile(os.path.join(d, f"{b}.arrow"), "wb")
                         writers[b] = pa.ipc.new_file(sinks[b], chunk.schema)
@@ -711,7 +719,7 @@ class FlowCounts:
         if top > self.n_flows:
             new = np.nonzero(fid >= self.n_flows)[0]
             ids, first = np.unique(fid[new], return_index=True)
-            self.key_parts.append(t.select(FLOW_KEY_COLS).take(arrow_indices(new[first])))
+            self.key_parts.append(take_rows(t.select(FLOW_KEY_COLS), new[first]))
             self.key_ids.append(ids)
             self.n_flows = top
 
@@ -723,7 +731,7 @@ class FlowCounts:
         for keys, ids in zip(later.key_parts, later.key_ids):
             pick = np.flatnonzero(ids >= self.n_flows)
             if len(pick):
-                self.key_parts.append(keys.take(arrow_indices(pick)))
+                self.key_parts.append(take_rows(keys, pick))
                 self.key_ids.append(ids[pick])
         self.n_flows = max(self.n_flows, later.n_flows)
         return self
@@ -737,7 +745,7 @@ class FlowCounts:
         if len(self.key_parts) > 1:
             ids = np.concatenate(self.key_ids)
             if np.any(np.diff(ids) < 0):
-                keys = keys.take(arrow_indices(np.argsort(ids, kind="stable")))
+                keys = take_rows(keys, np.argsort(ids, kind="stable"))
         n_flows = keys.num_rows
         pk = np.zeros(n_flows, np.int64)
         pk[:min(n_flows, len(self.packets))] = self.packets[:n_flows]

@@ -43,11 +43,10 @@ import tempfile
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from gropcap.decode.options import DecodeOptions
-from gropcap.arrays import (arrow_indices, arrow_of, arrow_repeated, arrow_strings,
-                            arrow_table, numpy_of)
+from gropcap.arrays import (arrow_of, arrow_repeated, arrow_strings,
+                            arrow_table, numpy_of, take_rows)
 from gropcap.decode.schema import PACKET_SCHEMA, empty_packet_table
 from gropcap.errors import ConfigError
 from gropcap.gro.config import MODELS, GroConfig
@@ -374,7 +373,7 @@ class _TunnelHint:
             return
         from gropcap.run.hints import tunnel_mask
         idx = np.flatnonzero(tunnel_mask(t, self.pairs))
-        self.rows.append(t.take(arrow_indices(idx)))
+        self.rows.append(take_rows(t, idx))
         self.co.append(None if co is None else
                        (co.is_gso[idx], co.gso_size[idx], co.segs[idx], co.source[idx]))
 
@@ -604,7 +603,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         >>> r = stream_analyze("big.pcap", out_dir="out")          # doctest: +SKIP
         >>> r.summary["models"]["napi"]["aggregation_ratio"]        # doctest: +SKIP
     """
-    from gropcap.io.parquet import OutputError
+    if out_dir:     # (not at the top: 7 ms of a warm summary-only run, docs/performance.md)
+        import pyarrow.parquet as pq
+    from gropcap.errors import OutputError
     from gropcap.analysis import Analysis
     from gropcap.run.accumulators import Totals
     from gropcap.run.inputs import input_files

@@ -25,8 +25,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from hypothesis import given, settings, strategies as st
+
+import gropcap.arrays as arrays_mod
 from gropcap.arrays import (arrow_indices, arrow_masked, arrow_numeric, arrow_of, arrow_repeated,
-                            arrow_strings, arrow_table, numpy_of)
+                            arrow_strings, arrow_table, dictionary_strings, numpy_of,
+                            string_codes, strings_at, take_rows)
 
 from where import ROOT
 
@@ -105,7 +109,9 @@ with contextlib.redirect_stdout(out):
         assert e.code in (0, None), e.code
 summary = json.loads(out.getvalue())
 print(json.dumps({"pandas": "pandas" in sys.modules, "packets": summary["packets"],
-                  "warnings": len(summary["warnings"])}))
+                  "warnings": len(summary["warnings"]),
+                  "compute": "pyarrow.compute" in sys.modules,
+                  "parquet": "pyarrow.parquet" in sys.modules}))
 """
 
 
@@ -118,6 +124,9 @@ def test_a_fast_run_imports_no_pandas(name):
     got = _child(_NO_PANDAS, os.path.join(ROOT, "sample_pcaps", name))
     assert got["packets"] > 0
     assert got["pandas"] is False
+    # nor, summary only, Arrow compute (20-50 ms: the flows' key rows, address texts,
+    # the one-way-flow lookup) or Parquet (7 ms): docs/performance.md "Start-up"
+    assert got["compute"] is False and got["parquet"] is False
 
 
 def test_an_out_run_imports_no_pandas(tmp_path):
@@ -190,3 +199,82 @@ def test_arrow_builders_equal_pa_array():
     t = pa.table({"x": np.arange(10)})
     rows = np.array([9, 0, 3, 3])
     assert t.take(arrow_indices(rows)).equals(t.take(pa.array(rows)))
+
+
+_ARROW_TYPES = [pa.uint8(), pa.int16(), pa.uint32(), pa.int64(), pa.float64(), pa.bool_(),
+                pa.binary(16), pa.string(), pa.dictionary(pa.int8(), pa.string())]
+_WORDS = st.sampled_from(["", "eth/ipv4/tcp", "é", "10.0.0.1", "2001:db8::1"])
+
+
+def _values(t, n, data):
+    if pa.types.is_boolean(t):
+        return data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    if pa.types.is_fixed_size_binary(t):
+        return data.draw(st.lists(st.binary(min_size=16, max_size=16), min_size=n,
+                                  max_size=n))
+    if pa.types.is_string(t) or pa.types.is_dictionary(t):
+        return data.draw(st.lists(_WORDS, min_size=n, max_size=n))
+    if pa.types.is_floating(t):
+        return data.draw(st.lists(st.floats(-1e9, 1e9), min_size=n, max_size=n))
+    info = np.iinfo(t.to_pandas_dtype())
+    return data.draw(st.lists(st.integers(int(info.min), int(info.max)), min_size=n,
+                              max_size=n))
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), n=st.integers(0, 40), chunks=st.integers(1, 3),
+       batch=st.booleans(), nulls=st.booleans())
+def test_take_rows_equals_table_take(data, n, chunks, batch, nulls):
+    # every column type of the flow keys and the flows table, in chunks with offsets;
+    # a column with nulls goes through Table.take
+    cols = {}
+    for i, t in enumerate(_ARROW_TYPES):
+        vals = _values(t, n + 2, data)
+        if nulls and i == 3 and n:
+            vals[0] = None
+        whole = pa.array(vals, t)
+        if pa.types.is_dictionary(t) and chunks > 1:
+            whole = pa.array(vals, pa.string()).dictionary_encode()
+        cut = sorted(data.draw(st.lists(st.integers(0, n + 2), min_size=chunks - 1,
+                                        max_size=chunks - 1)))
+        bounds = [0, *cut, n + 2]
+        parts = [whole.slice(a, b - a) for a, b in zip(bounds, bounds[1:])]
+        cols[f"c{i}"] = pa.chunked_array(parts, whole.type).slice(1, n)
+    table = pa.table(cols)
+    if batch:
+        table = table.combine_chunks().to_batches()[0] if n else \
+            pa.RecordBatch.from_arrays([pa.array([], c.type) for c in table.columns],
+                                       names=table.column_names)
+    rows = np.array(data.draw(st.lists(st.integers(0, max(n - 1, 0)),
+                                       max_size=3 * n if n else 0)), np.int64)
+    got = take_rows(table, rows)
+    want = table.take(pa.array(rows, pa.int64()))
+    assert type(got) is type(want)
+    assert got.to_pylist() == want.to_pylist()
+    assert got.schema == want.schema
+
+
+@pytest.mark.parametrize("python_rows", [0, 1 << 20])
+def test_string_codes_are_equal_exactly_for_equal_values(monkeypatch, python_rows):
+    # both ways: Arrow's dictionary_encode (many rows) and Python's (few)
+    monkeypatch.setattr(arrays_mod, "STRING_CODES_PYTHON", python_rows)
+    words = ["a", "", "é", "a", "b", "", "a", "10.0.0.1"]
+    for arr in (pa.array(words, pa.string()),
+                pa.chunked_array([pa.array(words[:3]), pa.array(words[3:])]),
+                pa.array(words).dictionary_encode()):
+        codes = string_codes(arr)
+        assert codes.dtype == np.int64 and len(codes) == len(words)
+        for i in range(len(words)):
+            for j in range(len(words)):
+                assert (codes[i] == codes[j]) == (words[i] == words[j]), (i, j)
+
+
+def test_dictionary_strings_and_strings_at_equal_the_cast_and_take():
+    words = ["eth/ipv4/tcp", "é", "", "eth/ipv4/tcp", "eth/ipv6/udp"]
+    d = pa.array(words).dictionary_encode()
+    assert dictionary_strings(d).equals(d.cast(pa.string()))
+    two = pa.chunked_array([d.slice(0, 2), pa.array(words[2:]).dictionary_encode()])
+    assert dictionary_strings(two).equals(two.cast(pa.string()).combine_chunks())
+    idx = np.array([4, 0, 0, 2, 1], np.int64)
+    assert strings_at(words, idx).equals(pa.array([words[i] for i in idx], pa.string()))
+    assert strings_at(words, np.zeros(0, np.int64)).equals(pa.array([], pa.string()))

@@ -227,9 +227,13 @@ def test_reverse_seen_with_wide_and_signed_keys_equals_the_set_definition(seed):
     assert got.tolist() == want and any(want) and not all(want)
 
 
-def test_address_texts_equal_one_at_a_time():
+@pytest.mark.parametrize("python_max", [0, 4096])
+def test_address_texts_equal_one_at_a_time(monkeypatch, python_max):
+    # both ways: Arrow compute (many distinct addresses) and Python (few)
     import pyarrow as pa
+    from gropcap.run import accumulators
     from gropcap.run.accumulators import addr_text, addr_texts
+    monkeypatch.setattr(accumulators, "ADDR_TEXTS_PYTHON", python_max)
     rng = np.random.default_rng(1)
     raw, ver = [], []
     for _ in range(500):
