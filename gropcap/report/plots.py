@@ -1,6 +1,8 @@
-"""Plots of an Analysis (matplotlib, Agg: no display needed).
+"""Plots of a run (matplotlib, Agg: no display needed).
 
-Layer: an :class:`Analysis` -> matplotlib Figures and PNG/SVG files. Three views:
+Layer: a ``run.plotdata.PlotData`` (what a bounded-memory run collects, or built from an
+in-memory :class:`Analysis`: every function takes either) -> matplotlib Figures and
+PNG/SVG files. Three views:
 
 - :func:`plot_segments` — distribution of segments per super-packet (``gso_segs``), per
   model: how big the packets the stack receives are;
@@ -22,6 +24,8 @@ import numpy as np
 from gropcap.errors import ConfigError
 from gropcap.gro import reasons as R
 from gropcap.gro.reasons import REASONS, reason_name
+from gropcap.arrays import numpy_of
+from gropcap.run.plotdata import BINS, PlotData, plot_data_of
 
 FORMATS = (".png", ".svg")
 # the models: ideal solid blue, napi dashed black, so equal values stay visible
@@ -100,26 +104,32 @@ def _axes(ax, figsize=(8, 4.5)):
     return fig, fig.add_subplot()
 
 
+def _data(run, bins: int = BINS) -> PlotData:
+    """A :class:`PlotData` as given, or built from an :class:`Analysis`."""
+    return run if isinstance(run, PlotData) else plot_data_of(run, bins)
+
+
 def plot_segments(analysis, ax=None):
     """Histogram: super-packets by number of segments (``count`` = ``gso_segs``), per model.
 
     Args:
-        analysis: an :class:`Analysis`.
+        analysis: an :class:`Analysis` or a ``run.plotdata.PlotData``.
         ax: matplotlib Axes to draw into; a new Figure when None.
 
     Returns:
         The Figure.
     """
+    data = _data(analysis)
     fig, ax = _axes(ax)
-    top = max((int(r.seg_count.max()) for r in analysis.results.values()
-               if r.num_superpackets), default=1)
-    edges = np.arange(0.5, top + 1.5)
-    models = analysis.models
+    top = max((len(h) - 1 for h in data.seg_hist.values() if h.sum()), default=1)
+    models = data.models
     width = 0.8 / max(len(models), 1)
-    for k, (m, r) in enumerate(analysis.results.items()):
-        hist, _ = np.histogram(r.seg_count, bins=edges)
+    for k, m in enumerate(models):
+        hist = np.zeros(top, np.int64)
+        h = data.seg_hist[m][1:top + 1]
+        hist[:len(h)] = h
         x = np.arange(1, top + 1) + (k - (len(models) - 1) / 2) * width
-        ax.bar(x, hist, width=width, label=f"{m}\n({r.num_superpackets} super-packets)",
+        ax.bar(x, hist, width=width, label=f"{m}\n({data.superpackets(m)} super-packets)",
                color=_MODEL_COLOURS.get(m))
     ax.set_title("Segments per super-packet")
     ax.set_xlabel("segments per super-packet (gso_segs)")
@@ -133,17 +143,6 @@ def plot_segments(analysis, ax=None):
     return fig
 
 
-def _time_bins(ts_ns: np.ndarray, bins: int):
-    t0 = int(ts_ns.min())
-    span = max(int(ts_ns.max()) - t0, 1)
-    # round the bin width to 1, 2 or 5 x 10^k microseconds
-    raw = span / bins / 1000
-    mag = 10 ** np.floor(np.log10(max(raw, 1e-3)))
-    width_us = float(next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw))
-    width_ns = max(int(width_us * 1000), 1)
-    return t0, width_ns
-
-
 def plot_ratio_over_time(analysis, ax=None, bins: int = 50):
     """Aggregation ratio per time bin: packets arriving in the bin / super-packets whose
     first packet arrived in it, per model.
@@ -152,7 +151,8 @@ def plot_ratio_over_time(analysis, ax=None, bins: int = 50):
     recorded at different times) share one axis.
 
     Args:
-        analysis: an :class:`Analysis`.
+        analysis: an :class:`Analysis` or a ``run.plotdata.PlotData`` (its bins are
+            those it was built with).
         ax: Axes to draw into; a new Figure when None.
         bins: at most this many bins across the longest file, and about 20 packets per bin
             or more (the width is rounded to 1/2/5 x 10^k microseconds).
@@ -160,25 +160,16 @@ def plot_ratio_over_time(analysis, ax=None, bins: int = 50):
     Returns:
         The Figure.
     """
+    series = _data(analysis, bins).time
     fig, ax = _axes(ax)
-    t = analysis.decoded
-    ts = t.column("ts_ns").to_numpy() if t.num_rows else np.zeros(0, np.int64)
     top = 0.0
-    if len(ts):
-        fidx = t.column("file_index").to_numpy().astype(np.int64)
-        start = np.full(int(fidx.max()) + 1, np.iinfo(np.int64).max, np.int64)
-        np.minimum.at(start, fidx, ts)
-        rel = ts - start[fidx]
-        # at least ~20 packets per bin on average, or the ratio is noise
-        _, width = _time_bins(np.array([0, int(rel.max())]), max(1, min(bins, len(ts) // 20)))
-        b = rel // width
-        nb = int(b.max()) + 1
-        pk = np.bincount(b, minlength=nb)
+    if series is not None:
+        width, pk = series.width, series.packets
+        nb = len(pk)
         unit, scale = ("s", 1e9) if width * nb >= 2e9 else ("ms", 1e6) \
             if width * nb >= 2e6 else ("µs", 1e3)
         x = (np.arange(nb) + 0.5) * width / scale
-        for m, r in analysis.results.items():
-            sp = np.bincount(b[r.seg_first_packet], minlength=nb)
+        for m, sp in series.superpackets.items():
             with np.errstate(divide="ignore", invalid="ignore"):
                 ratio = np.where(sp > 0, pk / np.maximum(sp, 1), np.nan)
             style = _MODEL_STYLE.get(m, {})
@@ -192,7 +183,7 @@ def plot_ratio_over_time(analysis, ax=None, bins: int = 50):
             if np.isfinite(ratio).any():
                 top = max(top, float(np.nanmax(ratio)))
         ax.set_xlim(0, nb * width / scale)
-        files = " of its file" if len(start) > 1 else ""
+        files = " of its file" if series.n_files > 1 else ""
         ax.set_xlabel(f"time since the first packet{files} ({unit}); "
                       f"bins of {duration_text(width)}")
     else:
@@ -221,7 +212,7 @@ def plot_reasons_per_flow(analysis, ax=None, model: str | None = None, top: int 
     IP header are left out.
 
     Args:
-        analysis: an :class:`Analysis`.
+        analysis: an :class:`Analysis` or a ``run.plotdata.PlotData``.
         ax: Axes to draw into; a new Figure when None.
         model: which model's super-packets (default the primary model).
         top: how many flows (by packets).
@@ -229,28 +220,33 @@ def plot_reasons_per_flow(analysis, ax=None, model: str | None = None, top: int 
     Returns:
         The Figure.
     """
+    data = _data(analysis)
     fig, ax = _axes(ax)
-    model = model or analysis.primary_model
-    r = analysis.results[model]
-    flows = analysis.flows
+    model = model or data.primary
+    keys, counts = data.reason_keys[model]
+    flows = data.flows
     src = flows.column("src").to_pylist() if flows.num_rows else []
     ip = np.array([bool(x) for x in src], bool)
-    if ip.any() and r.num_superpackets:
-        pk = flows.column("packets").to_numpy()
+    if ip.any() and counts.sum():
+        pk = numpy_of(flows.column("packets"))
         cand = np.flatnonzero(ip)
         chosen = cand[np.lexsort((cand, -pk[cand]))][:top]
         dst = flows.column("dst").to_pylist()
         sp = flows.column("sport").to_pylist()
         dp = flows.column("dport").to_pylist()
         labels = [_flow_label(f, src[f], sp[f], dst[f], dp[f]) for f in chosen.tolist()]
-        per_flow = np.bincount(r.seg_flow_id, minlength=flows.num_rows)[chosen]
+        flow, reason = keys // 256, keys % 256
+
+        def per_flow_of(sel):
+            return np.bincount(flow[sel], weights=counts[sel],
+                               minlength=flows.num_rows)[chosen].astype(np.int64)
+        per_flow = per_flow_of(slice(None))
         left = np.zeros(len(chosen))
         y = np.arange(len(chosen))
-        for c in np.unique(r.seg_end_reason).tolist():
-            sel = r.seg_end_reason == c
-            counts = np.bincount(r.seg_flow_id[sel], minlength=flows.num_rows)[chosen]
-            if counts.any():
-                share = 100.0 * counts / np.maximum(per_flow, 1)
+        for c in np.unique(reason).tolist():
+            got = per_flow_of(reason == c)
+            if got.any():
+                share = 100.0 * got / np.maximum(per_flow, 1)
                 ax.barh(y, share, left=left, label=reason_name(c), color=reason_colour(c),
                         edgecolor="white", linewidth=0.5)
                 left += share
@@ -270,14 +266,15 @@ def plot_reasons_per_flow(analysis, ax=None, model: str | None = None, top: int 
 
 
 def report_figure(analysis):
-    """All three plots stacked in one Figure (what :func:`save_plots` writes)."""
+    """All three plots stacked in one Figure (what :func:`save_plots` writes), of an
+    :class:`Analysis` or a ``run.plotdata.PlotData``."""
+    data = _data(analysis)
     fig = _figure((11, 14))
     axes = fig.subplots(3, 1, height_ratios=(1, 1, 1.4))
-    plot_segments(analysis, axes[0])
-    plot_ratio_over_time(analysis, axes[1])
-    plot_reasons_per_flow(analysis, axes[2])
-    files = ", ".join(os.path.basename(i.path) for i in analysis.infos)
-    fig.suptitle(f"gropcap: {files} (kernel {analysis.config.kernel.name})")
+    plot_segments(data, axes[0])
+    plot_ratio_over_time(data, axes[1])
+    plot_reasons_per_flow(data, axes[2])
+    fig.suptitle(data.title)
     return fig
 
 
@@ -289,6 +286,9 @@ def save_plots(analysis, path) -> str:
 
     Example:
         >>> save_plots(gropcap.analyze("x.pcap"), "x.png")   # doctest: +SKIP
+
+    ``analysis``: an :class:`Analysis` or a ``run.plotdata.PlotData`` (a bounded-memory
+    run's ``StreamResult.plot_data``).
     """
     path = os.fspath(path)
     ext = os.path.splitext(path)[1].lower()

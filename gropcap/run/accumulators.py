@@ -333,6 +333,7 @@ class ModelCounts:
         self.end_hist = np.zeros(256, np.int64)
         self.nseg = 0
         self.largest = 0
+        self.seg_hist = np.zeros(0, np.int64)   # super-packets by segments (--plot)
         self.data_segs = 0      # super-packets with payload
         self.file_segs = np.zeros(0, np.int64)
         self.file_data_segs = np.zeros(0, np.int64)
@@ -362,6 +363,7 @@ class ModelCounts:
         self.nseg += m
         self.end_hist += np.bincount(end, minlength=256)
         self.largest = max(self.largest, int(np.max(count)))
+        self.seg_hist = _add_at(self.seg_hist, np.bincount(np.asarray(count, np.int64)))
         has = np.asarray(payload) > 0
         self.data_segs += int(np.count_nonzero(has))
         file = np.asarray(file, np.int64)
@@ -433,7 +435,7 @@ class ModelCounts:
         self.nseg += later.nseg
         self.largest = max(self.largest, later.largest)
         self.data_segs += later.data_segs
-        for k in ("file_segs", "file_data_segs", "flow_segs"):
+        for k in ("file_segs", "file_data_segs", "flow_segs", "seg_hist"):
             setattr(self, k, _add_at(getattr(self, k), getattr(later, k)))
         self._top(later.top_keys, later.top_counts)
         self.encap = _merge_dicts(self.encap, later.encap)

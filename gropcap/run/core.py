@@ -11,8 +11,8 @@ sinks, whatever runs it.
 * **collected in memory**: ``run.memory.analyze`` (what ``gropcap.analyze`` returns, the
   core with a collecting sink): when asked (``in_memory``), or when the run uses what only
   the whole-table models implement today (``run.options.memory_reason``: the reference
-  engine or decoder, UDP GRO and UDP tunnel sockets, the gro_cells stage, egress
-  accounting, plots); returns an ``Analysis`` and writes the sinks from it;
+  engine or decoder, the gro_cells stage, ``--poll-acks``); returns an ``Analysis`` and
+  writes the sinks from it. Plots come from either (``run.plotdata``);
 * **on Dask** (``jobs``/``scheduler``): ``run.dask_core.analyze_partitioned``, the
   bounded-memory core per partition, workers writing their own Parquet parts, the
   accumulators merged on the client; returns a ``run.dask_core.PartitionedResult``.
@@ -50,9 +50,9 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
             :func:`gropcap.run.memory.analyze`.
         out_dir: write ``packets.parquet``, ``superpackets.parquet``, ``flows.parquet``
             there (``force``: replace existing files).
-        plot: the plot sink, a callable given the collected :class:`Analysis` (the CLI
-            passes ``report.plots.save_plots`` bound to its ``--plot`` file); it needs
-            the run in memory.
+        plot: the plot sink, a callable given a ``run.plotdata.PlotData`` (a bounded-memory
+            run's) or the collected :class:`Analysis` (the CLI passes
+            ``report.plots.save_plots`` bound to its ``--plot`` file: it takes either).
         in_memory: collect the whole run in memory (an :class:`Analysis`) even when it
             could run in bounded memory.
         jobs, scheduler, scratch: run on Dask (``run.dask_core.analyze_partitioned``, or
@@ -82,10 +82,10 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
                                                  egress=egress, captures=captures)
     from gropcap.receive.profile import resolve_receiver
     config, receiver = resolve_receiver(config, receiver)
-    why = memory_reason(config, engine=engine, decoder=decoder, egress=egress,
-                        plot=plot is not None)
+    why = memory_reason(config, engine=engine, decoder=decoder, egress=egress)
     if jobs is not None and scheduler is None and not (in_memory or why):
-        way, reason = jobs_way(paths, config, models, jobs, parallel, captures)
+        way, reason = jobs_way(paths, config, models, jobs, parallel, captures,
+                               plot=plot is not None)
         if progress is not None:
             progress.note(f"--jobs {jobs}: {reason}")
         if way == "threads":
@@ -93,11 +93,17 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
     distributed = jobs is not None or scheduler is not None
     if not (distributed or in_memory or why):
         from gropcap.run.stream import stream_analyze
-        return stream_analyze(paths, config, models=models, decode_options=decode_options,
-                              out_dir=out_dir, force=force, progress=progress, egress=egress,
-                              receiver=receiver, receive=receive,
-                              packet_columns=packet_columns, threads=threads,
-                              captures=captures)
+        result = stream_analyze(paths, config, models=models, decode_options=decode_options,
+                                out_dir=out_dir, force=force, progress=progress,
+                                egress=egress, receiver=receiver, receive=receive,
+                                packet_columns=packet_columns, threads=threads,
+                                captures=captures, plot=plot is not None)
+        if plot is not None:
+            from gropcap.run.progress import phase
+            with phase(progress, "plotting", 1, "files") as advance:
+                plot(result.plot_data)
+                advance(1)
+        return result
     if distributed and config.poll_acks:
         from gropcap.errors import ConfigError
         raise ConfigError("--poll-acks reads the whole capture (an ACK follows the data it "
@@ -117,8 +123,9 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
                                        decode_options=decode_options, engine=engine,
                                        decoder=decoder, egress=egress, scratch=scratch,
                                        progress=progress, captures=captures)
-        if not in_memory and partitioned_reason(config, engine=engine, decoder=decoder,
-                                                egress=egress, plot=plot is not None) is None:
+        why_merge = partitioned_reason(config, engine=engine, decoder=decoder,
+                                       egress=egress, plot=plot is not None)
+        if not in_memory and why_merge is None:
             result = analyze_partitioned(
                 paths, config, jobs=jobs, scheduler=scheduler, models=models,
                 decode_options=decode_options, out_dir=out_dir, force=force,
@@ -129,7 +136,7 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
                 return result
             analysis = result
         else:
-            analysis = in_memory_merge()
+            analysis = in_memory_merge(why=None if in_memory else why_merge)
         analysis.receiver = receiver
     else:
         from gropcap.run.memory import analyze
@@ -181,7 +188,7 @@ def _any_compressed(files) -> bool:
 
 
 def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
-             captures: str = "auto") -> tuple[str, str]:
+             captures: str = "auto", plot: bool = False) -> tuple[str, str]:
     """How ``--jobs N`` on this host uses N cores: ``("workers", why)`` (the Dask core
     per partition, ``run.dask_core``) or ``("threads", why)`` (``run.threads`` in one
     process), and the sentence the run prints.
@@ -200,6 +207,8 @@ def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
     (a worker would replay everything). Files whose first timestamps rise (a rotated
     capture) run as one receiver run; should their latest timestamps show separate
     receivers after all, the workers' first pass is redone through the exchange.
+    With ``plot`` (``--plot``), threads: the plots' counts are collected by the
+    one-process core (``run.plotdata``); Dask workers would merge the run in memory.
     """
     from gropcap.errors import ConfigError
     if parallel not in PARALLEL:
@@ -212,6 +221,9 @@ def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
         return "threads", f"{nthreads} threads in one process (--parallel threads)"
     if jobs < 2:
         return "threads", "one thread in one process"
+    if plot:
+        return "threads", (f"{nthreads} threads in one process: --plot's counts are "
+                           "collected in one process, in bounded memory")
     from gropcap.run.distributed import _nparts
     from gropcap.run.inputs import first_times_rise, input_files
     split = "napi" if "napi" in models else models[0]

@@ -116,9 +116,11 @@ def partitioned_reason(config, *, engine="fast", decoder="fast", egress=None,
                        plot=False) -> str | None:
     """None when :func:`analyze_partitioned` can run this configuration, else why not
     (then the in-memory Dask merge runs it): what the bounded-memory core does not model
-    (``run.options.memory_reason``)."""
+    (``run.options.memory_reason``), and the plots (their counts are collected by the
+    one-process core only, ``run.plotdata``)."""
     from gropcap.run.options import memory_reason
-    return memory_reason(config, engine=engine, decoder=decoder, egress=egress, plot=plot)
+    why = memory_reason(config, engine=engine, decoder=decoder, egress=egress)
+    return why or ("the plots are drawn from the merged tables" if plot else None)
 
 
 # at most this many partitions run fused (every partition task decodes every input): the

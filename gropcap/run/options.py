@@ -70,13 +70,13 @@ def run_options(config, decode_options, models, *, decoder: str | None = None,
 
 
 def memory_reason(config: GroConfig, *, engine: str = "fast", decoder: str = "fast",
-                  egress=None, plot: bool = False) -> str | None:
+                  egress=None) -> str | None:
     """None when the core runs batch by batch in bounded memory, else why this run needs
     the whole decoded table (one line): what only the in-memory models implement today
     (the reference engine or decoder, a rule only the reference model implements
     (none today: gro.reference.needs_reference), the gro_cells stage) or what reads the
-    whole table (plots, ``--poll-acks``). Egress accounting runs batch by batch
-    (``egress.EgressCounts``)."""
+    whole table (``--poll-acks``). Egress accounting and the plots' counts
+    (``run.plotdata``) run batch by batch."""
     from gropcap.gro.reference import needs_reference
     if engine != "fast" or decoder != "fast":
         return "only the fast engine and decoder run batch by batch"
@@ -84,8 +84,6 @@ def memory_reason(config: GroConfig, *, engine: str = "fast", decoder: str = "fa
         return "the configuration uses a rule only the reference model implements"
     if config.tunnel_gro is not None:
         return "the gro_cells stage runs on the whole table"
-    if plot:
-        return "the plots read the whole table"
     if config.poll_acks:
         return ("poll ends from the receiver's ACKs (--poll-acks) read the whole capture "
                 "(an ACK follows the data it closes)")

@@ -98,6 +98,8 @@ class StreamResult:
     totals: object = None
     # the threads the run used (run.threads: 1, or 2 with decode and spills in threads)
     threads: int = 1
+    # what --plot draws (run.plotdata.PlotData), when asked for (``plot=True``)
+    plot_data: object = None
 
     @property
     def primary_model(self) -> str:
@@ -523,9 +525,9 @@ class _Inline:
     ``packets.parquet``), the flow causes from the primary model's verdicts. No
     decoded rows, verdicts or super-packets go through temporary files."""
 
-    def __init__(self, runs, primary: str, causes):
+    def __init__(self, runs, primary: str, causes, plots=None):
         import collections
-        self.runs, self.primary, self.causes = runs, primary, causes
+        self.runs, self.primary, self.causes, self.plots = runs, primary, causes, plots
         self.batches = collections.deque()      # (table, first row, primary flow ids)
         self.next_row = 0
         self.first = {r.model: _FirstRows() for r in runs}
@@ -548,7 +550,10 @@ class _Inline:
             self.batches.popleft()
             for run in self.runs:
                 reason, inst, _ = run.verdicts.take(r0, r1)
-                run.counts.add_encap(t, self.first[run.model](inst))
+                first = self.first[run.model](inst)
+                run.counts.add_encap(t, first)
+                if self.plots is not None:
+                    self.plots.add_firsts(run.model, t, first)
                 if run.model == self.primary:
                     self.causes.add(fid, numpy_of(t.column("tcp_seq")),
                                     numpy_of(t.column("payload_len")),
@@ -562,7 +567,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                    tmp_dir: str | None = None, progress=None,
                    receiver=None, receive=None, packet_columns="default",
                    threads: int | None = None, captures: str = "auto",
-                   _fused: bool = True) -> StreamResult:
+                   plot: bool = False, _fused: bool = True) -> StreamResult:
     """Analyse captures batch by batch in bounded memory (see the module docstring).
 
     Args:
@@ -597,7 +602,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
 
     Raises:
         ConfigError for what only the in-memory path models (``run.options.memory_reason``:
-        the reference engine or decoder, the gro_cells stage, plots, ``--poll-acks``).
+        the reference engine or decoder, the gro_cells stage, ``--poll-acks``).
 
     Example:
         >>> r = stream_analyze("big.pcap", out_dir="out")          # doctest: +SKIP
@@ -653,7 +658,10 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 for m in models]
         from gropcap.run.accumulators import FlowCauses
         causes = FlowCauses()
-        packets_inline = _Inline(runs, primary, causes) if inline else None
+        # --plot: every row's time and file, and each super-packet's first row's
+        from gropcap.run.plotdata import PlotRows
+        plots = PlotRows(tmp, models) if plot else None
+        packets_inline = _Inline(runs, primary, causes, plots) if inline else None
         from gropcap.run.engines import BatchGroModels
         gro = BatchGroModels([r.config for r in runs])   # states carried batch to batch
         from gropcap.run.receivers import RunSplit
@@ -688,7 +696,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         # try, and the run starts again unfused (_Unfused).
         from gropcap.run.progress import phase
         gro_phase = None
-        keep = _kept_columns(out_dir, packet_columns, models) if _fused else None
+        keep = _kept_columns(out_dir, packet_columns, models, plot) if _fused else None
         dec_schema = PACKET_SCHEMA if keep is None else \
             pa.schema([PACKET_SCHEMA.field(c) for c in keep])
         coal = _Coalesced(config.mtu)
@@ -702,6 +710,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             # the flows, the temporary decoded file
             if egress_rows is not None:
                 egress_rows.add(t)          # (before its super-packets are counted)
+            if plots is not None:
+                plots.add_packets(t)
             _count_batch(t, counters, coal, config, fused,
                          parts[0].flow_id if parts else None)
             for run, part in zip(runs, parts):
@@ -916,6 +926,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 first = inst_first[run.model](inst)
                 role = _roles(first, alone)
                 run.counts.add_encap(t, first)
+                if plots is not None:
+                    plots.add_firsts(run.model, t, first)
                 hint.packets_batch(t, run.model, first)
                 if run.model == primary:
                     causes.add(fid, numpy_of(t.column("tcp_seq")),
@@ -973,8 +985,16 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 shutil.move(src, dst) if os.path.dirname(os.path.abspath(src)) != \
                     os.path.dirname(os.path.abspath(dst)) else os.replace(src, dst)
                 written.append(dst)
+        plot_out = None
+        if plots is not None:
+            from gropcap.run.plotdata import plot_data, title_of
+            plot_out = plot_data(models, primary, title_of(infos, config),
+                                 {m: tot.models[m].seg_hist for m in models},
+                                 plots.series(), flows,
+                                 {m: (tot.models[m].top_keys, tot.models[m].top_counts)
+                                  for m in models})
         return StreamResult(summary=summary, flows=flows, paths=written, metadata=meta,
-                            totals=tot,
+                            totals=tot, plot_data=plot_out,
                             peak_spill_bytes=peak, timings=tm, threads=threads,
                             udp_tunnel_hint=tunnel_hint,
                             flow_causes=causes.result(flows.num_rows))
@@ -995,6 +1015,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         switch.__exit__(None, None, None)
         if locals().get("egress_rows") is not None:
             locals()["egress_rows"].close()
+        if locals().get("plots") is not None:
+            locals()["plots"].close()
         for run in locals().get("runs", []):
             for sp in (run.rows, run.verdicts, run.segs):
                 try:
@@ -1009,7 +1031,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                           engine=engine, decoder=decoder, egress=egress, tmp_dir=tmp_dir,
                           progress=progress, receiver=receiver, receive=receive,
                           packet_columns=packet_columns, threads=threads,
-                          captures=captures, _fused=False)
+                          captures=captures, plot=plot, _fused=False)
 
 
 def egress_extra(tot) -> dict:
@@ -1072,14 +1094,16 @@ def _count_batch(t: pa.Table, counters, coal: _Coalesced, config: GroConfig,
         fused[0] = len(counters.udp_tunnels)
 
 
-def _kept_columns(out_dir, packet_columns, models) -> list[str] | None:
+def _kept_columns(out_dir, packet_columns, models, plot=False) -> list[str] | None:
     """Decoded columns the packets pass reads back after a fused first pass (None: all):
     what ``packets.parquet`` writes (and the readable columns' sources), the encapsulation
-    counts and the flow causes."""
+    counts and the flow causes, and with ``plot`` each row's time and file."""
     from gropcap.decode.schema import PACKET_COLUMNS
     from gropcap.io.columns import (ADDRESS_COLUMNS, readable_names,
                                     select_packet_columns)
     need = {"encap", "tcp_seq", "payload_len", "l4_proto"}
+    if plot:
+        need |= {"ts_ns", "file_index"}
     if out_dir:
         if packet_columns == "all":
             return None

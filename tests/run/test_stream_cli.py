@@ -1,7 +1,7 @@
 """`gropcap analyze`: bounded memory by default (--stream, kept as a no-op), the same JSON
 and text as the in-memory run (--no-stream), Parquet files written; options only the
-whole-table models run (--plot, --egress, the reference engine) are held in memory by the
-core instead of being refused."""
+whole-table models run (the reference engine, --tunnel-gro) are held in memory by the
+core instead of being refused; --plot and --egress run batch by batch."""
 
 from __future__ import annotations
 
@@ -38,8 +38,9 @@ def test_stream_json_and_text_equal_in_memory(tmp_path):
 
 
 def test_stream_runs_plot_and_egress(tmp_path):
-    """--stream is the default and refuses nothing: what only the whole-table models run
-    is held in memory by the core, with the results of --no-stream."""
+    """--stream is the default and refuses nothing: --plot is drawn from a bounded-memory
+    run (tests/run/test_plotdata.py), what only the whole-table models run is held in
+    memory by the core, with the results of --no-stream."""
     r = _run("--stream", "--plot", str(tmp_path / "p.png"))
     assert r.exit_code == 0, r.stderr
     assert (tmp_path / "p.png").stat().st_size > 0
