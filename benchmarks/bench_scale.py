@@ -5,8 +5,9 @@
    snaplen 128 is about 2.5 GB, 40 links to it 100 GB);
 2. the one-copy run: ``gropcap analyze CAPTURE --format json --out ONE`` (one process);
 3. the many-copy run: ``gropcap analyze LINKS/ --jobs N --format json --out MANY``, its
-   process tree sampled every ``--sample`` seconds: the client's peak RSS (its VmHWM) and
-   each worker's (every descendant's VmHWM, the last sample before it exits);
+   client's and each worker's peak RSS as each process writes its own VmHWM at exit
+   (``peaks.py``: exact), next to the process tree sampled every ``--sample`` seconds
+   (the figures before 2026-12-04, which can miss a peak in a process's last interval);
 4. checks: the run completed, every count of the summary is ``copies`` times the one-copy
    count (per model: packets, super-packets, reasons; status, encapsulations), every file
    entry equals the one-copy file entry but for its path, the flows table holds
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import time
 
+import peaks
 import provenance
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -71,17 +73,23 @@ def _children(pid: int) -> list[int]:
 
 
 def run_sampled(cmd: list[str], out_json: str, sample: float) -> dict:
-    """Run ``cmd`` with stdout to ``out_json``; the client's peak RSS (VmHWM sampled
-    every ``sample`` seconds; one process: its ``ru_maxrss`` at exit), every
-    descendant's (VmHWM, sampled) and the client's peak anonymous RSS (RssAnon: not the
-    pages of mapped files, which the kernel may drop and read again; sampled), and the
-    wall time."""
+    """Run ``cmd`` (``python -m gropcap ...``) with stdout to ``out_json``: the wall time,
+    the client's and every worker's peak RSS as each process writes it at its exit
+    (``peaks.py``: VmHWM, exact) and as sampled every ``sample`` seconds (VmHWM; one
+    process: its ``ru_maxrss`` at exit), and the client's peak anonymous RSS (RssAnon:
+    not the pages of mapped files, which the kernel may drop and read again; sampled)."""
     t0 = time.perf_counter()
     disk = os.path.dirname(os.path.abspath(out_json))
     free0 = _free(disk)
     used = 0
+    peaks_dir = out_json + ".peaks"
+    shutil.rmtree(peaks_dir, ignore_errors=True)
+    os.makedirs(peaks_dir)
+    assert cmd[1:3] == ["-m", "gropcap"], cmd
+    wrapped = [cmd[0], os.path.join(HERE, "peaks.py"), peaks_dir, *cmd[1:]]
     with open(out_json, "w") as out, open(out_json + ".err", "w") as err:
-        p = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ROOT)
+        p = subprocess.Popen(wrapped, stdout=out, stderr=err, cwd=ROOT,
+                             env=dict(os.environ, **peaks.worker_env(peaks_dir)))
         client, anon, workers = 0, 0, {}
         while True:
             done, status, usage = os.wait4(p.pid, os.WNOHANG)
@@ -106,7 +114,11 @@ def run_sampled(cmd: list[str], out_json: str, sample: float) -> dict:
         # theirs, the largest reaped descendant's): a sample misses a peak in the last
         # interval before the exit, where the flows table is built
         client = max(client, usage.ru_maxrss)
+    exact = peaks.read(peaks_dir)
+    shutil.rmtree(peaks_dir, ignore_errors=True)
     return {"cmd": cmd, "exit": p.returncode, "wall_s": wall, "stderr_tail": stderr[-2000:],
+            "client_peak_exact_mib": exact["client"][0] / 1024 if exact["client"] else None,
+            "worker_peaks_exact_mib": [kib / 1024 for kib in exact["worker"]],
             "disk_peak_gb": used / 1e9,
             "output_gb": _du(cmd[cmd.index("--out") + 1]) / 1e9 if "--out" in cmd else 0,
             "client_peak_mib": client / 1024, "client_anon_peak_mib": anon / 1024,
@@ -245,9 +257,11 @@ def main(argv=None) -> int:
         r = res[k]
         print(f"{k:5s} exit {r['exit']}  wall {r['wall_s']:8.1f} s  "
               f"{r.get('packets_per_s', 0) / 1e6:6.2f} M packets/s  client peak "
-              f"{r['client_peak_mib']:7.0f} MiB (anonymous {r['client_anon_peak_mib']:.0f})"
+              f"{r['client_peak_exact_mib'] or 0:7.0f} MiB (sampled "
+              f"{r['client_peak_mib']:.0f}, anonymous {r['client_anon_peak_mib']:.0f})"
               "  workers "
-              + ", ".join(f"{w:.0f}" for w in r["worker_peaks_mib"]) + " MiB  disk peak "
+              + ", ".join(f"{w:.0f}" for w in r["worker_peaks_exact_mib"]) + " MiB (sampled "
+              + ", ".join(f"{w:.0f}" for w in r["worker_peaks_mib"]) + ")  disk peak "
               f"{r['disk_peak_gb']:.1f} GB (output {r['output_gb']:.1f} GB)")
     if "check" in res:
         c = res["check"]
