@@ -541,7 +541,10 @@ class InternTable:
 
     def kept(self, keep: np.ndarray) -> "InternTable":
         """A new table of the keys ``keep`` (ids, ascending) numbered 0.. in that order,
-        with room for half as many again (``retire.retire_idle``)."""
+        with room for half as many again (``retire.retire_idle``). It replaces this one:
+        this table's lookup slots are released first (a retirement's peak then holds
+        one set of slots, not two) and it finds nothing afterwards."""
+        self.slots = np.full(2, -1, np.int64)
         new = InternTable(self.words) if type(self) is InternTable else type(self)()
         m = len(keep)
         new.reserve(m + m // 2)

@@ -120,23 +120,30 @@ def _retire_keys(st) -> tuple[np.ndarray, np.ndarray]:
         st.loose_ids = lt.kept(lkeep)
     else:
         lkeep, lmap = keep, kmap
+    del lt
     st.key_ids = kt.kept(keep)
+    del kt
     m = len(keep)
     rows = max(64, m + m // 2)
-    changes = {}
-    for f in ks._fields:
+    # each old array goes as its replacement is built (nothing else holds the state's
+    # arrays): the retirement's peak is the old arrays and one new one, not two sets
+    kind, fields = type(ks), ks._asdict()
+    st.kernel = ks = None
+    for f in list(fields):
         if f.startswith("e_"):      # fast.state.State: e_first -1 is "nothing held"
-            old = getattr(ks, f)
-            changes[f] = new = np.full((rows,) + old.shape[1:], -1 if f == "e_first" else 0,
-                                       old.dtype)
-            new[:m] = old[keep]
-    held = changes["e_first"][:m] >= 0
-    changes["e_loose"][:m] = _mapped(changes["e_loose"][:m], lmap, held, 0)
-    changes["loose_held"] = np.zeros(max(64, len(lkeep) + len(lkeep) // 2),
-                                     ks.loose_held.dtype)
-    changes["loose_held"][:len(lkeep)] = ks.loose_held[lkeep]
-    changes["tbl"] = _mapped(ks.tbl, kmap, ks.tbl >= 0, ks.tbl)
-    st.kernel = ks._replace(**changes)
+            old = fields[f]
+            new = np.full((rows,) + old.shape[1:], -1 if f == "e_first" else 0, old.dtype)
+            np.take(old, keep, axis=0, out=new[:m])
+            fields[f] = new
+            del old
+    held = fields["e_first"][:m] >= 0
+    fields["e_loose"][:m] = _mapped(fields["e_loose"][:m], lmap, held, 0)
+    old = fields["loose_held"]
+    fields["loose_held"] = np.zeros(max(64, len(lkeep) + len(lkeep) // 2), old.dtype)
+    fields["loose_held"][:len(lkeep)] = old[lkeep]
+    del old
+    fields["tbl"] = _mapped(fields["tbl"], kmap, fields["tbl"] >= 0, fields["tbl"])
+    st.kernel = kind(**fields)
     if pend is not None:
         use = pend.key >= 0
         st.pending = pend._replace(key=_mapped(pend.key, kmap, use, pend.key),
