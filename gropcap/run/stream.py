@@ -659,8 +659,10 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         from gropcap.run.accumulators import FlowCauses
         causes = FlowCauses()
         # --plot: every row's time and file, and each super-packet's first row's
-        from gropcap.run.plotdata import PlotRows
-        plots = PlotRows(tmp, models) if plot else None
+        plots = None
+        if plot:
+            from gropcap.run.plotdata import PlotRows
+            plots = PlotRows(tmp, models)
         packets_inline = _Inline(runs, primary, causes, plots) if inline else None
         from gropcap.run.engines import BatchGroModels
         gro = BatchGroModels([r.config for r in runs])   # states carried batch to batch
