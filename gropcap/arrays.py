@@ -167,17 +167,9 @@ def arrow_indices(rows: np.ndarray) -> pa.Array:
 def strings_at(texts: list, idx: np.ndarray) -> pa.Array:
     """``pa.array([texts[i] for i in idx])`` from numpy buffers: no ``pa.array`` (pandas)
     and no ``Array.take`` (``pyarrow.compute``)."""
-    enc = [t.encode() for t in texts]
-    lens = np.array([len(b) for b in enc], np.int64)
-    width = max(1, int(lens.max(initial=0)))
-    mat = np.zeros((len(enc), width), np.uint8)
-    for i, b in enumerate(enc):
-        mat[i, :len(b)] = np.frombuffer(b, np.uint8)
-    row_lens = lens[idx]
-    offsets = np.zeros(len(idx) + 1, np.int32)
-    np.cumsum(row_lens, out=offsets[1:])
-    data = mat[idx][np.arange(width) < row_lens[:, None]]
-    return pa.StringArray.from_buffers(len(idx), pa.py_buffer(offsets), pa.py_buffer(data))
+    idx = np.ascontiguousarray(idx, dtype=np.int64)
+    got = _take_array(arrow_strings(texts), idx)
+    return got if got is not None else arrow_strings(texts).take(arrow_indices(idx))
 
 
 def dictionary_strings(col) -> pa.Array:
@@ -246,15 +238,18 @@ def _take_array(col, idx: np.ndarray):
 
 
 def take_rows(table, rows: np.ndarray):
-    """``table.take(rows)`` (a Table or a RecordBatch) built from numpy for null-free numeric, boolean,
-    fixed-size binary, string and single-chunk dictionary columns (flow keys, the flows
-    table); other tables
-    go through ``Table.take``, whose ``pyarrow.compute`` import is 20-50 ms of a warm
-    run (docs/performance.md, "Start-up")."""
+    """``table.take(rows)`` (a Table or a RecordBatch) built from numpy when every column
+    is a null-free numeric, boolean, fixed-size binary, string or single-chunk dictionary
+    one (flow keys, the flows table); other tables go through ``Table.take``, whose
+    ``pyarrow.compute`` import is 20-50 ms of a warm run (docs/performance.md,
+    "Start-up")."""
     idx = np.ascontiguousarray(rows, dtype=np.int64)
-    cols = [_take_array(c, idx) for c in table.columns]
-    if any(c is None for c in cols):
-        return table.take(arrow_indices(idx))
+    cols = []
+    for c in table.columns:
+        got = _take_array(c, idx)
+        if got is None:
+            return table.take(arrow_indices(idx))
+        cols.append(got)
     kind = pa.RecordBatch if isinstance(table, pa.RecordBatch) else pa.Table
     return kind.from_arrays(cols, schema=table.schema)
 
