@@ -52,6 +52,8 @@ TCP = 6
 SYN, FIN, ACK = 0x02, 0x01, 0x10
 # the engine's budget when the inference applied the budget already (no engine cut)
 NO_BUDGET = 1 << 30
+# AckScan drops the frames an ACK has passed once this many wait for one
+PRUNE_AT = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -70,14 +72,14 @@ class AckEvidence:
         return self.acks > 0
 
 
-def _direction_keys(table) -> tuple[np.ndarray, np.ndarray]:
+def _direction_keys(table, ids: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per row: an int id of its (addresses, ports) direction and of the reverse one
-    (-1 for rows that are not TCP)."""
+    (-1 for rows that are not TCP); ``ids``: the numbering so far (batches of one run)."""
     n = table.num_rows
     col = lambda name: table.column(name).to_pylist()  # noqa: E731
     src, dst = col("ip_src"), col("ip_dst")
     sport, dport, proto = col("sport"), col("dport"), col("l4_proto")
-    ids: dict = {}
+    ids = {} if ids is None else ids
     fwd = np.full(n, -1, np.int64)
     rev = np.full(n, -1, np.int64)
     for i in range(n):
@@ -90,93 +92,172 @@ def _direction_keys(table) -> tuple[np.ndarray, np.ndarray]:
     return fwd, rev
 
 
+class AckScan:
+    """:func:`ack_evidence` over the batches of a capture, in order (a bounded-memory
+    run's pre-pass: ``run/stream.py``). :meth:`add` sets ``ends[j]`` for every frame ``j``
+    (a row number over the whole capture, in this batch or an earlier one) an advancing
+    ACK of the batch closes, and returns the batch's direction ids and pure-ACK flags;
+    :meth:`counted` needs every batch seen (a pure ACK counts unless its direction
+    carries no payload anywhere and the other one does).
+
+    An ACK of a direction that never carries data can close nothing: the whole-table
+    scan skipped such ACKs, this one looks them up and finds no frame, the same.
+
+    Memory: the frames waiting for an ACK, per direction (one entry per data frame not
+    acknowledged yet) and a few ids per direction. Once :data:`PRUNE_AT` frames wait,
+    those whose end an ACK has passed go (a later ACK must advance past that ACK, so
+    it cannot name them; the threshold doubles while half of them stay). The rule
+    depends on the rows only, not on how they are cut into batches."""
+
+    def __init__(self):
+        self.ids: dict = {}
+        self.last: dict = {}     # (direction, end sequence) -> latest data row ending there
+        self.high: dict = {}     # direction -> highest acknowledgement number seen
+        self.carries: set = set()     # directions with payload
+        self.acks = 0
+        self.answered: set = set()
+        self.rows = 0
+        self.prune_at = PRUNE_AT
+
+    def _prune(self) -> None:
+        high = self.high
+        self.last = {k: j for k, j in self.last.items()
+                     if (h := high.get(k[0])) is None
+                     or ((k[1] - h + (1 << 31)) & 0xFFFFFFFF) - (1 << 31) > 0}
+        while len(self.last) * 2 > self.prune_at:
+            self.prune_at *= 2
+
+    def add(self, table, ends) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The next rows; returns ``(fwd, rev, pure)`` per row (``pure``: TCP without
+        sequence space, a pure-ACK candidate)."""
+        n = table.num_rows
+        base, self.rows = self.rows, self.rows + n
+        fwd, rev = _direction_keys(table, self.ids)
+        num = lambda name: table.column(name).to_numpy(zero_copy_only=False)  # noqa: E731
+        tcp = num("l4_proto").astype(np.int64) == TCP
+        seq = num("tcp_seq").astype(np.int64)
+        ackno = num("tcp_ack").astype(np.int64)
+        flags = num("tcp_flags").astype(np.int64)
+        payload = num("payload_len").astype(np.int64)
+        span = payload + ((flags & SYN) != 0) + ((flags & FIN) != 0)
+        data = tcp & (span > 0)
+        end = (seq + span) & 0xFFFFFFFF
+        self.carries.update(fwd[tcp & (payload > 0)].tolist())
+        last, high = self.last, self.high
+        for i in np.flatnonzero(tcp).tolist():
+            if data[i]:
+                last[(int(fwd[i]), int(end[i]))] = base + i
+                if len(last) >= self.prune_at:
+                    self._prune()
+                    last = self.last
+            if not flags[i] & ACK:
+                continue
+            d, a = int(rev[i]), int(ackno[i])
+            h = high.get(d)
+            if h is not None and ((a - h + (1 << 31)) & 0xFFFFFFFF) - (1 << 31) <= 0:
+                continue           # not advancing: a duplicate or an old ACK
+            high[d] = a
+            j = last.get((d, a))
+            if j is not None:
+                ends[j] = True
+                self.acks += 1
+                self.answered.add(d)
+        return fwd, rev, tcp & (span == 0)
+
+    def counted(self, fwd: np.ndarray, rev: np.ndarray, pure: np.ndarray) -> np.ndarray:
+        """``AckEvidence.counted`` of rows with these :meth:`add` results: the
+        receiver's own pure ACKs (of a direction without payload whose other direction
+        carries payload) are not frames it polled."""
+        carries = np.fromiter(self.carries, np.int64, len(self.carries))
+        return ~(pure & np.isin(rev, carries) & ~np.isin(fwd, carries))
+
+
 def ack_evidence(table) -> AckEvidence:
     """Which frames of ``table`` (capture order) an ACK of the other direction closes."""
     n = table.num_rows
     ends = np.zeros(n, bool)
-    counted = np.ones(n, bool)
     if not n:
-        return AckEvidence(ends, counted, 0, 0)
-    fwd, rev = _direction_keys(table)
-    num = lambda name: table.column(name).to_numpy(zero_copy_only=False)  # noqa: E731
-    proto = num("l4_proto").astype(np.int64)
-    seq = num("tcp_seq").astype(np.int64)
-    ackno = num("tcp_ack").astype(np.int64)
-    flags = num("tcp_flags").astype(np.int64)
-    payload = num("payload_len").astype(np.int64)
-    tcp = proto == TCP
-    span = payload + ((flags & SYN) != 0) + ((flags & FIN) != 0)
-    data = tcp & (span > 0)
-    end = (seq + span) & 0xFFFFFFFF
-    has_data = set(fwd[data].tolist())
-    # the receiver's own pure ACKs, not frames it polled: those of a direction without
-    # payload whose other direction carries payload
-    carries = np.isin(np.arange(max(int(fwd.max()), int(rev.max())) + 2),
-                      np.unique(fwd[tcp & (payload > 0)]))
-    counted &= ~(tcp & (span == 0) & carries[rev] & ~carries[fwd])
-    last: dict = {}        # (direction, end sequence) -> latest data row ending there
-    high: dict = {}        # direction -> highest acknowledgement number seen
-    acks, answered = 0, set()
-    for i in range(n):
-        if not tcp[i]:
-            continue
-        if data[i]:
-            last[(int(fwd[i]), int(end[i]))] = i
-        if not flags[i] & ACK:
-            continue
-        d, a = int(rev[i]), int(ackno[i])
-        if d not in has_data:
-            continue
-        h = high.get(d)
-        if h is not None and ((a - h + (1 << 31)) & 0xFFFFFFFF) - (1 << 31) <= 0:
-            continue           # not advancing: a duplicate or an old ACK
-        high[d] = a
-        j = last.get((d, a))
-        if j is not None:
-            ends[j] = True
-            acks += 1
-            answered.add(d)
-    return AckEvidence(ends, counted, acks, len(answered))
+        return AckEvidence(ends, np.ones(n, bool), 0, 0)
+    scan = AckScan()
+    fwd, rev, pure = scan.add(table, ends)
+    return AckEvidence(ends, scan.counted(fwd, rev, pure), scan.acks, len(scan.answered))
+
+
+class PollClock:
+    """:func:`poll_ids` and :func:`poll_times` over the slices of a capture, in order
+    (state carried): :meth:`ids` numbers the polls of the next rows, :meth:`times` gives
+    the retimed arrivals of the rows whose poll has ended (the rows of the poll still
+    open wait for the next slice, or ``final``)."""
+
+    def __init__(self, gap_ns: int, budget: int):
+        self.gap, self.budget = gap_ns, budget
+        self.poll, self.held, self.arrival, self.closed = 0, 0, None, True
+        self.peak = None          # running maximum of the timestamps so far
+        self.when = None          # the last ended poll's time
+        self.wait_ts = np.zeros(0, np.int64)
+        self.wait_polls = np.zeros(0, np.int64)
+
+    def ids(self, ts_ns, ends, counted) -> np.ndarray:
+        """A poll number per frame (non-decreasing): a poll ends after a frame an ACK
+        closes, before a frame that arrives more than ``gap_ns`` after the previous one
+        (arrival: the running maximum of ``ts_ns``), and once it holds ``budget`` counted
+        frames."""
+        ts = np.asarray(ts_ns, np.int64)
+        out = np.empty(len(ts), np.int64)
+        poll, held, arrival, closed = self.poll, self.held, self.arrival, self.closed
+        budget, gap = self.budget, self.gap
+        for i in range(len(ts)):
+            t = int(ts[i]) if arrival is None else max(int(ts[i]), arrival)
+            if not closed and (t > arrival + gap or (held >= budget and counted[i])):
+                poll += 1
+                held = 0
+            out[i] = poll
+            held += int(counted[i])
+            arrival, closed = t, bool(ends[i])
+            if closed:
+                poll += 1
+                held = 0
+        self.poll, self.held, self.arrival, self.closed = poll, held, arrival, closed
+        return out
+
+    def times(self, ts_ns, polls, final: bool = False) -> np.ndarray:
+        """Every frame of a poll gets the arrival time of the poll's last frame, at
+        least 1 ns after the previous poll's: with ``poll_gap_ns=0`` the napi model then
+        joins exactly one poll's frames. Returns the times of the rows that waited and
+        of these, up to the last poll that has ended (all with ``final``)."""
+        ts = np.concatenate([self.wait_ts, np.asarray(ts_ns, np.int64)])
+        polls = np.concatenate([self.wait_polls, np.asarray(polls, np.int64)])
+        if not len(ts):
+            return ts
+        if self.peak is not None:
+            ts[0] = max(int(ts[0]), self.peak)
+        ts = np.maximum.accumulate(ts)
+        self.peak = int(ts[-1])
+        starts = np.flatnonzero(np.r_[True, polls[1:] != polls[:-1]])
+        done = len(ts) if final else int(starts[-1])
+        self.wait_ts, self.wait_polls = ts[done:], polls[done:]
+        starts = starts[starts < done]
+        if not done:
+            return np.zeros(0, np.int64)
+        last = np.maximum.reduceat(ts[:done], starts)
+        # strictly increasing per poll: t_k = max(last_k, t_{k-1} + 1)
+        k = np.arange(len(last), dtype=np.int64)
+        step = last - k
+        if self.when is not None:
+            step[0] = max(int(step[0]), self.when + 1)
+        when = np.maximum.accumulate(step) + k
+        self.when = int(when[-1])
+        return np.repeat(when, np.diff(np.r_[starts, done]))
 
 
 def poll_ids(ts_ns, evidence: AckEvidence, gap_ns: int, budget: int) -> np.ndarray:
-    """A poll number per frame (capture order, non-decreasing): a poll ends after a frame
-    an ACK closes, before a frame that arrives more than ``gap_ns`` after the previous
-    one (arrival: the running maximum of ``ts_ns``), and once it holds ``budget``
-    counted frames."""
-    ts = np.asarray(ts_ns, np.int64)
-    n = len(ts)
-    out = np.empty(n, np.int64)
-    ends, counted = evidence.ends, evidence.counted
-    poll, held, arrival, closed = 0, 0, None, True
-    for i in range(n):
-        t = int(ts[i]) if arrival is None else max(int(ts[i]), arrival)
-        if not closed and (t > arrival + gap_ns or (held >= budget and counted[i])):
-            poll += 1
-            held = 0
-        out[i] = poll
-        held += int(counted[i])
-        arrival, closed = t, bool(ends[i])
-        if closed:
-            poll += 1
-            held = 0
-    return out
+    """:meth:`PollClock.ids` of a whole capture."""
+    return PollClock(gap_ns, budget).ids(ts_ns, evidence.ends, evidence.counted)
 
 
 def poll_times(ts_ns, polls) -> np.ndarray:
-    """Every frame of a poll gets the arrival time of the poll's last frame, at least
-    1 ns after the previous poll's: with ``poll_gap_ns=0`` the napi model then joins
-    exactly one poll's frames."""
-    ts = np.maximum.accumulate(np.asarray(ts_ns, np.int64))
-    polls = np.asarray(polls, np.int64)
-    if not len(ts):
-        return ts.copy()
-    starts = np.flatnonzero(np.r_[True, polls[1:] != polls[:-1]])
-    last = np.maximum.reduceat(ts, starts)
-    # strictly increasing per poll: t_k = max(last_k, t_{k-1} + 1)
-    k = np.arange(len(last), dtype=np.int64)
-    when = np.maximum.accumulate(last - k) + k
-    return np.repeat(when, np.diff(np.r_[starts, len(ts)]))
+    """:meth:`PollClock.times` of a whole capture."""
+    return PollClock(0, 0).times(ts_ns, polls, final=True)
 
 
 def engine_config(config):

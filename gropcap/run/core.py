@@ -11,8 +11,8 @@ sinks, whatever runs it.
 * **collected in memory**: ``run.memory.analyze`` (what ``gropcap.analyze`` returns, the
   core with a collecting sink): when asked (``in_memory``), or when the run uses what only
   the whole-table models implement today (``run.options.memory_reason``: the reference
-  engine or decoder, the gro_cells stage, ``--poll-acks``); returns an ``Analysis`` and
-  writes the sinks from it. Plots come from either (``run.plotdata``);
+  engine or decoder, the gro_cells stage); returns an ``Analysis`` and writes the sinks
+  from it. Plots come from either (``run.plotdata``);
 * **on Dask** (``jobs``/``scheduler``): ``run.dask_core.analyze_partitioned``, the
   bounded-memory core per partition, workers writing their own Parquet parts, the
   accumulators merged on the client; returns a ``run.dask_core.PartitionedResult``.
@@ -209,6 +209,8 @@ def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
     receivers after all, the workers' first pass is redone through the exchange.
     With ``plot`` (``--plot``), threads: the plots' counts are collected by the
     one-process core (``run.plotdata``); Dask workers would merge the run in memory.
+    With ``--poll-acks``, threads: its pass over the capture before GRO runs in one
+    process (not on Dask partitions).
     """
     from gropcap.errors import ConfigError
     if parallel not in PARALLEL:
@@ -224,6 +226,9 @@ def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
     if plot:
         return "threads", (f"{nthreads} threads in one process: --plot's counts are "
                            "collected in one process, in bounded memory")
+    if config.poll_acks:
+        return "threads", (f"{nthreads} threads in one process: --poll-acks reads the "
+                           "whole capture before GRO, in one process")
     from gropcap.run.distributed import _nparts
     from gropcap.run.inputs import first_times_rise, input_files
     split = "napi" if "napi" in models else models[0]

@@ -75,8 +75,9 @@ def memory_reason(config: GroConfig, *, engine: str = "fast", decoder: str = "fa
     the whole decoded table (one line): what only the in-memory models implement today
     (the reference engine or decoder, a rule only the reference model implements
     (none today: gro.reference.needs_reference), the gro_cells stage) or what reads the
-    whole table (``--poll-acks``). Egress accounting and the plots' counts
-    (``run.plotdata``) run batch by batch."""
+    whole table (none today). Egress accounting, the plots' counts (``run.plotdata``)
+    and ``--poll-acks`` (a pass over the capture before GRO, ``run.stream``) run batch
+    by batch."""
     from gropcap.gro.reference import needs_reference
     if engine != "fast" or decoder != "fast":
         return "only the fast engine and decoder run batch by batch"
@@ -84,9 +85,6 @@ def memory_reason(config: GroConfig, *, engine: str = "fast", decoder: str = "fa
         return "the configuration uses a rule only the reference model implements"
     if config.tunnel_gro is not None:
         return "the gro_cells stage runs on the whole table"
-    if config.poll_acks:
-        return ("poll ends from the receiver's ACKs (--poll-acks) read the whole capture "
-                "(an ACK follows the data it closes)")
     return None
 
 

@@ -22,10 +22,17 @@ same summary dict, batch by batch:
 3. **packets pass**: the temporary decoded Parquet is read back batch by batch and joined
    with the spilled verdicts (``gro_seg`` from the instance -> position map).
 
+With ``--poll-acks`` a pass before these finds the frames the receiver's ACKs close
+(:func:`_ack_times`, ``receive.ackpolls.AckScan`` / ``PollClock``); the napi model then
+reads the retimed arrivals. With ``plot`` each row's time and file and each super-packet's
+first row go to temporary files too (``run.plotdata.PlotRows``).
+
 Memory that stays in RAM, per model: 5 bytes per super-packet (instance -> delivery
 position, int32 with the sign telling single packets, and a "head seen" byte) and 32
-bytes per NAPI poll (time, queue, receiver run, rank); per flow: its key row and counters. Nothing per packet:
-the per-packet arrays go through the spill files. Batches are ``batch_records`` rows.
+bytes per NAPI poll (time, queue, receiver run, rank); per flow: its key row and counters
+(with ``--poll-acks``, per TCP direction a few ids and the frames waiting for an ACK).
+Nothing per packet: the per-packet arrays go through the spill files. Batches are
+``batch_records`` rows.
 
 Layer: takes paths, calls capture/ (scan), decode/ (fast), gro/ (engine) and writes
 Parquet through pyarrow; hands back a :class:`StreamResult` (summary dict, flows table,
@@ -34,6 +41,7 @@ paths written).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import os
@@ -567,7 +575,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                    tmp_dir: str | None = None, progress=None,
                    receiver=None, receive=None, packet_columns="default",
                    threads: int | None = None, captures: str = "auto",
-                   plot: bool = False, _fused: bool = True) -> StreamResult:
+                   plot: bool = False, _fused: bool = True,
+                   _acks: list | None = None) -> StreamResult:
     """Analyse captures batch by batch in bounded memory (see the module docstring).
 
     Args:
@@ -639,6 +648,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         os.makedirs(out_dir, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".gropcap-stream-", dir=tmp_dir or out_dir)
     written: list[str] = []
+    owns_acks = retry = False   # --poll-acks: this call made the ACK pass's files
     from gropcap.run.threads import switching
     switch = switching(threads)         # the GIL handed over sooner between the threads
     switch.__enter__()
@@ -656,6 +666,32 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                           row_arrays=2 if out_dir else int(m == primary), inline=inline,
                           egress_rows=egress_rows)
                 for m in models]
+        # --poll-acks: the napi model's polls from the receiver's ACKs, found by a pass
+        # over the capture before GRO (an ACK follows the data it closes); the engine
+        # reads the retimed arrivals (receive/ackpolls.py), the rest the capture's times
+        retimed = None
+        if config.poll_acks and "napi" in models:
+            if _acks is None:       # (an unfused second try reuses the first one's)
+                _acks = [tempfile.mkdtemp(prefix=".gropcap-acks-", dir=tmp_dir or out_dir)]
+                _acks.append(_ack_times(files, decode_options, batch_records, _acks[0],
+                                        config))
+                owns_acks = True
+            retimed = _acks[1]
+            if retimed is not None:
+                from gropcap.receive.ackpolls import engine_config
+                for run in runs:
+                    if run.model == "napi":
+                        run.config = engine_config(run.config)
+        fed = [0]
+
+        def gro_input(t):
+            # the batch the engine reads: with --poll-acks, the retimed arrivals
+            r0, fed[0] = fed[0], fed[0] + t.num_rows
+            if retimed is None or not t.num_rows:
+                return t
+            i = t.schema.get_field_index("ts_ns")
+            return t.set_column(i, t.schema.field(i), arrow_of(
+                np.ascontiguousarray(retimed[r0:fed[0]])))
         from gropcap.run.accumulators import FlowCauses
         causes = FlowCauses()
         # --plot: every row's time and file, and each super-packet's first row's
@@ -747,7 +783,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 ended = run_end(t)
                 if ended is not None:
                     side.submit(take_parts, ended)
-                parts = gro.feed(t, final=False)
+                parts = gro.feed(gro_input(t), final=False)
                 tm["engine"] += clock() - t1
             side.submit(spill, t, parts)
         side.drain()
@@ -780,7 +816,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             ended = run_end(t)
             if ended is not None:
                 take_parts(ended)
-            parts = gro.feed(t, final=False, coalesced=co)
+            parts = gro.feed(gro_input(t), final=False, coalesced=co)
             take_parts(parts)
             hint.gro_batch(t, co)
             tm["coalesced"] += t1 - t0
@@ -1007,7 +1043,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         raise OutputError(f"cannot write: {e.strerror or e}", path=out_dir or tmp,
                           hint="check free space and permissions (--out, $TMPDIR)") from None
     except _Unfused:
-        pass        # below: the run again, unfused
+        retry = True        # below: the run again, unfused
     finally:
         # the worker threads stop (each finishes its batch) before the files go
         for stage in (locals().get("source"), locals().get("side"),
@@ -1026,14 +1062,21 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 except Exception:
                     pass
         shutil.rmtree(tmp, ignore_errors=True)
+        if owns_acks and not retry:
+            _drop_acks(_acks)
     if progress is not None and hasattr(progress, "restart_files"):
         progress.restart_files()
-    return stream_analyze(paths, config, models=models, decode_options=decode_options,
-                          out_dir=out_dir, force=force, batch_records=batch_records,
-                          engine=engine, decoder=decoder, egress=egress, tmp_dir=tmp_dir,
-                          progress=progress, receiver=receiver, receive=receive,
-                          packet_columns=packet_columns, threads=threads,
-                          captures=captures, plot=plot, _fused=False)
+    try:
+        return stream_analyze(paths, config, models=models, decode_options=decode_options,
+                              out_dir=out_dir, force=force, batch_records=batch_records,
+                              engine=engine, decoder=decoder, egress=egress, tmp_dir=tmp_dir,
+                              progress=progress, receiver=receiver, receive=receive,
+                              packet_columns=packet_columns, threads=threads,
+                              captures=captures, plot=plot, _fused=False,
+                              _acks=_acks)
+    finally:
+        if owns_acks:
+            _drop_acks(_acks)
 
 
 def egress_extra(tot) -> dict:
@@ -1044,6 +1087,83 @@ def egress_extra(tot) -> dict:
 
 class _Unfused(Exception):
     """The fused first pass met what needs the whole decoded table before GRO."""
+
+
+def _ack_times(files, decode_options, batch_records, tmp, config):
+    """``--poll-acks`` in bounded memory: one pass over the capture finds the frames the
+    receiver's ACKs close (``ackpolls.AckScan``; each row's time, direction ids and
+    pure-ACK flag go to files in ``tmp``), then the polls and their retimed arrivals are
+    computed a slice at a time (``ackpolls.PollClock``). Returns the retimed arrivals,
+    one int64 per row (a read-only memmap), or None when no ACK closes a frame (the gap
+    rule stays, as in memory)."""
+    from gropcap.arrays import SLICE_ROWS
+    from gropcap.receive.ackpolls import AckScan, PollClock
+    scan = AckScan()
+    ends = _GrowingFlags(os.path.join(tmp, "acks.ends"))
+    names = ("ts", "fwd", "rev", "pure")
+    paths = {k: os.path.join(tmp, f"acks.{k}") for k in names}
+    with contextlib.ExitStack() as stack:
+        out = {k: stack.enter_context(open(p, "wb")) for k, p in paths.items()}
+        for t in _decode_pass(files, decode_options, batch_records, None):
+            ends.grow(t.num_rows)
+            fwd, rev, pure = scan.add(t, ends)
+            for k, a in (("ts", numpy_of(t.column("ts_ns")).astype(np.int64)),
+                         ("fwd", fwd), ("rev", rev), ("pure", pure.astype(np.uint8))):
+                out[k].write(np.ascontiguousarray(a).tobytes())
+    n = scan.rows
+    if not scan.acks or not n:
+        ends.close()
+        return None
+    col = {k: np.memmap(p, np.uint8 if k == "pure" else np.int64, "r", shape=(n,))
+           for k, p in paths.items()}
+    clock = PollClock(config.poll_gap_ns, config.budget)
+    timed = os.path.join(tmp, "acks.timed")
+    with open(timed, "wb") as f:
+        for a in range(0, n, SLICE_ROWS):
+            b = min(n, a + SLICE_ROWS)
+            ts = np.asarray(col["ts"][a:b])
+            counted = scan.counted(np.asarray(col["fwd"][a:b]), np.asarray(col["rev"][a:b]),
+                                   np.asarray(col["pure"][a:b], bool))
+            polls = clock.ids(ts, np.asarray(ends.flags[a:b]), counted)
+            f.write(clock.times(ts, polls).tobytes())
+        f.write(clock.times(np.zeros(0, np.int64), np.zeros(0, np.int64),
+                            final=True).tobytes())
+    del col
+    ends.close()
+    for p in paths.values():
+        os.unlink(p)
+    return np.memmap(timed, np.int64, "r", shape=(n,))
+
+
+def _drop_acks(acks: list) -> None:
+    """Remove the ACK pass's directory (its retimed arrivals, mapped until now)."""
+    acks[1:] = [None]
+    shutil.rmtree(acks[0], ignore_errors=True)
+
+
+class _GrowingFlags:
+    """A bool per row in a file, mapped, grown batch by batch; an earlier row's flag can
+    be set (``AckScan.add``: an ACK closes a frame of an earlier batch)."""
+
+    def __init__(self, path: str):
+        self.path, self.n = path, 0
+        open(path, "wb").close()
+        self.flags = np.zeros(0, bool)
+
+    def grow(self, rows: int) -> None:
+        if not rows:
+            return
+        self.n += rows
+        with open(self.path, "r+b") as f:
+            f.truncate(self.n)
+        self.flags = np.memmap(self.path, np.bool_, "r+", shape=(self.n,))
+
+    def __setitem__(self, row: int, value: bool) -> None:
+        self.flags[row] = value
+
+    def close(self) -> None:
+        self.flags = np.zeros(0, bool)
+        os.unlink(self.path)
 
 
 def _decode_pass(files, decode_options, batch_records, progress):

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import gropcap
-import gropcap.run.stream as streaming
 from gropcap.run.plotdata import PlotRows, plot_data_of, time_series
 from gropcap.run.stream import stream_analyze
 
@@ -63,21 +62,14 @@ def test_no_plot_collects_nothing(tmp_path):
     assert os.listdir(tmp_path) == []           # (the spill went with the run's tmp dir)
 
 
-def test_cli_plot_runs_in_bounded_memory(monkeypatch, tmp_path):
+def test_cli_plot_runs_in_bounded_memory(stream_calls, tmp_path):
     from click.testing import CliRunner
     from gropcap.cli import main
     pytest.importorskip("matplotlib", reason="matplotlib not installed")
-    calls = []
-    real = streaming.stream_analyze
-
-    def spy(*args, **kw):
-        calls.append(kw.get("plot"))
-        return real(*args, **kw)
-    monkeypatch.setattr(streaming, "stream_analyze", spy)
     out = tmp_path / "p.svg"
     r = CliRunner().invoke(main, ["analyze", *CASES["ipv4"], "--plot", str(out)])
     assert r.exit_code == 0, r.output
-    assert calls == [True]
+    assert [kw.get("plot") for kw in stream_calls] == [True]
     assert "Aggregation ratio over time" in out.read_text()
 
 

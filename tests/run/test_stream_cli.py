@@ -11,7 +11,6 @@ import os
 import pyarrow.parquet as pq
 from click.testing import CliRunner
 
-import gropcap.run.stream as streaming
 from gropcap.cli import main
 
 from where import ROOT
@@ -52,14 +51,8 @@ def test_stream_runs_plot_and_egress(tmp_path):
     assert "egress" in json.loads(st.stdout) or extra[0] == "--engine"
 
 
-def test_bounded_memory_is_the_default(monkeypatch):
-    calls = []
-    real = streaming.stream_analyze
-
-    def spy(*args, **kw):
-        calls.append(kw.get("out_dir"))
-        return real(*args, **kw)
-    monkeypatch.setattr(streaming, "stream_analyze", spy)
+def test_bounded_memory_is_the_default(stream_calls):
+    calls = stream_calls
     r = _run("--format", "json")
     assert r.exit_code == 0, r.stderr
     assert len(calls) == 1
