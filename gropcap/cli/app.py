@@ -88,7 +88,7 @@ class _Group(Group):
             sys.exit(1)
         except MemoryError:
             click.echo("gropcap: error: out of memory; runs hold the capture in memory with "
-                       "--no-stream, --plot, tunnel GRO or the reference "
+                       "--no-stream, tunnel GRO or the reference "
                        "engine: drop them for a bounded-memory run", err=True)
             sys.exit(1)
         finally:
@@ -175,8 +175,8 @@ def decode(files, output, force, decoder, **kw):
 @click.option("--stream/--no-stream", "stream", default=None,
               help="--stream (the default, kept for old command lines): bounded memory, "
                    "decode, simulate and write batch by batch (temporary files in --out "
-                   "or $TMPDIR); what only whole-table models run (--engine/--decoder "
-                   "reference, tunnel GRO, --plot) "
+                   "or $TMPDIR; --plot and --poll-acks too); what only whole-table "
+                   "models run (--engine/--decoder reference, tunnel GRO) "
                    "is held in memory by itself. --no-stream: hold the whole run in "
                    "memory.")
 @click.option("-q", "--quiet", is_flag=True,
