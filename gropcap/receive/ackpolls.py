@@ -72,21 +72,26 @@ class AckEvidence:
         return self.acks > 0
 
 
-def _direction_keys(table, ids: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _direction_keys(table, ids: dict | None = None, runs=None) -> tuple[np.ndarray, np.ndarray]:
     """Per row: an int id of its (addresses, ports) direction and of the reverse one
-    (-1 for rows that are not TCP); ``ids``: the numbering so far (batches of one run)."""
+    (-1 for rows that are not TCP); ``ids``: the numbering so far (earlier batches);
+    ``runs``: each row's receiver run (``run/receivers.py``; None: one run): a
+    direction of one run is not the same direction in another (another receiver, or
+    another copy of one capture)."""
     n = table.num_rows
     col = lambda name: table.column(name).to_pylist()  # noqa: E731
     src, dst = col("ip_src"), col("ip_dst")
     sport, dport, proto = col("sport"), col("dport"), col("l4_proto")
     ids = {} if ids is None else ids
+    run = [0] * n if runs is None else np.asarray(runs).tolist()
     fwd = np.full(n, -1, np.int64)
     rev = np.full(n, -1, np.int64)
     for i in range(n):
         if proto[i] != TCP:
             continue
-        a = (bytes(src[i] or b""), sport[i], bytes(dst[i] or b""), dport[i])
-        b = (a[2], a[3], a[0], a[1])
+        r = run[i]
+        a = (r, bytes(src[i] or b""), sport[i], bytes(dst[i] or b""), dport[i])
+        b = (r, a[3], a[4], a[1], a[2])
         fwd[i] = ids.setdefault(a, len(ids))
         rev[i] = ids.setdefault(b, len(ids))
     return fwd, rev
@@ -127,12 +132,15 @@ class AckScan:
         while len(self.last) * 2 > self.prune_at:
             self.prune_at *= 2
 
-    def add(self, table, ends) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The next rows; returns ``(fwd, rev, pure)`` per row (``pure``: TCP without
-        sequence space, a pure-ACK candidate)."""
+    def add(self, table, ends, runs=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The next rows (``runs``: each one's receiver run, an int for all of them, or
+        None: run 0); returns ``(fwd, rev, pure)`` per row (``pure``: TCP without
+        sequence space, a pure-ACK candidate). Directions are per receiver run."""
         n = table.num_rows
         base, self.rows = self.rows, self.rows + n
-        fwd, rev = _direction_keys(table, self.ids)
+        if runs is not None and np.ndim(runs) == 0:
+            runs = np.full(n, int(runs), np.int64)
+        fwd, rev = _direction_keys(table, self.ids, runs)
         num = lambda name: table.column(name).to_numpy(zero_copy_only=False)  # noqa: E731
         tcp = num("l4_proto").astype(np.int64) == TCP
         seq = num("tcp_seq").astype(np.int64)
@@ -172,14 +180,15 @@ class AckScan:
         return ~(pure & np.isin(rev, carries) & ~np.isin(fwd, carries))
 
 
-def ack_evidence(table) -> AckEvidence:
-    """Which frames of ``table`` (capture order) an ACK of the other direction closes."""
+def ack_evidence(table, runs=None) -> AckEvidence:
+    """Which frames of ``table`` (capture order) an ACK of the other direction closes;
+    ``runs``: each row's receiver run (None: one run)."""
     n = table.num_rows
     ends = np.zeros(n, bool)
     if not n:
         return AckEvidence(ends, np.ones(n, bool), 0, 0)
     scan = AckScan()
-    fwd, rev, pure = scan.add(table, ends)
+    fwd, rev, pure = scan.add(table, ends, runs)
     return AckEvidence(ends, scan.counted(fwd, rev, pure), scan.acks, len(scan.answered))
 
 
@@ -196,6 +205,17 @@ class PollClock:
         self.when = None          # the last ended poll's time
         self.wait_ts = np.zeros(0, np.int64)
         self.wait_polls = np.zeros(0, np.int64)
+
+    def new_run(self) -> list:
+        """A new receiver run starts (another receiver or another copy: its own time
+        line): the rows still waiting get their times (returned), the clock restarts;
+        poll numbers go on."""
+        done = self.times(np.zeros(0, np.int64), np.zeros(0, np.int64), final=True)
+        if not self.closed:
+            self.poll += 1
+        self.held, self.arrival, self.closed = 0, None, True
+        self.peak = self.when = None
+        return done
 
     def ids(self, ts_ns, ends, counted) -> np.ndarray:
         """A poll number per frame (non-decreasing): a poll ends after a frame an ACK
@@ -250,14 +270,40 @@ class PollClock:
         return np.repeat(when, np.diff(np.r_[starts, done]))
 
 
-def poll_ids(ts_ns, evidence: AckEvidence, gap_ns: int, budget: int) -> np.ndarray:
-    """:meth:`PollClock.ids` of a whole capture."""
-    return PollClock(gap_ns, budget).ids(ts_ns, evidence.ends, evidence.counted)
+def _run_slices(n: int, runs) -> list:
+    """``(start, end)`` of each receiver run's rows (``runs`` None: one run)."""
+    if runs is None or not n:
+        return [(0, n)]
+    cut = np.flatnonzero(np.diff(np.asarray(runs)) != 0) + 1
+    bounds = [0, *cut.tolist(), n]
+    return list(zip(bounds, bounds[1:]))
 
 
-def poll_times(ts_ns, polls) -> np.ndarray:
-    """:meth:`PollClock.times` of a whole capture."""
-    return PollClock(0, 0).times(ts_ns, polls, final=True)
+def poll_ids(ts_ns, evidence: AckEvidence, gap_ns: int, budget: int,
+             runs=None) -> np.ndarray:
+    """:meth:`PollClock.ids` of a whole capture (``runs``: each row's receiver run)."""
+    ts = np.asarray(ts_ns, np.int64)
+    clock = PollClock(gap_ns, budget)
+    out = []
+    for k, (a, b) in enumerate(_run_slices(len(ts), runs)):
+        if k:
+            clock.new_run()
+        out.append(clock.ids(ts[a:b], evidence.ends[a:b], evidence.counted[a:b]))
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
+def poll_times(ts_ns, polls, runs=None) -> np.ndarray:
+    """:meth:`PollClock.times` of a whole capture (``runs``: each row's receiver run,
+    each on its own time line)."""
+    ts = np.asarray(ts_ns, np.int64)
+    clock = PollClock(0, 0)
+    out = []
+    for k, (a, b) in enumerate(_run_slices(len(ts), runs)):
+        if k:
+            out.append(clock.new_run())
+        out.append(clock.times(ts[a:b], np.asarray(polls)[a:b]))
+    out.append(clock.times(np.zeros(0, np.int64), np.zeros(0, np.int64), final=True))
+    return np.concatenate(out)
 
 
 def engine_config(config):
@@ -266,17 +312,19 @@ def engine_config(config):
     return config.replace(poll_gap_ns=0, budget=NO_BUDGET, poll_acks=False)
 
 
-def retimed(table, config):
+def retimed(table, config, runs=None):
     """``table`` with ``ts_ns`` replaced by the ACK-inferred polls' times (``config``:
     its ``poll_gap_ns`` and ``budget``), and the evidence. Without evidence (no ACK of a
-    data direction in the capture) the table comes back unchanged."""
+    data direction in the capture) the table comes back unchanged. ``runs``: each row's
+    receiver run (``run/receivers.py``; None: one run): the ACKs, the polls and their
+    times of each run are its own."""
     import pyarrow as pa
 
-    ev = ack_evidence(table)
+    ev = ack_evidence(table, runs)
     if not ev:
         return table, ev
     ts = table.column("ts_ns").to_numpy(zero_copy_only=False)
-    new = poll_times(ts, poll_ids(ts, ev, config.poll_gap_ns, config.budget))
+    new = poll_times(ts, poll_ids(ts, ev, config.poll_gap_ns, config.budget, runs), runs)
     i = table.schema.get_field_index("ts_ns")
     return table.set_column(i, table.schema.field(i), pa.array(new, pa.int64())), ev
 

@@ -124,7 +124,7 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             # poll ends from the receiver's ACKs: the polls reach the engine as arrival
             # times (gropcap/receive/ackpolls.py); without ACK evidence the gap rule stays
             from gropcap.receive import ackpolls
-            timed, acks = ackpolls.retimed(packets, cfg)
+            timed, acks = ackpolls.retimed(packets, cfg, runs)
             if acks:
                 cfg, feed = ackpolls.engine_config(cfg), [
                     pa.Table.from_batches([b]) for b in timed.to_batches()]

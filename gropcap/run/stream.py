@@ -674,7 +674,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             if _acks is None:       # (an unfused second try reuses the first one's)
                 _acks = [tempfile.mkdtemp(prefix=".gropcap-acks-", dir=tmp_dir or out_dir)]
                 _acks.append(_ack_times(files, decode_options, batch_records, _acks[0],
-                                        config))
+                                        config, captures))
                 owns_acks = True
             retimed = _acks[1]
             if retimed is not None:
@@ -1089,24 +1089,30 @@ class _Unfused(Exception):
     """The fused first pass met what needs the whole decoded table before GRO."""
 
 
-def _ack_times(files, decode_options, batch_records, tmp, config):
+def _ack_times(files, decode_options, batch_records, tmp, config, captures="auto"):
     """``--poll-acks`` in bounded memory: one pass over the capture finds the frames the
     receiver's ACKs close (``ackpolls.AckScan``; each row's time, direction ids and
     pure-ACK flag go to files in ``tmp``), then the polls and their retimed arrivals are
-    computed a slice at a time (``ackpolls.PollClock``). Returns the retimed arrivals,
-    one int64 per row (a read-only memmap), or None when no ACK closes a frame (the gap
-    rule stays, as in memory)."""
+    computed a slice at a time (``ackpolls.PollClock``), each receiver run on its own
+    (``captures``: ``run/receivers.py``, the batches split as the GRO pass splits them).
+    Returns the retimed arrivals, one int64 per row (a read-only memmap), or None when
+    no ACK closes a frame (the gap rule stays, as in memory)."""
     from gropcap.arrays import SLICE_ROWS
     from gropcap.receive.ackpolls import AckScan, PollClock
-    scan = AckScan()
+    from gropcap.run.receivers import RunSplit
+    scan, split, run, starts = AckScan(), RunSplit(captures), 0, []
     ends = _GrowingFlags(os.path.join(tmp, "acks.ends"))
     names = ("ts", "fwd", "rev", "pure")
     paths = {k: os.path.join(tmp, f"acks.{k}") for k in names}
     with contextlib.ExitStack() as stack:
         out = {k: stack.enter_context(open(p, "wb")) for k, p in paths.items()}
         for t in _decode_pass(files, decode_options, batch_records, None):
+            if t.num_rows and split.starts(int(numpy_of(t.column("file_index"))[0]),
+                                           numpy_of(t.column("ts_ns"))):
+                run += 1
+                starts.append(scan.rows)
             ends.grow(t.num_rows)
-            fwd, rev, pure = scan.add(t, ends)
+            fwd, rev, pure = scan.add(t, ends, run)
             for k, a in (("ts", numpy_of(t.column("ts_ns")).astype(np.int64)),
                          ("fwd", fwd), ("rev", rev), ("pure", pure.astype(np.uint8))):
                 out[k].write(np.ascontiguousarray(a).tobytes())
@@ -1118,9 +1124,11 @@ def _ack_times(files, decode_options, batch_records, tmp, config):
            for k, p in paths.items()}
     clock = PollClock(config.poll_gap_ns, config.budget)
     timed = os.path.join(tmp, "acks.timed")
+    cuts = sorted(set(range(0, n, SLICE_ROWS)) | set(starts) | {n})
     with open(timed, "wb") as f:
-        for a in range(0, n, SLICE_ROWS):
-            b = min(n, a + SLICE_ROWS)
+        for a, b in zip(cuts, cuts[1:]):
+            if a in starts:
+                f.write(clock.new_run().tobytes())
             ts = np.asarray(col["ts"][a:b])
             counted = scan.counted(np.asarray(col["fwd"][a:b]), np.asarray(col["rev"][a:b]),
                                    np.asarray(col["pure"][a:b], bool))

@@ -140,3 +140,30 @@ def test_an_unfused_second_try_reuses_the_ack_pass(monkeypatch, tmp_path):
     assert tries == [True, False] and passes == [1]
     assert os.listdir(tmp_path) == []
     assert r.summary == analyze(path, config).summary()
+
+
+@pytest.mark.parametrize("captures", ["separate", "continuous"])
+def test_each_receiver_run_has_its_own_acks(captures, tmp_path):
+    # two copies of one capture: separate receivers each find their own ACKs, polls and
+    # times (a copy's ACKs are not old ACKs of the first one), so the napi model gives
+    # twice one copy; as one receiver run, the second copy's ACKs do not advance
+    path = WITH_ACKS[0]
+    config = GroConfig(poll_acks=True)
+    one = analyze(path, config)
+    two = analyze([path, path], config, captures=captures)
+    napi = two.summary()["models"]["napi"]["superpackets_out"]
+    once = one.summary()["models"]["napi"]["superpackets_out"]
+    if captures == "separate":
+        assert (napi, two.poll_acks.acks) == (2 * once, 2 * one.poll_acks.acks)
+    else:
+        assert napi < 2 * once and two.poll_acks.acks == one.poll_acks.acks
+    mem_dir, st_dir = tmp_path / "mem", tmp_path / "stream"
+    r = streaming.stream_analyze([path, path], config, captures=captures,
+                                 batch_records=97, out_dir=str(st_dir))
+    assert r.summary == two.summary()
+    from gropcap.io.parquet import write_analysis
+    import pyarrow.parquet as pq
+    write_analysis(two, str(mem_dir))
+    for name in ("packets.parquet", "superpackets.parquet"):
+        assert pq.read_table(st_dir / name).to_pylist() == \
+            pq.read_table(mem_dir / name).to_pylist()
