@@ -674,7 +674,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             if _acks is None:       # (an unfused second try reuses the first one's)
                 _acks = [tempfile.mkdtemp(prefix=".gropcap-acks-", dir=tmp_dir or out_dir)]
                 _acks.append(_ack_times(files, decode_options, batch_records, _acks[0],
-                                        config, captures))
+                                        config, captures, progress))
                 owns_acks = True
             retimed = _acks[1]
             if retimed is not None:
@@ -1089,14 +1089,16 @@ class _Unfused(Exception):
     """The fused first pass met what needs the whole decoded table before GRO."""
 
 
-def _ack_times(files, decode_options, batch_records, tmp, config, captures="auto"):
+def _ack_times(files, decode_options, batch_records, tmp, config, captures="auto",
+               progress=None):
     """``--poll-acks`` in bounded memory: one pass over the capture finds the frames the
     receiver's ACKs close (``ackpolls.AckScan``; each row's time, direction ids and
     pure-ACK flag go to files in ``tmp``), then the polls and their retimed arrivals are
     computed a slice at a time (``ackpolls.PollClock``), each receiver run on its own
     (``captures``: ``run/receivers.py``, the batches split as the GRO pass splits them).
     Returns the retimed arrivals, one int64 per row (a read-only memmap), or None when
-    no ACK closes a frame (the gap rule stays, as in memory)."""
+    no ACK closes a frame (the gap rule stays, as in memory). ``progress``: a line
+    counting the pass's packets."""
     from gropcap.arrays import SLICE_ROWS
     from gropcap.receive.ackpolls import AckScan, PollClock
     from gropcap.run.receivers import RunSplit
@@ -1104,9 +1106,12 @@ def _ack_times(files, decode_options, batch_records, tmp, config, captures="auto
     ends = _GrowingFlags(os.path.join(tmp, "acks.ends"))
     names = ("ts", "fwd", "rev", "pure")
     paths = {k: os.path.join(tmp, f"acks.{k}") for k in names}
+    from gropcap.run.progress import phase
     with contextlib.ExitStack() as stack:
         out = {k: stack.enter_context(open(p, "wb")) for k, p in paths.items()}
+        advance = stack.enter_context(phase(progress, "ACK polls (--poll-acks)"))
         for t in _decode_pass(files, decode_options, batch_records, None):
+            advance(t.num_rows)
             if t.num_rows and split.starts(int(numpy_of(t.column("file_index"))[0]),
                                            numpy_of(t.column("ts_ns"))):
                 run += 1

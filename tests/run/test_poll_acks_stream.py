@@ -167,3 +167,13 @@ def test_each_receiver_run_has_its_own_acks(captures, tmp_path):
     for name in ("packets.parquet", "superpackets.parquet"):
         assert pq.read_table(st_dir / name).to_pylist() == \
             pq.read_table(mem_dir / name).to_pylist()
+
+
+def test_the_ack_pass_has_a_progress_line():
+    # the pass before GRO is a Python loop over the rows: a line counts its packets
+    from gropcap.run.progress import Progress
+    with Progress(True) as p:
+        r = streaming.stream_analyze(WITH_ACKS[0], GroConfig(poll_acks=True), progress=p)
+        tasks = {t.description: (t.completed, t.fields["detail"]) for t in p._bar.tasks}
+    n = r.summary["packets"]
+    assert tasks["ACK polls (--poll-acks)"] == (n, f"done, {n} packets")
