@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 import weakref
 
 import numpy as np
@@ -252,6 +253,52 @@ def take_rows(table, rows: np.ndarray):
         cols.append(got)
     kind = pa.RecordBatch if isinstance(table, pa.RecordBatch) else pa.Table
     return kind.from_arrays(cols, schema=table.schema)
+
+
+class ArraySpill:
+    """numpy arrays written one after another to a temporary file and read back in order
+    (``put`` several, ``rewind``, ``get`` as many): the bounded-memory run's spills."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.f = open(path, "w+b")
+
+    # record: dtype string (8 bytes, e.g. b"<i8") and element count, then the raw bytes
+    _HEAD = struct.Struct("<8sQ")
+
+    def put(self, *arrays) -> None:
+        for a in arrays:
+            a = np.ascontiguousarray(a).ravel()
+            self.f.write(self._HEAD.pack(a.dtype.str.encode(), len(a)))
+            self.f.write(memoryview(a).cast("B"))
+
+    def rewind(self) -> None:
+        self.f.flush()
+        self.f.seek(0)
+
+    def get(self, k: int) -> list[np.ndarray]:
+        out = []
+        for _ in range(k):
+            code, n = self._HEAD.unpack(self.f.read(self._HEAD.size))
+            a = np.empty(n, np.dtype(code.rstrip(b"\0").decode()))
+            if n:
+                self.f.readinto(memoryview(a).cast("B"))
+            out.append(a)
+        return out
+
+    @classmethod
+    def reopen(cls, path: str) -> "ArraySpill":
+        """A spill another process wrote, opened for reading."""
+        sp = cls.__new__(cls)
+        sp.path = path
+        sp.f = open(path, "rb")
+        return sp
+
+    def size(self) -> int:
+        return os.path.getsize(self.path)
+
+    def close(self) -> None:
+        self.f.close()
 
 
 def sorted_meet(a, b, step: int = SLICE_ROWS) -> bool:

@@ -78,12 +78,9 @@ def _class_hash(t: pa.Table, config) -> np.ndarray:
 
 
 def _reopen(path: str):
-    """A ``run.stream._Spill`` written by another task, opened for reading."""
-    from gropcap.run.stream import _Spill
-    sp = _Spill.__new__(_Spill)
-    sp.path = path
-    sp.f = open(path, "rb")
-    return sp
+    """A ``arrays.ArraySpill`` written by another task, opened for reading."""
+    from gropcap.arrays import ArraySpill
+    return ArraySpill.reopen(path)
 
 
 def gro_partition_task(pieces, config, models, split: str, nparts: int, k: int, stats,

@@ -10,8 +10,8 @@ both ways draw the same figure:
 - the aggregation ratio over time: packets and super-packets (by their first packet) in
   time bins from each file's first packet (:func:`time_series`). The bin width needs the
   whole capture's time span and packet count, so a bounded-memory run keeps each row's
-  timestamp and file index (12 bytes a packet and a super-packet per model) in a
-  temporary file (:class:`PlotRows`) and bins them at the end, a slice at a time;
+  timestamp and file index (16 bytes a packet and a super-packet per model) in a
+  temporary file (:class:`PlotRows`) and bins them at the end, a batch at a time;
 - the end reasons of the busiest flows: the flows table and, per model, the super-packets
   per (flow, end reason) key, ``flow * 256 + reason`` (``ModelCounts.top_keys``).
 
@@ -25,7 +25,7 @@ import os
 
 import numpy as np
 
-from gropcap.arrays import SLICE_ROWS, numpy_of
+from gropcap.arrays import ArraySpill, numpy_of
 
 
 @dataclasses.dataclass
@@ -159,25 +159,21 @@ def plot_data_of(analysis, bins: int = BINS) -> PlotData:
 
 class PlotRows:
     """A bounded-memory run's rows for :func:`time_series`: each packet's and each
-    super-packet's first packet's timestamp and file index, appended to files in
-    ``directory`` batch by batch (in capture order), and each file's first and last
-    timestamp."""
+    super-packet's first packet's timestamp and file index, spilled batch by batch (in
+    capture order, ``arrays.ArraySpill`` in ``directory``), and each file's first and
+    last timestamp."""
 
     def __init__(self, directory: str, models):
-        self.dir = directory
         self.n = 0
         self.lo = np.zeros(0, np.int64)
         self.hi = np.zeros(0, np.int64)
-        self._files = {}
-        self._names = ["packets", *models]
-        for name in self._names:
-            self._files[name] = (open(os.path.join(directory, f"plot-{name}.ts"), "wb"),
-                                 open(os.path.join(directory, f"plot-{name}.file"), "wb"))
+        self._spills = {name: [ArraySpill(os.path.join(directory, f"plot-{name}")), 0]
+                        for name in ("packets", *models)}
 
     def _append(self, name: str, ts: np.ndarray, fidx: np.ndarray) -> None:
-        f_ts, f_file = self._files[name]
-        f_ts.write(np.ascontiguousarray(ts, np.int64).tobytes())
-        f_file.write(np.ascontiguousarray(fidx, np.int32).tobytes())
+        spill = self._spills[name]
+        spill[0].put(np.asarray(ts, np.int64), np.asarray(fidx, np.int64))
+        spill[1] += 1
 
     def add_packets(self, t) -> None:
         """Every decoded row of a batch (``ts_ns``, ``file_index``)."""
@@ -202,19 +198,11 @@ class PlotRows:
             self._append(model, numpy_of(t.column("ts_ns"))[idx],
                          numpy_of(t.column("file_index"))[idx])
 
-    def _slices(self, name: str):
-        for f in self._files[name]:
-            f.flush()
-        ts_path, file_path = (f.name for f in self._files[name])
-        n = os.path.getsize(ts_path) // 8
-        if not n:
-            return
-        ts = np.memmap(ts_path, np.int64, "r", shape=(n,))
-        fidx = np.memmap(file_path, np.int32, "r", shape=(n,))
-        for a in range(0, n, SLICE_ROWS):
-            yield (np.asarray(ts[a:a + SLICE_ROWS]),
-                   np.asarray(fidx[a:a + SLICE_ROWS], np.int64))
-        del ts, fidx
+    def _batches(self, name: str):
+        spill, puts = self._spills[name]
+        spill.rewind()
+        for _ in range(puts):
+            yield spill.get(2)
 
     def series(self, bins: int = BINS) -> TimeSeries | None:
         """The finished :func:`time_series` (None: no packets)."""
@@ -223,14 +211,13 @@ class PlotRows:
         seen = self.lo != np.iinfo(np.int64).max
         rel_max = int((self.hi[seen] - self.lo[seen]).max())
         start = np.where(seen, self.lo, 0)
-        return time_series(start, self.n, rel_max, lambda: self._slices("packets"),
-                           {m: (lambda m=m: self._slices(m)) for m in self._names[1:]},
-                           bins)
+        return time_series(start, self.n, rel_max, lambda: self._batches("packets"),
+                           {m: (lambda m=m: self._batches(m))
+                            for m in self._spills if m != "packets"}, bins)
 
     def close(self) -> None:
-        for pair in self._files.values():
-            for f in pair:
-                f.close()
+        for spill, _ in self._spills.values():
+            spill.close()
 
 
 __all__ = ["PlotData", "TimeSeries", "PlotRows", "plot_data", "plot_data_of",

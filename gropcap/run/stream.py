@@ -41,19 +41,17 @@ paths written).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import errno
 import os
 import shutil
-import struct
 import tempfile
 
 import numpy as np
 import pyarrow as pa
 
 from gropcap.decode.options import DecodeOptions
-from gropcap.arrays import (arrow_of, arrow_repeated, arrow_strings,
+from gropcap.arrays import (ArraySpill, arrow_of, arrow_repeated, arrow_strings,
                             arrow_table, numpy_of, take_rows)
 from gropcap.decode.schema import PACKET_SCHEMA, empty_packet_table
 from gropcap.errors import ConfigError
@@ -128,45 +126,8 @@ def streamable(config: GroConfig, *, engine: str = "fast", decoder: str = "fast"
     return memory_reason(config, engine=engine, decoder=decoder, egress=egress)
 
 
-class _Spill:
-    """Arrays written one after another to a temporary file and read back in order."""
-
-    def __init__(self, path: str):
-        self.path = path
-        self.f = open(path, "w+b")
-
-    # record: dtype string (8 bytes, e.g. b"<i8") and element count, then the raw bytes
-    _HEAD = struct.Struct("<8sQ")
-
-    def put(self, *arrays) -> None:
-        for a in arrays:
-            a = np.ascontiguousarray(a).ravel()
-            self.f.write(self._HEAD.pack(a.dtype.str.encode(), len(a)))
-            self.f.write(memoryview(a).cast("B"))
-
-    def rewind(self) -> None:
-        self.f.flush()
-        self.f.seek(0)
-
-    def get(self, k: int) -> list[np.ndarray]:
-        out = []
-        for _ in range(k):
-            code, n = self._HEAD.unpack(self.f.read(self._HEAD.size))
-            a = np.empty(n, np.dtype(code.rstrip(b"\0").decode()))
-            if n:
-                self.f.readinto(memoryview(a).cast("B"))
-            out.append(a)
-        return out
-
-    def size(self) -> int:
-        return os.path.getsize(self.path)
-
-    def close(self) -> None:
-        self.f.close()
-
-
 class _NoSpill:
-    """A :class:`_Spill` that keeps nothing (what an inline run never reads back)."""
+    """A :class:`ArraySpill` that keeps nothing (what an inline run never reads back)."""
 
     path = None
 
@@ -226,13 +187,13 @@ class _ModelRun:
         self.state = None                 # the engine state once the GRO pass is done
         # inline (a summary-only fused run, _Inline): the verdicts stay in memory until
         # their batch is counted, and nothing reads rows or super-packets back
-        self.rows = _NoSpill() if inline else _Spill(os.path.join(tmp, f"{model}.rows"))
+        self.rows = _NoSpill() if inline else ArraySpill(os.path.join(tmp, f"{model}.rows"))
         # per-row arrays the packets pass reads back: flow_id and rx_queue (--out), the
         # flow_id only (the primary model's, for the flow causes), or none
         self.row_arrays = 0 if inline else row_arrays
         self.verdicts = _VerdictBuffer() if inline else \
-            _Spill(os.path.join(tmp, f"{model}.verdicts"))
-        self.segs = _NoSpill() if inline else _Spill(os.path.join(tmp, f"{model}.segs"))
+            ArraySpill(os.path.join(tmp, f"{model}.verdicts"))
+        self.segs = _NoSpill() if inline else ArraySpill(os.path.join(tmp, f"{model}.segs"))
         self.parts = 0
         self.nseg = 0
         self.counts = counts            # run.accumulators.ModelCounts
@@ -425,7 +386,7 @@ class _RowCursor:
     """Per-row arrays spilled in row order (``k`` of flow_id, rx_queue), served in row
     ranges as both (None for one not spilled)."""
 
-    def __init__(self, spill: _Spill, k: int):
+    def __init__(self, spill: ArraySpill, k: int):
         self.spill, self.k = spill, k
         self.buf = [np.zeros(0, np.int64)] * k
 
@@ -445,7 +406,7 @@ class _VerdictCursor:
     later), served by row range. Ranges are asked in order and every row has one
     verdict, so whatever is buffered is at or after the range's first row."""
 
-    def __init__(self, spill: _Spill):
+    def __init__(self, spill: ArraySpill):
         self.spill = spill
         self.buf = [np.zeros(0, np.int64) for _ in range(4)]
 
@@ -477,7 +438,7 @@ class _VerdictCursor:
 
 class _VerdictBuffer(_VerdictCursor):
     """The verdicts of an inline run (:class:`_Inline`), kept in memory from the engine
-    (``put``, as :class:`_Spill`) until their batch's rows are all decided."""
+    (``put``, as :class:`ArraySpill`) until their batch's rows are all decided."""
 
     def __init__(self):
         super().__init__(None)
@@ -1092,60 +1053,48 @@ class _Unfused(Exception):
 def _ack_times(files, decode_options, batch_records, tmp, config, captures="auto",
                progress=None):
     """``--poll-acks`` in bounded memory: one pass over the capture finds the frames the
-    receiver's ACKs close (``ackpolls.AckScan``; each row's time, direction ids and
-    pure-ACK flag go to files in ``tmp``), then the polls and their retimed arrivals are
-    computed a slice at a time (``ackpolls.PollClock``), each receiver run on its own
+    receiver's ACKs close (``ackpolls.AckScan``; each batch's times, direction ids and
+    pure-ACK flags spilled to ``tmp``), then the polls and their retimed arrivals are
+    computed batch by batch (``ackpolls.PollClock``), each receiver run on its own
     (``captures``: ``run/receivers.py``, the batches split as the GRO pass splits them).
     Returns the retimed arrivals, one int64 per row (a read-only memmap), or None when
     no ACK closes a frame (the gap rule stays, as in memory). ``progress``: a line
     counting the pass's packets."""
-    from gropcap.arrays import SLICE_ROWS
     from gropcap.receive.ackpolls import AckScan, PollClock
-    from gropcap.run.receivers import RunSplit
-    scan, split, run, starts = AckScan(), RunSplit(captures), 0, []
-    ends = _GrowingFlags(os.path.join(tmp, "acks.ends"))
-    names = ("ts", "fwd", "rev", "pure")
-    paths = {k: os.path.join(tmp, f"acks.{k}") for k in names}
     from gropcap.run.progress import phase
-    with contextlib.ExitStack() as stack:
-        out = {k: stack.enter_context(open(p, "wb")) for k, p in paths.items()}
-        advance = stack.enter_context(phase(progress, "ACK polls (--poll-acks)"))
+    from gropcap.run.receivers import RunSplit
+    scan, split = AckScan(), RunSplit(captures)
+    ends = _GrowingFlags(os.path.join(tmp, "acks.ends"))
+    rows = ArraySpill(os.path.join(tmp, "acks.rows"))
+    batches = []            # per batch: (its first row, whether it starts a receiver run)
+    with phase(progress, "ACK polls (--poll-acks)") as advance:
         for t in _decode_pass(files, decode_options, batch_records, None):
             advance(t.num_rows)
-            if t.num_rows and split.starts(int(numpy_of(t.column("file_index"))[0]),
-                                           numpy_of(t.column("ts_ns"))):
-                run += 1
-                starts.append(scan.rows)
+            ts = numpy_of(t.column("ts_ns")).astype(np.int64)
+            new = bool(t.num_rows) and split.starts(
+                int(numpy_of(t.column("file_index"))[0]), ts)
+            batches.append((scan.rows, new))
             ends.grow(t.num_rows)
-            fwd, rev, pure = scan.add(t, ends, run)
-            for k, a in (("ts", numpy_of(t.column("ts_ns")).astype(np.int64)),
-                         ("fwd", fwd), ("rev", rev), ("pure", pure.astype(np.uint8))):
-                out[k].write(np.ascontiguousarray(a).tobytes())
+            rows.put(ts, *scan.add(t, ends, split.run))
     n = scan.rows
-    if not scan.acks or not n:
-        ends.close()
-        return None
-    col = {k: np.memmap(p, np.uint8 if k == "pure" else np.int64, "r", shape=(n,))
-           for k, p in paths.items()}
-    clock = PollClock(config.poll_gap_ns, config.budget)
-    timed = os.path.join(tmp, "acks.timed")
-    cuts = sorted(set(range(0, n, SLICE_ROWS)) | set(starts) | {n})
-    with open(timed, "wb") as f:
-        for a, b in zip(cuts, cuts[1:]):
-            if a in starts:
-                f.write(clock.new_run().tobytes())
-            ts = np.asarray(col["ts"][a:b])
-            counted = scan.counted(np.asarray(col["fwd"][a:b]), np.asarray(col["rev"][a:b]),
-                                   np.asarray(col["pure"][a:b], bool))
-            polls = clock.ids(ts, np.asarray(ends.flags[a:b]), counted)
-            f.write(clock.times(ts, polls).tobytes())
-        f.write(clock.times(np.zeros(0, np.int64), np.zeros(0, np.int64),
-                            final=True).tobytes())
-    del col
+    timed = None
+    if scan.acks and n:
+        clock = PollClock(config.poll_gap_ns, config.budget)
+        timed = os.path.join(tmp, "acks.timed")
+        rows.rewind()
+        with open(timed, "wb") as f:
+            for (a, new), b in zip(batches, [r for r, _ in batches[1:]] + [n]):
+                ts, fwd, rev, pure = rows.get(4)
+                if new:
+                    f.write(clock.new_run().tobytes())
+                polls = clock.ids(ts, ends.flags[a:b], scan.counted(fwd, rev, pure))
+                f.write(clock.times(ts, polls).tobytes())
+            f.write(clock.times(np.zeros(0, np.int64), np.zeros(0, np.int64),
+                                final=True).tobytes())
+    rows.close()
+    os.unlink(rows.path)
     ends.close()
-    for p in paths.values():
-        os.unlink(p)
-    return np.memmap(timed, np.int64, "r", shape=(n,))
+    return None if timed is None else np.memmap(timed, np.int64, "r", shape=(n,))
 
 
 def _drop_acks(acks: list) -> None:
