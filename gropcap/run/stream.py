@@ -572,7 +572,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
 
     Raises:
         ConfigError for what only the in-memory path models (``run.options.memory_reason``:
-        the reference engine or decoder, the gro_cells stage, ``--poll-acks``).
+        the reference engine or decoder, the gro_cells stage).
 
     Example:
         >>> r = stream_analyze("big.pcap", out_dir="out")          # doctest: +SKIP
