@@ -72,3 +72,42 @@ def refresh(dispatchers, name: str, current: str) -> bool:
     except OSError:
         pass
     return True
+
+
+def light_loads(dispatchers) -> int:
+    """Let each of ``dispatchers`` load its cached machine code without numba's registry
+    refresh. Returns how many were set up.
+
+    numba's ``Cache.load_overload`` calls ``target_context.refresh()`` before it reads
+    a cached kernel: on the first load of a process that imports about 40 of numba's
+    modules (``numba.np.arraymath``, ``numba.cpython.unicode``, ...) and installs every
+    typing and lowering registry, 0.17 s of a 0.55 s warm run. Neither is read when
+    machine code is loaded: the registries serve typing and lowering, i.e. compiling.
+    What the loaded code needs at run time is numba's runtime (NRT: the allocations of
+    ``np.empty`` in a kernel), which ``rtsys.initialize`` sets up here as refresh does.
+    A compile later in the process still refreshes everything
+    (``numba.core.compiler.compile_extra``), so a cache miss is unaffected.
+
+    Only for gropcap's own kernels, which use neither ``parallel=True`` nor typed
+    containers nor ``np.random``: the patch is on each dispatcher's cache object, never
+    on numba's classes, so a caller's own jitted functions load as numba loads them.
+    Without the internals this relies on (numba changed) nothing is patched."""
+    try:
+        from numba.core.runtime import rtsys
+    except ImportError:
+        return 0
+    done = 0
+    for d in dispatchers:
+        cache = getattr(d, "_cache", None)
+        if not (hasattr(cache, "_load_overload")
+                and hasattr(cache, "_guard_against_spurious_io_errors")):
+            continue               # NullCache (no cache) or another numba
+
+        def load_overload(sig, target_context, _cache=cache):
+            rtsys.initialize(target_context)
+            with _cache._guard_against_spurious_io_errors():
+                return _cache._load_overload(sig, target_context)
+            return None            # (the guard swallowed an I/O error: numba compiles)
+        cache.load_overload = load_overload
+        done += 1
+    return done

@@ -10,9 +10,12 @@ Python scanners are the reference; tests assert both give identical results.
 
 from __future__ import annotations
 
+import sys
+
 import numba
 import numpy as np
 
+from gropcap import numba_cache
 from gropcap.constants import MAX_RECORD_LEN
 
 INT64_MAX = np.int64((1 << 63) - 1)
@@ -172,3 +175,7 @@ def alloc(k: int):
     return (np.empty(k, np.int64), np.empty(k, np.uint32), np.empty(k, np.uint32),
             np.empty(k, np.int64), np.empty(k, np.uint16), np.empty(k, np.uint16),
             np.empty(k, np.uint32), np.empty(k, np.uint64))
+
+
+# cached kernels load without numba's registry refresh (gropcap.numba_cache.light_loads)
+numba_cache.light_loads(numba_cache.dispatchers_of(sys.modules[__name__]))

@@ -1497,6 +1497,7 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
 # (gropcap.numba_cache).
 def _refresh_cache() -> None:
     import os
+    import sys
 
     from gropcap import constants, numba_cache
     from gropcap.decode import options, schema
@@ -1504,6 +1505,7 @@ def _refresh_cache() -> None:
                               repr(sorted(LAYOUT.items()))) + os.path.basename(__file__)
     numba_cache.refresh([decode_kernel, _enter_tunnel, _add_vlan, _clear_rows, _rare_on,
                          _pack_bools], "_fast_kernels.deps", stamp)
+    numba_cache.light_loads(numba_cache.dispatchers_of(sys.modules[__name__]))
 
 
 _refresh_cache()

@@ -14,10 +14,13 @@ first byte first), XOR in the 32 key bits starting at key bit ``i``.
 
 from __future__ import annotations
 
+import sys
+
 import numba
 import numpy as np
 import pyarrow as pa
 
+from gropcap import numba_cache
 from gropcap.arrays import numpy_of
 from gropcap.constants import IP6_EXT_FRAGMENT, IPPROTO_TCP, IPPROTO_UDP
 
@@ -332,3 +335,7 @@ def rss_hash(packets: pa.Table, key: bytes, enabled: bool = True, *, columns=Non
         g("outer_dport", np.uint16), g("dport", np.uint16),
         IP6_EXT_FRAGMENT, IPPROTO_TCP, IPPROTO_UDP, out)
     return out
+
+
+# cached kernels load without numba's registry refresh (gropcap.numba_cache.light_loads)
+numba_cache.light_loads(numba_cache.dispatchers_of(sys.modules[__name__]))

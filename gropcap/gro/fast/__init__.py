@@ -77,3 +77,4 @@ def _refresh_cache() -> bool:
 
 
 _refresh_cache()
+numba_cache.light_loads(numba_cache.dispatchers_of(*MODULES))
