@@ -92,13 +92,15 @@ SLICE_ROWS = 1 << 19
 _MAPS: dict = {}
 
 
-def map_ipc_file(path: str) -> pa.Table:
-    """The tables of an Arrow IPC file, zero-copy over a read-only mapping of it (the
+def map_ipc_file(path: str, stream: bool = False) -> pa.Table:
+    """The tables of an Arrow IPC file (``stream``: the IPC stream format, whose batches
+    may each carry their own dictionaries), zero-copy over a read-only mapping of it (the
     file may be unlinked once this returns: the mapping lives as long as the table).
     :func:`slices` drops the mapping's resident pages after each slice."""
     with open(path, "rb") as f:
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    table = pa.ipc.open_file(pa.BufferReader(pa.py_buffer(mm))).read_all()
+    buf = pa.BufferReader(pa.py_buffer(mm))
+    table = (pa.ipc.open_stream(buf) if stream else pa.ipc.open_file(buf)).read_all()
     _MAPS[id(table)] = mm
     weakref.finalize(table, _MAPS.pop, id(table), None)
     return table

@@ -44,8 +44,9 @@ from gropcap.decode import schema as S
 from gropcap.gro.config import GroConfig
 from gropcap.gro.result import GroResult
 
-__all__ = ["StageResult", "simulate_stages", "gro_cells_input", "stages_summary",
-           "MAX_SKB_FRAGS", "DECAP_TUNNELS"]
+__all__ = ["StageResult", "StageCounts", "Units", "simulate_stages", "gro_cells_input",
+           "gro_cells_rows", "native_units", "stage_config", "stages_summary", "MAX_SKB_FRAGS",
+           "DECAP_TUNNELS"]
 
 MAX_SKB_FRAGS = 17        # include/linux/skbuff.h (CONFIG_MAX_SKB_FRAGS default)
 
@@ -154,10 +155,57 @@ def ecn_decapsulate(outer_tos: np.ndarray, inner_tos: np.ndarray,
     return out, drop
 
 
+@dataclass
+class Units:
+    """What the gro_cells stage reads of native super-packets (first-stage units), in
+    delivery order: each one's first packet's decoded row and its totals. From a whole
+    table (:func:`native_units`) or gathered batch by batch (``run/cells.py``)."""
+
+    heads: pa.Table              # each unit's first packet (PACKET_SCHEMA)
+    count: np.ndarray            # segments merged
+    payload: np.ndarray          # payload bytes
+    gso_size: np.ndarray
+    gso_type: np.ndarray         # the first stage's gso_type
+    end_reason: np.ndarray
+    poll_id: np.ndarray          # the lower device's poll (napi model)
+    last_ts: np.ndarray          # its last packet's ts_ns
+    or_flags: np.ndarray         # FIN | PSH of its packets, ORed (tcp_gro_receive)
+
+    def __len__(self) -> int:
+        return self.heads.num_rows
+
+
+def native_units(packets: pa.Table, native: GroResult) -> Units:
+    """:class:`Units` of every super-packet of ``native`` (a first-stage result over
+    ``packets``)."""
+    from gropcap.arrays import numpy_of, take_rows
+    first = native.seg_first_packet
+    flags = numpy_of(packets.column("tcp_flags")).astype(np.int64)
+    or_flags = np.zeros(native.num_superpackets, dtype=np.int64)
+    np.bitwise_or.at(or_flags, native.gro_seg, flags & (C.TCP_FLAG_FIN | C.TCP_FLAG_PSH))
+    ts = numpy_of(packets.column("ts_ns"))
+    return Units(heads=take_rows(packets, first), count=native.seg_count,
+                 payload=native.seg_payload_len, gso_size=native.seg_gso_size,
+                 gso_type=native.seg_gso_type, end_reason=native.seg_end_reason,
+                 poll_id=native.seg_poll_id, last_ts=ts[native.seg_last_packet],
+                 or_flags=or_flags)
+
+
 def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig, *,
                     frag_list_segs: int = MAX_SKB_FRAGS, split_end_flush: bool = False):
-    """The derived table the gro_cells devices receive.
+    """The derived table the gro_cells devices receive: :func:`gro_cells_rows` of every
+    native super-packet (``sel`` and ``dropped`` are native super-packet ids)."""
+    return gro_cells_rows(native_units(packets, native), config, devices={},
+                          frag_list_segs=frag_list_segs, split_end_flush=split_end_flush)
 
+
+def gro_cells_rows(units: Units, config: GroConfig, *, devices: dict,
+                   frag_list_segs: int = MAX_SKB_FRAGS, split_end_flush: bool = False):
+    """The rows the gro_cells devices receive from ``units`` (native super-packets in
+    delivery order).
+
+    ``devices``: the tunnel / DSA devices numbered so far, by identity (filled in: a run
+    that gathers units in pieces passes the same dict to every piece).
     ``frag_list_segs``: a native super-packet of more segments carries a frag_list
     (MAX_SKB_FRAGS for drivers whose skbs hold one page fragment per segment; 1 for skbs
     with a kmalloc'd linear head, e.g. veth fed by a packet socket, where
@@ -166,43 +214,45 @@ def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig, *,
     later poll (the deferred timer flush of the live replay), so in a window of their own.
 
     Returns ``(table, segments, source_seg, device, gro, coalesced, hashes, polls,
-    dropped)``; ``table`` is empty when nothing is decapsulated. ``coalesced`` is the
+    dropped)``; ``table`` is empty when nothing is decapsulated; ``source_seg`` and
+    ``dropped`` index ``units``. ``coalesced`` is the
     :class:`gropcap.gro.coalesced.CoalescedInput` describing rows that arrive as GSO packets (with
     ``frag_list`` and ``gso_type`` arrays: the first stage's type with the tunnel bits
     cleared by iptunnel_pull_offloads from v4.6), ``hashes`` the skb->hash left after
     decapsulation, ``polls`` the lower device's poll of each row (napi model),
     ``dropped`` the native super-packets :func:`ecn_decapsulate` drops.
     """
+    from gropcap.arrays import numpy_of, take_rows
     from gropcap.gro.coalesced import CoalescedInput
 
     names = ("status", "dsa_tag", "tun_type", "encap_depth", "ip_version",
              "outer_dport", "outer_ip_version", "iface", "dsa_port", "outer_ip_src",
              "outer_ip_dst", "tun_key")
-    cols = {k: packets.column(k).to_pylist() for k in names}
-    first = native.seg_first_packet
-    kinds = np.array([_decap_kind(cols, int(i), config) for i in first], dtype=np.int16)
+    heads = units.heads
+    cols = {k: heads.column(k).to_pylist() for k in names}
+    kinds = np.array([_decap_kind(cols, i, config) for i in range(len(units))],
+                     dtype=np.int16)
     # IP_ECN_decapsulate on each unit's headers (a unit's TOS bytes are equal: GRO
     # flushes on any TOS difference) before gro_cells_receive
-    outer_tos = packets.column("outer_ip_tos").to_numpy(zero_copy_only=False)[first]
-    inner_tos = packets.column("ip_tos").to_numpy(zero_copy_only=False)[first]
+    outer_tos = numpy_of(heads.column("outer_ip_tos"))
+    inner_tos = numpy_of(heads.column("ip_tos"))
     new_tos, ecn_drop = ecn_decapsulate(outer_tos, inner_tos, config.kernel.ecn_decap_ect1)
     ecn_drop &= kinds > 0
     dropped = np.flatnonzero(ecn_drop).astype(np.int64)
     sel = np.flatnonzero((kinds != 0) & ~ecn_drop)
-    rows = first[sel]
-    tab = packets.take(pa.array(rows, pa.int64()))
-    n = len(rows)
-    count = native.seg_count[sel].astype(np.int64)
-    payload = native.seg_payload_len[sel].astype(np.int64)
+    tab = take_rows(heads, sel)
+    n = len(sel)
+    count = np.asarray(units.count)[sel].astype(np.int64)
+    payload = np.asarray(units.payload)[sel].astype(np.int64)
     kind = kinds[sel]
 
     # device identity: one tunnel device per (type, outer addresses, key); a user port per
     # (conduit, port). Numbered in order of first appearance.
-    dev_ids: dict = {}
+    dev_ids = devices
     device = np.zeros(n, dtype=np.uint16)
     gro = np.zeros(n, dtype=bool)
     prof = config.kernel
-    for j, i in enumerate(rows):
+    for j, i in enumerate(sel):
         i = int(i)
         k = int(kind[j])
         if k == -1:
@@ -215,12 +265,7 @@ def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig, *,
         device[j] = _DEVICE_BASE + dev_ids.setdefault(ident, len(dev_ids))
         gro[j] = bool(config.tunnel_gro) and has_cells
 
-    # PSH/FIN of merged segments were ORed into the head (tcp_gro_receive)
-    flags = packets.column("tcp_flags").to_numpy().astype(np.int64)
-    or_flags = np.zeros(native.num_superpackets, dtype=np.int64)
-    np.bitwise_or.at(or_flags, native.gro_seg, flags & (C.TCP_FLAG_FIN | C.TCP_FLAG_PSH))
-    last_ts = packets.column("ts_ns").to_numpy()[native.seg_last_packet[sel]] if n else \
-        np.zeros(0, np.int64)
+    last_ts = np.asarray(units.last_ts, np.int64)[sel]
 
     def col(name):
         return tab.column(name).to_numpy(zero_copy_only=False).copy()
@@ -258,8 +303,9 @@ def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig, *,
         "wire_len": new_wire, "cap_len": new_cap,
         "ip_offset": ip_off, "l4_offset": col("l4_offset").astype(np.int64) - shift,
         "ip_tot_len": tot_len, "payload_len": payload,
-        "tcp_flags": col("tcp_flags").astype(np.int64) | or_flags[native.gro_seg[rows]]
-        if n else col("tcp_flags"),
+        # PSH/FIN of merged segments were ORed into the head (tcp_gro_receive)
+        "tcp_flags": col("tcp_flags").astype(np.int64)
+        | np.asarray(units.or_flags, np.int64)[sel],
         "dsa_tag": np.zeros(n), "dsa_port": np.full(n, -1),
         "ip_csum_ok": np.where(gso_unit, True, col("ip_csum_ok")),
         "ip_tos": np.where(tunnelled, new_tos[sel], col("ip_tos")),
@@ -305,7 +351,7 @@ def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig, *,
                           else pa.array([], f.type))
     derived = pa.Table.from_arrays(arrays, schema=S.PACKET_SCHEMA)
 
-    gso_size = native.seg_gso_size[sel].astype(np.int32)
+    gso_size = np.asarray(units.gso_size)[sel].astype(np.int32)
     co = CoalescedInput(is_gso=gso_unit, gso_size=np.where(gso_unit, gso_size, 0),
                         segs=count.astype(np.int32), source=np.zeros(n, np.uint8))
     co.frag_list = count > frag_list_segs
@@ -313,7 +359,7 @@ def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig, *,
     # before it nothing): the other bits of the first stage (TCPV4/6, ECN, FIXEDID) stay,
     # and tcp4/6_gro_complete ORs into them when the unit is held again
     from gropcap.gro.gso import decap_gso_type
-    stage1 = native.seg_gso_type[sel].astype(np.uint32)
+    stage1 = np.asarray(units.gso_type)[sel].astype(np.uint32)
     co.gso_type = np.where(gso_unit, np.where(
         tunnelled, decap_gso_type(stage1, (4, 6) if prof.strip_tunnel_gso_on_decap
                                   else (4, 5)), stage1), 0).astype(np.uint32)
@@ -324,10 +370,10 @@ def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig, *,
     if udp.any() and config.rss == "toeplitz":
         from gropcap.gro.rss import rss_hash
         hashes[udp] = rss_hash(tab, config.rss_key, True)[udp]
-    polls = native.seg_poll_id[sel].astype(np.int64)
+    polls = np.asarray(units.poll_id)[sel].astype(np.int64)
     if split_end_flush:
         from gropcap.gro import reasons as R
-        polls = polls * 2 + (native.seg_end_reason[sel] == R.END_POLL)
+        polls = polls * 2 + (np.asarray(units.end_reason)[sel] == R.END_POLL)
     return derived, count, sel.astype(np.int64), device, gro, co, hashes, polls, dropped
 
 
@@ -463,6 +509,15 @@ def _engine_for(engine: str, config: GroConfig):
     return simulate
 
 
+def stage_config(config: GroConfig) -> GroConfig:
+    """The gro_cells stage's configuration after a native stage under ``config``."""
+    # gro_cells NAPI: one cell per CPU (queue 0 here: each lower poll is its own window)
+    # and the tunnel device's own gro_max_size: the default (netif_set_gro_max_size is per
+    # device; the physical device's setting does not carry over)
+    return config.replace(native_gro=True, tunnel_gro=None, udp_tunnels=(), queues=1,
+                          gro_max_size=65536, gro_ipv4_max_size=65536)
+
+
 def simulate_stages(packets: pa.Table, config: GroConfig, *,
                     native: GroResult | None = None, frag_list_segs: int = MAX_SKB_FRAGS,
                     split_end_flush: bool = False, engine: str = "reference",
@@ -504,11 +559,7 @@ def simulate_stages(packets: pa.Table, config: GroConfig, *,
     derived, segs, src, device, gro, co, hashes, polls, dropped = gro_cells_input(
         packets, native, config, frag_list_segs=frag_list_segs,
         split_end_flush=split_end_flush)
-    # gro_cells NAPI: one cell per CPU (queue 0 here: each lower poll is its own window)
-    # and the tunnel device's own gro_max_size: the default (netif_set_gro_max_size is per
-    # device; the physical device's setting does not carry over)
-    cfg2 = config.replace(native_gro=True, tunnel_gro=None, udp_tunnels=(), queues=1,
-                          gro_max_size=65536, gro_ipv4_max_size=65536)
+    cfg2 = stage_config(config)
     napi = config.model == "napi"
     if runs is not None and len(src):
         more = {"runs": np.asarray(runs, np.int64)[native.seg_first_packet[src]]}
@@ -521,8 +572,36 @@ def simulate_stages(packets: pa.Table, config: GroConfig, *,
     return out
 
 
-def stages_summary(stages: list[StageResult]) -> dict:
+@dataclass
+class StageCounts:
+    """What :func:`stages_summary` reports of one stage: rows in, the wire segments they
+    stand for, super-packets out, the largest; for ``gro_cells`` the native
+    super-packets dropped (ECN), the devices and the rows whose device has no GRO."""
+
+    name: str
+    packets_in: int
+    segments_in: int
+    superpackets_out: int
+    largest: int
+    dropped: int = 0
+    devices: int = 0
+    rows_without_gro: int = 0
+
+    @classmethod
+    def of(cls, s: StageResult) -> "StageCounts":
+        out = s.superpackets_out
+        more = {}
+        if s.name == "gro_cells":
+            more = {"dropped": 0 if s.dropped is None else int(len(s.dropped)),
+                    "devices": int(len(np.unique(s.device))),
+                    "rows_without_gro": int((~s.gro).sum())}
+        return cls(s.name, s.packets_in, int(np.asarray(s.segments).sum()), out,
+                   int(s.result.seg_count.max()) if out else 0, **more)
+
+
+def stages_summary(stages: list) -> dict:
     """Per stage: rows in, segments in, super-packets out, ratio; and what the stack gets.
+    ``stages``: :class:`StageResult` or :class:`StageCounts` objects, native first.
 
     ``delivered`` counts what reaches the stack: native super-packets that no gro_cells
     device took, plus the gro_cells super-packets.
@@ -531,25 +610,23 @@ def stages_summary(stages: list[StageResult]) -> dict:
     >>> stages_summary(simulate_stages(empty_packet_table(), GroConfig()))["delivered"]
     0
     """
+    stages = [s if isinstance(s, StageCounts) else StageCounts.of(s) for s in stages]
     d: dict = {"stages": {}}
     for s in stages:
-        segs = int(np.asarray(s.segments).sum())
-        out = s.superpackets_out
+        segs, out = s.segments_in, s.superpackets_out
         d["stages"][s.name] = {
             "packets_in": s.packets_in, "segments_in": segs, "superpackets_out": out,
-            "ratio": round(segs / out, 4) if out else 0.0,
-            "largest": int(s.result.seg_count.max()) if out else 0}
+            "ratio": round(segs / out, 4) if out else 0.0, "largest": s.largest}
     delivered = stages[0].superpackets_out
     if len(stages) > 1:
-        dropped = stages[1].dropped
-        n_drop = 0 if dropped is None else int(len(dropped))
-        delivered += stages[1].superpackets_out - stages[1].packets_in - n_drop
-        if n_drop:
-            d["stages"]["gro_cells"]["ecn_dropped"] = n_drop
-        d["stages"]["gro_cells"]["devices"] = int(len(np.unique(stages[1].device)))
-        d["stages"]["gro_cells"]["rows_without_gro"] = int((~stages[1].gro).sum())
+        cells = stages[1]
+        delivered += cells.superpackets_out - cells.packets_in - cells.dropped
+        if cells.dropped:
+            d["stages"]["gro_cells"]["ecn_dropped"] = cells.dropped
+        d["stages"]["gro_cells"]["devices"] = cells.devices
+        d["stages"]["gro_cells"]["rows_without_gro"] = cells.rows_without_gro
     # wire segments: rows, or more when frames were captured already coalesced
-    wire = int(np.asarray(stages[0].segments).sum())
+    wire = stages[0].segments_in
     d["delivered"] = int(delivered)
     d["overall_ratio"] = round(wire / delivered, 4) if delivered else 0.0
     return d

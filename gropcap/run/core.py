@@ -210,7 +210,9 @@ def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
     With ``plot`` (``--plot``), threads: the plots' counts are collected by the
     one-process core (``run.plotdata``); Dask workers would merge the run in memory.
     With ``--poll-acks``, threads: its pass over the capture before GRO runs in one
-    process (not on Dask partitions).
+    process (not on Dask partitions). With ``--tunnel-gro``, threads: the gro_cells
+    stage runs after the native one over its super-packets in delivery order
+    (``run.cells``); Dask workers would merge the run in memory.
     """
     from gropcap.errors import ConfigError
     if parallel not in PARALLEL:
@@ -229,6 +231,10 @@ def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
     if config.poll_acks:
         return "threads", (f"{nthreads} threads in one process: --poll-acks reads the "
                            "whole capture before GRO, in one process")
+    if config.tunnel_gro is not None:
+        return "threads", (f"{nthreads} threads in one process: --tunnel-gro's gro_cells "
+                           "stage replays the native super-packets in delivery order, "
+                           "in one process")
     from gropcap.run.distributed import _nparts
     from gropcap.run.inputs import first_times_rise, input_files
     split = "napi" if "napi" in models else models[0]

@@ -116,11 +116,16 @@ def partitioned_reason(config, *, engine="fast", decoder="fast", egress=None,
                        plot=False) -> str | None:
     """None when :func:`analyze_partitioned` can run this configuration, else why not
     (then the in-memory Dask merge runs it): what the bounded-memory core does not model
-    (``run.options.memory_reason``), and the plots (their counts are collected by the
-    one-process core only, ``run.plotdata``)."""
+    (``run.options.memory_reason``), the plots (their counts are collected by the
+    one-process core only, ``run.plotdata``) and the gro_cells stage (the one-process
+    core replays the native super-packets in delivery order, ``run.cells``)."""
     from gropcap.run.options import memory_reason
     why = memory_reason(config, engine=engine, decoder=decoder, egress=egress)
-    return why or ("the plots are drawn from the merged tables" if plot else None)
+    if why:
+        return why
+    if config.tunnel_gro is not None:
+        return "the gro_cells stage runs over the merged native super-packets"
+    return "the plots are drawn from the merged tables" if plot else None
 
 
 # at most this many partitions run fused (every partition task decodes every input): the

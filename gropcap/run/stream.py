@@ -572,7 +572,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
 
     Raises:
         ConfigError for what only the in-memory path models (``run.options.memory_reason``:
-        the reference engine or decoder, the gro_cells stage).
+        the reference engine or decoder, egress accounting after the gro_cells stage).
 
     Example:
         >>> r = stream_analyze("big.pcap", out_dir="out")          # doctest: +SKIP
@@ -618,8 +618,12 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                      egress=None if egress is None else (egress, config.kernel.version))
         counters = tot.capture
         primary = "napi" if "napi" in models else models[0]
+        # --tunnel-gro: the gro_cells stage over the native super-packets (run/cells.py),
+        # gathered by the super-packets and packets passes
+        cells_on = config.tunnel_gro is not None
+        cells: dict = {}
         # summary only and fused: the packets pass runs inside the first pass (_Inline)
-        inline = bool(_fused and not out_dir)
+        inline = bool(_fused and not out_dir and not cells_on)
         # egress: 8 bytes per row of what it reads of a first packet (RowCodes)
         egress_rows = None if egress is None else \
             RowCodes(os.path.join(tmp, "egress.rows"), egress.scenario)
@@ -665,12 +669,17 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         gro = BatchGroModels([r.config for r in runs])   # states carried batch to batch
         from gropcap.run.receivers import RunSplit
         split = RunSplit(captures)
+        file_run: dict = {}             # the receiver run of each input file seen
 
         def run_end(t):
             # a batch that starts a new receiver run: the run before it flushed (its
             # parts), fresh receivers for this one (run/receivers.py); else None
-            if not t.num_rows or not split.starts(
-                    int(numpy_of(t.column("file_index"))[0]), numpy_of(t.column("ts_ns"))):
+            if not t.num_rows:
+                return None
+            fi = int(numpy_of(t.column("file_index"))[0])
+            new = split.starts(fi, numpy_of(t.column("ts_ns")))
+            file_run[fi] = split.run
+            if not new:
                 return None
             parts = gro.feed(empty_packet_table(), final=True)
             gro.next_run()
@@ -695,7 +704,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         # try, and the run starts again unfused (_Unfused).
         from gropcap.run.progress import phase
         gro_phase = None
-        keep = _kept_columns(out_dir, packet_columns, models, plot) if _fused else None
+        keep = _kept_columns(out_dir, packet_columns, models, plot) \
+            if _fused and not cells_on else None
         dec_schema = PACKET_SCHEMA if keep is None else \
             pa.schema([PACKET_SCHEMA.field(c) for c in keep])
         coal = _Coalesced(config.mtu)
@@ -817,7 +827,12 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             sp_tmp = os.path.join(tmp, "superpackets.parquet")
         sp_phase = phase(progress, "super-packets",
                          0 if inline else sum(r.parts for r in runs), "batches")
+        if cells_on:
+            from gropcap.run.cells import CellsStage
         for run in ([] if inline else runs):
+            if cells_on:
+                cells[run.model] = CellsStage(tmp, config.replace(model=run.model),
+                                              run.nseg)
             so = _SegOrder(run)
             run.segs.rewind()
             for _ in range(run.parts):
@@ -837,11 +852,16 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 pos = so.positions(s["poll"])
                 if len(pos):
                     ipos[s["inst"]] = np.where(s["count"] > 1, pos, -pos - 1)
-                if not out_dir:
+                if not out_dir and not cells_on:
                     continue
                 gso_type = np.zeros(len(pos), np.uint32)
                 multi = s["count"] > 1
                 gso_type[multi] = gtable[s["gcode"][multi], s["fixed"][multi] & 3]
+                if cells_on:
+                    cells[run.model].segs(pos, s["count"], s["payload"], s["gso"],
+                                          gso_type, s["end"], so.poll_ids(s["poll"]))
+                if not out_dir:
+                    continue
                 rows = {
                     "seg_id": pos, "flow_id": s["flow"], "first_packet": s["first"],
                     "last_packet": s["last"], "count": s["count"].astype(np.int32),
@@ -925,6 +945,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 first = inst_first[run.model](inst)
                 role = _roles(first, alone)
                 run.counts.add_encap(t, first)
+                if cells_on:
+                    cells[run.model].packets(t, np.where(alone, -code - 1, code), first)
                 if plots is not None:
                     plots.add_firsts(run.model, t, first)
                 hint.packets_batch(t, run.model, first)
@@ -947,12 +969,24 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 pk_side.submit(write_packets, t, cols)
         pk_side.drain()
         pk_phase.end()
+        extra = {}
+        if cells_on:
+            # the gro_cells stage over the gathered native super-packets (run/cells.py)
+            from gropcap.gro.stages import stages_summary
+            run_of_file = np.zeros(len(infos), np.int64)
+            for fi, r in file_run.items():
+                run_of_file[fi] = r
+            seg_in = tot.coalesced.segs_total if tot.coalesced else counters.packets
+            extra["stages"] = {
+                m: stages_summary(cells[m].run(run_of_file, counters.packets, seg_in))
+                for m in models}
+        extra.update(egress_extra(tot))
         from gropcap.receive.context import ReceiveContext
         from gropcap.run.summary import render_summary
         summary = render_summary(tot, infos=infos, config=config,
                                  mtu=coal.stats.mtu_inference(),
                                  receive=receive or ReceiveContext.from_config(config),
-                                 extra=egress_extra(tot), captures=captures)
+                                 extra=extra, captures=captures)
 
         def whole():
             table = pa.Table.from_batches(list(decoded()), schema=PACKET_SCHEMA)
@@ -1016,6 +1050,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             locals()["egress_rows"].close()
         if locals().get("plots") is not None:
             locals()["plots"].close()
+        for stage in (locals().get("cells") or {}).values():
+            stage.remove()
         for run in locals().get("runs", []):
             for sp in (run.rows, run.verdicts, run.segs):
                 try:

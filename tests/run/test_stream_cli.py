@@ -59,12 +59,18 @@ def test_bounded_memory_is_the_default(stream_calls):
     assert json.loads(r.stdout) == json.loads(_run("--no-stream", "--format", "json").stdout)
     assert len(calls) == 1                     # --no-stream holds the run in memory
     # an option only the whole-table models run is held in memory, silently
-    r = _run("--format", "json", "--tunnel-gro")
+    r = _run("--format", "json", "--tunnel-gro", "--egress", "decap")
     assert r.exit_code == 0 and "stages" in json.loads(r.stdout)
     assert len(calls) == 1
+    # the gro_cells stage runs batch by batch (run.cells), the same as in memory
+    r = _run("--format", "json", "--tunnel-gro")
+    assert r.exit_code == 0 and "stages" in json.loads(r.stdout)
+    assert len(calls) == 2
+    assert json.loads(r.stdout) == json.loads(
+        _run("--no-stream", "--format", "json", "--tunnel-gro").stdout)
     # egress is counted batch by batch (run.stream.RowCodes), the same as in memory
     r = _run("--format", "json", "--egress", "decap")
     assert r.exit_code == 0 and "egress" in json.loads(r.stdout)
-    assert len(calls) == 2
+    assert len(calls) == 3
     assert json.loads(r.stdout) == json.loads(
         _run("--no-stream", "--format", "json", "--egress", "decap").stdout)

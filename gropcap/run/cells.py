@@ -1,0 +1,214 @@
+"""``--tunnel-gro`` batch by batch: the gro_cells stage after the native one, in bounded
+memory.
+
+The in-memory run (``run.memory.analyze``) builds the gro_cells devices' input from the
+whole decoded table and the native stage's :class:`GroResult`
+(``gro.stages.simulate_stages``). The bounded-memory core (``run/stream.py``) has
+neither: it learns each native super-packet (a *unit*) piece by piece. Its
+super-packets pass knows each unit's delivery position and totals (count, payload,
+gso_size and gso_type, end reason, poll); its packets pass sees the unit's packets in
+row order (the first one's decoded row, the last one's time, the FIN/PSH bits of all).
+:class:`CellsStage` gathers both, per model, on disk:
+
+- the totals in one record per unit (a ``numpy.memmap`` indexed by delivery position,
+  its pages dropped after each batch);
+- the first packets' decoded rows in an Arrow IPC stream file, in row order, with the
+  spill row of each unit's head in its record.
+
+:meth:`CellsStage.run` then reads the units in delivery order, :data:`UNITS_PER_SLICE`
+at a time, through the same ``gro.stages.gro_cells_rows`` the in-memory run uses, and
+feeds the rows to the stage's engine with its state carried from slice to slice
+(``engine.simulate_batch``, as ``engine.simulate`` feeds pieces): the same summary as
+the in-memory stage (``gro.stages.StageCounts``). Memory: one slice of units and the
+devices seen, whatever the capture's size.
+
+Layer: run (reads gro/, decode/).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+
+from gropcap.arrays import drop_pages, map_ipc_file, numpy_of
+from gropcap.constants import TCP_FLAG_FIN, TCP_FLAG_PSH
+from gropcap.decode.schema import PACKET_SCHEMA, empty_packet_table
+from gropcap.gro.config import GroConfig
+
+__all__ = ["CellsStage", "UNITS_PER_SLICE"]
+
+UNITS_PER_SLICE = 1 << 16       # units per slice of the gro_cells pass
+
+# one record per native super-packet, by delivery position
+_UNIT = np.dtype([("count", np.int64), ("payload", np.int64), ("gso_size", np.int64),
+                  ("gso_type", np.uint32), ("end", np.uint8), ("flags", np.uint8),
+                  ("poll", np.int64), ("last_ts", np.int64), ("head", np.int64)])
+
+
+class CellsStage:
+    """One model's gro_cells stage, gathered batch by batch (see the module docstring).
+
+    ``nseg``: the model's native super-packets (known once GRO is done);
+    ``config``: the run's configuration with ``model`` set (``tunnel_gro`` not None)."""
+
+    def __init__(self, tmp: str, config: GroConfig, nseg: int):
+        self.config = config
+        self.nseg = nseg
+        self.path = os.path.join(tmp, f"cells-{config.model}")
+        self.units = np.memmap(self.path + ".units", _UNIT, "w+", shape=(max(nseg, 1),))
+        self.units["head"] = -1
+        self.heads = 0                   # heads spilled so far
+        self.sink = self.writer = None
+
+    def segs(self, pos: np.ndarray, count, payload, gso_size, gso_type, end, poll) -> None:
+        """A batch of the super-packets pass: units at delivery positions ``pos``."""
+        u = self.units
+        u["count"][pos] = count
+        u["payload"][pos] = payload
+        u["gso_size"][pos] = gso_size
+        u["gso_type"][pos] = gso_type
+        u["end"][pos] = end
+        u["poll"][pos] = poll
+        drop_pages(u)
+
+    def packets(self, t: pa.Table, pos: np.ndarray, first: np.ndarray) -> None:
+        """A batch of the packets pass: its decoded rows (row order), each row's unit
+        (delivery position) and whether it is its unit's first row."""
+        if not t.num_rows:
+            return
+        u = self.units
+        flags = numpy_of(t.column("tcp_flags")).astype(np.uint8) & \
+            (TCP_FLAG_FIN | TCP_FLAG_PSH)
+        orf = u["flags"]
+        np.bitwise_or.at(orf, pos, flags)
+        # the last row of each unit in this batch (later batches come later)
+        rev = pos[::-1]
+        seen, at = np.unique(rev, return_index=True)
+        u["last_ts"][seen] = numpy_of(t.column("ts_ns"))[len(pos) - 1 - at]
+        heads = np.flatnonzero(first)
+        if len(heads):
+            u["head"][pos[heads]] = self.heads + np.arange(len(heads))
+            self.heads += len(heads)
+            if self.writer is None:
+                self.sink = pa.OSFile(self.path + ".heads", "wb")
+                # the stream format: each batch keeps its own encap dictionary
+                self.writer = pa.ipc.new_stream(self.sink, PACKET_SCHEMA)
+            self.writer.write_table(t.take(pa.array(heads, pa.int64())))
+        drop_pages(u)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.sink.close()
+            self.writer = None
+
+    def run(self, run_of_file: np.ndarray, native_packets: int, native_segments: int):
+        """The gro_cells stage over the gathered units, in delivery order:
+        ``[StageCounts native, StageCounts gro_cells]``. ``run_of_file``: the receiver
+        run of each input file (a unit's rows reach the cells of its own run);
+        ``native_packets``, ``native_segments``: the native stage's input rows and the
+        wire segments they stand for."""
+        from gropcap.gro.engine import _cut_coalesced, next_run, simulate_batch
+        from gropcap.gro.stages import StageCounts, Units, gro_cells_rows, stage_config
+        self.close()
+        n = self.nseg
+        u = self.units
+        if n and (u["head"][:n] < 0).any():
+            raise AssertionError("gro_cells: a native super-packet without its first row")
+        heads = map_ipc_file(self.path + ".heads", stream=True) if n else \
+            empty_packet_table()
+        bounds = np.cumsum([0] + [b.num_rows for b in heads.to_batches()])
+        cfg2 = stage_config(self.config)
+        napi = self.config.model == "napi"
+        devices: dict = {}
+        state, cur = None, None
+        cells = StageCounts("gro_cells", 0, 0, 0, 0)
+        run_of_file = np.asarray(run_of_file, np.int64)
+        largest = 0
+
+        def feed(table, final, **kw):
+            nonlocal state
+            part, state = simulate_batch(table, cfg2, state, final=final, **kw)
+            counts = part.segs["count"]
+            cells.superpackets_out += len(counts)
+            cells.largest = max(cells.largest, int(counts.max()) if len(counts) else 0)
+
+        batches = heads.to_batches()
+        for lo in range(0, n, UNITS_PER_SLICE):
+            hi = min(n, lo + UNITS_PER_SLICE)
+            rec = np.array(u[lo:hi])             # this slice's records, read once
+            drop_pages(u)
+            drop_pages(heads)
+            largest = max(largest, int(rec["count"].max()))
+            units = Units(heads=_gather(batches, bounds, rec["head"]),
+                          count=rec["count"], payload=rec["payload"],
+                          gso_size=rec["gso_size"], gso_type=rec["gso_type"],
+                          end_reason=rec["end"], poll_id=rec["poll"],
+                          last_ts=rec["last_ts"], or_flags=rec["flags"].astype(np.int64))
+            derived, segs, src, device, gro, co, hashes, polls, dropped = gro_cells_rows(
+                units, self.config, devices=devices)
+            cells.packets_in += derived.num_rows
+            cells.segments_in += int(np.asarray(segs).sum())
+            cells.dropped += len(dropped)
+            cells.rows_without_gro += int((~gro).sum())
+            if not derived.num_rows:
+                continue
+            runs = run_of_file[numpy_of(units.heads.column("file_index")).astype(
+                np.int64)[src]] if len(run_of_file) else np.zeros(len(src), np.int64)
+            cuts = np.flatnonzero(np.diff(runs)) + 1
+            for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(runs)]):
+                if cur is not None and runs[a] != cur:
+                    feed(empty_packet_table(), True, **_empty_kw(napi))
+                    state = next_run(state)
+                cur = int(runs[a])
+                feed(derived.slice(a, b - a), False, no_gro=~gro[a:b],
+                     polls=polls[a:b] if napi else None,
+                     hashes=hashes[a:b] if napi else None,
+                     coalesced=_cut_coalesced(co, a, b))
+        if state is not None:
+            feed(empty_packet_table(), True, **_empty_kw(napi))
+        cells.devices = len(devices)
+        native = StageCounts("native", native_packets, native_segments, n, largest)
+        return [native, cells]
+
+    def remove(self) -> None:
+        """Close and delete the files (the temporary directory goes anyway)."""
+        self.close()
+        u, self.units = self.units, None
+        if u is not None:
+            mm = getattr(u, "_mmap", None)
+            del u
+            if mm is not None:
+                try:
+                    mm.close()
+                except (BufferError, ValueError):
+                    pass
+        for ext in (".units", ".heads"):
+            try:
+                os.unlink(self.path + ext)
+            except OSError:
+                pass
+
+
+def _gather(batches: list, bounds: np.ndarray, rows: np.ndarray) -> pa.Table:
+    """Rows ``rows`` (spill row numbers, any order) of the spilled heads, in that order:
+    a take from each record batch they fall in (no concatenation of the whole file)."""
+    which = np.searchsorted(bounds, rows, side="right") - 1
+    pieces, order = [], []
+    for k in np.unique(which):
+        sel = np.flatnonzero(which == k)
+        local = rows[sel] - bounds[k]
+        pieces.append(pa.Table.from_batches([batches[k]]).take(pa.array(local, pa.int64())))
+        order.append(sel)
+    table = pa.concat_tables(pieces).unify_dictionaries().combine_chunks()
+    back = np.empty(len(rows), np.int64)
+    back[np.concatenate(order)] = np.arange(len(rows))
+    return table.take(pa.array(back, pa.int64()))
+
+
+def _empty_kw(napi: bool) -> dict:
+    """simulate_batch's per-row arguments for an empty final batch."""
+    return {"no_gro": np.zeros(0, bool), "polls": np.zeros(0, np.int64) if napi else None,
+            "hashes": np.zeros(0, np.uint32) if napi else None}
