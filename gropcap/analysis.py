@@ -121,8 +121,10 @@ class Analysis:
     def egress(self) -> dict:
         """Egress accounting per model (``gso.egress`` totals) for :attr:`egress_options`.
 
-        The super-packets that reach the stack (after the gro_cells stage when it is
-        modelled) leave through the egress device: segments, hardware vs software.
+        The super-packets that reach the stack leave through the egress device:
+        segments, hardware vs software. With the gro_cells stage modelled those are the
+        native super-packets no cell took (or dropped) and the cells' super-packets
+        (``gro.stages.stages_summary``'s ``delivered``).
         """
         from gropcap.egress import egress, egress_headers, mangleid_df
 
@@ -132,8 +134,10 @@ class Analysis:
         out = {}
         for model, result in self.results.items():
             stages = self.stages.get(model)
-            table, res = (stages[-1].table, stages[-1].result) if stages else \
-                (self.decoded, result)
+            if stages and len(stages) > 1:
+                out[model] = self._egress_after_cells(stages, opts)
+                continue
+            table, res = self.decoded, result
             hdr_len, df, ip_hdr_len = egress_headers(table, res.seg_first_packet,
                                                      opts.scenario)
             r = egress(res.seg_count, res.seg_gso_size, res.seg_gso_type, res.seg_payload_len,
@@ -144,6 +148,28 @@ class Analysis:
             out[model] = {"scenario": opts.scenario, "features": opts.feature_text,
                           "mtu": opts.mtu, **r.totals()}
         return out
+
+    def _egress_after_cells(self, stages, opts) -> dict:
+        """:meth:`egress` of one model whose gro_cells stage ran: the native super-packets
+        that reach the stack as they are, then the cells' super-packets."""
+        import numpy as np
+
+        from gropcap.arrays import take_rows
+        from gropcap.egress import EgressCounts, header_codes
+        native, cells = stages[0], stages[-1]
+        counts = EgressCounts.of(opts, self.config.kernel.version)
+        keep = np.ones(native.result.num_superpackets, bool)
+        keep[cells.source_seg] = False
+        if cells.dropped is not None:
+            keep[cells.dropped] = False
+        for st, rows in ((native, np.flatnonzero(keep)),
+                         (cells, np.arange(cells.result.num_superpackets))):
+            res = st.result
+            heads = res.seg_first_packet[rows]
+            counts.add(res.seg_count[rows], res.seg_gso_size[rows], res.seg_gso_type[rows],
+                       res.seg_payload_len[rows],
+                       header_codes(take_rows(st.table, heads), opts.scenario))
+        return counts.as_dict()
 
     def summary(self) -> dict:
         """The JSON summary (`gropcap analyze --format json`)."""

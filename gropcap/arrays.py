@@ -257,6 +257,35 @@ def take_rows(table, rows: np.ndarray):
     return kind.from_arrays(cols, schema=table.schema)
 
 
+class RowFile:
+    """One value per row (``dtype``), appended in row order to a file and looked up by
+    row number: what a later pass reads of some rows, without keeping the rows. The file
+    is mapped again when it has grown and only the looked-up pages are read."""
+
+    def __init__(self, path: str, dtype=np.int64):
+        self.path, self.dtype = path, np.dtype(dtype)
+        self.f = open(path, "wb", buffering=0)
+        self.n = 0
+        self._map = None
+
+    def append(self, values: np.ndarray) -> None:
+        """The next rows' values."""
+        if len(values):
+            self.f.write(memoryview(np.ascontiguousarray(values, self.dtype)).cast("B"))
+            self.n += len(values)
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        if not len(rows):
+            return np.zeros(0, self.dtype)
+        if self._map is None or len(self._map) < self.n:
+            self._map = np.memmap(self.path, self.dtype, mode="r", shape=(self.n,))
+        return np.asarray(self._map[np.asarray(rows, np.int64)])
+
+    def close(self) -> None:
+        self._map = None
+        self.f.close()
+
+
 class ArraySpill:
     """numpy arrays written one after another to a temporary file and read back in order
     (``put`` several, ``rewind``, ``get`` as many): the bounded-memory run's spills."""

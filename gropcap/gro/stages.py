@@ -34,7 +34,7 @@ configurations only the reference implements fall back to it, see
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -44,9 +44,9 @@ from gropcap.decode import schema as S
 from gropcap.gro.config import GroConfig
 from gropcap.gro.result import GroResult
 
-__all__ = ["StageResult", "StageCounts", "Units", "simulate_stages", "gro_cells_input",
-           "gro_cells_rows", "native_units", "stage_config", "stages_summary", "MAX_SKB_FRAGS",
-           "DECAP_TUNNELS"]
+__all__ = ["StageResult", "StageCounts", "Units", "CellsIds", "simulate_stages",
+           "gro_cells_input", "gro_cells_rows", "native_units", "stage_config",
+           "stages_summary", "MAX_SKB_FRAGS", "DECAP_TUNNELS"]
 
 MAX_SKB_FRAGS = 17        # include/linux/skbuff.h (CONFIG_MAX_SKB_FRAGS default)
 
@@ -191,21 +191,44 @@ def native_units(packets: pa.Table, native: GroResult) -> Units:
                  or_flags=or_flags)
 
 
+@dataclass
+class CellsIds:
+    """What numbers the gro_cells rows of one receiver's stage, carried across the pieces
+    a run cuts its units into (``run/cells.py``): the devices by identity (numbered in
+    order of first appearance), and the L2 source addresses that stand for the MAC header
+    bytes gro_list_prepare compares on ip6tnl / ip6gretap devices
+    (:func:`_ip6tnl_mac_compare`): equal keys get equal ids, a row that matches no other
+    gets an id of its own."""
+
+    devices: dict = field(default_factory=dict)
+    macs: dict = field(default_factory=dict)
+    next_mac: int = 1
+
+    def mac(self, key=None) -> int:
+        """The id of ``key`` (None: a new id, equal to no other)."""
+        if key is not None and key in self.macs:
+            return self.macs[key]
+        got, self.next_mac = self.next_mac, self.next_mac + 1
+        if key is not None:
+            self.macs[key] = got
+        return got
+
+
 def gro_cells_input(packets: pa.Table, native: GroResult, config: GroConfig, *,
                     frag_list_segs: int = MAX_SKB_FRAGS, split_end_flush: bool = False):
     """The derived table the gro_cells devices receive: :func:`gro_cells_rows` of every
     native super-packet (``sel`` and ``dropped`` are native super-packet ids)."""
-    return gro_cells_rows(native_units(packets, native), config, devices={},
+    return gro_cells_rows(native_units(packets, native), config, ids=CellsIds(),
                           frag_list_segs=frag_list_segs, split_end_flush=split_end_flush)
 
 
-def gro_cells_rows(units: Units, config: GroConfig, *, devices: dict,
+def gro_cells_rows(units: Units, config: GroConfig, *, ids: CellsIds,
                    frag_list_segs: int = MAX_SKB_FRAGS, split_end_flush: bool = False):
     """The rows the gro_cells devices receive from ``units`` (native super-packets in
     delivery order).
 
-    ``devices``: the tunnel / DSA devices numbered so far, by identity (filled in: a run
-    that gathers units in pieces passes the same dict to every piece).
+    ``ids``: the :class:`CellsIds` of this stage (filled in: a run that gathers units in
+    pieces passes the same one to every piece).
     ``frag_list_segs``: a native super-packet of more segments carries a frag_list
     (MAX_SKB_FRAGS for drivers whose skbs hold one page fragment per segment; 1 for skbs
     with a kmalloc'd linear head, e.g. veth fed by a packet socket, where
@@ -248,7 +271,7 @@ def gro_cells_rows(units: Units, config: GroConfig, *, devices: dict,
 
     # device identity: one tunnel device per (type, outer addresses, key); a user port per
     # (conduit, port). Numbered in order of first appearance.
-    dev_ids = devices
+    dev_ids = ids.devices
     device = np.zeros(n, dtype=np.uint16)
     gro = np.zeros(n, dtype=bool)
     prof = config.kernel
@@ -333,12 +356,12 @@ def gro_cells_rows(units: Units, config: GroConfig, *, devices: dict,
             changes[f.name] = np.where(tunnelled, np.zeros_like(base), base)
     if prof.ip6_tnl_hard_header_len and n:
         changes["eth_src"] = _ip6tnl_mac_compare(
-            kind, device, changes["eth_src"], col, prof.ip6_tnl_mac_header_reset,
+            ids, kind, device, changes["eth_src"], col, prof.ip6_tnl_mac_header_reset,
             np.where(gso_unit, (ip_off_old - col("outer_ip_offset")) + tot_len,
                      col("outer_ip_tot_len")))
     if prof.ip6gre_tap_hard_header_len and n:
         changes["eth_src"] = _ip6gre_tap_mac_compare(
-            kind, col("outer_ip_version"), col("tun_flags"), ip_off, hdr, changes, col)
+            ids, kind, col("outer_ip_version"), col("tun_flags"), ip_off, hdr, changes, col)
     arrays = []
     for f in S.PACKET_FIELDS:
         if isinstance(changes.get(f.name), pa.Array):
@@ -377,7 +400,8 @@ def gro_cells_rows(units: Units, config: GroConfig, *, devices: dict,
     return derived, count, sel.astype(np.int64), device, gro, co, hashes, polls, dropped
 
 
-def _ip6tnl_mac_compare(kind, device, eth_src, col, reset: bool, outer_len) -> np.ndarray:
+def _ip6tnl_mac_compare(ids: CellsIds, kind, device, eth_src, col, reset: bool,
+                        outer_len) -> np.ndarray:
     """gro_list_prepare's MAC-header check on an ip6tnl (ip6ip6 / ip4ip6) device whose
     ``hard_header_len`` is not 0 (:attr:`KernelProfile.ip6_tnl_hard_header_len`): not
     ETH_HLEN, so ``memcmp(skb_mac_header(p), skb_mac_header(skb), maclen)`` with maclen =
@@ -397,21 +421,20 @@ def _ip6tnl_mac_compare(kind, device, eth_src, col, reset: bool, outer_len) -> n
       checksum), different for every segment: no two rows are the same flow (a
       byte-identical duplicate would be, the model does not look for one).
 
-    Other rows keep ``eth_src``."""
+    Other rows keep ``eth_src``. The ids come from ``ids`` (:meth:`CellsIds.mac`)."""
     ip6tnl = np.isin(kind, (C.TUN_IP6IP6, C.TUN_IP4IP6))
     out = np.asarray(eth_src, dtype=np.uint64).copy()
     if not ip6tnl.any():
         return out
     if reset:
-        out[ip6tnl] = np.flatnonzero(ip6tnl).astype(np.uint64) + 1
+        for j in np.flatnonzero(ip6tnl):
+            out[j] = ids.mac()
         return out
     parts = [device, col("eth_dst"), col("eth_src"), col("eth_type"), col("vlan_depth"),
              col("vlan_tci0"), col("outer_ip_tos"), col("outer_ip_flow_label"),
              col("outer_ip_ttl"), col("outer_ip_ext_mask"), np.asarray(outer_len)]
-    ids: dict = {}
     for j in np.flatnonzero(ip6tnl):
-        key = tuple(int(p[j]) for p in parts)
-        out[j] = ids.setdefault(key, len(ids) + 1)
+        out[j] = ids.mac(("ip6tnl",) + tuple(int(p[j]) for p in parts))
     return out
 
 
@@ -427,8 +450,8 @@ _IPV6_FIELDS = ((0, "ip_tos"), (1, "ip_flow_label"), (4, "ip_tot_len"), (6, "ip_
 _L4_FIELDS = ((0, "sport"), (2, "dport"), (4, "udp_len"), (6, "l4_csum"))
 
 
-def _ip6gre_tap_mac_compare(kind, outer_version, tun_flags, ip_off, ip_hdr, changes,
-                            col) -> np.ndarray:
+def _ip6gre_tap_mac_compare(ids: CellsIds, kind, outer_version, tun_flags, ip_off, ip_hdr,
+                            changes, col) -> np.ndarray:
     """gro_list_prepare's MAC-header check on an ip6gretap / ip6erspan device
     (:attr:`KernelProfile.ip6gre_tap_hard_header_len`): ``maclen = hard_header_len`` is
     not ETH_HLEN, so ``memcmp(skb_mac_header(p), skb_mac_header(skb), maclen)`` over the
@@ -462,20 +485,20 @@ def _ip6gre_tap_mac_compare(kind, outer_version, tun_flags, ip_off, ip_hdr, chan
     vals["ip_tot_len"] = np.asarray(changes["ip_tot_len"])
     vals["ip_tos"] = np.asarray(changes["ip_tos"])
     v6 = col("ip_version") == 6
-    ids: dict = {}
     for j in rows:
         j = int(j)
         if seq_covered[j]:
-            key: tuple = ("row", j)
+            key: tuple | None = None            # a flow of its own
         else:
-            key = tuple(int(changes[c][j]) for c in ("iface", "eth_dst", "eth_type")) + \
+            key = ("ip6gretap",) + \
+                tuple(int(changes[c][j]) for c in ("iface", "eth_dst", "eth_type")) + \
                 (int(eth_src[j]),) + tuple(int(changes[c][j]) for c in _VLAN_COLS)
             fields = _IPV6_FIELDS if v6[j] else _IPV4_FIELDS
             key += tuple(_as_key(vals[c][j]) for at, c in fields
                          if ip_off[j] + at < maclen[j])
             key += tuple(_as_key(vals[c][j]) for at, c in _L4_FIELDS
                          if l4_off[j] + at < maclen[j] and (at < 4 or not tcp[j]))
-        eth_src[j] = ids.setdefault(key, len(ids) + 1)
+        eth_src[j] = ids.mac(key)
     return eth_src
 
 

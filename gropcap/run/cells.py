@@ -32,7 +32,7 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from gropcap.arrays import drop_pages, map_ipc_file, numpy_of
+from gropcap.arrays import RowFile, drop_pages, map_ipc_file, numpy_of, take_rows
 from gropcap.constants import TCP_FLAG_FIN, TCP_FLAG_PSH
 from gropcap.decode.schema import PACKET_SCHEMA, empty_packet_table
 from gropcap.gro.config import GroConfig
@@ -61,6 +61,7 @@ class CellsStage:
         self.units["head"] = -1
         self.heads = 0                   # heads spilled so far
         self.sink = self.writer = None
+        self.rowfiles: list = []         # (egress: the cells' rows' codes, gso types)
 
     def segs(self, pos: np.ndarray, count, payload, gso_size, gso_type, end, poll) -> None:
         """A batch of the super-packets pass: units at delivery positions ``pos``."""
@@ -99,19 +100,27 @@ class CellsStage:
         drop_pages(u)
 
     def close(self) -> None:
+        for f in self.rowfiles:
+            f.close()
+        self.rowfiles = []
         if self.writer is not None:
             self.writer.close()
             self.sink.close()
             self.writer = None
 
-    def run(self, run_of_file: np.ndarray, native_packets: int, native_segments: int):
+    def run(self, run_of_file: np.ndarray, native_packets: int, native_segments: int,
+            egress=None):
         """The gro_cells stage over the gathered units, in delivery order:
         ``[StageCounts native, StageCounts gro_cells]``. ``run_of_file``: the receiver
         run of each input file (a unit's rows reach the cells of its own run);
         ``native_packets``, ``native_segments``: the native stage's input rows and the
-        wire segments they stand for."""
-        from gropcap.gro.engine import _cut_coalesced, next_run, simulate_batch
-        from gropcap.gro.stages import StageCounts, Units, gro_cells_rows, stage_config
+        wire segments they stand for. ``egress``: an ``egress.EgressCounts`` to count
+        what reaches the stack into (``Analysis.egress``): the native super-packets no
+        cell took or dropped, and the cells' super-packets."""
+        from gropcap.egress import header_codes
+        from gropcap.gro.engine import _cut_coalesced, _gso_table, next_run, simulate_batch
+        from gropcap.gro.stages import (CellsIds, StageCounts, Units, gro_cells_rows,
+                                        stage_config)
         self.close()
         n = self.nseg
         u = self.units
@@ -122,18 +131,38 @@ class CellsStage:
         bounds = np.cumsum([0] + [b.num_rows for b in heads.to_batches()])
         cfg2 = stage_config(self.config)
         napi = self.config.model == "napi"
-        devices: dict = {}
+        ids = CellsIds()                 # devices and MAC ids, across the slices
         state, cur = None, None
         cells = StageCounts("gro_cells", 0, 0, 0, 0)
         run_of_file = np.asarray(run_of_file, np.int64)
         largest = 0
 
+        if egress is not None:
+            # per row fed to the cells: egress's header codes and the gso_type it arrived
+            # with (a merged super-packet keeps its head's bits: _keep_arriving_gso_type)
+            codes = RowFile(self.path + ".codes", np.int64)
+            arriving = RowFile(self.path + ".arriving", np.uint32)
+            self.rowfiles = [codes, arriving]
+            gtable = _gso_table(cfg2)
+
         def feed(table, final, **kw):
             nonlocal state
+            if egress is not None and table.num_rows:
+                codes.append(header_codes(table, egress.scenario))
+                co = kw.get("coalesced")
+                arriving.append(co.gso_type if co is not None else
+                                np.zeros(table.num_rows, np.uint32))
             part, state = simulate_batch(table, cfg2, state, final=final, **kw)
-            counts = part.segs["count"]
+            s = part.segs
+            counts = s["count"]
             cells.superpackets_out += len(counts)
             cells.largest = max(cells.largest, int(counts.max()) if len(counts) else 0)
+            if egress is not None and len(counts):
+                multi = counts > 1
+                gso_type = np.zeros(len(counts), np.uint32)
+                gso_type[multi] = gtable[s["gcode"][multi], s["fixed"][multi] & 3] | \
+                    arriving.take(s["first"][multi])
+                egress.add(counts, s["gso"], gso_type, s["payload"], codes.take(s["first"]))
 
         batches = heads.to_batches()
         for lo in range(0, n, UNITS_PER_SLICE):
@@ -148,11 +177,19 @@ class CellsStage:
                           end_reason=rec["end"], poll_id=rec["poll"],
                           last_ts=rec["last_ts"], or_flags=rec["flags"].astype(np.int64))
             derived, segs, src, device, gro, co, hashes, polls, dropped = gro_cells_rows(
-                units, self.config, devices=devices)
+                units, self.config, ids=ids)
             cells.packets_in += derived.num_rows
             cells.segments_in += int(np.asarray(segs).sum())
             cells.dropped += len(dropped)
             cells.rows_without_gro += int((~gro).sum())
+            if egress is not None:
+                # the native super-packets that reach the stack as they are
+                keep = np.ones(len(units), bool)
+                keep[src] = keep[dropped] = False
+                keep = np.flatnonzero(keep)
+                egress.add(rec["count"][keep], rec["gso_size"][keep], rec["gso_type"][keep],
+                           rec["payload"][keep],
+                           header_codes(take_rows(units.heads, keep), egress.scenario))
             if not derived.num_rows:
                 continue
             runs = run_of_file[numpy_of(units.heads.column("file_index")).astype(
@@ -169,7 +206,7 @@ class CellsStage:
                      coalesced=_cut_coalesced(co, a, b))
         if state is not None:
             feed(empty_packet_table(), True, **_empty_kw(napi))
-        cells.devices = len(devices)
+        cells.devices = len(ids.devices)
         native = StageCounts("native", native_packets, native_segments, n, largest)
         return [native, cells]
 
@@ -185,7 +222,7 @@ class CellsStage:
                     mm.close()
                 except (BufferError, ValueError):
                     pass
-        for ext in (".units", ".heads"):
+        for ext in (".units", ".heads", ".codes", ".arriving"):
             try:
                 os.unlink(self.path + ext)
             except OSError:

@@ -74,17 +74,15 @@ def memory_reason(config: GroConfig, *, engine: str = "fast", decoder: str = "fa
     """None when the core runs batch by batch in bounded memory, else why this run needs
     the whole decoded table (one line): what only the in-memory models implement today
     (the reference engine or decoder, a rule only the reference model implements
-    (none today: gro.reference.needs_reference), egress accounting after the gro_cells
-    stage) or what reads the whole table (none today). Egress accounting, the plots'
-    counts (``run.plotdata``), ``--poll-acks`` (a pass over the capture before GRO,
-    ``run.stream``) and the gro_cells stage (``run.cells``) run batch by batch."""
+    (none today: gro.reference.needs_reference)) or what reads the whole table (none
+    today). Egress accounting, the plots' counts (``run.plotdata``), ``--poll-acks`` (a
+    pass over the capture before GRO, ``run.stream``) and the gro_cells stage
+    (``run.cells``, egress after it included) run batch by batch."""
     from gropcap.gro.reference import needs_reference
     if engine != "fast" or decoder != "fast":
         return "only the fast engine and decoder run batch by batch"
     if needs_reference(config):
         return "the configuration uses a rule only the reference model implements"
-    if config.tunnel_gro is not None and egress is not None:
-        return "egress accounting after the gro_cells stage runs on the whole table"
     return None
 
 

@@ -51,7 +51,7 @@ import numpy as np
 import pyarrow as pa
 
 from gropcap.decode.options import DecodeOptions
-from gropcap.arrays import (ArraySpill, arrow_of, arrow_repeated, arrow_strings,
+from gropcap.arrays import (ArraySpill, RowFile, arrow_of, arrow_repeated, arrow_strings,
                             arrow_table, numpy_of, take_rows)
 from gropcap.decode.schema import PACKET_SCHEMA, empty_packet_table
 from gropcap.errors import ConfigError
@@ -141,36 +141,21 @@ class _NoSpill:
         pass
 
 
-class RowCodes:
+class RowCodes(RowFile):
     """One int64 per decoded row (``egress.header_codes``), appended in row order to a
-    temporary file and looked up by row: what egress reads of each super-packet's first
-    packet, without the decoded table. The file is mapped again when it has grown and
-    only the looked-up pages are read (a super-packet's first packet is usually recent)."""
+    temporary file and looked up by row (``arrays.RowFile``): what egress reads of each
+    super-packet's first packet, without the decoded table (a super-packet's first packet
+    is usually recent, so only recent pages are read)."""
 
     def __init__(self, path: str, scenario: str):
-        self.path, self.scenario = path, scenario
-        self.f = open(path, "wb", buffering=0)
-        self.n = 0
-        self._map = None
+        super().__init__(path, np.int64)
+        self.scenario = scenario
 
     def add(self, t: pa.Table) -> None:
         """The next rows."""
         from gropcap.egress import header_codes
         if t.num_rows:
-            self.f.write(memoryview(np.ascontiguousarray(
-                header_codes(t, self.scenario))).cast("B"))
-            self.n += t.num_rows
-
-    def take(self, rows: np.ndarray) -> np.ndarray:
-        if not len(rows):
-            return np.zeros(0, np.int64)
-        if self._map is None or len(self._map) < self.n:
-            self._map = np.memmap(self.path, np.int64, mode="r", shape=(self.n,))
-        return np.asarray(self._map[np.asarray(rows, np.int64)])
-
-    def close(self) -> None:
-        self._map = None
-        self.f.close()
+            self.append(header_codes(t, self.scenario))
 
 
 class _ModelRun:
@@ -214,7 +199,7 @@ class _ModelRun:
         self.nseg += len(s["first"])
         self.counts.add_segs(count=s["count"], end=s["end"], payload=s["payload"],
                              flow=s["flow"], file=file_of(s["first"]))
-        if self.counts.egress is not None:
+        if self.counts.egress is not None and self.egress_rows is not None:
             self._egress(s)
         if self.poll_time or len(part.poll_time):
             assert part.poll_base == sum(len(t) for t in self.poll_time)
@@ -625,7 +610,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         # summary only and fused: the packets pass runs inside the first pass (_Inline)
         inline = bool(_fused and not out_dir and not cells_on)
         # egress: 8 bytes per row of what it reads of a first packet (RowCodes)
-        egress_rows = None if egress is None else \
+        # (with --tunnel-gro the cells stage counts egress: run/cells.py)
+        egress_rows = None if egress is None or cells_on else \
             RowCodes(os.path.join(tmp, "egress.rows"), egress.scenario)
         runs = [_ModelRun(m, config, tmp, tot.models[m],
                           row_arrays=2 if out_dir else int(m == primary), inline=inline,
@@ -978,7 +964,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 run_of_file[fi] = r
             seg_in = tot.coalesced.segs_total if tot.coalesced else counters.packets
             extra["stages"] = {
-                m: stages_summary(cells[m].run(run_of_file, counters.packets, seg_in))
+                m: stages_summary(cells[m].run(run_of_file, counters.packets, seg_in,
+                                               egress=tot.models[m].egress))
                 for m in models}
         extra.update(egress_extra(tot))
         from gropcap.receive.context import ReceiveContext

@@ -118,15 +118,91 @@ def test_the_cli_runs_tunnel_gro_in_bounded_memory(stream_calls, monkeypatch):
 
 
 def test_what_stays_in_memory():
-    """Egress accounting after the cells runs in memory; on Dask the cells run over the
-    in-memory merge (the partitions' core does not gather units)."""
+    """On Dask the cells run over the in-memory merge (the partitions' core does not
+    gather units); one process runs them batch by batch, with egress too."""
     from gropcap.run.dask_core import partitioned_reason
     from gropcap.run.options import EgressOptions, memory_reason
     config = GroConfig(tunnel_gro=True)
     assert memory_reason(config) is None
-    assert "gro_cells" in memory_reason(config, egress=EgressOptions())
+    assert memory_reason(config, egress=EgressOptions()) is None
     assert "gro_cells" in partitioned_reason(config)
     assert partitioned_reason(GroConfig()) is None
+
+
+EGRESS_CASES = [os.path.join(S, n) for n in (
+    "real_ipv4.pcap", "crafted_gre.pcap", "crafted_erspan2.pcap", "crafted_sit.pcap",
+    "real_vxlan.pcap", "crafted_two_ifaces.pcapng")]
+
+
+@pytest.mark.parametrize("path", EGRESS_CASES, ids=os.path.basename)
+@pytest.mark.parametrize("scenario", ["decap", "encap"])
+def test_egress_after_the_cells_batch_by_batch(path, scenario, small_slices):
+    """Egress counts what reaches the stack: the native super-packets no cell took and
+    the cells' super-packets (``delivered``), batch by batch as in memory."""
+    from gropcap.run.options import EgressOptions
+    config = GroConfig(tunnel_gro=True, udp_tunnels=SOCKETS)
+    eg = EgressOptions(scenario=scenario, feature_text="tso")
+    want = analyze(path, config, egress=eg).summary()
+    for batch in (65536, 7):
+        assert stream_analyze(path, config, egress=eg, batch_records=batch).summary == want
+    for m, e in want["egress"].items():
+        st = want["stages"][m]
+        assert e["superpackets"] == st["delivered"] > 0
+        if "ecn_dropped" not in st["stages"]["gro_cells"]:
+            # every wire segment leaves (no egress MTU: a super-packet of n segments
+            # becomes n)
+            assert e["segments"] == st["stages"]["native"]["segments_in"]
+
+
+@pytest.mark.parametrize("scenario,mtu", [("decap", None), ("encap", 1400)])
+def test_egress_after_the_cells_on_a_mixed_capture(bench_capture, scenario, mtu,  # noqa: F811
+                                                   small_slices):
+    """IPv4, IPv6, VXLAN and GRE: each super-packet's own first packet's headers (their
+    lengths differ by family and tunnel) and an egress MTU that splits or drops."""
+    from gropcap.run.options import EgressOptions
+    config = GroConfig(tunnel_gro=True, udp_tunnels=SOCKETS, queues=2)
+    eg = EgressOptions(scenario=scenario, feature_text="tso", mtu=mtu)
+    want = analyze(bench_capture, config, egress=eg).summary()
+    assert stream_analyze(bench_capture, config, egress=eg,
+                          batch_records=499).summary == want
+    assert want["stages"]["napi"]["stages"]["gro_cells"]["packets_in"] > 20
+    assert want["egress"]["napi"]["superpackets"] == want["stages"]["napi"]["delivered"]
+
+
+@pytest.mark.parametrize("scenario", ["decap", "encap"])
+@pytest.mark.parametrize("mtu", [None, 1450])
+@pytest.mark.parametrize("kernel", ["6.18", "4.4"])
+def test_egress_after_the_cells_with_several_tunnels(scenario, mtu, kernel, small_slices):
+    """Tunnel samples as one receiver run: the cells' super-packets (GRE's units merged
+    again, ERSPAN's merged there first) have first packets of different header lengths
+    (IPv4 and IPv6 inside: 52 and 72 bytes), an egress MTU between them (ip6ip6's
+    1 388-byte segments fit 1 450 with 52 bytes of headers, not with their own 72) drops
+    or fragments by those lengths, and before v4.6 a merged unit keeps its tunnel GSO bits into the
+    cells' super-packet (the egress device then segments it in software)."""
+    from gropcap.gro.config import KernelProfile
+    from gropcap.run.options import EgressOptions
+    paths = [os.path.join(S, n) for n in ("crafted_gre.pcap", "crafted_ip6ip6.pcap",
+                                          "crafted_erspan2.pcap", "crafted_ip4ip6.pcap",
+                                          "crafted_ip6gre.pcap", "real_ipv6.pcap")]
+    config = GroConfig(tunnel_gro=True, kernel=KernelProfile.parse(kernel))
+    eg = EgressOptions(scenario=scenario, feature_text="tso", mtu=mtu)
+    want = analyze(paths, config, egress=eg, captures="continuous").summary()
+    got = stream_analyze(paths, config, egress=eg, batch_records=13,
+                         captures="continuous").summary
+    assert got == want
+
+
+def test_egress_of_a_capture_without_tunnels_does_not_depend_on_tunnel_gro():
+    """Regression: with --tunnel-gro, egress counted only the cells' super-packets, so a
+    capture without tunnels reported no egress at all."""
+    from gropcap.run.options import EgressOptions
+    path = os.path.join(S, "real_ipv4.pcap")
+    eg = EgressOptions(scenario="decap", feature_text="tso")
+    plain = stream_analyze(path, GroConfig(), egress=eg).summary["egress"]
+    for run in (analyze(path, GroConfig(tunnel_gro=True), egress=eg).summary(),
+                stream_analyze(path, GroConfig(tunnel_gro=True), egress=eg).summary):
+        assert run["egress"] == plain
+        assert plain["napi"]["segments"] == run["packets"]
 
 
 def test_no_files_left(tmp_path, small_slices):
@@ -160,11 +236,11 @@ def test_the_gathered_units_equal_the_in_memory_ones(path, config, batch, monkey
     seen = {}
     real = cells.CellsStage.run
 
-    def spy(self, *args):
+    def spy(self, *args, **kw):
         self.close()
         seen[self.config.model] = (np.array(self.units[:self.nseg]),
                                    cells.map_ipc_file(self.path + ".heads", stream=True))
-        return real(self, *args)
+        return real(self, *args, **kw)
     monkeypatch.setattr(cells.CellsStage, "run", spy)
     stream_analyze(path, config, batch_records=batch)
     a = analyze(path, config)

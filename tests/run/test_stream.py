@@ -112,10 +112,8 @@ def test_refuses_what_only_memory_models(bench_capture, tmp_path):
     from gropcap.run.options import EgressOptions
     # (egress runs batch by batch: test_egress_counted_batch_by_batch_equals_analyze)
     assert stream_analyze(bench_capture, egress=EgressOptions()).summary["egress"]
-    # (the gro_cells stage runs batch by batch: tests/run/test_cells_stream.py; egress
-    # accounting after it does not)
-    with pytest.raises(ConfigError, match="gro_cells"):
-        stream_analyze(bench_capture, GroConfig(tunnel_gro=True), egress=EgressOptions())
+    # (the gro_cells stage, egress after it included, runs batch by batch:
+    # tests/run/test_cells_stream.py)
     with pytest.raises(ConfigError, match="fast"):
         stream_analyze(bench_capture, engine="reference")
 
