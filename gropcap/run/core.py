@@ -104,11 +104,6 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
                 plot(result.plot_data)
                 advance(1)
         return result
-    if distributed and config.poll_acks:
-        from gropcap.errors import ConfigError
-        raise ConfigError("--poll-acks reads the whole capture (an ACK follows the data it "
-                          "closes): it does not run on Dask partitions",
-                          hint="drop --jobs/--scheduler, or --poll-acks")
     if distributed:
         from gropcap.analysis import Analysis
         from gropcap.run.dask_core import analyze_partitioned, partitioned_reason
@@ -116,6 +111,13 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
 
         def in_memory_merge(client=None, why=None):
             # what the core per partition does not cover yet (docs/scale.md)
+            if config.poll_acks:
+                from gropcap.errors import ConfigError
+                raise ConfigError(
+                    "--poll-acks reads the whole capture (an ACK follows the data it "
+                    f"closes): the in-memory Dask merge does not run it ({why or 'asked'})",
+                    hint="drop --jobs/--scheduler, or --poll-acks, or give the workers a "
+                         "shared --scratch")
             if why and progress is not None:
                 progress.note(f"{why}: the partitions are merged in memory")
             return analyze_distributed(paths, config, client=client, jobs=jobs,
@@ -209,8 +211,8 @@ def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
     receivers after all, the workers' first pass is redone through the exchange.
     With ``plot`` (``--plot``), threads: the plots' counts are collected by the
     one-process core (``run.plotdata``); Dask workers would merge the run in memory.
-    With ``--poll-acks``, threads: its pass over the capture before GRO runs in one
-    process (not on Dask partitions). With ``--tunnel-gro``, threads: the gro_cells
+    With ``--poll-acks``, threads: its pass over the capture before GRO is serial (on
+    Dask it is one task before the partitions, ``run.dask_tasks.ack_task``). With ``--tunnel-gro``, threads: the gro_cells
     stage runs after the native one over its super-packets in delivery order
     (``run.cells``); Dask workers would merge the run in memory.
     """

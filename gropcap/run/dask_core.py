@@ -158,7 +158,8 @@ def exchange_rule(exchange: str, nparts: int, nworkers: int, workers_local: bool
 
 def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nworkers: int,
                 tmp: str, batch_records: int, keep, out_dir, make_stage, metadata,
-                packet_columns, captures: str, progress, tm: dict, egress=None):
+                packet_columns, captures: str, progress, tm: dict, egress=None,
+                acks=None):
     """The runs exchange (module docstring): the inputs' receiver runs replayed as
     independent units, a run's output written as soon as the runs before it are
     counted, its scratch removed once written: scratch stays bounded by the runs in
@@ -232,7 +233,9 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
                 check, keep, not out_dir, fidx[0] if fidx else 0, False,
                 # the tunnel rows only when the hint runs a model on them: every task
                 # collecting its share up to the limit held 40 x that on the client
-                hint.pairs if hint.collect else (), egress)
+                hint.pairs if hint.collect else (), egress,
+                # --poll-acks: the run's rows are numbered from 0 within the run
+                None if acks is None else (acks, sum(rows_of[:fidx[0]]) if fidx else 0))
     gro, submitted = {}, 0
     # a line per stage counting packets (the rows the scan found): its rate is packets/s
     run_rows = [sum(rows_of[i] for i in fidx) for fidx in runs]
@@ -332,7 +335,7 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
 
 def _fused_stage(c, files, config, models, decode_options, split_config, nparts: int,
                  works: list, batch_records: int, check: bool, keep, local_pass: bool,
-                 progress, egress=None):
+                 progress, egress=None, acks=None):
     """Decode and GRO of every partition in one task each
     (``run.dask_tasks.fused_partition_task``): ``(done, capture counts, coalesced
     statistics, infos, rows)``, or why the exchange must run instead (a string: an
@@ -355,7 +358,7 @@ def _fused_stage(c, files, config, models, decode_options, split_config, nparts:
         for k in range(nparts):
             args = (files, decode_options, config, tuple(models), split_config, nparts, k,
                     stats_arg, works[k], batch_records, check, keep, local_pass, 0, True,
-                    None, egress)
+                    None, egress, None if acks is None else (acks, 0))
             tasks.append((c.submit(fused_partition_task, *args, pure=False), args))
         if progress is not None:
             # every task decodes every input: the line counts the input bytes (MB/s)
@@ -517,6 +520,12 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
     ``exchange``: how the partitions get their rows (:func:`exchange_rule`): ``"auto"``,
     ``"fused"`` (each partition task decodes every input) or ``"exchange"`` (decode
     tasks, rows through the scratch directory); the result's ``exchange`` says which ran.
+
+    ``config.poll_acks`` (with the napi model): one task first makes the pass over the
+    whole capture that finds the polls the receiver's ACKs close
+    (``run.dask_tasks.ack_task``: ``run.stream._ack_times``) and writes the retimed
+    arrivals to the scratch directory; every GRO task's napi model reads its rows'
+    arrivals there, as one process's does.
     """
     import shutil
 
@@ -576,6 +585,16 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
             with _scratch_dir(c, scratch) as tmp:
                 if tmp is None:
                     raise _Fallback("the workers share no scratch directory")
+                acks = None
+                if config.poll_acks and "napi" in models:
+                    from gropcap.run.dask_tasks import ack_task
+                    from gropcap.run.progress import phase
+                    with phase(progress, "ACK polls (--poll-acks, one task)", 1,
+                               "tasks") as advance:
+                        acks = c.submit(ack_task, files, decode_options, batch_records,
+                                        os.path.join(tmp, "acks"), config, captures,
+                                        pure=False).result()
+                        advance(1)
                 scfg = config.replace(model=split_model)
                 nworkers = _nworkers(c)
                 nparts = _nparts(scfg, nworkers)
@@ -594,7 +613,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                                       nparts, nworkers, tmp, batch_records,
                                       write_columns(out_dir, packet_columns, models),
                                       out_dir, make_stage, metadata, packet_columns,
-                                      captures, progress, tm, egress)
+                                      captures, progress, tm, egress, acks)
                     if isinstance(ran, str):
                         if progress is not None:
                             progress.note(f"{ran}: the decoded rows are exchanged "
@@ -606,7 +625,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                     fused = _fused_stage(c, files, config, models, decode_options, scfg,
                                          nparts, works, batch_records, check,
                                          write_columns(out_dir, packet_columns, models),
-                                         not out_dir, progress, egress)
+                                         not out_dir, progress, egress, acks)
                     tm["fused"] = clock() - t0
                     if not isinstance(fused, str) and len(files) > 1:
                         # the fused tasks replay the files as one receiver run; the
@@ -676,7 +695,8 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                         args = (run_pieces[k // nparts], config, tuple(models), split, nparts,
                                 k, stats_arg,
                                 works[k], n, batch_records, check,
-                                hint.pairs if hint.collect else (), egress)
+                                hint.pairs if hint.collect else (), egress,
+                                None if acks is None else (acks, 0))
                         tasks.append((c.submit(gro_partition_task, *args, pure=False), args))
                     if progress is not None:
                         # the decoded rows, shared by the partitions (the decode

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gropcap.arrays import arrow_repeated, arrow_table
+from gropcap.arrays import arrow_of, arrow_repeated, arrow_table
 from gropcap.decode.schema import PACKET_SCHEMA
 from gropcap.run.stream import _FirstRows, _roles
 
@@ -85,7 +85,7 @@ def _reopen(path: str):
 
 def gro_partition_task(pieces, config, models, split: str, nparts: int, k: int, stats,
                        work: str, n_total: int, batch_records: int, check: bool,
-                       tunnels: tuple = (), egress=None) -> dict:
+                       tunnels: tuple = (), egress=None, acks=None) -> dict:
     """GRO of partition ``k`` through the bounded-memory core (module docstring, step 2);
     spills and delivery tables go to ``work``, and so do its per-flow results
     (``run.spill.save_partition_flows``: flows-table rows, first rows, keys and, with
@@ -96,12 +96,12 @@ def gro_partition_task(pieces, config, models, split: str, nparts: int, k: int, 
     batches = _partition_batches(pieces, split, nparts, k, batch_records)
     return _gro_core(((t, g, tunnels) for t, g in batches), config, models, stats, work,
                      lambda: n_total, check, bool(tunnels), k=k, nparts=nparts,
-                     egress=egress)
+                     egress=egress, acks=acks)
 
 
 def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
               collect: bool, keep=None, local_pass: bool = False, k: int = 0,
-              nparts: int = 1, egress=None) -> dict:
+              nparts: int = 1, egress=None, acks=None) -> dict:
     """The GRO of one partition's ``(table, global_rows, tunnel pairs)`` batches (capture
     order) for :func:`gro_partition_task` and :func:`fused_partition_task`; ``n_total()``:
     the capture's rows (asked once the batches are done); ``collect``: keep the rows of
@@ -110,7 +110,10 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
     the output pass's counts here on them (the summary-only fused run: ``"local"``);
     ``k``, ``nparts``: the partition and the partitions per receiver run (the run,
     ``k // nparts``, leads the delivery key); ``egress``: the ``run.options.EgressOptions``
-    to count (``ModelCounts.egress``, additive over partitions) or None."""
+    to count (``ModelCounts.egress``, additive over partitions) or None; ``acks``:
+    ``(path, row offset)`` of ``--poll-acks``' retimed arrivals (:func:`ack_task`: one
+    int64 per row of the capture; a batch's global rows plus the offset index it), which
+    the napi model reads instead of the capture's times, or None."""
     from gropcap.gro.engine import _SEG_FIELDS
     from gropcap.run.accumulators import CoalescedCounts, Totals, _add_at
     from gropcap.run.engines import BatchGroModels
@@ -124,6 +127,15 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
         RowCodes(os.path.join(work, "egress.rows"), egress.scenario)
     runs = [_ModelRun(m, config, work, tot.models[m], egress_rows=egress_rows)
             for m in models]
+    retimed = None
+    if acks is not None:
+        # --poll-acks: the engine reads the retimed arrivals, the rest the capture's
+        # times; the napi model's polls from them (receive/ackpolls.py)
+        from gropcap.receive.ackpolls import engine_config
+        retimed = np.memmap(acks[0], np.int64, mode="r")
+        for run in runs:
+            if run.model == "napi":
+                run.config = engine_config(run.config)
     gro = BatchGroModels([r.config for r in runs])
     coal = CoalescedCounts() if stats is not None and stats.num else None
     ideal_cfg = config.replace(model="ideal")
@@ -150,7 +162,12 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
         if co is not None:
             coal.add(t, co)
         before = tot.flows.n_flows
-        parts = gro.feed(t, final=False, coalesced=co)
+        tg = t
+        if retimed is not None and t.num_rows:
+            i = t.schema.get_field_index("ts_ns")
+            tg = t.set_column(i, t.schema.field(i), arrow_of(np.ascontiguousarray(
+                retimed[np.asarray(grows, np.int64) + acks[1]])))
+        parts = gro.feed(tg, final=False, coalesced=co)
         if egress_rows is not None:
             egress_rows.add(t)
         take(parts)
@@ -289,11 +306,27 @@ def _kept_batches(path: str):
 FUSED_BATCH_PARTS = 4
 
 
+def ack_task(files, decode_options, batch_records: int, work: str, config,
+             captures: str) -> str | None:
+    """``--poll-acks``' pass over the whole capture before GRO, as one task
+    (``run.stream._ack_times``, bounded memory): the path of the retimed arrivals, one
+    int64 per row of the capture in ``work`` (every GRO task maps it), or None when no
+    ACK closes a frame (the gap rule stays)."""
+    from gropcap.run.stream import _ack_times
+    os.makedirs(work, exist_ok=True)
+    timed = _ack_times(files, decode_options, batch_records, work, config, captures)
+    if timed is None:
+        return None
+    path = timed.filename
+    del timed
+    return path
+
+
 def fused_partition_task(files, decode_options, config, models, split_config, nparts: int,
                          k: int, stats, work: str, batch_records: int, check: bool,
                          keep, local_pass: bool, first_index: int = 0,
                          count: bool = True, tunnels: tuple | None = None,
-                         egress=None) -> dict:
+                         egress=None, acks=None) -> dict:
     """Partition ``k`` decoded and replayed in one task, nothing exchanged (the fused
     exchange, ``run.dask_core``): every input decoded batch by batch as one process
     decodes it (``run.inputs.decode_file``), each row's partition computed
@@ -378,7 +411,7 @@ def fused_partition_task(files, decode_options, config, models, split_config, np
     out = _gro_core(batches(), config, models, stats, work, lambda: state["total"], check,
                     tunnels is None or bool(tunnels), keep,
                     local_pass and not state["coalesced"], k=k, nparts=nparts,
-                    egress=egress)
+                    egress=egress, acks=acks)
     if counting:
         # the statistics per TCP direction stay in the attempt's directory: the client
         # merges paths, not directions (gro.coalesced.CoalescedStats.spill)

@@ -138,10 +138,12 @@ def test_poll_acks_is_a_receive_parameter_with_its_source():
     assert cli == [n_acks, n_gap]
 
 
-def test_poll_acks_does_not_run_on_dask_partitions():
+def test_poll_acks_does_not_run_in_the_in_memory_dask_merge():
+    # (the Dask core per partition runs it: tests/run/test_poll_acks_dask.py)
     from gropcap.run.core import analyze_run
     with pytest.raises(ConfigError, match="poll-acks"):
-        analyze_run(BOTH, GroConfig(poll_acks=True), models=("napi",), jobs=2)
+        analyze_run(BOTH, GroConfig(poll_acks=True), models=("napi",), jobs=2,
+                    in_memory=True)
 
 
 # --- against the kernel: two recording sessions ---------------------------------------
