@@ -77,9 +77,14 @@ def test_several_receiver_runs(captures, small_slices, tmp_path):
         assert got["native"][k] == 2 * one["native"][k]
 
 
-@pytest.mark.parametrize("config", [GroConfig(tunnel_gro=True),
-                                    GroConfig(tunnel_gro=True, queues=4, budget=16)],
-                         ids=["default", "q4"])
+@pytest.mark.parametrize("config", [
+    GroConfig(tunnel_gro=True),
+    GroConfig(tunnel_gro=True, queues=4, budget=16),
+    # VXLAN decapsulated (a socket), its 1550-byte frames captured coalesced under a
+    # 1500-byte MTU (the run starts over unfused), timers
+    GroConfig(tunnel_gro=True, udp_tunnels=SOCKETS, queues=3, budget=4,
+              gro_flush_timeout_ns=50_000, napi_defer_hard_irqs=1, mtu=1500),
+], ids=["default", "q4", "vxlan-coalesced-timers"])
 def test_generated_capture_with_tunnels(bench_capture, config, small_slices,  # noqa: F811
                                         tmp_path):
     """6 000 generated packets (IPv4, IPv6, VXLAN, GRE): the GRE units span many slices."""
