@@ -84,8 +84,7 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
     config, receiver = resolve_receiver(config, receiver)
     why = memory_reason(config, engine=engine, decoder=decoder, egress=egress)
     if jobs is not None and scheduler is None and not (in_memory or why):
-        way, reason = jobs_way(paths, config, models, jobs, parallel, captures,
-                               plot=plot is not None)
+        way, reason = jobs_way(paths, config, models, jobs, parallel, captures)
         if progress is not None:
             progress.note(f"--jobs {jobs}: {reason}")
         if way == "threads":
@@ -133,8 +132,13 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
                 decode_options=decode_options, out_dir=out_dir, force=force,
                 scratch=scratch, progress=progress, receiver=receiver, receive=receive,
                 packet_columns=packet_columns, fallback=in_memory_merge,
-                captures=captures, egress=egress)
+                captures=captures, egress=egress, plot=plot is not None)
             if not isinstance(result, Analysis):
+                if plot is not None:
+                    from gropcap.run.progress import phase
+                    with phase(progress, "plotting", 1, "files") as advance:
+                        plot(result.plot_data)
+                        advance(1)
                 return result
             analysis = result
         else:
@@ -190,7 +194,7 @@ def _any_compressed(files) -> bool:
 
 
 def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
-             captures: str = "auto", plot: bool = False) -> tuple[str, str]:
+             captures: str = "auto") -> tuple[str, str]:
     """How ``--jobs N`` on this host uses N cores: ``("workers", why)`` (the Dask core
     per partition, ``run.dask_core``) or ``("threads", why)`` (``run.threads`` in one
     process), and the sentence the run prints.
@@ -209,12 +213,13 @@ def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
     (a worker would replay everything). Files whose first timestamps rise (a rotated
     capture) run as one receiver run; should their latest timestamps show separate
     receivers after all, the workers' first pass is redone through the exchange.
-    With ``plot`` (``--plot``), threads: the plots' counts are collected by the
-    one-process core (``run.plotdata``); Dask workers would merge the run in memory.
-    With ``--poll-acks``, threads: its pass over the capture before GRO is serial (on
-    Dask it is one task before the partitions, ``run.dask_tasks.ack_task``). With ``--tunnel-gro``, threads: the gro_cells
-    stage runs after the native one over its super-packets in delivery order
-    (``run.cells``); Dask workers would merge the run in memory.
+    ``--plot`` does not change the choice: both ways collect the plots' counts in
+    bounded memory (``run.plotdata``: ``PlotRows`` in one process, ``PlotParts`` per
+    partition). With ``--poll-acks``, threads: its pass over the capture before GRO is
+    serial (on Dask it is one task before the partitions, ``run.dask_tasks.ack_task``).
+    With ``--tunnel-gro``, threads: the gro_cells stage runs after the native one over
+    its super-packets in delivery order (``run.cells``); Dask workers would merge the
+    run in memory.
     """
     from gropcap.errors import ConfigError
     if parallel not in PARALLEL:
@@ -227,9 +232,6 @@ def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
         return "threads", f"{nthreads} threads in one process (--parallel threads)"
     if jobs < 2:
         return "threads", "one thread in one process"
-    if plot:
-        return "threads", (f"{nthreads} threads in one process: --plot's counts are "
-                           "collected in one process, in bounded memory")
     if config.poll_acks:
         return "threads", (f"{nthreads} threads in one process: --poll-acks reads the "
                            "whole capture before GRO, in one process")

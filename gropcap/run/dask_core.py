@@ -116,16 +116,16 @@ def partitioned_reason(config, *, engine="fast", decoder="fast", egress=None,
                        plot=False) -> str | None:
     """None when :func:`analyze_partitioned` can run this configuration, else why not
     (then the in-memory Dask merge runs it): what the bounded-memory core does not model
-    (``run.options.memory_reason``), the plots (their counts are collected by the
-    one-process core only, ``run.plotdata``) and the gro_cells stage (the one-process
-    core replays the native super-packets in delivery order, ``run.cells``)."""
+    (``run.options.memory_reason``) and the gro_cells stage (the one-process core
+    replays the native super-packets in delivery order, ``run.cells``). ``plot``: the
+    plots' counts are collected per partition (``run.plotdata.PlotParts``)."""
     from gropcap.run.options import memory_reason
     why = memory_reason(config, engine=engine, decoder=decoder, egress=egress)
     if why:
         return why
     if config.tunnel_gro is not None:
         return "the gro_cells stage runs over the merged native super-packets"
-    return "the plots are drawn from the merged tables" if plot else None
+    return None
 
 
 # at most this many partitions run fused (every partition task decodes every input): the
@@ -159,7 +159,7 @@ def exchange_rule(exchange: str, nparts: int, nworkers: int, workers_local: bool
 def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nworkers: int,
                 tmp: str, batch_records: int, keep, out_dir, make_stage, metadata,
                 packet_columns, captures: str, progress, tm: dict, egress=None,
-                acks=None):
+                acks=None, plot: bool = False):
     """The runs exchange (module docstring): the inputs' receiver runs replayed as
     independent units, a run's output written as soon as the runs before it are
     counted, its scratch removed once written: scratch stays bounded by the runs in
@@ -235,8 +235,16 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
                 # collecting its share up to the limit held 40 x that on the client
                 hint.pairs if hint.collect else (), egress,
                 # --poll-acks: the run's rows are numbered from 0 within the run
-                None if acks is None else (acks, sum(rows_of[:fidx[0]]) if fidx else 0))
+                None if acks is None else (acks, sum(rows_of[:fidx[0]]) if fidx else 0),
+                plot)
     gro, submitted = {}, 0
+    parts = None
+    if plot:
+        # the capture's time span is known from the scan: each run's partitions are
+        # binned before their scratch goes (run.plotdata.PlotParts)
+        from gropcap.run.plotdata import PlotParts, capture_span
+        start, rel_max = capture_span(capture)
+        parts = PlotParts(models, start, capture.packets, rel_max)
     # a line per stage counting packets (the rows the scan found): its rate is packets/s
     run_rows = [sum(rows_of[i] for i in fidx) for fidx in runs]
     lines = {}
@@ -283,6 +291,8 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
                 _fold_wrote(w, tot, hint)
             _add_causes(causes, r_works, base, n)   # runs written in order
             for w in r_works:
+                if parts is not None:
+                    parts.add(w)
                 shutil.rmtree(os.path.dirname(w), ignore_errors=True)
     for r in range(nruns):
         collect_writes(nworkers - 1)
@@ -308,7 +318,7 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
                          "polls": dict(poll_base)}
                 args = (os.path.join(d["work"], "rows.arrow"), config, tuple(models),
                         "napi", rparts, k, r_works, d["info"], stage, meta,
-                        packet_columns, batch_records, hint.pairs, bases)
+                        packet_columns, batch_records, hint.pairs, bases, plot)
                 wtasks.append((c.submit(write_partition_task, *args, pure=False,
                                         priority=1), args))
                 if progress is not None:
@@ -317,6 +327,8 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
         else:
             _add_causes(causes, r_works, flow_base, nflows)
             for w in r_works:
+                if parts is not None:
+                    parts.add(w)
                 shutil.rmtree(os.path.dirname(w), ignore_errors=True)
         for m in models:
             seg_base[m] += sum(d["info"][m]["nseg"] for d in mine)
@@ -330,12 +342,12 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
     tm["gro"] = clock() - t0
     return {"done": done, "tot": tot, "causes": causes, "capture": capture,
             "stats": stats, "infos": infos, "n": sum(rows_of), "meta": meta,
-            "nruns": nruns, "hint": hint}
+            "nruns": nruns, "hint": hint, "plots": parts}
 
 
 def _fused_stage(c, files, config, models, decode_options, split_config, nparts: int,
                  works: list, batch_records: int, check: bool, keep, local_pass: bool,
-                 progress, egress=None, acks=None):
+                 progress, egress=None, acks=None, plot: bool = False):
     """Decode and GRO of every partition in one task each
     (``run.dask_tasks.fused_partition_task``): ``(done, capture counts, coalesced
     statistics, infos, rows)``, or why the exchange must run instead (a string: an
@@ -358,7 +370,7 @@ def _fused_stage(c, files, config, models, decode_options, split_config, nparts:
         for k in range(nparts):
             args = (files, decode_options, config, tuple(models), split_config, nparts, k,
                     stats_arg, works[k], batch_records, check, keep, local_pass, 0, True,
-                    None, egress, None if acks is None else (acks, 0))
+                    None, egress, None if acks is None else (acks, 0), plot)
             tasks.append((c.submit(fused_partition_task, *args, pure=False), args))
         if progress is not None:
             # every task decodes every input: the line counts the input bytes (MB/s)
@@ -499,7 +511,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                         force: bool = False, scratch=None, progress=None, receiver=None,
                         receive=None, packet_columns="default", batch_records: int = 65536,
                         split_bytes=None, fallback=None, captures: str = "auto",
-                        exchange: str = "auto", egress=None):
+                        exchange: str = "auto", egress=None, plot: bool = False):
     """Analyse captures on Dask with the bounded-memory core per partition (module
     docstring): a :class:`PartitionedResult` whose summary equals the one-process run's;
     with ``out_dir``, ``packets/part-*.parquet``, ``superpackets/part-*.parquet`` and
@@ -526,6 +538,11 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
     (``run.dask_tasks.ack_task``: ``run.stream._ack_times``) and writes the retimed
     arrivals to the scratch directory; every GRO task's napi model reads its rows'
     arrivals there, as one process's does.
+
+    ``plot``: collect what ``--plot`` draws (the result's ``plot_data``,
+    ``run.plotdata.PlotParts``): the partitions spill their rows' times and keep their
+    (flow, end reason) counts, folded in once the capture's time span and the flows'
+    numbers are known.
     """
     import shutil
 
@@ -611,9 +628,9 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                     from gropcap.run.dask_tasks import write_columns
                     ran = _runs_stage(c, files, config, models, decode_options, scfg,
                                       nparts, nworkers, tmp, batch_records,
-                                      write_columns(out_dir, packet_columns, models),
+                                      write_columns(out_dir, packet_columns, models, plot),
                                       out_dir, make_stage, metadata, packet_columns,
-                                      captures, progress, tm, egress, acks)
+                                      captures, progress, tm, egress, acks, plot)
                     if isinstance(ran, str):
                         if progress is not None:
                             progress.note(f"{ran}: the decoded rows are exchanged "
@@ -624,8 +641,9 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                     t0 = clock()
                     fused = _fused_stage(c, files, config, models, decode_options, scfg,
                                          nparts, works, batch_records, check,
-                                         write_columns(out_dir, packet_columns, models),
-                                         not out_dir, progress, egress, acks)
+                                         write_columns(out_dir, packet_columns, models,
+                                                       plot),
+                                         not out_dir, progress, egress, acks, plot)
                     tm["fused"] = clock() - t0
                     if not isinstance(fused, str) and len(files) > 1:
                         # the fused tasks replay the files as one receiver run; the
@@ -696,7 +714,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                                 k, stats_arg,
                                 works[k], n, batch_records, check,
                                 hint.pairs if hint.collect else (), egress,
-                                None if acks is None else (acks, 0))
+                                None if acks is None else (acks, 0), plot)
                         tasks.append((c.submit(gro_partition_task, *args, pure=False), args))
                     if progress is not None:
                         # the decoded rows, shared by the partitions (the decode
@@ -740,7 +758,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                     args = (pieces[k] if fused else run_pieces[k // nparts], config,
                             tuple(models), split, nparts, k, works,
                             d["info"], stage, meta, packet_columns, batch_records,
-                            hint.pairs)
+                            hint.pairs, None, plot)
                     wtasks.append((c.submit(write_partition_task, *args, pure=False),
                                    args))
                 if progress is not None and wtasks:
@@ -757,8 +775,16 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                     for w in wrote:
                         _fold_wrote(w, tot, hint)
                     _add_causes(causes, works, 0, nflows)
+                    parts = None
+                    if plot:
+                        from gropcap.run.plotdata import PlotParts, capture_span
+                        start, rel_max = capture_span(capture)
+                        parts = PlotParts(models, start, capture.packets, rel_max)
+                        for w in works:
+                            parts.add(w)
                 else:
                     causes = ran["causes"]  # folded in run by run
+                    parts = ran["plots"]
                 tm["write"] = clock() - t0
                 t0 = clock()
                 from gropcap.run.stream import egress_extra
@@ -772,6 +798,13 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 if failures:
                     summary["failed_inputs"] = [f.as_dict() for f in failures]
                 flows = tot.flows_table()
+                plot_out = None
+                if parts is not None:
+                    from gropcap.run.plotdata import plot_data, title_of
+                    primary = "napi" if "napi" in models else models[0]
+                    plot_out = plot_data(models, primary, title_of(infos, config),
+                                         {m: tot.models[m].seg_hist for m in models},
+                                         parts.series(), flows, parts.reason_keys())
                 # (a spill is mapped here, before its scratch directory goes)
                 flow_causes = causes.result(flows.num_rows)
                 written = []
@@ -807,6 +840,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
     return PartitionedResult(summary=summary, flows=flows, paths=written, metadata=meta,
                              totals=tot, flow_causes=flow_causes,
                              udp_tunnel_hint=tunnel_hint, failures=failures,
+                             plot_data=plot_out,
                              timings={**tm, "finish": clock() - t0}, exchange=how,
                              task_timings=[d["timings"] for d in done]
                              if fused is not None else [])

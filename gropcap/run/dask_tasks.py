@@ -85,7 +85,8 @@ def _reopen(path: str):
 
 def gro_partition_task(pieces, config, models, split: str, nparts: int, k: int, stats,
                        work: str, n_total: int, batch_records: int, check: bool,
-                       tunnels: tuple = (), egress=None, acks=None) -> dict:
+                       tunnels: tuple = (), egress=None, acks=None,
+                       plot: bool = False) -> dict:
     """GRO of partition ``k`` through the bounded-memory core (module docstring, step 2);
     spills and delivery tables go to ``work``, and so do its per-flow results
     (``run.spill.save_partition_flows``: flows-table rows, first rows, keys and, with
@@ -96,12 +97,12 @@ def gro_partition_task(pieces, config, models, split: str, nparts: int, k: int, 
     batches = _partition_batches(pieces, split, nparts, k, batch_records)
     return _gro_core(((t, g, tunnels) for t, g in batches), config, models, stats, work,
                      lambda: n_total, check, bool(tunnels), k=k, nparts=nparts,
-                     egress=egress, acks=acks)
+                     egress=egress, acks=acks, plot=plot)
 
 
 def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
               collect: bool, keep=None, local_pass: bool = False, k: int = 0,
-              nparts: int = 1, egress=None, acks=None) -> dict:
+              nparts: int = 1, egress=None, acks=None, plot: bool = False) -> dict:
     """The GRO of one partition's ``(table, global_rows, tunnel pairs)`` batches (capture
     order) for :func:`gro_partition_task` and :func:`fused_partition_task`; ``n_total()``:
     the capture's rows (asked once the batches are done); ``collect``: keep the rows of
@@ -113,7 +114,9 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
     to count (``ModelCounts.egress``, additive over partitions) or None; ``acks``:
     ``(path, row offset)`` of ``--poll-acks``' retimed arrivals (:func:`ack_task`: one
     int64 per row of the capture; a batch's global rows plus the offset index it), which
-    the napi model reads instead of the capture's times, or None."""
+    the napi model reads instead of the capture's times, or None; ``plot``: keep what
+    ``--plot`` draws in ``work`` (``run.plotdata.PlotParts``: the super-packets per
+    (flow, end reason) key, and the local pass's rows)."""
     from gropcap.gro.engine import _SEG_FIELDS
     from gropcap.run.accumulators import CoalescedCounts, Totals, _add_at
     from gropcap.run.engines import BatchGroModels
@@ -263,9 +266,15 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
     if local_pass:
         # summary only: the output pass here, on the rows kept (no write task)
         from gropcap.run.hints import missing_pairs
+        plots = None
+        if plot:
+            from gropcap.run.plotdata import PlotRows
+            plots = PlotRows(work, models)
         encap, before, causes = _packets_pass(
             _kept_batches(os.path.join(work, "rows.arrow")) if n else (), work, models,
-            info, local_pos, None, None, lambda t: missing_pairs(t, config), None)
+            info, local_pos, None, None, lambda t: missing_pairs(t, config), None, plots)
+        if plots is not None:
+            plots.close()
         write_ipc(os.path.join(work, CAUSES), causes_table(causes, nflows))
         local = {"local": {"encap": encap, "before": before}}
     # the per-flow results stay here, in files the client reads a slice at a time
@@ -274,7 +283,10 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
     save_partition_flows(work, tot.flows.table(tot.models),
                          np.concatenate(firsts) if firsts else np.zeros(0, np.int64),
                          keys, hashes if check else None)
-    for mc in tot.models.values():
+    for m, mc in tot.models.items():
+        if plot:        # (flow, end reason) keys, this partition's flow ids
+            np.save(os.path.join(work, f"top-{m}.npy"), np.stack([mc.top_keys,
+                                                                   mc.top_counts]))
         mc.drop_flows()
     return {"k": k, "work": work, "rows": n, "models": tot.models, "nflows": nflows,
             "coalesced": coal, "info": info,
@@ -326,7 +338,7 @@ def fused_partition_task(files, decode_options, config, models, split_config, np
                          k: int, stats, work: str, batch_records: int, check: bool,
                          keep, local_pass: bool, first_index: int = 0,
                          count: bool = True, tunnels: tuple | None = None,
-                         egress=None, acks=None) -> dict:
+                         egress=None, acks=None, plot: bool = False) -> dict:
     """Partition ``k`` decoded and replayed in one task, nothing exchanged (the fused
     exchange, ``run.dask_core``): every input decoded batch by batch as one process
     decodes it (``run.inputs.decode_file``), each row's partition computed
@@ -411,7 +423,7 @@ def fused_partition_task(files, decode_options, config, models, split_config, np
     out = _gro_core(batches(), config, models, stats, work, lambda: state["total"], check,
                     tunnels is None or bool(tunnels), keep,
                     local_pass and not state["coalesced"], k=k, nparts=nparts,
-                    egress=egress, acks=acks)
+                    egress=egress, acks=acks, plot=plot)
     if counting:
         # the statistics per TCP direction stay in the attempt's directory: the client
         # merges paths, not directions (gro.coalesced.CoalescedStats.spill)
@@ -579,7 +591,8 @@ def _part_writer(stage: str | None, name: str, k: int):
 def write_partition_task(pieces, config, models, split: str, nparts: int, k: int,
                          works: list, info: dict, stage: str | None,
                          meta: dict, packet_columns, batch_records: int,
-                         tunnels: tuple = (), bases: dict | None = None) -> dict:
+                         tunnels: tuple = (), bases: dict | None = None,
+                         plot: bool = False) -> dict:
     """The output pass of partition ``k`` (module docstring, step 4): super-packets with
     their global delivery positions and the packets with their verdicts, written as
     ``stage/superpackets/part-K.parquet`` and ``stage/packets/part-K.parquet`` (None:
@@ -590,7 +603,8 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
 
     ``bases`` (the runs exchange: ``works`` are one receiver run's partitions, ``k``
     among them): ``{"part": the part's number, "rows": global rows before the run,
-    "segs"/"polls": per model, the super-packets and polls before it}``."""
+    "segs"/"polls": per model, the super-packets and polls before it}``. ``plot``: the
+    rows ``--plot`` bins spilled to the work directory (``run.plotdata.PlotRows``)."""
     from gropcap.gro.engine import _SEG_FIELDS, _gso_table
     from gropcap.io.columns import readable, readable_names, select_packet_columns
     from gropcap.io.parquet import with_metadata
@@ -648,7 +662,7 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
     # the packets pass: decoded rows + verdicts (run.stream's pass 4, per partition)
     pk_path, pk_tmp = _part_writer(stage, "packets", part)
     pk: dict = {}               # the packets part's "columns" and "writer"
-    keep = write_columns(stage, packet_columns, models)
+    keep = write_columns(stage, packet_columns, models, plot)
 
     def write(t, cols):
         for name in ("flow_id", "gro_seg", "gro_role", "reason", "rx_queue", "poll_id"):
@@ -667,9 +681,15 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
     batches = (t for t, _ in _partition_batches(pieces, split, nparts, k, batch_records,
                                                 keep)) if not isinstance(pieces, str) \
         else _kept_batches(pieces)
+    plots = None
+    if plot:
+        from gropcap.run.plotdata import PlotRows
+        plots = PlotRows(work, models)
     encap, before, causes = _packets_pass(batches, work, models, info, inst_pos, orders,
                                           fmap, lambda t: tunnels,
-                                          write if pk_path is not None else None)
+                                          write if pk_path is not None else None, plots)
+    if plots is not None:
+        plots.close()
     if "writer" in pk:
         pk["writer"].close()
         os.replace(pk_tmp, pk_path)
@@ -677,11 +697,11 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
     return {"encap": encap, "before": before}
 
 
-def write_columns(out_dir, packet_columns, models) -> list[str] | None:
+def write_columns(out_dir, packet_columns, models, plot: bool = False) -> list[str] | None:
     """Decoded columns the output pass reads (None: all): ``run.stream._kept_columns``
     and what the tunnel hint and the per-file counts need."""
     from gropcap.run.stream import _kept_columns
-    keep = _kept_columns(out_dir, packet_columns, models)
+    keep = _kept_columns(out_dir, packet_columns, models, plot)
     if keep is not None:
         keep = sorted(set(keep) | {"file_index", "tun_type", "outer_dport",
                                    "outer_l4_proto"}, key=PACKET_SCHEMA.names.index)
@@ -689,13 +709,14 @@ def write_columns(out_dir, packet_columns, models) -> list[str] | None:
 
 
 def _packets_pass(batches, work: str, models, info: dict, inst_pos: dict, orders,
-                  fmap, pairs_of, write):
+                  fmap, pairs_of, write, plots=None):
     """Decoded rows (a partition's, capture order) joined with their verdicts spilled in
     ``work``: per model the super-packets per encapsulation and those starting at a row
     of the tunnels ``pairs_of(table)`` (the tunnel hint), and the flow causes (flow ids
     local); ``write(table, verdict columns)`` (None: no packets part) gets each batch
     with ``gro_seg`` from ``inst_pos`` (per instance its delivery position, ``-(pos +
     1)`` for a single packet), ``poll_id`` from ``orders`` and ``flow_id`` by ``fmap``.
+    ``plots``: a ``run.plotdata.PlotRows`` given every row and each super-packet's first.
     Returns ``(encap, before, causes)``."""
     from gropcap.run.accumulators import FlowCauses, ModelCounts
     from gropcap.run.stream import _RowCursor, _VerdictCursor
@@ -712,6 +733,8 @@ def _packets_pass(batches, work: str, models, info: dict, inst_pos: dict, orders
         r1 = r0 + t.num_rows
         cols = {}
         pairs = pairs_of(t)
+        if plots is not None:
+            plots.add_packets(t)
         for m in models:
             fid, rxq = cursors[m][0].take(t.num_rows)
             reason, inst, poll = cursors[m][1].take(r0, r1)
@@ -720,6 +743,8 @@ def _packets_pass(batches, work: str, models, info: dict, inst_pos: dict, orders
             first = first_rows[m](inst)
             role = _roles(first, alone)
             counts[m].add_encap(t, first)
+            if plots is not None:
+                plots.add_firsts(m, t, first)
             if pairs:
                 from gropcap.run.hints import tunnel_mask
                 before[m] += int(np.count_nonzero(tunnel_mask(t, pairs) & first))

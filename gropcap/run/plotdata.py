@@ -220,5 +220,94 @@ class PlotRows:
             spill.close()
 
 
-__all__ = ["PlotData", "TimeSeries", "PlotRows", "plot_data", "plot_data_of",
-           "time_series", "time_bins", "title_of", "BINS", "FLOW_COLUMNS"]
+def _spilled_pairs(path: str):
+    """The ``(ts_ns, file_index)`` pairs a :class:`PlotRows` wrote to ``path`` (another
+    process's: read to the end)."""
+    if not os.path.exists(path):
+        return
+    sp = ArraySpill.reopen(path)
+    try:
+        end = os.path.getsize(path)
+        while sp.f.tell() < end:
+            ts, fidx = sp.get(2)
+            yield ts, fidx
+    finally:
+        sp.close()
+
+
+class PlotParts:
+    """``--plot`` on the Dask core per partition (``run.dask_core``): each partition's
+    output pass spills its rows like one process's (:class:`PlotRows` in its work
+    directory) and its GRO task keeps its super-packets per (flow, end reason) key with
+    the partition's flow ids (``top-<model>.npy``). Once the whole capture's time span
+    is known (``start``: each file's first timestamp, ``rel_max``, ``n_packets``: as
+    :func:`time_series` takes them) each partition is folded in with :meth:`add`: its
+    rows binned, its keys renumbered to the run's flow ids (``gid.npy``,
+    ``run.spill.number_flows``). The client holds the bins and the keys, not the rows."""
+
+    def __init__(self, models, start: np.ndarray, n_packets: int, rel_max: int,
+                 bins: int = BINS):
+        self.models = list(models)
+        self.start = np.asarray(start, np.int64)
+        self.n_packets = n_packets
+        self.width = time_bins(rel_max, max(1, min(bins, n_packets // 20)))
+        self.nb = int(rel_max) // self.width + 1
+        self.packets = np.zeros(self.nb, np.int64)
+        self.firsts = {m: np.zeros(self.nb, np.int64) for m in self.models}
+        self.keys = {m: [] for m in self.models}
+
+    def _bin(self, out: np.ndarray, path: str) -> None:
+        for ts, fidx in _spilled_pairs(path):
+            if len(ts):
+                out += np.bincount((ts - self.start[fidx]) // self.width, minlength=self.nb)
+
+    def add(self, work: str) -> None:
+        """A partition's work directory (its flows numbered, its output pass done)."""
+        from gropcap.run.spill import GIDS, read_array
+        self._bin(self.packets, os.path.join(work, "plot-packets"))
+        gid = np.asarray(read_array(os.path.join(work, GIDS)), np.int64)
+        for m in self.models:
+            self._bin(self.firsts[m], os.path.join(work, f"plot-{m}"))
+            path = os.path.join(work, f"top-{m}.npy")
+            if os.path.exists(path):
+                keys, counts = np.load(path)
+                flow, reason = np.divmod(keys, 256)
+                self.keys[m].append((gid[flow] * 256 + reason, counts))
+
+    def series(self) -> TimeSeries | None:
+        if not self.n_packets:
+            return None
+        return TimeSeries(self.width, self.packets, dict(self.firsts), len(self.start))
+
+    def reason_keys(self) -> dict:
+        """Per model, ``(keys, counts)`` sorted by key (``ModelCounts.top_keys``)."""
+        out = {}
+        for m, parts in self.keys.items():
+            if not parts:
+                out[m] = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+                continue
+            k = np.concatenate([p[0] for p in parts])
+            c = np.concatenate([p[1] for p in parts])
+            u, inv = np.unique(k, return_inverse=True)
+            out[m] = (u, np.bincount(inv.ravel(), weights=c, minlength=len(u)).astype(
+                np.int64))
+        return out
+
+
+def capture_span(capture) -> tuple[np.ndarray, int]:
+    """``(start, rel_max)`` of :func:`time_series` from a run's ``CaptureCounts``:
+    each file's first timestamp up to the last file with rows (0 for a file without
+    rows, as :class:`PlotRows` has it) and the largest time since it."""
+    from gropcap.run.receivers import NO_TS
+    first = np.asarray(capture.file_first_ts, np.int64)
+    top = np.asarray(capture.file_max_ts, np.int64)
+    seen = first != NO_TS
+    n = int(np.flatnonzero(seen)[-1]) + 1 if seen.any() else 0
+    first, top, seen = first[:n], top[:n], seen[:n]
+    start = np.where(seen, first, 0)
+    rel_max = int((top[seen] - first[seen]).max()) if seen.any() else 0
+    return start, rel_max
+
+
+__all__ = ["PlotData", "TimeSeries", "PlotRows", "PlotParts", "plot_data", "plot_data_of",
+           "time_series", "time_bins", "title_of", "capture_span", "BINS", "FLOW_COLUMNS"]

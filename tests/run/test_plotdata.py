@@ -109,22 +109,18 @@ def test_plot_rows_spill_equals_the_rows(tmp_path):
     rows.close()
 
 
-def test_jobs_with_plot_runs_threads_and_says_why(monkeypatch, tmp_path):
-    # --jobs 2 --plot: what would run Dask workers (4 RX queues, above the size rule)
-    # runs threads in one process, in bounded memory, and the note says why;
-    # --parallel workers still runs Dask (the in-memory merge), with a note
+def test_jobs_with_plot_runs_the_way_without_it(monkeypatch, tmp_path):
+    # --jobs 2 --plot: what runs Dask workers without --plot (4 RX queues, above the
+    # size rule) runs them with it too, the plots' counts collected per partition
+    # (run.plotdata.PlotParts: tests/run/test_plot_dask.py), no in-memory merge
     import gropcap.run.core as core
     from click.testing import CliRunner
     from gropcap.cli import main
-    from gropcap.gro.config import GroConfig
     pytest.importorskip("matplotlib", reason="matplotlib not installed")
+    pytest.importorskip("distributed", reason="dask[distributed] not installed")
     monkeypatch.setattr(core, "WORKERS_MIN_BYTES", 0)
-    four = GroConfig(queues=4)
-    assert core.jobs_way(CASES["ipv4"], four, ("ideal", "napi"), 2)[0] == "workers"
-    way, why = core.jobs_way(CASES["ipv4"], four, ("ideal", "napi"), 2, plot=True)
-    assert way == "threads" and "--plot" in why
     r = CliRunner().invoke(main, ["analyze", *CASES["ipv4"], "--queues", "4", "--jobs", "2",
                                   "--plot", str(tmp_path / "p.svg")])
     assert r.exit_code == 0, r.output
-    assert "--plot's counts" in r.stderr and "2 threads" in r.stderr
-    assert (tmp_path / "p.svg").stat().st_size > 0
+    assert "2 Dask worker processes" in r.stderr and "merged in memory" not in r.stderr
+    assert "Aggregation ratio over time" in (tmp_path / "p.svg").read_text()
