@@ -284,7 +284,7 @@ class _Runner:
 
     def __init__(self, view: PairView, base, engine: str):
         from gropcap.receive import ackpolls
-        from gropcap.gro.reference import needs_reference
+        from gropcap.gro.config import needs_reference
         self.view = view
         self.reference = engine == "reference" or needs_reference(base)
         self.prepared: dict = {}

@@ -283,7 +283,7 @@ def compare(ctx, a, b, set_a, set_b, model, fmt, engine, **kw):
     models = ("ideal", "napi") if model == "both" else (model,)
     cfg_a = _config_for(ctx, gro_kw, set_a, "--set-a")
     cfg_b = _config_for(ctx, gro_kw, set_b, "--set-b")
-    from gropcap.gro.reference import needs_reference
+    from gropcap.gro.config import needs_reference
 
     # rules only the reference model has (gro.reference.needs_reference; none today)
     eng_a = "reference" if needs_reference(cfg_a) else engine

@@ -43,12 +43,12 @@ from gropcap.arrays import arrow_numeric
 from gropcap.decode import schema as S
 from gropcap.gro import fast as K
 from gropcap.gro import reasons as R
-from gropcap.gro.config import GroConfig
-from gropcap.gro.reference import (
-    _UDP_TUNNEL_KIND, _UDP_TUNNELS, fraglist_before_tunnel, udp_mode, udp_tunnel_gso_bits,
-)
+from gropcap.gro.config import (UDP_TUNNEL_KIND as _UDP_TUNNEL_KIND,
+                                UDP_TUNNELS as _UDP_TUNNELS, GroConfig,
+                                fraglist_before_tunnel, udp_mode)
 from gropcap.gro.rss import ColumnReader
-from gropcap.gro.gso import SKB_GSO_FRAGLIST, SKB_GSO_UDP_L4, gso_type_for
+from gropcap.gro.gso import (SKB_GSO_FRAGLIST, SKB_GSO_UDP_L4, gso_type_for,
+                             udp_tunnel_gso_bits)
 
 GRO_LEGACY_MAX_SIZE = 65536
 # gcodes past the TCP table (engine._gso_table: 0..63 completed, +64 delivered alone)

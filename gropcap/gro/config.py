@@ -13,6 +13,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from gropcap import constants as C
 from gropcap.errors import ConfigError
 
 # The newest release whose rules are modelled; the default profile.
@@ -536,3 +537,55 @@ class GroConfig:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
+
+
+# --- rules both engines read (here, not in gro/reference.py: the numba engine's
+# preparation reads them without importing the reference model, 8 ms of a warm run) ---
+
+# UDP tunnels a socket can own (vxlan, vxlan-gpe, geneve)
+UDP_TUNNELS = (C.TUN_VXLAN, C.TUN_VXLAN_GPE, C.TUN_GENEVE)
+# UDP tunnels whose socket has a gro_receive hook (vxlan, geneve, fou, gue), by config name
+UDP_TUNNEL_KIND = {C.TUN_VXLAN: "vxlan", C.TUN_VXLAN_GPE: "vxlan-gpe",
+                   C.TUN_GENEVE: "geneve", C.TUN_FOU: "fou", C.TUN_GUE: "gue"}
+
+
+def udp_mode(config: GroConfig) -> str:
+    """The UDP GRO mode in force for plain UDP (udp_gro_receive, first branch); ``off``
+    when the configured mode is newer than the kernel."""
+    mode, prof = config.udp_gro, config.kernel
+    if (mode == "socket" and not prof.udp_gro_socket
+            or mode == "forward" and not prof.udp_gro_forwarding
+            or mode == "fraglist" and not prof.udp_gro_fraglist):
+        return "off"
+    return mode
+
+
+def fraglist_before_tunnel(config: GroConfig) -> bool:
+    """v5.6-v5.12 with rx-gro-list (``udp_gro="fraglist"``): udp_gro_receive set
+    ``is_flist = sk ? !udp_sk(sk)->gro_enabled : 1`` and ran udp_gro_receive_segment
+    *before* its tunnel branch, so a datagram to a tunnel socket (no UDP_GRO on it) was
+    aggregated as an outer UDP datagram, as with no socket. From v5.13 (Paolo Abeni,
+    "udp: skip L4 aggregation for UDP tunnel packets", series "udp: GRO L4
+    improvements") that check runs only when ``!sk || !udp_sk(sk)->gro_receive``."""
+    return udp_mode(config) == "fraglist" and config.kernel.version < (5, 13)
+
+
+def needs_reference(config: GroConfig) -> bool:
+    """True when ``config`` uses a rule only the reference model implements, so a caller
+    must run ``gro.reference.simulate`` instead of the numba engine (``gro/engine.py``).
+
+    None today: UDP GRO (``udp_gro``: socket, forward, fraglist) and UDP tunnel sockets
+    (``udp_tunnels``) are in both engines (``gro/_udp_prepare.py``,
+    ``fast.udp._udp_receive``), as are TCP fraglist GRO (``rx_gro_list``,
+    ``tcp_local_socket``), GRO off on the device (``native_gro``, ``no_gro=``), the DSA
+    conduit of the gro_cells stage (``tunnel_gro``), VLAN GRO (``vlan_gro``) and arriving
+    GSO packets (``coalesced=``, ``hashes=``), so the gro_cells stage
+    (:mod:`gropcap.gro.stages`) runs on the numba engine too. Kept as the one place a
+    future reference-only rule is declared.
+
+    >>> needs_reference(GroConfig())
+    False
+    >>> needs_reference(GroConfig(udp_tunnels="vxlan:4789", udp_gro="fraglist"))
+    False
+    """
+    return False

@@ -988,7 +988,7 @@ def simulate_batch(packets: pa.Table, config: GroConfig, state: EngineState | No
 
 def _check_state(config: GroConfig, state: EngineState | None, polls) -> EngineState:
     """The state for the next batch under ``config`` (a new one for None), checked."""
-    from gropcap.gro.reference import needs_reference
+    from gropcap.gro.config import needs_reference
     if needs_reference(config):
         raise ConfigError("the numba engine does not implement this configuration",
                           hint="run gropcap.gro.reference.simulate (engine='reference')")

@@ -169,3 +169,13 @@ def decap_gso_type(gso_type, kernel_version: tuple[int, int]):
     if kernel_version >= (4, 6):
         return (t & ~np.uint64(GSO_ENCAP_ALL)).astype(np.uint32)
     return t.astype(np.uint32)
+
+
+def udp_tunnel_gso_bits(version: tuple, tun_type: int, udp_csum: bool,
+                        inner_tun_type: int) -> int:
+    """The gso_type bits a UDP tunnel socket's completion sets before the inner L4's:
+    udp_gro_complete's ``SKB_GSO_UDP_TUNNEL[_CSUM]`` and, for FOU/GUE, the carried
+    protocol's (ipip/sit/ip6ip6/ip4ip6_gro_complete); :func:`gso_type_for` without
+    the TCP completion (``tcp6_gro_complete``'s TCPV6, the only bit it adds here)."""
+    return gso_type_for(version, 6, tun_type=tun_type, udp_csum=udp_csum,
+                            inner_tun_type=inner_tun_type) & ~SKB_GSO_TCPV6

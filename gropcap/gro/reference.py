@@ -55,7 +55,10 @@ from gropcap.decode import schema as S
 from gropcap.errors import ConfigError
 from gropcap.gro import gso
 from gropcap.gro import reasons as R
-from gropcap.gro.config import GroConfig, KernelProfile
+from gropcap.gro.config import (UDP_TUNNEL_KIND, UDP_TUNNELS, GroConfig,  # noqa: F401
+                                KernelProfile, fraglist_before_tunnel, needs_reference,
+                                udp_mode)
+from gropcap.gro.gso import udp_tunnel_gso_bits  # noqa: F401
 from gropcap.gro.flows import assign_flow_ids
 from gropcap.gro.result import GroResult, concat_runs, run_bounds
 from gropcap.gro.rss import gro_bucket, rss_hash, rx_queue
@@ -74,10 +77,11 @@ _TCP_NEVER_EQUAL = C.TCP_FLAG_SYN | C.TCP_FLAG_RST | C.TCP_FLAG_URG
 # Tunnels aggregated natively on the receiving device (no socket needed)
 _NATIVE_TUNNELS = (C.TUN_GRE, C.TUN_GRE_TEB, C.TUN_IPIP, C.TUN_SIT, C.TUN_IP6IP6,
                    C.TUN_IP4IP6)
-_UDP_TUNNELS = (C.TUN_VXLAN, C.TUN_VXLAN_GPE, C.TUN_GENEVE)
-# UDP tunnels whose socket has a gro_receive hook (vxlan, geneve, fou, gue), by config name
-_UDP_TUNNEL_KIND = {C.TUN_VXLAN: "vxlan", C.TUN_VXLAN_GPE: "vxlan-gpe",
-                    C.TUN_GENEVE: "geneve", C.TUN_FOU: "fou", C.TUN_GUE: "gue"}
+# (the UDP tunnels, the UDP GRO mode and needs_reference live in gro/config.py, the UDP
+# tunnel completion bits in gro/gso.py: the numba engine's preparation reads them too,
+# without importing this module: 8 ms of a warm run)
+_UDP_TUNNELS = UDP_TUNNELS
+_UDP_TUNNEL_KIND = UDP_TUNNEL_KIND
 UDP_GRO_CNT_MAX = 64      # include/net/udp.h: segments per UDP GRO packet
 # inet_offloads / inet6_offloads with a gro_receive: TCP, UDP, GRE, IPIP (4), IPv6 (41)
 _L4_WITH_GRO = (C.IPPROTO_TCP, C.IPPROTO_UDP, C.IPPROTO_GRE, C.IPPROTO_IPIP, C.IPPROTO_IPV6)
@@ -588,27 +592,6 @@ def udp_tunnel_gro_receive(skb: Skb, config: GroConfig) -> int:
     return 0
 
 
-def fraglist_before_tunnel(config: GroConfig) -> bool:
-    """v5.6-v5.12 with rx-gro-list (``udp_gro="fraglist"``): udp_gro_receive set
-    ``is_flist = sk ? !udp_sk(sk)->gro_enabled : 1`` and ran udp_gro_receive_segment
-    *before* its tunnel branch, so a datagram to a tunnel socket (no UDP_GRO on it) was
-    aggregated as an outer UDP datagram, as with no socket. From v5.13 (Paolo Abeni,
-    "udp: skip L4 aggregation for UDP tunnel packets", series "udp: GRO L4
-    improvements") that check runs only when ``!sk || !udp_sk(sk)->gro_receive``."""
-    return udp_mode(config) == "fraglist" and config.kernel.version < (5, 13)
-
-
-def udp_mode(config: GroConfig) -> str:
-    """The UDP GRO mode in force for plain UDP (udp_gro_receive, first branch); ``off``
-    when the configured mode is newer than the kernel."""
-    mode, prof = config.udp_gro, config.kernel
-    if (mode == "socket" and not prof.udp_gro_socket
-            or mode == "forward" and not prof.udp_gro_forwarding
-            or mode == "fraglist" and not prof.udp_gro_fraglist):
-        return "off"
-    return mode
-
-
 def tcp_csum_and_header(skb: Skb, config: GroConfig, skb_flush: int) -> int:
     """tcp4_gro_receive / tcp6_gro_receive + tcp_gro_pull_header bail-outs; 0 if none.
 
@@ -920,16 +903,6 @@ def _tcp_merged(p, skb, length: int):
         return p, end, "merged", R.MERGED
     return None, 0, "merged", R.MERGED
 
-
-
-def udp_tunnel_gso_bits(version: tuple, tun_type: int, udp_csum: bool,
-                        inner_tun_type: int) -> int:
-    """The gso_type bits a UDP tunnel socket's completion sets before the inner L4's:
-    udp_gro_complete's ``SKB_GSO_UDP_TUNNEL[_CSUM]`` and, for FOU/GUE, the carried
-    protocol's (ipip/sit/ip6ip6/ip4ip6_gro_complete); :func:`gso.gso_type_for` without
-    the TCP completion (``tcp6_gro_complete``'s TCPV6, the only bit it adds here)."""
-    return gso.gso_type_for(version, 6, tun_type=tun_type, udp_csum=udp_csum,
-                            inner_tun_type=inner_tun_type) & ~gso.SKB_GSO_TCPV6
 
 
 def _fou_inner_tun(skb: Skb) -> int:
@@ -1700,27 +1673,6 @@ def _simulate_run(table: pa.Table, config: GroConfig, polls, coalesced, hashes,
         npolls = len(all_polls)
     return _build_result(n, flow_id, rec, ordered, pkt_poll, skbs, napi), npolls
 
-
-
-def needs_reference(config: GroConfig) -> bool:
-    """True when ``config`` uses a rule only this reference model implements, so a caller
-    must run :func:`simulate` here instead of the numba engine (``gro/engine.py``).
-
-    None today: UDP GRO (``udp_gro``: socket, forward, fraglist) and UDP tunnel sockets
-    (``udp_tunnels``) are in both engines (``gro/_udp_prepare.py``,
-    ``fast.udp._udp_receive``), as are TCP fraglist GRO (``rx_gro_list``,
-    ``tcp_local_socket``), GRO off on the device (``native_gro``, ``no_gro=``), the DSA
-    conduit of the gro_cells stage (``tunnel_gro``), VLAN GRO (``vlan_gro``) and arriving
-    GSO packets (``coalesced=``, ``hashes=``), so the gro_cells stage
-    (:mod:`gropcap.gro.stages`) runs on the numba engine too. Kept as the one place a
-    future reference-only rule is declared.
-
-    >>> needs_reference(GroConfig())
-    False
-    >>> needs_reference(GroConfig(udp_tunnels="vxlan:4789", udp_gro="fraglist"))
-    False
-    """
-    return False
 
 
 def _flush_window(nodes: dict, rec: _Recorder, events: list, window: int,

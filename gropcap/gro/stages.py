@@ -521,7 +521,7 @@ def _keep_arriving_gso_type(res: GroResult, arriving: np.ndarray) -> None:
 def _engine_for(engine: str, config: GroConfig):
     """The simulate() of ``engine`` (``"fast"`` / ``"reference"``) able to run ``config``."""
     from gropcap.errors import ConfigError
-    from gropcap.gro.reference import needs_reference
+    from gropcap.gro.config import needs_reference
 
     if engine not in ("fast", "reference"):
         raise ConfigError(f"unknown engine {engine!r}", hint="use fast or reference")

@@ -238,7 +238,7 @@ def simulate_replay(kernel_result: KernelReplayResult, *, kernel=None, engine: s
     rx-udp-gro-forwarding). Returns ``(packets, GroResult)``.
     """
     from gropcap.gro.config import GroConfig, KernelProfile
-    from gropcap.gro.reference import needs_reference
+    from gropcap.gro.config import needs_reference
 
     if packets is None:
         packets = packets_table(kernel_result.frames)

@@ -534,7 +534,7 @@ def _quiet_cluster(c) -> None:
 def _split_ok(config: GroConfig, engine: str) -> bool:
     """The numba engine runs this model by partitions (the gro_cells stage and the
     configurations only the reference model implements run as one task)."""
-    from gropcap.gro.reference import needs_reference
+    from gropcap.gro.config import needs_reference
     return engine == "fast" and config.tunnel_gro is None and not needs_reference(config)
 
 

@@ -36,7 +36,7 @@ def simulate(packets: pa.Table, config: GroConfig, *, engine: str = "fast",
 
     ``runs``: the receiver run of each row (``run/receivers.py``; None: one run).
     """
-    from gropcap.gro.reference import needs_reference
+    from gropcap.gro.config import needs_reference
 
     check_engine(engine)
     if config.poll_acks and config.model == "napi" and polls is None:
@@ -112,7 +112,7 @@ def simulate_batches(tables: list, config: GroConfig, *, engine: str = "fast",
     receiver run of each row (``run/receivers.py``; None: one run): each run's last
     rows are fed ``final`` and the next run starts on fresh receivers."""
     from gropcap.decode.schema import PACKET_SCHEMA
-    from gropcap.gro.reference import needs_reference
+    from gropcap.gro.config import needs_reference
 
     check_engine(engine)
     if engine == "reference" or needs_reference(config):

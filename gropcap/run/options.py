@@ -78,7 +78,7 @@ def memory_reason(config: GroConfig, *, engine: str = "fast", decoder: str = "fa
     today). Egress accounting, the plots' counts (``run.plotdata``), ``--poll-acks`` (a
     pass over the capture before GRO, ``run.stream``) and the gro_cells stage
     (``run.cells``, egress after it included) run batch by batch."""
-    from gropcap.gro.reference import needs_reference
+    from gropcap.gro.config import needs_reference
     if engine != "fast" or decoder != "fast":
         return "only the fast engine and decoder run batch by batch"
     if needs_reference(config):
