@@ -111,7 +111,8 @@ summary = json.loads(out.getvalue())
 print(json.dumps({"pandas": "pandas" in sys.modules, "packets": summary["packets"],
                   "warnings": len(summary["warnings"]),
                   "compute": "pyarrow.compute" in sys.modules,
-                  "parquet": "pyarrow.parquet" in sys.modules}))
+                  "parquet": "pyarrow.parquet" in sys.modules,
+                  "reference": "gropcap.gro.reference" in sys.modules}))
 """
 
 
@@ -127,6 +128,9 @@ def test_a_fast_run_imports_no_pandas(name):
     # nor, summary only, Arrow compute (20-50 ms: the flows' key rows, address texts,
     # the one-way-flow lookup) or Parquet (7 ms): docs/performance.md "Start-up"
     assert got["compute"] is False and got["parquet"] is False
+    # nor the plain-Python reference model (8 ms): the rules the numba engine's
+    # preparation shares with it live in gro/config.py and gro/gso.py
+    assert got["reference"] is False
 
 
 def test_an_out_run_imports_no_pandas(tmp_path):
