@@ -285,8 +285,9 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
                          keys, hashes if check else None)
     for m, mc in tot.models.items():
         if plot:        # (flow, end reason) keys, this partition's flow ids
-            np.save(os.path.join(work, f"top-{m}.npy"), np.stack([mc.top_keys,
-                                                                   mc.top_counts]))
+            from gropcap.arrays import write_array
+            write_array(os.path.join(work, f"top-{m}.npy"),
+                        np.stack([mc.top_keys, mc.top_counts]))
         mc.drop_flows()
     return {"k": k, "work": work, "rows": n, "models": tot.models, "nflows": nflows,
             "coalesced": coal, "info": info,

@@ -270,7 +270,7 @@ class PlotParts:
             self._bin(self.firsts[m], os.path.join(work, f"plot-{m}"))
             path = os.path.join(work, f"top-{m}.npy")
             if os.path.exists(path):
-                keys, counts = np.load(path)
+                keys, counts = np.array(read_array(path))   # (never unpickles)
                 flow, reason = np.divmod(keys, 256)
                 self.keys[m].append((gid[flow] * 256 + reason, counts))
 
