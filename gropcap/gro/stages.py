@@ -117,18 +117,58 @@ class StageResult:
                                      segments=self.segments)
 
 
-def _decap_kind(cols: dict, i: int, config: GroConfig) -> int:
-    """The tunnel type a gro_cells device decapsulates for row i, -1 for DSA, 0 none."""
-    if cols["status"][i] != S.STATUS_OK:
-        return 0
-    if cols["dsa_tag"][i]:
-        return -1
-    t = cols["tun_type"][i]
-    if t not in DECAP_TUNNELS or cols["encap_depth"][i] != 1 or not cols["ip_version"][i]:
-        return 0
-    if t in _UDP_KIND and not config.udp_tunnel_socket(_UDP_KIND[t], cols["outer_dport"][i]):
-        return 0       # no vxlan/geneve device: plain UDP for the stack
-    return t
+def _decap_kinds(heads: pa.Table, config: GroConfig) -> np.ndarray:
+    """Per row, the tunnel type a gro_cells device decapsulates, -1 for DSA, 0 none: a
+    decoded row (status OK) with a DSA tag, or one tunnel layer of a decapsulating kind
+    around an IP packet; a VXLAN/Geneve one only with a socket on its port (no
+    vxlan/geneve device: plain UDP for the stack)."""
+    from gropcap.arrays import numpy_of
+    col = lambda name: numpy_of(heads.column(name))  # noqa: E731
+    kinds = np.zeros(heads.num_rows, np.int16)
+    ok = col("status") == S.STATUS_OK
+    dsa = ok & (col("dsa_tag") != 0)
+    t = col("tun_type").astype(np.int16)
+    tun = ok & ~dsa & np.isin(t, DECAP_TUNNELS) & (col("encap_depth") == 1) & \
+        (col("ip_version") != 0)
+    udp = tun & np.isin(t, list(_UDP_KIND))
+    if udp.any():
+        port = col("outer_dport").astype(np.int64)
+        sock = np.zeros(len(t), bool)
+        for code, name in _UDP_KIND.items():
+            for kind, p in config.udp_tunnels:
+                if kind == name:
+                    sock |= (t == code) & (port == p)
+        tun &= ~udp | sock
+    kinds[dsa] = -1
+    kinds[tun] = t[tun]
+    return kinds
+
+
+def _device_ids(tab: pa.Table, kind: np.ndarray, devices: dict) -> np.ndarray:
+    """Per row of ``tab`` (rows a gro_cells device receives, ``kind`` as
+    :func:`_decap_kinds`), its device's number in ``devices`` (identity -> number, in
+    order of first appearance; filled in): one tunnel device per (type, outer addresses,
+    key), a DSA user port per (conduit, port)."""
+    from gropcap.arrays import numpy_of
+    n = tab.num_rows
+    if not n:
+        return np.zeros(0, np.uint16)
+    key = np.zeros(n, dtype=[("k", "<i2"), ("a", "S16"), ("b", "S16"), ("x", "<i8")])
+    key["k"] = kind
+    dsa = kind == -1
+    for part, name in (("a", "outer_ip_src"), ("b", "outer_ip_dst")):
+        vals = tab.column(name).to_pylist()
+        key[part] = np.array([v or b"" for v in vals], "S16")
+    key["x"] = numpy_of(tab.column("tun_key")).astype(np.int64)
+    if dsa.any():
+        key["a"][dsa] = key["b"][dsa] = b""
+        key["x"][dsa] = (numpy_of(tab.column("iface")).astype(np.int64)[dsa] << 16) | \
+            (numpy_of(tab.column("dsa_port")).astype(np.int64)[dsa] & 0xFFFF)
+    uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    number = np.zeros(len(uniq), np.uint16)
+    for u in np.argsort(first, kind="stable"):     # in order of first appearance
+        number[u] = devices.setdefault(uniq[u].tobytes(), len(devices))
+    return number[inv.ravel()]
 
 
 def ecn_decapsulate(outer_tos: np.ndarray, inner_tos: np.ndarray,
@@ -248,13 +288,8 @@ def gro_cells_rows(units: Units, config: GroConfig, *, ids: CellsIds,
     from gropcap.arrays import numpy_of, take_rows
     from gropcap.gro.coalesced import CoalescedInput
 
-    names = ("status", "dsa_tag", "tun_type", "encap_depth", "ip_version",
-             "outer_dport", "outer_ip_version", "iface", "dsa_port", "outer_ip_src",
-             "outer_ip_dst", "tun_key")
     heads = units.heads
-    cols = {k: heads.column(k).to_pylist() for k in names}
-    kinds = np.array([_decap_kind(cols, i, config) for i in range(len(units))],
-                     dtype=np.int16)
+    kinds = _decap_kinds(heads, config)
     # IP_ECN_decapsulate on each unit's headers (a unit's TOS bytes are equal: GRO
     # flushes on any TOS difference) before gro_cells_receive
     outer_tos = numpy_of(heads.column("outer_ip_tos"))
@@ -271,22 +306,14 @@ def gro_cells_rows(units: Units, config: GroConfig, *, ids: CellsIds,
 
     # device identity: one tunnel device per (type, outer addresses, key); a user port per
     # (conduit, port). Numbered in order of first appearance.
-    dev_ids = ids.devices
-    device = np.zeros(n, dtype=np.uint16)
-    gro = np.zeros(n, dtype=bool)
+    device = _DEVICE_BASE + _device_ids(tab, kind, ids.devices)
     prof = config.kernel
-    for j, i in enumerate(sel):
-        i = int(i)
-        k = int(kind[j])
-        if k == -1:
-            ident = ("dsa", cols["iface"][i], cols["dsa_port"][i])
-            has_cells = prof.dsa_gro            # e131a5634830 (v5.8)
-        else:
-            ident = (k, cols["outer_ip_src"][i], cols["outer_ip_dst"][i], cols["tun_key"][i])
-            has_cells = not (k in _IP6GRE_FAMILY and cols["outer_ip_version"][i] == 6
-                             and not prof.ip6gre_gro_cells) and k not in _NO_CELLS
-        device[j] = _DEVICE_BASE + dev_ids.setdefault(ident, len(dev_ids))
-        gro[j] = bool(config.tunnel_gro) and has_cells
+    dsa = kind == -1
+    has_cells = np.where(
+        dsa, bool(prof.dsa_gro),                # e131a5634830 (v5.8)
+        ~(np.isin(kind, _IP6GRE_FAMILY) & (numpy_of(tab.column("outer_ip_version")) == 6)
+          & (not prof.ip6gre_gro_cells)) & ~np.isin(kind, _NO_CELLS))
+    gro = bool(config.tunnel_gro) & has_cells
 
     last_ts = np.asarray(units.last_ts, np.int64)[sel]
 

@@ -109,14 +109,15 @@ class CellsStage:
             self.writer = None
 
     def run(self, run_of_file: np.ndarray, native_packets: int, native_segments: int,
-            egress=None):
+            egress=None, progress=None):
         """The gro_cells stage over the gathered units, in delivery order:
         ``[StageCounts native, StageCounts gro_cells]``. ``run_of_file``: the receiver
         run of each input file (a unit's rows reach the cells of its own run);
         ``native_packets``, ``native_segments``: the native stage's input rows and the
         wire segments they stand for. ``egress``: an ``egress.EgressCounts`` to count
         what reaches the stack into (``Analysis.egress``): the native super-packets no
-        cell took or dropped, and the cells' super-packets."""
+        cell took or dropped, and the cells' super-packets. ``progress``: a line counting
+        the native super-packets read (``run.progress.phase``)."""
         from gropcap.egress import header_codes
         from gropcap.gro.engine import _cut_coalesced, _gso_table, next_run, simulate_batch
         from gropcap.gro.stages import (CellsIds, StageCounts, Units, gro_cells_rows,
@@ -165,12 +166,15 @@ class CellsStage:
                 egress.add(counts, s["gso"], gso_type, s["payload"], codes.take(s["first"]))
 
         batches = heads.to_batches()
+        from gropcap.run.progress import phase
+        line = phase(progress, f"gro_cells {self.config.model}", n, "super-packets")
         for lo in range(0, n, UNITS_PER_SLICE):
             hi = min(n, lo + UNITS_PER_SLICE)
             rec = np.array(u[lo:hi])             # this slice's records, read once
             drop_pages(u)
             drop_pages(heads)
             largest = max(largest, int(rec["count"].max()))
+            line.advance(hi - lo)
             units = Units(heads=_gather(batches, bounds, rec["head"]),
                           count=rec["count"], payload=rec["payload"],
                           gso_size=rec["gso_size"], gso_type=rec["gso_type"],
@@ -206,6 +210,7 @@ class CellsStage:
                      coalesced=_cut_coalesced(co, a, b))
         if state is not None:
             feed(empty_packet_table(), True, **_empty_kw(napi))
+        line.end()
         cells.devices = len(ids.devices)
         native = StageCounts("native", native_packets, native_segments, n, largest)
         return [native, cells]

@@ -965,7 +965,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             seg_in = tot.coalesced.segs_total if tot.coalesced else counters.packets
             extra["stages"] = {
                 m: stages_summary(cells[m].run(run_of_file, counters.packets, seg_in,
-                                               egress=tot.models[m].egress))
+                                               egress=tot.models[m].egress,
+                                               progress=progress))
                 for m in models}
         extra.update(egress_extra(tot))
         from gropcap.receive.context import ReceiveContext

@@ -261,3 +261,18 @@ def test_the_gathered_units_equal_the_in_memory_ones(path, config, batch, monkey
         got = cells._gather(heads.to_batches(), np.cumsum(
             [0] + [b.num_rows for b in heads.to_batches()]), rec["head"])
         assert got.to_pylist() == want.heads.to_pylist()
+
+
+def test_the_cells_stage_has_a_progress_line():
+    """The stage after GRO reads every native super-packet again: a line per model
+    counts them."""
+    from gropcap.run.progress import Progress
+    path = os.path.join(S, "real_vxlan.pcap")
+    with Progress(True) as p:
+        r = stream_analyze(path, GroConfig(tunnel_gro=True, udp_tunnels=SOCKETS),
+                           progress=p)
+        tasks = {t.description: (t.completed, t.fields["detail"]) for t in p._bar.tasks}
+    for m in ("ideal", "napi"):
+        n = r.summary["stages"][m]["stages"]["native"]["superpackets_out"]
+        assert n > 0
+        assert tasks[f"gro_cells {m}"] == (n, f"done, {n} super-packets")
