@@ -96,7 +96,7 @@ class CellsStage:
                 self.sink = pa.OSFile(self.path + ".heads", "wb")
                 # the stream format: each batch keeps its own encap dictionary
                 self.writer = pa.ipc.new_stream(self.sink, PACKET_SCHEMA)
-            self.writer.write_table(t.take(pa.array(heads, pa.int64())))
+            self.writer.write_table(take_rows(t, heads))
         drop_pages(u)
 
     def close(self) -> None:
@@ -129,7 +129,8 @@ class CellsStage:
             raise AssertionError("gro_cells: a native super-packet without its first row")
         heads = map_ipc_file(self.path + ".heads", stream=True) if n else \
             empty_packet_table()
-        bounds = np.cumsum([0] + [b.num_rows for b in heads.to_batches()])
+        batches = heads.to_batches()
+        bounds = np.cumsum([0] + [b.num_rows for b in batches])
         cfg2 = stage_config(self.config)
         napi = self.config.model == "napi"
         ids = CellsIds()                 # devices and MAC ids, across the slices
@@ -165,7 +166,6 @@ class CellsStage:
                     arriving.take(s["first"][multi])
                 egress.add(counts, s["gso"], gso_type, s["payload"], codes.take(s["first"]))
 
-        batches = heads.to_batches()
         from gropcap.run.progress import phase
         line = phase(progress, f"gro_cells {self.config.model}", n, "super-packets")
         for lo in range(0, n, UNITS_PER_SLICE):
@@ -218,15 +218,7 @@ class CellsStage:
     def remove(self) -> None:
         """Close and delete the files (the temporary directory goes anyway)."""
         self.close()
-        u, self.units = self.units, None
-        if u is not None:
-            mm = getattr(u, "_mmap", None)
-            del u
-            if mm is not None:
-                try:
-                    mm.close()
-                except (BufferError, ValueError):
-                    pass
+        self.units = None           # (a mapped file may go while mapped)
         for ext in (".units", ".heads", ".codes", ".arriving"):
             try:
                 os.unlink(self.path + ext)
@@ -238,16 +230,14 @@ def _gather(batches: list, bounds: np.ndarray, rows: np.ndarray) -> pa.Table:
     """Rows ``rows`` (spill row numbers, any order) of the spilled heads, in that order:
     a take from each record batch they fall in (no concatenation of the whole file)."""
     which = np.searchsorted(bounds, rows, side="right") - 1
-    pieces, order = [], []
-    for k in np.unique(which):
-        sel = np.flatnonzero(which == k)
-        local = rows[sel] - bounds[k]
-        pieces.append(pa.Table.from_batches([batches[k]]).take(pa.array(local, pa.int64())))
-        order.append(sel)
+    order = np.argsort(which, kind="stable")        # the rows grouped by batch
+    ks, starts = np.unique(which[order], return_index=True)
+    pieces = [take_rows(pa.Table.from_batches([batches[k]]), rows[sel] - bounds[k])
+              for k, sel in zip(ks, np.split(order, starts[1:]))]
     table = pa.concat_tables(pieces).unify_dictionaries().combine_chunks()
     back = np.empty(len(rows), np.int64)
-    back[np.concatenate(order)] = np.arange(len(rows))
-    return table.take(pa.array(back, pa.int64()))
+    back[order] = np.arange(len(rows))
+    return take_rows(table, back)
 
 
 def _empty_kw(napi: bool) -> dict:

@@ -242,9 +242,8 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
     if plot:
         # the capture's time span is known from the scan: each run's partitions are
         # binned before their scratch goes (run.plotdata.PlotParts)
-        from gropcap.run.plotdata import PlotParts, capture_span
-        start, rel_max = capture_span(capture)
-        parts = PlotParts(models, start, capture.packets, rel_max)
+        from gropcap.run.plotdata import PlotParts
+        parts = PlotParts.of_capture(models, capture)
     # a line per stage counting packets (the rows the scan found): its rate is packets/s
     run_rows = [sum(rows_of[i] for i in fidx) for fidx in runs]
     lines = {}
@@ -777,9 +776,8 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                     _add_causes(causes, works, 0, nflows)
                     parts = None
                     if plot:
-                        from gropcap.run.plotdata import PlotParts, capture_span
-                        start, rel_max = capture_span(capture)
-                        parts = PlotParts(models, start, capture.packets, rel_max)
+                        from gropcap.run.plotdata import PlotParts
+                        parts = PlotParts.of_capture(models, capture)
                         for w in works:
                             parts.add(w)
                 else:

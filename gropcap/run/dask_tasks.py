@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gropcap.arrays import arrow_of, arrow_repeated, arrow_table
+from gropcap.arrays import arrow_repeated, arrow_table
 from gropcap.decode.schema import PACKET_SCHEMA
 from gropcap.run.stream import _FirstRows, _roles
 
@@ -167,9 +167,8 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
         before = tot.flows.n_flows
         tg = t
         if retimed is not None and t.num_rows:
-            i = t.schema.get_field_index("ts_ns")
-            tg = t.set_column(i, t.schema.field(i), arrow_of(np.ascontiguousarray(
-                retimed[np.asarray(grows, np.int64) + acks[1]])))
+            from gropcap.run.stream import with_arrivals
+            tg = with_arrivals(t, retimed[np.asarray(grows, np.int64) + acks[1]])
         parts = gro.feed(tg, final=False, coalesced=co)
         if egress_rows is not None:
             egress_rows.add(t)

@@ -99,6 +99,20 @@ def time_bins(span_ns: int, bins: int) -> int:
     return max(int(width_us * 1000), 1)
 
 
+def _bins_of(n_packets: int, rel_max: int, bins: int) -> tuple[int, int]:
+    """``(width, number of bins)``: at least ~20 packets a bin on average, or the ratio is
+    noise."""
+    width = time_bins(rel_max, max(1, min(bins, n_packets // 20)))
+    return width, int(rel_max) // width + 1
+
+
+def _bin_into(out: np.ndarray, ts: np.ndarray, fidx: np.ndarray, start: np.ndarray,
+              width: int) -> None:
+    """Add rows (time, file) to the bins ``out`` (time since their file's first packet)."""
+    if len(ts):
+        out += np.bincount((ts - start[fidx]) // width, minlength=len(out))
+
+
 def time_series(start: np.ndarray, n_packets: int, rel_max: int, packet_slices,
                 first_slices: dict, bins: int = BINS) -> TimeSeries:
     """Bin the packets and each model's super-packets by time since their file's first
@@ -106,14 +120,12 @@ def time_series(start: np.ndarray, n_packets: int, rel_max: int, packet_slices,
     it; ``packet_slices`` and ``first_slices[model]``: callables giving ``(ts_ns,
     file_index)`` array pairs (every packet; every super-packet's first packet), in any
     slicing. At least ~20 packets a bin on average, or the ratio is noise."""
-    width = time_bins(rel_max, max(1, min(bins, n_packets // 20)))
-    nb = int(rel_max) // width + 1
+    width, nb = _bins_of(n_packets, rel_max, bins)
 
     def count(slices):
         out = np.zeros(nb, np.int64)
         for ts, fidx in slices():
-            if len(ts):
-                out += np.bincount((ts - start[fidx]) // width, minlength=nb)
+            _bin_into(out, ts, fidx, start, width)
         return out
     return TimeSeries(width, count(packet_slices),
                       {m: count(s) for m, s in first_slices.items()}, len(start))
@@ -250,16 +262,20 @@ class PlotParts:
         self.models = list(models)
         self.start = np.asarray(start, np.int64)
         self.n_packets = n_packets
-        self.width = time_bins(rel_max, max(1, min(bins, n_packets // 20)))
-        self.nb = int(rel_max) // self.width + 1
+        self.width, self.nb = _bins_of(n_packets, rel_max, bins)
         self.packets = np.zeros(self.nb, np.int64)
         self.firsts = {m: np.zeros(self.nb, np.int64) for m in self.models}
         self.keys = {m: [] for m in self.models}
 
+    @classmethod
+    def of_capture(cls, models, capture) -> "PlotParts":
+        """For a run whose ``CaptureCounts`` are known (:func:`capture_span`)."""
+        start, rel_max = capture_span(capture)
+        return cls(models, start, capture.packets, rel_max)
+
     def _bin(self, out: np.ndarray, path: str) -> None:
         for ts, fidx in _spilled_pairs(path):
-            if len(ts):
-                out += np.bincount((ts - self.start[fidx]) // self.width, minlength=self.nb)
+            _bin_into(out, ts, fidx, self.start, self.width)
 
     def add(self, work: str) -> None:
         """A partition's work directory (its flows numbered, its output pass done)."""

@@ -640,9 +640,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             r0, fed[0] = fed[0], fed[0] + t.num_rows
             if retimed is None or not t.num_rows:
                 return t
-            i = t.schema.get_field_index("ts_ns")
-            return t.set_column(i, t.schema.field(i), arrow_of(
-                np.ascontiguousarray(retimed[r0:fed[0]])))
+            return with_arrivals(t, retimed[r0:fed[0]])
         from gropcap.run.accumulators import FlowCauses
         causes = FlowCauses()
         # --plot: every row's time and file, and each super-packet's first row's
@@ -1062,6 +1060,13 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     finally:
         if owns_acks:
             _drop_acks(_acks)
+
+
+def with_arrivals(t: pa.Table, ts: np.ndarray) -> pa.Table:
+    """``t`` with ``ts_ns`` replaced by ``ts`` (``--poll-acks``' retimed arrivals, which
+    the napi model reads instead of the capture's times)."""
+    i = t.schema.get_field_index("ts_ns")
+    return t.set_column(i, t.schema.field(i), arrow_of(np.ascontiguousarray(ts)))
 
 
 def egress_extra(tot) -> dict:
