@@ -119,9 +119,10 @@ class StageResult:
 
 def _decap_kinds(heads: pa.Table, config: GroConfig) -> np.ndarray:
     """Per row, the tunnel type a gro_cells device decapsulates, -1 for DSA, 0 none: a
-    decoded row (status OK) with a DSA tag, or one tunnel layer of a decapsulating kind
-    around an IP packet; a VXLAN/Geneve one only with a socket on its port (no
-    vxlan/geneve device: plain UDP for the stack)."""
+    decoded row (status OK) with a DSA tag (``dsa_switch_rcv``), or one tunnel layer of a
+    decapsulating kind around an IP packet (``ip_tunnel_rcv``, ``__ip6_tnl_rcv``); a
+    VXLAN/Geneve one only with a socket on its port (``vxlan_rcv``, ``geneve_rx`` run from
+    the socket's ``encap_rcv``; no vxlan/geneve device: plain UDP for the stack)."""
     from gropcap.arrays import numpy_of
     col = lambda name: numpy_of(heads.column(name))  # noqa: E731
     kinds = np.zeros(heads.num_rows, np.int16)
