@@ -49,6 +49,14 @@ UDP_TUNNEL_KINDS = {C.TUN_VXLAN: "vxlan", C.TUN_VXLAN_GPE: "vxlan-gpe",
                     C.TUN_GENEVE: "geneve", C.TUN_FOU: "fou", C.TUN_GUE: "gue"}
 FLOW_KEY_COLS = ("encap", "ip_version", "ip_src", "ip_dst", "l4_proto", "sport", "dport",
                  "tun_type", "tun_key", "vlan_tci0", "dsa_port", "file_index")
+# CaptureCounts.add's columns, in run._count_kernels.capture_batch's order, with their
+# schema types (one compiled specialisation whatever array a caller hands in)
+_CAPTURE_COLUMNS = (
+    ("payload_len", np.uint32), ("wire_len", np.uint32), ("file_index", np.uint16),
+    ("ts_ns", np.int64), ("status", np.uint8), ("outer_ip_version", np.uint8),
+    ("ip_version", np.uint8), ("outer_ip_tot_len", np.uint32), ("ip_tot_len", np.uint32),
+    ("epb_flags", np.uint32), ("l4_csum_state", np.uint8), ("cap_len", np.uint32),
+    ("l4_proto", np.uint8))
 
 
 def udp_tunnel_counts(t) -> dict[tuple[str, int], int]:
@@ -162,67 +170,51 @@ class CaptureCounts:
         return np.searchsorted(np.cumsum(self.file_packets), rows, side="right")
 
     def add(self, t: pa.Table) -> None:
-        from gropcap.constants import EPB_FLAG_TCP_SEG_OFFLOAD
         from gropcap.decode.schema import CSUM_PARTIAL, STATUS_TRUNCATED
+        from gropcap.run import _count_kernels as K
+        from gropcap.run.receivers import NO_TS
 
         if not t.num_rows:
             return
         col = lambda name: numpy_of(t.column(name))  # noqa: E731
         self.packets += t.num_rows
-        has = col("payload_len") > 0
-        self.data_packets += int(np.count_nonzero(has))
-        wire = col("wire_len").astype(np.int64)
-        fidx = col("file_index").astype(np.int64)
-        self.file_packets = _add_at(self.file_packets, np.bincount(fidx))
-        self.file_bytes = _add_at(self.file_bytes,
-                                  np.bincount(fidx, wire).astype(np.int64))
-        self.file_data = _add_at(self.file_data, np.bincount(fidx[has]))
-        self._add_times(fidx, col("ts_ns").astype(np.int64))
-        self.wire_bytes += int(wire.sum())
-        self.status += np.bincount(col("status").astype(np.int64), minlength=256)
+        scal = np.zeros(K.N_SCALARS, np.int64)
+        cnt = np.zeros(K.TOT_BINS, np.int64)
+        big = np.zeros(K.TOT_BINS, np.int64)
+        codes = np.array([C.EPB_FLAG_TCP_SEG_OFFLOAD, CSUM_PARTIAL, STATUS_TRUNCATED],
+                         np.int64)
+        # one pass over the batch (run._count_kernels), the columns in their schema types
+        files, big_rows = K.capture_batch(
+            *(np.asarray(col(name), dt) for name, dt in _CAPTURE_COLUMNS), codes,
+            NO_TS, self.status, cnt, big, scal)
+        self.data_packets += int(scal[K.SC_DATA])
+        self.file_packets = _add_at(self.file_packets, files[:, K.F_PACKETS])
+        self.file_bytes = _add_at(self.file_bytes, files[:, K.F_BYTES])
+        self.file_data = _add_at(self.file_data, files[:, K.F_DATA])
+        self._merge_times(files[:, K.F_FIRST_TS], files[:, K.F_MAX_TS])
+        self.wire_bytes += int(scal[K.SC_WIRE])
         self.encap = _merge_dicts(self.encap, encap_counts(t, np.ones(t.num_rows, np.bool_)))
-        outer = col("outer_ip_version") != 0
-        ver = np.where(outer, col("outer_ip_version"), col("ip_version"))
-        tot = np.where(outer, col("outer_ip_tot_len"), col("ip_tot_len")).astype(np.int64)
-        # frames above the MTU are counted when it is known (report.summary.warnings)
-        pre = ((ver == 4) & (tot == 0)) | ((col("epb_flags") & EPB_FLAG_TCP_SEG_OFFLOAD) != 0)
-        if pre.any():
-            self.pre += int(pre.sum())
-            self.pre_largest = max(self.pre_largest, int(wire[pre].max()))
-        rest = (ver != 0) & ~pre
-        if rest.any():
-            # IP lengths are 16-bit: counted and maximised by bins, not sorted
-            # (np.unique's sort was 3 ms a 65 536-row batch, the bins 0.2 ms)
-            tr = tot[rest]
-            cnt = np.bincount(tr)
-            big = np.zeros(len(cnt), np.int64)
-            np.maximum.at(big, tr, wire[rest])
-            u = np.flatnonzero(cnt)
-            for k, c, b in zip(u.tolist(), cnt[u].tolist(), big[u].tolist()):
-                self._tot(k, c, b)
+        if scal[K.SC_PRE]:
+            self.pre += int(scal[K.SC_PRE])
+            self.pre_largest = max(self.pre_largest, int(scal[K.SC_PRE_LARGEST]))
+        # frames above the MTU are counted when it is known (report.summary.warnings):
+        # IP lengths counted and maximised by bins (np.unique's sort was 3 ms a batch)
+        u = np.flatnonzero(cnt)
+        for k, c, b in zip(u.tolist(), cnt[u].tolist(), big[u].tolist()):
+            self._tot(k, c, b)
+        if len(big_rows):        # IPv6 jumbograms: lengths past the bins
+            outer = col("outer_ip_version")[big_rows] != 0
+            tot = np.where(outer, col("outer_ip_tot_len")[big_rows],
+                           col("ip_tot_len")[big_rows]).astype(np.int64)
+            wire = col("wire_len")[big_rows].astype(np.int64)
+            for k in np.unique(tot).tolist():
+                self._tot(k, int(np.count_nonzero(tot == k)), int(wire[tot == k].max()))
         self.udp_tunnels = _merge_dicts(self.udp_tunnels, udp_tunnel_counts(t))
-        self.partial += int(np.count_nonzero(col("l4_csum_state") == CSUM_PARTIAL))
-        self.cut += int(np.count_nonzero(col("status") == STATUS_TRUNCATED))
+        self.partial += int(scal[K.SC_PARTIAL])
+        self.cut += int(scal[K.SC_CUT])
         # counted always (a piece decoded on a Dask worker does not know the option);
         # reported under --verify-checksums (report.summary.warnings_of)
-        self.short += int(np.count_nonzero((col("cap_len") < col("wire_len"))
-                                           & (col("l4_proto") != 0)))
-
-    def _add_times(self, fidx: np.ndarray, ts: np.ndarray) -> None:
-        """Rows' files and timestamps into each file's first and latest timestamp."""
-        from gropcap.run.receivers import NO_TS
-        if fidx[0] == fidx[-1] and bool(np.all(fidx == fidx[0])):   # the usual batch
-            seen, first, top = fidx[:1], ts[:1], np.array([ts.max()], np.int64)
-        else:
-            seen, at, inv = np.unique(fidx, return_index=True, return_inverse=True)
-            first = ts[at]
-            top = np.full(len(seen), NO_TS, np.int64)
-            np.maximum.at(top, inv.ravel(), ts)
-        later_first = np.full(int(seen.max()) + 1, NO_TS, np.int64)
-        later_first[seen] = first
-        later_max = np.full(len(later_first), NO_TS, np.int64)
-        later_max[seen] = top
-        self._merge_times(later_first, later_max)
+        self.short += int(scal[K.SC_SHORT])
 
     def _merge_times(self, first: np.ndarray, top: np.ndarray) -> None:
         """Fold in later rows' first and latest timestamps per file."""
@@ -798,34 +790,17 @@ class FlowCauses:
     def add(self, flow_id, tcp_seq, payload_len, l4_proto, reason) -> None:
         """One batch: per packet its flow, TCP sequence number, payload, protocol and
         reason code (primary model)."""
+        from gropcap.run._count_kernels import flow_causes
         fid = np.asarray(flow_id, np.int64)
         if not len(fid):
             return
-        top = int(fid.max()) + 1
-        self._grow(top)
-        # rows by flow, in row order within a flow (a stable sort; a radix sort on 16 bits
-        # when the ids fit: 2-10x cheaper than lexsort((rows, fid)), the same order)
-        small = top <= 1 << 16 and int(fid.min()) >= 0
-        order = np.argsort(fid.astype(np.uint16) if small else fid, kind="stable")
-        f = fid[order]
-        seq = np.asarray(tcp_seq, np.int64)[order]
-        end = seq + np.asarray(payload_len, np.int64)[order]
-        first = np.ones(len(f), bool)
-        first[1:] = f[1:] != f[:-1]
-        prev = np.empty(len(f), np.int64)
-        prev[1:] = end[:-1]
-        prev[first] = self.next_seq[f[first]]
-        r = np.asarray(reason)[order]
-        brk = ((np.asarray(l4_proto)[order] == C.IPPROTO_TCP) & (prev >= 0)
-               & (r >= FLUSH_CWR) & (r <= FLUSH_ZERO_PAYLOAD))
-        delta = (seq - prev + 2**31) % 2**32 - 2**31
-        n = len(self.next_seq)
-        self.total += np.bincount(f[brk], minlength=n)
-        self.ahead += np.bincount(f[brk & (delta > 0)], minlength=n)
-        self.back += np.bincount(f[brk & (delta < 0)], minlength=n)
-        last = np.ones(len(f), bool)
-        last[:-1] = f[1:] != f[:-1]
-        self.next_seq[f[last]] = end[last] & 0xFFFFFFFF
+        self._grow(int(fid.max()) + 1)
+        # row by row in row order (run._count_kernels), each flow's next sequence number
+        # carried from its previous row, in this batch or an earlier one
+        flow_causes(fid, np.asarray(tcp_seq, np.uint32), np.asarray(payload_len, np.uint32),
+                    np.asarray(l4_proto, np.uint8), np.asarray(reason, np.int64),
+                    C.IPPROTO_TCP, FLUSH_CWR, FLUSH_ZERO_PAYLOAD, self.next_seq, self.total,
+                    self.ahead, self.back)
 
     def result(self, n_flows: int) -> list[str]:
         """One string per flow (see ``report.explain.flow_causes``)."""

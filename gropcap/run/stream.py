@@ -58,6 +58,7 @@ from gropcap.errors import ConfigError
 from gropcap.gro.config import MODELS, GroConfig
 from gropcap.gro.reasons import ROLE_ALONE, ROLE_HEAD, ROLE_MERGED
 from gropcap.io.columns import readable
+from gropcap.run._count_kernels import first_rows
 
 OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
 _WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
@@ -456,10 +457,8 @@ class _FirstRows:
             grown = np.zeros(max(int(inst.max()) + 1, 2 * len(self.seen)), np.bool_)
             grown[:len(self.seen)] = self.seen
             self.seen = grown
-        _, idx = np.unique(inst, return_index=True)
         first = np.zeros(len(inst), np.bool_)
-        first[idx[~self.seen[inst[idx]]]] = True
-        self.seen[inst] = True
+        first_rows(np.asarray(inst, np.int64), self.seen, first)
         return first
 
 
