@@ -55,6 +55,13 @@ def _mix_words(cols):
 
 
 _KEY_COLUMNS = ["ip_src", "ip_dst", "sport", "dport"]
+# CoalescedStats.add's columns, in _batch_kernels.marks' order, with their schema
+# types (numpy dtype names: the module imports numpy only when it runs)
+_MARK_COLUMNS = (("status", "u1"), ("l4_proto", "u1"), ("payload_len", "u4"),
+                 ("epb_flags", "u4"), ("outer_ip_version", "u1"), ("ip_version", "u1"),
+                 ("outer_ip_tot_len", "u4"), ("ip_tot_len", "u4"), ("linktype", "u2"),
+                 ("eth_dst", "u8"), ("eth_src", "u8"), ("tcp_flags", "u2"),
+                 ("tcp_mss", "u2"))
 _INFER_COLUMNS = _KEY_COLUMNS + ["tcp_doff", "outer_ip_version", "outer_ip_offset",
                                  "ip_offset", "l4_offset", "payload_len"]
 
@@ -404,6 +411,16 @@ class CoalescedStats:
                        | ((v == 4) & (tot == 0)) | ((v == 6) & (tot == 40)))
         return data, hard, tot
 
+    @staticmethod
+    def _tot_of(t, rows):
+        """The outermost IP length of ``rows`` (int64)."""
+        import numpy as np
+        if not len(rows):
+            return np.zeros(0, np.int64)
+        outer = numpy_of(t.column("outer_ip_version"))[rows] != 0
+        return np.where(outer, numpy_of(t.column("outer_ip_tot_len"))[rows],
+                        numpy_of(t.column("ip_tot_len"))[rows]).astype(np.int64)
+
     def is_gso(self, t):
         """Per row: a TCP data frame captured already coalesced (pcapng TCP_SEG_OFFLOAD,
         IPv4 total length 0, IPv6 payload length 0, or an outermost IP packet above the
@@ -415,36 +432,32 @@ class CoalescedStats:
         """Fold in the next rows (capture order): first SYN MSS per direction, sizes of
         data frames, IP lengths of the other frames. ``flow_id``: the GRO engine's flow of
         each row when known (a flow has one direction, so its ids group the sizes with
-        one sort, where the direction keys take three; a direction's sizes then come in
+        one count, where the direction keys take three sorts; a direction's sizes then come in
         another order, which nothing reads)."""
         import numpy as np
 
         from gropcap import constants as C
         from gropcap.decode.schema import STATUS_OK
+        from gropcap.gro import _batch_kernels as K
         self._inference = None
         col = lambda name: numpy_of(t.column(name))  # noqa: E731
-        data, hard, tot = self._marks(t)
-        self.hard += int(hard.sum())
-        eth = col("linktype") == C.LINKTYPE_ETHERNET
-        self.eth_frames += int(eth.sum())
-        self.zero_mac += int((eth & (col("eth_dst") == 0) & (col("eth_src") == 0)).sum())
-        tcp = (col("l4_proto") == C.IPPROTO_TCP) & (col("status") == STATUS_OK)
-        syn = tcp & ((col("tcp_flags") & C.TCP_FLAG_SYN) != 0) & (col("tcp_mss") != 0)
-        synd = data & syn & ~hard      # data on a SYN: coalesced above the MTU, no size
-        if synd.any():
-            u, c = np.unique(tot[synd], return_counts=True)
-            for k, n in zip(u.tolist(), c.tolist()):
-                self.syn_data_tot[k] = self.syn_data_tot.get(k, 0) + n
-        data = data & ~syn & ~hard
-        ip = (col("ip_version") != 0) & ~data & ~hard & ~synd
-        if ip.any():
-            u, c = np.unique(tot[ip], return_counts=True)
-            for k, n in zip(u.tolist(), c.tolist()):
-                self.other_tot[k] = self.other_tot.get(k, 0) + n
-        if not (syn.any() or data.any()):
+        # the masks of _marks and the IP-length histograms in one pass (the kernel's
+        # docstring); the columns in their schema types (one compiled specialisation)
+        scal = np.zeros(3, np.int64)
+        other, synd = np.zeros(K.TOT_BINS, np.int64), np.zeros(K.TOT_BINS, np.int64)
+        codes = np.array([STATUS_OK, C.IPPROTO_TCP, C.EPB_FLAG_TCP_SEG_OFFLOAD,
+                          C.LINKTYPE_ETHERNET, C.TCP_FLAG_SYN], np.int64)
+        srows, rows, big_synd, big_other = K.marks(
+            *(np.asarray(col(name), dt) for name, dt in _MARK_COLUMNS), codes, scal, other,
+            synd)
+        self.hard += int(scal[K.MK_HARD])
+        self.eth_frames += int(scal[K.MK_ETH])
+        self.zero_mac += int(scal[K.MK_ZERO_MAC])
+        _count_lengths(self.syn_data_tot, synd, self._tot_of(t, big_synd))
+        _count_lengths(self.other_tot, other, self._tot_of(t, big_other))
+        if not (len(srows) or len(rows)):
             return
-        if syn.any():
-            srows = np.flatnonzero(syn)
+        if len(srows):
             keys = self._keys(t, rows=srows)
             mss = col("tcp_mss")[srows]
             # advmss = MTU - 40 (IPv4) / 60 (IPv6) headers without options
@@ -455,28 +468,25 @@ class CoalescedStats:
             implied = mss.astype(np.int64) + base + (col("ip_offset")[srows].astype(np.int64)
                                                     - first)
             self._push(syn=(_as_keys(keys), mss.astype(np.int64), implied))
-        if data.any():
-            rows = np.flatnonzero(data)
+        if len(rows):
             pl = np.minimum(col("payload_len")[rows].astype(np.int64), 0xFFFFF)
-            size = (tot[rows] << np.int64(20)) | pl
+            size = (self._tot_of(t, rows) << np.int64(20)) | pl
             if flow_id is not None:
                 fid = np.asarray(flow_id, np.int64)[rows]
                 if int(fid.min()) >= 0 and int(fid.max()) < 1 << 27:
                     self._add_sizes_by_flow(t, rows, fid, size)
                     return
             direction, rep = self._directions(t, rows)
-            # (direction, IP length, size) counted as one int64 sort (36 bits of sizes)
-            pair = (direction << np.int64(36)) | size
-            _, first, cnt = np.unique(pair, return_index=True, return_counts=True)
+            # (direction, IP length, size) counted as one int64 key (36 bits of sizes)
+            _, first, cnt = _unique_counts((direction << np.int64(36)) | size)
             keys = _as_keys(self._keys(t, rows=rep))
             self._push(size=(keys[direction[first]], size[first], cnt.astype(np.int64)))
 
     def _add_sizes_by_flow(self, t, rows, fid, size) -> None:
         """:meth:`add`'s data-frame sizes, grouped by flow (ids below 2**27)."""
         import numpy as np
-        # (flow, IP length, payload) counted as one int64 sort (36 bits of sizes)
-        pairs, first, cnt = np.unique((fid << np.int64(36)) | size, return_index=True,
-                                      return_counts=True)
+        # (flow, IP length, payload) counted as one int64 key (36 bits of sizes)
+        pairs, first, cnt = _unique_counts((fid << np.int64(36)) | size)
         flows, at, of = np.unique(pairs >> np.int64(36), return_index=True,
                                   return_inverse=True)
         keys = _as_keys(self._keys(t, rows=rows[first[at]]))
@@ -691,6 +701,31 @@ def _no_keys():
 def _ints():
     import numpy as np
     return np.zeros(0, np.int64)
+
+
+def _count_lengths(counts: dict, bins, past) -> None:
+    """Add IP lengths into ``counts`` (in ascending order of length, as np.unique gave
+    them): the ``bins`` (frames per length) and the lengths ``past`` the bins."""
+    import numpy as np
+    u = np.flatnonzero(bins)
+    for k, n in zip(u.tolist(), bins[u].tolist()):
+        counts[k] = counts.get(k, 0) + n
+    if len(past):
+        u, c = np.unique(past, return_counts=True)
+        for k, n in zip(u.tolist(), c.tolist()):
+            counts[k] = counts.get(k, 0) + n
+
+
+def _unique_counts(pairs):
+    """``np.unique(pairs, return_index=True, return_counts=True)`` of non-negative int64
+    keys: counted by hashing (``_batch_kernels.count_pairs``), only the few distinct
+    keys sorted."""
+    import numpy as np
+
+    from gropcap.gro._batch_kernels import count_pairs
+    keys, first, cnt = count_pairs(np.asarray(pairs, np.int64))
+    order = np.argsort(keys)
+    return keys[order], first[order], cnt[order]
 
 
 def _as_keys(rows):

@@ -49,7 +49,7 @@ UDP_TUNNEL_KINDS = {C.TUN_VXLAN: "vxlan", C.TUN_VXLAN_GPE: "vxlan-gpe",
                     C.TUN_GENEVE: "geneve", C.TUN_FOU: "fou", C.TUN_GUE: "gue"}
 FLOW_KEY_COLS = ("encap", "ip_version", "ip_src", "ip_dst", "l4_proto", "sport", "dport",
                  "tun_type", "tun_key", "vlan_tci0", "dsa_port", "file_index")
-# CaptureCounts.add's columns, in run._count_kernels.capture_batch's order, with their
+# CaptureCounts.add's columns, in gro._batch_kernels.capture_batch's order, with their
 # schema types (one compiled specialisation whatever array a caller hands in)
 _CAPTURE_COLUMNS = (
     ("payload_len", np.uint32), ("wire_len", np.uint32), ("file_index", np.uint16),
@@ -171,7 +171,7 @@ class CaptureCounts:
 
     def add(self, t: pa.Table) -> None:
         from gropcap.decode.schema import CSUM_PARTIAL, STATUS_TRUNCATED
-        from gropcap.run import _count_kernels as K
+        from gropcap.gro import _batch_kernels as K
         from gropcap.run.receivers import NO_TS
 
         if not t.num_rows:
@@ -183,7 +183,7 @@ class CaptureCounts:
         big = np.zeros(K.TOT_BINS, np.int64)
         codes = np.array([C.EPB_FLAG_TCP_SEG_OFFLOAD, CSUM_PARTIAL, STATUS_TRUNCATED],
                          np.int64)
-        # one pass over the batch (run._count_kernels), the columns in their schema types
+        # one pass over the batch (gro._batch_kernels), the columns in their schema types
         files, big_rows = K.capture_batch(
             *(np.asarray(col(name), dt) for name, dt in _CAPTURE_COLUMNS), codes,
             NO_TS, self.status, cnt, big, scal)
@@ -790,12 +790,12 @@ class FlowCauses:
     def add(self, flow_id, tcp_seq, payload_len, l4_proto, reason) -> None:
         """One batch: per packet its flow, TCP sequence number, payload, protocol and
         reason code (primary model)."""
-        from gropcap.run._count_kernels import flow_causes
+        from gropcap.gro._batch_kernels import flow_causes
         fid = np.asarray(flow_id, np.int64)
         if not len(fid):
             return
         self._grow(int(fid.max()) + 1)
-        # row by row in row order (run._count_kernels), each flow's next sequence number
+        # row by row in row order (gro._batch_kernels), each flow's next sequence number
         # carried from its previous row, in this batch or an earlier one
         flow_causes(fid, np.asarray(tcp_seq, np.uint32), np.asarray(payload_len, np.uint32),
                     np.asarray(l4_proto, np.uint8), np.asarray(reason, np.int64),

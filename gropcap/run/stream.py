@@ -58,7 +58,7 @@ from gropcap.errors import ConfigError
 from gropcap.gro.config import MODELS, GroConfig
 from gropcap.gro.reasons import ROLE_ALONE, ROLE_HEAD, ROLE_MERGED
 from gropcap.io.columns import readable
-from gropcap.run._count_kernels import first_rows
+from gropcap.gro._batch_kernels import first_rows
 
 OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
 _WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)

@@ -407,3 +407,78 @@ def test_spilled_statistics_keep_small_ones_in_memory(tmp_path):
     s.spill(str(tmp_path / "p"), min_entries=1)
     assert s._parts and sorted(os.listdir(tmp_path / "p")) == sorted(
         f + ".npy" for f in coalesced._Part.FILES)
+
+
+def _add_rule(t):
+    """CoalescedStats.add's counts stated one row at a time: hard rows, Ethernet frames,
+    those with both MACs zero, and the outermost IP lengths of SYNs carrying data (not
+    hard) and of IP rows without data."""
+    col = {name: t.column(name).to_pylist() for name in (
+        "status", "l4_proto", "payload_len", "epb_flags", "outer_ip_version", "ip_version",
+        "outer_ip_tot_len", "ip_tot_len", "linktype", "eth_dst", "eth_src", "tcp_flags",
+        "tcp_mss")}
+    hard = eth = zero = 0
+    synd: dict = {}
+    other: dict = {}
+    for i in range(t.num_rows):
+        enc = col["outer_ip_version"][i] != 0
+        v = col["outer_ip_version"][i] if enc else col["ip_version"][i]
+        tot = col["outer_ip_tot_len"][i] if enc else col["ip_tot_len"][i]
+        tcp = col["status"][i] == STATUS_OK and col["l4_proto"][i] == C.IPPROTO_TCP
+        data = tcp and col["payload_len"][i] != 0
+        is_hard = data and bool(col["epb_flags"][i] & C.EPB_FLAG_TCP_SEG_OFFLOAD
+                                or (v == 4 and tot == 0) or (v == 6 and tot == 40))
+        hard += is_hard
+        if col["linktype"][i] == C.LINKTYPE_ETHERNET:
+            eth += 1
+            zero += col["eth_dst"][i] == 0 and col["eth_src"][i] == 0
+        syn = tcp and bool(col["tcp_flags"][i] & C.TCP_FLAG_SYN) and col["tcp_mss"][i] != 0
+        if data and not is_hard and syn:
+            synd[tot] = synd.get(tot, 0) + 1
+        elif not data and col["ip_version"][i] != 0:
+            other[tot] = other.get(tot, 0) + 1
+    return hard, eth, zero, dict(sorted(synd.items())), dict(sorted(other.items()))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), flows=st.integers(1, 8))
+def test_counts_of_one_pass_equal_the_rule_row_by_row(seed, n, flows):
+    """CoalescedStats.add's one-pass kernel (gro._batch_kernels.marks) against the
+    rule row by row, with zero MACs, IPv6 jumbogram lengths past 65 535 on SYNs with data
+    and on rows without data, and the batch added in two parts."""
+    t = disturbed(seed, n, flows)
+    rng = np.random.default_rng(seed)
+    m = t.num_rows
+
+    def put(t, name, values):
+        f = t.schema.field(name)
+        return t.set_column(t.schema.get_field_index(name), f,
+                            pa.array(np.asarray(values), f.type))
+    zero = rng.random(m) < 0.2
+    t = put(t, "eth_dst", np.where(zero, 0, t.column("eth_dst").to_numpy()))
+    t = put(t, "eth_src", np.where(zero | (rng.random(m) < 0.1), 0,
+                                   t.column("eth_src").to_numpy()))
+    for name in ("ip_tot_len", "outer_ip_tot_len"):
+        jumbo = rng.random(m) < 0.1
+        t = put(t, name, np.where(jumbo, rng.integers(65536, 1 << 20, m),
+                                  t.column(name).to_numpy()))
+    got = coalesced.CoalescedStats()
+    half = m // 2
+    got.add(t.slice(0, half))
+    got.add(t.slice(half))
+    hard, eth, zero_mac, synd, other = _add_rule(t)
+    assert (got.hard, got.eth_frames, got.zero_mac) == (hard, eth, zero_mac)
+    assert dict(sorted(got.syn_data_tot.items())) == synd
+    assert dict(sorted(got.other_tot.items())) == other
+
+
+@pytest.mark.parametrize("distinct", [1, 7, 300, 5000])
+def test_pairs_counted_by_hashing_equal_unique(distinct):
+    """coalesced._unique_counts (a hash table grown from 256 slots) gives what
+    np.unique(return_index, return_counts) gives."""
+    rng = np.random.default_rng(distinct)
+    pairs = rng.integers(0, distinct, 20000) * (1 << 36) + rng.integers(0, 3, 20000)
+    got = coalesced._unique_counts(pairs)
+    want = np.unique(pairs, return_index=True, return_counts=True)
+    for g, w in zip(got, want):
+        assert g.tolist() == w.tolist()

@@ -1,4 +1,4 @@
-"""run._count_kernels: the accumulators' one-pass kernels equal the numpy definitions they
+"""gro._batch_kernels: the accumulators' one-pass kernels equal the numpy definitions they
 replaced (kept here as the oracle), on decoded samples whose columns are shuffled and
 perturbed at random, batch after batch."""
 
