@@ -37,7 +37,7 @@ from gropcap.constants import TCP_FLAG_FIN, TCP_FLAG_PSH
 from gropcap.decode.schema import PACKET_SCHEMA, empty_packet_table
 from gropcap.gro.config import GroConfig
 
-__all__ = ["CellsStage", "UNITS_PER_SLICE"]
+__all__ = ["CellsStage", "CellsPart", "UNITS_PER_SLICE"]
 
 UNITS_PER_SLICE = 1 << 16       # units per slice of the gro_cells pass
 
@@ -45,6 +45,8 @@ UNITS_PER_SLICE = 1 << 16       # units per slice of the gro_cells pass
 _UNIT = np.dtype([("count", np.int64), ("payload", np.int64), ("gso_size", np.int64),
                   ("gso_type", np.uint32), ("end", np.uint8), ("flags", np.uint8),
                   ("poll", np.int64), ("last_ts", np.int64), ("head", np.int64)])
+# a partition's unit (CellsPart): the record and its delivery position over the run
+_PART = np.dtype([("pos", np.int64)] + [(name, _UNIT[name]) for name in _UNIT.names])
 
 
 class CellsStage:
@@ -62,6 +64,34 @@ class CellsStage:
         self.heads = 0                   # heads spilled so far
         self.sink = self.writer = None
         self.rowfiles: list = []         # (egress: the cells' rows' codes, gso types)
+
+    @classmethod
+    def gathered(cls, tmp: str, config: GroConfig, parts: list) -> "CellsStage":
+        """The stage of a run whose units the Dask core's partitions gathered
+        (:class:`CellsPart`, ``parts``: their :meth:`CellsPart.close` dicts, in partition
+        order): each partition's records scattered to their delivery positions and its
+        first rows appended to this stage's, a slice at a time."""
+        stage = cls(tmp, config, sum(p["units"] for p in parts))
+        u = stage.units
+        for p in parts:
+            if p["units"]:
+                src = np.memmap(p["path"] + ".units", _PART, "r", shape=(p["units"],))
+                for lo in range(0, p["units"], UNITS_PER_SLICE):
+                    rec = np.array(src[lo:lo + UNITS_PER_SLICE])
+                    rec["head"] = np.where(rec["head"] >= 0, rec["head"] + stage.heads, -1)
+                    for name in _UNIT.names:
+                        u[name][rec["pos"]] = rec[name]
+                    drop_pages(u)
+                del src
+            if p["heads"]:
+                if stage.writer is None:
+                    stage.sink = pa.OSFile(stage.path + ".heads", "wb")
+                    stage.writer = pa.ipc.new_stream(stage.sink, PACKET_SCHEMA)
+                with pa.OSFile(p["path"] + ".heads") as f:
+                    for batch in pa.ipc.open_stream(f):
+                        stage.writer.write_batch(batch)
+                stage.heads += p["heads"]
+        return stage
 
     def segs(self, pos: np.ndarray, count, payload, gso_size, gso_type, end, poll) -> None:
         """A batch of the super-packets pass: units at delivery positions ``pos``."""
@@ -224,6 +254,58 @@ class CellsStage:
                 os.unlink(self.path + ext)
             except OSError:
                 pass
+
+
+class CellsPart(CellsStage):
+    """One partition's share of a model's units on the Dask core per partition
+    (``run.dask_tasks.write_partition_task``): a unit's packets are one flow's, so one
+    partition's. Its super-packets pass appends each unit's record with its delivery
+    position over the run (:meth:`segs`); :meth:`sort` orders them by position; its
+    packets pass finds each row's unit by that position (a binary search) and keeps the
+    FIN/PSH bits, the last time and the first row as :class:`CellsStage` does. The files
+    stay in ``cells_dir`` for :meth:`CellsStage.gathered`; :meth:`close` says where."""
+
+    def __init__(self, cells_dir: str, config: GroConfig, part: int):
+        self.config = config
+        self.path = os.path.join(cells_dir, f"{config.model}-{part}")
+        self.nseg = 0
+        self.units = None
+        self.heads = 0
+        self.sink = self.writer = None
+        self.rowfiles: list = []
+        self._records = open(self.path + ".records", "wb")
+
+    def segs(self, pos: np.ndarray, count, payload, gso_size, gso_type, end, poll) -> None:
+        rec = np.zeros(len(pos), _PART)
+        rec["pos"], rec["count"], rec["payload"] = pos, count, payload
+        rec["gso_size"], rec["gso_type"], rec["end"], rec["poll"] = gso_size, gso_type, \
+            end, poll
+        rec["head"] = -1
+        self._records.write(rec.tobytes())
+        self.nseg += len(pos)
+
+    def sort(self) -> None:
+        """The records by delivery position (after the super-packets pass)."""
+        self._records.close()
+        self.units = np.memmap(self.path + ".units", _PART, "w+", shape=(max(self.nseg, 1),))
+        if self.nseg:
+            rec = np.fromfile(self.path + ".records", _PART)
+            self.units[:self.nseg] = rec[np.argsort(rec["pos"], kind="stable")]
+            del rec
+        os.unlink(self.path + ".records")
+        drop_pages(self.units)
+
+    def packets(self, t: pa.Table, pos: np.ndarray, first: np.ndarray) -> None:
+        super().packets(t, np.searchsorted(self.units["pos"][:self.nseg], pos), first)
+
+    def close(self) -> dict:
+        """Closes the files: ``{"path", "units", "heads"}`` for
+        :meth:`CellsStage.gathered`."""
+        super().close()
+        if self.units is not None:
+            self.units.flush()
+            self.units = None
+        return {"path": self.path, "units": self.nseg, "heads": self.heads}
 
 
 def _gather(batches: list, bounds: np.ndarray, rows: np.ndarray) -> pa.Table:

@@ -46,6 +46,13 @@ partition decodes every input. Else the **exchange** through scratch files:
    on each), writes its flow causes beside its flows and returns the counts only this
    pass makes (super-packets per encapsulation). The client appends the causes in flow
    order as it did the flows and writes ``flows.parquet``.
+5. **gro_cells** (``--tunnel-gro``, ``run.dask_tasks.cells_task``, one task per model):
+   step 4 runs for every partition (summary only too, no Parquet) and gathers its
+   native super-packets (``run.cells.CellsPart``: each one's totals with its global
+   delivery position, its first row, last time and FIN/PSH bits: a super-packet's
+   packets are one flow's, so one partition's); the task scatters them into delivery
+   order (``CellsStage.gathered``) and runs the stage as one process does, counting
+   egress after it when asked (the GRO tasks then count none).
 
 A worker lost mid-run: its running task is retried (by Dask, then once by the client),
 and every attempt writes under names of its own (GRO: an ``attempt-*`` directory it
@@ -116,16 +123,12 @@ def partitioned_reason(config, *, engine="fast", decoder="fast", egress=None,
                        plot=False) -> str | None:
     """None when :func:`analyze_partitioned` can run this configuration, else why not
     (then the in-memory Dask merge runs it): what the bounded-memory core does not model
-    (``run.options.memory_reason``) and the gro_cells stage (the one-process core
-    replays the native super-packets in delivery order, ``run.cells``). ``plot``: the
-    plots' counts are collected per partition (``run.plotdata.PlotParts``)."""
+    (``run.options.memory_reason``). ``plot``: the plots' counts are collected per
+    partition (``run.plotdata.PlotParts``); ``--tunnel-gro``: the partitions gather the
+    native super-packets (``run.cells.CellsPart``), one task per model replays them in
+    delivery order (``run.dask_tasks.cells_task``)."""
     from gropcap.run.options import memory_reason
-    why = memory_reason(config, engine=engine, decoder=decoder, egress=egress)
-    if why:
-        return why
-    if config.tunnel_gro is not None:
-        return "the gro_cells stage runs over the merged native super-packets"
-    return None
+    return memory_reason(config, engine=engine, decoder=decoder, egress=egress) or None
 
 
 # at most this many partitions run fused (every partition task decodes every input): the
@@ -159,7 +162,7 @@ def exchange_rule(exchange: str, nparts: int, nworkers: int, workers_local: bool
 def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nworkers: int,
                 tmp: str, batch_records: int, keep, out_dir, make_stage, metadata,
                 packet_columns, captures: str, progress, tm: dict, egress=None,
-                acks=None, plot: bool = False):
+                acks=None, plot: bool = False, cells_dir: str | None = None):
     """The runs exchange (module docstring): the inputs' receiver runs replayed as
     independent units, a run's output written as soon as the runs before it are
     counted, its scratch removed once written: scratch stays bounded by the runs in
@@ -175,15 +178,18 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
        super-packets and polls of the runs before), submitted with priority over GRO
        tasks as soon as the runs before are counted; the client waits for them before
        it submits more GRO while ``nworkers`` runs wait for their writes; summary
-       only: the GRO task counts its output pass itself and nothing is written.
+       only: the GRO task counts its output pass itself and nothing is written (with
+       ``cells_dir``, ``--tunnel-gro``, the write tasks run anyway and gather the
+       native super-packets there: ``run.cells.CellsPart``).
 
     Each run's GRO results are merged into the totals as they arrive (``_merge_run``),
     its flows-table rows and flow causes appended to files (``run.spill``), and each
     write result folded in (``_fold_wrote``): the client holds the totals, not the runs
     or their flows. Returns a dict (the totals ``tot`` and flow ``causes``; ``done``: the GRO
     results left, their tunnel rows and delivery info; ``capture``, ``stats``,
-    ``infos``, ``n`` rows, ``meta``, ``nruns``, the tunnel ``hint``) or why the exchange
-    must run instead (a string: an input fails to decode)."""
+    ``infos``, ``n`` rows, ``meta``, ``nruns``, the tunnel ``hint``, the ``cells``
+    parts per model) or why the exchange must run instead (a string: an input fails
+    to decode)."""
     import shutil
 
     from gropcap.errors import GropcapError
@@ -230,7 +236,8 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
         fidx = runs[r]
         return ([files[i] for i in fidx], decode_options, config, tuple(models), scfg,
                 rparts, k, stats_arg, os.path.join(tmp, f"run-{r}-{k}"), batch_records,
-                check, keep, not out_dir, fidx[0] if fidx else 0, False,
+                check, keep, not out_dir and cells_dir is None, fidx[0] if fidx else 0,
+                False,
                 # the tunnel rows only when the hint runs a model on them: every task
                 # collecting its share up to the limit held 40 x that on the client
                 hint.pairs if hint.collect else (), egress,
@@ -273,6 +280,7 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
     tot = Totals(models, config.verify_checksums, spill=Spill(os.path.join(tmp, "flows.arrow")))
     causes = CausesSpill(os.path.join(tmp, "causes.arrow"))
     done, writes = [], []
+    cells: dict = {}            # --tunnel-gro: per model, the write tasks' CellsPart files
     flow_base, row_base = 0, 0
     seg_base = {m: 0 for m in models}
     poll_base = {m: 0 for m in models}
@@ -287,7 +295,7 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
         while writes and (len(writes) > keep or all(f.done() for f, _ in writes[0][1])):
             r_works, wtasks, base, n = writes.pop(0)
             for w in _results(c, wtasks, write_partition_task):
-                _fold_wrote(w, tot, hint)
+                _fold_wrote(w, tot, hint, cells)
             _add_causes(causes, r_works, base, n)   # runs written in order
             for w in r_works:
                 if parts is not None:
@@ -310,17 +318,17 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
             if d["tunnels"] is not None:
                 d["tunnels"] = (d["tunnels"][0], [a + row_base for a in d["tunnels"][1]],
                                 d["tunnels"][2])
-        if out_dir:
+        if out_dir or cells_dir is not None:
             wtasks = []
             for k, d in enumerate(mine):
                 bases = {"part": r * rparts + k, "rows": row_base, "segs": dict(seg_base),
                          "polls": dict(poll_base)}
                 args = (os.path.join(d["work"], "rows.arrow"), config, tuple(models),
                         "napi", rparts, k, r_works, d["info"], stage, meta,
-                        packet_columns, batch_records, hint.pairs, bases, plot)
+                        packet_columns, batch_records, hint.pairs, bases, plot, cells_dir)
                 wtasks.append((c.submit(write_partition_task, *args, pure=False,
                                         priority=1), args))
-                if progress is not None:
+                if progress is not None and "write" in lines:
                     progress.follow(lines["write"], wtasks[-1][0], d["rows"])
             writes.append((r_works, wtasks, flow_base, nflows))
         else:
@@ -341,7 +349,7 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
     tm["gro"] = clock() - t0
     return {"done": done, "tot": tot, "causes": causes, "capture": capture,
             "stats": stats, "infos": infos, "n": sum(rows_of), "meta": meta,
-            "nruns": nruns, "hint": hint, "plots": parts}
+            "nruns": nruns, "hint": hint, "plots": parts, "cells": cells}
 
 
 def _fused_stage(c, files, config, models, decode_options, split_config, nparts: int,
@@ -568,6 +576,11 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
     separate = len(files) > 1 and (captures == "separate" or
                                    (captures == "auto" and not first_times_rise(files)))
     split_model = "napi" if "napi" in models else models[0]
+    # --tunnel-gro: the write tasks gather each model's native super-packets (every
+    # decoded column kept for them), one task per model runs the gro_cells stage and
+    # counts egress after it (the GRO tasks do not: run.stream does the same)
+    cells_on = config.tunnel_gro is not None
+    gro_egress = None if cells_on else egress
     stages = []         # the --out staging directory, once made
     made = []           # out_dir, when this run made it (removed again if left empty)
 
@@ -615,6 +628,10 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 nworkers = _nworkers(c)
                 nparts = _nparts(scfg, nworkers)
                 split = "joint"
+                cells_dir = None
+                if cells_on:
+                    cells_dir = os.path.join(tmp, "cells")
+                    os.makedirs(cells_dir, exist_ok=True)
                 import time
                 clock, tm = time.perf_counter, {}
                 works = [os.path.join(tmp, f"core-{k}") for k in range(nparts)]
@@ -627,9 +644,11 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                     from gropcap.run.dask_tasks import write_columns
                     ran = _runs_stage(c, files, config, models, decode_options, scfg,
                                       nparts, nworkers, tmp, batch_records,
+                                      list(PACKET_SCHEMA.names) if cells_on else
                                       write_columns(out_dir, packet_columns, models, plot),
                                       out_dir, make_stage, metadata, packet_columns,
-                                      captures, progress, tm, egress, acks, plot)
+                                      captures, progress, tm, gro_egress, acks, plot,
+                                      cells_dir)
                     if isinstance(ran, str):
                         if progress is not None:
                             progress.note(f"{ran}: the decoded rows are exchanged "
@@ -640,9 +659,11 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                     t0 = clock()
                     fused = _fused_stage(c, files, config, models, decode_options, scfg,
                                          nparts, works, batch_records, check,
+                                         list(PACKET_SCHEMA.names) if cells_on else
                                          write_columns(out_dir, packet_columns, models,
                                                        plot),
-                                         not out_dir, progress, egress, acks, plot)
+                                         not out_dir and not cells_on, progress,
+                                         gro_egress, acks, plot)
                     tm["fused"] = clock() - t0
                     if not isinstance(fused, str) and len(files) > 1:
                         # the fused tasks replay the files as one receiver run; the
@@ -712,7 +733,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                         args = (run_pieces[k // nparts], config, tuple(models), split, nparts,
                                 k, stats_arg,
                                 works[k], n, batch_records, check,
-                                hint.pairs if hint.collect else (), egress,
+                                hint.pairs if hint.collect else (), gro_egress,
                                 None if acks is None else (acks, 0), plot)
                         tasks.append((c.submit(gro_partition_task, *args, pure=False), args))
                     if progress is not None:
@@ -757,7 +778,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                     args = (pieces[k] if fused else run_pieces[k // nparts], config,
                             tuple(models), split, nparts, k, works,
                             d["info"], stage, meta, packet_columns, batch_records,
-                            hint.pairs, None, plot)
+                            hint.pairs, None, plot, cells_dir)
                     wtasks.append((c.submit(write_partition_task, *args, pure=False),
                                    args))
                 if progress is not None and wtasks:
@@ -771,8 +792,9 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                     causes = CausesSpill(os.path.join(tmp, "causes.arrow"))
                     wrote = _results(c, wtasks, write_partition_task)
                     wrote += [d["local"] for d in done if "local" in d]
+                    cells = {}
                     for w in wrote:
-                        _fold_wrote(w, tot, hint)
+                        _fold_wrote(w, tot, hint, cells)
                     _add_causes(causes, works, 0, nflows)
                     parts = None
                     if plot:
@@ -783,12 +805,20 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 else:
                     causes = ran["causes"]  # folded in run by run
                     parts = ran["plots"]
+                    cells = ran["cells"]
                 tm["write"] = clock() - t0
                 t0 = clock()
+                extra = {}
+                if cells_on:
+                    extra["stages"] = _cells_stages(c, cells_dir, config, models, cells, tot,
+                                                    infos, captures, egress, progress)
+                    tm["gro_cells"] = clock() - t0
+                    t0 = clock()
                 from gropcap.run.stream import egress_extra
+                extra.update(egress_extra(tot))
                 summary = render_summary(tot, infos=infos, config=config, mtu=mtu,
                                          receive=receive or ReceiveContext.from_config(config),
-                                         extra=egress_extra(tot), captures=captures)
+                                         extra=extra, captures=captures)
                 tunnel_hint = _finish_hint(
                     hint, done, summary, tot, decoded if decoded is not None else
                     (lambda: [decode_table(f, i, decode_options)[0]
@@ -890,12 +920,40 @@ def _merge_run(tot, done: list) -> None:
             tot.coalesced = co if tot.coalesced is None else tot.coalesced.merge(co)
 
 
-def _fold_wrote(w: dict, tot, hint) -> None:
+def _fold_wrote(w: dict, tot, hint, cells: dict | None = None) -> None:
     """A write task's counts (super-packets per encapsulation, the tunnel hint's rows
-    before) into the run's totals."""
+    before) into the run's totals; its gathered native super-packets (``--tunnel-gro``)
+    onto ``cells``' list of each model."""
     for m, enc in w["encap"].items():
         _merge_encap(tot.models[m], enc)
         hint.before[m] += w["before"][m]
+    if cells is not None:
+        for m, part in w.get("cells", {}).items():
+            cells.setdefault(m, []).append(part)
+
+
+def _cells_stages(c, cells_dir: str, config, models, cells: dict, tot, infos,
+                  captures: str, egress, progress) -> dict:
+    """``--tunnel-gro``: the gro_cells stage of each model over the native super-packets
+    the write tasks gathered (``cells``: per model their ``CellsPart`` files), one task
+    per model (``run.dask_tasks.cells_task``); its egress counts go to ``tot``. Returns
+    the summary's ``stages``."""
+    from gropcap.gro.stages import stages_summary
+    from gropcap.run.dask_tasks import cells_task
+    from gropcap.run.summary import inputs_of
+    run_of_file = np.asarray(inputs_of(tot.capture, infos, captures)["run_of_file"],
+                             np.int64)
+    seg_in = tot.coalesced.segs_total if tot.coalesced else tot.capture.packets
+    tasks = [(c.submit(cells_task, cells_dir, config, m, cells.get(m, []), run_of_file,
+                       tot.capture.packets, seg_in, egress, pure=False),
+              (cells_dir, config, m)) for m in models]
+    if progress is not None:
+        progress.track(f"gro_cells {'+'.join(models)}", [f for f, _ in tasks])
+    out = {}
+    for m, (got, counts) in zip(models, _results(c, tasks, cells_task)):
+        out[m] = stages_summary(got)
+        tot.models[m].egress = counts
+    return out
 
 
 def _merge_encap(mc, enc: dict) -> None:

@@ -592,7 +592,7 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
                          works: list, info: dict, stage: str | None,
                          meta: dict, packet_columns, batch_records: int,
                          tunnels: tuple = (), bases: dict | None = None,
-                         plot: bool = False) -> dict:
+                         plot: bool = False, cells_dir: str | None = None) -> dict:
     """The output pass of partition ``k`` (module docstring, step 4): super-packets with
     their global delivery positions and the packets with their verdicts, written as
     ``stage/superpackets/part-K.parquet`` and ``stage/packets/part-K.parquet`` (None:
@@ -604,7 +604,10 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
     ``bases`` (the runs exchange: ``works`` are one receiver run's partitions, ``k``
     among them): ``{"part": the part's number, "rows": global rows before the run,
     "segs"/"polls": per model, the super-packets and polls before it}``. ``plot``: the
-    rows ``--plot`` bins spilled to the work directory (``run.plotdata.PlotRows``)."""
+    rows ``--plot`` bins spilled to the work directory (``run.plotdata.PlotRows``).
+    ``cells_dir`` (``--tunnel-gro``): each model's native super-packets gathered there
+    for the gro_cells stage (``run.cells.CellsPart``; the pieces must hold every decoded
+    column), returned as ``"cells"``: per model the part's files."""
     from gropcap.gro.engine import _SEG_FIELDS, _gso_table
     from gropcap.io.columns import readable, readable_names, select_packet_columns
     from gropcap.io.parquet import with_metadata
@@ -620,6 +623,12 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
     orders, inst_pos = {}, {}
     sp_path, sp_tmp = _part_writer(stage, "superpackets", part)
     sp_writer = None
+    cells = None
+    if cells_dir is not None:
+        from gropcap.run.cells import CellsPart
+        # a directory of this attempt's own (a retried task never touches another's)
+        mine = _attempt_dir(cells_dir)
+        cells = {m: CellsPart(mine, config.replace(model=m), part) for m in models}
     for m in models:
         cfg = config.replace(model=m)
         so = _Order(m, k, works, info[m]["napi"], bases.get("segs", {}).get(m, 0),
@@ -634,11 +643,16 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
             pos = so.positions(s["poll"])
             if len(pos):
                 ipos[s["inst"]] = np.where(s["count"] > 1, pos, -pos - 1)
-            if sp_path is None or not len(pos):
+            if (sp_path is None and cells is None) or not len(pos):
                 continue
             gso_type = np.zeros(len(pos), np.uint32)
             multi = s["count"] > 1
             gso_type[multi] = gtable[s["gcode"][multi], s["fixed"][multi] & 3]
+            if cells is not None:
+                cells[m].segs(pos, s["count"], s["payload"], s["gso"], gso_type, s["end"],
+                              so.poll_ids(s["poll"]))
+            if sp_path is None:
+                continue
             tbl = readable(arrow_table({
                 "seg_id": pos, "flow_id": fmap[s["flow"].astype(np.int64)],
                 "first_packet": row_base + grows[s["first"]],
@@ -656,13 +670,17 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
             sp_writer.write_table(tbl)
         segs.close()
         orders[m], inst_pos[m] = so, ipos
+        if cells is not None:
+            cells[m].sort()
     if sp_writer is not None:
         sp_writer.close()
         os.replace(sp_tmp, sp_path)
     # the packets pass: decoded rows + verdicts (run.stream's pass 4, per partition)
     pk_path, pk_tmp = _part_writer(stage, "packets", part)
     pk: dict = {}               # the packets part's "columns" and "writer"
-    keep = write_columns(stage, packet_columns, models, plot)
+    # (the gro_cells stage reads every column of a unit's first row)
+    keep = None if cells_dir is not None else write_columns(stage, packet_columns, models,
+                                                            plot)
 
     def write(t, cols):
         for name in ("flow_id", "gro_seg", "gro_role", "reason", "rx_queue", "poll_id"):
@@ -687,14 +705,18 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
         plots = PlotRows(work, models)
     encap, before, causes = _packets_pass(batches, work, models, info, inst_pos, orders,
                                           fmap, lambda t: tunnels,
-                                          write if pk_path is not None else None, plots)
+                                          write if pk_path is not None else None, plots,
+                                          cells)
     if plots is not None:
         plots.close()
     if "writer" in pk:
         pk["writer"].close()
         os.replace(pk_tmp, pk_path)
     write_ipc(os.path.join(work, CAUSES), causes_table(causes, len(fmap)))
-    return {"encap": encap, "before": before}
+    out = {"encap": encap, "before": before}
+    if cells is not None:
+        out["cells"] = {m: c.close() for m, c in cells.items()}
+    return out
 
 
 def write_columns(out_dir, packet_columns, models, plot: bool = False) -> list[str] | None:
@@ -709,7 +731,7 @@ def write_columns(out_dir, packet_columns, models, plot: bool = False) -> list[s
 
 
 def _packets_pass(batches, work: str, models, info: dict, inst_pos: dict, orders,
-                  fmap, pairs_of, write, plots=None):
+                  fmap, pairs_of, write, plots=None, cells=None):
     """Decoded rows (a partition's, capture order) joined with their verdicts spilled in
     ``work``: per model the super-packets per encapsulation and those starting at a row
     of the tunnels ``pairs_of(table)`` (the tunnel hint), and the flow causes (flow ids
@@ -717,6 +739,7 @@ def _packets_pass(batches, work: str, models, info: dict, inst_pos: dict, orders
     with ``gro_seg`` from ``inst_pos`` (per instance its delivery position, ``-(pos +
     1)`` for a single packet), ``poll_id`` from ``orders`` and ``flow_id`` by ``fmap``.
     ``plots``: a ``run.plotdata.PlotRows`` given every row and each super-packet's first.
+    ``cells``: per model a ``run.cells.CellsPart`` given every row with its unit.
     Returns ``(encap, before, causes)``."""
     from gropcap.run.accumulators import FlowCauses, ModelCounts
     from gropcap.run.stream import _RowCursor, _VerdictCursor
@@ -745,6 +768,8 @@ def _packets_pass(batches, work: str, models, info: dict, inst_pos: dict, orders
             counts[m].add_encap(t, first)
             if plots is not None:
                 plots.add_firsts(m, t, first)
+            if cells is not None:
+                cells[m].packets(t, np.where(alone, -code - 1, code), first)
             if pairs:
                 from gropcap.run.hints import tunnel_mask
                 before[m] += int(np.count_nonzero(tunnel_mask(t, pairs) & first))
@@ -773,5 +798,25 @@ def _packets_pass(batches, work: str, models, info: dict, inst_pos: dict, orders
     return {m: mc.encap for m, mc in counts.items()}, before, causes
 
 
+def cells_task(cells_dir: str, config, model: str, parts: list, run_of_file, packets: int,
+               segments: int, egress=None):
+    """``--tunnel-gro``'s gro_cells stage of one model over the units its partitions
+    gathered (``parts``: their ``run.cells.CellsPart.close`` dicts, in partition order;
+    ``run.cells.CellsStage.gathered``), as the one-process core runs it
+    (``CellsStage.run``). ``egress``: the run's ``EgressOptions`` to count what reaches
+    the stack. Returns ``(stage counts, egress counts or None)``."""
+    from gropcap.run.cells import CellsStage
+    counts = None
+    if egress is not None:
+        from gropcap.egress import EgressCounts
+        counts = EgressCounts.of(egress, config.kernel.version)
+    stage = CellsStage.gathered(cells_dir, config.replace(model=model), parts)
+    try:
+        got = stage.run(run_of_file, packets, segments, egress=counts)
+    finally:
+        stage.remove()
+    return got, counts
+
+
 __all__ = ["gro_partition_task", "fused_partition_task", "write_partition_task",
-           "write_columns", "scan_task"]
+           "write_columns", "scan_task", "cells_task"]

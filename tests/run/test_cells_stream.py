@@ -123,14 +123,16 @@ def test_the_cli_runs_tunnel_gro_in_bounded_memory(stream_calls, monkeypatch):
 
 
 def test_what_stays_in_memory():
-    """On Dask the cells run over the in-memory merge (the partitions' core does not
-    gather units); one process runs them batch by batch, with egress too."""
+    """Nothing sends --tunnel-gro to a run in memory: one process runs the cells batch
+    by batch, with egress too, and the Dask core per partition gathers the units in its
+    partitions (tests/run/test_cells_dask.py)."""
     from gropcap.run.dask_core import partitioned_reason
     from gropcap.run.options import EgressOptions, memory_reason
     config = GroConfig(tunnel_gro=True)
     assert memory_reason(config) is None
     assert memory_reason(config, egress=EgressOptions()) is None
-    assert "gro_cells" in partitioned_reason(config)
+    assert partitioned_reason(config) is None
+    assert partitioned_reason(config, egress=EgressOptions()) is None
     assert partitioned_reason(GroConfig()) is None
 
 
@@ -237,30 +239,9 @@ def test_gather_takes_rows_in_the_order_asked():
 def test_the_gathered_units_equal_the_in_memory_ones(path, config, batch, monkeypatch):
     """Every field of every unit (totals, first row, last time, ORed FIN/PSH) as
     ``gro.stages.native_units`` reads it from the whole table, in delivery order."""
-    from gropcap.gro.stages import native_units
-    seen = {}
-    real = cells.CellsStage.run
-
-    def spy(self, *args, **kw):
-        self.close()
-        seen[self.config.model] = (np.array(self.units[:self.nseg]),
-                                   cells.map_ipc_file(self.path + ".heads", stream=True))
-        return real(self, *args, **kw)
-    monkeypatch.setattr(cells.CellsStage, "run", spy)
+    seen = spy_stage_units(monkeypatch)
     stream_analyze(path, config, batch_records=batch)
-    a = analyze(path, config)
-    for m, res in a.results.items():
-        rec, heads = seen[m]
-        want = native_units(a.decoded, res)
-        for field, name in (("count", "count"), ("payload", "payload"),
-                            ("gso_size", "gso_size"), ("gso_type", "gso_type"),
-                            ("end", "end_reason"), ("poll", "poll_id"),
-                            ("last_ts", "last_ts"), ("flags", "or_flags")):
-            assert rec[field].tolist() == np.asarray(getattr(want, name)).tolist(), \
-                (m, field)
-        got = cells._gather(heads.to_batches(), np.cumsum(
-            [0] + [b.num_rows for b in heads.to_batches()]), rec["head"])
-        assert got.to_pylist() == want.heads.to_pylist()
+    assert_units_as_in_memory(seen, analyze(path, config))
 
 
 def test_the_cells_stage_has_a_progress_line():
@@ -276,3 +257,36 @@ def test_the_cells_stage_has_a_progress_line():
         n = r.summary["stages"][m]["stages"]["native"]["superpackets_out"]
         assert n > 0
         assert tasks[f"gro_cells {m}"] == (n, f"done, {n} super-packets")
+
+
+def spy_stage_units(monkeypatch) -> dict:
+    """Per model, the units a ``CellsStage`` runs over (records, first rows), recorded
+    when it runs (in this process)."""
+    seen = {}
+    real = cells.CellsStage.run
+
+    def spy(self, *args, **kw):
+        self.close()
+        seen[self.config.model] = (np.array(self.units[:self.nseg]),
+                                   cells.map_ipc_file(self.path + ".heads", stream=True))
+        return real(self, *args, **kw)
+    monkeypatch.setattr(cells.CellsStage, "run", spy)
+    return seen
+
+
+def assert_units_as_in_memory(seen: dict, a) -> None:
+    """Every field of every unit :func:`spy_stage_units` saw equals what
+    ``gro.stages.native_units`` reads from the in-memory Analysis ``a``."""
+    from gropcap.gro.stages import native_units
+    for m, res in a.results.items():
+        rec, heads = seen[m]
+        want = native_units(a.decoded, res)
+        for field, name in (("count", "count"), ("payload", "payload"),
+                            ("gso_size", "gso_size"), ("gso_type", "gso_type"),
+                            ("end", "end_reason"), ("poll", "poll_id"),
+                            ("last_ts", "last_ts"), ("flags", "or_flags")):
+            assert rec[field].tolist() == np.asarray(getattr(want, name)).tolist(), \
+                (m, field)
+        got = cells._gather(heads.to_batches(), np.cumsum(
+            [0] + [b.num_rows for b in heads.to_batches()]), rec["head"])
+        assert got.to_pylist() == want.heads.to_pylist()
