@@ -175,10 +175,10 @@ def decode(files, output, force, decoder, **kw):
 @click.option("--stream/--no-stream", "stream", default=None,
               help="--stream (the default, kept for old command lines): bounded memory, "
                    "decode, simulate and write batch by batch (temporary files in --out "
-                   "or $TMPDIR; --plot and --poll-acks too); what only whole-table "
-                   "models run (--engine/--decoder reference, tunnel GRO) "
-                   "is held in memory by itself. --no-stream: hold the whole run in "
-                   "memory.")
+                   "or $TMPDIR; --plot, --poll-acks, --tunnel-gro and --decoder "
+                   "reference too); what only the whole-table model runs (--engine "
+                   "reference) is held in memory by itself. --no-stream: hold the whole "
+                   "run in memory.")
 @click.option("-q", "--quiet", is_flag=True,
               help="No progress bar (it only shows on a terminal anyway), no note while "
                    "kernels compile, no closing line (packets, time, files written).")

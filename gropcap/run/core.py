@@ -11,7 +11,7 @@ sinks, whatever runs it.
 * **collected in memory**: ``run.memory.analyze`` (what ``gropcap.analyze`` returns, the
   core with a collecting sink): when asked (``in_memory``), or when the run uses what only
   the whole-table models implement today (``run.options.memory_reason``: the reference
-  engine or decoder, the gro_cells stage); returns an ``Analysis`` and writes the sinks
+  engine); returns an ``Analysis`` and writes the sinks
   from it. Plots come from either (``run.plotdata``);
 * **on Dask** (``jobs``/``scheduler``): ``run.dask_core.analyze_partitioned``, the
   bounded-memory core per partition, workers writing their own Parquet parts, the

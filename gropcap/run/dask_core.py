@@ -123,11 +123,14 @@ def partitioned_reason(config, *, engine="fast", decoder="fast", egress=None,
                        plot=False) -> str | None:
     """None when :func:`analyze_partitioned` can run this configuration, else why not
     (then the in-memory Dask merge runs it): what the bounded-memory core does not model
-    (``run.options.memory_reason``). ``plot``: the plots' counts are collected per
+    (``run.options.memory_reason``) and the reference decoder (the partitions decode
+    with the fast one). ``plot``: the plots' counts are collected per
     partition (``run.plotdata.PlotParts``); ``--tunnel-gro``: the partitions gather the
     native super-packets (``run.cells.CellsPart``), one task per model replays them in
     delivery order (``run.dask_tasks.cells_task``)."""
     from gropcap.run.options import memory_reason
+    if decoder != "fast":
+        return "the partitions decode with the fast decoder"
     return memory_reason(config, engine=engine, decoder=decoder, egress=egress) or None
 
 

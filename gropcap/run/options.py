@@ -73,14 +73,17 @@ def memory_reason(config: GroConfig, *, engine: str = "fast", decoder: str = "fa
                   egress=None) -> str | None:
     """None when the core runs batch by batch in bounded memory, else why this run needs
     the whole decoded table (one line): what only the in-memory models implement today
-    (the reference engine or decoder, a rule only the reference model implements
-    (none today: gro.reference.needs_reference)) or what reads the whole table (none
-    today). Egress accounting, the plots' counts (``run.plotdata``), ``--poll-acks`` (a
-    pass over the capture before GRO, ``run.stream``) and the gro_cells stage
-    (``run.cells``, egress after it included) run batch by batch."""
+    (the reference engine, whose plain-Python model replays a whole table; a rule only
+    the reference model implements (none today: gro.reference.needs_reference)) or what
+    reads the whole table (none today). Either decoder (the reference one reads and
+    decodes batch by batch too), egress accounting, the plots' counts
+    (``run.plotdata``), ``--poll-acks`` (a pass over the capture before GRO,
+    ``run.stream``) and the gro_cells stage (``run.cells``, egress after it included)
+    run batch by batch."""
     from gropcap.gro.config import needs_reference
-    if engine != "fast" or decoder != "fast":
-        return "only the fast engine and decoder run batch by batch"
+    check_decoder(decoder)
+    if engine != "fast":
+        return "only the fast engine runs batch by batch"
     if needs_reference(config):
         return "the configuration uses a rule only the reference model implements"
     return None

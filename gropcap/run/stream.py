@@ -556,7 +556,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
 
     Raises:
         ConfigError for what only the in-memory path models (``run.options.memory_reason``:
-        the reference engine or decoder, egress accounting after the gro_cells stage).
+        the reference engine).
 
     Example:
         >>> r = stream_analyze("big.pcap", out_dir="out")          # doctest: +SKIP
@@ -624,7 +624,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             if _acks is None:       # (an unfused second try reuses the first one's)
                 _acks = [tempfile.mkdtemp(prefix=".gropcap-acks-", dir=tmp_dir or out_dir)]
                 _acks.append(_ack_times(files, decode_options, batch_records, _acks[0],
-                                        config, captures, progress))
+                                        config, captures, progress, decoder))
                 owns_acks = True
             retimed = _acks[1]
             if retimed is not None:
@@ -724,8 +724,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             dec_out["writer"].write_table(t)
 
         from gropcap.run.threads import Ahead, Sidecar
-        source = Ahead(_decode_pass(files, decode_options, batch_records, progress),
-                       threaded=threads > 1)
+        source = Ahead(_decode_pass(files, decode_options, batch_records, progress,
+                                    decoder), threaded=threads > 1)
         side = Sidecar(threaded=threads > 1)
         for t in source:
             parts = []
@@ -1079,7 +1079,7 @@ class _Unfused(Exception):
 
 
 def _ack_times(files, decode_options, batch_records, tmp, config, captures="auto",
-               progress=None):
+               progress=None, decoder: str = "fast"):
     """``--poll-acks`` in bounded memory: one pass over the capture finds the frames the
     receiver's ACKs close (``ackpolls.AckScan``; each batch's times, direction ids and
     pure-ACK flags spilled to ``tmp``), then the polls and their retimed arrivals are
@@ -1087,7 +1087,7 @@ def _ack_times(files, decode_options, batch_records, tmp, config, captures="auto
     (``captures``: ``run/receivers.py``, the batches split as the GRO pass splits them).
     Returns the retimed arrivals, one int64 per row (a read-only memmap), or None when
     no ACK closes a frame (the gap rule stays, as in memory). ``progress``: a line
-    counting the pass's packets."""
+    counting the pass's packets; ``decoder``: as :func:`_decode_pass`."""
     from gropcap.receive.ackpolls import AckScan, PollClock
     from gropcap.run.progress import phase
     from gropcap.run.receivers import RunSplit
@@ -1096,7 +1096,7 @@ def _ack_times(files, decode_options, batch_records, tmp, config, captures="auto
     rows = ArraySpill(os.path.join(tmp, "acks.rows"))
     batches = []            # per batch: (its first row, whether it starts a receiver run)
     with phase(progress, "ACK polls (--poll-acks)") as advance:
-        for t in _decode_pass(files, decode_options, batch_records, None):
+        for t in _decode_pass(files, decode_options, batch_records, None, decoder):
             advance(t.num_rows)
             ts = numpy_of(t.column("ts_ns")).astype(np.int64)
             new = bool(t.num_rows) and split.starts(
@@ -1156,13 +1156,15 @@ class _GrowingFlags:
         os.unlink(self.path)
 
 
-def _decode_pass(files, decode_options, batch_records, progress):
+def _decode_pass(files, decode_options, batch_records, progress, decoder: str = "fast"):
     """The decode pass (a generator, run ahead of GRO by ``run.threads.Ahead``): every
-    decoded batch as a table; returns the files' ``CaptureInfo`` s."""
+    decoded batch as a table; returns the files' ``CaptureInfo`` s. ``decoder``:
+    ``"fast"`` or ``"reference"`` (the plain-Python reader and decoder, the oracle: the
+    same tables, batch by batch too)."""
     from gropcap.run.inputs import decode_file
     infos = []
     for file_index, path in enumerate(files):
-        batches = decode_file(path, file_index, decode_options,
+        batches = decode_file(path, file_index, decode_options, decoder=decoder,
                               batch_records=batch_records, progress=progress)
         while True:
             try:

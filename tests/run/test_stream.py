@@ -113,8 +113,9 @@ def test_refuses_what_only_memory_models(bench_capture, tmp_path):
     # (egress runs batch by batch: test_egress_counted_batch_by_batch_equals_analyze)
     assert stream_analyze(bench_capture, egress=EgressOptions()).summary["egress"]
     # (the gro_cells stage, egress after it included, runs batch by batch:
-    # tests/run/test_cells_stream.py)
-    with pytest.raises(ConfigError, match="fast"):
+    # tests/run/test_cells_stream.py; the reference decoder too:
+    # test_the_reference_decoder_runs_batch_by_batch)
+    with pytest.raises(ConfigError, match="fast engine"):
         stream_analyze(bench_capture, engine="reference")
 
 
@@ -305,3 +306,36 @@ def test_egress_header_codes_round_trip():
         assert np.array_equal(hdr, want[0]) and np.array_equal(df, want[1])
         assert np.array_equal(ihl, want[2])
         assert np.array_equal(mdf, mangleid_df(t, rows))
+
+
+@pytest.mark.parametrize("names,config,batch", [
+    (["real_ipv4.pcap"], GroConfig(), 97),
+    (["crafted_gre_key.pcap", "crafted_two_ifaces.pcapng"], GroConfig(queues=2), 13),
+    (["real_vxlan.pcap"], GroConfig(poll_acks=True, tunnel_gro=True), 64),
+], ids=["ipv4", "gre-pcapng-q2", "vxlan-acks-cells"])
+def test_the_reference_decoder_runs_batch_by_batch(names, config, batch, tmp_path,
+                                                   monkeypatch):
+    """``--decoder reference`` in bounded memory (issue 14: every feature in every mode):
+    the plain-Python reader and decoder feed the same passes batch by batch (the ACK
+    pass too) and give the summary, flows and files of the in-memory run with that
+    decoder, which are the fast decoder's."""
+    import gropcap.decode.reference as ref
+    paths = [os.path.join(ROOT, "sample_pcaps", n) for n in names]
+    calls = []
+    real = ref.decode_batch
+
+    def counted(batch, *args, **kw):
+        calls.append(len(batch.offset))
+        return real(batch, *args, **kw)
+    monkeypatch.setattr(ref, "decode_batch", counted)
+    mem_dir, st_dir = tmp_path / "mem", tmp_path / "stream"
+    a = analyze(paths, config, decoder="reference")
+    write_analysis(a, str(mem_dir))
+    mem_calls = len(calls)
+    r = stream_analyze(paths, config, decoder="reference", out_dir=str(st_dir),
+                       batch_records=batch)
+    assert mem_calls and len(calls) > mem_calls and max(calls[mem_calls:]) <= batch
+    assert r.summary == a.summary() == stream_analyze(paths, config).summary
+    assert _plain(r.flows) == _plain(a.flows)
+    for name in OUT_NAMES:
+        assert _plain(pq.read_table(st_dir / name)) == _plain(pq.read_table(mem_dir / name))
