@@ -15,8 +15,8 @@ except
   :data:`RETRY_S` seconds (``_thread.interrupt_main``) until the main thread is back in
   ordinary Python code, a few milliseconds later for a batch-sized call;
 - inside a callback whose exceptions its caller swallows (llvmlite's object-cache
-  callbacks while numba compiles, distributed's gc callback: ``_SWALLOWING``): retried the
-  same way;
+  callbacks while numba compiles, distributed's gc callback, importlib's module-lock
+  weakref callback: ``_SWALLOWING``, ``_SWALLOWING_FROZEN``): retried the same way;
 - inside :func:`deferred` (renaming finished outputs into place): the interrupt waits for
   the end of the block.
 
@@ -82,6 +82,10 @@ _SWALLOWING = {("_raw_object_cache_notify", "llvmlite"),
                ("_raw_object_cache_getbuffer", "llvmlite"),
                ("_gc_callback", "distributed"),
                ("_on_type_disposal", "numba")}
+# the same, in frozen modules (no package directory in their file name): importlib's
+# weakref callback that drops a module lock once the import that made it is done (CI lost
+# an interrupt there too, during a lazy import of the in-memory run)
+_SWALLOWING_FROZEN = {("cb", "<frozen importlib._bootstrap>")}
 
 
 def in_swallowing_callback(frame) -> bool:
@@ -94,6 +98,8 @@ def in_swallowing_callback(frame) -> bool:
         for name, package in _SWALLOWING:
             if code.co_name == name and f"{os.sep}{package}{os.sep}" in code.co_filename:
                 return True
+        if (code.co_name, code.co_filename) in _SWALLOWING_FROZEN:
+            return True
         f = f.f_back
     return False
 

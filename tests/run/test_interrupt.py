@@ -169,7 +169,7 @@ def test_sigint_while_numba_compiles(capture, tmp_path):
 def test_interrupt_waits_out_callbacks_that_swallow_exceptions():
     """A SIGINT that lands in llvmlite's object-cache callback (called from LLVM through
     ctypes while numba compiles), distributed's gc callback, numba's type-disposal weakref
-    callback or any ``__del__`` would be printed as
+    callback, importlib's module-lock callback or any ``__del__`` would be printed as
     "Exception ignored ... KeyboardInterrupt" and lost: the handler retries instead."""
     from gropcap.interrupt import in_swallowing_callback
 
@@ -185,6 +185,9 @@ def test_interrupt_waits_out_callbacks_that_swallow_exceptions():
     types = os.path.join(os.sep, "site", "numba", "core", "types", "abstract.py")
     assert in_swallowing_callback(frame_in(types, "_on_type_disposal"))
     assert in_swallowing_callback(frame_in(__file__, "__del__"))
+    # importlib's module-lock weakref callback (a frozen module)
+    assert in_swallowing_callback(frame_in("<frozen importlib._bootstrap>", "cb"))
+    assert not in_swallowing_callback(frame_in(__file__, "cb"))
     assert not in_swallowing_callback(frame_in(llvm, "add_module"))
     assert not in_swallowing_callback(frame_in(__file__, "_raw_object_cache_notify"))
 
