@@ -285,14 +285,33 @@ class CellsPart(CellsStage):
         self.nseg += len(pos)
 
     def sort(self) -> None:
-        """The records by delivery position (after the super-packets pass)."""
+        """The records by delivery position (after the super-packets pass). Usually they
+        already are (a partition emits its super-packets in delivery order): the file is
+        then kept as it is; else the positions are sorted in memory (16 bytes a unit)
+        and the records gathered a slice at a time."""
         self._records.close()
-        self.units = np.memmap(self.path + ".units", _PART, "w+", shape=(max(self.nseg, 1),))
-        if self.nseg:
-            rec = np.fromfile(self.path + ".records", _PART)
-            self.units[:self.nseg] = rec[np.argsort(rec["pos"], kind="stable")]
+        n = self.nseg
+        src = self.path + ".records"
+        if n:
+            rec = np.memmap(src, _PART, "r", shape=(n,))
+            pos = np.array(rec["pos"])
+            if n > 1 and not bool(np.all(pos[1:] > pos[:-1])):
+                order = np.argsort(pos, kind="stable")
+                del pos
+                out = np.memmap(src + ".sorted", _PART, "w+", shape=(n,))
+                for lo in range(0, n, UNITS_PER_SLICE):
+                    out[lo:lo + UNITS_PER_SLICE] = rec[order[lo:lo + UNITS_PER_SLICE]]
+                    drop_pages(out)
+                    drop_pages(rec)
+                out.flush()
+                del out, order
+                os.replace(src + ".sorted", src)
             del rec
-        os.unlink(self.path + ".records")
+            os.replace(src, self.path + ".units")
+            self.units = np.memmap(self.path + ".units", _PART, "r+", shape=(n,))
+        else:
+            os.unlink(src)
+            self.units = np.zeros(1, _PART)
         drop_pages(self.units)
 
     def packets(self, t: pa.Table, pos: np.ndarray, first: np.ndarray) -> None:
@@ -302,9 +321,9 @@ class CellsPart(CellsStage):
         """Closes the files: ``{"path", "units", "heads"}`` for
         :meth:`CellsStage.gathered`."""
         super().close()
-        if self.units is not None:
+        if isinstance(self.units, np.memmap):
             self.units.flush()
-            self.units = None
+        self.units = None
         return {"path": self.path, "units": self.nseg, "heads": self.heads}
 
 
