@@ -132,7 +132,7 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
                 decode_options=decode_options, out_dir=out_dir, force=force,
                 scratch=scratch, progress=progress, receiver=receiver, receive=receive,
                 packet_columns=packet_columns, fallback=in_memory_merge,
-                captures=captures, egress=egress, plot=plot is not None)
+                captures=captures, egress=egress, plot=plot is not None, decoder=decoder)
             if not isinstance(result, Analysis):
                 if plot is not None:
                     from gropcap.run.progress import phase

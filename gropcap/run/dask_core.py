@@ -123,14 +123,11 @@ def partitioned_reason(config, *, engine="fast", decoder="fast", egress=None,
                        plot=False) -> str | None:
     """None when :func:`analyze_partitioned` can run this configuration, else why not
     (then the in-memory Dask merge runs it): what the bounded-memory core does not model
-    (``run.options.memory_reason``) and the reference decoder (the partitions decode
-    with the fast one). ``plot``: the plots' counts are collected per
+    (``run.options.memory_reason``). ``plot``: the plots' counts are collected per
     partition (``run.plotdata.PlotParts``); ``--tunnel-gro``: the partitions gather the
     native super-packets (``run.cells.CellsPart``), one task per model replays them in
     delivery order (``run.dask_tasks.cells_task``)."""
     from gropcap.run.options import memory_reason
-    if decoder != "fast":
-        return "the partitions decode with the fast decoder"
     return memory_reason(config, engine=engine, decoder=decoder, egress=egress) or None
 
 
@@ -165,7 +162,8 @@ def exchange_rule(exchange: str, nparts: int, nworkers: int, workers_local: bool
 def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nworkers: int,
                 tmp: str, batch_records: int, keep, out_dir, make_stage, metadata,
                 packet_columns, captures: str, progress, tm: dict, egress=None,
-                acks=None, plot: bool = False, cells_dir: str | None = None):
+                acks=None, plot: bool = False, cells_dir: str | None = None,
+                decoder: str = "fast"):
     """The runs exchange (module docstring): the inputs' receiver runs replayed as
     independent units, a run's output written as soon as the runs before it are
     counted, its scratch removed once written: scratch stays bounded by the runs in
@@ -203,8 +201,8 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
     import time
     clock = time.perf_counter
     t0 = clock()
-    scan = [(f, i, decode_options, config, batch_records, os.path.join(tmp, f"scan-{i}"))
-            for i, f in enumerate(files)]
+    scan = [(f, i, decode_options, config, batch_records, os.path.join(tmp, f"scan-{i}"),
+             decoder) for i, f in enumerate(files)]
     tasks = [(c.submit(scan_task, *a, pure=False), a) for a in scan]
     if progress is not None:
         progress.track("scan", [f for f, _ in tasks])
@@ -246,7 +244,7 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
                 hint.pairs if hint.collect else (), egress,
                 # --poll-acks: the run's rows are numbered from 0 within the run
                 None if acks is None else (acks, sum(rows_of[:fidx[0]]) if fidx else 0),
-                plot)
+                plot, decoder)
     gro, submitted = {}, 0
     parts = None
     if plot:
@@ -357,7 +355,8 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
 
 def _fused_stage(c, files, config, models, decode_options, split_config, nparts: int,
                  works: list, batch_records: int, check: bool, keep, local_pass: bool,
-                 progress, egress=None, acks=None, plot: bool = False):
+                 progress, egress=None, acks=None, plot: bool = False,
+                 decoder: str = "fast"):
     """Decode and GRO of every partition in one task each
     (``run.dask_tasks.fused_partition_task``): ``(done, capture counts, coalesced
     statistics, infos, rows)``, or why the exchange must run instead (a string: an
@@ -380,7 +379,7 @@ def _fused_stage(c, files, config, models, decode_options, split_config, nparts:
         for k in range(nparts):
             args = (files, decode_options, config, tuple(models), split_config, nparts, k,
                     stats_arg, works[k], batch_records, check, keep, local_pass, 0, True,
-                    None, egress, None if acks is None else (acks, 0), plot)
+                    None, egress, None if acks is None else (acks, 0), plot, decoder)
             tasks.append((c.submit(fused_partition_task, *args, pure=False), args))
         if progress is not None:
             # every task decodes every input: the line counts the input bytes (MB/s)
@@ -521,7 +520,8 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                         force: bool = False, scratch=None, progress=None, receiver=None,
                         receive=None, packet_columns="default", batch_records: int = 65536,
                         split_bytes=None, fallback=None, captures: str = "auto",
-                        exchange: str = "auto", egress=None, plot: bool = False):
+                        exchange: str = "auto", egress=None, plot: bool = False,
+                        decoder: str = "fast"):
     """Analyse captures on Dask with the bounded-memory core per partition (module
     docstring): a :class:`PartitionedResult` whose summary equals the one-process run's;
     with ``out_dir``, ``packets/part-*.parquet``, ``superpackets/part-*.parquet`` and
@@ -553,6 +553,9 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
     ``run.plotdata.PlotParts``): the partitions spill their rows' times and keep their
     (flow, end reason) counts, folded in once the capture's time span and the flows'
     numbers are known.
+
+    ``decoder``: ``"fast"`` or ``"reference"`` (the plain-Python reader and decoder, the
+    oracle), for every task that decodes.
     """
     import shutil
 
@@ -625,7 +628,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                                "tasks") as advance:
                         acks = c.submit(ack_task, files, decode_options, batch_records,
                                         os.path.join(tmp, "acks"), config, captures,
-                                        pure=False).result()
+                                        decoder, pure=False).result()
                         advance(1)
                 scfg = config.replace(model=split_model)
                 nworkers = _nworkers(c)
@@ -651,7 +654,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                                       write_columns(out_dir, packet_columns, models, plot),
                                       out_dir, make_stage, metadata, packet_columns,
                                       captures, progress, tm, gro_egress, acks, plot,
-                                      cells_dir)
+                                      cells_dir, decoder)
                     if isinstance(ran, str):
                         if progress is not None:
                             progress.note(f"{ran}: the decoded rows are exchanged "
@@ -666,7 +669,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                                          write_columns(out_dir, packet_columns, models,
                                                        plot),
                                          not out_dir and not cells_on, progress,
-                                         gro_egress, acks, plot)
+                                         gro_egress, acks, plot, decoder)
                     tm["fused"] = clock() - t0
                     if not isinstance(fused, str) and len(files) > 1:
                         # the fused tasks replay the files as one receiver run; the
@@ -700,7 +703,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 else:
                     t0 = clock()
                     decoded, infos, failures = _decode_all(
-                        c, files, decode_options, "fast",
+                        c, files, decode_options, decoder,
                         SPLIT_BYTES if split_bytes is None else split_bytes, BATCH_RECORDS,
                         tmp, progress, ((split, scfg, nparts),) if nparts > 1 else ())
                     n = sum(p.rows for d in decoded for p in d.pieces)

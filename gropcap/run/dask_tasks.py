@@ -319,14 +319,15 @@ FUSED_BATCH_PARTS = 4
 
 
 def ack_task(files, decode_options, batch_records: int, work: str, config,
-             captures: str) -> str | None:
+             captures: str, decoder: str = "fast") -> str | None:
     """``--poll-acks``' pass over the whole capture before GRO, as one task
     (``run.stream._ack_times``, bounded memory): the path of the retimed arrivals, one
     int64 per row of the capture in ``work`` (every GRO task maps it), or None when no
     ACK closes a frame (the gap rule stays)."""
     from gropcap.run.stream import _ack_times
     os.makedirs(work, exist_ok=True)
-    timed = _ack_times(files, decode_options, batch_records, work, config, captures)
+    timed = _ack_times(files, decode_options, batch_records, work, config, captures,
+                       decoder=decoder)
     if timed is None:
         return None
     path = timed.filename
@@ -338,7 +339,8 @@ def fused_partition_task(files, decode_options, config, models, split_config, np
                          k: int, stats, work: str, batch_records: int, check: bool,
                          keep, local_pass: bool, first_index: int = 0,
                          count: bool = True, tunnels: tuple | None = None,
-                         egress=None, acks=None, plot: bool = False) -> dict:
+                         egress=None, acks=None, plot: bool = False,
+                         decoder: str = "fast") -> dict:
     """Partition ``k`` decoded and replayed in one task, nothing exchanged (the fused
     exchange, ``run.dask_core``): every input decoded batch by batch as one process
     decodes it (``run.inputs.decode_file``), each row's partition computed
@@ -362,7 +364,8 @@ def fused_partition_task(files, decode_options, config, models, split_config, np
     within the run); ``count=False``: the client has the counts and the statistics
     already (:func:`scan_task`), the task does not count. ``tunnels``: the UDP tunnels
     whose rows the tunnel hint needs (``(kind, port)`` pairs; empty: none, the hint has
-    too many to run a model on; None: each batch's tunnels without a socket)."""
+    too many to run a model on; None: each batch's tunnels without a socket).
+    ``decoder``: ``"fast"`` or ``"reference"`` (``run.inputs.decode_file``)."""
     import time
 
     from gropcap.gro.coalesced import CoalescedStats
@@ -384,7 +387,7 @@ def fused_partition_task(files, decode_options, config, models, split_config, np
             # batches of batch_records * P records: the partition's share is about a
             # batch of one process (GRO's per-batch work and the output's per-batch
             # dictionaries, e.g. the address texts, as one process pays them)
-            gen = decode_file(path, first_index + i, decode_options,
+            gen = decode_file(path, first_index + i, decode_options, decoder=decoder,
                               batch_records=batch_records * min(nparts, FUSED_BATCH_PARTS),
                               sha256=False)
             while True:
@@ -454,7 +457,7 @@ def _surely_coalesced(stats, t: pa.Table, mtu) -> bool:
 
 
 def scan_task(path: str, index: int, decode_options, config, batch_records: int,
-              work: str | None = None) -> dict:
+              work: str | None = None, decoder: str = "fast") -> dict:
     """The first pass of the runs exchange (``run.dask_core``) over one input file: decode
     it and count what the client needs before any GRO runs: the ``CaptureCounts`` (each
     file's timestamps: the receiver runs), the ``gso.CoalescedStats`` (the MTU and the
@@ -467,7 +470,8 @@ def scan_task(path: str, index: int, decode_options, config, batch_records: int,
     from gropcap.run.inputs import decode_file
     counts = CaptureCounts(config.verify_checksums)
     stats = CoalescedStats(config.mtu)
-    gen = decode_file(path, index, decode_options, batch_records=batch_records)
+    gen = decode_file(path, index, decode_options, batch_records=batch_records,
+                      decoder=decoder)
     rows = 0
     while True:
         try:

@@ -18,3 +18,18 @@ def stream_calls(monkeypatch) -> list:
         return real(*args, **kw)
     monkeypatch.setattr(streaming, "stream_analyze", spy)
     return calls
+
+
+@pytest.fixture
+def reference_decodes(monkeypatch) -> list:
+    """The record count of every batch ``decode.reference.decode_batch`` decodes while
+    the test runs (in this process, its threads included); the calls go through."""
+    import gropcap.decode.reference as ref
+    calls: list = []
+    real = ref.decode_batch
+
+    def counted(batch, *args, **kw):
+        calls.append(len(batch.offset))
+        return real(batch, *args, **kw)
+    monkeypatch.setattr(ref, "decode_batch", counted)
+    return calls

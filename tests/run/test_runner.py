@@ -865,3 +865,44 @@ def test_egress_counted_per_partition_equals_one_process(client, generated, tmp_
         e = dist.summary["egress"]["napi"]
         assert e["superpackets"] > 0
         assert e["hardware_segments"] > 0 if spec[2] is None else e["dropped"] > 0
+
+
+@pytest.mark.parametrize("exchange,names,config,captures", [
+    ("fused", ["real_ipv4.pcap"], GroConfig(queues=2), "continuous"),
+    ("exchange", ["crafted_gre_key.pcap", "crafted_two_ifaces.pcapng"], GroConfig(queues=2),
+     "continuous"),
+    ("runs", ["real_ipv6.pcap", "real_ipv4.pcap"], GroConfig(poll_acks=True), "separate"),
+], ids=["fused", "exchange-pcapng", "runs-acks"])
+def test_reference_decoder_per_partition(tmp_path, monkeypatch, reference_decodes, exchange,
+                                         names, config, captures):
+    """``--decoder reference`` on the core per partition (issue 15: every feature in
+    distributed mode): every task that decodes (fused, decode, scan, ACK) uses the
+    plain-Python reader and decoder; the summary and the rows equal the one-process run
+    with the fast decoder (workers as threads of this process: the decoder is seen
+    where it runs)."""
+    from gropcap.run.dask_core import analyze_partitioned
+    from gropcap.run.stream import stream_analyze
+    paths = [os.path.join(TESTS, os.pardir, "sample_pcaps", n) for n in names]
+    calls = reference_decodes
+    one = stream_analyze(paths, config, captures=captures, out_dir=str(tmp_path / "one"))
+    assert not calls
+    (tmp_path / "scratch").mkdir()
+    import gropcap.run.inputs as inputs
+    asked = []                      # the decoder of every file decoded (any task)
+    real_file = inputs.decode_file
+
+    def decode_file(*args, **kw):
+        asked.append(kw.get("decoder", "fast"))
+        return real_file(*args, **kw)
+    monkeypatch.setattr(inputs, "decode_file", decode_file)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=":0") as cluster, \
+            distributed.Client(cluster) as c:
+        dist = analyze_partitioned(paths, config, client=c, exchange=exchange,
+                                   decoder="reference", fallback=_no_fallback,
+                                   captures=captures, out_dir=str(tmp_path / "dist"),
+                                   scratch=str(tmp_path / "scratch"))
+    assert dist.exchange == exchange and calls
+    assert set(asked) == {"reference"}
+    assert dist.summary == one.summary
+    assert_same_rows(tmp_path / "one", tmp_path / "dist")

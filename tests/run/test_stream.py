@@ -314,20 +314,13 @@ def test_egress_header_codes_round_trip():
     (["real_vxlan.pcap"], GroConfig(poll_acks=True, tunnel_gro=True), 64),
 ], ids=["ipv4", "gre-pcapng-q2", "vxlan-acks-cells"])
 def test_the_reference_decoder_runs_batch_by_batch(names, config, batch, tmp_path,
-                                                   monkeypatch):
+                                                   reference_decodes):
     """``--decoder reference`` in bounded memory (issue 14: every feature in every mode):
     the plain-Python reader and decoder feed the same passes batch by batch (the ACK
     pass too) and give the summary, flows and files of the in-memory run with that
     decoder, which are the fast decoder's."""
-    import gropcap.decode.reference as ref
     paths = [os.path.join(ROOT, "sample_pcaps", n) for n in names]
-    calls = []
-    real = ref.decode_batch
-
-    def counted(batch, *args, **kw):
-        calls.append(len(batch.offset))
-        return real(batch, *args, **kw)
-    monkeypatch.setattr(ref, "decode_batch", counted)
+    calls = reference_decodes
     mem_dir, st_dir = tmp_path / "mem", tmp_path / "stream"
     a = analyze(paths, config, decoder="reference")
     write_analysis(a, str(mem_dir))
