@@ -10,10 +10,11 @@ same summary dict, batch by batch:
    files), each batch as soon as it is decoded; the columns the packets pass reads back
    go to a temporary Arrow file, the engine's partial results (``BatchResult``) to spill
    files; the summary counters are accumulated. A frame captured already coalesced (its
-   gso_size needs the whole capture first) or a UDP tunnel on a port without a tunnel
-   socket (the hint re-runs the models on the whole table) ends this fused pass, and the
-   run starts over unfused: the whole decoded table to the temporary file, then GRO over
-   it as a second sweep.
+   gso_size needs the whole capture first) ends this fused pass, and the run starts
+   over unfused: the whole decoded table to the temporary file, then GRO over it as a
+   second sweep. UDP tunnels on ports without a tunnel socket (the tunnel hint) keep the
+   fused pass: their rows are gathered as they come (``_FusedTunnels``); only a capture
+   small enough for the hint's napi part, which replays the whole table, starts over.
 2. **super-packets pass**: the napi model's delivery order is known only when every poll
    is in (``engine.assemble``: polls ordered by time, queue, number). With the poll ranks
    and the super-packets per poll, each super-packet's delivery position is
@@ -478,9 +479,10 @@ class _Inline:
     ``packets.parquet``), the flow causes from the primary model's verdicts. No
     decoded rows, verdicts or super-packets go through temporary files."""
 
-    def __init__(self, runs, primary: str, causes, plots=None):
+    def __init__(self, runs, primary: str, causes, plots=None, tunnels=None):
         import collections
         self.runs, self.primary, self.causes, self.plots = runs, primary, causes, plots
+        self.tunnels = tunnels          # the fused pass's _FusedTunnels (the hint)
         self.batches = collections.deque()      # (table, first row, primary flow ids)
         self.next_row = 0
         self.first = {r.model: _FirstRows() for r in runs}
@@ -507,6 +509,8 @@ class _Inline:
                 run.counts.add_encap(t, first)
                 if self.plots is not None:
                     self.plots.add_firsts(run.model, t, first)
+                if self.tunnels is not None:
+                    self.tunnels.firsts(t, run.model, first)
                 if run.model == self.primary:
                     self.causes.add(fid, numpy_of(t.column("tcp_seq")),
                                     numpy_of(t.column("payload_len")),
@@ -647,7 +651,10 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         if plot:
             from gropcap.run.plotdata import PlotRows
             plots = PlotRows(tmp, models)
-        packets_inline = _Inline(runs, primary, causes, plots) if inline else None
+        # the fused try's tunnel-hint rows (UDP tunnels without a socket), as they come
+        fused_tunnels = _FusedTunnels(config, models) if _fused else None
+        packets_inline = _Inline(runs, primary, causes, plots, fused_tunnels) if inline \
+            else None
         from gropcap.run.engines import BatchGroModels
         gro = BatchGroModels([r.config for r in runs])   # states carried batch to batch
         from gropcap.run.receivers import RunSplit
@@ -682,9 +689,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         # 1. decode pass: decoded rows to a temporary Arrow file, counters, coalesced
         # stats. Fused (the first try): each batch goes through GRO as soon as it is
         # decoded, and only the columns the packets pass reads are kept; a frame captured
-        # already coalesced (its gso_size needs the whole capture) or a UDP tunnel on a
-        # port without a socket (the hint re-runs the models on the whole table) ends the
-        # try, and the run starts again unfused (_Unfused).
+        # already coalesced (its gso_size needs the whole capture) ends the try, and the
+        # run starts again unfused (_Unfused), as does a UDP tunnel without a socket in
+        # a capture small enough for the hint's napi part (_FusedTunnels.needs_whole)
         from gropcap.run.progress import phase
         gro_phase = None
         keep = _kept_columns(out_dir, packet_columns, models, plot) \
@@ -694,7 +701,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         coal = _Coalesced(config.mtu)
         dec_out: dict = {}          # the temporary decoded file's "sink" and "writer"
 
-        fused = [0] if _fused else None     # the UDP tunnels seen so far
+        fused = fused_tunnels
 
         def spill(t, parts):
             # the sidecar's part of a batch (run.threads.Sidecar): the capture counters
@@ -742,6 +749,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             side.submit(spill, t, parts)
         side.drain()
         infos = source.value
+        if _fused and fused.needs_whole(counters.packets, models):
+            # the hint's napi part replays the whole (small) capture, read back
+            raise _Unfused
         if _fused and coal.num:
             # the MTU inferred from the whole capture can make earlier frames coalesced
             raise _Unfused
@@ -761,6 +771,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         if gro_phase is None:
             gro_phase = phase(progress, f"GRO {'+'.join(models)}", counters.packets)
         hint = _TunnelHint(counters.udp_tunnels, config, models)
+        if _fused:
+            fused.into(hint, inline=packets_inline is not None)
         for dec in (() if _fused else decoded()):
             gro_phase.advance(dec.num_rows)
             t = pa.Table.from_batches([dec])
@@ -1192,20 +1204,76 @@ def _verdict_rows(decoded, runs, cursors):
 
 
 def _count_batch(t: pa.Table, counters, coal: _Coalesced, config: GroConfig,
-                 fused: list | None, flow_id=None) -> None:
+                 fused: "_FusedTunnels | None", flow_id=None) -> None:
     """A decoded batch into the capture counters and the coalesced-input statistics
     (``flow_id``: its rows' flows, when GRO ran first).
-    ``fused``: in the fused first try, ``[UDP tunnels seen so far]``: raises
-    :class:`_Unfused` where a frame captured already coalesced or a UDP tunnel on a port
-    without a socket needs the whole decoded table before GRO."""
+    ``fused``: in the fused first try, its :class:`_FusedTunnels` (the batch's rows of UDP
+    tunnels without a socket go there); raises :class:`_Unfused` where a frame captured
+    already coalesced needs the whole decoded table before GRO (its gso_size)."""
     counters.add(t)
     coal.add(t, flow_id)
     if fused is not None:
-        from gropcap.run.hints import missing_tunnels
-        if coal.num or (len(counters.udp_tunnels) != fused[0] and
-                        missing_tunnels(counters.udp_tunnels, config)):
+        if coal.num:
             raise _Unfused
-        fused[0] = len(counters.udp_tunnels)
+        fused.add(t, counters.udp_tunnels)
+
+
+class _FusedTunnels:
+    """The tunnel hint's rows gathered in the fused first pass: the rows of UDP tunnels on
+    ports without a socket, as the tunnels appear (a tunnel's rows come after the first
+    one that shows it), up to ``HINT_MAX_ROWS`` (past that, none: the hint leaves the
+    ideal model out, as after an unfused pass), and per model the super-packets that
+    start at one (``before``, counted by the inline packets pass). The napi model's part
+    of the hint replays the whole capture, so a capture small enough for it
+    (``HINT_NAPI_MAX_ROWS``) still starts over unfused at the end of the pass
+    (:meth:`needs_whole`); a larger one keeps its fused pass."""
+
+    def __init__(self, config: GroConfig, models):
+        self.config = config
+        self.pairs: tuple = ()
+        self.seen = 0
+        self.rows: list = []
+        self.n = 0
+        self.before = {m: 0 for m in models}
+
+    def add(self, t: pa.Table, counts: dict) -> None:
+        from gropcap.run.hints import HINT_MAX_ROWS, missing_tunnels, tunnel_mask
+        if len(counts) != self.seen:
+            self.seen = len(counts)
+            hint = missing_tunnels(counts, self.config)
+            self.pairs = tuple((m["kind"], m["port"]) for m in hint["tunnels"]) if hint \
+                else ()
+        if not self.pairs or self.n > HINT_MAX_ROWS:
+            return
+        idx = np.flatnonzero(tunnel_mask(t, self.pairs))
+        self.n += len(idx)
+        if self.n > HINT_MAX_ROWS:
+            self.rows = []
+        elif len(idx):
+            self.rows.append(take_rows(t, idx))
+
+    def firsts(self, t: pa.Table, model: str, first: np.ndarray) -> None:
+        """``_TunnelHint.packets_batch`` for the inline packets pass."""
+        if self.pairs:
+            from gropcap.run.hints import tunnel_mask
+            self.before[model] += int(np.count_nonzero(tunnel_mask(t, self.pairs) & first))
+
+    def needs_whole(self, packets: int, models) -> bool:
+        """Whether the hint's napi part will replay the whole capture (then the run
+        starts over unfused, as it always did)."""
+        from gropcap.run.hints import HINT_NAPI_MAX_ROWS
+        return bool(self.pairs) and packets <= HINT_NAPI_MAX_ROWS and \
+            not all(m == "ideal" for m in models)
+
+    def into(self, hint: "_TunnelHint", inline: bool) -> None:
+        """Hand the gathered rows (and, ``inline``, the counts: the same dictionary, which
+        the inline pass's last batches, drained after GRO's end, still add to) to the
+        run's hint."""
+        if hint.collect:
+            hint.rows = list(self.rows)
+            hint.co = [None] * len(self.rows)
+        if inline:
+            hint.before = self.before
 
 
 def _kept_columns(out_dir, packet_columns, models, plot=False) -> list[str] | None:
@@ -1215,7 +1283,9 @@ def _kept_columns(out_dir, packet_columns, models, plot=False) -> list[str] | No
     from gropcap.decode.schema import PACKET_COLUMNS
     from gropcap.io.columns import (ADDRESS_COLUMNS, readable_names,
                                     select_packet_columns)
-    need = {"encap", "tcp_seq", "payload_len", "l4_proto"}
+    # (the tunnel hint's super-packets per tunnel row: hints.tunnel_mask's columns)
+    need = {"encap", "tcp_seq", "payload_len", "l4_proto", "tun_type", "outer_dport",
+            "outer_l4_proto"}
     if plot:
         need |= {"ts_ns", "file_index"}
     if out_dir:

@@ -33,3 +33,18 @@ def reference_decodes(monkeypatch) -> list:
         return real(batch, *args, **kw)
     monkeypatch.setattr(ref, "decode_batch", counted)
     return calls
+
+
+@pytest.fixture
+def decode_passes(monkeypatch) -> list:
+    """One entry per decode pass (``run.stream._decode_pass``) a run makes while the
+    test runs: a fused run makes one, a run that starts over unfused two."""
+    import gropcap.run.stream as streaming
+    passes: list = []
+    real = streaming._decode_pass
+
+    def counted(*args, **kw):
+        passes.append(1)
+        return real(*args, **kw)
+    monkeypatch.setattr(streaming, "_decode_pass", counted)
+    return passes

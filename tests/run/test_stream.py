@@ -332,3 +332,43 @@ def test_the_reference_decoder_runs_batch_by_batch(names, config, batch, tmp_pat
     assert _plain(r.flows) == _plain(a.flows)
     for name in OUT_NAMES:
         assert _plain(pq.read_table(st_dir / name)) == _plain(pq.read_table(mem_dir / name))
+
+
+@pytest.mark.parametrize("max_rows", [60_000, 100], ids=["rows-kept", "rows-over"])
+@pytest.mark.parametrize("out", [False, True], ids=["summary", "out"])
+def test_tunnels_without_a_socket_keep_the_fused_pass(max_rows, out, tmp_path,
+                                                      monkeypatch, decode_passes):
+    """A UDP tunnel on a port without a socket no longer ends the fused first pass when
+    the capture is too large for the hint's napi part (here: a limit of 10 rows): its
+    rows are gathered as they come (up to the hint's limit), the super-packets starting
+    at them counted, and summary, hint and files equal the in-memory run's, whose hint
+    leaves the napi model out the same way. One decode pass, not two."""
+    import gropcap.run.hints as hints
+    monkeypatch.setattr(hints, "HINT_NAPI_MAX_ROWS", 10)
+    monkeypatch.setattr(hints, "HINT_MAX_ROWS", max_rows)
+    passes = decode_passes
+    path = os.path.join(ROOT, "sample_pcaps", "real_vxlan.pcap")
+    a = analyze(path)
+    want = tunnel_hint(a, max_rows=max_rows, napi_max_rows=10)
+    assert want["left_out"] == (["napi"] if max_rows > 100 else ["ideal", "napi"])
+    r = stream_analyze(path, out_dir=str(tmp_path / "s") if out else None,
+                       batch_records=97)
+    assert len(passes) == 1
+    assert r.summary == a.summary()
+    assert r.udp_tunnel_hint == want
+    if out:
+        write_analysis(a, str(tmp_path / "m"))
+        for name in OUT_NAMES:
+            assert _plain(pq.read_table(tmp_path / "s" / name)) == \
+                _plain(pq.read_table(tmp_path / "m" / name)), name
+
+
+def test_a_small_capture_with_a_tunnel_hint_starts_over(decode_passes):
+    """Within the hint's napi limit the run starts over unfused (the napi part replays
+    the whole table, read back), as before: two decode passes, the in-memory hint."""
+    passes = decode_passes
+    path = os.path.join(ROOT, "sample_pcaps", "real_vxlan.pcap")
+    r = stream_analyze(path, batch_records=97)
+    assert len(passes) == 2
+    assert r.udp_tunnel_hint == tunnel_hint(analyze(path))
+    assert r.udp_tunnel_hint["models"]["napi"]
