@@ -646,12 +646,14 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 how = exchange_rule(exchange, nparts, nworkers, _workers_local(c), separate)
                 nruns = 1
                 fused = ran = None
+                from gropcap.run.dask_tasks import write_columns
+                # the columns a fused task keeps for the output pass (the gro_cells
+                # stage reads whole first rows)
+                kept = list(PACKET_SCHEMA.names) if cells_on else \
+                    write_columns(out_dir, packet_columns, models, plot)
                 if how == "runs":
-                    from gropcap.run.dask_tasks import write_columns
                     ran = _runs_stage(c, files, config, models, decode_options, scfg,
-                                      nparts, nworkers, tmp, batch_records,
-                                      list(PACKET_SCHEMA.names) if cells_on else
-                                      write_columns(out_dir, packet_columns, models, plot),
+                                      nparts, nworkers, tmp, batch_records, kept,
                                       out_dir, make_stage, metadata, packet_columns,
                                       captures, progress, tm, gro_egress, acks, plot,
                                       cells_dir, decoder)
@@ -661,13 +663,9 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                                           "through the scratch directory")
                         how, ran = "exchange", None
                 if how == "fused":
-                    from gropcap.run.dask_tasks import write_columns
                     t0 = clock()
                     fused = _fused_stage(c, files, config, models, decode_options, scfg,
-                                         nparts, works, batch_records, check,
-                                         list(PACKET_SCHEMA.names) if cells_on else
-                                         write_columns(out_dir, packet_columns, models,
-                                                       plot),
+                                         nparts, works, batch_records, check, kept,
                                          not out_dir and not cells_on, progress,
                                          gro_egress, acks, plot, decoder)
                     tm["fused"] = clock() - t0

@@ -725,12 +725,11 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
 
 def write_columns(out_dir, packet_columns, models, plot: bool = False) -> list[str] | None:
     """Decoded columns the output pass reads (None: all): ``run.stream._kept_columns``
-    and what the tunnel hint and the per-file counts need."""
+    (the tunnel hint's columns included) and the per-file counts' ``file_index``."""
     from gropcap.run.stream import _kept_columns
     keep = _kept_columns(out_dir, packet_columns, models, plot)
     if keep is not None:
-        keep = sorted(set(keep) | {"file_index", "tun_type", "outer_dport",
-                                   "outer_l4_proto"}, key=PACKET_SCHEMA.names.index)
+        keep = sorted(set(keep) | {"file_index"}, key=PACKET_SCHEMA.names.index)
     return keep
 
 

@@ -307,6 +307,15 @@ class _Coalesced:
         return co
 
 
+def _tunnel_firsts(t: pa.Table, pairs: tuple, first: np.ndarray) -> int:
+    """Rows of ``t`` that start a super-packet (``first``) and are UDP tunnels of
+    ``pairs``."""
+    if not pairs:
+        return 0
+    from gropcap.run.hints import tunnel_mask
+    return int(np.count_nonzero(tunnel_mask(t, pairs) & first))
+
+
 class _TunnelHint:
     """``report.receive.tunnel_hint`` for a streamed run: UDP tunnels on ports without a
     tunnel socket are known after the decode pass (their counts); the ideal model is run
@@ -338,9 +347,7 @@ class _TunnelHint:
     def packets_batch(self, t: pa.Table, model: str, first: np.ndarray) -> None:
         """Count ``model``'s super-packets that start at a tunnel row (``first``: rows
         that start a super-packet)."""
-        if self.pairs:
-            from gropcap.run.hints import tunnel_mask
-            self.before[model] += int(np.count_nonzero(tunnel_mask(t, self.pairs) & first))
+        self.before[model] += _tunnel_firsts(t, self.pairs, first)
 
     def finish(self, models: dict, segments: int, packets: int, whole,
                run_of_file=None) -> dict | None:
@@ -701,7 +708,6 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         coal = _Coalesced(config.mtu)
         dec_out: dict = {}          # the temporary decoded file's "sink" and "writer"
 
-        fused = fused_tunnels
 
         def spill(t, parts):
             # the sidecar's part of a batch (run.threads.Sidecar): the capture counters
@@ -711,7 +717,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 egress_rows.add(t)          # (before its super-packets are counted)
             if plots is not None:
                 plots.add_packets(t)
-            _count_batch(t, counters, coal, config, fused,
+            _count_batch(t, counters, coal, config, fused_tunnels,
                          parts[0].flow_id if parts else None)
             for run, part in zip(runs, parts):
                 run.take(part, file_of=counters.file_of)
@@ -749,7 +755,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             side.submit(spill, t, parts)
         side.drain()
         infos = source.value
-        if _fused and fused.needs_whole(counters.packets, models):
+        if _fused and fused_tunnels.needs_whole(counters.packets, models):
             # the hint's napi part replays the whole (small) capture, read back
             raise _Unfused
         if _fused and coal.num:
@@ -772,7 +778,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             gro_phase = phase(progress, f"GRO {'+'.join(models)}", counters.packets)
         hint = _TunnelHint(counters.udp_tunnels, config, models)
         if _fused:
-            fused.into(hint, inline=packets_inline is not None)
+            fused_tunnels.into(hint, inline=packets_inline is not None)
         for dec in (() if _fused else decoded()):
             gro_phase.advance(dec.num_rows)
             t = pa.Table.from_batches([dec])
@@ -1254,9 +1260,7 @@ class _FusedTunnels:
 
     def firsts(self, t: pa.Table, model: str, first: np.ndarray) -> None:
         """``_TunnelHint.packets_batch`` for the inline packets pass."""
-        if self.pairs:
-            from gropcap.run.hints import tunnel_mask
-            self.before[model] += int(np.count_nonzero(tunnel_mask(t, self.pairs) & first))
+        self.before[model] += _tunnel_firsts(t, self.pairs, first)
 
     def needs_whole(self, packets: int, models) -> bool:
         """Whether the hint's napi part will replay the whole capture (then the run
