@@ -15,7 +15,7 @@ PKG = os.path.join(ROOT, "gropcap")
 # module may import from its rank or below
 RANKS = {
     "gropcap.errors": 0, "gropcap.constants": 0, "gropcap.interrupt": 0, "gropcap.arrays": 0,
-    "gropcap.numba_cache": 0, "gropcap.addresses": 0,
+    "gropcap.numba_cache": 0, "gropcap.addresses": 0, "gropcap.priority": 0,
     "gropcap.capture": 1,
     "gropcap.decode": 2,
     "gropcap.gro": 3,

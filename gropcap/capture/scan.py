@@ -37,6 +37,7 @@ from gropcap.capture.pcapng import PcapngScanner
 from gropcap.capture.reader import _scanner, _snapshot, iter_batches
 from gropcap.capture.records import CaptureInfo, RecordBatch
 from gropcap.errors import CaptureError
+from gropcap.priority import BACKGROUND, lower_this_thread
 
 __all__ = ["iter_scan_batches", "WINDOW_BYTES", "BATCH_RECORDS"]
 
@@ -136,7 +137,9 @@ class _Hasher:
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
         self.sha = hashlib.sha256()
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="gropcap-sha256")
+        # the lowest priority: the digest is needed only at the end of the run
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="gropcap-sha256",
+                                       initializer=lower_this_thread, initargs=(BACKGROUND,))
         self.pending = []
 
     def update(self, mm, lo: int, hi: int) -> None:

@@ -1096,7 +1096,7 @@ def _shared_rss(configs: list[GroConfig]) -> tuple | None:
 
 def simulate_batch_models(packets: pa.Table, configs: list[GroConfig],
                           states: list[EngineState] | None = None, *, final: bool = False,
-                          coalesced=None, no_gro=None
+                          coalesced=None, no_gro=None, pool=None
                           ) -> tuple[list[BatchResult], list[EngineState]]:
     """:func:`simulate_batch` for several models over the same batch, the
     model-independent preparation (column reads, bypass codes, lengths, size limits,
@@ -1106,6 +1106,11 @@ def simulate_batch_models(packets: pa.Table, configs: list[GroConfig],
     lists are run model by model (same results, no sharing). ``states``: what the
     previous call returned (None for the first batch: :func:`new_states`). Each model's
     results equal its own :func:`simulate_batch` run, bit for bit.
+
+    ``pool``: a ``concurrent.futures`` executor that runs the models after the first
+    while the calling thread runs the first (the kernels release the GIL), shared
+    preparation only. Each model then touches nothing but its own state: the shared
+    union and flow tables are only read (``_key_ids``) until every model returned.
     """
     packets = _check_table(packets)
     configs = list(configs)
@@ -1132,11 +1137,20 @@ def simulate_batch_models(packets: pa.Table, configs: list[GroConfig],
     hash_ = rss_hash(packets, rss[0], enabled=rss[1], columns=g)
     common = _prepare_common(packets, configs[0], states[0], hash_, g, coalesced=coalesced,
                              no_gro=no_gro)
-    parts = []
-    for c, st in zip(configs, states):
+    def one(c, st):
         cols, ts = _prepare_model(common, c, st, hash_)
-        parts.append(_run_batch(cols, ts, c, st, final))
-    return parts, states
+        return _run_batch(cols, ts, c, st, final)
+    if pool is None:
+        return [one(c, st) for c, st in zip(configs, states)], states
+    from concurrent import futures
+    later = [pool.submit(one, c, st) for c, st in zip(configs[1:], states[1:])]
+    try:
+        first = one(configs[0], states[0])
+    finally:
+        # every model done before the caller goes on (the next batch's preparation
+        # writes the shared tables), whatever happened here
+        futures.wait(later)
+    return [first] + [f.result() for f in later], states
 
 
 def simulate_models(packets: pa.Table, configs: list[GroConfig], *, coalesced=None,

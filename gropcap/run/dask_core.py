@@ -370,7 +370,9 @@ def _fused_stage(c, files, config, models, decode_options, split_config, nparts:
 
     from concurrent.futures import ThreadPoolExecutor
     # the files' sha256 here, while the tasks run (hashlib releases the GIL), once
-    hashing = ThreadPoolExecutor(1, thread_name_prefix="gropcap-sha256")
+    from gropcap.priority import BACKGROUND, lower_this_thread
+    hashing = ThreadPoolExecutor(1, thread_name_prefix="gropcap-sha256",
+                                 initializer=lower_this_thread, initargs=(BACKGROUND,))
     digests = [hashing.submit(_sha256_plain, f) for f in files]
     hashing.shutdown(wait=False)
 

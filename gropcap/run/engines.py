@@ -82,19 +82,40 @@ class BatchGroModels:
     """Several models' numba GRO over the batches of a run (configs differing only in
     ``model``), each batch prepared once for all of them
     (``engine.simulate_batch_models``: column reads, bypass codes, lengths, key classes
-    and flow ids shared; each model's results equal its own :class:`BatchGro`'s)."""
+    and flow ids shared; each model's results equal its own :class:`BatchGro`'s).
 
-    def __init__(self, configs: list[GroConfig]):
+    ``threaded``: the models after the first run in a thread of their own while the
+    calling thread runs the first (``simulate_batch_models``' ``pool``; the same
+    results). It runs at the caller's priority (``gropcap.priority``): the caller
+    waits for it. :meth:`close` stops it."""
+
+    def __init__(self, configs: list[GroConfig], *, threaded: bool = False):
         self.configs = list(configs)
         self.states = None
+        self._pool = None
+        if threaded and len(self.configs) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+            self._pool = ThreadPoolExecutor(len(self.configs) - 1,
+                                            thread_name_prefix="gropcap-model")
+
+    @property
+    def threaded(self) -> bool:
+        return self._pool is not None
 
     def feed(self, table: pa.Table, *, final: bool = False, coalesced=None) -> list:
         """The next batch (``final``: the last one): one ``engine.BatchResult`` per
         config."""
         from gropcap.gro.engine import simulate_batch_models
         parts, self.states = simulate_batch_models(table, self.configs, self.states,
-                                                   final=final, coalesced=coalesced)
+                                                   final=final, coalesced=coalesced,
+                                                   pool=self._pool)
         return parts
+
+    def close(self) -> None:
+        """Stop the models' thread (``threaded``; a batch in it is finished first)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     def next_run(self) -> None:
         """The next receiver run on fresh receivers (``engine.next_run``; the run

@@ -663,7 +663,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         packets_inline = _Inline(runs, primary, causes, plots, fused_tunnels) if inline \
             else None
         from gropcap.run.engines import BatchGroModels
-        gro = BatchGroModels([r.config for r in runs])   # states carried batch to batch
+        # states carried batch to batch; with threads, the second model in a thread
+        gro = BatchGroModels([r.config for r in runs], threaded=threads > 1)
         from gropcap.run.receivers import RunSplit
         split = RunSplit(captures)
         file_run: dict = {}             # the receiver run of each input file seen
@@ -1044,7 +1045,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         retry = True        # below: the run again, unfused
     finally:
         # the worker threads stop (each finishes its batch) before the files go
-        for stage in (locals().get("source"), locals().get("side"),
+        for stage in (locals().get("source"), locals().get("side"), locals().get("gro"),
                       locals().get("pk_source"), locals().get("pk_side")):
             if stage is not None:
                 stage.close()

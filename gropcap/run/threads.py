@@ -20,7 +20,11 @@ Interrupts: signals are delivered to the main thread only; the waits here
 they are in (milliseconds), so nothing writes into the run's temporary directory once it
 is removed.
 
-Layer: run/ (imports gropcap.errors only).
+Priorities: both helper threads run :data:`gropcap.priority.HELPER` nice steps below
+the calling thread (``gropcap.priority``), which is the critical path: with more busy
+threads than cores, Linux would otherwise share the cores evenly between them.
+
+Layer: run/ (imports gropcap.errors and gropcap.priority only).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ import os
 import queue
 import sys
 import threading
+
+from gropcap.priority import HELPER, lower_this_thread
 
 # the GIL switch interval while the pipeline runs: a thread coming back from a numba
 # kernel waits for the GIL until the holder drops it, at the latest after this interval;
@@ -100,6 +106,7 @@ class Ahead:
             self._thread.start()
 
     def _work(self) -> None:
+        lower_this_thread(HELPER)   # below the consumer, the pipeline's critical path
         try:
             while not self._stop.is_set():
                 try:
@@ -171,7 +178,9 @@ class Sidecar:
         self._pool = None
         if threaded:
             from concurrent.futures import ThreadPoolExecutor
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix=name)
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix=name,
+                                            initializer=lower_this_thread,
+                                            initargs=(HELPER,))
 
     def submit(self, fn, *args) -> None:
         if self._pool is None:

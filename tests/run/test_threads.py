@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 
 import pyarrow.parquet as pq
 import pytest
@@ -30,7 +31,7 @@ def capture(bench_capture):
 
 def _workers() -> list[str]:
     return [t.name for t in threading.enumerate()
-            if t.name.startswith(("gropcap-decode", "gropcap-spill"))]
+            if t.name.startswith(("gropcap-decode", "gropcap-spill", "gropcap-model"))]
 
 
 @pytest.mark.parametrize("path,config", [
@@ -171,3 +172,153 @@ def test_cli_threads_option_same_json_and_named_in_the_last_line():
     assert got["1"] == got["2"]
     bad = CliRunner().invoke(main, ["analyze", sample, "--threads", "0"])
     assert bad.exit_code == 2 and "--threads" in bad.output
+
+
+def test_the_second_model_runs_in_a_thread_of_its_own(capture, monkeypatch):
+    """With two threads the napi model's kernels run in the models' thread while the
+    calling thread runs the ideal model's (the results: test_two_threads_equal_one);
+    with one thread both run in the caller."""
+    from gropcap.gro import engine
+    real_run, real_models = engine._run_batch, engine.simulate_batch_models
+    seen: dict = {}
+    inside = []
+
+    def run_batch(cols, ts, config, state, final):
+        if inside:              # the batch pipeline's calls (not the tunnel hint's)
+            seen.setdefault(config.model, set()).add(threading.current_thread().name)
+        return real_run(cols, ts, config, state, final)
+
+    def models(*a, **kw):
+        inside.append(1)
+        try:
+            return real_models(*a, **kw)
+        finally:
+            inside.pop()
+    monkeypatch.setattr(engine, "_run_batch", run_batch)
+    monkeypatch.setattr(engine, "simulate_batch_models", models)
+    for th in (1, 2):
+        seen.clear()
+        stream_analyze(capture, batch_records=200, threads=th)
+        if th == 1:
+            assert seen == {"ideal": {"MainThread"}, "napi": {"MainThread"}}
+        else:
+            assert seen["ideal"] == {"MainThread"}
+            assert len(seen["napi"]) == 1 and next(iter(seen["napi"])).startswith(
+                "gropcap-model")
+    assert not _workers()
+
+
+def test_models_in_a_pool_equal_in_line_and_raise_a_later_models_error(capture):
+    """engine.simulate_batch_models with a pool: bit for bit the parts and states of
+    the run in line, batch after batch; an error of a model in the pool is raised by
+    the call, after every model returned."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gropcap.gro import engine
+    from gropcap.run.memory import decode_files
+    t = decode_files([capture])[0].slice(0, 3000)
+    base = GroConfig(queues=2, budget=8)
+    configs = [base.replace(model="ideal"), base.replace(model="napi")]
+    pool = ThreadPoolExecutor(1)
+    submitted = []
+    submit = pool.submit
+    pool.submit = lambda *a, **kw: submitted.append(1) or submit(*a, **kw)
+    a = b = None
+    for lo in range(0, t.num_rows, 700):
+        piece = t.slice(lo, 700)
+        final = lo + 700 >= t.num_rows
+        pa_, a = engine.simulate_batch_models(piece, configs, a, final=final)
+        pb, b = engine.simulate_batch_models(piece, configs, b, final=final, pool=pool)
+        for x, y in zip(pa_, pb):
+            assert x.row_start == y.row_start and x.poll_base == y.poll_base
+            for f in ("flow_id", "rx_queue", "p_row", "p_reason", "p_inst", "p_poll",
+                      "poll_time", "poll_queue"):
+                assert (getattr(x, f) == getattr(y, f)).all(), f
+            assert x.segs.keys() == y.segs.keys()
+            for k in x.segs:
+                assert (x.segs[k] == y.segs[k]).all(), k
+    for x, y in zip(a, b):
+        assert (x.kernel.ctr == y.kernel.ctr).all() and x.row_base == y.row_base
+    assert len(submitted) == -(-t.num_rows // 700)        # the napi model, each batch
+    real = engine._run_batch
+    done = []
+
+    def run_batch(cols, ts, config, state, final):
+        if config.model == "napi":
+            raise ValueError("napi failed")
+        part = real(cols, ts, config, state, final)
+        done.append(config.model)
+        return part
+    try:
+        engine._run_batch = run_batch
+        with pytest.raises(ValueError, match="napi failed"):
+            engine.simulate_batch_models(t.slice(0, 500), configs, None, pool=pool)
+    finally:
+        engine._run_batch = real
+    assert done == ["ideal"]
+    done.clear()
+
+    def first_fails(cols, ts, config, state, final):
+        if config.model == "ideal":
+            raise ValueError("ideal failed")
+        time.sleep(0.2)
+        done.append(config.model)
+        return real(cols, ts, config, state, final)
+    try:
+        engine._run_batch = first_fails
+        with pytest.raises(ValueError, match="ideal failed"):
+            engine.simulate_batch_models(t.slice(0, 500), configs, None, pool=pool)
+        assert done == ["napi"]           # the call waited for it before raising
+    finally:
+        engine._run_batch = real
+    pool.shutdown()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="threads have a priority of their own on Linux only")
+def test_helper_threads_run_below_the_calling_thread(tmp_path):
+    """The decode-ahead and spill threads run gropcap.priority.HELPER nice steps below
+    the caller, the file's sha256 at the lowest priority (gropcap.priority)."""
+    from gropcap.capture.scan import _Hasher
+    from gropcap.priority import BACKGROUND, HELPER
+
+    def nice():
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    base = os.getpriority(os.PRIO_PROCESS, os.getpid())
+    if base + HELPER > 19:
+        pytest.skip(f"the process already runs at nice {base}: no room below it")
+
+    def gen():
+        yield nice()
+    a = Ahead(gen())
+    assert list(a) == [min(19, base + HELPER)]
+    a.close()
+    s = Sidecar()
+    got = []
+    s.submit(lambda: got.append(nice()))
+    s.drain()
+    s.close()
+    assert got == [min(19, base + HELPER)]
+    h = _Hasher()
+    assert h.pool.submit(nice).result() == min(19, base + BACKGROUND)
+    h.pool.shutdown()
+    assert nice() == base                 # the caller's own priority is untouched
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="threads have a priority of their own on Linux only")
+def test_lower_this_thread_only_lowers_and_caps():
+    from gropcap.priority import lower_this_thread
+    base = os.getpriority(os.PRIO_PROCESS, os.getpid())
+    out = {}
+
+    def work():
+        out["first"] = lower_this_thread(3)
+        out["again"] = lower_this_thread(1)      # already lower: left as it is
+        out["far"] = lower_this_thread(100)      # capped
+        out["none"] = lower_this_thread(0)
+    th = threading.Thread(target=work)
+    th.start()
+    th.join()
+    assert out == {"first": min(19, base + 3), "again": min(19, base + 3), "far": 19,
+                   "none": None}
