@@ -13,7 +13,8 @@ a worker per partition, at most :data:`FUSED_MAX_PARTS`): one task per partition
 rows (``engine.partition_of``, as step 1 computes it) and runs step 2 on them, counting
 its own rows for the capture counters and coalesced-input statistics (merged here;
 coalesced input: the tasks run again with the merged statistics); summary only, it
-also makes step 4's counts and no write task runs. Nothing decoded is exchanged; every
+also makes step 4's counts in the same pass (``run.stream._Inline``: nothing spilled)
+and no write task runs. Nothing decoded is exchanged; every
 partition decodes every input. Else the **exchange** through scratch files:
 
 1. **decode** (``run.distributed._decode_all``): one task per file or byte range writes

@@ -128,8 +128,11 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
     # egress reads each super-packet's first packet: 8 bytes a partition row (RowCodes)
     egress_rows = None if egress is None else \
         RowCodes(os.path.join(work, "egress.rows"), egress.scenario)
-    runs = [_ModelRun(m, config, work, tot.models[m], egress_rows=egress_rows)
-            for m in models]
+    # summary only (local_pass): the packets pass's counts in this pass, batch by batch
+    # (run.stream._Inline), nothing spilled and nothing read back
+    inline = local_pass
+    runs = [_ModelRun(m, config, work, tot.models[m], egress_rows=egress_rows,
+                      inline=inline) for m in models]
     retimed = None
     if acks is not None:
         # --poll-acks: the engine reads the retimed arrivals, the rest the capture's
@@ -144,8 +147,21 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
     ideal_cfg = config.replace(model="ideal")
     file_rows = np.zeros(0, np.int64)
     firsts, hashes = [], np.zeros(0, np.uint64)  # (int64 would make union1d float)
-    rows_out = open(os.path.join(work, "global.rows"), "wb")
+    # each partition row's global row, for the delivery table (not in a local pass)
+    rows_out = None if inline else open(os.path.join(work, "global.rows"), "wb")
     kept = None
+    packets = plots = None
+    if inline:
+        from gropcap.run.accumulators import FlowCauses, ModelCounts
+        from gropcap.run.hints import missing_pairs
+        from gropcap.run.stream import _Inline
+        if plot:
+            from gropcap.run.plotdata import PlotRows
+            plots = PlotRows(work, models)
+        primary = "napi" if "napi" in models else models[0]
+        pairs = _PairFirsts(lambda t: missing_pairs(t, config), models)
+        packets = _Inline(runs, primary, FlowCauses(), plots, pairs,
+                          encap={m: ModelCounts(m) for m in models})
     n = 0
     tun_rows, tun_at, tun_co = [], [], []
     from gropcap.run.hints import HINT_MAX_ROWS
@@ -158,7 +174,8 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
         for run, part in zip(runs, parts):
             run.take(part, file_of=file_of)
     for t, grows, tunnels in batches:
-        grows.astype(np.int64).tofile(rows_out)
+        if rows_out is not None:
+            grows.astype(np.int64).tofile(rows_out)
         file_rows = _add_at(file_rows, np.bincount(
             t.column("file_index").to_numpy().astype(np.int64)))
         co = stats.infer(t) if coal is not None else None
@@ -173,6 +190,10 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
         if egress_rows is not None:
             egress_rows.add(t)
         take(parts)
+        if packets is not None:
+            if plots is not None:
+                plots.add_packets(t)
+            packets.batch(t, parts[models.index(packets.primary)].flow_id)
         fid = parts[0].flow_id.astype(np.int64)
         tot.flows.add(t, fid)
         new = np.flatnonzero(fid >= before)
@@ -190,11 +211,14 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
             tun_at.append(grows[idx])
             tun_co.append(None if co is None else
                           (co.is_gso[idx], co.gso_size[idx], co.segs[idx], co.source[idx]))
-        if keep is not None:
+        if keep is not None and not inline:
             kept = _keep_rows(kept, os.path.join(work, "rows.arrow"), t.select(keep))
         n += t.num_rows
     take(gro.feed(PACKET_SCHEMA.empty_table(), final=True))
-    rows_out.close()
+    if packets is not None:
+        packets.drain(final=True)
+    if rows_out is not None:
+        rows_out.close()
     if egress_rows is not None:
         egress_rows.close()
         os.unlink(egress_rows.path)
@@ -207,32 +231,30 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
     keys = np.zeros(0, np.uint64) if kt is None or kt.sorted_keys is None else \
         kt.sorted_keys
     # global row of each partition row, read back mapped (not held)
-    grows = np.memmap(os.path.join(work, "global.rows"), np.int64, mode="r") if n else \
-        np.zeros(0, np.int64)
-    info, local_pos = {}, {}
+    grows = np.memmap(os.path.join(work, "global.rows"), np.int64, mode="r") \
+        if n and not inline else np.zeros(0, np.int64)
+    info = {}
     for run, state in zip(runs, states):
+        p_time = np.concatenate(run.poll_time) if run.poll_time else np.zeros(0, np.int64)
+        ninst = int(state.kernel.ctr[1])
+        # nseg, npolls: what a later receiver run's positions and poll ids start after
+        info[run.model] = {"ninst": ninst, "parts": run.parts,
+                           "napi": run.config.model == "napi" and len(p_time) > 0,
+                           "nseg": run.nseg, "npolls": len(p_time)}
+        for sp in (run.rows, run.verdicts):
+            sp.close()
+        if inline:
+            continue            # no write task reads a delivery table
         # the delivery table of this partition (read by every write task), from one
         # sweep over the spilled super-packets
-        p_time = np.concatenate(run.poll_time) if run.poll_time else np.zeros(0, np.int64)
         p_queue = np.concatenate(run.poll_queue) if run.poll_queue else \
             np.zeros(0, np.int64)
         napi = run.config.model == "napi"
         nseg = np.zeros(len(p_time), np.int64)
         whens = []
         run.segs.rewind()
-        ninst = int(state.kernel.ctr[1])
-        if local_pass:
-            # any position will do for the counts: the sign tells single packets
-            local_pos[run.model] = ipos = np.full(ninst, -1, np.int64)
-            done = 0
-        nsegs = 0
         for _ in range(run.parts):
             s = dict(zip(_SEG_FIELDS, run.segs.get(len(_SEG_FIELDS))))
-            nsegs += len(s["inst"])
-            if local_pass and len(s["inst"]):
-                pos = np.arange(done, done + len(s["inst"]), dtype=np.int64)
-                ipos[s["inst"]] = np.where(s["count"] > 1, pos, -pos - 1)
-                done += len(pos)
             if napi and len(p_time) and len(s["poll"]):
                 nseg += np.bincount(s["poll"].astype(np.int64), minlength=len(p_time))
             elif not napi and len(s["trig"]):
@@ -253,29 +275,16 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
             table = {"when": when, "sorted": when[order], "order": order}
         _save_ints(os.path.join(work, f"{run.model}.order"), table)
         run.segs.close()
-        # nseg, npolls: what a later receiver run's positions and poll ids start after
-        info[run.model] = {"ninst": ninst, "parts": run.parts,
-                           "napi": run.config.model == "napi" and len(p_time) > 0,
-                           "nseg": nsegs, "npolls": len(p_time)}
-        for sp in (run.rows, run.verdicts):
-            sp.close()
     local = {}
     from gropcap.run.spill import CAUSES, causes_table, save_partition_flows, write_ipc
     nflows = tot.flows.n_flows
-    if local_pass:
-        # summary only: the output pass here, on the rows kept (no write task)
-        from gropcap.run.hints import missing_pairs
-        plots = None
-        if plot:
-            from gropcap.run.plotdata import PlotRows
-            plots = PlotRows(work, models)
-        encap, before, causes = _packets_pass(
-            _kept_batches(os.path.join(work, "rows.arrow")) if n else (), work, models,
-            info, local_pos, None, None, lambda t: missing_pairs(t, config), None, plots)
+    if packets is not None:
+        # summary only: the output pass's counts, taken in the pass (no write task)
         if plots is not None:
             plots.close()
-        write_ipc(os.path.join(work, CAUSES), causes_table(causes, nflows))
-        local = {"local": {"encap": encap, "before": before}}
+        write_ipc(os.path.join(work, CAUSES), causes_table(packets.causes, nflows))
+        local = {"local": {"encap": {m: mc.encap for m, mc in packets.encap.items()},
+                           "before": packets.tunnels.before}}
     # the per-flow results stay here, in files the client reads a slice at a time
     # (run.spill): the flows-table rows (each flow's counts, super-packets and most
     # frequent end reason per model: a flow is in one partition only), first rows, keys
@@ -291,6 +300,23 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
     return {"k": k, "work": work, "rows": n, "models": tot.models, "nflows": nflows,
             "coalesced": coal, "info": info,
             "tunnels": (tun_rows, tun_at, tun_co) if collect else None, **local}
+
+
+class _PairFirsts:
+    """The tunnel hint's super-packets of a partition's inline packets pass
+    (``run.stream._Inline``'s ``tunnels``): per model the rows that start one and are
+    UDP tunnels of ``pairs_of(table)`` (the batch's tunnels without a socket)."""
+
+    def __init__(self, pairs_of, models):
+        self.pairs_of = pairs_of
+        self.before = {m: 0 for m in models}
+        self._last = (None, ())
+
+    def firsts(self, t: pa.Table, model: str, first: np.ndarray) -> None:
+        from gropcap.run.stream import _tunnel_firsts
+        if self._last[0] is not t:          # once per batch, not per model
+            self._last = (t, self.pairs_of(t))
+        self.before[model] += _tunnel_firsts(t, self._last[1], first)
 
 
 def _keep_rows(kept, path: str, t: pa.Table):

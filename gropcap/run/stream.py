@@ -484,12 +484,18 @@ class _Inline:
     packets pass counts it: per model the encapsulations of the rows that start a
     super-packet (the first row of each instance: a HEAD or ALONE role in
     ``packets.parquet``), the flow causes from the primary model's verdicts. No
-    decoded rows, verdicts or super-packets go through temporary files."""
+    decoded rows, verdicts or super-packets go through temporary files.
 
-    def __init__(self, runs, primary: str, causes, plots=None, tunnels=None):
+    ``tunnels``: what counts the tunnel hint's super-packets (``firsts(t, model,
+    first)``: the fused pass's :class:`_FusedTunnels`, a Dask partition's
+    ``run.dask_tasks._PairFirsts``); ``encap``: per model the ``ModelCounts`` to count
+    the encapsulations in (None: each run's own counts)."""
+
+    def __init__(self, runs, primary: str, causes, plots=None, tunnels=None, encap=None):
         import collections
         self.runs, self.primary, self.causes, self.plots = runs, primary, causes, plots
-        self.tunnels = tunnels          # the fused pass's _FusedTunnels (the hint)
+        self.tunnels = tunnels
+        self.encap = encap or {r.model: r.counts for r in runs}
         self.batches = collections.deque()      # (table, first row, primary flow ids)
         self.next_row = 0
         self.first = {r.model: _FirstRows() for r in runs}
@@ -513,7 +519,7 @@ class _Inline:
             for run in self.runs:
                 reason, inst, _ = run.verdicts.take(r0, r1)
                 first = self.first[run.model](inst)
-                run.counts.add_encap(t, first)
+                self.encap[run.model].add_encap(t, first)
                 if self.plots is not None:
                     self.plots.add_firsts(run.model, t, first)
                 if self.tunnels is not None:
