@@ -84,7 +84,8 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
     config, receiver = resolve_receiver(config, receiver)
     why = memory_reason(config, engine=engine, decoder=decoder, egress=egress)
     if jobs is not None and scheduler is None and not (in_memory or why):
-        way, reason = jobs_way(paths, config, models, jobs, parallel, captures)
+        way, reason = jobs_way(paths, config, models, jobs, parallel, captures,
+                               summary_only=not out_dir)
         if progress is not None:
             progress.note(f"--jobs {jobs}: {reason}")
         if way == "threads":
@@ -194,7 +195,7 @@ def _any_compressed(files) -> bool:
 
 
 def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
-             captures: str = "auto") -> tuple[str, str]:
+             captures: str = "auto", summary_only: bool = False) -> tuple[str, str]:
     """How ``--jobs N`` on this host uses N cores: ``("workers", why)`` (the Dask core
     per partition, ``run.dask_core``) or ``("threads", why)`` (``run.threads`` in one
     process), and the sentence the run prints.
@@ -208,11 +209,19 @@ def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
     soon as the runs before it are counted (``run.dask_core``'s runs exchange); workers
     when the work cuts exactly into at least two partitions of one receiver run (RX
     queues for the napi model, same-flow classes for the ideal model alone): each
-    worker then decodes the input and replays its own partitions, 1.7x one process on
-    two cores. Otherwise threads: with one RX queue the napi model has one partition
+    worker then decodes the input and replays its own partitions (measured 1.7x one
+    process on two cores before one process ran two threads; even with two threads on
+    2026-12-05, with ``--out``). Otherwise threads: with one RX queue the napi model has one partition
     (a worker would replay everything). Files whose first timestamps rise (a rotated
     capture) run as one receiver run; should their latest timestamps show separate
     receivers after all, the workers' first pass is redone through the exchange.
+    ``summary_only`` (no ``--out``) with at most :data:`run.threads.MAX_USEFUL_THREADS`
+    jobs: threads above that size too. One process decodes every input once and counts
+    everything in the same pass, where each worker decodes every input it cuts
+    (docs/scale.md, "Which way --jobs runs", 2026-12-05: 20 M packets with 4 RX queues
+    11.9 s with two threads, 16.1 s with two workers; two 20 M-packet files as separate
+    receivers 21.1 s against 26.1 s; with ``--out`` the workers, which write their parts
+    in parallel, were even or ahead: 38.1 s against 39.3 s, and 72 s against 87 s).
     ``--plot`` does not change the choice: both ways collect the plots' counts in
     bounded memory (``run.plotdata``: ``PlotRows`` in one process, ``PlotParts`` per
     partition). With ``--poll-acks``, threads: its pass over the capture before GRO is
@@ -251,6 +260,11 @@ def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
         # (a compressed capture's work is not known from its size: the rules below)
         return "threads", (f"{nthreads} threads in one process: {size / 2 ** 20:.0f} MiB of "
                            f"input; Dask workers pay off from {WORKERS_MIN_BYTES >> 30} GiB "
+                           "(--parallel workers runs them)")
+    if summary_only and jobs <= MAX_USEFUL_THREADS:
+        return "threads", (f"{nthreads} threads in one process: summary only, one process "
+                           "decodes the input once and counts in the same pass; Dask "
+                           "workers pay off when they write --out parts "
                            "(--parallel workers runs them)")
     if len(files) > 1 and (captures == "separate" or
                            (captures == "auto" and not first_times_rise(files))):

@@ -111,7 +111,7 @@ def test_plot_rows_spill_equals_the_rows(tmp_path):
 
 def test_jobs_with_plot_runs_the_way_without_it(monkeypatch, tmp_path):
     # --jobs 2 --plot: what runs Dask workers without --plot (4 RX queues, above the
-    # size rule) runs them with it too, the plots' counts collected per partition
+    # size rule, with --out) runs them with it too, the plots' counts collected per partition
     # (run.plotdata.PlotParts: tests/run/test_plot_dask.py), no in-memory merge
     import gropcap.run.core as core
     from click.testing import CliRunner
@@ -120,6 +120,7 @@ def test_jobs_with_plot_runs_the_way_without_it(monkeypatch, tmp_path):
     pytest.importorskip("distributed", reason="dask[distributed] not installed")
     monkeypatch.setattr(core, "WORKERS_MIN_BYTES", 0)
     r = CliRunner().invoke(main, ["analyze", *CASES["ipv4"], "--queues", "4", "--jobs", "2",
+                                  "--out", str(tmp_path / "o"),
                                   "--plot", str(tmp_path / "p.svg")])
     assert r.exit_code == 0, r.output
     assert "2 Dask worker processes" in r.stderr and "merged in memory" not in r.stderr

@@ -205,3 +205,28 @@ def test_parallel_needs_jobs_and_forces_the_way(monkeypatch):
         ("threads", "one thread in one process")
     with pytest.raises(Exception, match="unknown --parallel"):
         jobs_way([SAMPLES[0]], one, ("napi",), 2, "cores")
+
+
+def test_summary_only_runs_threads_up_to_two_jobs(monkeypatch):
+    """Without --out, --jobs 2 runs threads whatever the input cuts into (one process
+    decodes once and counts in the same pass: measured faster, docs/scale.md); with
+    --out, or more jobs than threads use, the partition rules decide."""
+    import gropcap.run.core as core
+    from gropcap.gro.config import GroConfig
+    from gropcap.run.threads import MAX_USEFUL_THREADS
+    monkeypatch.setattr(core, "WORKERS_MIN_BYTES", 0)      # the samples are small
+    four = GroConfig(queues=4)
+    for paths in ([SAMPLES[0]], SAMPLES[:1] * 2):
+        way, why = core.jobs_way(paths, four, ("ideal", "napi"), 2, summary_only=True)
+        assert way == "threads" and "summary only" in why and "--parallel workers" in why
+        assert core.jobs_way(paths, four, ("ideal", "napi"), 2)[0] == "workers"
+        more = MAX_USEFUL_THREADS + 1
+        assert core.jobs_way(paths, four, ("ideal", "napi"), more,
+                             summary_only=True)[0] == "workers"
+        assert core.jobs_way(paths, four, ("ideal", "napi"), 2, "workers",
+                             summary_only=True)[0] == "workers"
+    # the CLI tells it: json without --out
+    res = CliRunner().invoke(main, ["analyze", SAMPLES[0], "--queues", "4", "--jobs", "2",
+                                    "--format", "json"])
+    assert res.exit_code == 0, res.stderr
+    assert "threads in one process: summary only" in res.stderr, res.stderr
