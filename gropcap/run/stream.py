@@ -829,7 +829,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         orders = {}
         inst_pos = {}
         inst_first = {}
-        sp_writer = None
+        sp_out: dict = {}       # superpackets.parquet's "writer"
         sp_tmp = None
         if out_dir:
             sp_tmp = os.path.join(tmp, "superpackets.parquet")
@@ -837,6 +837,17 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                          0 if inline else sum(r.parts for r in runs), "batches")
         if cells_on:
             from gropcap.run.cells import CellsStage
+
+        def write_superpackets(tbl):
+            # the sidecar's part (run.threads.Sidecar): the row group
+            if "writer" not in sp_out:
+                from gropcap.io.parquet import with_metadata
+                sp_out["writer"] = pq.ParquetWriter(
+                    sp_tmp, with_metadata(tbl.slice(0, 0), meta).schema,
+                    **_parquet_options(tbl.schema))
+            sp_out["writer"].write_table(tbl)
+        from gropcap.run.threads import Sidecar
+        sp_side = Sidecar(threaded=threads > 1 and bool(out_dir), name="gropcap-spwrite")
         for run in ([] if inline else runs):
             if cells_on:
                 cells[run.model] = CellsStage(tmp, config.replace(model=run.model),
@@ -887,14 +898,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                     int(np.argmin(np.append(pend["seg_id"] == exp, False)))
                 if ready:
                     chunk = {k: v[:ready] for k, v in pend.items()}
-                    tbl = readable(arrow_table(chunk).append_column(
-                        "model", arrow_repeated(run.model, ready)))
-                    if sp_writer is None:
-                        from gropcap.io.parquet import with_metadata
-                        sp_writer = pq.ParquetWriter(
-                            sp_tmp, with_metadata(tbl.slice(0, 0), meta).schema,
-                            **_parquet_options(tbl.schema))
-                    sp_writer.write_table(tbl)
+                    sp_side.submit(write_superpackets, readable(arrow_table(chunk).append_column(
+                        "model", arrow_repeated(run.model, ready))))
                     next_pos += ready
                     pend = {k: v[ready:] for k, v in pend.items()}
             orders[run.model] = so
@@ -904,6 +909,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             run.segs.close()
             os.unlink(run.segs.path)
 
+        sp_side.drain()
         sp_phase.end()
         tm["superpackets"] = clock() - t_start
         t_start = clock()
@@ -921,8 +927,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         pk_phase = phase(progress, "packets.parquet" if out_dir else "verdicts",
                          0 if inline else counters.packets)
 
-        def write_packets(t, cols):
-            # the sidecar's part: the verdict columns, the readable ones, the row group
+        def packets_table(t, cols):
+            # the calling thread's part: the verdict columns, the readable ones
             order = [k for k in ("flow_id", "gro_seg", "gro_role", "reason", "rx_queue",
                                  "poll_id")] + [k for k in cols if "_" in k and
                                                 k.split("_", 1)[0] in models]
@@ -931,7 +937,10 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             if not pk_out:
                 pk_out["columns"] = select_packet_columns(readable_names(t.column_names),
                                                           packet_columns)
-            t = readable(t, columns=pk_out["columns"])
+            return readable(t, columns=pk_out["columns"])
+
+        def write_packets(t):
+            # the sidecar's part: the row group
             if "writer" not in pk_out:
                 from gropcap.io.parquet import with_metadata
                 pk_out["writer"] = pq.ParquetWriter(
@@ -974,7 +983,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 else:
                     cols.update({f"{run.model}_{k}": v for k, v in c.items() if k != "flow_id"})
             if out_dir:
-                pk_side.submit(write_packets, t, cols)
+                pk_side.submit(write_packets, packets_table(t, cols))
         pk_side.drain()
         pk_phase.end()
         extra = {}
@@ -1015,12 +1024,12 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 pq.write_table(with_metadata(empty, meta), pk_tmp, compression="zstd")
             else:
                 pk_out["writer"].close()
-            if sp_writer is None:
+            if "writer" not in sp_out:
                 empty = readable(_empty_superpackets())
                 from gropcap.io.parquet import with_metadata
                 pq.write_table(with_metadata(empty, meta), sp_tmp, compression="zstd")
             else:
-                sp_writer.close()
+                sp_out["writer"].close()
             from gropcap.io.parquet import summary_metadata, write_table
             fl_tmp = os.path.join(tmp, "flows.parquet")
             write_table(flows, fl_tmp, {**meta, **summary_metadata(summary)}, force=True)
@@ -1052,7 +1061,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     finally:
         # the worker threads stop (each finishes its batch) before the files go
         for stage in (locals().get("source"), locals().get("side"), locals().get("gro"),
-                      locals().get("pk_source"), locals().get("pk_side")):
+                      locals().get("sp_side"), locals().get("pk_source"),
+                      locals().get("pk_side")):
             if stage is not None:
                 stage.close()
         switch.__exit__(None, None, None)

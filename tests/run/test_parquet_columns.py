@@ -197,3 +197,29 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def test_address_texts_are_kept_across_calls_and_bounded(monkeypatch):
+    # a run formats each distinct address once, not once per batch; past the bound the
+    # texts are formatted again and still right
+    import gropcap.io.columns as columns
+    calls = []
+    v4, v6 = columns._v4_text, columns.ipv6_text
+    monkeypatch.setattr(columns, "_v4_text", lambda w: calls.append(w) or v4(w))
+    monkeypatch.setattr(columns, "ipv6_text", lambda b: calls.append(b) or v6(b))
+    monkeypatch.setattr(columns, "_TEXTS", {})
+    raw = pa.array([bytes(10) + b"\xff\xff" + bytes([192, 0, 2, k]) for k in range(5)] +
+                   [bytes.fromhex("20010db8") + bytes(11) + bytes([k]) for k in range(5)],
+                   pa.binary(16))
+    ver = np.array([4] * 5 + [6] * 5)
+    want = [f"192.0.2.{k}" for k in range(5)] + \
+        ["2001:db8::"] + [f"2001:db8::{k}" for k in range(1, 5)]
+    assert address_text(raw, ver).to_pylist() == want
+    assert len(calls) == 10
+    assert address_text(raw.slice(3), ver[3:]).to_pylist() == want[3:]
+    assert len(calls) == 10                     # all known: nothing formatted again
+    monkeypatch.setattr(columns, "_TEXTS", {})
+    monkeypatch.setattr(columns, "_TEXTS_MAX", 3)
+    for _ in range(2):
+        assert address_text(raw, ver).to_pylist() == want
+    assert len(columns._TEXTS) == 3 and len(calls) == 10 + 10 + 7
