@@ -31,7 +31,8 @@ def capture(bench_capture):
 
 def _workers() -> list[str]:
     return [t.name for t in threading.enumerate()
-            if t.name.startswith(("gropcap-decode", "gropcap-spill", "gropcap-model"))]
+            if t.name.startswith(("gropcap-decode", "gropcap-spill", "gropcap-model",
+                                  "gropcap-spwrite", "gropcap-read", "gropcap-write"))]
 
 
 @pytest.mark.parametrize("path,config", [
@@ -91,6 +92,46 @@ def test_a_failing_run_stops_its_workers(capture, tmp_path, monkeypatch):
                        batch_records=50, threads=2)
     assert not _workers()
     assert sys.getswitchinterval() == switch      # restored
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".gropcap-stream")]
+    assert not os.path.exists(tmp_path / "o" / "packets.parquet")
+
+
+@pytest.mark.parametrize("where", ["superpackets", "packets", "writer"])
+def test_a_failure_in_the_output_passes_stops_their_workers(capture, tmp_path, monkeypatch,
+                                                            where):
+    """An interrupt while the calling thread builds a super-packets or packets table, or
+    a write error in a sidecar, ends the run with it: every worker stopped, nothing left
+    in the temporary directory or --out."""
+    import pyarrow.parquet as pq_mod
+
+    from gropcap.run import stream
+    calls = []
+    real_readable, real_write = stream.readable, pq_mod.ParquetWriter.write_table
+
+    def readable(t, *a, **kw):
+        calls.append("model" in t.column_names)        # a super-packets table
+        if where != "writer" and calls[-1] == (where == "superpackets") and \
+                calls.count(calls[-1]) == 3:
+            raise KeyboardInterrupt
+        return real_readable(t, *a, **kw)
+
+    def write_table(self, t, *a, **kw):
+        if "gro_role" in t.column_names:                # packets.parquet's third group
+            calls.append("written")
+            if calls.count("written") == 3:
+                raise OSError(28, "No space left on device")
+        return real_write(self, t, *a, **kw)
+    monkeypatch.setattr(stream, "readable", readable)
+    if where == "writer":
+        monkeypatch.setattr(pq_mod.ParquetWriter, "write_table", write_table)
+    with pytest.raises((KeyboardInterrupt, Exception)) as got:
+        stream_analyze(capture, out_dir=str(tmp_path / "o"), tmp_dir=str(tmp_path),
+                       batch_records=50, threads=2)
+    if where == "writer":
+        assert "cannot write" in str(got.value)
+    else:
+        assert got.type is KeyboardInterrupt
+    assert not _workers()
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".gropcap-stream")]
     assert not os.path.exists(tmp_path / "o" / "packets.parquet")
 
