@@ -117,7 +117,6 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
     the napi model reads instead of the capture's times, or None; ``plot``: keep what
     ``--plot`` draws in ``work`` (``run.plotdata.PlotParts``: the super-packets per
     (flow, end reason) key, and the local pass's rows)."""
-    from gropcap.gro.engine import _SEG_FIELDS
     from gropcap.run.accumulators import CoalescedCounts, Totals, _add_at
     from gropcap.run.engines import BatchGroModels
     from gropcap.run.stream import _ModelRun
@@ -254,7 +253,7 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
         whens = []
         run.segs.rewind()
         for _ in range(run.parts):
-            s = dict(zip(_SEG_FIELDS, run.segs.get(len(_SEG_FIELDS))))
+            s = run.segs.get_segs()
             if napi and len(p_time) and len(s["poll"]):
                 nseg += np.bincount(s["poll"].astype(np.int64), minlength=len(p_time))
             elif not napi and len(s["trig"]):
@@ -638,7 +637,7 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
     ``cells_dir`` (``--tunnel-gro``): each model's native super-packets gathered there
     for the gro_cells stage (``run.cells.CellsPart``; the pieces must hold every decoded
     column), returned as ``"cells"``: per model the part's files."""
-    from gropcap.gro.engine import _SEG_FIELDS, _gso_table
+    from gropcap.gro.engine import _gso_table
     from gropcap.io.columns import readable, readable_names, select_packet_columns
     from gropcap.io.parquet import with_metadata
     from gropcap.run.stream import _parquet_options
@@ -667,9 +666,10 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
         # int64: positions count every partition's super-packets)
         ipos = np.full(info[m]["ninst"], -1, np.int64)
         gtable = _gso_table(cfg)
-        segs = _reopen(os.path.join(work, f"{m}.segs"))
+        from gropcap.run.stream import SegSpill
+        segs = SegSpill.reopen(os.path.join(work, f"{m}.segs"))
         for _ in range(info[m]["parts"]):
-            s = dict(zip(_SEG_FIELDS, segs.get(len(_SEG_FIELDS))))
+            s = segs.get_segs()
             pos = so.positions(s["poll"])
             if len(pos):
                 ipos[s["inst"]] = np.where(s["count"] > 1, pos, -pos - 1)

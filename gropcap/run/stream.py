@@ -160,6 +160,34 @@ class RowCodes(RowFile):
             self.append(header_codes(t, self.scenario))
 
 
+# the super-packet fields a spill stores narrower than the engine's int64 (values that fit
+# 32 bits: segments, bytes, sizes, codes, queues); read back as int64. Temporary files
+# cost about 3-5 s of system time a GB on the machine this was measured on, and the
+# super-packets were two thirds of a --out run's (docs/performance.md)
+_SEG_NARROW = frozenset(("count", "payload", "gso", "end", "queue", "fixed", "gcode"))
+
+
+def _fits32(a: np.ndarray) -> bool:
+    return not len(a) or (int(a.min()) >= -2 ** 31 and int(a.max()) < 2 ** 31)
+
+
+class SegSpill(ArraySpill):
+    """An :class:`ArraySpill` of a model's super-packets: :meth:`put_segs` stores the
+    :data:`_SEG_NARROW` fields as int32, :meth:`get_segs` returns every field of
+    ``engine._SEG_FIELDS`` as int64 again (what the engine produced)."""
+
+    def put_segs(self, s: dict) -> None:
+        from gropcap.gro.engine import _SEG_FIELDS
+        # (a field whose values do not fit stays int64: each array keeps its dtype)
+        self.put(*[s[f].astype(np.int32) if f in _SEG_NARROW and _fits32(s[f]) else s[f]
+                   for f in _SEG_FIELDS])
+
+    def get_segs(self) -> dict:
+        from gropcap.gro.engine import _SEG_FIELDS
+        return {f: a.astype(np.int64) if f in _SEG_NARROW else a
+                for f, a in zip(_SEG_FIELDS, self.get(len(_SEG_FIELDS)))}
+
+
 class _ModelRun:
     """One model's engine state, spill files and counts (``run.accumulators``);
     ``egress_rows``: the run's :class:`RowCodes` when it counts egress
@@ -180,7 +208,7 @@ class _ModelRun:
         self.row_arrays = 0 if inline else row_arrays
         self.verdicts = _VerdictBuffer() if inline else \
             ArraySpill(os.path.join(tmp, f"{model}.verdicts"))
-        self.segs = _NoSpill() if inline else ArraySpill(os.path.join(tmp, f"{model}.segs"))
+        self.segs = _NoSpill() if inline else SegSpill(os.path.join(tmp, f"{model}.segs"))
         self.parts = 0
         self.nseg = 0
         self.counts = counts            # run.accumulators.ModelCounts
@@ -191,12 +219,12 @@ class _ModelRun:
     def take(self, part, file_of=None):
         """Spill and count this model's BatchResult of the next batch (the engine state
         is carried by the run's ``run.engines.BatchGroModels``)."""
-        from gropcap.gro.engine import _SEG_FIELDS
         self.parts += 1
         self.rows.put(*(part.flow_id, part.rx_queue)[:self.row_arrays])
         self.verdicts.put(part.p_row, part.p_reason, part.p_inst, part.p_poll)
         s = part.segs
-        self.segs.put(*[s[f] for f in _SEG_FIELDS])
+        if not isinstance(self.segs, _NoSpill):
+            self.segs.put_segs(s)
         self.counts.add_reasons(part.p_reason)
         self.nseg += len(s["first"])
         self.counts.add_segs(count=s["count"], end=s["end"], payload=s["payload"],
@@ -825,7 +853,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         tm["flows"] = clock() - t_start
         t_start = clock()
         # 3. super-packets pass: delivery positions, inst -> position map, Parquet rows
-        from gropcap.gro.engine import _SEG_FIELDS, _gso_table
+        from gropcap.gro.engine import _gso_table
         orders = {}
         inst_pos = {}
         inst_first = {}
@@ -855,7 +883,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             so = _SegOrder(run)
             run.segs.rewind()
             for _ in range(run.parts):
-                s = dict(zip(_SEG_FIELDS, run.segs.get(len(_SEG_FIELDS))))
+                s = run.segs.get_segs()
                 so.count(s["poll"])
             so.start()
             ninst = int(run.state.kernel.ctr[1])
@@ -867,7 +895,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             next_pos = 0
             for i in range(run.parts):
                 sp_phase.advance(1)
-                s = dict(zip(_SEG_FIELDS, run.segs.get(len(_SEG_FIELDS))))
+                s = run.segs.get_segs()
                 pos = so.positions(s["poll"])
                 if len(pos):
                     ipos[s["inst"]] = np.where(s["count"] > 1, pos, -pos - 1)

@@ -363,3 +363,32 @@ def test_lower_this_thread_only_lowers_and_caps():
     th.join()
     assert out == {"first": min(19, base + 3), "again": min(19, base + 3), "far": 19,
                    "none": None}
+
+
+def test_seg_spill_narrows_what_fits_and_reads_back_int64(tmp_path):
+    """run.stream.SegSpill: the narrow fields stored as int32 when every value fits (a
+    smaller temporary file), as int64 when one does not; read back equal, as int64."""
+    import numpy as np
+
+    from gropcap.gro.engine import _SEG_FIELDS
+    from gropcap.run.stream import _SEG_NARROW, SegSpill
+    rng = np.random.default_rng(3)
+    small = {f: rng.integers(-2 ** 31, 2 ** 31, 500, dtype=np.int64) for f in _SEG_FIELDS}
+    big = {f: v.copy() for f, v in small.items()}
+    big["payload"][7] = 2 ** 31                 # does not fit: stays int64
+    wide = {f: v.copy() for f, v in small.items()}
+    sizes = []
+    for s in (small, big, wide):
+        sp = SegSpill(str(tmp_path / f"s{len(sizes)}"))
+        if s is wide:
+            sp.put(*[s[f] for f in _SEG_FIELDS])        # what a plain spill writes
+        else:
+            sp.put_segs(s)
+        sp.rewind()
+        got = sp.get_segs()
+        sizes.append(sp.size())
+        sp.close()
+        for f in _SEG_FIELDS:
+            assert got[f].dtype == np.int64 and (got[f] == s[f]).all(), f
+    assert sizes[0] == sizes[2] - 4 * 500 * len(_SEG_NARROW)
+    assert sizes[1] == sizes[0] + 4 * 500
