@@ -8,7 +8,7 @@ of a core while helpers that had batches in hand ran. Each helper lowers its own
 priority a few nice steps when it starts (:func:`lower_this_thread`); the hash, which
 only has to be done by the end of the run, goes to the lowest. The work and the results
 are the same; only the order in which the scheduler serves the threads changes
-(``docs/performance.md``, "Helper threads yield to the GRO thread").
+(``docs/performance.md``, "Two threads: the critical path served first").
 
 Linux only (a thread's nice value is its own there: ``setpriority(PRIO_PROCESS, tid)``);
 elsewhere, or if the call fails, nothing changes. A nice value is only ever raised

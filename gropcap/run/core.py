@@ -211,8 +211,8 @@ def jobs_way(paths, config, models, jobs: int, parallel: str = "auto",
     queues for the napi model, same-flow classes for the ideal model alone): each
     worker then decodes the input and replays its own partitions (measured 1.7x one
     process on two cores before one process ran two threads; even with two threads on
-    2026-12-05, with ``--out``). Otherwise threads: with one RX queue the napi model has one partition
-    (a worker would replay everything). Files whose first timestamps rise (a rotated
+    2026-12-05, with ``--out``). Otherwise threads: with one RX queue the napi model has
+    one partition (a worker would replay everything). Files whose first timestamps rise (a rotated
     capture) run as one receiver run; should their latest timestamps show separate
     receivers after all, the workers' first pass is redone through the exchange.
     ``summary_only`` (no ``--out``) with at most :data:`run.threads.MAX_USEFUL_THREADS`

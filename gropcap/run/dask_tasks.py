@@ -129,9 +129,8 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
         RowCodes(os.path.join(work, "egress.rows"), egress.scenario)
     # summary only (local_pass): the packets pass's counts in this pass, batch by batch
     # (run.stream._Inline), nothing spilled and nothing read back
-    inline = local_pass
     runs = [_ModelRun(m, config, work, tot.models[m], egress_rows=egress_rows,
-                      inline=inline) for m in models]
+                      inline=local_pass) for m in models]
     retimed = None
     if acks is not None:
         # --poll-acks: the engine reads the retimed arrivals, the rest the capture's
@@ -147,10 +146,10 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
     file_rows = np.zeros(0, np.int64)
     firsts, hashes = [], np.zeros(0, np.uint64)  # (int64 would make union1d float)
     # each partition row's global row, for the delivery table (not in a local pass)
-    rows_out = None if inline else open(os.path.join(work, "global.rows"), "wb")
+    rows_out = None if local_pass else open(os.path.join(work, "global.rows"), "wb")
     kept = None
     packets = plots = None
-    if inline:
+    if local_pass:
         from gropcap.run.accumulators import FlowCauses, ModelCounts
         from gropcap.run.hints import missing_pairs
         from gropcap.run.stream import _Inline
@@ -210,7 +209,7 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
             tun_at.append(grows[idx])
             tun_co.append(None if co is None else
                           (co.is_gso[idx], co.gso_size[idx], co.segs[idx], co.source[idx]))
-        if keep is not None and not inline:
+        if keep is not None and not local_pass:
             kept = _keep_rows(kept, os.path.join(work, "rows.arrow"), t.select(keep))
         n += t.num_rows
     take(gro.feed(PACKET_SCHEMA.empty_table(), final=True))
@@ -231,7 +230,7 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
         kt.sorted_keys
     # global row of each partition row, read back mapped (not held)
     grows = np.memmap(os.path.join(work, "global.rows"), np.int64, mode="r") \
-        if n and not inline else np.zeros(0, np.int64)
+        if n and not local_pass else np.zeros(0, np.int64)
     info = {}
     for run, state in zip(runs, states):
         p_time = np.concatenate(run.poll_time) if run.poll_time else np.zeros(0, np.int64)
@@ -242,7 +241,7 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
                            "nseg": run.nseg, "npolls": len(p_time)}
         for sp in (run.rows, run.verdicts):
             sp.close()
-        if inline:
+        if local_pass:
             continue            # no write task reads a delivery table
         # the delivery table of this partition (read by every write task), from one
         # sweep over the spilled super-packets

@@ -98,10 +98,6 @@ class BatchGroModels:
             self._pool = ThreadPoolExecutor(len(self.configs) - 1,
                                             thread_name_prefix="gropcap-model")
 
-    @property
-    def threaded(self) -> bool:
-        return self._pool is not None
-
     def feed(self, table: pa.Table, *, final: bool = False, coalesced=None) -> list:
         """The next batch (``final``: the last one): one ``engine.BatchResult`` per
         config."""

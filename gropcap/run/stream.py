@@ -136,6 +136,9 @@ class _NoSpill:
     def put(self, *arrays) -> None:
         pass
 
+    def put_segs(self, s: dict) -> None:
+        pass
+
     def size(self) -> int:
         return 0
 
@@ -223,8 +226,7 @@ class _ModelRun:
         self.rows.put(*(part.flow_id, part.rx_queue)[:self.row_arrays])
         self.verdicts.put(part.p_row, part.p_reason, part.p_inst, part.p_poll)
         s = part.segs
-        if not isinstance(self.segs, _NoSpill):
-            self.segs.put_segs(s)
+        self.segs.put_segs(s)
         self.counts.add_reasons(part.p_reason)
         self.nseg += len(s["first"])
         self.counts.add_segs(count=s["count"], end=s["end"], payload=s["payload"],
@@ -926,8 +928,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                     int(np.argmin(np.append(pend["seg_id"] == exp, False)))
                 if ready:
                     chunk = {k: v[:ready] for k, v in pend.items()}
-                    sp_side.submit(write_superpackets, readable(arrow_table(chunk).append_column(
-                        "model", arrow_repeated(run.model, ready))))
+                    tbl = readable(arrow_table(chunk).append_column(
+                        "model", arrow_repeated(run.model, ready)))
+                    sp_side.submit(write_superpackets, tbl)
                     next_pos += ready
                     pend = {k: v[ready:] for k, v in pend.items()}
             orders[run.model] = so
