@@ -72,7 +72,13 @@ def retire_idle(states: list) -> bool:
     if not any(polled):
         polled = [True] * len(states)
     for st, counts in zip(states, polled):
-        pairs = st.union_key[:2 * nu].reshape(-1, 2)
+        ukey = st.union_key[:2 * nu]
+        if len(ukey) < 2 * nu:
+            # models prepared apart (configs that differ in more than the model) share
+            # the table too, and a state never looked up the classes the others added
+            # after its last batch: no key for them here
+            ukey = np.concatenate([ukey, np.full(2 * nu - len(ukey), -1, np.int64)])
+        pairs = ukey.reshape(-1, 2)
         kmap, lmap = _retire_keys(st)
         has = pairs[:, 0] >= 0
         # a class whose key is kept keeps its loose key (a held key's loose key is live)

@@ -98,6 +98,28 @@ def test_retiring_shared_tables_changes_no_result(seed, n, pair, nbatch, tunnels
         assert_equal(assemble(p, c), w)
 
 
+def test_retiring_models_prepared_apart_changes_no_result(monkeypatch):
+    """Configs that differ in more than the model are prepared model by model but still
+    share the union table (``new_states``): the ideal model's state has not looked up
+    the classes the napi model's preparation added after it, and the retirement must
+    not read past its class-to-key map (it did: an IndexError)."""
+    seen = _counting(monkeypatch)
+    table = packet_table(random_traffic(np.random.default_rng(5), 3000, 200, True))
+    cfgs = [GroConfig(), GroConfig(model="napi", queues=2)]
+    with retiring(False):
+        want = [simulate(table, c) for c in cfgs]
+    with retiring(True):
+        states, parts = new_states(cfgs), [[], []]
+        for a in range(0, 3000, 250):
+            got, states = simulate_batch_models(table.slice(a, 250), cfgs, states,
+                                                final=a + 250 >= 3000)
+            for acc, part in zip(parts, got):
+                acc.append(part)
+    assert seen                               # it did retire, both states at once
+    for p, c, w in zip(parts, cfgs, want):
+        assert_equal(assemble(p, c), w)
+
+
 def test_a_retirement_keeps_only_what_is_live(monkeypatch):
     """After a retirement each model's key table holds the keys with a held entry or a
     waiting row, the union table the classes of the napi model's live keys; results
