@@ -361,35 +361,12 @@ def _model(config: GroConfig, explicit_polls: bool) -> int:
 
 # --- state ---------------------------------------------------------------------------------
 
-# State field dtypes: a held entry's header copy in its PACKET_SCHEMA column's width (the
-# values come from those columns), bounded codes in bytes; rows, counters, byte sums and
-# ids stay int64. Per key: ~180 bytes (was 336 with every field int64 and two 48-byte
-# option copies).
-_STATE_DTYPES = {
-    "e_fixed": np.uint8, "e_queue": np.int32, "e_limit": np.int32, "e_gcode": np.uint16,
-    "e_seq": np.uint32, "e_ack": np.uint32, "e_flags": np.uint16, "e_doff": np.uint8,
-    "e_window": np.uint16, "e_in_ttl": np.uint8, "e_in_tos": np.uint8, "e_in_df": np.uint8,
-    "e_in_id": np.uint16, "e_out_ttl": np.uint8, "e_out_tos": np.uint8,
-    "e_out_df": np.uint8, "e_out_id": np.uint16, "e_udp_len": np.uint16,
-}
-_STATE_ROW_FIELDS = [f for f in K.State._fields if f.startswith("e_")]
-
-
-def _state_array(f: str, nk: int) -> np.ndarray:
-    if f == "e_opt":
-        return np.zeros((nk, K.OPT_WORDS + 1), np.uint64)
-    if f == "e_first":
-        return np.full(nk, -1, np.int64)
-    return np.zeros(nk, _STATE_DTYPES.get(f, np.int64))
-
-
 def _new_kernel_state(nkeys: int, nloose: int, queues: int, buckets: int) -> K.State:
     nk = max(nkeys, 1)
-    arrays = {f: _state_array(f, nk) for f in _STATE_ROW_FIELDS}
     qs = np.zeros((queues, K.QS_N), np.int64)
     qs[:, K.QS_LAST_POLL] = -1
     return K.State(
-        **arrays, loose_held=np.zeros(max(nloose, 1), np.int32),
+        **K.entry_arrays(nk), loose_held=np.zeros(max(nloose, 1), np.int32),
         tbl=np.full((queues, buckets, K.MAX_GRO_SKBS), -1, np.int64),
         tcnt=np.zeros((queues, buckets), np.int64), ctr=np.zeros(4, np.int64), qs=qs,
         win=np.zeros(3, np.int64))
@@ -397,15 +374,19 @@ def _new_kernel_state(nkeys: int, nloose: int, queues: int, buckets: int) -> K.S
 
 def _grow(st: K.State, nkeys: int, nloose: int) -> K.State:
     """The same state with room for ``nkeys`` keys and ``nloose`` loose keys (1.5x
-    growth: amortised, with at most a third of the rows unused)."""
+    growth: amortised, with at most a third of the rows unused), its held entries in one
+    record array (``K.entries``: the kernels are compiled for its views; an unpickled
+    state's entries are arrays of their own until they pass here)."""
     cur = st.e_first.shape[0]
     changes = {}
-    if nkeys > cur:
-        new = max(nkeys, cur + cur // 2)
-        for f in _STATE_ROW_FIELDS:
-            grown = _state_array(f, new)
-            grown[:cur] = getattr(st, f)
-            changes[f] = grown
+    rec = K.entries(st)
+    if nkeys > cur or rec is None:
+        changes = K.entry_arrays(max(nkeys, cur + cur // 2) if nkeys > cur else cur)
+        if rec is not None:
+            changes["e_first"].base[:cur] = rec
+        else:
+            for f in K.ENTRY_FIELDS:
+                changes[f][:cur] = getattr(st, f)
     held = st.loose_held.shape[0]
     if nloose > held:
         grown = np.zeros(max(nloose, held + held // 2), np.int32)

@@ -131,17 +131,19 @@ def _retire_keys(st) -> tuple[np.ndarray, np.ndarray]:
     del kt
     m = len(keep)
     rows = max(64, m + m // 2)
-    # each old array goes as its replacement is built (nothing else holds the state's
-    # arrays): the retirement's peak is the old arrays and one new one, not two sets
+    # the kept entries' records into a fresh record array (K.entry_arrays: e_first -1
+    # is "nothing held"); the old one goes as soon as they are copied
     kind, fields = type(ks), ks._asdict()
+    rec = K.entries(ks)
     st.kernel = ks = None
-    for f in list(fields):
-        if f.startswith("e_"):      # fast.state.State: e_first -1 is "nothing held"
-            old = fields[f]
-            new = np.full((rows,) + old.shape[1:], -1 if f == "e_first" else 0, old.dtype)
-            np.take(old, keep, axis=0, out=new[:m])
-            fields[f] = new
-            del old
+    new = K.entry_arrays(rows)
+    if rec is not None:
+        np.take(rec, keep, out=new["e_first"].base[:m])
+    else:
+        for f in K.ENTRY_FIELDS:
+            np.take(fields[f], keep, axis=0, out=new[f][:m])
+    del rec
+    fields.update(new)
     held = fields["e_first"][:m] >= 0
     fields["e_loose"][:m] = _mapped(fields["e_loose"][:m], lmap, held, 0)
     old = fields["loose_held"]

@@ -109,15 +109,26 @@ def test_retiring_models_prepared_apart_changes_no_result(monkeypatch):
     with retiring(False):
         want = [simulate(table, c) for c in cfgs]
     with retiring(True):
-        states, parts = new_states(cfgs), [[], []]
-        for a in range(0, 3000, 250):
-            got, states = simulate_batch_models(table.slice(a, 250), cfgs, states,
-                                                final=a + 250 >= 3000)
-            for acc, part in zip(parts, got):
-                acc.append(part)
+        parts = fed_in_batches(table, cfgs, 250)
     assert seen                               # it did retire, both states at once
     for p, c, w in zip(parts, cfgs, want):
         assert_equal(assemble(p, c), w)
+
+
+def fed_in_batches(table, cfgs, rows: int, after=None) -> list:
+    """``simulate_batch_models`` over ``table`` in batches of ``rows`` (the last one
+    final), from :func:`new_states`: each model's parts. ``after(states, lo)`` runs
+    after each batch and may return the states to go on with."""
+    states, parts = new_states(cfgs), [[] for _ in cfgs]
+    n = table.num_rows
+    for a in range(0, n, rows):
+        got, states = simulate_batch_models(table.slice(a, rows), cfgs, states,
+                                            final=a + rows >= n)
+        for acc, part in zip(parts, got):
+            acc.append(part)
+        if after is not None:
+            states = after(states, a) or states
+    return parts
 
 
 def test_a_retirement_keeps_only_what_is_live(monkeypatch):

@@ -49,16 +49,17 @@ from gropcap.gro.fast.napi import napi_finish, run
 from gropcap.gro.fast.state import (
     ERA_FLUSH_ID, ERA_INNER_ID, ERA_ONE_BIT, ERA_TWO_BIT, GCODE_DELIVERED, MAX_GRO_SKBS,
     MODEL_IDEAL, MODEL_NAPI, MODEL_WINDOWS, OPT_BYTES, OPT_WORDS, QS_CONT, QS_HAS_TIMER,
-    QS_LAST_POLL, QS_N, QS_NEXT, UDP_FRAGLIST, UDP_SEGMENT, Cfg, Cols, Out, State,
+    QS_LAST_POLL, QS_N, QS_NEXT, UDP_FRAGLIST, UDP_SEGMENT, Cfg, Cols, ENTRY, ENTRY_FIELDS,
+    Out, State, entries, entry_arrays,
 )
 
 __all__ = [
-    "Cfg", "Cols", "ERA_FLUSH_ID", "ERA_INNER_ID", "ERA_ONE_BIT", "ERA_TWO_BIT",
+    "Cfg", "Cols", "ENTRY", "ENTRY_FIELDS", "ERA_FLUSH_ID", "ERA_INNER_ID", "ERA_ONE_BIT", "ERA_TWO_BIT",
     "FLOW_WORDS", "FlowIn", "GCODE_DELIVERED", "MAX_GRO_SKBS", "MODEL_IDEAL", "MODEL_NAPI",
     "MODEL_WINDOWS", "OPT_BYTES", "OPT_WORDS", "Out", "PreCfg", "PreIn", "QS_CONT",
     "QS_HAS_TIMER", "QS_LAST_POLL", "QS_N", "QS_NEXT", "SAME_FLOW_WORDS", "SameFlowIn",
     "State", "UDP_FRAGLIST", "UDP_SEGMENT", "UNION_CHUNK", "UNION_WORDS", "assemble_rows",
-    "classify", "dedup_reps", "derive_lengths", "flow_ids_of", "flush_ideal", "gather_rows",
+    "classify", "dedup_reps", "derive_lengths", "entries", "entry_arrays", "flow_ids_of", "flush_ideal", "gather_rows",
     "intern_rows", "key_classes", "napi_finish", "pre_and_flush", "rehash", "run",
 ]
 

@@ -208,6 +208,52 @@ OPT_WORDS = 5
 OPT_AREA = 48
 
 
+
+# A held entry's fields (State's e_*) in their widths: the header copy in its
+# PACKET_SCHEMA column's width (the values come from those columns), bounded codes in
+# bytes; rows, counters, byte sums and ids int64.
+ENTRY_DTYPES = {
+    "e_fixed": np.uint8, "e_queue": np.int32, "e_limit": np.int32, "e_gcode": np.uint16,
+    "e_seq": np.uint32, "e_ack": np.uint32, "e_flags": np.uint16, "e_doff": np.uint8,
+    "e_window": np.uint16, "e_in_ttl": np.uint8, "e_in_tos": np.uint8, "e_in_df": np.uint8,
+    "e_in_id": np.uint16, "e_out_ttl": np.uint8, "e_out_tos": np.uint8,
+    "e_out_df": np.uint8, "e_out_id": np.uint16, "e_udp_len": np.uint16,
+}
+ENTRY_FIELDS = tuple(f for f in State._fields if f.startswith("e_"))
+
+
+def _entry_dtype() -> np.dtype:
+    fields = [(f, np.uint64, (OPT_WORDS + 1,)) if f == "e_opt"
+              else (f, ENTRY_DTYPES.get(f, np.int64)) for f in ENTRY_FIELDS]
+    fields.sort(key=lambda f: -np.dtype(f[1]).itemsize)     # widest first: no padding
+    return np.dtype(fields, align=True)
+
+
+# The held-entry table is one record array, a record (184 bytes) per key: State's e_*
+# arrays are strided views of its fields, so one key's fields share 3 cache lines
+# instead of lying in 31 arrays. With thousands of interleaved flows the table is far
+# larger than the CPU's caches and every field read was a miss of its own
+# (docs/performance.md, "The held-entry table as records").
+ENTRY = _entry_dtype()
+
+
+def entry_arrays(nk: int) -> dict:
+    """State's e_* arrays for ``nk`` keys, views of one fresh ENTRY record array (the
+    ``.base`` of each), ``e_first`` -1: nothing held."""
+    rec = np.zeros(nk, ENTRY)
+    rec["e_first"] = -1
+    return {f: rec[f] for f in ENTRY_FIELDS}
+
+
+def entries(st: "State"):
+    """The ENTRY record array every e_* array of ``st`` is a view of, or None (arrays
+    of their own: a state unpickled, where each view travelled as a copy)."""
+    rec = st.e_first.base
+    if not isinstance(rec, np.ndarray) or rec.dtype != ENTRY or rec.ndim != 1:
+        return None
+    return rec if all(getattr(st, f).base is rec for f in ENTRY_FIELDS) else None
+
+
 UDP_SEGMENT = 1           # Cols.udp: udp_gro_receive_segment, skb_gro_receive
 UDP_FRAGLIST = 2          # Cols.udp: NAPI_GRO_CB(skb)->is_flist, skb_gro_receive_list
 
