@@ -321,11 +321,24 @@ class _Coalesced:
         from gropcap.run.accumulators import CoalescedCounts
         self.stats = CoalescedStats(mtu)
         self.counts = CoalescedCounts()
+        self.looks = 0
 
     @property
     def num(self) -> int:
         """Coalesced frames."""
         return self.stats.num
+
+    def seen_coalesced(self) -> bool:
+        """Whether the batches added so far show a coalesced frame, for the fused pass to
+        stop early: a frame marked coalesced whatever the MTU at once, one above the MTU
+        inferred so far at the 1st, 2nd, 4th, 8th... call. The inference folds every
+        direction's statistics: on every batch it was 2 s of CPU of a 20 M-packet run
+        with 16 000 flows (310 calls). What the pass did is right only if :attr:`num` is
+        0 at its end, which the pass checks whatever this said."""
+        self.looks += 1
+        if self.stats.hard:
+            return True
+        return not self.looks & (self.looks - 1) and self.num > 0
 
     def add(self, t: pa.Table, flow_id=None) -> None:
         self.stats.add(t, flow_id)
@@ -1267,7 +1280,7 @@ def _count_batch(t: pa.Table, counters, coal: _Coalesced, config: GroConfig,
     counters.add(t)
     coal.add(t, flow_id)
     if fused is not None:
-        if coal.num:
+        if coal.seen_coalesced():
             raise _Unfused
         fused.add(t, counters.udp_tunnels)
 

@@ -372,3 +372,52 @@ def test_a_small_capture_with_a_tunnel_hint_starts_over(decode_passes):
     assert len(passes) == 2
     assert r.udp_tunnel_hint == tunnel_hint(analyze(path))
     assert r.udp_tunnel_hint["models"]["napi"]
+
+
+def test_the_fused_pass_infers_the_mtu_at_doubling_batches(monkeypatch, decode_passes):
+    """The fused pass looks for frames above the MTU inferred so far at its 1st, 2nd,
+    4th... batch, not at every one (an inference folds every direction's statistics);
+    the end of the pass looks once more. Same results as an unfused run."""
+    import math
+
+    import gropcap.gro.mtu as mtu_mod
+    calls = []
+    real = mtu_mod.resolve_mtu
+    monkeypatch.setattr(mtu_mod, "resolve_mtu", lambda stats: calls.append(1) or real(stats))
+    path = os.path.join(ROOT, "sample_pcaps", "real_ipv4.pcap")
+    r = stream_analyze(path, GroConfig(), batch_records=10)
+    batches = math.ceil(r.summary["packets"] / 10)
+    assert batches >= 64 and len(decode_passes) == 1
+    assert len(calls) <= math.floor(math.log2(batches)) + 2
+    assert r.summary == stream_analyze(path, GroConfig(), batch_records=10,
+                                       _fused=False).summary
+
+
+def test_a_frame_marked_coalesced_stops_the_fused_pass_at_once():
+    """``_Coalesced.seen_coalesced``: a frame marked coalesced whatever the MTU (IPv4
+    total length 0) says yes on the call after its batch, a power of two or not; frames
+    above the MTU only on the 1st, 2nd, 4th... call."""
+    import numpy as np
+
+    from gropcap.capture import read_capture
+    from gropcap.decode import fast
+    from gropcap.run.stream import _Coalesced
+    _, batch = read_capture(os.path.join(ROOT, "sample_pcaps", "real_ipv4.pcap"))
+    t = pa.Table.from_batches([fast.decode_batch(batch)])
+    data = np.flatnonzero(t.column("payload_len").to_numpy() > 0)
+    plain = _Coalesced()
+    for lo in range(0, 40, 10):
+        plain.add(t.slice(lo, 10))
+        assert not plain.seen_coalesced()
+    tot = t.column("ip_tot_len").to_numpy().copy()
+    tot[data[0]] = 0
+    marked = t.set_column(t.schema.get_field_index("ip_tot_len"), "ip_tot_len",
+                          pa.array(tot, t.schema.field("ip_tot_len").type))
+    plain.add(marked.slice(data[0], 1))
+    assert plain.looks == 4 and plain.seen_coalesced()        # the 5th call
+    small = _Coalesced(mtu=100)                 # every data frame is above it
+    small.add(t.slice(0, 10))
+    assert small.seen_coalesced() is True       # the 1st call looks
+    small.looks = 2                             # the 3rd: not a power of two
+    small.add(t.slice(10, 10))
+    assert small.seen_coalesced() is False and small.num > 0
