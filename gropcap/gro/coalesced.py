@@ -157,13 +157,18 @@ class CoalescedStats:
             self._pending_syn = []
         if self._pending_size:
             old_keys, old_dir, old_code, old_n = self._size
-            keys = np.concatenate([old_keys] + [c[0] for c in self._pending_size])
+            new_keys = np.concatenate([c[0] for c in self._pending_size])
             code = np.concatenate([old_code] + [c[1] for c in self._pending_size])
             frames = np.concatenate([old_n] + [c[2] for c in self._pending_size])
-            dkeys, inv = np.unique(keys, return_inverse=True)
+            # the pending entries' keys repeat (an entry per size a direction sent): the
+            # distinct ones first, by a 64-bit mix (an integer sort), then sorted as
+            # strings with the folded keys (a string sort of every entry's key was most
+            # of a fold, and folds ~1 s of a 20 M-packet run with 16 000 flows)
+            ukeys, uinv = _distinct(new_keys)
+            dkeys, inv = np.unique(np.concatenate([old_keys, ukeys]), return_inverse=True)
             inv = inv.ravel().astype(np.int64)
             direction = np.concatenate([inv[:len(old_keys)][old_dir],
-                                        inv[len(old_keys):]])
+                                        inv[len(old_keys):][uinv]])
             order = np.lexsort((code, direction))
             direction, code, frames = direction[order], code[order], frames[order]
             start = np.ones(len(order), np.bool_)
@@ -726,6 +731,24 @@ def _unique_counts(pairs):
     keys, first, cnt = count_pairs(np.asarray(pairs, np.int64))
     order = np.argsort(keys)
     return keys[order], first[order], cnt[order]
+
+
+def _distinct(keys):
+    """``(distinct, inverse)`` of an ``S36`` key array, ``keys == distinct[inverse]``
+    (``distinct`` in no particular order): grouped by a 64-bit mix of the key's words,
+    the groups checked against the keys; on a collision, ``np.unique`` of the keys."""
+    import numpy as np
+    rows = np.zeros((len(keys), 40), np.uint8)
+    rows[:, :KEY_BYTES] = np.ascontiguousarray(keys).view(np.uint8).reshape(-1, KEY_BYTES)
+    words = rows.view(np.uint64)
+    _, first, inv = np.unique(_mix_words([words[:, w] for w in range(5)]),
+                              return_index=True, return_inverse=True)
+    inv = inv.ravel().astype(np.int64)
+    distinct = keys[first]
+    if not np.array_equal(distinct[inv], keys):
+        distinct, inv = np.unique(keys, return_inverse=True)
+        inv = inv.ravel().astype(np.int64)
+    return distinct, inv
 
 
 def _as_keys(rows):

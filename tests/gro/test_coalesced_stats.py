@@ -482,3 +482,23 @@ def test_pairs_counted_by_hashing_equal_unique(distinct):
     want = np.unique(pairs, return_index=True, return_counts=True)
     for g, w in zip(got, want):
         assert g.tolist() == w.tolist()
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_distinct_keys_by_their_mix_and_on_a_collision_exactly(collide, monkeypatch):
+    """``coalesced._distinct`` (what a fold groups the pending entries' keys with): every
+    key is ``distinct[inverse]``, each distinct once; when two keys mix alike (forced
+    here) the exact ``np.unique`` of the keys gives them."""
+    import numpy as np
+
+    from gropcap.gro import coalesced as co
+    if collide:
+        monkeypatch.setattr(co, "_mix_words", lambda cols: np.zeros(len(cols[0]), np.uint64))
+    rng = np.random.default_rng(7)
+    pool = rng.integers(0, 256, (50, co.KEY_BYTES), dtype=np.uint8)
+    pool[:, -3:] = 0                   # trailing NULs: compared as bytes all the same
+    rows = pool[rng.integers(0, len(pool), 2000)]
+    keys = co._as_keys(rows)
+    distinct, inv = co._distinct(keys)
+    assert np.array_equal(distinct[inv], keys)
+    assert len(distinct) == len(np.unique(keys)) == len({r.tobytes() for r in rows})
