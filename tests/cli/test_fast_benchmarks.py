@@ -84,3 +84,38 @@ def test_compare_reports_ratios_and_regressions(tmp_path, capsys):
     p_new.write_text(json.dumps(new))
     assert cmp.main([str(p_old), str(p_new)]) == 2          # different captures
     capsys.readouterr()
+
+
+def test_perf_map_names_the_kernels_compiled_in_the_process(tmp_path, monkeypatch):
+    """perf_map.py: every function numba compiled for a gropcap module gets its address
+    range and its Python name in perf's map; nothing for what is not compiled yet."""
+    import sys
+    import types
+
+    import numba
+    import numpy as np
+    perf_map = _load("perf_map")
+    probe = types.ModuleType("gropcap._perf_map_probe")
+
+    @numba.njit
+    def total(a):
+        s = 0
+        for x in a:
+            s += x
+        return s
+    probe.total = total
+    monkeypatch.setitem(sys.modules, probe.__name__, probe)
+    before = {name for _, name in perf_map.functions()}
+    assert not any(name.endswith("total") for name in before)
+    assert total(np.arange(5)) == 10
+    out = tmp_path / "perf.map"
+    assert perf_map.write_map(str(out)) >= 1
+    rows = [line.split(" ", 2) for line in out.read_text().splitlines()]
+    named = [r for r in rows if r[2].endswith(".total")]     # the probe, by its path
+    assert named, rows
+    addr, size = int(named[0][0], 16), int(named[0][1], 16)
+    assert addr > 0 and 0 < size <= 1 << 18
+    starts = [int(r[0], 16) for r in rows]
+    assert starts == sorted(starts) and len(set(starts)) == len(starts)
+    assert perf_map._python_name("_ZN7gropcap3gro4fast3dev8_receiveB3v32B48c8t") == \
+        "gropcap.gro.fast.dev._receive"
