@@ -163,7 +163,7 @@ class CoalescedStats:
             # the pending entries' keys repeat (an entry per size a direction sent): the
             # distinct ones first, by a 64-bit mix (an integer sort), then sorted as
             # strings with the folded keys (a string sort of every entry's key was most
-            # of a fold, and folds ~1 s of a 20 M-packet run with 16 000 flows)
+            # of a fold; folds were 0.75 s of a 20 M-packet run with 16 000 flows)
             ukeys, uinv = _distinct(new_keys)
             dkeys, inv = np.unique(np.concatenate([old_keys, ukeys]), return_inverse=True)
             inv = inv.ravel().astype(np.int64)

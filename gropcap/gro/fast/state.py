@@ -208,7 +208,6 @@ OPT_WORDS = 5
 OPT_AREA = 48
 
 
-
 # A held entry's fields (State's e_*) in their widths: the header copy in its
 # PACKET_SCHEMA column's width (the values come from those columns), bounded codes in
 # bytes; rows, counters, byte sums and ids int64.
