@@ -513,9 +513,10 @@ class CoalescedStats:
         ports = (numpy_of(t.column("sport"))[rows].astype(np.uint64) << np.uint64(16)) \
             | numpy_of(t.column("dport"))[rows].astype(np.uint64)
         cols = [words[0][:, 0], words[0][:, 1], words[1][:, 0], words[1][:, 1], ports]
-        _, first, inv = np.unique(_mix_words(cols), return_index=True, return_inverse=True)
-        inv = inv.ravel().astype(np.int64)
-        if not all(np.array_equal(w, w[first][inv]) for w in cols):
+        grouped = _grouped(cols)
+        if grouped is not None:
+            first, inv = grouped
+        else:
             keys = CoalescedStats._keys(t, rows=rows)
             view = keys.view(np.dtype((np.void, keys.shape[1]))).ravel()
             _, first, inv = np.unique(view, return_index=True, return_inverse=True)
@@ -741,14 +742,25 @@ def _distinct(keys):
     rows = np.zeros((len(keys), 40), np.uint8)
     rows[:, :KEY_BYTES] = np.ascontiguousarray(keys).view(np.uint8).reshape(-1, KEY_BYTES)
     words = rows.view(np.uint64)
-    _, first, inv = np.unique(_mix_words([words[:, w] for w in range(5)]),
-                              return_index=True, return_inverse=True)
+    grouped = _grouped([words[:, w] for w in range(5)])
+    if grouped is not None:
+        first, inv = grouped
+        return keys[first], inv
+    distinct, inv = np.unique(keys, return_inverse=True)
+    return distinct, inv.ravel().astype(np.int64)
+
+
+def _grouped(cols):
+    """``(first, inverse)`` grouping the rows of uint64 word columns ``cols`` that are
+    equal in every column: by a 64-bit mix of the words (an integer sort), each group
+    checked word by word; None when two different rows mixed alike (the caller then
+    groups them exactly)."""
+    import numpy as np
+    _, first, inv = np.unique(_mix_words(cols), return_index=True, return_inverse=True)
     inv = inv.ravel().astype(np.int64)
-    distinct = keys[first]
-    if not np.array_equal(distinct[inv], keys):
-        distinct, inv = np.unique(keys, return_inverse=True)
-        inv = inv.ravel().astype(np.int64)
-    return distinct, inv
+    if not all(np.array_equal(w, w[first][inv]) for w in cols):
+        return None
+    return first, inv
 
 
 def _as_keys(rows):
