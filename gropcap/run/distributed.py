@@ -542,9 +542,14 @@ def _split_ok(config: GroConfig, engine: str) -> bool:
 def open_client(client=None, *, jobs: int | None = None, scheduler: str | None = None):
     """The Dask client to use: ``client`` as given, else one connected to ``scheduler``
     (``tcp://HOST:PORT``), else a LocalCluster of ``jobs`` single-threaded worker
-    processes. Clients and clusters made here are closed on exit."""
+    processes. Clients and clusters made here are closed on exit; on a client given,
+    every task the run submitted is cancelled on exit (:class:`_RunClient`)."""
     if client is not None:
-        yield client
+        run = _RunClient(client)
+        try:
+            yield run
+        finally:
+            run.release()
         return
     from dask.distributed import Client
     if scheduler is not None:
@@ -570,6 +575,36 @@ def open_client(client=None, *, jobs: int | None = None, scheduler: str | None =
         cluster.close()
         for fn in c.gropcap_after_close:
             fn()
+
+
+class _RunClient:
+    """A client given by the caller, as one run sees it: ``submit`` remembers every
+    future, and :meth:`release` cancels them all when the run ends, whatever ended it.
+
+    A run that met a failed task would otherwise leave its tasks on a long-lived client
+    (a notebook's, a test module's): the failed future's traceback holds the frame that
+    holds the run's futures, and the client holds the failed future's state, so nothing
+    is ever released. When a worker later dies, the scheduler recomputes what it held of
+    that old run, against scratch files removed when the run ended. Everything else is
+    the client's own."""
+
+    def __init__(self, client):
+        self._client = client
+        self._futures: list = []
+
+    def submit(self, *args, **kwargs):
+        fut = self._client.submit(*args, **kwargs)
+        self._futures.append(fut)
+        return fut
+
+    def release(self) -> None:
+        futures, self._futures = self._futures, []
+        if futures and self._client.status not in ("closing", "closed"):
+            with contextlib.suppress(Exception):   # the client may be going away
+                self._client.cancel(futures)
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
 
 
 def _err_text(exc: BaseException) -> str:

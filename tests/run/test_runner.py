@@ -206,6 +206,29 @@ def test_damaged_file_reported_rest_completes(client, generated, tmp_path):
     assert s == good.summary()
 
 
+def _scheduler_keys(c) -> set:
+    return set(c.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.tasks)))
+
+
+@pytest.mark.parametrize("scratch", [None, False])
+def test_a_run_with_a_failed_input_leaves_no_task(client, generated, tmp_path, scratch):
+    """A failed task's traceback holds the run's futures, and the client holds the failed
+    task: unless the run cancels its tasks, they stay on the scheduler, to be recomputed
+    when a worker dies later (against scratch files the run removed)."""
+    bad = tmp_path / "bad.pcap"
+    bad.write_bytes(b"\xd4\xc3\xb2\xa1\x02\x00\x04\x00" + bytes(8) + b"\xff\xff\x00\x00"
+                    + b"\x01\x00\x00\x00" + bytes(8) + b"\xff" * 8 + bytes(64))
+    before = _scheduler_keys(client)
+    dist = analyze_distributed([generated[0], str(bad)], GroConfig(queues=2), client=client,
+                               scratch=scratch)
+    assert [f.path for f in dist.failures] == [str(bad)]
+    assert dist.results["napi"].flow_id.size
+    deadline = time.monotonic() + 30
+    while _scheduler_keys(client) - before and time.monotonic() < deadline:
+        time.sleep(0.1)           # the cancellation reaches the scheduler
+    assert _scheduler_keys(client) - before == set()
+
+
 def _dies_on_part1(path, file_index, options, decoder="fast"):
     if path.endswith("part1.pcap"):
         os._exit(3)   # the worker process dies mid-task
