@@ -19,6 +19,10 @@ figure is the one-core rate even on a shared machine; best of ``--rounds``):
   ``threads_<cmd>_marginal_ratio`` the same of (whole - prefix). On a machine shared with
   other work the ratio is low whenever the second core is busy elsewhere: the load
   average before and after is recorded next to it.
+- **contention** (``--only contention``): one ``--threads 1`` json run alone against two
+  side by side, as separate processes: the CPU a run needs more when the other core is
+  busy too (shared caches, memory, clocks), and from it the ceiling of the two-thread
+  ratio on this machine (:func:`contention`).
 
 Targets (issue 14): ``--format json`` >= 5 M packets/s marginal and >= 50x the reference
 decode; ``--out`` >= 2 M packets/s (the CPU-time runs use ``--threads 1``); two threads
@@ -28,6 +32,7 @@ decode; ``--out`` >= 2 M packets/s (the CPU-time runs use ``--threads 1``); two 
     python benchmarks/bench_targets.py /tmp/real3m.pcap           # --rounds 3
     python benchmarks/bench_targets.py CAPTURE --prefix 300000 --out results.json
     python benchmarks/bench_targets.py CAPTURE --only threads --thread-rounds 5
+    python benchmarks/bench_targets.py CAPTURE --only contention --thread-rounds 3
 
 Writes ``benchmarks/results/targets-<short sha>.json`` (or ``--out``) and prints a table.
 """
@@ -35,6 +40,7 @@ Writes ``benchmarks/results/targets-<short sha>.json`` (or ``--out``) and prints
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import platform
@@ -147,6 +153,36 @@ def thread_ratios(path: str, small: str, tmp: str, rounds: int) -> dict:
     return res
 
 
+def contention(path: str, rounds: int) -> dict:
+    """What two busy cores cost each other on this machine, without threads: one
+    ``--threads 1`` json run alone against two of the same run side by side (separate
+    processes, nothing shared but the machine), alternating, ``rounds`` of each.
+
+    ``pair_cpu_inflation``: the pair's CPU seconds per run over the lone run's (least of
+    each). ``two_thread_ceiling``: the lone run's wall over the least wall any two-core
+    split of its CPU can have, ``cpu * inflation / 2``: a ``--threads 2`` ratio above it
+    would need less work than one thread does."""
+    args = ["analyze", path, "--format", "json", "-q", "--threads", "1"]
+    alone, pair = [], []
+    for _ in range(rounds):
+        alone.append(_spawn(args))
+        with concurrent.futures.ThreadPoolExecutor(2) as ex:
+            pair.extend(ex.map(_spawn, [args, args]))
+    bad = [r for r in alone + pair if r["exit_code"]]
+    if bad:
+        raise SystemExit(f"bench_targets: gropcap failed: {bad[0].get('stderr', '')}")
+    cpu1 = min(r["cpu_seconds"] for r in alone)
+    wall1 = min(r["seconds"] for r in alone)
+    cpu2 = min(r["cpu_seconds"] for r in pair)
+    inflation = cpu2 / cpu1
+    return {"alone_cpu": [round(r["cpu_seconds"], 3) for r in alone],
+            "alone_wall": [round(r["seconds"], 3) for r in alone],
+            "pair_cpu": [round(r["cpu_seconds"], 3) for r in pair],
+            "pair_wall": [round(r["seconds"], 3) for r in pair],
+            "pair_cpu_inflation": inflation,
+            "two_thread_ceiling": wall1 / (cpu1 * inflation / 2)}
+
+
 def reference_decode(path: str, packets: int) -> dict:
     cmd = [sys.executable, os.path.join(HERE, "bench.py"), path, "--stage",
            "reference_decode", "--reference-packets", str(packets)]
@@ -164,8 +200,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tmp-dir", default=None)
     ap.add_argument("--thread-rounds", type=int, default=3,
                     help="alternating rounds of --threads 1 / --threads 2 (0: skip)")
-    ap.add_argument("--only", choices=["targets", "threads"], default=None,
-                    help="run only the CPU-time targets or only the thread comparison")
+    ap.add_argument("--only", choices=["targets", "threads", "contention"], default=None,
+                    help="run only the CPU-time targets, only the thread comparison, or "
+                         "only what two busy cores cost each other (contention)")
     ap.add_argument("--out", help="result JSON (default results/targets-<sha>.json)")
     args = ap.parse_args(argv)
     path = os.path.abspath(args.capture)
@@ -175,9 +212,13 @@ def main(argv=None) -> int:
         small = os.path.join(tmp, "prefix" + os.path.splitext(path)[1])
         k = write_prefix(path, args.prefix or max(1, records // 10), small)
         res = {"records": records, "prefix_records": k}
-        if args.only != "threads":
+        if args.only == "contention":
+            print("[targets] one run alone against two side by side ...", file=sys.stderr,
+                  flush=True)
+            res["contention"] = contention(path, args.thread_rounds or 1)
+        if args.only not in ("threads", "contention"):
             _cpu_targets(args, res, path, small, records, k, tmp)
-        if args.only != "targets" and args.thread_rounds:
+        if args.only not in ("targets", "contention") and args.thread_rounds:
             print("[targets] --threads 1 against --threads 2 ...", file=sys.stderr, flush=True)
             res["threads"] = thread_ratios(path, small, tmp, args.thread_rounds)
             for name in ("json", "out"):
@@ -200,7 +241,7 @@ def main(argv=None) -> int:
         json.dump(doc, fh, indent=2, sort_keys=True)
         fh.write("\n")
     rows = []
-    if args.only != "threads":
+    if args.only not in ("threads", "contention"):
         rows += [("analyze --format json, marginal", res["json_marginal_pps"], "5 M/s"),
                  ("analyze --format json, whole run", res["json_whole_pps_cpu"], ""),
                  ("analyze --out DIR, marginal", res["out_marginal_pps"], "2 M/s"),
@@ -210,7 +251,7 @@ def main(argv=None) -> int:
         shown = f"{pps / 1e6:7.2f} M packets/s" if pps else "      n/a"
         print(f"{label:34} {shown}   target {goal or '-'}")
     ratio = res.get("json_vs_reference")
-    if args.only != "threads":
+    if args.only not in ("threads", "contention"):
         print(f"{'--format json vs reference decode':34} {ratio:7.1f}x" if ratio else "n/a",
               "             target 50x")
     for name in ("json", "out"):
@@ -219,6 +260,10 @@ def main(argv=None) -> int:
             if res.get(key):
                 print(f"{'2 threads / 1, ' + name + ', ' + what:34} {res[key]:7.2f}x   "
                       f"target {'1.7x' if key == 'threads_json_ratio' else '-'}")
+    if "contention" in res:
+        c = res["contention"]
+        print(f"{'CPU of a run beside another / alone':34} {c['pair_cpu_inflation']:7.2f}x")
+        print(f"{'two-thread ceiling on this machine':34} {c['two_thread_ceiling']:7.2f}x")
     if "threads" in res:
         print(f"load average before/after: {res['threads']['loadavg_before']} / "
               f"{res['threads']['loadavg_after']}")

@@ -119,3 +119,17 @@ def test_perf_map_names_the_kernels_compiled_in_the_process(tmp_path, monkeypatc
     assert starts == sorted(starts) and len(set(starts)) == len(starts)
     assert perf_map._python_name("_ZN7gropcap3gro4fast3dev8_receiveB3v32B48c8t") == \
         "gropcap.gro.fast.dev._receive"
+
+
+def test_contention_runs_alone_and_in_pairs(bench_capture, monkeypatch):
+    """bench_targets --only contention: a run alone and two side by side per round, the
+    inflation and the two-thread ceiling computed from the least of each."""
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
+    targets = _load("bench_targets")
+    res = targets.contention(str(bench_capture[0]), 2)
+    assert len(res["alone_cpu"]) == 2 and len(res["pair_cpu"]) == 4
+    assert res["pair_cpu_inflation"] == pytest.approx(min(res["pair_cpu"]) /
+                                                      min(res["alone_cpu"]), rel=1e-2)
+    assert res["two_thread_ceiling"] == pytest.approx(
+        min(res["alone_wall"]) / (min(res["alone_cpu"]) * res["pair_cpu_inflation"] / 2),
+        rel=1e-2)
