@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
+import textwrap
 
 import pyarrow.parquet as pq
 import pytest
@@ -368,3 +371,30 @@ def test_explain_json_matches_the_text_walk():
     brk = json.loads(ok("explain", REAL, "--flow", "0", "--format", "json", "--breaks-only"))
     assert [p["packet"] for p in brk["flows"][0]["packets"]] == \
         [b["packet"] for b in flow["breaks"]]
+
+
+@pytest.mark.parametrize("given, advised", [(None, False), ("1", True)])
+def test_the_command_line_turns_numpy_huge_pages_off_unless_asked(given, advised):
+    """``gropcap.__main__.main`` sets NUMPY_MADVISE_HUGEPAGE=0 before numpy is imported
+    (two-thread runs pay for zeroing fresh 2 MiB pages: docs/performance.md); a value
+    the caller set stays."""
+    code = textwrap.dedent("""
+        import sys
+        sys.argv = ["gropcap", "--version"]
+        import gropcap.__main__ as m
+        try:
+            m.main()
+        except SystemExit:
+            pass
+        try:
+            from numpy._core.multiarray import _get_madvise_hugepage
+        except ImportError:            # numpy 1
+            from numpy.core.multiarray import _get_madvise_hugepage
+        print("advised", _get_madvise_hugepage())
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    if given is not None:
+        env["NUMPY_MADVISE_HUGEPAGE"] = given
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert f"advised {advised}" in out
