@@ -215,6 +215,66 @@ def test_sizes_grouped_by_flow_equal_by_direction(seed, n, tags, shift):
     assert_same(by_flow.infer(t), by_key.infer(t))
 
 
+def test_flow_keys_remembered_across_batches(monkeypatch):
+    """By flow over many batches, the flows' direction keys remembered from their first
+    batch, forgotten past FLOW_KEYS_MAX: the statistics of grouping by direction key,
+    and a flow's key built again only when it was not remembered."""
+    t = disturbed(11, 300, 6)
+    keys = coalesced.CoalescedStats._keys(t)
+    _, fid = np.unique(keys.view(np.dtype((np.void, keys.shape[1]))).ravel(),
+                       return_inverse=True)
+    fid = fid.ravel()
+    data = np.unique(fid[by_flow_data_rows(t)])
+    assert len(data) > 2
+    built = []
+    real = coalesced.CoalescedStats._keys
+
+    def counting(t, rows=None):
+        built.append(t.num_rows if rows is None else len(rows))
+        return real(t, rows=rows)
+    monkeypatch.setattr(coalesced.CoalescedStats, "_keys", staticmethod(counting))
+    in_loop = {}
+    for keys_max in (1 << 16, 2):
+        monkeypatch.setattr(coalesced, "FLOW_KEYS_MAX", keys_max)
+        by_key, by_flow = coalesced.CoalescedStats(), coalesced.CoalescedStats()
+        del built[:]
+        for lo in range(0, t.num_rows, 37):
+            hi = min(t.num_rows, lo + 37)
+            by_flow.add(t.slice(lo, hi - lo), fid[lo:hi])
+        in_loop[keys_max] = sum(built)
+        for lo in range(0, t.num_rows, 37):
+            by_key.add(t.slice(lo, min(t.num_rows, lo + 37) - lo))
+        ids, kept = by_flow._fkeys
+        del built[:]
+        by_flow.add(t, fid)
+        again = sum(built)
+        del built[:]
+        coalesced.CoalescedStats().add(t, fid)   # every flow new
+        fresh = sum(built)
+        by_key.add(t)
+        assert _stats_fields(by_flow) == _stats_fields(by_key)
+        assert_same(by_flow.infer(t), by_key.infer(t))
+        # built again: the SYNs' keys and the keys of the flows not remembered
+        assert again == fresh - np.isin(data, ids).sum()
+        for f, k in zip(ids, kept):               # each flow's own key
+            assert k == coalesced._as_keys(keys[fid == f][:1])[0]
+    assert in_loop[2] > in_loop[1 << 16]          # forgotten past the bound, built again
+
+
+def by_flow_data_rows(t):
+    """Rows whose sizes CoalescedStats.add counts by flow (data frames)."""
+    from gropcap.gro import _batch_kernels as K
+    col = lambda name: t.column(name).to_numpy()  # noqa: E731
+    scal = np.zeros(3, np.int64)
+    other, synd = np.zeros(K.TOT_BINS, np.int64), np.zeros(K.TOT_BINS, np.int64)
+    codes = np.array([STATUS_OK, C.IPPROTO_TCP, C.EPB_FLAG_TCP_SEG_OFFLOAD,
+                      C.LINKTYPE_ETHERNET, C.TCP_FLAG_SYN], np.int64)
+    _srows, rows, _, _ = K.marks(*(np.asarray(col(name), dt)
+                                   for name, dt in coalesced._MARK_COLUMNS),
+                                 codes, scal, other, synd)
+    return rows
+
+
 def _mtu_rule(stats):
     """gro.mtu.resolve_mtu stated one direction and one size at a time over the
     dictionary views (the statement the vectorised function replaced): ``(mtu, source,
