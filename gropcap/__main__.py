@@ -15,16 +15,57 @@ def main() -> None:
     that cost a fifth of the wall time on the benchmark capture (json, 1.37-1.43 s
     against 1.16-1.21 s, `bench_targets.py --only threads`, alternating), the same with
     one (docs/performance.md, "numpy's huge pages"). Both are set before numpy is
-    imported, so they also hold for the Dask workers the run starts."""
+    imported, so they also hold for the Dask workers the run starts. glibc's malloc
+    keeps the batches' blocks (:func:`tune_malloc`, this process only)."""
     import os
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
+    tune_malloc()
     from gropcap.interrupt import run_command
 
     def cli():
         from gropcap.cli import main as click_main
         click_main()
     run_command(cli)
+
+
+# glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
+MMAP_THRESHOLD = 1 << 30
+TRIM_THRESHOLD = 1 << 30
+ARENA_MAX = 2
+
+
+def tune_malloc() -> bool:
+    """This process's glibc malloc for a run, unless the caller set any ``MALLOC_*``
+    variable or ``GLIBC_TUNABLES``: blocks up to :data:`MMAP_THRESHOLD` from the heap
+    rather than each its own mapping, the heap's free top kept up to
+    :data:`TRIM_THRESHOLD`, at most :data:`ARENA_MAX` arenas. Returns whether it did.
+
+    A run allocates the same arrays batch after batch, and the statistics' folds
+    allocate arrays of hundreds of MB; glibc maps every block above its threshold (at
+    most 32 MiB by default) afresh and unmaps it when freed, and trims the heap, so the
+    next batch faults in and zeroes the same pages again. With the bounded-memory run's
+    batches of 131072 records (``run.stream.STREAM_BATCH``) that was about a million
+    page faults on the 20 M-packet capture; with this, 220 000 (docs/performance.md,
+    "Larger batches"). Set here, in the command line's own process only: the Dask
+    workers it starts keep glibc's defaults (their peak is held to issue 15's 1.5 GB).
+    Linux with glibc only; elsewhere nothing changes."""
+    import os
+    import sys
+    if not sys.platform.startswith("linux") or os.environ.get("GLIBC_TUNABLES") or \
+            any(k.startswith("MALLOC_") for k in os.environ):
+        return False
+    import ctypes
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    return all(mallopt(param, value) == 1 for param, value in (
+        (_M_MMAP_THRESHOLD, MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+        (_M_ARENA_MAX, ARENA_MAX)))
 
 
 if __name__ == "__main__":

@@ -62,6 +62,11 @@ from gropcap.io.columns import readable
 from gropcap.gro._batch_kernels import first_rows
 
 OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
+# records per batch of a bounded-memory run: per-batch costs that grow with the flows
+# (statistics, counters, the key tables' bookkeeping) paid half as often as at 65536,
+# with glibc keeping the batches' blocks (gropcap.__main__.tune_malloc; docs/
+# performance.md, "Larger batches")
+STREAM_BATCH = 131072
 _WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
 
 
@@ -575,7 +580,7 @@ class _Inline:
 
 def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                    decode_options: DecodeOptions | None = None, out_dir: str | None = None,
-                   force: bool = False, batch_records: int = 65536,
+                   force: bool = False, batch_records: int = STREAM_BATCH,
                    engine: str = "fast", decoder: str = "fast", egress=None,
                    tmp_dir: str | None = None, progress=None,
                    receiver=None, receive=None, packet_columns="default",
@@ -593,7 +598,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             there (temporary name + rename; existing files need ``force``); None: only the
             summary and the flows table.
         batch_records: records per batch: transient memory ~1.8 kB x batch_records
-            (65536: ~120 MB) on top of ~330 MB of code, JIT and Arrow pools.
+            (:data:`STREAM_BATCH`, 131072: ~240 MB) on top of ~330 MB of code, JIT and
+            Arrow pools.
         tmp_dir: where the temporary decoded table and verdicts go (default: ``out_dir``,
             else the system temporary directory); about the size of the packets output.
         receiver: a receiver profile (path) or the ``receiver.ReceiverInfo`` of one

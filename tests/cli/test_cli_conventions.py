@@ -398,3 +398,29 @@ def test_the_command_line_turns_numpy_huge_pages_off_unless_asked(given, advised
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, check=True).stdout
     assert f"advised {advised}" in out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux")
+@pytest.mark.parametrize("given, kept", [(None, True), ("MALLOC_ARENA_MAX", False)])
+def test_the_command_line_keeps_freed_blocks_unless_malloc_is_set(given, kept):
+    """``gropcap.__main__.tune_malloc`` (run by ``main``): a freed 100 MB array stays in
+    the heap (glibc would have mapped it and unmapped it); a ``MALLOC_*`` variable the
+    caller set leaves glibc's defaults."""
+    code = textwrap.dedent("""
+        import gropcap.__main__ as m
+        print("tuned", m.tune_malloc())
+        import numpy as np
+        def rss():
+            return int(open("/proc/self/statm").read().split()[1]) * 4096 >> 20
+        a = np.ones(100 << 17)
+        before = rss()
+        del a
+        print("kept", rss() > before - 50)
+    """)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+    if given is not None:
+        env[given] = "8"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert f"tuned {kept}" in out and f"kept {kept}" in out
