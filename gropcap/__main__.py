@@ -12,9 +12,9 @@ def main() -> None:
     numpy's transparent huge-page advice is off unless the caller chose: numpy asks for
     huge pages on every array of 4 MiB or more, and each batch's arrays are fresh ones,
     so the run faults in and zeroes 2 MiB pages batch after batch. With two threads
-    that cost a fifth of the wall time on the benchmark capture (json, 1.37-1.43 s
-    against 1.16-1.21 s, `bench_targets.py --only threads`, alternating), the same with
-    one (docs/performance.md, "numpy's huge pages"). Both are set before numpy is
+    that cost a sixth of the wall time on the benchmark capture (json, 1.37-1.43 s
+    against 1.16-1.21 s, `bench_targets.py --only threads`, alternating); one thread's
+    runs measured the same either way (docs/performance.md, "numpy's huge pages"). Both are set before numpy is
     imported, so they also hold for the Dask workers the run starts. glibc's malloc
     keeps the batches' blocks (:func:`tune_malloc`, this process only)."""
     import os
