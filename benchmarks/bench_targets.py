@@ -205,6 +205,9 @@ def main(argv=None) -> int:
                          "only what two busy cores cost each other (contention)")
     ap.add_argument("--out", help="result JSON (default results/targets-<sha>.json)")
     args = ap.parse_args(argv)
+    # what runs: everything but the contention pairs, or the one part asked for
+    targets, threads = args.only in (None, "targets"), args.only in (None, "threads")
+    contend = args.only == "contention"
     path = os.path.abspath(args.capture)
     records = count_records(path)
     tmp = tempfile.mkdtemp(prefix="gropcap-targets-", dir=args.tmp_dir)
@@ -212,13 +215,13 @@ def main(argv=None) -> int:
         small = os.path.join(tmp, "prefix" + os.path.splitext(path)[1])
         k = write_prefix(path, args.prefix or max(1, records // 10), small)
         res = {"records": records, "prefix_records": k}
-        if args.only == "contention":
+        if contend:
             print("[targets] one run alone against two side by side ...", file=sys.stderr,
                   flush=True)
             res["contention"] = contention(path, args.thread_rounds or 1)
-        if args.only not in ("threads", "contention"):
+        if targets:
             _cpu_targets(args, res, path, small, records, k, tmp)
-        if args.only not in ("targets", "contention") and args.thread_rounds:
+        if threads and args.thread_rounds:
             print("[targets] --threads 1 against --threads 2 ...", file=sys.stderr, flush=True)
             res["threads"] = thread_ratios(path, small, tmp, args.thread_rounds)
             for name in ("json", "out"):
@@ -241,7 +244,7 @@ def main(argv=None) -> int:
         json.dump(doc, fh, indent=2, sort_keys=True)
         fh.write("\n")
     rows = []
-    if args.only not in ("threads", "contention"):
+    if targets:
         rows += [("analyze --format json, marginal", res["json_marginal_pps"], "5 M/s"),
                  ("analyze --format json, whole run", res["json_whole_pps_cpu"], ""),
                  ("analyze --out DIR, marginal", res["out_marginal_pps"], "2 M/s"),
@@ -251,7 +254,7 @@ def main(argv=None) -> int:
         shown = f"{pps / 1e6:7.2f} M packets/s" if pps else "      n/a"
         print(f"{label:34} {shown}   target {goal or '-'}")
     ratio = res.get("json_vs_reference")
-    if args.only not in ("threads", "contention"):
+    if targets:
         print(f"{'--format json vs reference decode':34} {ratio:7.1f}x" if ratio else "n/a",
               "             target 50x")
     for name in ("json", "out"):

@@ -63,9 +63,10 @@ def tune_malloc() -> bool:
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
-    return all(mallopt(param, value) == 1 for param, value in (
+    done = [mallopt(param, value) == 1 for param, value in (
         (_M_MMAP_THRESHOLD, MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD),
-        (_M_ARENA_MAX, ARENA_MAX)))
+        (_M_ARENA_MAX, ARENA_MAX))]
+    return all(done)
 
 
 if __name__ == "__main__":

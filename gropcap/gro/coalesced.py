@@ -378,7 +378,9 @@ class CoalescedStats:
 
     def __getstate__(self):
         self._fold()                    # (pickled compact)
-        return self.__dict__
+        state = dict(self.__dict__)
+        state.pop("_fkeys", None)       # _flow_keys' memo: rebuilt from the next batch
+        return state
 
     @staticmethod
     def _keys(t, rows=None):

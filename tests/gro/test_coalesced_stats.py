@@ -259,6 +259,14 @@ def test_flow_keys_remembered_across_batches(monkeypatch):
         for f, k in zip(ids, kept):               # each flow's own key
             assert k == coalesced._as_keys(keys[fid == f][:1])[0]
     assert in_loop[2] > in_loop[1 << 16]          # forgotten past the bound, built again
+    # pickled (Dask ships statistics) without the memo, the statistics equal
+    import pickle
+    monkeypatch.setattr(coalesced, "FLOW_KEYS_MAX", 1 << 16)
+    again = pickle.loads(pickle.dumps(by_flow))
+    assert not hasattr(again, "_fkeys") and hasattr(by_flow, "_fkeys")
+    again.add(t, fid)
+    by_flow.add(t, fid)
+    assert _stats_fields(again) == _stats_fields(by_flow)
 
 
 def by_flow_data_rows(t):
