@@ -1236,14 +1236,70 @@ def assemble(parts: list[BatchResult], config: GroConfig) -> GroResult:
         seg_rx_queue=s["queue"], seg_poll_id=seg_poll)
 
 
-def partition_of(packets: pa.Table, config: GroConfig, parts: int) -> np.ndarray:
+def quiet_gap_ns(config: GroConfig) -> int | None:
+    """How long a receive queue of the napi model must see no arrival before it holds
+    nothing and is back in its first state, so the capture can be cut there in time
+    (:func:`time_cuts`); None when the model cannot be cut in time.
+
+    After its last arrival ``a`` a queue's last poll with work runs by ``a + T`` (a timer
+    poll takes what arrived since the timer was armed, at most ``T`` before), then at most
+    ``max(D, 1)`` timer polls without work follow ``T`` apart (``napi_complete_done``
+    reloads ``defer_hard_irqs_count`` = D, each ``napi_watchdog`` poll without work
+    counts one down, the last one flushes everything and unmasks the interrupt; with D
+    = 0 one timer poll flushes what the poll left held), and an arrival within
+    ``poll_gap_ns`` would have joined a poll: quiet after ``poll_gap_ns + (max(D, 1) +
+    1) * T`` (T: ``gro_flush_timeout_ns``, D: ``napi_defer_hard_irqs``; one timeout
+    less is not enough, ``tests/run/test_partition_merge.py``). Not cut:
+
+    * the ideal model: it has no timer and holds each flow's last super-packet across
+      any gap;
+    * HZ >= 1000: a full-budget poll flushes only old entries (``__napi_poll``,
+      ``gro_flush_normal(&n->gro, HZ >= 1000)``) and the model's next poll is the
+      queue's next arrival, however late, so what that poll left held waits for it.
+    """
+    if config.model != "napi" or config.hz >= 1000:
+        return None
+    t = int(config.gro_flush_timeout_ns)
+    return int(config.poll_gap_ns) + (max(int(config.napi_defer_hard_irqs), 1) + 1) * t
+
+
+def time_cuts(ts_ns: np.ndarray, config: GroConfig, pieces: int) -> np.ndarray:
+    """Rows (ascending, at most ``pieces - 1``) before which the napi model's rows can be
+    cut in time exactly: every row before the cut arrived more than
+    :func:`quiet_gap_ns` earlier than every row from it on, whatever its RX queue, so
+    every queue is idle and empty in between and each piece replays alone from a fresh
+    receiver (``partition_of(cuts=)``). Chosen nearest to equal shares of the rows; fewer
+    (none) when the capture has fewer such gaps, or the model cannot be cut."""
+    ts = np.asarray(ts_ns, np.int64)
+    gap = quiet_gap_ns(config)
+    none = np.zeros(0, np.int64)
+    if gap is None or pieces < 2 or len(ts) < 2:
+        return none
+    before = np.maximum.accumulate(ts)[:-1]
+    after = np.minimum.accumulate(ts[::-1])[::-1][1:]
+    cand = np.flatnonzero(after - before > gap) + 1
+    if not len(cand):
+        return none
+    want = (np.arange(1, pieces, dtype=np.int64) * len(ts)) // pieces
+    i = np.clip(np.searchsorted(cand, want), 1, len(cand) - 1) if len(cand) > 1 else \
+        np.zeros(len(want), np.int64)
+    lo = cand[np.maximum(i - 1, 0)]
+    hi = cand[i]
+    pick = np.where(want - lo <= hi - want, lo, hi)
+    return np.unique(pick).astype(np.int64)
+
+
+def partition_of(packets: pa.Table, config: GroConfig, parts: int, *,
+                 cuts: np.ndarray | None = None, first_row: int = 0) -> np.ndarray:
     """Partition (0..parts-1) per row such that rows of different partitions share no
     GRO state, so each partition can be replayed alone in capture order and the results
     merged exactly (the Dask runner, docs/scale.md).
 
     * ``napi``: the RX queue, ``queue % parts``: every queue has its own ``napi_struct``
       and ``gro_hash`` (``dev_gro_receive`` only looks at ``napi->gro_hash``); queues
-      share no state.
+      share no state. With ``cuts`` (global rows from :func:`time_cuts`; ``first_row``:
+      the global row of ``packets``' first), also the time piece: ``piece * q + queue %
+      q`` with ``q = parts // (len(cuts) + 1)``: a queue is idle and empty at every cut.
     * ``ideal``: a hash of fields of the row's loose same-flow key (the fields
       ``gro_list_prepare`` and the protocol ``gro_receive`` callbacks compare, without the
       pre-5.18 IPv6 hop limit): a held entry is only ever matched, flushed or counted by
@@ -1259,7 +1315,14 @@ def partition_of(packets: pa.Table, config: GroConfig, parts: int) -> np.ndarray
     packets = _udp_prepare.partition_table(packets, config)
     if config.model == "napi":
         h = rss_hash(packets, config.rss_key, enabled=config.rss == "toeplitz")
-        return (np.asarray(rx_queue(h, config.queues)).astype(np.int64) % parts)
+        queue = np.asarray(rx_queue(h, config.queues)).astype(np.int64)
+        if cuts is None or not len(cuts):
+            return queue % parts
+        q = max(1, parts // (len(cuts) + 1))
+        piece = np.searchsorted(np.asarray(cuts, np.int64),
+                                np.arange(first_row, first_row + n, dtype=np.int64),
+                                side="right")
+        return piece * q + queue % q
     words = _addr_words(packets, "ip_src") + _addr_words(packets, "ip_dst") + [
         column_numpy(packets, "sport", np.uint64)
         | (column_numpy(packets, "dport", np.uint64) << np.uint64(16))]

@@ -11,7 +11,10 @@ exact, run as Dask tasks, and merged by one deterministic reduction on the clien
    (``gso.CoalescedStats``, merged on the client in input order).
 2. **GRO**: :func:`engine.partition_of` gives every row a partition such that partitions
    share no GRO state: whole RX queues in the ``napi`` model (``napi->gro_hash`` per
-   queue), whole loose same-flow classes in the ``ideal`` model. Each piece is split
+   queue; with fewer queues than workers, also time pieces cut at idle gaps, where every
+   queue is idle and empty: :func:`time_pieces`, ``engine.time_cuts``, from the client's
+   copy of the table, fetched first then), whole loose same-flow classes in the
+   ``ideal`` model. Each piece is split
    where it lies (``split_task``); a partition task (``partition_task``) fetches its
    share of every piece and replays it in capture order with ``engine.simulate_batch``.
    :func:`merge_parts` numbers flows over the whole capture and restores the one-process
@@ -195,12 +198,14 @@ def _table_of(piece) -> pa.Table:
 
 
 def split_task(decoded, index: int, new_index: int, offset: int, config: GroConfig,
-               parts: int, only: int | None = None, part_file: str | None = None) -> list:
+               parts: int, only: int | None = None, part_file: str | None = None,
+               cuts: np.ndarray | None = None) -> list:
     """Cut one decoded piece into the GRO partitions of ``config``'s model
     (``engine.partition_of``): ``[(table, global_rows), ...]`` per partition, rows in
     capture order; ``offset`` is the piece's first global row. ``only``: just that
     partition's ``(table, global_rows)``. ``part_file``: the partitions
-    :func:`store_task` computed already."""
+    :func:`store_task` computed already. ``cuts``: the napi model's time cuts (global
+    rows, ``engine.time_cuts``)."""
     from gropcap.gro.engine import partition_of
     table = _table_of(decoded)
     if index != new_index and table.num_rows:
@@ -212,7 +217,7 @@ def split_task(decoded, index: int, new_index: int, offset: int, config: GroConf
         with pa.memory_map(part_file) as src:
             part = pa.ipc.open_file(src).read_all().column("part").to_numpy()
     else:
-        part = partition_of(table, config, parts)
+        part = partition_of(table, config, parts, cuts=cuts, first_row=offset)
     out = []
     for p in range(parts) if only is None else [only]:
         idx = np.flatnonzero(part == p)
@@ -241,15 +246,17 @@ def partition_task(pieces: list, config: GroConfig, stats):
 
 
 def partition_files_task(pieces: list, config: GroConfig, parts: int, k: int, stats,
-                         out: str | None = None):
+                         out: str | None = None, cuts: np.ndarray | None = None):
     """:func:`partition_task` of partition ``k`` over pieces in the shared scratch
     directory (``pieces``: ``(path, index, new_index, offset)`` in input order): each
     file is mapped and only this partition's rows are copied out. ``out``: write the
     result there as Arrow files (a directory) and return only its name
-    (:func:`load_part` maps it)."""
+    (:func:`load_part` maps it). ``cuts``: as :func:`split_task` (the partitions are
+    then computed here, not read from the decode's ``.part`` file)."""
+    timed = cuts is not None and len(cuts)
     res = partition_task([split_task(path, i, j, off, config, parts, only=k,
                                      part_file=f"{path}.{config.model}.part"
-                                     if parts > 1 else None)
+                                     if parts > 1 and not timed else None, cuts=cuts)
                           for path, i, j, off in pieces], config, stats)
     if out is None:
         return res
@@ -660,9 +667,11 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
     with open_client(client, jobs=jobs, scheduler=scheduler) as c, \
             _scratch_dir(c, scratch) as tmp:
         nworkers = _nworkers(c)
+        timed = time_pieces(config, models, engine, nworkers)
         splits = tuple((m, config.replace(model=m), _nparts(config.replace(model=m),
                                                              nworkers))
-                       for m in models if _split_ok(config.replace(model=m), engine))
+                       for m in models if _split_ok(config.replace(model=m), engine)
+                       and m not in timed)
         decoded, infos, failures = _decode_all(c, files, decode_options, decoder,
                                                split_bytes, batch_records, tmp, progress,
                                                tuple(s for s in splits if s[2] > 1))
@@ -670,6 +679,17 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
         # receiver runs (run/receivers.py): partitions per run, the run leads delivery
         run_of_file = inputs_of(_merged_capture(decoded), infos, captures)["run_of_file"]
         n = sum(p.rows for d in decoded for p in d.pieces)
+        packets, cuts = None, {}
+        if timed and n and not max(run_of_file, default=0):
+            # the napi model cut in time at idle gaps (engine.time_cuts): every row's
+            # time first, from the client's copy of the decoded table
+            from gropcap.gro.engine import time_cuts
+            packets = _client_table(c, decoded, tmp)
+            ts = packets.column("ts_ns").to_numpy()
+            for m, pieces in timed.items():
+                mc = time_cuts(ts, config.replace(model=m), pieces)
+                if len(mc):
+                    cuts[m] = mc
         # gso_size inference needs every row (SYNs, per-direction statistics): the
         # pieces' statistics, merged in input order
         stats = None
@@ -679,16 +699,13 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
         if stats is not None:
             stats.set_mtu(config.mtu).mtu_inference()   # resolved once, shipped resolved
         pending = _submit_models(c, decoded, n, config, models, engine, stats, tmp,
-                                 run_of_file)
+                                 run_of_file, cuts)
         if progress is not None:
             for m, (_, _, tasks) in pending.items():
                 progress.track(f"GRO {m}", [t[0] for t in tasks])
-        # the client's copy of the decoded table, mapped from the scratch files or
-        # fetched, while the workers run GRO
-        tables = [file_table(d.kind, [p.ref for p in d.pieces] if tmp else
-                             c.gather([p.ref for p in d.pieces]), d.index, d.new_index)
-                  for d in decoded]
-        packets = pa.concat_tables(tables) if tables else PACKET_SCHEMA.empty_table()
+        if packets is None:
+            # the client's copy of the decoded table while the workers run GRO
+            packets = _client_table(c, decoded, tmp)
         results, stages, partitions = _gather_models(c, pending, n)
     a = DistributedAnalysis(packets=packets, infos=infos, config=config, results=results,
                             decode_options=decode_options, stages=stages, egress=egress)
@@ -699,6 +716,33 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
     a.captures = captures
     a._cache["totals"] = _merged_totals(a, decoded, partitions)
     return a
+
+
+def _client_table(c, decoded: list, tmp) -> pa.Table:
+    """The client's copy of the decoded table: mapped from the scratch files, or
+    fetched."""
+    tables = [file_table(d.kind, [p.ref for p in d.pieces] if tmp else
+                         c.gather([p.ref for p in d.pieces]), d.index, d.new_index)
+              for d in decoded]
+    return pa.concat_tables(tables) if tables else PACKET_SCHEMA.empty_table()
+
+
+def time_pieces(config: GroConfig, models, engine: str, nworkers: int) -> dict:
+    """``{model: time pieces}`` for the split models with fewer RX-queue partitions than
+    workers that can be cut in time (``engine.quiet_gap_ns``: the napi model at HZ <
+    1000): each queue partition is cut into ``nworkers // queue partitions`` pieces
+    where the capture has idle gaps (``engine.time_cuts``), so one RX queue uses every
+    worker."""
+    from gropcap.gro.engine import quiet_gap_ns
+    out = {}
+    for m in models:
+        cfg = config.replace(model=m)
+        if not _split_ok(cfg, engine) or quiet_gap_ns(cfg) is None:
+            continue
+        pieces = nworkers // _nparts(cfg, nworkers)
+        if pieces >= 2:
+            out[m] = pieces
+    return out
 
 
 def _merged_totals(a, decoded: list, partitions: dict):
@@ -971,7 +1015,7 @@ class _RangeFailed(Exception):
 
 
 def _submit_models(c, decoded: list, n: int, config: GroConfig, models, engine, stats,
-                   scratch=None, run_of_file=None):
+                   scratch=None, run_of_file=None, cuts: dict | None = None):
     """Submit every model's GRO tasks: ``{model: (kind, cfg, tasks)}``.
 
     A model the numba engine runs (``_split_ok``) is cut into one partition per worker
@@ -980,7 +1024,8 @@ def _submit_models(c, decoded: list, n: int, config: GroConfig, models, engine, 
     task fetches only its share of every piece (with a scratch directory, each partition
     task maps every piece's file and copies its own rows out). Others run as one task
     over the whole table. ``run_of_file``: the receiver run of each file (None: one
-    run); a partition holds one run's pieces (tasks run-major)."""
+    run); a partition holds one run's pieces (tasks run-major). ``cuts``: per model its
+    time cuts (:func:`time_pieces`), each queue partition cut into time pieces."""
     import operator
     nworkers = _nworkers(c)
     stats_arg = shared(c, stats) if stats is not None and stats.num else None
@@ -993,6 +1038,9 @@ def _submit_models(c, decoded: list, n: int, config: GroConfig, models, engine, 
         cfg = config.replace(model=m)
         if _split_ok(cfg, engine) and n:
             nparts = _nparts(cfg, nworkers)
+            mc = (cuts or {}).get(m)
+            if mc is not None:
+                nparts *= len(mc) + 1
             tasks = []
             for r in range(nruns):
                 mine = [d for d in decoded if run_of(d) == r]
@@ -1001,12 +1049,12 @@ def _submit_models(c, decoded: list, n: int, config: GroConfig, models, engine, 
                             for d in mine for p in d.pieces]
                     for k in range(nparts):
                         args = (refs, cfg, nparts, k, stats_arg,
-                                os.path.join(scratch, f"gro-{m}-{r}-{k}"))
+                                os.path.join(scratch, f"gro-{m}-{r}-{k}"), mc)
                         tasks.append((c.submit(partition_files_task, *args, pure=False),
                                       args, partition_files_task, r))
                 else:
                     splits = [c.submit(split_task, p.ref, d.index, d.new_index, p.offset,
-                                       cfg, nparts, pure=False)
+                                       cfg, nparts, None, None, mc, pure=False)
                               for d in mine for p in d.pieces]
                     for k in range(nparts):
                         picks = [c.submit(operator.getitem, sp, k, pure=False)

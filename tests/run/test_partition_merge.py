@@ -1,8 +1,9 @@
 """The runner's exactness argument without Dask: cut a capture into pieces (files, byte
-ranges), split every piece by ``engine.partition_of`` (RX queue in the napi model, loose
-same-flow class in the ideal model), replay each partition alone, merge with
-``run.distributed.merge_parts``: the GroResult equals one pass over the whole table, for random
-traffic on every kernel era and receive model."""
+ranges), split every piece by ``engine.partition_of`` (RX queue in the napi model, also
+time pieces at idle gaps, ``engine.time_cuts``; loose same-flow class in the ideal
+model), replay each partition alone, merge with ``run.distributed.merge_parts``: the
+GroResult equals one pass over the whole table, for random traffic on every kernel era
+and receive model."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 from gropcap.gro import coalesced
 from gropcap.gro.config import GroConfig, KernelProfile
-from gropcap.gro.engine import partition_of, simulate
+from gropcap.gro.engine import partition_of, quiet_gap_ns, simulate, time_cuts
 from gropcap.run.memory import decode_files
 from gropcap.run.distributed import merge_parts, partition_task, split_task
 from tests.gro.test_coalesced_stats import disturbed
@@ -29,11 +30,13 @@ SAMPLES = sorted(glob.glob(os.path.join(TESTS, os.pardir,
                                         "sample_pcaps", "*.pcap*")))
 
 
-def by_partitions(table, config, parts: int, cuts=(), stats=None):
-    """What the runner does, in one process: pieces -> split -> partitions -> merge."""
+def by_partitions(table, config, parts: int, cuts=(), stats=None, time=None):
+    """What the runner does, in one process: pieces -> split -> partitions -> merge.
+    ``time``: the napi model's time cuts (global rows)."""
     bounds = [0, *sorted(cuts), table.num_rows]
     pieces = [table.slice(lo, hi - lo) for lo, hi in zip(bounds, bounds[1:])]
-    splits = [split_task(p, 0, 0, lo, config, parts) for p, lo in zip(pieces, bounds)]
+    splits = [split_task(p, 0, 0, lo, config, parts, cuts=time)
+              for p, lo in zip(pieces, bounds)]
     done = [partition_task([s[k] for s in splits], config, stats) for k in range(parts)]
     return merge_parts([d[0] for d in done], [d[1] for d in done], [d[2] for d in done],
                        table.num_rows, config)
@@ -49,6 +52,107 @@ def test_partitions_merge_to_one_pass(seed, n, flows, kernel, cfg, tunnels, part
     config = cfg.replace(kernel=KernelProfile.parse(kernel))
     cuts = [c for c in cuts if c <= table.num_rows]
     assert by_partitions(table, config, parts, cuts).equals(simulate(table, config))
+
+
+NAPI_CONFIGS = [c for c in CONFIGS if c.model == "napi"]
+
+
+def with_idle_gaps(table, at: list[int], extra: list[int], quiet: int):
+    """``table`` with every row from ``at[i]`` on moved ``quiet + extra[i]`` ns later:
+    an idle gap just longer (``extra`` >= 1) than ``quiet`` before each of those rows."""
+    import pyarrow as pa
+    ts = table.column("ts_ns").to_numpy().copy()
+    for row, more in zip(at, extra):
+        ts[row:] += quiet + more
+    i = table.schema.get_field_index("ts_ns")
+    return table.set_column(i, table.schema.field(i), pa.array(ts, pa.int64()))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(2, 300), flows=st.integers(1, 12),
+       kernel=st.sampled_from(KERNELS), cfg=st.sampled_from(NAPI_CONFIGS),
+       tunnels=st.booleans(), pieces=st.integers(2, 5), qparts=st.integers(1, 3),
+       gaps=st.lists(st.tuples(st.integers(1, 299), st.sampled_from([1, 2, 1000, 10**9])),
+                     min_size=1, max_size=5), byte_cuts=st.lists(st.integers(0, 300),
+                                                               max_size=2))
+def test_time_cuts_merge_to_one_pass(seed, n, flows, kernel, cfg, tunnels, pieces, qparts,
+                                     gaps, byte_cuts):
+    """The napi model cut in time at idle gaps just longer than ``quiet_gap_ns`` (and by
+    RX queue, and the pieces in byte ranges): each time piece replayed from a fresh
+    receiver, merged, equals one pass; with HZ >= 1000 nothing is cut."""
+    rng = np.random.default_rng(seed)
+    config = cfg.replace(kernel=KernelProfile.parse(kernel))
+    table = packet_table(random_traffic(rng, n, flows, tunnels))
+    n = table.num_rows
+    quiet = quiet_gap_ns(config)
+    gaps = [(r, more) for r, more in gaps if r < n]
+    table = with_idle_gaps(table, [r for r, _ in gaps], [m for _, m in gaps],
+                           quiet if quiet is not None else 10**6)
+    cuts = time_cuts(table.column("ts_ns").to_numpy(), config, pieces)
+    if quiet is None:
+        assert config.hz >= 1000 and not len(cuts)
+        return
+    if gaps:
+        assert len(cuts) >= 1
+    assert len(cuts) <= pieces - 1 and set(cuts.tolist()) <= {r for r, _ in gaps} | set(
+        np.flatnonzero(np.diff(table.column("ts_ns").to_numpy()) > quiet) + 1)
+    q = min(qparts, config.queues)
+    parts = q * (len(cuts) + 1)
+    byte_cuts = [c for c in byte_cuts if c <= n]
+    assert by_partitions(table, config, parts, byte_cuts, time=cuts).equals(
+        simulate(table, config))
+
+
+@pytest.mark.parametrize("kernel", ["4.14", "5.4", "6.18"])
+@pytest.mark.parametrize("timeout,defer", [(200_000, 2), (20_000, 0), (50_000, 1),
+                                           (30_000, 5)])
+def test_time_cuts_at_the_quiet_bound(kernel, timeout, defer):
+    """Idle gaps of ``quiet_gap_ns`` + 1 ns in random traffic, with the timer rules of
+    each era (before 4.20 a poll that arms the timer flushes nothing; before 5.7 no
+    defer and no empty timer poll): cut there, the merge equals one pass. (With one
+    timeout less the 6.18 case with D = 2 differs in about half the seeds.)"""
+    config = GroConfig(model="napi", gro_flush_timeout_ns=timeout,
+                       napi_defer_hard_irqs=defer, kernel=KernelProfile.parse(kernel))
+    quiet = quiet_gap_ns(config)
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        table = packet_table(random_traffic(rng, 100, 3))
+        table = with_idle_gaps(table, [35, 70], [1, 1], quiet)
+        ts = table.column("ts_ns").to_numpy()
+        assert {35, 70} <= set(time_cuts(ts, config, table.num_rows).tolist())
+        want = simulate(table, config)
+        for cuts in (np.array([35, 70]), time_cuts(ts, config, 3)):
+            assert len(cuts) == 2
+            assert by_partitions(table, config, 3, time=cuts).equals(want), seed
+
+
+def test_a_gap_shorter_than_the_quiet_time_is_not_a_cut():
+    """The bound matters: with gro_flush_timeout and napi_defer_hard_irqs a queue keeps a
+    segment held across a gap of a few timeouts, and the next segment of its flow
+    merges with it; cut there, the two go up apart. ``time_cuts`` does not cut there;
+    at a gap one ns longer than ``quiet_gap_ns`` it does, and exactly."""
+    config = GroConfig(model="napi", gro_flush_timeout_ns=100_000, napi_defer_hard_irqs=2)
+    quiet = quiet_gap_ns(config)
+    assert quiet == config.poll_gap_ns + 3 * 100_000
+    table, _ = decode_files([p for p in SAMPLES if p.endswith("real_ipv4.pcap")])
+    table = table.slice(0, 400)
+    shown = 0
+    for row in range(1, table.num_rows):
+        short = with_idle_gaps(table, [row], [150_000 - quiet], quiet)
+        whole = simulate(short, config)
+        if whole.gro_seg[row] != whole.gro_seg[row - 1] or whole.gro_seg[row] < 0:
+            continue            # the row does not merge across the gap
+        every = table.num_rows      # as many pieces as rows: every possible cut
+        assert row not in time_cuts(short.column("ts_ns").to_numpy(), config, every)
+        assert not by_partitions(short, config, 2, time=np.array([row])).equals(whole)
+        long = with_idle_gaps(table, [row], [1], quiet)
+        assert row in time_cuts(long.column("ts_ns").to_numpy(), config, every)
+        assert by_partitions(long, config, 2, time=np.array([row])).equals(
+            simulate(long, config))
+        shown += 1
+        if shown == 3:
+            break
+    assert shown == 3
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))

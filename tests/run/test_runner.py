@@ -178,6 +178,29 @@ def test_generated_multi_flow_equal_one_process(client, generated, tmp_path, cfg
                 tmp_path)
 
 
+@pytest.mark.parametrize("scratch", [None, False], ids=["files", "transfers"])
+@pytest.mark.parametrize("cfg", [
+    GroConfig(), GroConfig(gro_flush_timeout_ns=200_000, napi_defer_hard_irqs=2),
+    GroConfig(hz=1000)], ids=["default", "flush-timeout", "hz1000"])
+def test_one_rx_queue_cut_in_time_equal_one_process(client, generated, tmp_path,
+                                                    monkeypatch, cfg, scratch):
+    """One RX queue on two workers: the napi model is cut in two at an idle gap
+    (``engine.time_cuts``), each piece replayed on a worker from a fresh receiver, and
+    the result equals one process's; at HZ 1000 it is not cut."""
+    from gropcap.gro import engine
+    seen, real = [], engine.time_cuts
+
+    def spy(ts, config, pieces):
+        out = real(ts, config, pieces)
+        seen.append((config.model, pieces, len(out)))
+        return out
+    monkeypatch.setattr(engine, "time_cuts", spy)
+    one = analyze(generated, cfg)
+    dist = analyze_distributed(generated, cfg, client=client, scratch=scratch)
+    assert seen == ([] if cfg.hz >= 1000 else [("napi", 2, 1)])
+    assert_same(one, dist, tmp_path)
+
+
 def test_gro_cells_stage_equal(client, tmp_path):
     files = [p for p in SAMPLES if "gre" in os.path.basename(p) or "dsa" in p]
     cfg = GroConfig(queues=2, tunnel_gro=True)
