@@ -25,6 +25,31 @@ def with_metadata(table: pa.Table, metadata: dict[str, str]) -> pa.Table:
     return table.replace_schema_metadata(meta)
 
 
+# values the Parquet writer encodes at a time (pyarrow's default: 1024): fewer rounds
+# through its per-batch checks; pages still close near ``data_page_size`` (1 MiB), at
+# most this many values past it. 0.05 s less of 0.53 s writing the real capture's
+# packets table (docs/performance.md, "Writing Parquet")
+WRITE_BATCH_SIZE = 65536
+
+
+def parquet_options(schema: pa.Schema) -> dict:
+    """The writer options of every Parquet file gropcap writes: zstd; dictionary pages
+    only for ``encap``, ``model`` and the dictionary columns (the readable ``*_name``
+    ones, which then load back as dictionaries): for numeric columns they cost ~35% of
+    the write time and made the files larger; min/max statistics only for the columns
+    that are not strings, what a reader prunes row groups by (times, ids, codes): on
+    the string columns they cost ~20% of the write time and prune nothing (every row
+    group holds most names); :data:`WRITE_BATCH_SIZE`. Measured on the real capture's
+    packets table (docs/performance.md, "Writing Parquet")."""
+    names = [f.name for f in schema if f.name in ("encap", "model")
+             or pa.types.is_dictionary(f.type)]
+    return {"compression": "zstd", "use_dictionary": names,
+            "write_statistics": [f.name for f in schema if f.name not in names
+                                 and not pa.types.is_string(f.type)
+                                 and not pa.types.is_large_string(f.type)],
+            "write_batch_size": WRITE_BATCH_SIZE}
+
+
 def current_umask() -> int:
     """The process umask (read by setting it and putting it back)."""
     mask = os.umask(0o022)
@@ -48,11 +73,12 @@ def write_table(table: pa.Table, path: str, metadata: dict[str, str], *,
                 # a table mapped from disk (the runs exchange's flows): by slices, its
                 # pages dropped after each (arrays.slices), not the whole file in RSS
                 schema = with_metadata(table.slice(0, 0), metadata).schema
-                with pq.ParquetWriter(tmp, schema, compression="zstd") as w:
+                with pq.ParquetWriter(tmp, schema, **parquet_options(schema)) as w:
                     for _, batch in slices(table):
                         w.write_batch(batch)
             else:
-                pq.write_table(with_metadata(table, metadata), tmp, compression="zstd")
+                pq.write_table(with_metadata(table, metadata), tmp,
+                               **parquet_options(table.schema))
             os.chmod(tmp, 0o666 & ~current_umask())   # mkstemp made it 0600
             os.replace(tmp, path)
         finally:

@@ -639,7 +639,7 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
     from gropcap.gro.engine import _gso_table
     from gropcap.io.columns import readable, readable_names, select_packet_columns
     from gropcap.io.parquet import with_metadata
-    from gropcap.run.stream import _parquet_options
+    from gropcap.io.parquet import parquet_options
     from gropcap.run.spill import CAUSES, GIDS, causes_table, read_array, write_ipc
     work = works[k]
     fmap = np.array(read_array(os.path.join(work, GIDS)))
@@ -695,7 +695,7 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
             if sp_writer is None:
                 sp_writer = pq.ParquetWriter(sp_tmp, with_metadata(tbl.slice(0, 0),
                                                                    meta).schema,
-                                             **_parquet_options(tbl.schema))
+                                             **parquet_options(tbl.schema))
             sp_writer.write_table(tbl)
         segs.close()
         orders[m], inst_pos[m] = so, ipos
@@ -723,7 +723,7 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
         if "writer" not in pk:
             pk["writer"] = pq.ParquetWriter(pk_tmp, with_metadata(t.slice(0, 0),
                                                                   meta).schema,
-                                            **_parquet_options(t.schema))
+                                            **parquet_options(t.schema))
         pk["writer"].write_table(t)
     batches = (t for t, _ in _partition_batches(pieces, split, nparts, k, batch_records,
                                                 keep)) if not isinstance(pieces, str) \

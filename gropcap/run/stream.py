@@ -59,6 +59,7 @@ from gropcap.errors import ConfigError
 from gropcap.gro.config import MODELS, GroConfig
 from gropcap.gro.reasons import ROLE_ALONE, ROLE_HEAD, ROLE_MERGED
 from gropcap.io.columns import readable
+from gropcap.io.parquet import parquet_options
 from gropcap.gro._batch_kernels import first_rows
 
 OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
@@ -68,17 +69,6 @@ OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
 # performance.md, "Larger batches")
 STREAM_BATCH = 131072
 _WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
-
-
-def _parquet_options(schema: pa.Schema) -> dict:
-    """zstd as io.parquet; Parquet dictionary pages only for the string columns (``encap``,
-    ``model`` and the readable ``*_name`` columns, whose dictionaries then load back
-    whole, as ``io.parquet.write_analysis`` writes them): for numeric columns they cost
-    ~35% of the write time and made the files larger (measured on the benchmark
-    capture's packets table)."""
-    strings = [f.name for f in schema if f.name in ("encap", "model")
-               or pa.types.is_dictionary(f.type)]
-    return {"compression": "zstd", "use_dictionary": strings}
 
 
 @dataclasses.dataclass
@@ -893,7 +883,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 from gropcap.io.parquet import with_metadata
                 sp_out["writer"] = pq.ParquetWriter(
                     sp_tmp, with_metadata(tbl.slice(0, 0), meta).schema,
-                    **_parquet_options(tbl.schema))
+                    **parquet_options(tbl.schema))
             sp_out["writer"].write_table(tbl)
         from gropcap.run.threads import Sidecar
         sp_side = Sidecar(threaded=threads > 1 and bool(out_dir), name="gropcap-spwrite")
@@ -995,7 +985,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 from gropcap.io.parquet import with_metadata
                 pk_out["writer"] = pq.ParquetWriter(
                     pk_tmp, with_metadata(t.slice(0, 0), meta).schema,
-                    **_parquet_options(t.schema))
+                    **parquet_options(t.schema))
             pk_out["writer"].write_table(t)
 
         pk_source = Ahead(_verdict_rows(() if inline else decoded(), runs, cursors),

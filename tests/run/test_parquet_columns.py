@@ -223,3 +223,36 @@ def test_address_texts_are_kept_across_calls_and_bounded(monkeypatch):
     for _ in range(2):
         assert address_text(raw, ver).to_pylist() == want
     assert len(columns._TEXTS) == 3 and len(calls) == 10 + 10 + 7
+
+
+def _statistics(path: str) -> dict:
+    """Per column of the first row group: whether it carries min/max statistics."""
+    rg = pq.ParquetFile(path).metadata.row_group(0)
+    return {rg.column(i).path_in_schema: rg.column(i).is_stats_set
+            for i in range(rg.num_columns)}
+
+
+@pytest.mark.parametrize("mode", ["memory", "stream"])
+def test_row_groups_carry_statistics_for_what_readers_prune_by(mode, tmp_path):
+    """Every writer (in memory, bounded memory) gives the numeric columns min/max
+    statistics (a reader skips row groups by time, flow, super-packet or code) and the
+    string columns none (io.parquet.parquet_options); the names load back as
+    dictionaries."""
+    from gropcap.run.stream import stream_analyze
+    out = str(tmp_path / mode)
+    if mode == "memory":
+        write_analysis(analyze([GRE, IP6]), out)
+    else:
+        stream_analyze([GRE, IP6], out_dir=out, threads=1)
+    stats = _statistics(os.path.join(out, "packets.parquet"))
+    for col in ("ts_ns", "flow_id", "gro_seg", "reason", "ideal_gro_seg", "file_index"):
+        assert stats[col], col
+    for col in ("reason_name", "ip_src_text", "encap"):
+        assert not stats[col], col
+    sp = _statistics(os.path.join(out, "superpackets.parquet"))
+    assert sp["seg_id"] and sp["first_packet"] and not sp["model"]
+    fl = _statistics(os.path.join(out, "flows.parquet"))
+    assert fl["flow_id"] and fl["packets"] and not fl["src"]
+    t = pq.read_table(os.path.join(out, "packets.parquet"))
+    assert pa.types.is_dictionary(t.schema.field("reason_name").type)
+    assert pa.types.is_string(t.schema.field("ip_src_text").type)
