@@ -22,7 +22,6 @@ super-packet ids, sizes); ``all`` writes every column of the packet table.
 
 from __future__ import annotations
 
-import ipaddress
 
 import numpy as np
 import pyarrow as pa
@@ -161,9 +160,10 @@ def _distinct(values: pa.Array) -> tuple[list, np.ndarray]:
     return d.dictionary.to_pylist(), numpy_of(d.indices).astype(np.int64)
 
 
-# address -> its text, kept across calls (IPv4: the uint32, IPv6: the 16 bytes): a run
-# formats each batch's addresses, and the same few thousand come back batch after batch
-# (formatting them again was 0.7 s of a 2 M-packet --out run); bounded
+# IPv6 address (16 bytes) -> its text, kept across calls: a run formats each batch's
+# addresses, and the same few thousand come back batch after batch (formatting them
+# again was 0.7 s of a 2 M-packet --out run); bounded. (IPv4 texts are made by Arrow
+# compute, batch by batch: cheaper than looking them up one by one.)
 _TEXTS: dict = {}
 _TEXTS_MAX = 1 << 20
 
@@ -181,15 +181,11 @@ def _texts(uniq, fmt) -> list[str]:
     return out
 
 
-def _v4_text(w: int) -> str:
-    return str(ipaddress.IPv4Address(w))
-
-
 def address_text(raw: pa.ChunkedArray | pa.Array, version) -> pa.Array:
     """16-byte addresses (IPv4 mapped) + IP version -> text, null where version is 0.
 
-    Each distinct address is formatted once (a capture holds few of them), and its text
-    kept for the next calls (:data:`_TEXTS`).
+    Each distinct address of the call is formatted once: IPv4 by Arrow compute, IPv6 in
+    Python, its text kept for the next calls (:data:`_TEXTS`).
     """
     raw = raw.combine_chunks() if isinstance(raw, pa.ChunkedArray) else raw
     ver = numpy_of(version) if isinstance(version, (pa.Array, pa.ChunkedArray)) else \
@@ -202,22 +198,49 @@ def address_text(raw: pa.ChunkedArray | pa.Array, version) -> pa.Array:
     # each row -> an index into the texts of the distinct addresses (-1: null), then one
     # Arrow take: no Python object per row
     idx = np.full(n, -1, np.int64)
-    texts: list[str] = []
     v4 = ver == 4
+    parts = []
     if v4.any():
-        # IPv4 (mapped): the last 4 bytes as one uint32, unique values formatted once
-        words = np.ascontiguousarray(rows[v4, 12:16]).view(">u4").ravel().astype(np.uint32)
-        uniq, inverse = _distinct(arrow_numeric(words, pa.uint32()))
+        # IPv4 (mapped): the last 4 bytes as one uint32, each distinct value formatted
+        # once, by Arrow compute (no Python object per address: a capture of many flows
+        # has thousands in every batch)
+        words = np.ascontiguousarray(rows[v4, 12:16])
+        uniq, inverse = _distinct_rows(words)
         idx[v4] = inverse
-        texts += _texts(uniq, _v4_text)
+        parts.append(_v4_texts(uniq))
     v6 = ver == 6
     if v6.any():
         six = np.ascontiguousarray(rows[v6])
         uniq, inverse = _distinct(pa.Array.from_buffers(pa.binary(16), len(six),
                                                         [None, pa.py_buffer(six)]))
-        idx[v6] = inverse + len(texts)
-        texts += _texts(uniq, ipv6_text)
-    return arrow_strings(texts).take(arrow_masked(idx, idx < 0, pa.int64()))
+        idx[v6] = inverse + sum(len(p) for p in parts)
+        parts.append(arrow_strings(_texts(uniq, ipv6_text)))
+    texts = parts[0] if len(parts) == 1 else \
+        pa.concat_arrays(parts) if parts else arrow_strings([])
+    return texts.take(arrow_masked(idx, idx < 0, pa.int64()))
+
+
+def _distinct_rows(octets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of an ``(n, 4)`` uint8 array (as ``(m, 4)``, first-appearance
+    order) and each row's position among them (Arrow's hash table on the rows as
+    uint32)."""
+    import pyarrow.compute as pc
+    d = pc.dictionary_encode(arrow_numeric(octets.view(np.uint32).ravel(), pa.uint32()))
+    uniq = numpy_of(d.dictionary).astype(np.uint32)
+    return uniq.view(np.uint8).reshape(len(uniq), 4), numpy_of(d.indices).astype(np.int64)
+
+
+def _v4_texts(octets: np.ndarray) -> pa.Array:
+    """Dotted quads of the ``(m, 4)`` uint8 rows (network order), by Arrow compute."""
+    import pyarrow.compute as pc
+    m = len(octets)
+    if not m:
+        return arrow_strings([])
+    parts = [pc.cast(arrow_numeric(np.ascontiguousarray(octets[:, i]), pa.uint8()),
+                     pa.string()) for i in range(4)]
+    dots = pa.StringArray.from_buffers(m, pa.py_buffer(np.arange(m + 1, dtype=np.int32)),
+                                       pa.py_buffer(b"." * m))
+    return pc.binary_join_element_wise(*parts, dots)
 
 
 def readable(table: pa.Table, columns=None) -> pa.Table:

@@ -690,6 +690,14 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
                 mc = time_cuts(ts, config.replace(model=m), pieces)
                 if len(mc):
                     cuts[m] = mc
+                if progress is not None:
+                    from gropcap.gro.engine import quiet_gap_ns
+                    gap = quiet_gap_ns(config.replace(model=m)) / 1000
+                    progress.note(
+                        f"{m} model: cut in time at {len(mc)} idle gap(s) longer than "
+                        f"{gap:g} us, {len(mc) + 1} pieces per RX-queue partition" if
+                        len(mc) else f"{m} model: no idle gap longer than {gap:g} us to "
+                        "cut it at: one task per RX-queue partition")
         # gso_size inference needs every row (SYNs, per-direction statistics): the
         # pieces' statistics, merged in input order
         stats = None

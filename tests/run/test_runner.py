@@ -195,9 +195,18 @@ def test_one_rx_queue_cut_in_time_equal_one_process(client, generated, tmp_path,
         seen.append((config.model, pieces, len(out)))
         return out
     monkeypatch.setattr(engine, "time_cuts", spy)
+    from gropcap.run.progress import Progress
     one = analyze(generated, cfg)
-    dist = analyze_distributed(generated, cfg, client=client, scratch=scratch)
+    notes = []
+    with Progress(False, quiet=False) as p:
+        monkeypatch.setattr(p, "note", lambda text, **_: notes.append(text))
+        dist = analyze_distributed(generated, cfg, client=client, scratch=scratch,
+                                   progress=p)
     assert seen == ([] if cfg.hz >= 1000 else [("napi", 2, 1)])
+    assert notes == ([] if cfg.hz >= 1000 else [
+        f"napi model: cut in time at 1 idle gap(s) longer than "
+        f"{engine.quiet_gap_ns(cfg.replace(model='napi')) / 1000:g} us, 2 pieces per "
+        "RX-queue partition"])
     assert_same(one, dist, tmp_path)
 
 
