@@ -59,7 +59,6 @@ from gropcap.errors import ConfigError
 from gropcap.gro.config import MODELS, GroConfig
 from gropcap.gro.reasons import ROLE_ALONE, ROLE_HEAD, ROLE_MERGED
 from gropcap.io.columns import readable
-from gropcap.io.parquet import parquet_options
 from gropcap.gro._batch_kernels import first_rows
 
 OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
@@ -880,7 +879,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         def write_superpackets(tbl):
             # the sidecar's part (run.threads.Sidecar): the row group
             if "writer" not in sp_out:
-                from gropcap.io.parquet import with_metadata
+                from gropcap.io.parquet import parquet_options, with_metadata
                 sp_out["writer"] = pq.ParquetWriter(
                     sp_tmp, with_metadata(tbl.slice(0, 0), meta).schema,
                     **parquet_options(tbl.schema))
@@ -982,7 +981,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         def write_packets(t):
             # the sidecar's part: the row group
             if "writer" not in pk_out:
-                from gropcap.io.parquet import with_metadata
+                from gropcap.io.parquet import parquet_options, with_metadata
                 pk_out["writer"] = pq.ParquetWriter(
                     pk_tmp, with_metadata(t.slice(0, 0), meta).schema,
                     **parquet_options(t.schema))
