@@ -43,6 +43,9 @@ from gropcap.gro import fast as K
 RETIRE_MIN = 1 << 16
 # ... and it is retired once it holds this many times the classes live after the last one
 RETIRE_GROWTH = 2
+# a model's key tables are copied in a retirement only when they hold at least this many
+# times their live keys (else they stay as they are: the copy would free little)
+KEYS_GROWTH = 2
 
 
 def due(union) -> bool:
@@ -106,7 +109,11 @@ def _mapped(ids: np.ndarray, id_map: np.ndarray, valid: np.ndarray, fill) -> np.
 
 def _retire_keys(st) -> tuple[np.ndarray, np.ndarray]:
     """Drop ``st``'s idle keys and loose keys (tables, state rows, NAPI table, pending
-    rows renumbered); returns old -> new id maps (-1: retired) for keys and loose keys."""
+    rows renumbered); returns old -> new id maps (-1: retired) for keys and loose keys.
+    Nothing is dropped (identity maps) unless at least half of the keys are idle
+    (:data:`KEYS_GROWTH`): each retirement copies the tables, so one that frees little
+    would make a capture of many long-held flows pay a copy of every key per retirement
+    (the ideal model on 1.55 M flows: 7 s of a 37 s run, docs/performance.md)."""
     kt, lt, ks = st.key_ids, st.loose_ids, st.kernel
     nk = len(kt)
     live = ks.e_first[:nk] >= 0
@@ -115,6 +122,13 @@ def _retire_keys(st) -> tuple[np.ndarray, np.ndarray]:
         pk = pend.key[pend.key >= 0]
         live[pk[pk < nk]] = True
     keep = np.flatnonzero(live)
+    if KEYS_GROWTH * len(keep) > nk:
+        # less than 1 - 1/KEYS_GROWTH of them idle: the copy would free little (the
+        # ideal model holds an entry for nearly every flow it saw), so this state keeps
+        # its tables as they are; the union table still drops the classes (a returning
+        # flow's class is made again and finds its key here)
+        same = np.arange(nk, dtype=np.int64)
+        return same, (np.arange(len(lt), dtype=np.int64) if len(lt) else same)
     kmap = _numbering(keep, nk)
     if len(lt):                     # loose keys of their own (before 5.18), else = keys
         nl = len(lt)

@@ -11,6 +11,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gropcap.gro import fast as K
 from gropcap.gro import retire
 from gropcap.gro.config import GroConfig, KernelProfile
 from gropcap.gro.engine import (
@@ -21,14 +22,17 @@ from tests.gro.test_gro_engine_traffic import packet_table, random_traffic
 
 
 @contextlib.contextmanager
-def retiring(every_batch: bool):
-    """Retire before every batch (``every_batch``) or never."""
-    old = retire.RETIRE_MIN, retire.RETIRE_GROWTH
+def retiring(every_batch: bool, keys_growth: int = 0):
+    """Retire before every batch (``every_batch``) or never; a model's keys when they
+    hold ``keys_growth`` times their live ones (0: always; 2: the default rule, so a
+    model whose keys are mostly live keeps its tables while the union table retires)."""
+    old = retire.RETIRE_MIN, retire.RETIRE_GROWTH, retire.KEYS_GROWTH
     retire.RETIRE_MIN, retire.RETIRE_GROWTH = (0, 0) if every_batch else (1 << 62, 2)
+    retire.KEYS_GROWTH = keys_growth
     try:
         yield
     finally:
-        retire.RETIRE_MIN, retire.RETIRE_GROWTH = old
+        retire.RETIRE_MIN, retire.RETIRE_GROWTH, retire.KEYS_GROWTH = old
 
 
 def _counting(monkeypatch) -> list:
@@ -53,14 +57,15 @@ def _traffic(seed: int, n: int, tunnels: bool):
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), cfg=st.sampled_from(CONFIGS),
-       nbatch=st.integers(2, 12), tunnels=st.booleans(), roundtrip=st.booleans())
+       nbatch=st.integers(2, 12), tunnels=st.booleans(), roundtrip=st.booleans(),
+       keys_growth=st.sampled_from([0, 2]))
 def test_retiring_before_every_batch_changes_no_result(seed, n, cfg, nbatch, tunnels,
-                                                       roundtrip):
+                                                       roundtrip, keys_growth):
     rng, table = _traffic(seed, n, tunnels)
     with retiring(False):
         want = simulate(table, cfg)
     cuts = [0] + sorted(set(rng.integers(0, n + 1, nbatch - 1).tolist())) + [n]
-    with retiring(True):
+    with retiring(True, keys_growth):
         state, parts = None, []
         for x, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
             part, state = simulate_batch(table.slice(a, b - a), cfg, state,
@@ -73,8 +78,10 @@ def test_retiring_before_every_batch_changes_no_result(seed, n, cfg, nbatch, tun
 
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), pair=st.sampled_from(MODEL_PAIRS),
-       nbatch=st.integers(2, 12), tunnels=st.booleans(), roundtrip=st.booleans())
-def test_retiring_shared_tables_changes_no_result(seed, n, pair, nbatch, tunnels, roundtrip):
+       nbatch=st.integers(2, 12), tunnels=st.booleans(), roundtrip=st.booleans(),
+       keys_growth=st.sampled_from([0, 2]))
+def test_retiring_shared_tables_changes_no_result(seed, n, pair, nbatch, tunnels, roundtrip,
+                                                  keys_growth):
     """Both models from one preparation: the union table they share is retired once
     for both (a class stays while either model's key for it is live)."""
     rng, table = _traffic(seed, n, tunnels)
@@ -84,7 +91,7 @@ def test_retiring_shared_tables_changes_no_result(seed, n, pair, nbatch, tunnels
     with retiring(False):
         want = [simulate(table, c) for c in cfgs]
     cuts = [0] + sorted(set(rng.integers(0, n + 1, nbatch - 1).tolist())) + [n]
-    with retiring(True):
+    with retiring(True, keys_growth):
         states, parts = new_states(cfgs), [[], []]
         for x, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
             got, states = simulate_batch_models(table.slice(a, b - a), cfgs, states,
@@ -140,7 +147,7 @@ def test_a_retirement_keeps_only_what_is_live(monkeypatch):
     cfgs = [GroConfig(), GroConfig(model="napi", queues=2)]
     with retiring(False):
         want = [simulate(table, c) for c in cfgs]
-    with retiring(True):
+    with retiring(True, keys_growth=0):
         states, parts = new_states(cfgs), [[], []]
         for a in range(0, 3000, 100):
             got, states = simulate_batch_models(table.slice(a, 100), cfgs, states)
@@ -187,3 +194,34 @@ def test_small_tables_are_not_retired():
     _, state = simulate_batch(table, GroConfig())
     assert len(state.union_ids) < retire.RETIRE_MIN
     assert not retire.retire_idle([state])
+
+
+def test_a_model_whose_keys_are_mostly_live_keeps_its_tables(monkeypatch):
+    """The union table retires, the napi model's keys (few live) are copied, the ideal
+    model's (an entry held for nearly every flow) stay as they are: the same table
+    objects, not a copy of every key per retirement; results as without retirement."""
+    copies = []
+    real = retire._retire_keys
+
+    def spy(st):
+        before = st.key_ids
+        out = real(st)
+        copies.append((st.model, st.key_ids is not before))
+        return out
+    monkeypatch.setattr(retire, "_retire_keys", spy)
+    _, table = _traffic(11, 3000, True)
+    cfgs = [GroConfig(), GroConfig(model="napi", queues=2)]
+    with retiring(False):
+        want = [simulate(table, c) for c in cfgs]
+    with retiring(True, keys_growth=2):
+        states, parts = new_states(cfgs), [[], []]
+        for a in range(0, 3000, 100):
+            got, states = simulate_batch_models(table.slice(a, 100), cfgs, states,
+                                                final=a == 2900)
+            for acc, part in zip(parts, got):
+                acc.append(part)
+    for p, c, w in zip(parts, cfgs, want):
+        assert_equal(assemble(p, c), w)
+    ideal = [copied for m, copied in copies if m == K.MODEL_IDEAL]
+    napi = [copied for m, copied in copies if m != K.MODEL_IDEAL]
+    assert ideal and napi and not all(ideal) and any(napi)
