@@ -214,12 +214,7 @@ def test_a_model_whose_keys_are_mostly_live_keeps_its_tables(monkeypatch):
     with retiring(False):
         want = [simulate(table, c) for c in cfgs]
     with retiring(True, keys_growth=2):
-        states, parts = new_states(cfgs), [[], []]
-        for a in range(0, 3000, 100):
-            got, states = simulate_batch_models(table.slice(a, 100), cfgs, states,
-                                                final=a == 2900)
-            for acc, part in zip(parts, got):
-                acc.append(part)
+        parts = fed_in_batches(table, cfgs, 100)
     for p, c, w in zip(parts, cfgs, want):
         assert_equal(assemble(p, c), w)
     ideal = [copied for m, copied in copies if m == K.MODEL_IDEAL]
