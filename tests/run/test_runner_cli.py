@@ -230,3 +230,20 @@ def test_summary_only_runs_threads_up_to_two_jobs(monkeypatch):
                                     "--format", "json"])
     assert res.exit_code == 0, res.stderr
     assert "threads in one process: summary only" in res.stderr, res.stderr
+
+
+def test_no_stream_jobs_cut_one_rx_queue_in_time(generated, tmp_path):  # noqa: F811
+    """``--jobs 2 --no-stream`` (the in-memory merge on Dask workers) with one RX queue:
+    the napi model is cut in time at an idle gap so both workers replay it (one line
+    says so), and the summary and the files equal one process's."""
+    one = run("analyze", generated[0], "--format", "json", "-q", "--out", tmp_path / "one",
+              "--no-stream")
+    res = CliRunner().invoke(main, [str(a) for a in (
+        "analyze", generated[0], "--format", "json", "--out", tmp_path / "two",
+        "--no-stream", "--jobs", "2")])
+    assert one.exit_code == 0 and res.exit_code == 0, res.output
+    assert json.loads(one.stdout) == json.loads(res.stdout)
+    assert "gropcap: napi model: cut in time at 1 idle gap(s) longer than 50 us, 2 " \
+        "pieces per RX-queue partition" in res.stderr.splitlines(), res.stderr
+    assert "2 workers" in res.stderr
+    assert_same_rows(tmp_path / "one", tmp_path / "two")
