@@ -424,3 +424,35 @@ def test_the_command_line_keeps_freed_blocks_unless_malloc_is_set(given, kept):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, check=True).stdout
     assert f"tuned {kept}" in out and f"kept {kept}" in out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux")
+@pytest.mark.parametrize("given, backend", [
+    ({}, "system"), ({"ARROW_DEFAULT_MEMORY_POOL": "jemalloc"}, "jemalloc"),
+    ({"MALLOC_ARENA_MAX": "8"}, None)])
+def test_the_command_line_gives_arrow_glibcs_malloc(given, backend):
+    """``gropcap.__main__.main`` makes glibc's malloc Arrow's pool when it tuned glibc
+    (``arrow_pool``): a pool the caller chose stays, and with glibc left alone
+    (``MALLOC_*`` set) so does Arrow's default."""
+    import pyarrow as pa
+    code = textwrap.dedent("""
+        import sys
+        sys.argv = ["gropcap", "--version"]
+        import gropcap.__main__ as m
+        try:
+            m.main()
+        except SystemExit:
+            pass
+        import pyarrow as pa
+        print("backend", pa.default_memory_pool().backend_name)
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")
+           and k not in ("GLIBC_TUNABLES", "ARROW_DEFAULT_MEMORY_POOL")}
+    env.update(given)
+    if "jemalloc" in given.values() and "jemalloc" not in pa.supported_memory_backends():
+        pytest.skip("this pyarrow has no jemalloc")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    default = pa.default_memory_pool().backend_name if not os.environ.get(
+        "ARROW_DEFAULT_MEMORY_POOL") else None
+    assert f"backend {backend or default}" in out, out
