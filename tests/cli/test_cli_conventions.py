@@ -378,6 +378,22 @@ def test_the_command_line_turns_numpy_huge_pages_off_unless_asked(given, advised
     """``gropcap.__main__.main`` sets NUMPY_MADVISE_HUGEPAGE=0 before numpy is imported
     (two-thread runs pay for zeroing fresh 2 MiB pages: docs/performance.md); a value
     the caller set stays."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    if given is not None:
+        env["NUMPY_MADVISE_HUGEPAGE"] = given
+    out = _after_main("""
+        try:
+            from numpy._core.multiarray import _get_madvise_hugepage
+        except ImportError:            # numpy 1
+            from numpy.core.multiarray import _get_madvise_hugepage
+        print("advised", _get_madvise_hugepage())
+    """, env)
+    assert f"advised {advised}" in out
+
+
+def _after_main(tail: str, env: dict) -> str:
+    """The stdout of a child that runs ``gropcap.__main__.main`` (``--version``) with
+    ``env``, then ``tail``."""
     code = textwrap.dedent("""
         import sys
         sys.argv = ["gropcap", "--version"]
@@ -386,18 +402,9 @@ def test_the_command_line_turns_numpy_huge_pages_off_unless_asked(given, advised
             m.main()
         except SystemExit:
             pass
-        try:
-            from numpy._core.multiarray import _get_madvise_hugepage
-        except ImportError:            # numpy 1
-            from numpy.core.multiarray import _get_madvise_hugepage
-        print("advised", _get_madvise_hugepage())
-    """)
-    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
-    if given is not None:
-        env["NUMPY_MADVISE_HUGEPAGE"] = given
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, check=True).stdout
-    assert f"advised {advised}" in out
+    """) + textwrap.dedent(tail)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, check=True).stdout
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux")
@@ -435,24 +442,15 @@ def test_the_command_line_gives_arrow_glibcs_malloc(given, backend):
     (``arrow_pool``): a pool the caller chose stays, and with glibc left alone
     (``MALLOC_*`` set) so does Arrow's default."""
     import pyarrow as pa
-    code = textwrap.dedent("""
-        import sys
-        sys.argv = ["gropcap", "--version"]
-        import gropcap.__main__ as m
-        try:
-            m.main()
-        except SystemExit:
-            pass
-        import pyarrow as pa
-        print("backend", pa.default_memory_pool().backend_name)
-    """)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")
            and k not in ("GLIBC_TUNABLES", "ARROW_DEFAULT_MEMORY_POOL")}
     env.update(given)
     if "jemalloc" in given.values() and "jemalloc" not in pa.supported_memory_backends():
         pytest.skip("this pyarrow has no jemalloc")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, check=True).stdout
+    out = _after_main("""
+        import pyarrow as pa
+        print("backend", pa.default_memory_pool().backend_name)
+    """, env)
     default = pa.default_memory_pool().backend_name if not os.environ.get(
         "ARROW_DEFAULT_MEMORY_POOL") else None
     assert f"backend {backend or default}" in out, out
