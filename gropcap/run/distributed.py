@@ -668,10 +668,11 @@ def analyze_distributed(paths, config: GroConfig | None = None, *, client=None,
             _scratch_dir(c, scratch) as tmp:
         nworkers = _nworkers(c)
         timed = time_pieces(config, models, engine, nworkers)
+        # (the decode tasks write each row's RX-queue partition; a model cut in time
+        # as well computes its partitions in the GRO tasks instead)
         splits = tuple((m, config.replace(model=m), _nparts(config.replace(model=m),
                                                              nworkers))
-                       for m in models if _split_ok(config.replace(model=m), engine)
-                       and m not in timed)
+                       for m in models if _split_ok(config.replace(model=m), engine))
         decoded, infos, failures = _decode_all(c, files, decode_options, decoder,
                                                split_bytes, batch_records, tmp, progress,
                                                tuple(s for s in splits if s[2] > 1))

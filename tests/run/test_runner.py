@@ -210,6 +210,21 @@ def test_one_rx_queue_cut_in_time_equal_one_process(client, generated, tmp_path,
     assert_same(one, dist, tmp_path)
 
 
+def test_four_workers_two_queues_cut_in_time_or_not(generated, tmp_path, monkeypatch):
+    """Four workers, two RX queues: each queue partition is cut in two at idle gaps;
+    where the capture has none that long (a 1 s flush timeout), the queue partitions
+    run as they are (their rows found from the decode tasks' partition files). Both
+    equal one process."""
+    from gropcap.gro import engine
+    seen, real = [], engine.time_cuts
+    monkeypatch.setattr(engine, "time_cuts", lambda *a: seen.append(real(*a)) or seen[-1])
+    for cfg, cuts in ((GroConfig(queues=2), 1), (GroConfig(
+            queues=2, gro_flush_timeout_ns=10**9, napi_defer_hard_irqs=1), 0)):
+        assert_same(analyze(generated, cfg), analyze_distributed(generated, cfg, jobs=4),
+                    tmp_path / str(cfg.gro_flush_timeout_ns))
+        assert len(seen.pop()) == cuts and not seen
+
+
 def test_gro_cells_stage_equal(client, tmp_path):
     files = [p for p in SAMPLES if "gre" in os.path.basename(p) or "dsa" in p]
     cfg = GroConfig(queues=2, tunnel_gro=True)
