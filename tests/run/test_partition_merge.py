@@ -126,6 +126,25 @@ def test_time_cuts_at_the_quiet_bound(kernel, timeout, defer):
             assert by_partitions(table, config, 3, time=cuts).equals(want), seed
 
 
+@pytest.mark.parametrize("extra", [
+    dict(udp_gro="forward"), dict(udp_gro="fraglist", queues=4),
+    dict(udp_tunnels="vxlan:4789", udp_gro="forward"),
+    dict(udp_tunnels="geneve:6081,vxlan-gpe:4790", gro_flush_timeout_ns=50_000,
+         napi_defer_hard_irqs=1)])
+def test_time_cuts_with_udp_gro_and_tunnel_sockets(extra):
+    """UDP GRO and UDP tunnel sockets hold their entries in the same per-queue table:
+    cut at idle gaps (the traffic's own 5 ms pauses), the merge equals one pass."""
+    from tests.gro.test_gro_engine_udp import udp_traffic
+    config = GroConfig(model="napi", **extra)
+    for seed in range(4):
+        table = udp_traffic(seed, 400, 6)
+        cuts = time_cuts(table.column("ts_ns").to_numpy(), config, 3)
+        assert len(cuts) == 2, seed
+        q = min(2, config.queues)
+        assert by_partitions(table, config, q * 3, (table.num_rows // 2,),
+                             time=cuts).equals(simulate(table, config)), seed
+
+
 def test_a_gap_shorter_than_the_quiet_time_is_not_a_cut():
     """The bound matters: with gro_flush_timeout and napi_defer_hard_irqs a queue keeps a
     segment held across a gap of a few timeouts, and the next segment of its flow
@@ -168,6 +187,11 @@ def test_coalesced_input_partitions(seed, n, parts, model):
     co = coalesced.coalesced_input(table)
     want = simulate(table, config, coalesced=co if co.num_coalesced else None)
     assert by_partitions(table, config, parts, (n // 3,), stats).equals(want)
+    if model == "napi":
+        # and each queue partition cut in time at the table's idle gaps
+        cuts = time_cuts(table.column("ts_ns").to_numpy(), config, 3)
+        assert by_partitions(table, config, parts * (len(cuts) + 1), (n // 3,), stats,
+                             time=cuts).equals(want)
 
 
 @pytest.mark.parametrize("model", ["ideal", "napi"])
