@@ -14,10 +14,10 @@ def main() -> None:
     so the run faults in and zeroes 2 MiB pages batch after batch. With two threads
     that cost a sixth of the wall time on the benchmark capture (json, 1.37-1.43 s
     against 1.16-1.21 s, `bench_targets.py --only threads`, alternating); one thread's
-    runs measured the same either way (docs/performance.md, "numpy's huge pages"). Both are set before numpy is
-    imported, so they also hold for the Dask workers the run starts. glibc's malloc
-    keeps the batches' blocks (:func:`tune_malloc`, this process only), and Arrow's
-    buffers come from it too (:func:`arrow_pool`)."""
+    runs measured the same either way (docs/performance.md, "numpy's huge pages").
+    Both are set before numpy is imported, so they also hold for the Dask workers the
+    run starts. glibc's malloc keeps the batches' blocks (:func:`tune_malloc`, this
+    process only), and Arrow's buffers come from it too (:func:`arrow_pool`)."""
     import os
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
@@ -40,9 +40,10 @@ def arrow_pool() -> bool:
     With :func:`tune_malloc` glibc keeps the blocks a batch frees for the next one;
     mimalloc hands Arrow's (IPC spills read back, Parquet pages, takes) back and the
     next batch faults in fresh zeroed pages. ``--out`` on the real capture, one thread:
-    2.65-2.72 s of CPU against 2.79-2.91 s, peak RSS 390 against 437 MB; on the 20 M-packet
-    capture, two threads: 25.3-25.5 s against 26.0-28.1 s wall, system time 6.4-6.6
-    against 7.1-9.6 s; summary only the same (docs/performance.md, "Writing Parquet").
+    2.65-2.72 s of CPU against 2.79-2.91 s, peak RSS 390 against 437 MB; on the 20
+    M-packet capture, two threads: 25.3-25.5 s against 26.0-28.1 s wall, system time
+    6.4-6.6 against 7.1-9.6 s; summary only the same (docs/performance.md, "Writing
+    Parquet").
     This process only: the Dask workers keep Arrow's default, as they keep glibc's."""
     import os
     if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
