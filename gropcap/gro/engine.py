@@ -1255,9 +1255,11 @@ def quiet_gap_ns(config: GroConfig) -> int | None:
       any gap;
     * HZ >= 1000: a full-budget poll flushes only old entries (``__napi_poll``,
       ``gro_flush_normal(&n->gro, HZ >= 1000)``) and the model's next poll is the
-      queue's next arrival, however late, so what that poll left held waits for it.
+      queue's next arrival, however late, so what that poll left held waits for it;
+    * ``poll_acks``: the polls end where the receiver's ACKs show a delivery, found by
+      a pass over the whole capture (``receive/ackpolls.py``), not by these timers.
     """
-    if config.model != "napi" or config.hz >= 1000:
+    if config.model != "napi" or config.hz >= 1000 or config.poll_acks:
         return None
     t = int(config.gro_flush_timeout_ns)
     return int(config.poll_gap_ns) + (max(int(config.napi_defer_hard_irqs), 1) + 1) * t

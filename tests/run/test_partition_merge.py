@@ -153,6 +153,10 @@ def test_a_gap_shorter_than_the_quiet_time_is_not_a_cut():
     config = GroConfig(model="napi", gro_flush_timeout_ns=100_000, napi_defer_hard_irqs=2)
     quiet = quiet_gap_ns(config)
     assert quiet == config.poll_gap_ns + 3 * 100_000
+    # the models and configurations that are not cut in time
+    for other in (config.replace(model="ideal"), config.replace(hz=1000),
+                  config.replace(poll_acks=True)):
+        assert quiet_gap_ns(other) is None
     table, _ = decode_files([p for p in SAMPLES if p.endswith("real_ipv4.pcap")])
     table = table.slice(0, 400)
     shown = 0
