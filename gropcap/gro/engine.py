@@ -1283,10 +1283,9 @@ def time_cuts(ts_ns: np.ndarray, config: GroConfig, pieces: int) -> np.ndarray:
     if not len(cand):
         return none
     want = (np.arange(1, pieces, dtype=np.int64) * len(ts)) // pieces
-    i = np.clip(np.searchsorted(cand, want), 1, len(cand) - 1) if len(cand) > 1 else \
-        np.zeros(len(want), np.int64)
-    lo = cand[np.maximum(i - 1, 0)]
-    hi = cand[i]
+    j = np.searchsorted(cand, want)
+    lo = cand[np.maximum(j - 1, 0)]                 # the candidates either side
+    hi = cand[np.minimum(j, len(cand) - 1)]
     pick = np.where(want - lo <= hi - want, lo, hi)
     return np.unique(pick).astype(np.int64)
 

@@ -22,7 +22,6 @@ super-packet ids, sizes); ``all`` writes every column of the packet table.
 
 from __future__ import annotations
 
-
 import numpy as np
 import pyarrow as pa
 
@@ -207,7 +206,7 @@ def address_text(raw: pa.ChunkedArray | pa.Array, version) -> pa.Array:
         words = np.ascontiguousarray(rows[v4, 12:16])
         uniq, inverse = _distinct_rows(words)
         idx[v4] = inverse
-        parts.append(_v4_texts(uniq))
+        parts.append(v4_texts(uniq))
     v6 = ver == 6
     if v6.any():
         six = np.ascontiguousarray(rows[v6])
@@ -230,8 +229,9 @@ def _distinct_rows(octets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return uniq.view(np.uint8).reshape(len(uniq), 4), numpy_of(d.indices).astype(np.int64)
 
 
-def _v4_texts(octets: np.ndarray) -> pa.Array:
-    """Dotted quads of the ``(m, 4)`` uint8 rows (network order), by Arrow compute."""
+def v4_texts(octets: np.ndarray) -> pa.Array:
+    """Dotted quads of the ``(m, 4)`` uint8 rows (network order), by Arrow compute (no
+    Python object per address; also the flows table's, ``run.accumulators.addr_texts``)."""
     import pyarrow.compute as pc
     m = len(octets)
     if not m:

@@ -471,11 +471,9 @@ def addr_texts(raw: pa.ChunkedArray, ver: np.ndarray) -> pa.Array:
         return strings_at([addr_text(ub[i, :16].tobytes(), int(ub[i, 16]))
                             for i in range(m)], inv.ravel())
     import pyarrow.compute as pc
-    octets = [pc.cast(arrow_numeric(np.ascontiguousarray(ub[:, 12 + i]), pa.uint8()),
-                      pa.string()) for i in range(4)]
-    dots = pa.StringArray.from_buffers(m, pa.py_buffer(np.arange(m + 1, dtype=np.int32)),
-                                       pa.py_buffer(b"." * m))
-    text = pc.binary_join_element_wise(*octets, dots)
+
+    from gropcap.io.columns import v4_texts
+    text = v4_texts(ub[:, 12:16])
     other = np.flatnonzero(ub[:, 16] != 4)
     if len(other):
         mask = np.zeros(m, np.bool_)
