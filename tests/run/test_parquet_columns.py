@@ -260,3 +260,45 @@ def test_row_groups_carry_statistics_for_what_readers_prune_by(mode, tmp_path):
     t = pq.read_table(os.path.join(out, "packets.parquet"))
     assert pa.types.is_dictionary(t.schema.field("reason_name").type)
     assert pa.types.is_string(t.schema.field("ip_src_text").type)
+
+
+def _encodings(path: str) -> dict:
+    """Per column of every row group: the set of encodings of its pages."""
+    md = pq.ParquetFile(path).metadata
+    got: dict = {}
+    for g in range(md.num_row_groups):
+        rg = md.row_group(g)
+        for i in range(rg.num_columns):
+            got.setdefault(rg.column(i).path_in_schema, set()).update(
+                rg.column(i).encodings)
+    return got
+
+
+@pytest.mark.parametrize("mode", ["memory", "stream"])
+def test_64_bit_columns_are_delta_encoded(mode, tmp_path):
+    """Every writer stores the 64-bit columns (times, records, ids) as
+    DELTA_BINARY_PACKED (io.parquet.delta_encoded) and the narrower ones as plain pages;
+    the values read back are the ones written (the in-memory tables)."""
+    from gropcap.io.parquet import delta_encoded
+    from gropcap.run.stream import stream_analyze
+    out = str(tmp_path / mode)
+    a = analyze([GRE, IP6])
+    if mode == "memory":
+        write_analysis(a, out)
+    else:
+        stream_analyze([GRE, IP6], out_dir=out, threads=1)
+    for name in FILES:
+        path = os.path.join(out, name)
+        schema = pq.read_schema(path)
+        enc = _encodings(path)
+        wide = [f.name for f in schema if delta_encoded(f)]
+        assert wide and all("DELTA_BINARY_PACKED" in enc[c] for c in wide), (name, enc)
+        assert not any("DELTA_BINARY_PACKED" in enc[f.name] for f in schema
+                       if f.name not in wide), (name, enc)
+    assert {"ts_ns", "record", "flow_id", "gro_seg"} <= {
+        f.name for f in pq.read_schema(os.path.join(out, "packets.parquet"))
+        if delta_encoded(f)}
+    got = pq.read_table(os.path.join(out, "superpackets.parquet"))
+    want = a.superpackets
+    for col in ("seg_id", "first_packet", "last_packet", "flow_id", "payload_len"):
+        assert got.column(col).to_pylist() == want.column(col).to_pylist(), col

@@ -53,6 +53,14 @@ def test_jobs_writes_a_dataset(generated, tmp_path):  # noqa: F811
     parts = sorted(os.listdir(tmp_path / "two" / "packets"))
     assert parts == ["part-00000.parquet", "part-00001.parquet"]
     assert ds.dataset(tmp_path / "two" / "packets").count_rows() == 9000
+    # the workers write the parts with the one process's options (io.parquet):
+    # the 64-bit columns delta-encoded
+    import pyarrow.parquet as pq
+    for stage, col in (("packets", "ts_ns"), ("superpackets", "seg_id")):
+        md = pq.ParquetFile(tmp_path / "two" / stage / parts[0]).metadata
+        rg = md.row_group(0)
+        i = md.schema.to_arrow_schema().get_field_index(col)
+        assert "DELTA_BINARY_PACKED" in rg.column(i).encodings, (stage, col)
     assert_same_rows(tmp_path / "one", tmp_path / "two")
     assert load(tmp_path / "two").summary() == load(tmp_path / "one").summary()
     again = run("analyze", *generated, "--queues", "4", "-q", "--out", tmp_path / "one",
