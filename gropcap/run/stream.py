@@ -20,6 +20,8 @@ same summary dict, batch by batch:
    and the super-packets per poll, each super-packet's delivery position is
    ``offset[rank[poll]] + its index within the poll``; a small reorder buffer writes them
    in that order (a queue's polls are already in time order, so the buffer stays small).
+   With two threads the rows are built and written from a second sweep over the spill in
+   a thread of their own (:class:`_SegWriter`), which the packets pass does not wait for.
 3. **packets pass**: the temporary decoded Parquet is read back batch by batch and joined
    with the spilled verdicts (``gro_seg`` from the instance -> position map).
 
@@ -298,10 +300,134 @@ class _SegOrder:
         self.seen += np.bincount(polls, minlength=len(self.seen))
         return pos
 
+    def copy(self) -> "_SegOrder":
+        """A cursor of its own over the same order, from where this one is (a second
+        sweep over the same spill: ``_SegWriter``)."""
+        import copy
+        other = copy.copy(self)
+        if self.inferred:
+            other.seen = self.seen.copy()
+        return other
+
     def poll_ids(self, polls: np.ndarray) -> np.ndarray:
         if self.inferred:
             return self.rank[polls]
         return polls if self.napi else np.full(len(polls), -1, np.int64)
+
+
+def _gso_types(s: dict, gtable: np.ndarray) -> np.ndarray:
+    """The ``gso_type`` of each spilled super-packet of ``s`` (0 for one packet)."""
+    gso_type = np.zeros(len(s["count"]), np.uint32)
+    multi = s["count"] > 1
+    gso_type[multi] = gtable[s["gcode"][multi], s["fixed"][multi] & 3]
+    return gso_type
+
+
+class _SegRows:
+    """superpackets.parquet's rows of one model in delivery order (``seg_id``), from its
+    spilled super-packets in spill order and their positions (:class:`_SegOrder`): rows
+    wait until every position before theirs has come."""
+
+    def __init__(self, model: str, gtable: np.ndarray):
+        self.model = model
+        self.gtable = gtable
+        self.pend: dict[str, np.ndarray] | None = None
+        self.next_pos = 0
+
+    def add(self, s: dict, pos: np.ndarray, poll_ids: np.ndarray,
+            last: bool) -> pa.Table | None:
+        """The next spilled part ``s`` with its positions and poll ids; returns the rows
+        that are next in delivery order (readable columns), or None. ``last``: the
+        model's last part (every row is returned)."""
+        rows = {
+            "seg_id": pos, "flow_id": s["flow"], "first_packet": s["first"],
+            "last_packet": s["last"], "count": s["count"].astype(np.int32),
+            "payload_len": s["payload"], "gso_size": s["gso"].astype(np.int32),
+            "gso_type": _gso_types(s, self.gtable), "end_reason": s["end"].astype(np.uint8),
+            "rx_queue": s["queue"].astype(np.uint16),
+            "poll_id": poll_ids.astype(np.int64),
+        }
+        pend = rows if self.pend is None else {k: np.concatenate([self.pend[k], rows[k]])
+                                                for k in rows}
+        o = np.argsort(pend["seg_id"], kind="stable")
+        pend = {k: v[o] for k, v in pend.items()}
+        exp = self.next_pos + np.arange(len(o))
+        ready = len(o) if last else int(np.argmin(np.append(pend["seg_id"] == exp, False)))
+        self.pend = {k: v[ready:] for k, v in pend.items()}
+        if not ready:
+            return None
+        self.next_pos += ready
+        chunk = {k: v[:ready] for k, v in pend.items()}
+        return readable(arrow_table(chunk).append_column(
+            "model", arrow_repeated(self.model, ready)))
+
+
+class _SegWriter:
+    """superpackets.parquet's writer: each model's rows (:class:`_SegRows`) from a sweep
+    over its spilled super-packets, written by ``write`` (a row group at a time).
+
+    ``threaded``: the sweeps run one after another (the file's model order) in a thread
+    of their own, each over the spill opened again (its own cursor: the caller sweeps
+    the same file for the positions and goes on to the packets pass, the next stage
+    that uses both cores, instead of waiting for the Parquet writes); ``drain`` waits
+    for them, ``close`` stops them after the part they are in. Not threaded: the caller
+    sweeps and writes in line (:meth:`sweep` is not called)."""
+
+    def __init__(self, write, *, threaded: bool):
+        import threading
+        self.threaded = threaded
+        self._write = write
+        self._stop = threading.Event()
+        self._jobs: list = []
+        self._pool = None
+        if threaded:
+            from concurrent.futures import ThreadPoolExecutor
+
+            from gropcap.priority import HELPER, lower_this_thread
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="gropcap-spwrite",
+                                            initializer=lower_this_thread,
+                                            initargs=(HELPER,))
+
+    def sweep(self, path: str, parts: int, order: "_SegOrder", rows: _SegRows) -> None:
+        """Queue the sweep of the model spilled at ``path`` (``parts`` parts, flushed),
+        with ``order`` a cursor of its own (:meth:`_SegOrder.copy`)."""
+        spill = SegSpill.reopen(path)       # open now: the caller unlinks it after its sweep
+        self._jobs.append(self._pool.submit(self._sweep, spill, parts, order, rows))
+
+    def _sweep(self, spill, parts: int, order: "_SegOrder", rows: _SegRows) -> None:
+        try:
+            for i in range(parts):
+                if self._stop.is_set():
+                    return
+                s = spill.get_segs()
+                tbl = rows.add(s, order.positions(s["poll"]), order.poll_ids(s["poll"]),
+                               i == parts - 1)
+                if tbl is not None:
+                    self._write(tbl)
+        finally:
+            spill.close()
+
+    def check(self) -> None:
+        """Raise the exception of a sweep that has failed, if any (the caller need not
+        finish the packets pass to learn of it)."""
+        while self._jobs and self._jobs[0].done():
+            self._jobs.pop(0).result()
+
+    def drain(self) -> None:
+        """Wait for every sweep queued (raises the first exception)."""
+        while self._jobs:
+            self._jobs.pop(0).result()
+
+    def close(self) -> None:
+        """Stop the sweeps (after the part each is in) and wait for the thread."""
+        if self._pool is None:
+            return
+        self._stop.set()
+        for f in self._jobs:
+            f.cancel()
+        self._jobs.clear()
+        self._pool.shutdown(wait=True)
+        self._pool = None
 
 
 class _Coalesced:
@@ -877,15 +1003,16 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             from gropcap.run.cells import CellsStage
 
         def write_superpackets(tbl):
-            # the sidecar's part (run.threads.Sidecar): the row group
+            # the writer's part (_SegWriter): the row group
             if "writer" not in sp_out:
                 from gropcap.io.parquet import parquet_options, with_metadata
                 sp_out["writer"] = pq.ParquetWriter(
                     sp_tmp, with_metadata(tbl.slice(0, 0), meta).schema,
                     **parquet_options(tbl.schema))
             sp_out["writer"].write_table(tbl)
-        from gropcap.run.threads import Sidecar
-        sp_side = Sidecar(threaded=threads > 1 and bool(out_dir), name="gropcap-spwrite")
+        # with two threads superpackets.parquet is written from a second sweep over each
+        # model's spill in a thread of its own, which goes on through the packets pass
+        sp_writer = _SegWriter(write_superpackets, threaded=threads > 1 and bool(out_dir))
         for run in ([] if inline else runs):
             if cells_on:
                 cells[run.model] = CellsStage(tmp, config.replace(model=run.model),
@@ -900,55 +1027,31 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             # delivery position per instance; -(pos + 1) for a super-packet of one packet
             ipos = np.full(ninst, -1, np.int32 if run.nseg < 2 ** 31 - 1 else np.int64)
             gtable = _gso_table(run.config)
+            rows = _SegRows(run.model, gtable) if out_dir else None
+            if rows is not None and sp_writer.threaded:
+                sp_writer.sweep(run.segs.path, run.parts, so.copy(), rows)
+                rows = None
             run.segs.rewind()
-            pend: dict[str, np.ndarray] | None = None
-            next_pos = 0
             for i in range(run.parts):
                 sp_phase.advance(1)
                 s = run.segs.get_segs()
                 pos = so.positions(s["poll"])
                 if len(pos):
                     ipos[s["inst"]] = np.where(s["count"] > 1, pos, -pos - 1)
-                if not out_dir and not cells_on:
-                    continue
-                gso_type = np.zeros(len(pos), np.uint32)
-                multi = s["count"] > 1
-                gso_type[multi] = gtable[s["gcode"][multi], s["fixed"][multi] & 3]
                 if cells_on:
                     cells[run.model].segs(pos, s["count"], s["payload"], s["gso"],
-                                          gso_type, s["end"], so.poll_ids(s["poll"]))
-                if not out_dir:
-                    continue
-                rows = {
-                    "seg_id": pos, "flow_id": s["flow"], "first_packet": s["first"],
-                    "last_packet": s["last"], "count": s["count"].astype(np.int32),
-                    "payload_len": s["payload"], "gso_size": s["gso"].astype(np.int32),
-                    "gso_type": gso_type, "end_reason": s["end"].astype(np.uint8),
-                    "rx_queue": s["queue"].astype(np.uint16),
-                    "poll_id": so.poll_ids(s["poll"]).astype(np.int64),
-                }
-                pend = rows if pend is None else {k: np.concatenate([pend[k], rows[k]])
-                                                  for k in rows}
-                o = np.argsort(pend["seg_id"], kind="stable")
-                pend = {k: v[o] for k, v in pend.items()}
-                exp = next_pos + np.arange(len(o))
-                ready = len(o) if i == run.parts - 1 else \
-                    int(np.argmin(np.append(pend["seg_id"] == exp, False)))
-                if ready:
-                    chunk = {k: v[:ready] for k, v in pend.items()}
-                    tbl = readable(arrow_table(chunk).append_column(
-                        "model", arrow_repeated(run.model, ready)))
-                    sp_side.submit(write_superpackets, tbl)
-                    next_pos += ready
-                    pend = {k: v[ready:] for k, v in pend.items()}
+                                          _gso_types(s, gtable), s["end"],
+                                          so.poll_ids(s["poll"]))
+                if rows is not None:
+                    tbl = rows.add(s, pos, so.poll_ids(s["poll"]), i == run.parts - 1)
+                    if tbl is not None:
+                        write_superpackets(tbl)
             orders[run.model] = so
             inst_pos[run.model] = ipos
             # head = the first row of an instance (a flow's rows keep their order)
             inst_first[run.model] = _FirstRows(ninst)
             run.segs.close()
-            os.unlink(run.segs.path)
-
-        sp_side.drain()
+            os.unlink(run.segs.path)        # (a sweep in the writer holds it open)
         sp_phase.end()
         tm["superpackets"] = clock() - t_start
         t_start = clock()
@@ -1023,7 +1126,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                     cols.update({f"{run.model}_{k}": v for k, v in c.items() if k != "flow_id"})
             if out_dir:
                 pk_side.submit(write_packets, packets_table(t, cols))
+                sp_writer.check()
         pk_side.drain()
+        sp_writer.drain()           # superpackets.parquet's last row groups
         pk_phase.end()
         extra = {}
         if cells_on:
@@ -1100,7 +1205,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     finally:
         # the worker threads stop (each finishes its batch) before the files go
         for stage in (locals().get("source"), locals().get("side"), locals().get("gro"),
-                      locals().get("sp_side"), locals().get("pk_source"),
+                      locals().get("sp_writer"), locals().get("pk_source"),
                       locals().get("pk_side")):
             if stage is not None:
                 stage.close()

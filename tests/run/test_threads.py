@@ -99,7 +99,8 @@ def test_a_failing_run_stops_its_workers(capture, tmp_path, monkeypatch):
 @pytest.mark.parametrize("where", ["superpackets", "packets", "writer"])
 def test_a_failure_in_the_output_passes_stops_their_workers(capture, tmp_path, monkeypatch,
                                                             where):
-    """An interrupt while the calling thread builds a super-packets or packets table, or
+    """An interrupt while a super-packets table (built in the super-packets writer's
+    thread, run.stream._SegWriter) or a packets table (the calling thread) is built, or
     a write error in a sidecar, ends the run with it: every worker stopped, nothing left
     in the temporary directory or --out."""
     import pyarrow.parquet as pq_mod
