@@ -1,6 +1,6 @@
 """numba passes over a decoded batch's columns for the run's accumulators
-(``run/accumulators.py``: CaptureCounts, FlowCauses; ``run/stream.py``: the first rows of
-each super-packet) and for :meth:`gropcap.gro.coalesced.CoalescedStats.add`: one pass
+(``run/accumulators.py``: CaptureCounts, FlowCauses, ModelCounts; ``run/stream.py``: the
+first rows of each super-packet) and for :meth:`gropcap.gro.coalesced.CoalescedStats.add`: one pass
 where numpy took a pass per mask and a sort per histogram.
 
 Each kernel is the numpy code it replaced, row by row (``tests/run/test_count_kernels.py``
@@ -238,6 +238,103 @@ def count_pairs(pairs):
         last, last_pos = k, pos[j]
         out_cnt[last_pos] += 1
     return out_key[:m], out_first[:m], out_cnt[:m]
+
+
+@njit(cache=True, nogil=True)
+def seg_maxima(count, payload, flow, file, out):
+    """``run.accumulators.ModelCounts.add_segs``' sizes of one batch's super-packets:
+    into ``out`` the largest ``count``, ``file``, ``file`` of those with payload (-1:
+    none) and ``flow`` (the lengths its histograms need, as ``np.bincount`` gives them)."""
+    out[0] = out[1] = out[2] = out[3] = -1
+    for i in range(count.shape[0]):
+        if count[i] > out[0]:
+            out[0] = count[i]
+        if file[i] > out[1]:
+            out[1] = file[i]
+        if payload[i] > 0 and file[i] > out[2]:
+            out[2] = file[i]
+        if flow[i] > out[3]:
+            out[3] = flow[i]
+
+
+@njit(cache=True, nogil=True)
+def seg_hists(count, end, payload, flow, file, end_hist, seg_hist, file_segs,
+              file_data_segs, flow_segs):
+    """``ModelCounts.add_segs``' histograms of one batch in one pass (each long enough:
+    :func:`seg_maxima`): super-packets by end reason, by segments, by input file (all,
+    and those with payload) and by flow; returns how many carry payload."""
+    data = 0
+    for i in range(count.shape[0]):
+        end_hist[end[i]] += 1
+        seg_hist[count[i]] += 1
+        file_segs[file[i]] += 1
+        flow_segs[flow[i]] += 1
+        if payload[i] > 0:
+            file_data_segs[file[i]] += 1
+            data += 1
+    return data
+
+
+# the counting table's largest load (keys / slots) before it grows (:func:`add_keys`)
+LOAD_NUM, LOAD_DEN = 7, 10
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _slot(k, size):
+    """The first slot of key ``k`` in a table of ``size`` slots: a 64-bit multiplicative
+    mix, its high 32 bits scaled to the size (any size below 2**32, no modulo)."""
+    h = np.uint64(k) * np.uint64(0x9E3779B97F4A7C15)
+    return np.int64(((h >> np.uint64(32)) * np.uint64(size)) >> np.uint64(32))
+
+
+@njit(cache=True, nogil=True)
+def add_keys(keys, weights, unit, table, counts, used, start):
+    """Add ``keys[i]`` (non-negative int64) with ``weights[i]`` (``unit``: 1 each) to
+    the counting table ``table``/``counts`` (open addressing, linear probing, ``_EMPTY``
+    free) from ``start`` on. Stops before a new key would load it past
+    ``LOAD_NUM / LOAD_DEN``: returns ``(i, used)``, the first key not added
+    (``len(keys)`` when all were) and the keys in the table; the caller grows it
+    (:func:`rehash`) and calls again from ``i``. The probe is inline (an array handed
+    to a function is reference-counted on every call)."""
+    n = keys.shape[0]
+    size = table.shape[0]
+    last, last_j = np.int64(_EMPTY), np.int64(0)
+    for i in range(start, n):
+        k = keys[i]
+        w = np.int64(1) if unit else weights[i]
+        if k == last:                       # a flow's run of one end reason: no probe
+            counts[last_j] += w
+            continue
+        j = _slot(k, size)
+        while table[j] != _EMPTY and table[j] != k:
+            j += 1
+            if j == size:
+                j = 0
+        if table[j] == _EMPTY:
+            if LOAD_DEN * (used + 1) > LOAD_NUM * size:
+                return i, used
+            table[j] = k
+            used += 1
+        counts[j] += w
+        last, last_j = k, j
+    return n, used
+
+
+@njit(cache=True, nogil=True)
+def rehash(table, counts, new_table, new_counts):
+    """Move the keys of one counting table (:func:`add_keys`) into a larger, empty one."""
+    size = new_table.shape[0]
+    for p in range(table.shape[0]):
+        k = table[p]
+        if k == _EMPTY:
+            continue
+        j = _slot(k, size)
+        while new_table[j] != _EMPTY:
+            j += 1
+            if j == size:
+                j = 0
+        new_table[j] = k
+        new_counts[j] = counts[p]
 
 
 # cached kernels load without numba's registry refresh (gropcap.numba_cache.light_loads)

@@ -310,9 +310,28 @@ class CoalescedCounts:
         return self
 
 
-# ModelCounts folds the (flow, reason) keys of new super-packets into its sorted ones
-# once at least this many wait
-TOP_FOLD_MIN = 1 << 16
+# ModelCounts counts super-packets per (flow, end reason) key in an open-addressing
+# table of at least this many slots (grown by half when it would be loaded past 70%:
+# gro._batch_kernels.add_keys)
+TOP_TABLE_MIN = 1 << 10
+
+
+def _i64(a) -> np.ndarray:
+    """``a`` as a C-contiguous, writable int64 array (one compiled specialisation of
+    the counting kernels), a copy only when it is not one already."""
+    a = np.asarray(a)
+    if a.dtype == np.int64 and a.flags.c_contiguous and a.flags.writeable:
+        return a
+    return np.array(a, np.int64, order="C")
+
+
+def _at_least(a: np.ndarray, n: int) -> np.ndarray:
+    """``a`` padded with zeros to ``n`` values (``a`` itself when long enough)."""
+    if len(a) >= n:
+        return a
+    out = np.zeros(n, np.int64)
+    out[:len(a)] = a
+    return out
 
 
 class ModelCounts:
@@ -330,13 +349,10 @@ class ModelCounts:
         self.file_segs = np.zeros(0, np.int64)
         self.file_data_segs = np.zeros(0, np.int64)
         self.flow_segs = np.zeros(0, np.int64)
-        # per (flow, end reason) key, flow * 256 + reason: super-packets (top_keys,
-        # top_counts); keys added since are folded in when read or once they outnumber
-        # those (each key is then sorted O(log) times, not once per batch)
-        self._top_keys = np.zeros(0, np.int64)
-        self._top_counts = np.zeros(0, np.int64)
-        self._top_parts: list = []
-        self._top_pending = 0
+        # per (flow, end reason) key, flow * 256 + reason: super-packets, counted in an
+        # open-addressing table (gro._batch_kernels.add_keys); top_keys / top_counts
+        # read it sorted
+        self._top_drop()
         self.encap: dict[str, int] = {}           # super-packets per encap (first packet)
         # egress totals (``egress.EgressCounts``) when the run accounts for egress
         self.egress = None
@@ -347,60 +363,80 @@ class ModelCounts:
 
     def add_segs(self, *, count, end, payload, flow, file) -> None:
         """Super-packets: segments each, end reason, payload bytes, flow id and the input
-        file of the first packet."""
+        file of the first packet (one pass for the histograms and one over the
+        (flow, end reason) keys: ``gro._batch_kernels``)."""
+        from gropcap.gro._batch_kernels import seg_hists, seg_maxima
         m = len(count)
         if not m:
             return
-        end = np.asarray(end).astype(np.int64)
+        count, end, payload = _i64(count), _i64(end), _i64(payload)
+        flow, file = _i64(flow), _i64(file)
+        top = np.empty(4, np.int64)
+        seg_maxima(count, payload, flow, file, top)
         self.nseg += m
-        self.end_hist += np.bincount(end, minlength=256)
-        self.largest = max(self.largest, int(np.max(count)))
-        self.seg_hist = _add_at(self.seg_hist, np.bincount(np.asarray(count, np.int64)))
-        has = np.asarray(payload) > 0
-        self.data_segs += int(np.count_nonzero(has))
-        file = np.asarray(file, np.int64)
-        self.file_segs = _add_at(self.file_segs, np.bincount(file))
-        self.file_data_segs = _add_at(self.file_data_segs, np.bincount(file[has]))
-        flow = np.asarray(flow).astype(np.int64)
-        self.flow_segs = _add_at(self.flow_segs, np.bincount(flow))
-        self._top(*np.unique(flow * 256 + end, return_counts=True))
+        self.largest = max(self.largest, int(top[0]))
+        # the lengths np.bincount would give, as before
+        self.seg_hist = _at_least(self.seg_hist, int(top[0]) + 1)
+        self.file_segs = _at_least(self.file_segs, int(top[1]) + 1)
+        self.file_data_segs = _at_least(self.file_data_segs, int(top[2]) + 1)
+        self.flow_segs = _at_least(self.flow_segs, int(top[3]) + 1)
+        self.data_segs += seg_hists(count, end, payload, flow, file, self.end_hist,
+                                    self.seg_hist, self.file_segs, self.file_data_segs,
+                                    self.flow_segs)
+        self._top(flow * 256 + end)
 
-    def _top(self, keys: np.ndarray, counts: np.ndarray) -> None:
+    def _top_drop(self) -> None:
+        size = max(2, TOP_TABLE_MIN)
+        self._top_table = np.full(size, -1, np.int64)
+        self._top_cnt = np.zeros(size, np.int64)
+        self._top_used = 0
+        self._top_sorted = None
+
+    def _top(self, keys: np.ndarray, counts: np.ndarray | None = None) -> None:
+        """Count ``keys`` (``flow * 256 + end reason``), ``counts`` each (None: one)."""
+        from gropcap.gro._batch_kernels import add_keys, rehash
+        keys = _i64(keys)
         if not len(keys):
             return
-        self._top_parts.append((np.asarray(keys, np.int64), np.asarray(counts, np.int64)))
-        self._top_pending += len(keys)
-        if self._top_pending > max(len(self._top_keys), TOP_FOLD_MIN):
-            self._fold_top()
+        weights = keys if counts is None else _i64(counts)
+        self._top_sorted = None
+        i = 0
+        while True:
+            i, self._top_used = add_keys(keys, weights, counts is None, self._top_table,
+                                         self._top_cnt, self._top_used, i)
+            if i == len(keys):
+                return
+            # 1.5 times the slots: at most twice the keys after growing (the keys of a
+            # run of 1.5 M flows: 3.3 M a model, 8 M slots with powers of two)
+            size = len(self._top_table) * 3 // 2 + 1
+            table = np.full(size, -1, np.int64)
+            cnt = np.zeros(size, np.int64)
+            rehash(self._top_table, self._top_cnt, table, cnt)
+            self._top_table, self._top_cnt = table, cnt
 
-    def _fold_top(self) -> None:
-        if not self._top_parts:
-            return
-        k = np.concatenate([self._top_keys] + [p[0] for p in self._top_parts])
-        v = np.concatenate([self._top_counts] + [p[1] for p in self._top_parts])
-        self._top_parts, self._top_pending = [], 0
-        uu, inv = np.unique(k, return_inverse=True)
-        self._top_keys = uu
-        self._top_counts = np.bincount(inv.ravel(), weights=v,
-                                       minlength=len(uu)).astype(np.int64)
+    def _sorted_top(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._top_sorted is None:
+            used = self._top_table >= 0
+            keys, cnt = self._top_table[used], self._top_cnt[used]
+            order = np.argsort(keys)
+            self._top_sorted = (keys[order], cnt[order])
+        return self._top_sorted
 
     @property
     def top_keys(self) -> np.ndarray:
         """Sorted ``flow * 256 + end reason`` keys of the super-packets counted."""
-        self._fold_top()
-        return self._top_keys
+        return self._sorted_top()[0]
 
     @property
     def top_counts(self) -> np.ndarray:
         """Super-packets per key of :attr:`top_keys`."""
-        self._fold_top()
-        return self._top_counts
+        return self._sorted_top()[1]
 
     def drop_flows(self) -> None:
         """Forget the per-flow counts (super-packets and end reasons per flow: a Dask
         task's, whose flows-table rows hold them)."""
-        self.flow_segs = self._top_keys = self._top_counts = np.zeros(0, np.int64)
-        self._top_parts, self._top_pending = [], 0
+        self.flow_segs = np.zeros(0, np.int64)
+        self._top_drop()
 
     def add_encap(self, t: pa.Table, first: np.ndarray) -> None:
         """Rows of ``t`` that are a super-packet's first packet (``first`` mask)."""

@@ -98,13 +98,14 @@ def test_model_counts_merged_from_pieces_equal_one_pass(two_files, model):
     assert _state(merged) == _state(whole)
 
 
-@pytest.mark.parametrize("fold_min", [1, 5, 1 << 16])
-def test_top_reasons_folded_now_and_then_equal_one_count(monkeypatch, fold_min):
-    """ModelCounts keeps each batch's (flow, end reason) keys aside and folds them into
-    its sorted counts only once they outnumber those (or when read): the counts, the
-    top reason per flow and a merge equal one count over every super-packet."""
+@pytest.mark.parametrize("table_min", [1, 4, 1 << 10])
+def test_top_reasons_counted_in_a_growing_table_equal_one_count(monkeypatch, table_min):
+    """ModelCounts counts each batch's (flow, end reason) keys in an open-addressing
+    table that grows as keys come (from 2 slots: a rehash every key or two): the counts
+    (read between batches too), the top reason per flow and a merge equal one count
+    over every super-packet."""
     import gropcap.run.accumulators as acc
-    monkeypatch.setattr(acc, "TOP_FOLD_MIN", fold_min)
+    monkeypatch.setattr(acc, "TOP_TABLE_MIN", table_min)
     rng = np.random.default_rng(11)
     flows, ends = [], []
     a, b = ModelCounts("napi"), ModelCounts("napi")
@@ -116,8 +117,11 @@ def test_top_reasons_folded_now_and_then_equal_one_count(monkeypatch, fold_min):
         ends.append(end)
         (a if i % 3 else b).add_segs(count=np.ones(m, np.int64), end=end,
                                      payload=np.ones(m), flow=flow, file=np.zeros(m))
-        if i == 17:
-            assert len(a.top_keys) == len(a.top_counts)     # a read between batches
+        if i == 17:                                         # a read between batches
+            mine = [f * 256 + e for j, (f, e) in enumerate(zip(flows, ends)) if j % 3]
+            k, c = np.unique(np.concatenate(mine), return_counts=True)
+            assert a.top_keys.tolist() == k.tolist()
+            assert a.top_counts.tolist() == c.tolist()
     key = np.concatenate(flows) * 256 + np.concatenate(ends)
     want_k, want_c = np.unique(key, return_counts=True)
     n_flows = int(np.concatenate(flows).max()) + 1
@@ -127,6 +131,42 @@ def test_top_reasons_folded_now_and_then_equal_one_count(monkeypatch, fold_min):
     assert a.top_keys.tolist() == want_k.tolist()
     assert a.top_counts.tolist() == want_c.tolist()
     assert a.top_reasons(n_flows).equals(whole.top_reasons(n_flows))
+
+
+def test_segment_histograms_equal_numpy_counts():
+    """ModelCounts.add_segs' one-pass histograms (gro._batch_kernels.seg_hists) equal
+    np.bincount's, lengths included, over batches of any dtype, empty batches and
+    files or flows that appear late."""
+    rng = np.random.default_rng(5)
+    mc = ModelCounts("ideal")
+    want = {k: np.zeros(0, np.int64) for k in ("seg_hist", "file_segs", "file_data_segs",
+                                                "flow_segs")}
+    end_hist = np.zeros(256, np.int64)
+    largest = data = n = 0
+    for i in range(12):
+        m = int(rng.integers(0, 300)) if i != 4 else 0
+        count = rng.integers(1, 3 + 10 * i, m).astype(np.int32 if i % 2 else np.int64)
+        end = rng.integers(0, 256, m).astype(np.uint8)
+        payload = np.where(rng.random(m) < 0.3, 0, rng.integers(1, 9000, m))
+        flow = rng.integers(0, 5 + 40 * i, m)
+        file = rng.integers(0, 1 + i // 3, m).astype(np.uint16)
+        mc.add_segs(count=count, end=end, payload=payload, flow=flow, file=file)
+        if not m:
+            continue
+        for k, v in (("seg_hist", count), ("file_segs", file),
+                     ("file_data_segs", file[payload > 0]), ("flow_segs", flow)):
+            b = np.bincount(np.asarray(v, np.int64))
+            out = np.zeros(max(len(want[k]), len(b)), np.int64)
+            out[:len(want[k])] += want[k]
+            out[:len(b)] += b
+            want[k] = out
+        end_hist += np.bincount(end, minlength=256)
+        largest, data, n = max(largest, int(count.max())), data + int((payload > 0).sum()), \
+            n + m
+    for k, v in want.items():
+        assert getattr(mc, k).tolist() == v.tolist(), k
+    assert mc.end_hist.tolist() == end_hist.tolist()
+    assert (mc.largest, mc.data_segs, mc.nseg) == (largest, data, n)
 
 
 def test_flow_counts_merged_in_row_order_equal_one_pass(two_files):
