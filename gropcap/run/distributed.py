@@ -519,10 +519,18 @@ def worker_environ() -> dict:
     with it glibc returns the engine's large per-batch arrays to the kernel after each
     batch and takes fresh pages for the next; a fused partition task over 2 M rows
     took 1.29 M page faults and 7.4 s of CPU instead of 4.7 s (docs/scale.md). Memory
-    stays bounded: the batches are."""
+    stays bounded: the batches are.
+
+    The workers' ``distributed`` log level is WARNING from their start (unless the
+    environment sets ``DASK_LOGGING__DISTRIBUTED``): their INFO lines are noise on the
+    user's terminal, and a run interrupted before :func:`_quiet_cluster` reached a
+    worker printed its teardown ("Received 'close-stream' ... closing.") after "gropcap:
+    interrupted" (``tests/run/test_interrupt.py``, seen once in a run of the suite)."""
     import dask
     env = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
     env.pop("MALLOC_TRIM_THRESHOLD_", None)
+    if "DASK_LOGGING__DISTRIBUTED" not in os.environ:
+        env.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
     return env
 
 

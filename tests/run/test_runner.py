@@ -976,3 +976,26 @@ def test_reference_decoder_per_partition(tmp_path, monkeypatch, reference_decode
     assert set(asked) == {"reference"}
     assert dist.summary == one.summary
     assert_same_rows(tmp_path / "one", tmp_path / "dist")
+
+
+def _distributed_log_level() -> int:
+    import logging
+    return logging.getLogger("distributed").getEffectiveLevel()
+
+
+def test_local_workers_log_warnings_only(monkeypatch):
+    """The workers --jobs starts log the ``distributed`` logger at WARNING from their
+    start (run.distributed.worker_environ): no INFO line of theirs reaches the user's
+    terminal, before or after "gropcap: interrupted"; an environment that sets the
+    level keeps its own."""
+    import logging
+
+    from gropcap.run.distributed import _local_cluster, worker_environ
+    cluster, c = _local_cluster(1)
+    try:
+        assert set(c.run(_distributed_log_level).values()) == {logging.WARNING}
+    finally:
+        c.close()
+        cluster.close()
+    monkeypatch.setenv("DASK_LOGGING__DISTRIBUTED", "debug")
+    assert "DASK_LOGGING__DISTRIBUTED" not in worker_environ()
