@@ -103,6 +103,10 @@ def test_address_text_equals_one_row_at_a_time():
     assert address_text(chunked, ver).to_pylist() == want
     assert address_text(raw.slice(7, 50), ver[7:57]).to_pylist() == want[7:57]
     assert address_text(raw.slice(0, 0), ver[:0]).to_pylist() == []
+    # every row IPv4 (the path without a mask), from an offset into the buffer
+    v4 = np.flatnonzero(ver == 4)
+    four = raw.take(pa.array(v4)).slice(3)
+    assert address_text(four, ver[v4][3:]).to_pylist() == [want[i] for i in v4[3:]]
 
 
 @settings(max_examples=400, deadline=None)
