@@ -44,11 +44,13 @@ paths written).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import errno
 import os
 import shutil
 import tempfile
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -303,7 +305,6 @@ class _SegOrder:
     def copy(self) -> "_SegOrder":
         """A cursor of its own over the same order, from where this one is (a second
         sweep over the same spill: ``_SegWriter``)."""
-        import copy
         other = copy.copy(self)
         if self.inferred:
             other.seen = self.seen.copy()
@@ -374,11 +375,11 @@ class _SegWriter:
     sweeps and writes in line (:meth:`sweep` is not called)."""
 
     def __init__(self, write, *, threaded: bool):
-        import threading
         self.threaded = threaded
         self._write = write
         self._stop = threading.Event()
         self._jobs: list = []
+        self._spills: list = []     # each sweep's spill, closed by the sweep or by close
         self._pool = None
         if threaded:
             from concurrent.futures import ThreadPoolExecutor
@@ -392,6 +393,7 @@ class _SegWriter:
         """Queue the sweep of the model spilled at ``path`` (``parts`` parts, flushed),
         with ``order`` a cursor of its own (:meth:`_SegOrder.copy`)."""
         spill = SegSpill.reopen(path)       # open now: the caller unlinks it after its sweep
+        self._spills.append(spill)
         self._jobs.append(self._pool.submit(self._sweep, spill, parts, order, rows))
 
     def _sweep(self, spill, parts: int, order: "_SegOrder", rows: _SegRows) -> None:
@@ -428,6 +430,8 @@ class _SegWriter:
         self._jobs.clear()
         self._pool.shutdown(wait=True)
         self._pool = None
+        for spill in self._spills:          # (those of sweeps that never started)
+            spill.close()
 
 
 class _Coalesced:

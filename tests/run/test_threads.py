@@ -393,3 +393,55 @@ def test_seg_spill_narrows_what_fits_and_reads_back_int64(tmp_path):
             assert got[f].dtype == np.int64 and (got[f] == s[f]).all(), f
     assert sizes[0] == sizes[2] - 4 * 500 * len(_SEG_NARROW)
     assert sizes[1] == sizes[0] + 4 * 500
+
+
+def test_seg_writer_close_stops_its_sweeps_and_closes_every_spill(tmp_path):
+    """run.stream._SegWriter: ``close`` during a sweep stops it after the part it is in,
+    cancels the sweeps not started and closes every spill they opened (nothing left
+    open on the run's temporary directory); ``drain`` raises a sweep's error."""
+    import numpy as np
+
+    from gropcap.gro.engine import _SEG_FIELDS
+    from gropcap.run.stream import SegSpill, _SegWriter
+
+    class Order:
+        def positions(self, polls):
+            return np.arange(len(polls))
+
+        def poll_ids(self, polls):
+            return polls
+
+    class Rows:
+        def add(self, s, pos, poll_ids, last):
+            return len(pos)
+
+    paths = []
+    for k in range(2):
+        sp = SegSpill(str(tmp_path / f"m{k}.segs"))
+        for _ in range(3):
+            sp.put_segs({f: np.zeros(4, np.int64) for f in _SEG_FIELDS})
+        sp.rewind()
+        sp.close()
+        paths.append(sp.path)
+    started, written = threading.Event(), []
+
+    def slow(n):
+        started.set()
+        time.sleep(0.2)
+        written.append(n)
+    w = _SegWriter(slow, threaded=True)
+    for p in paths:
+        w.sweep(p, 3, Order(), Rows())
+    assert started.wait(10)
+    w.close()
+    assert len(written) == 1                     # the first part of the first sweep
+    assert all(sp.f.closed for sp in w._spills) and len(w._spills) == 2
+    assert not _workers()
+
+    def fail(n):
+        raise OSError(28, "No space left on device")
+    w = _SegWriter(fail, threaded=True)
+    w.sweep(paths[0], 3, Order(), Rows())
+    with pytest.raises(OSError):
+        w.drain()
+    w.close()
