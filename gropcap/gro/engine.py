@@ -1180,6 +1180,15 @@ def _gso_table(config: GroConfig) -> np.ndarray:
     return _udp_prepare.gso_rows(table, config)
 
 
+def gso_types(s: dict, gtable: np.ndarray) -> np.ndarray:
+    """The ``gso_type`` of each super-packet of the engine's ``s`` fields (``count``,
+    ``gcode``, ``fixed``) from :func:`_gso_table`; 0 for a packet delivered alone."""
+    gso_type = np.zeros(len(s["count"]), np.uint32)
+    multi = s["count"] > 1
+    gso_type[multi] = gtable[s["gcode"][multi], s["fixed"][multi] & 3]
+    return gso_type
+
+
 def assemble(parts: list[BatchResult], config: GroConfig) -> GroResult:
     """Number super-packets (delivery order) and polls once every batch is in.
 
@@ -1224,10 +1233,7 @@ def assemble(parts: list[BatchResult], config: GroConfig) -> GroResult:
     if n:                             # gro_seg, role and poll ranks in one pass
         K.assemble_rows(inst, seg_of_inst, s["count"], s["first"], rank, pkt_poll, gro_seg,
                         role)
-    gso_type = np.zeros(m, np.uint32)
-    if m:
-        multi = s["count"] > 1
-        gso_type[multi] = _gso_table(config)[s["gcode"][multi], s["fixed"][multi] & 3]
+    gso_type = gso_types(s, _gso_table(config)) if m else np.zeros(0, np.uint32)
     return GroResult(
         flow_id=flow_id, gro_seg=gro_seg, gro_role=role, reason=reason, rx_queue=rx,
         poll_id=pkt_poll, seg_flow_id=s["flow"], seg_first_packet=s["first"],

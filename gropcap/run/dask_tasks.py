@@ -636,7 +636,7 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
     ``cells_dir`` (``--tunnel-gro``): each model's native super-packets gathered there
     for the gro_cells stage (``run.cells.CellsPart``; the pieces must hold every decoded
     column), returned as ``"cells"``: per model the part's files."""
-    from gropcap.gro.engine import _gso_table
+    from gropcap.gro.engine import _gso_table, gso_types
     from gropcap.io.columns import readable, readable_names, select_packet_columns
     from gropcap.io.parquet import with_metadata
     from gropcap.io.parquet import parquet_options
@@ -674,9 +674,7 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
                 ipos[s["inst"]] = np.where(s["count"] > 1, pos, -pos - 1)
             if (sp_path is None and cells is None) or not len(pos):
                 continue
-            gso_type = np.zeros(len(pos), np.uint32)
-            multi = s["count"] > 1
-            gso_type[multi] = gtable[s["gcode"][multi], s["fixed"][multi] & 3]
+            gso_type = gso_types(s, gtable)
             if cells is not None:
                 cells[m].segs(pos, s["count"], s["payload"], s["gso"], gso_type, s["end"],
                               so.poll_ids(s["poll"]))

@@ -242,14 +242,11 @@ class _ModelRun:
     def _egress(self, s) -> None:
         """Egress of the part's super-packets (``counts.egress``), their first packets'
         header codes from :attr:`egress_rows`."""
-        from gropcap.gro.engine import _gso_table
+        from gropcap.gro.engine import _gso_table, gso_types
         if self._gso_table is None:
             self._gso_table = _gso_table(self.config)
-        multi = s["count"] > 1
-        gso_type = np.zeros(len(multi), np.uint32)
-        gso_type[multi] = self._gso_table[s["gcode"][multi], s["fixed"][multi] & 3]
-        self.counts.egress.add(s["count"], s["gso"], gso_type, s["payload"],
-                               self.egress_rows.take(s["first"]))
+        self.counts.egress.add(s["count"], s["gso"], gso_types(s, self._gso_table),
+                               s["payload"], self.egress_rows.take(s["first"]))
 
 
 class _SegOrder:
@@ -316,14 +313,6 @@ class _SegOrder:
         return polls if self.napi else np.full(len(polls), -1, np.int64)
 
 
-def _gso_types(s: dict, gtable: np.ndarray) -> np.ndarray:
-    """The ``gso_type`` of each spilled super-packet of ``s`` (0 for one packet)."""
-    gso_type = np.zeros(len(s["count"]), np.uint32)
-    multi = s["count"] > 1
-    gso_type[multi] = gtable[s["gcode"][multi], s["fixed"][multi] & 3]
-    return gso_type
-
-
 class _SegRows:
     """superpackets.parquet's rows of one model in delivery order (``seg_id``), from its
     spilled super-packets in spill order and their positions (:class:`_SegOrder`): rows
@@ -340,11 +329,12 @@ class _SegRows:
         """The next spilled part ``s`` with its positions and poll ids; returns the rows
         that are next in delivery order (readable columns), or None. ``last``: the
         model's last part (every row is returned)."""
+        from gropcap.gro.engine import gso_types
         rows = {
             "seg_id": pos, "flow_id": s["flow"], "first_packet": s["first"],
             "last_packet": s["last"], "count": s["count"].astype(np.int32),
             "payload_len": s["payload"], "gso_size": s["gso"].astype(np.int32),
-            "gso_type": _gso_types(s, self.gtable), "end_reason": s["end"].astype(np.uint8),
+            "gso_type": gso_types(s, self.gtable), "end_reason": s["end"].astype(np.uint8),
             "rx_queue": s["queue"].astype(np.uint16),
             "poll_id": poll_ids.astype(np.int64),
         }
@@ -993,7 +983,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         tm["flows"] = clock() - t_start
         t_start = clock()
         # 3. super-packets pass: delivery positions, inst -> position map, Parquet rows
-        from gropcap.gro.engine import _gso_table
+        from gropcap.gro.engine import _gso_table, gso_types
         orders = {}
         inst_pos = {}
         inst_first = {}
@@ -1044,7 +1034,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                     ipos[s["inst"]] = np.where(s["count"] > 1, pos, -pos - 1)
                 if cells_on:
                     cells[run.model].segs(pos, s["count"], s["payload"], s["gso"],
-                                          _gso_types(s, gtable), s["end"],
+                                          gso_types(s, gtable), s["end"],
                                           so.poll_ids(s["poll"]))
                 if rows is not None:
                     tbl = rows.add(s, pos, so.poll_ids(s["poll"]), i == run.parts - 1)
