@@ -31,6 +31,7 @@ from gropcap.decode.schema import PACKET_COLUMNS, PACKET_SCHEMA
 from gropcap.errors import LoadError
 from gropcap.gro.config import DEFAULT_RSS_KEY, GroConfig, KernelProfile
 from gropcap.gro.result import PACKET_RESULT_DTYPES, SEG_DTYPES, GroResult
+from gropcap.io.parquet import as_built
 
 if TYPE_CHECKING:  # the pipeline imports the engines; load it only when called
     from gropcap.analysis import Analysis
@@ -227,9 +228,11 @@ def load(directory) -> Analysis:
         meta.update({k.decode(): v.decode() for k, v in (flows.schema.metadata or {}).items()
                      if k == b"gropcap.summary"})
         meta["gropcap.directory"] = directory
-    analysis._cache["packets"] = packets.replace_schema_metadata(None)
-    analysis._cache["superpackets"] = segs.replace_schema_metadata(None)
-    analysis._cache["flows"] = flows.replace_schema_metadata(None)
+    # the files declare their never-null columns so (io.parquet.required); the tables
+    # are given back as analyze() builds them
+    analysis._cache["packets"] = as_built(packets.replace_schema_metadata(None))
+    analysis._cache["superpackets"] = as_built(segs.replace_schema_metadata(None))
+    analysis._cache["flows"] = as_built(flows.replace_schema_metadata(None))
     analysis.metadata_loaded = meta
     if "gropcap.mtu" in meta:
         from gropcap.gro.mtu import MtuInference

@@ -15,7 +15,6 @@ import os
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from gropcap.arrays import arrow_repeated, arrow_table
 from gropcap.decode.schema import PACKET_SCHEMA
@@ -638,8 +637,7 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
     column), returned as ``"cells"``: per model the part's files."""
     from gropcap.gro.engine import _gso_table, gso_types
     from gropcap.io.columns import readable, readable_names, select_packet_columns
-    from gropcap.io.parquet import with_metadata
-    from gropcap.io.parquet import parquet_options
+    from gropcap.io.parquet import TableWriter
     from gropcap.run.spill import CAUSES, GIDS, causes_table, read_array, write_ipc
     work = works[k]
     fmap = np.array(read_array(os.path.join(work, GIDS)))
@@ -691,9 +689,7 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
                 "poll_id": so.poll_ids(s["poll"]).astype(np.int64)}).append_column(
                 "model", arrow_repeated(m, len(pos))))
             if sp_writer is None:
-                sp_writer = pq.ParquetWriter(sp_tmp, with_metadata(tbl.slice(0, 0),
-                                                                   meta).schema,
-                                             **parquet_options(tbl.schema))
+                sp_writer = TableWriter(sp_tmp, tbl, meta)
             sp_writer.write_table(tbl)
         segs.close()
         orders[m], inst_pos[m] = so, ipos
@@ -719,9 +715,7 @@ def write_partition_task(pieces, config, models, split: str, nparts: int, k: int
                                                   packet_columns)
         t = readable(t, columns=pk["columns"])
         if "writer" not in pk:
-            pk["writer"] = pq.ParquetWriter(pk_tmp, with_metadata(t.slice(0, 0),
-                                                                  meta).schema,
-                                            **parquet_options(t.schema))
+            pk["writer"] = TableWriter(pk_tmp, t, meta)
         pk["writer"].write_table(t)
     batches = (t for t, _ in _partition_batches(pieces, split, nparts, k, batch_records,
                                                 keep)) if not isinstance(pieces, str) \

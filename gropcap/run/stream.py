@@ -999,10 +999,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         def write_superpackets(tbl):
             # the writer's part (_SegWriter): the row group
             if "writer" not in sp_out:
-                from gropcap.io.parquet import parquet_options, with_metadata
-                sp_out["writer"] = pq.ParquetWriter(
-                    sp_tmp, with_metadata(tbl.slice(0, 0), meta).schema,
-                    **parquet_options(tbl.schema))
+                from gropcap.io.parquet import TableWriter
+                sp_out["writer"] = TableWriter(sp_tmp, tbl, meta)
             sp_out["writer"].write_table(tbl)
         # with two threads superpackets.parquet is written from a second sweep over each
         # model's spill in a thread of its own, which goes on through the packets pass
@@ -1078,10 +1076,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         def write_packets(t):
             # the sidecar's part: the row group
             if "writer" not in pk_out:
-                from gropcap.io.parquet import parquet_options, with_metadata
-                pk_out["writer"] = pq.ParquetWriter(
-                    pk_tmp, with_metadata(t.slice(0, 0), meta).schema,
-                    **parquet_options(t.schema))
+                from gropcap.io.parquet import TableWriter
+                pk_out["writer"] = TableWriter(pk_tmp, t, meta)
             pk_out["writer"].write_table(t)
 
         pk_source = Ahead(_verdict_rows(() if inline else decoded(), runs, cursors),

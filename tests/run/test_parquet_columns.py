@@ -20,7 +20,7 @@ from gropcap.decode.schema import STATUS_NAMES
 from gropcap.gro.reasons import REASONS, ROLE_NAMES
 from gropcap.io.columns import TS_TYPE, address_text, named
 from gropcap.io.load import load
-from gropcap.io.parquet import write_analysis
+from gropcap.io.parquet import file_schema, write_analysis
 from gropcap.run.memory import analyze
 
 from where import TESTS
@@ -132,7 +132,9 @@ def test_in_memory_written_and_loaded_tables_agree(written):
     for name, mem in (("packets", a.packets), ("superpackets", a.superpackets),
                       ("flows", a.flows)):
         disk = pq.read_table(out / f"{name}.parquet").replace_schema_metadata(None)
-        assert disk.schema.equals(mem.schema), name
+        # the file declares its never-null columns so; load gives the table as built
+        assert disk.schema.equals(file_schema(mem.schema, {})), name
+        assert all(f.nullable for f in mem.schema), name
         assert getattr(b, name).schema.equals(mem.schema), name
         # values (per-chunk dictionaries of `encap` differ between chunkings)
         assert getattr(b, name).to_pylist() == mem.to_pylist(), name
@@ -306,3 +308,45 @@ def test_64_bit_columns_are_delta_encoded(mode, tmp_path):
     want = a.superpackets
     for col in ("seg_id", "first_packet", "last_packet", "flow_id", "payload_len"):
         assert got.column(col).to_pylist() == want.column(col).to_pylist(), col
+
+
+@pytest.mark.parametrize("mode", ["memory", "stream", "stream2"])
+def test_never_null_columns_are_required(mode, tmp_path):
+    """Every writer declares the numeric, boolean and time columns REQUIRED (no
+    definition levels: io.parquet.required) and the strings and dictionaries OPTIONAL,
+    where the address texts of absent layers are null; the values read back are the
+    in-memory tables'."""
+    from gropcap.io.parquet import required
+    from gropcap.run.stream import stream_analyze
+    out = str(tmp_path / mode)
+    files = [GRE, os.path.join(HERE, "..", "sample_pcaps", "crafted_raw.pcap")]
+    a = analyze(files)
+    if mode == "memory":
+        write_analysis(a, out, columns="all")
+    else:
+        stream_analyze(files, out_dir=out, threads=1 if mode == "stream" else 2,
+                       packet_columns="all")
+    for name, mem in zip(FILES, (a.packets, a.superpackets, a.flows)):
+        path = os.path.join(out, name)
+        schema = pq.ParquetFile(path).schema          # the Parquet schema itself
+        kinds = {schema.column(i).path: schema.column(i).max_definition_level
+                 for i in range(len(schema))}
+        arrow = pq.read_schema(path)
+        opt = [f.name for f in arrow if not required(f)]
+        assert opt and [f.name for f in arrow if f.nullable] == opt, name
+        assert all(kinds[f.name] == 0 for f in arrow if required(f)), (name, kinds)
+        assert all(kinds[c] == 1 for c in opt if c in kinds), (name, kinds)
+        got = pq.read_table(path).replace_schema_metadata(None)
+        assert got.to_pylist() == mem.to_pylist(), name
+    t = pq.read_table(os.path.join(out, "packets.parquet"))
+    assert t.column("outer_ip_src_text").null_count > 0
+
+
+def test_a_null_in_a_required_column_is_refused(tmp_path):
+    """A null where the file's schema says none can be is a bug: the writer raises
+    instead of writing the file."""
+    from gropcap.io.parquet import write_table
+    t = pa.table({"flow_id": pa.array([1, None], pa.int64())})
+    with pytest.raises(ValueError, match="non-nullable"):   # (ArrowInvalid is one too)
+        write_table(t, str(tmp_path / "x.parquet"), {"gropcap.version": "x"})
+    assert not os.path.exists(tmp_path / "x.parquet")

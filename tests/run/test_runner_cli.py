@@ -61,6 +61,12 @@ def test_jobs_writes_a_dataset(generated, tmp_path):  # noqa: F811
         rg = md.row_group(0)
         i = md.schema.to_arrow_schema().get_field_index(col)
         assert "DELTA_BINARY_PACKED" in rg.column(i).encodings, (stage, col)
+        # and the one process's schema: never-null columns REQUIRED (io.parquet.required)
+        for part in parts:
+            got = pq.read_schema(tmp_path / "two" / stage / part)
+            want = pq.read_schema(tmp_path / "one" / f"{stage}.parquet")
+            assert [f.nullable for f in got] == [f.nullable for f in want], (stage, part)
+            assert not got.field(col).nullable, (stage, part)
     assert_same_rows(tmp_path / "one", tmp_path / "two")
     assert load(tmp_path / "two").summary() == load(tmp_path / "one").summary()
     again = run("analyze", *generated, "--queues", "4", "-q", "--out", tmp_path / "one",

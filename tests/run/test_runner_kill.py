@@ -154,10 +154,7 @@ def _fused(*args, d: str, stage: str):
 
 
 def _write(*args, d: str, stage: str):
-    import types
-
-    import pyarrow.parquet as pq
-
+    from gropcap.io import parquet
     from gropcap.run import dask_tasks
     k = args[5]
     log = os.path.join(d, "log")
@@ -166,12 +163,12 @@ def _write(*args, d: str, stage: str):
     ran_gro = any(s == "gro" and p == os.getpid() for s, _, p in _attempts(log))
     _log(log, "write", k)
     if stage == "write" and ran_gro and _first(os.path.join(d, "victim")):
-        class Holding(pq.ParquetWriter):
-            def write_table(self, table, *a, **kw):
-                super().write_table(table, *a, **kw)
+        class Holding(parquet.TableWriter):
+            def write_table(self, table):
+                super().write_table(table)
                 if "gro_role" in table.column_names:     # the packets part
                     _hold(os.path.join(d, "ready"))
-        dask_tasks.pq = types.SimpleNamespace(ParquetWriter=Holding)
+        parquet.TableWriter = Holding        # (the write task imports it when it runs)
     return dask_tasks.write_partition_task(*args)
 
 
