@@ -22,32 +22,52 @@ import numpy as np
 import pyarrow as pa
 
 
+# Arrow type -> its numpy dtype for numpy_of's buffer reads (np.bool_ for boolean), or
+# None for the types it hands to to_numpy: the pyarrow type tests and to_pandas_dtype
+# were most of a call's cost (about 2 800 calls a batch pass of the real capture)
+_DTYPES: dict = {}
+
+
+def _dtype_of(t: pa.DataType):
+    try:
+        return _DTYPES[t]
+    except KeyError:
+        pass
+    if pa.types.is_boolean(t):
+        d = np.dtype(np.bool_)
+    elif pa.types.is_integer(t) or pa.types.is_floating(t):
+        d = np.dtype(t.to_pandas_dtype())
+    else:
+        d = None
+    _DTYPES[t] = d
+    return d
+
+
 def numpy_of(col) -> np.ndarray:
     """``col.combine_chunks().to_numpy(zero_copy_only=False)`` (an Array or a
     ChunkedArray), read from the Arrow buffers for a null-free integer, float or boolean
     column: the same values, dtype and flags (numeric: a read-only view, empty or not,
     so numba compiles one signature; boolean: a new writable array). Other columns go
     through ``to_numpy``."""
-    t = col.type
-    simple = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
-    if simple and len(col) == 0:            # (combine_chunks of no chunk imports pandas)
-        if pa.types.is_boolean(t):
+    dt = _dtype_of(col.type)
+    if dt is not None and len(col) == 0:    # (combine_chunks of no chunk imports pandas)
+        if dt == np.bool_:
             return np.zeros(0, np.bool_)
-        empty = np.zeros(0, t.to_pandas_dtype())
+        empty = np.zeros(0, dt)
         empty.flags.writeable = False
         return empty
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-    if simple and col.null_count == 0:
+    if dt is not None and col.null_count == 0:
         n, off = len(col), col.offset
         buf = col.buffers()[1]
-        if pa.types.is_boolean(t):
+        if dt == np.bool_:
             # only the bytes of these rows: the buffer can be a slab far longer than
             # the column (the decoder's batches share one)
             bits = np.frombuffer(buf, np.uint8)[off // 8:(off + n + 7) // 8]
             lo = off % 8
             return np.unpackbits(bits, bitorder="little")[lo:lo + n].view(np.bool_)
-        view = np.frombuffer(buf, t.to_pandas_dtype())[off:off + n]
+        view = np.frombuffer(buf, dt)[off:off + n]
         view.flags.writeable = False        # (a writable buffer gives a writable view)
         return view
     return col.to_numpy(zero_copy_only=False)
@@ -75,7 +95,8 @@ def arrow_masked(a: np.ndarray, missing: np.ndarray, t: pa.DataType) -> pa.Array
     width (the values under the mask are set to 0)."""
     nulls = int(np.count_nonzero(missing))
     valid = pa.py_buffer(np.packbits(~missing, bitorder="little")) if nulls else None
-    data = np.ascontiguousarray(np.where(missing, 0, a).astype(a.dtype, copy=False))
+    data = np.ascontiguousarray(np.where(missing, 0, a).astype(a.dtype, copy=False)
+                                if nulls else a)
     return pa.Array.from_buffers(t, len(a), [valid, pa.py_buffer(data)], nulls)
 
 

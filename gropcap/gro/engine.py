@@ -998,7 +998,8 @@ def _run_batch(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineSta
     verdicts, segs, poll_parts = run_prepared(cols, ts, config, state, final)
     if final:
         state.finished = True
-    cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)  # noqa
+    cat = lambda parts: (parts[0] if len(parts) == 1 else np.concatenate(parts)) \
+        if parts else np.zeros(0, np.int64)  # noqa: E731 (one part: no copy)
     seg = {f: _join_segs([s[f] for s in segs]) for f in _SEG_FIELDS}
     if poll_parts:
         poll_base = poll_parts[0][0]
