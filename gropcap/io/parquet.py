@@ -25,7 +25,7 @@ def required(field: pa.Field) -> bool:
     (address texts, null where the layer is absent) and dictionaries (code names, null
     for a code without one) stay OPTIONAL. A REQUIRED column has no definition levels:
     the real capture's packets table wrote in 0.50 s of CPU against 0.81 s with every
-    column OPTIONAL (docs/performance.md, "Writing Parquet")."""
+    column OPTIONAL (docs/performance.md, "Session 23")."""
     t = field.type
     return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
             or pa.types.is_temporal(t))
