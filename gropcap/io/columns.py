@@ -196,8 +196,12 @@ def address_text(raw: pa.ChunkedArray | pa.Array, version) -> pa.Array:
     rows = buf.reshape(n, 16)
     # each row -> an index into the texts of the distinct addresses (-1: null), then one
     # Arrow take: no Python object per row
-    idx = np.full(n, -1, np.int64)
     v4 = ver == 4
+    v6 = ver == 6
+    if not v4.any() and not v6.any():
+        return pa.nulls(n, pa.string())     # no such layer (the outer addresses of
+        #                                     a capture without tunnels)
+    idx = np.full(n, -1, np.int64)
     parts = []
     if v4.any():
         # IPv4 (mapped): the last 4 bytes as one uint32, each distinct value formatted
@@ -210,7 +214,6 @@ def address_text(raw: pa.ChunkedArray | pa.Array, version) -> pa.Array:
         else:
             uniq, idx[v4] = _distinct_words(last[v4])
         parts.append(v4_texts(uniq))
-    v6 = ver == 6
     if v6.any():
         six = np.ascontiguousarray(rows[v6])
         uniq, inverse = _distinct(pa.Array.from_buffers(pa.binary(16), len(six),

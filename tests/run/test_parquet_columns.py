@@ -107,6 +107,9 @@ def test_address_text_equals_one_row_at_a_time():
     v4 = np.flatnonzero(ver == 4)
     four = raw.take(pa.array(v4)).slice(3)
     assert address_text(four, ver[v4][3:]).to_pylist() == [want[i] for i in v4[3:]]
+    # no row with the layer (outer addresses without tunnels): every text null, typed
+    none = address_text(raw.slice(5, 20), np.zeros(20, np.uint8))
+    assert none.type == pa.string() and none.to_pylist() == [None] * 20
 
 
 @settings(max_examples=400, deadline=None)
