@@ -336,7 +336,7 @@ class _SegRows:
             "payload_len": s["payload"], "gso_size": s["gso"].astype(np.int32),
             "gso_type": gso_types(s, self.gtable), "end_reason": s["end"].astype(np.uint8),
             "rx_queue": s["queue"].astype(np.uint16),
-            "poll_id": poll_ids.astype(np.int64),
+            "poll_id": poll_ids.astype(np.int64, copy=False),
         }
         pend = rows if self.pend is None else {k: np.concatenate([self.pend[k], rows[k]])
                                                 for k in rows}
@@ -1089,7 +1089,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             for run in runs:
                 fid, rxq, reason, inst, poll = got[run.model]
                 so = orders[run.model]
-                code = inst_pos[run.model][inst].astype(np.int64)
+                code = inst_pos[run.model][inst].astype(np.int64, copy=False)
                 alone = code < 0
                 first = inst_first[run.model](inst)
                 role = _roles(first, alone)
@@ -1106,10 +1106,11 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 if not out_dir:
                     continue        # the verdict columns are for packets.parquet only
                 poll_id = so.rank[poll] if so.inferred else poll
-                c = {"flow_id": fid.astype(np.int64),
+                c = {"flow_id": fid.astype(np.int64, copy=False),
                      "gro_seg": np.where(alone, -code - 1, code), "gro_role": role,
-                     "reason": reason.astype(np.uint8), "rx_queue": rxq.astype(np.uint16),
-                     "poll_id": poll_id.astype(np.int64)}
+                     "reason": reason.astype(np.uint8),
+                     "rx_queue": rxq.astype(np.uint16, copy=False),
+                     "poll_id": poll_id.astype(np.int64, copy=False)}
                 if run.model == primary:
                     cols = {**c, **cols}
                 else:
