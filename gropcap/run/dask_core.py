@@ -85,7 +85,6 @@ import os
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from gropcap.decode.schema import PACKET_SCHEMA
 from gropcap.gro.config import MODELS
@@ -491,7 +490,7 @@ def _results(c, tasks: list, fn) -> list:
 def _empty_part(stage: str, name: str, models, meta: dict, packet_columns) -> None:
     """A dataset directory with no rows still gets one (empty) part: the schema."""
     from gropcap.io.columns import readable, readable_names, select_packet_columns
-    from gropcap.io.parquet import with_metadata
+    from gropcap.io.parquet import write_table
     from gropcap.run.stream import _empty_packets, _empty_superpackets
     if name == "packets":
         primary = "napi" if "napi" in models else models[0]
@@ -502,8 +501,7 @@ def _empty_part(stage: str, name: str, models, meta: dict, packet_columns) -> No
         t = readable(_empty_superpackets())
     d = os.path.join(stage, name)
     os.makedirs(d, exist_ok=True)
-    pq.write_table(with_metadata(t, meta), os.path.join(d, "part-00000.parquet"),
-                   compression="zstd")
+    write_table(t, os.path.join(d, "part-00000.parquet"), meta, force=True)
 
 
 def check_targets(out_dir: str | None, force: bool) -> None:

@@ -737,8 +737,6 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         >>> r = stream_analyze("big.pcap", out_dir="out")          # doctest: +SKIP
         >>> r.summary["models"]["napi"]["aggregation_ratio"]        # doctest: +SKIP
     """
-    if out_dir:     # (not at the top: 7 ms of a warm summary-only run, docs/performance.md)
-        import pyarrow.parquet as pq
     from gropcap.errors import OutputError
     from gropcap.analysis import Analysis
     from gropcap.run.accumulators import Totals
@@ -1155,14 +1153,14 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 empty = _empty_packets(models, primary)
                 empty = readable(empty, columns=select_packet_columns(
                     readable_names(empty.column_names), packet_columns))
-                from gropcap.io.parquet import with_metadata
-                pq.write_table(with_metadata(empty, meta), pk_tmp, compression="zstd")
+                from gropcap.io.parquet import write_table
+                write_table(empty, pk_tmp, meta, force=True)    # (every file's options)
             else:
                 pk_out["writer"].close()
             if "writer" not in sp_out:
                 empty = readable(_empty_superpackets())
-                from gropcap.io.parquet import with_metadata
-                pq.write_table(with_metadata(empty, meta), sp_tmp, compression="zstd")
+                from gropcap.io.parquet import write_table
+                write_table(empty, sp_tmp, meta, force=True)
             else:
                 sp_out["writer"].close()
             from gropcap.io.parquet import summary_metadata, write_table
