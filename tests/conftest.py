@@ -7,6 +7,20 @@ paths). A test module that uses another's helpers imports it by its package path
 
 from __future__ import annotations
 
+import os
+
+# `pytest` runs the suite on pytest-xdist workers (pyproject's addopts: `-n auto --dist
+# worksteal`), one per CPU this process may use, at most XDIST_MAX_WORKERS: each worker
+# holds its own numba kernels and some tests start Dask clusters or veth pairs of their
+# own. `-n 0` (or `-p no:xdist`) runs everything in one process.
+XDIST_MAX_WORKERS = 8
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: the CPUs this process may run on (its affinity, not the host's count),
+    capped at XDIST_MAX_WORKERS."""
+    return max(1, min(len(os.sched_getaffinity(0)), XDIST_MAX_WORKERS))
+
 
 def pytest_sessionstart(session):
     """Compile the GRO and decode kernels (or load them from numba's cache) before any
@@ -14,7 +28,9 @@ def pytest_sessionstart(session):
     its own note (gro.engine.cold_start_reference), or compile inside whichever test came
     first, so results and stderr would depend on test order. The cold-cache behaviour is
     tested on its own, with fresh NUMBA_CACHE_DIRs (tests/cli/test_compile_note.py,
-    tests/gro/test_startup_tiers.py)."""
+    tests/gro/test_startup_tiers.py). With xdist the controller runs this first, on a
+    cold cache compiling once, and the workers it then starts load the kernels from the
+    cache."""
     import gropcap
     from where import SAMPLES
 
