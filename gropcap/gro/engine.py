@@ -1280,16 +1280,52 @@ def time_cuts(ts_ns: np.ndarray, config: GroConfig, pieces: int) -> np.ndarray:
     receiver (``partition_of(cuts=)``). Chosen nearest to equal shares of the rows; fewer
     (none) when the capture has fewer such gaps, or the model cannot be cut."""
     ts = np.asarray(ts_ns, np.int64)
+    return time_cuts_of_parts([len(ts)], lambda i: ts, config, pieces)
+
+
+def time_cuts_of_parts(sizes, read, config: GroConfig, pieces: int) -> np.ndarray:
+    """:func:`time_cuts` of the rows of consecutive parts (``sizes``: rows of each,
+    ``read(i)``: part ``i``'s ``ts_ns``, e.g. a column of a mapped file), reading one part
+    at a time: what is kept is a maximum and a minimum per part and the candidate rows,
+    not a time per row (the client of the core per partition, ``run.dask_core``)."""
     gap = quiet_gap_ns(config)
     none = np.zeros(0, np.int64)
-    if gap is None or pieces < 2 or len(ts) < 2:
+    n = int(sum(sizes))
+    if gap is None or pieces < 2 or n < 2:
         return none
-    before = np.maximum.accumulate(ts)[:-1]
-    after = np.minimum.accumulate(ts[::-1])[::-1][1:]
-    cand = np.flatnonzero(after - before > gap) + 1
+    # the earliest time of each part and of every part after it (backward), then one
+    # forward pass: the latest time before each row against the earliest from it on
+    lows = [int(np.min(read(i))) if sizes[i] else None for i in range(len(sizes))]
+    after_part = [None] * (len(sizes) + 1)
+    for i in range(len(sizes) - 1, -1, -1):
+        nxt = after_part[i + 1]
+        after_part[i] = lows[i] if nxt is None else nxt if lows[i] is None else \
+            min(lows[i], nxt)
+    cand, before, base = [], None, 0
+    for i, size in enumerate(sizes):
+        if not size:
+            continue
+        ts = np.asarray(read(i), np.int64)
+        upto = np.maximum.accumulate(ts)                 # latest time up to each row
+        if before is not None:
+            upto = np.maximum(upto, before)
+        suffix = np.minimum.accumulate(ts[::-1])[::-1]   # earliest from each row on
+        if after_part[i + 1] is not None:
+            suffix = np.minimum(suffix, after_part[i + 1])
+        # a cut before row j (j >= 1 overall): everything before it against j onwards
+        prev = np.empty(size, np.int64)
+        prev[1:] = upto[:-1]
+        prev[0] = before if before is not None else suffix[0]   # row 0: no cut
+        ok = suffix - prev > gap
+        if before is None:
+            ok[0] = False
+        cand.append(np.flatnonzero(ok) + base)
+        before = int(upto[-1])
+        base += size
+    cand = np.concatenate(cand) if cand else none
     if not len(cand):
         return none
-    want = (np.arange(1, pieces, dtype=np.int64) * len(ts)) // pieces
+    want = (np.arange(1, pieces, dtype=np.int64) * n) // pieces
     j = np.searchsorted(cand, want)
     lo = cand[np.maximum(j - 1, 0)]                 # the candidates either side
     hi = cand[np.minimum(j, len(cand) - 1)]

@@ -60,6 +60,23 @@ and every attempt writes under names of its own (GRO: an ``attempt-*`` directory
 returns; write: ``stage/.tmp`` then renamed into ``stage/NAME``); each stage's results are
 released once fetched, so nothing finished is recomputed (docs/scale.md "Failures").
 
+**Time pieces** (one receiver run on more workers than RX-queue partitions, e.g. one
+RX queue on two workers; the exchange, whose decoded rows the client can read first):
+the client reads the rows' times from the scratch pieces (``engine.time_cuts_of_parts``,
+one piece at a time) and cuts the run at idle gaps longer than every napi timer
+(``engine.quiet_gap_ns``); partition ``j`` is RX-queue partition ``j % nparts`` of time
+piece ``j // nparts``, the pieces playing the part of receiver runs for delivery order
+(piece after piece). Both models run over each piece, and the ideal model has no
+timer: it holds a flow's last super-packet across any gap. So the cut is exact only
+where it holds nothing either; the first piece's partitions tell (no ``END_CAPTURE``
+super-packet at their end, :func:`_cuts_clean`), and otherwise the GRO tasks run again
+without cuts, with a note. Flows span pieces: they are numbered by first row over
+every piece (``run.spill.number_flows_merged``, the partitions' keys in local order) and
+their flows-table rows and flow causes summed per flow (``run.spill.merged_flow_rows``,
+``merged_causes``; the end reasons from each partition's (flow, end reason) counts).
+Real captures whose flows end each burst with PSH cut cleanly (the bundled iperf3
+samples at every idle gap); traffic that leaves segments held does not.
+
 Exactness needs each partition to hold whole GRO-state units for every model: RX queues
 (napi) and loose same-flow classes (ideal). Both models run over one partition, cut by
 RX queue when napi runs. The napi model's classes include the RSS hash, so they never
@@ -474,6 +491,75 @@ def _add_causes(causes, works: list, base: int, n: int) -> None:
         causes.add(t)
 
 
+def _cut_pieces(scfg, models, nparts: int, nworkers: int, how: str, exchange: str,
+                separate: bool, plot: bool, cells_on: bool) -> int:
+    """Time pieces per RX-queue partition for one receiver run on more workers than
+    partitions (``nworkers // nparts``, 0: not cut): the napi model cut where every
+    queue is idle and empty (``engine.quiet_gap_ns``: not at HZ >= 1000, not with
+    ``--poll-acks``). Both models run over each piece, so a cut also needs the ideal
+    model to hold nothing there (it holds a flow's last super-packet across any gap):
+    :func:`_cuts_clean` checks it after the GRO tasks. Not cut: several receiver runs
+    (a task per run already), the fused exchange asked for (each task decodes the
+    input, none reads the rows' times first), ``--plot`` and ``--tunnel-gro`` (their
+    per-flow and per-super-packet parts are kept by partition)."""
+    from gropcap.gro.engine import quiet_gap_ns
+    if "napi" not in models or scfg.model != "napi" or quiet_gap_ns(scfg) is None:
+        return 0
+    if separate or plot or cells_on or how == "runs" or exchange == "fused" \
+            or nworkers // nparts < 2:
+        return 0
+    return nworkers // nparts
+
+
+def _core_time_cuts(decoded: list, scfg, pieces: int, progress) -> np.ndarray | None:
+    """The rows where the decoded run (scratch pieces in capture order) is cut into at
+    most ``pieces`` pieces of time (``engine.time_cuts_of_parts``: each piece's times
+    read from its mapped file in turn), None when there is no gap to cut at; says
+    which on ``progress``."""
+    from gropcap.gro.engine import quiet_gap_ns, time_cuts_of_parts
+    from gropcap.run.distributed import _table_of
+    refs = [p.ref for d in decoded for p in d.pieces]
+    sizes = [p.rows for d in decoded for p in d.pieces]
+
+    def ts(i):
+        col = _table_of(refs[i]).column("ts_ns")
+        return np.concatenate([c.to_numpy() for c in col.chunks]) if col.num_chunks \
+            else np.zeros(0, np.int64)
+    cuts = time_cuts_of_parts(sizes, ts, scfg, pieces)
+    if progress is not None:
+        gap = quiet_gap_ns(scfg) / 1000
+        progress.note(f"napi model: cut in time at {len(cuts)} idle gap(s) longer than "
+                      f"{gap:g} us, {len(cuts) + 1} pieces per RX-queue partition"
+                      if len(cuts) else f"napi model: no idle gap longer than {gap:g} us "
+                      "to cut it at: one task per RX-queue partition")
+    return cuts if len(cuts) else None
+
+
+def _cuts_clean(done: list, before: int) -> bool:
+    """Whether no partition of a time piece but the last (``done[:before]``) ended with
+    a super-packet still held (``END_CAPTURE``, in either model): then every model was
+    empty at every cut, and each piece replayed from a fresh receiver is the one-process
+    replay of its rows (the napi model by the quiet gap, the ideal model because it
+    holds nothing else from row to row)."""
+    from gropcap.gro.reasons import END_CAPTURE
+    return not any(mc.end_hist[END_CAPTURE] for d in done[:before]
+                   for mc in d["models"].values())
+
+
+def _add_flows_merged(tot, works: list, models) -> int:
+    """:func:`_add_flows` for time pieces, which share flows: numbered by first row over
+    every piece (``run.spill.number_flows_merged``), one flows-table row per flow
+    (``run.spill.merged_flow_rows``), appended a slice at a time."""
+    from gropcap.arrays import SLICE_ROWS
+    from gropcap.run.spill import merged_flow_rows, number_flows_merged
+    n = number_flows_merged(works, 0)
+    if n:
+        t = merged_flow_rows(works, 0, n, models)
+        for lo in range(0, t.num_rows, SLICE_ROWS):
+            tot.add_flow_rows(t.slice(lo, SLICE_ROWS))
+    return n
+
+
 def _results(c, tasks: list, fn) -> list:
     """The results of ``tasks`` (``(future, args)``, a task lost with its worker retried:
     ``run.distributed._result_or_retry``), then the futures released: a result kept on a
@@ -645,7 +731,14 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 check = nparts > 1 and split_model == "napi" and "ideal" in models
                 from gropcap.run.stream import _TunnelHint
                 how = exchange_rule(exchange, nparts, nworkers, _workers_local(c), separate)
+                # one receiver run on fewer RX-queue partitions than workers: cut in time
+                # (the exchange: the client reads the decoded rows' times first)
+                cut_pieces = _cut_pieces(scfg, models, nparts, nworkers, how, exchange,
+                                         separate, plot, cells_on)
+                if cut_pieces:
+                    how = "exchange"
                 nruns = 1
+                ngroups, cut_run = None, False    # time pieces (the exchange below)
                 fused = ran = None
                 from gropcap.run.dask_tasks import write_columns
                 # the columns a fused task keeps for the output pass (the gro_cells
@@ -729,24 +822,50 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                     nruns = max(run_of_file, default=0) + 1
                     run_pieces = [[p for p in pieces if run_of_file[p[2]] == r]
                                   for r in range(nruns)]
-                    works = [os.path.join(tmp, f"core-{k}") for k in range(nruns * nparts)]
-                    check = nparts > 1 and split_model == "napi" and "ideal" in models
+                    cuts = _core_time_cuts(decoded, scfg, cut_pieces, progress) \
+                        if cut_pieces and nruns == 1 and n else None
                     from gropcap.run.stream import _TunnelHint
                     hint = _TunnelHint(capture.udp_tunnels, config, models)
-                    tasks = []
-                    for k in range(nruns * nparts):
-                        args = (run_pieces[k // nparts], config, tuple(models), split, nparts,
-                                k, stats_arg,
-                                works[k], n, batch_records, check,
-                                hint.pairs if hint.collect else (), gro_egress,
-                                None if acks is None else (acks, 0), plot)
-                        tasks.append((c.submit(gro_partition_task, *args, pure=False), args))
-                    if progress is not None:
-                        # the decoded rows, shared by the partitions (the decode
-                        # counted them): its rate is packets/s
-                        progress.track_shares(f"GRO {'+'.join(models)}",
-                                              [f for f, _ in tasks], n, "packets")
-                    done = _results(c, tasks, gro_partition_task)
+                    while True:
+                        if cuts is not None:
+                            # time pieces play the part of receiver runs: partition j
+                            # holds RX-queue partition j % nparts of time piece
+                            # j // nparts (delivery is piece after piece)
+                            from gropcap.run.dask_tasks import time_windowed
+                            timed = time_windowed(
+                                [(p.ref, d.index, d.new_index, p.offset, p.rows)
+                                 for d in decoded for p in d.pieces],
+                                [0, *cuts.tolist(), n])
+                            ngroups = len(timed)
+                        else:
+                            timed, ngroups = run_pieces, nruns
+                        part_pieces = [timed[k // nparts] for k in range(ngroups * nparts)]
+                        name = "core" if cuts is None else "core-timed"
+                        works = [os.path.join(tmp, f"{name}-{k}")
+                                 for k in range(ngroups * nparts)]
+                        check = nparts > 1 and split_model == "napi" and "ideal" in models
+                        tasks = []
+                        for k in range(ngroups * nparts):
+                            args = (part_pieces[k], config, tuple(models), split, nparts,
+                                    k, stats_arg, works[k], n, batch_records, check,
+                                    hint.pairs if hint.collect else (), gro_egress,
+                                    None if acks is None else (acks, 0), plot)
+                            tasks.append((c.submit(gro_partition_task, *args, pure=False),
+                                          args))
+                        if progress is not None:
+                            # the decoded rows, shared by the partitions (the decode
+                            # counted them): its rate is packets/s
+                            progress.track_shares(f"GRO {'+'.join(models)}",
+                                                  [f for f, _ in tasks], n, "packets")
+                        done = _results(c, tasks, gro_partition_task)
+                        if cuts is None or _cuts_clean(done, (ngroups - 1) * nparts):
+                            break
+                        if progress is not None:
+                            progress.note("a super-packet was held across a time cut "
+                                          "(the ideal model holds a flow's last one "
+                                          "across any gap): replayed without time cuts")
+                        cuts = None
+                    cut_run = cuts is not None
                     # each attempt writes a directory of its own: read the one that answered
                     works = [d["work"] for d in done]
                     if stats_arg is not None:
@@ -755,14 +874,16 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 t0 = clock()
                 if ran is None:
                     from gropcap.run.spill import CausesSpill, Spill
-                    # (a flow key in two runs is two flows)
-                    for r in range(nruns):
+                    # (a flow key in two runs is two flows; time pieces share flows)
+                    for r in range(ngroups or nruns):
                         _check_disjoint(works[r * nparts:(r + 1) * nparts])
                     tot = Totals(models, config.verify_checksums,
                                  spill=Spill(os.path.join(tmp, "flows.arrow")))
                     _merge_run(tot, done)
                     # flows numbered over the capture: nothing per flow on the client
-                    nflows = _add_flows(tot, works, 0)
+                    # (time pieces: one row per flow from every piece's, run.spill)
+                    nflows = _add_flows_merged(tot, works, models) if cut_run else \
+                        _add_flows(tot, works, 0)
                 else:
                     tot = ran["tot"]        # merged run by run
                 tot.capture = capture
@@ -780,7 +901,7 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                 for k, d in enumerate(done if ran is None else ()):
                     if "local" in d:
                         continue        # summary only: counted already (runs: written)
-                    args = (pieces[k] if fused else run_pieces[k // nparts], config,
+                    args = (pieces[k] if fused else part_pieces[k], config,
                             tuple(models), split, nparts, k, works,
                             d["info"], stage, meta, packet_columns, batch_records,
                             hint.pairs, None, plot, cells_dir)
@@ -800,7 +921,11 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                     cells = {}
                     for w in wrote:
                         _fold_wrote(w, tot, hint, cells)
-                    _add_causes(causes, works, 0, nflows)
+                    if cut_run:
+                        from gropcap.run.spill import merged_causes
+                        causes.add(merged_causes(works, 0, nflows))
+                    else:
+                        _add_causes(causes, works, 0, nflows)
                     parts = None
                     if plot:
                         from gropcap.run.plotdata import PlotParts

@@ -27,25 +27,31 @@ def _partition_batches(pieces, split: str, nparts: int, k: int, batch_records: i
     ``batch_records`` rows: each slice of ``batch_records * nparts`` piece rows filtered
     to the partition's, 10x cheaper than a ``take`` over the whole piece), from the
     scratch pieces ``(path, index, new_index, offset)`` (mapped: only the rows kept are
-    copied); ``columns``: only those (None: all)."""
+    copied); ``columns``: only those (None: all). A piece may carry a window of global
+    rows, ``(path, index, new_index, offset, lo, hi)``: only its rows ``lo <= row < hi``
+    (a time piece of the core per partition, :func:`time_windowed`)."""
     from gropcap.run.distributed import _renumber_file, _table_of
     step = batch_records * max(1, nparts)
-    for path, index, new_index, offset in pieces:
+    for path, index, new_index, offset, *window in pieces:
         table = _table_of(path)
         if not table.num_rows:
             continue
+        start, stop = 0, table.num_rows
+        if window:
+            start, stop = max(0, window[0] - offset), min(stop, window[1] - offset)
         if columns is not None:
             table = table.select(columns)
         part = None
         if nparts > 1:
             with pa.memory_map(f"{path}.{split}.part") as src:
                 part = pa.ipc.open_file(src).read_all().column("part").to_numpy()
-        for lo in range(0, table.num_rows, step):
-            t = table.slice(lo, step)
+        for lo in range(start, stop, step):
+            t = table.slice(lo, min(step, stop - lo))
             if part is None:
                 rows = np.arange(lo, lo + t.num_rows, dtype=np.int64)
             else:
-                mine = part[lo:lo + step] == k % nparts   # k // nparts: its receiver run
+                # k // nparts: its receiver run (or time piece)
+                mine = part[lo:lo + t.num_rows] == k % nparts
                 rows = np.flatnonzero(mine) + lo
                 if not len(rows):
                     continue
@@ -53,6 +59,19 @@ def _partition_batches(pieces, split: str, nparts: int, k: int, batch_records: i
             if index != new_index and "file_index" in t.column_names:
                 t = _renumber_file(t, new_index)
             yield t, rows + offset
+
+
+def time_windowed(pieces: list, bounds) -> list[list]:
+    """The scratch pieces of one receiver run (``(path, index, new_index, offset, rows)``
+    with its row count last) cut into time pieces at ``bounds`` (global rows: 0, the
+    cuts, the run's rows): per piece of time, the pieces with rows in it, each with its
+    window of global rows (:func:`_partition_batches`)."""
+    out = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        out.append([(path, index, new_index, offset, int(lo), int(hi))
+                    for path, index, new_index, offset, rows in pieces
+                    if offset < hi and offset + rows > lo])
+    return out
 
 
 def _class_hash(t: pa.Table, config) -> np.ndarray:
@@ -288,11 +307,13 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
     save_partition_flows(work, tot.flows.table(tot.models),
                          np.concatenate(firsts) if firsts else np.zeros(0, np.int64),
                          keys, hashes if check else None)
+    from gropcap.arrays import write_array
     for m, mc in tot.models.items():
-        if plot:        # (flow, end reason) keys, this partition's flow ids
-            from gropcap.arrays import write_array
-            write_array(os.path.join(work, f"top-{m}.npy"),
-                        np.stack([mc.top_keys, mc.top_counts]))
+        # (flow, end reason) keys, this partition's flow ids: what --plot bins, and what
+        # a flow's most frequent end reason is summed from when time pieces share flows
+        # (run.spill.merged_flow_rows)
+        write_array(os.path.join(work, f"top-{m}.npy"),
+                    np.stack([mc.top_keys, mc.top_counts]))
         mc.drop_flows()
     return {"k": k, "work": work, "rows": n, "models": tot.models, "nflows": nflows,
             "coalesced": coal, "info": info,

@@ -38,6 +38,7 @@ FIRSTS = "firsts.npy"           # each flow's first global row (ascending)
 KEYS = "keys.npy"               # the flows' same-flow keys (fixed-width bytes), sorted
 HASHES = "hashes.npy"           # the rows' loose same-flow class hashes, sorted
 GIDS = "gid.npy"                # each flow's id in the run's numbering (the client's)
+LKEYS = "lkeys.npy"             # the flows' same-flow keys in local flow order
 CAUSE_COLS = ("total", "ahead", "back")
 
 
@@ -71,6 +72,7 @@ def save_partition_flows(work: str, flows: pa.Table, firsts: np.ndarray,
     if keys.dtype.kind == "V":      # (raw bytes: sortable and searchable as byte strings)
         keys = keys.view(f"S{keys.dtype.itemsize}")
     write_array(os.path.join(work, KEYS), np.sort(keys))
+    write_array(os.path.join(work, LKEYS), keys)
     if hashes is not None:
         write_array(os.path.join(work, HASHES), np.unique(hashes))
 
@@ -144,6 +146,115 @@ def in_flow_order(works: list[str], name: str, base: int, n: int):
         for t, gid in zip(tables, gids):
             arrays.drop_pages(t)
             arrays.drop_pages(gid)
+
+
+def number_flows_merged(works: list[str], base: int = 0) -> int:
+    """:func:`number_flows` for partitions that may share flows (time pieces of one
+    receiver run, ``run.dask_core``): a flow is its key (:data:`LKEYS`), numbered by its
+    first row over every partition; each partition's ``gid.npy`` maps its local flows
+    to those ids, which then need not rise within a partition and may occur in several.
+    Returns the flows. Holds every partition's keys (one per flow and partition)."""
+    keys = [np.asarray(read_array(os.path.join(w, LKEYS))) for w in works]
+    firsts = [np.asarray(read_array(os.path.join(w, FIRSTS))) for w in works]
+    if not sum(len(k) for k in keys):
+        for w in works:
+            write_array(os.path.join(w, GIDS), np.zeros(0, np.int64))
+        return 0
+    width = max(k.dtype.itemsize for k in keys if len(k))
+    allk = np.concatenate([k.astype(f"S{width}") if len(k) else np.zeros(0, f"S{width}")
+                           for k in keys])
+    uniq, inv = np.unique(allk, return_inverse=True)
+    first = np.full(len(uniq), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first, inv, np.concatenate(firsts).astype(np.int64))
+    rank = np.empty(len(uniq), np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(uniq), dtype=np.int64)
+    lo = 0
+    for w, k in zip(works, keys):
+        write_array(os.path.join(w, GIDS), base + rank[inv[lo:lo + len(k)]])
+        lo += len(k)
+    return len(uniq)
+
+
+def _gathered(works: list[str], name: str):
+    """Every partition's table ``name`` (local flow order), their ``gid.npy`` and first
+    rows, concatenated and ordered by (flow id, first row): the rows of one flow
+    together, the one of its first appearance first."""
+    tables, gids, firsts = [], [], []
+    for w in works:
+        gid = np.asarray(read_array(os.path.join(w, GIDS)))
+        if len(gid):
+            tables.append(map_ipc_file(os.path.join(w, name)))
+            gids.append(gid)
+            firsts.append(np.asarray(read_array(os.path.join(w, FIRSTS))))
+    if not tables:
+        return None, np.zeros(0, np.int64), np.zeros(0, bool)
+    gid, first = np.concatenate(gids), np.concatenate(firsts)
+    order = np.lexsort((first, gid))
+    table = pa.concat_tables(tables).take(arrays.arrow_indices(order))
+    gid = gid[order]
+    head = np.ones(len(gid), bool)
+    head[1:] = gid[1:] != gid[:-1]
+    return table, gid, head
+
+
+def merged_flow_rows(works: list[str], base: int, n: int, models) -> pa.Table:
+    """The flows-table rows of partitions that share flows (:func:`number_flows_merged`),
+    one row per flow in flow order: the key columns of its first appearance, packets,
+    payload bytes and super-packets summed, the ratio of the sums, and the most frequent
+    end reason of the summed (flow, end reason) counts each partition kept
+    (``top-MODEL.npy``). Time pieces cut where nothing is held (``run.dask_core``) share
+    no super-packet, so each sum is the one-process count."""
+    from gropcap.run.accumulators import ModelCounts
+    table, gid, head = _gathered(works, FLOWS)
+    if table is None:
+        return None
+    starts = np.flatnonzero(head)
+    out = table.take(arrays.arrow_indices(starts))
+    if len(np.unique(gid)) != n or gid[starts][0] != base:
+        raise ValueError(f"flows {base}-{base + n - 1}: {len(starts)} found")
+
+    def summed(name):
+        v = arrays.numpy_of(table.column(name)).astype(np.int64)
+        return np.add.reduceat(v, starts)
+    cols = {"flow_id": gid[starts], "packets": summed("packets"),
+            "payload_bytes": summed("payload_bytes")}
+    for m in models:
+        segs = summed(f"{m}_superpackets")
+        cols[f"{m}_superpackets"] = segs
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cols[f"{m}_ratio"] = np.where(segs > 0, cols["packets"] / np.maximum(segs, 1),
+                                          0.0)
+        mc = ModelCounts(m)
+        for w in works:
+            fmap = np.asarray(read_array(os.path.join(w, GIDS)))
+            path = os.path.join(w, f"top-{m}.npy")
+            if not len(fmap) or not os.path.exists(path):
+                continue
+            keys, counts = np.asarray(read_array(path))
+            f, r = np.divmod(keys, 256)
+            mc._top((fmap[f] - base) * 256 + r, counts)
+        cols[f"{m}_top_reason"] = mc.top_reasons(n)
+    for name, v in cols.items():
+        i = out.schema.get_field_index(name)
+        typ = out.schema.field(i).type
+        out = out.set_column(i, name, v if isinstance(v, (pa.Array, pa.ChunkedArray))
+                             else arrow_numeric(np.ascontiguousarray(v), typ))
+    return out
+
+
+def merged_causes(works: list[str], base: int, n: int) -> pa.Table:
+    """The flow causes (:data:`CAUSES`) of partitions that share flows, summed per flow
+    in flow order (a sequence break is counted where the flow's held entry is, in the
+    partition of its time piece)."""
+    out = {k: np.zeros(n, np.int64) for k in CAUSE_COLS}
+    for w in works:
+        gid = np.asarray(read_array(os.path.join(w, GIDS)))
+        if not len(gid):
+            continue
+        t = map_ipc_file(os.path.join(w, CAUSES))
+        for k in CAUSE_COLS:
+            np.add.at(out[k], gid - base, arrays.numpy_of(t.column(k)).astype(np.int64))
+    return pa.table({k: arrow_numeric(v, pa.int64()) for k, v in out.items()})
 
 
 class Spill:
@@ -239,4 +350,5 @@ class CausesSpill:
 
 
 __all__ = ["Spill", "CausesSpill", "CauseTexts", "save_partition_flows", "disjoint",
-           "number_flows", "in_flow_order", "causes_table"]
+           "number_flows", "in_flow_order", "causes_table", "number_flows_merged",
+           "merged_flow_rows", "merged_causes"]

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -25,6 +26,7 @@ distributed = pytest.importorskip("distributed", reason="dask[distributed] not i
 
 from gropcap import constants as C  # noqa: E402
 from gropcap.capture.writer import write_pcap, write_pcapng  # noqa: E402
+from gropcap.gro import engine  # noqa: E402
 from gropcap.gro.config import GroConfig, KernelProfile  # noqa: E402
 from gropcap.io.parquet import write_analysis  # noqa: E402
 from gropcap.run.memory import analyze  # noqa: E402
@@ -530,6 +532,83 @@ def test_core_per_partition_samples(client, tmp_path, queues):
     assert_same_rows(tmp_path / "one", tmp_path / "dist")
 
 
+def _notes(monkeypatch):
+    from gropcap.run.progress import Progress
+    notes = []
+    p = Progress(False, quiet=False)
+    monkeypatch.setattr(p, "note", lambda text, **_: notes.append(text))
+    return p, notes
+
+
+@pytest.mark.parametrize("out", [True, False], ids=["out", "summary"])
+@pytest.mark.parametrize("name,cfg", [
+    ("real_ipv4_p4.pcap", GroConfig()),
+    ("real_vxlan.pcap", GroConfig(gro_flush_timeout_ns=20_000, napi_defer_hard_irqs=2))],
+    ids=["p4", "vxlan-timers"])
+def test_core_per_partition_cuts_one_rx_queue_in_time(client, tmp_path, monkeypatch,
+                                                      name, cfg, out):
+    """One RX queue on two workers: the core per partition cuts the receiver run in two
+    at an idle gap longer than every napi timer where neither model holds anything (the
+    real captures' flows end their bursts with PSH), each time piece a partition of its
+    own; flows that span the cut are one flow (rows summed, the first piece's keys, the
+    end reasons summed before the most frequent is taken), and the summary, flows,
+    flow causes and rows equal one process."""
+    from gropcap.run.dask_core import analyze_partitioned
+    from gropcap.run.spill import LKEYS, read_array
+    from gropcap.run.stream import stream_analyze
+    path = os.path.join(TESTS, "..", "sample_pcaps", name)
+    one = stream_analyze(path, cfg, out_dir=str(tmp_path / "one") if out else None)
+    p, notes = _notes(monkeypatch)
+    seen = []
+    from gropcap.run import dask_core
+    real = dask_core._add_flows_merged
+    monkeypatch.setattr(dask_core, "_add_flows_merged", lambda tot, works, models: seen.append(
+        [set(np.asarray(read_array(os.path.join(w, LKEYS))).tolist()) for w in works])
+        or real(tot, works, models))
+    with p:
+        dist = analyze_partitioned(path, cfg, client=client, progress=p,
+                                   out_dir=str(tmp_path / "dist") if out else None,
+                                   fallback=_no_fallback)
+    gap = engine.quiet_gap_ns(cfg.replace(model="napi")) / 1000
+    assert notes == [f"napi model: cut in time at 1 idle gap(s) longer than {gap:g} us, "
+                     "2 pieces per RX-queue partition"]
+    assert dist.exchange == "exchange"
+    # two time pieces, and flows in both (what the merge per flow is for)
+    assert len(seen) == 1 and len(seen[0]) == 2 and seen[0][0] & seen[0][1]
+    assert dist.summary == one.summary
+    assert dist.flows.equals(one.flows) and dist.flow_causes == one.flow_causes
+    if out:
+        for d in ("packets", "superpackets"):
+            assert len(glob.glob(str(tmp_path / "dist" / d / "part-*.parquet"))) == 2
+        assert_same_rows(tmp_path / "one", tmp_path / "dist")
+
+
+@pytest.mark.parametrize("cfg,cut", [(GroConfig(), True), (GroConfig(hz=1000), False)],
+                         ids=["default", "hz1000"])
+def test_core_per_partition_replays_uncut_what_is_held_across_a_cut(
+        client, generated, tmp_path, monkeypatch, cfg, cut):
+    """The generated workload has idle gaps, but its flows do not end every burst with
+    PSH: the ideal model still holds a super-packet at the cut (``END_CAPTURE`` at the
+    end of the first piece), so the run is replayed without time cuts, and equals one
+    process. At HZ 1000 the napi model is not cut at all."""
+    from gropcap.run.dask_core import analyze_partitioned
+    from gropcap.run.stream import stream_analyze
+    one = stream_analyze(generated, cfg, out_dir=str(tmp_path / "one"))
+    p, notes = _notes(monkeypatch)
+    with p:
+        dist = analyze_partitioned(generated, cfg, client=client, progress=p,
+                                   out_dir=str(tmp_path / "dist"), fallback=_no_fallback)
+    assert notes == (["napi model: cut in time at 1 idle gap(s) longer than 50 us, 2 "
+                      "pieces per RX-queue partition",
+                      "a super-packet was held across a time cut (the ideal model holds "
+                      "a flow's last one across any gap): replayed without time cuts"]
+                     if cut else [])
+    assert dist.exchange == ("exchange" if cut else "fused")
+    assert dist.summary == one.summary
+    assert dist.flows.equals(one.flows) and dist.flow_causes == one.flow_causes
+    assert_same_rows(tmp_path / "one", tmp_path / "dist")
+
+
 @pytest.mark.parametrize("queues", [1, 4])
 def test_core_per_partition_fused_summary_only(client, generated, tmp_path, queues):
     """Without --out the fused tasks count the output pass themselves (no write
@@ -544,8 +623,11 @@ def test_core_per_partition_fused_summary_only(client, generated, tmp_path, queu
         # the samples overlap in time: separate receivers, a task per receiver run
         one_run = max(one.summary["inputs"]["run_of_file"]) == 0
         assert one_run == (files is generated)
-        assert dist.exchange == ("fused" if one_run else "runs")
-        assert len(dist.task_timings) == (min(queues, 2) if one_run else 0)
+        # one RX queue on two workers: the exchange, cut in time (the generated
+        # workload leaves segments held at its gap: replayed uncut, one partition)
+        assert dist.exchange == ("runs" if not one_run else
+                                 "exchange" if queues == 1 else "fused")
+        assert len(dist.task_timings) == (2 if one_run and queues > 1 else 0)
         assert dist.summary == one.summary
         assert dist.flows.equals(one.flows) and dist.flow_causes == one.flow_causes
         assert dist.udp_tunnel_hint == one.udp_tunnel_hint
