@@ -368,8 +368,9 @@ def ack_task(files, decode_options, batch_records: int, work: str, config,
     (``run.stream._ack_times``, bounded memory): the path of the retimed arrivals, one
     int64 per row of the capture in ``work`` (every GRO task maps it), or None when no
     ACK closes a frame (the gap rule stays)."""
+    from gropcap.run.distributed import mkdir_in_place
     from gropcap.run.stream import _ack_times
-    os.makedirs(work, exist_ok=True)
+    mkdir_in_place(work)
     timed = _ack_times(files, decode_options, batch_records, work, config, captures,
                        decoder=decoder)
     if timed is None:
@@ -614,8 +615,9 @@ def _attempt_dir(work: str) -> str:
     truncates or appends to the files of another attempt; the client reads the
     directory the attempt it got a result from returns."""
     import tempfile
-    os.makedirs(work, exist_ok=True)
-    return tempfile.mkdtemp(prefix="attempt-", dir=work)
+
+    from gropcap.run.distributed import mkdir_in_place
+    return tempfile.mkdtemp(prefix="attempt-", dir=mkdir_in_place(work))
 
 
 # under the stage directory, beside the dataset directories: the parts being written

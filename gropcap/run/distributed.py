@@ -276,7 +276,7 @@ def partition_files_task(pieces: list, config: GroConfig, parts: int, k: int, st
     tables = {g: pa.table({k: pa.array(np.ascontiguousarray(v)) for k, v in cols.items()})
               for g, cols in groups.items()}
     tables["keys"] = pa.table({"key": key_arr})
-    os.makedirs(out, exist_ok=True)
+    mkdir_in_place(out)
     for g, t in tables.items():
         _write_ipc(os.path.join(out, g + ".arrow"), t)
     return ("arrow", out)
@@ -817,6 +817,18 @@ def _scratch_dir(c, scratch):
         # interrupt or error ended the run recreates its piece's directory
         getattr(c, "gropcap_after_close", []).append(
             lambda: shutil.rmtree(d, ignore_errors=True))
+
+
+def mkdir_in_place(path: str) -> str:
+    """``path`` made if missing, but not its parent: a task's directory in the scratch
+    directory. A task still running after an interrupt or an error ended the run (its
+    worker not yet gone) then fails instead of recreating the scratch directory the
+    client removed (``os.makedirs`` would)."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        pass
+    return path
 
 
 def _workers_local(c) -> bool:
