@@ -541,26 +541,34 @@ def _notes(monkeypatch):
 
 
 @pytest.mark.parametrize("out", [True, False], ids=["out", "summary"])
-@pytest.mark.parametrize("name,cfg", [
-    ("real_ipv4_p4.pcap", GroConfig()),
-    ("real_vxlan.pcap", GroConfig(gro_flush_timeout_ns=20_000, napi_defer_hard_irqs=2))],
-    ids=["p4", "vxlan-timers"])
+@pytest.mark.parametrize("name,cfg,split", [
+    ("real_ipv4_p4.pcap", GroConfig(), None),
+    ("real_ipv4_p4.pcap", GroConfig(), 150_000),
+    ("real_vxlan.pcap", GroConfig(gro_flush_timeout_ns=20_000, napi_defer_hard_irqs=2),
+     None)], ids=["p4", "p4-byte-ranges", "vxlan-timers"])
 def test_core_per_partition_cuts_one_rx_queue_in_time(client, tmp_path, monkeypatch,
-                                                      name, cfg, out):
+                                                      name, cfg, split, out):
     """One RX queue on two workers: the core per partition cuts the receiver run in two
     at an idle gap longer than every napi timer where neither model holds anything (the
     real captures' flows end their bursts with PSH), each time piece a partition of its
     own; flows that span the cut are one flow (rows summed, the first piece's keys, the
     end reasons summed before the most frequent is taken), and the summary, flows,
-    flow causes and rows equal one process."""
+    flow causes and rows equal one process. ``split``: the file decoded in byte ranges
+    too, whose pieces the time pieces cut across."""
     from gropcap.run.dask_core import analyze_partitioned
     from gropcap.run.spill import LKEYS, read_array
     from gropcap.run.stream import stream_analyze
     path = os.path.join(TESTS, "..", "sample_pcaps", name)
     one = stream_analyze(path, cfg, out_dir=str(tmp_path / "one") if out else None)
     p, notes = _notes(monkeypatch)
-    seen = []
-    from gropcap.run import dask_core
+    seen, pieces = [], []
+    from gropcap.run import dask_core, distributed as runner
+    if split:
+        # scan batches of 256 records: byte ranges of whole batches, several per file
+        monkeypatch.setattr(runner, "BATCH_RECORDS", 256)
+    timed = dask_core._core_time_cuts
+    monkeypatch.setattr(dask_core, "_core_time_cuts", lambda decoded, *a: pieces.append(
+        sum(len(d.pieces) for d in decoded)) or timed(decoded, *a))
     real = dask_core._add_flows_merged
     monkeypatch.setattr(dask_core, "_add_flows_merged", lambda tot, works, models: seen.append(
         [set(np.asarray(read_array(os.path.join(w, LKEYS))).tolist()) for w in works])
@@ -568,11 +576,12 @@ def test_core_per_partition_cuts_one_rx_queue_in_time(client, tmp_path, monkeypa
     with p:
         dist = analyze_partitioned(path, cfg, client=client, progress=p,
                                    out_dir=str(tmp_path / "dist") if out else None,
-                                   fallback=_no_fallback)
+                                   split_bytes=split, fallback=_no_fallback)
     gap = engine.quiet_gap_ns(cfg.replace(model="napi")) / 1000
     assert notes == [f"napi model: cut in time at 1 idle gap(s) longer than {gap:g} us, "
                      "2 pieces per RX-queue partition"]
     assert dist.exchange == "exchange"
+    assert pieces == [3 if split else 1]        # decoded pieces the time pieces cut
     # two time pieces, and flows in both (what the merge per flow is for)
     assert len(seen) == 1 and len(seen[0]) == 2 and seen[0][0] & seen[0][1]
     assert dist.summary == one.summary
