@@ -69,8 +69,9 @@ piece ``j // nparts``, the pieces playing the part of receiver runs for delivery
 (piece after piece). Both models run over each piece, and the ideal model has no
 timer: it holds a flow's last super-packet across any gap. So the cut is exact only
 where it holds nothing either; the first piece's partitions tell (no ``END_CAPTURE``
-super-packet at their end, :func:`_cuts_clean`), and otherwise the GRO tasks run again
-without cuts, with a note. Flows span pieces: they are numbered by first row over
+super-packet at their end, :func:`_cuts_refused`), and otherwise the GRO tasks run again
+without cuts, with a note (also when the pieces hold more flows than
+:data:`CUT_FLOWS_MAX`, which the client merges in memory). Flows span pieces: they are numbered by first row over
 every piece (``run.spill.number_flows_merged``, the partitions' keys in local order) and
 their flows-table rows and flow causes summed per flow (``run.spill.merged_flow_rows``,
 ``merged_causes``; the end reasons from each partition's (flow, end reason) counts).
@@ -498,7 +499,7 @@ def _cut_pieces(scfg, models, nparts: int, nworkers: int, how: str, exchange: st
     queue is idle and empty (``engine.quiet_gap_ns``: not at HZ >= 1000, not with
     ``--poll-acks``). Both models run over each piece, so a cut also needs the ideal
     model to hold nothing there (it holds a flow's last super-packet across any gap):
-    :func:`_cuts_clean` checks it after the GRO tasks. Not cut: several receiver runs
+    :func:`_cuts_refused` checks it after the GRO tasks. Not cut: several receiver runs
     (a task per run already), the fused exchange asked for (each task decodes the
     input, none reads the rows' times first), ``--plot`` and ``--tunnel-gro`` (their
     per-flow and per-super-packet parts are kept by partition)."""
@@ -535,15 +536,29 @@ def _core_time_cuts(decoded: list, scfg, pieces: int, progress) -> np.ndarray | 
     return cuts if len(cuts) else None
 
 
-def _cuts_clean(done: list, before: int) -> bool:
-    """Whether no partition of a time piece but the last (``done[:before]``) ended with
-    a super-packet still held (``END_CAPTURE``, in either model): then every model was
-    empty at every cut, and each piece replayed from a fresh receiver is the one-process
-    replay of its rows (the napi model by the quiet gap, the ideal model because it
-    holds nothing else from row to row)."""
+# flows-table rows of a cut run's partitions the client merges in memory (its keys
+# while numbering them, then the rows: about 350 bytes each); above it the run is
+# replayed uncut, whose flows the client takes a slice at a time (run.spill)
+CUT_FLOWS_MAX = 1 << 20
+
+
+def _cuts_refused(done: list, before: int) -> str | None:
+    """Why the time cuts of a run's GRO tasks (``done``) cannot stand, None when they
+    can. A partition of a time piece but the last (``done[:before]``) that ended with a
+    super-packet still held (``END_CAPTURE``, in either model) was not empty at its
+    cut; when none did, every model was empty at every cut, and each piece replayed
+    from a fresh receiver is the one-process replay of its rows (the napi model by the
+    quiet gap, the ideal model because it holds nothing else from row to row). And the
+    client merges a cut run's flows in memory: at most :data:`CUT_FLOWS_MAX` rows."""
     from gropcap.gro.reasons import END_CAPTURE
-    return not any(mc.end_hist[END_CAPTURE] for d in done[:before]
-                   for mc in d["models"].values())
+    if any(mc.end_hist[END_CAPTURE] for d in done[:before] for mc in d["models"].values()):
+        return ("a super-packet was held across a time cut (the ideal model holds a "
+                "flow's last one across any gap)")
+    rows = sum(d["nflows"] for d in done)
+    if rows > CUT_FLOWS_MAX:
+        return (f"the time pieces hold {rows} flow rows, more than the "
+                f"{CUT_FLOWS_MAX} the client merges in memory")
+    return None
 
 
 def _add_flows_merged(tot, works: list, models) -> int:
@@ -858,12 +873,12 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                             progress.track_shares(f"GRO {'+'.join(models)}",
                                                   [f for f, _ in tasks], n, "packets")
                         done = _results(c, tasks, gro_partition_task)
-                        if cuts is None or _cuts_clean(done, (ngroups - 1) * nparts):
+                        why = None if cuts is None else _cuts_refused(
+                            done, (ngroups - 1) * nparts)
+                        if why is None:
                             break
                         if progress is not None:
-                            progress.note("a super-packet was held across a time cut "
-                                          "(the ideal model holds a flow's last one "
-                                          "across any gap): replayed without time cuts")
+                            progress.note(f"{why}: replayed without time cuts")
                         cuts = None
                     cut_run = cuts is not None
                     # each attempt writes a directory of its own: read the one that answered

@@ -296,7 +296,7 @@ def _piece_rows(res, lo: int):
 @pytest.mark.parametrize("kernel", ["4.14", "6.18"])
 def test_ideal_model_cut_where_it_holds_nothing(cfg, kernel):
     """The core per partition keeps a time cut only where the ideal model held nothing
-    (``run.dask_core._cuts_clean``: no ``END_CAPTURE`` super-packet at the end of the
+    (``run.dask_core._cuts_refused``: no ``END_CAPTURE`` super-packet at the end of the
     piece before it). The claim behind it: such a piece and the one after it, each
     replayed from a fresh ideal model, are the one pass over both, row for row and
     super-packet for super-packet, in delivery order. Random traffic, every row a

@@ -592,6 +592,28 @@ def test_core_per_partition_cuts_one_rx_queue_in_time(client, tmp_path, monkeypa
         assert_same_rows(tmp_path / "one", tmp_path / "dist")
 
 
+def test_core_per_partition_replays_uncut_more_flows_than_it_merges(client, tmp_path,
+                                                                    monkeypatch):
+    """The client merges a cut run's flows in memory, so above ``CUT_FLOWS_MAX`` flow
+    rows over the pieces the run is replayed uncut (its flows then taken a slice at a
+    time), with a note; equal to one process either way."""
+    from gropcap.run import dask_core
+    from gropcap.run.stream import stream_analyze
+    path = os.path.join(TESTS, "..", "sample_pcaps", "real_ipv4.pcap")
+    one = stream_analyze(path, GroConfig())
+    nflows = one.flows.num_rows
+    monkeypatch.setattr(dask_core, "CUT_FLOWS_MAX", nflows)     # both pieces hold some
+    p, notes = _notes(monkeypatch)
+    with p:
+        dist = dask_core.analyze_partitioned(path, GroConfig(), client=client, progress=p,
+                                             fallback=_no_fallback)
+    assert len(notes) == 2 and notes[1].startswith("the time pieces hold ")
+    assert notes[1].endswith(f"flow rows, more than the {nflows} the client merges in "
+                             "memory: replayed without time cuts")
+    assert dist.summary == one.summary
+    assert dist.flows.equals(one.flows) and dist.flow_causes == one.flow_causes
+
+
 @pytest.mark.parametrize("cfg,cut", [(GroConfig(), True), (GroConfig(hz=1000), False)],
                          ids=["default", "hz1000"])
 def test_core_per_partition_replays_uncut_what_is_held_across_a_cut(
