@@ -71,10 +71,11 @@ timer: it holds a flow's last super-packet across any gap. So the cut is exact o
 where it holds nothing either; the first piece's partitions tell (no ``END_CAPTURE``
 super-packet at their end, :func:`_cuts_refused`), and otherwise the GRO tasks run again
 without cuts, with a note (also when the pieces hold more flows than
-:data:`CUT_FLOWS_MAX`, which the client merges in memory). Flows span pieces: they are numbered by first row over
-every piece (``run.spill.number_flows_merged``, the partitions' keys in local order) and
-their flows-table rows and flow causes summed per flow (``run.spill.merged_flow_rows``,
-``merged_causes``; the end reasons from each partition's (flow, end reason) counts).
+:data:`CUT_FLOWS_MAX`, which the client merges in memory). Flows span pieces: they are
+numbered by first row over every piece (``run.spill.number_flows_merged``, the
+partitions' keys in local order) and their flows-table rows and flow causes summed per
+flow (``run.spill.merged_flow_rows``, ``merged_causes``; the end reasons from each
+partition's (flow, end reason) counts).
 Real captures whose flows end each burst with PSH cut cleanly (the bundled iperf3
 samples at every idle gap); traffic that leaves segments held does not.
 
