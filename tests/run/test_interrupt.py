@@ -141,9 +141,17 @@ def test_sigint_with_jobs_exits_130_and_leaves_nothing(capture, tmp_path):
     process at any time; to the whole process group (a terminal's Ctrl-C) once the
     workers are up: they ignore it then, and the main process alone stops the run. (A
     worker still starting would print a KeyboardInterrupt traceback of its own.)"""
-    codes = [_interrupt(capture, tmp_path / f"run{i}", delay, "--jobs", "2", "--parallel", "workers", group=False)
-             for i, delay in enumerate((1.0, 4.0))]
-    codes.append(_interrupt(capture, tmp_path / "group", None, "--jobs", "2", "--parallel", "workers"))
+    jobs = ("--jobs", "2", "--parallel", "workers")
+    # one full run first: the interrupts land within its length (a fixed 4 s once came
+    # after a run of 3 s, as the test suite's other worker changed how long it took)
+    t0 = time.monotonic()
+    p = _start(capture, tmp_path / "full", tmp_path, *jobs)
+    _, err = p.communicate(timeout=300)
+    full = time.monotonic() - t0
+    assert p.returncode == 0, err.decode()
+    codes = [_interrupt(capture, tmp_path / f"run{i}", frac * full, *jobs, group=False)
+             for i, frac in enumerate((0.3, 0.6))]
+    codes.append(_interrupt(capture, tmp_path / "group", None, *jobs))
     assert codes.count(130) >= 2, codes
 
 
