@@ -28,6 +28,21 @@ import pyarrow as pa
 _DTYPES: dict = {}
 
 
+def pandas_shim_ready() -> None:
+    """Initialise pyarrow's pandas shim now, whole: an interrupt during it waits for its
+    end (``interrupt.deferred``). pyarrow imports pandas (if installed) the first time a
+    Python sequence becomes an Arrow array or an array becomes numpy, and its check
+    swallows any exception raised meanwhile (a ``cdef bint`` Cython function): a
+    Ctrl-C there was lost and left pandas half-initialised, so the next array failed
+    with ``partially initialized module 'pandas' has no attribute
+    '_pandas_datetime_CAPI'`` (exit 1 instead of 130; once in about 35 interrupts as a
+    Dask run's workers came up). The runs that meet the shim call this first (the Dask
+    client, the in-memory run); the bounded-memory run never imports pandas."""
+    from gropcap.interrupt import deferred
+    with deferred():
+        pa.array([])
+
+
 def _dtype_of(t: pa.DataType):
     try:
         return _DTYPES[t]

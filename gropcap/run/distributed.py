@@ -553,33 +553,15 @@ def _split_ok(config: GroConfig, engine: str) -> bool:
     return engine == "fast" and config.tunnel_gro is None and not needs_reference(config)
 
 
-def _import_pandas_whole() -> None:
-    """Import pandas, if installed, with an interrupt waiting for the end of the import
-    (``interrupt.deferred``). A Dask run imports it in this process anyway (pyarrow's
-    pandas shim, the first time an Arrow array becomes numpy or a Python list becomes
-    Arrow), and the shim's check swallows exceptions: an interrupt that split that
-    import was lost and left pandas half-initialised, so the next array failed with
-    ``partially initialized module 'pandas' has no attribute '_pandas_datetime_CAPI'``
-    (exit 1 instead of 130; tests/run/test_interrupt.py met it once in about 35 runs
-    interrupted as the workers came up)."""
-    import importlib
-
-    from gropcap.interrupt import deferred
-    with deferred():
-        try:
-            importlib.import_module("pandas")
-        except ImportError:
-            pass
-
-
 @contextlib.contextmanager
 def open_client(client=None, *, jobs: int | None = None, scheduler: str | None = None):
     """The Dask client to use: ``client`` as given, else one connected to ``scheduler``
     (``tcp://HOST:PORT``), else a LocalCluster of ``jobs`` single-threaded worker
     processes. Clients and clusters made here are closed on exit; on a client given,
-    every task the run submitted is cancelled on exit (:class:`_RunClient`). pandas is
-    imported first (:func:`_import_pandas_whole`)."""
-    _import_pandas_whole()
+    every task the run submitted is cancelled on exit (:class:`_RunClient`). pyarrow's
+    pandas shim is made ready first (``arrays.pandas_shim_ready``)."""
+    from gropcap.arrays import pandas_shim_ready
+    pandas_shim_ready()
     if client is not None:
         run = _RunClient(client)
         try:

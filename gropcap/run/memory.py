@@ -99,6 +99,8 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         >>> a = analyze("sample_pcaps/real_ipv4.pcap")  # doctest: +SKIP
         >>> a.summary()["models"]["ideal"]["aggregation_ratio"]  # doctest: +SKIP
     """
+    from gropcap.arrays import pandas_shim_ready
+    pandas_shim_ready()         # (it imports pandas: see there)
     config, decode_options, models = run_options(config, decode_options, models,
                                                  captures=captures)
     from gropcap.receive.profile import resolve_receiver
