@@ -17,9 +17,11 @@ XDIST_MAX_WORKERS = 8
 
 
 def pytest_xdist_auto_num_workers(config):
-    """`-n auto`: the CPUs this process may run on (its affinity, not the host's count),
-    capped at XDIST_MAX_WORKERS."""
-    return max(1, min(len(os.sched_getaffinity(0)), XDIST_MAX_WORKERS))
+    """`-n auto`: the CPUs this process may run on (its affinity where the system has
+    one, not the host's count), capped at XDIST_MAX_WORKERS."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    cpus = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+    return max(1, min(cpus, XDIST_MAX_WORKERS))
 
 
 def pytest_sessionstart(session):
