@@ -786,11 +786,17 @@ class FlowCounts:
             k = min(n_flows, len(mc.flow_segs))
             segs[:k] = mc.flow_segs[:k]
             cols[f"{model}_superpackets"] = segs
-            with np.errstate(divide="ignore", invalid="ignore"):
-                cols[f"{model}_ratio"] = np.where(segs > 0, pk / np.maximum(segs, 1), 0.0)
+            cols[f"{model}_ratio"] = flow_ratio(pk, segs)
             cols[f"{model}_top_reason"] = mc.top_reasons(n_flows)
         return pa.table({k: arrow_numeric(v, pa.from_numpy_dtype(v.dtype))
                          if isinstance(v, np.ndarray) else v for k, v in cols.items()})
+
+
+def flow_ratio(packets: np.ndarray, segs: np.ndarray) -> np.ndarray:
+    """The flows table's ``<model>_ratio``: packets per super-packet, 0 for a flow
+    without one."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(segs > 0, packets / np.maximum(segs, 1), 0.0)
 
 
 def cause_text(ahead: int, back: int, total: int) -> str:

@@ -518,16 +518,13 @@ def _core_time_cuts(decoded: list, scfg, pieces: int, progress) -> np.ndarray | 
     most ``pieces`` pieces of time (``engine.time_cuts_of_parts``: each piece's times
     read from its mapped file in turn), None when there is no gap to cut at; says
     which on ``progress``."""
+    from gropcap.arrays import numpy_of
     from gropcap.gro.engine import quiet_gap_ns, time_cuts_of_parts
     from gropcap.run.distributed import _table_of
     refs = [p.ref for d in decoded for p in d.pieces]
     sizes = [p.rows for d in decoded for p in d.pieces]
-
-    def ts(i):
-        col = _table_of(refs[i]).column("ts_ns")
-        return np.concatenate([c.to_numpy() for c in col.chunks]) if col.num_chunks \
-            else np.zeros(0, np.int64)
-    cuts = time_cuts_of_parts(sizes, ts, scfg, pieces)
+    cuts = time_cuts_of_parts(sizes, lambda i: numpy_of(_table_of(refs[i]).column("ts_ns")),
+                              scfg, pieces)
     if progress is not None:
         gap = quiet_gap_ns(scfg) / 1000
         progress.note(f"napi model: cut in time at {len(cuts)} idle gap(s) longer than "

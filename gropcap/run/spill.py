@@ -204,7 +204,7 @@ def merged_flow_rows(works: list[str], base: int, n: int, models) -> pa.Table:
     end reason of the summed (flow, end reason) counts each partition kept
     (``top-MODEL.npy``). Time pieces cut where nothing is held (``run.dask_core``) share
     no super-packet, so each sum is the one-process count."""
-    from gropcap.run.accumulators import ModelCounts
+    from gropcap.run.accumulators import ModelCounts, flow_ratio
     table, gid, head = _gathered(works, FLOWS)
     if table is None:
         return None
@@ -218,15 +218,13 @@ def merged_flow_rows(works: list[str], base: int, n: int, models) -> pa.Table:
         return np.add.reduceat(v, starts)
     cols = {"flow_id": gid[starts], "packets": summed("packets"),
             "payload_bytes": summed("payload_bytes")}
+    fmaps = [np.asarray(read_array(os.path.join(w, GIDS))) for w in works]
     for m in models:
         segs = summed(f"{m}_superpackets")
         cols[f"{m}_superpackets"] = segs
-        with np.errstate(divide="ignore", invalid="ignore"):
-            cols[f"{m}_ratio"] = np.where(segs > 0, cols["packets"] / np.maximum(segs, 1),
-                                          0.0)
+        cols[f"{m}_ratio"] = flow_ratio(cols["packets"], segs)
         mc = ModelCounts(m)
-        for w in works:
-            fmap = np.asarray(read_array(os.path.join(w, GIDS)))
+        for w, fmap in zip(works, fmaps):
             path = os.path.join(w, f"top-{m}.npy")
             if not len(fmap) or not os.path.exists(path):
                 continue
