@@ -856,7 +856,6 @@ def analyze_partitioned(paths, config=None, *, client=None, jobs=None, scheduler
                         name = "core" if cuts is None else "core-timed"
                         works = [os.path.join(tmp, f"{name}-{k}")
                                  for k in range(ngroups * nparts)]
-                        check = nparts > 1 and split_model == "napi" and "ideal" in models
                         tasks = []
                         for k in range(ngroups * nparts):
                             args = (part_pieces[k], config, tuple(models), split, nparts,
