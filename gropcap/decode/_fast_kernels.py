@@ -213,6 +213,8 @@ COMMON_U32, COMMON_U64, COMMON_ADDR = (_rows(g, False) for g in ("u32", "u64", "
 RARE_U8, RARE_I8, RARE_U16, RARE_I16 = (_rows(g, True) for g in ("u8", "i8", "u16", "i16"))
 RARE_U32, RARE_U64, RARE_ADDR = (_rows(g, True) for g in ("u32", "u64", "addr"))
 assert not any(LAYOUT[n][0] == "opts" for n in RARE_COLUMNS) and not len(RARE_I8)
+BOOL_RARE = np.zeros(len(GROUP_COLUMNS["u8"]), np.bool_)    # u8 row -> in RARE_U8
+BOOL_RARE[RARE_U8] = True
 
 
 class Out(NamedTuple):
@@ -580,22 +582,36 @@ def _rare_on(u8, i8, u16, i16, u32, u64, addr, bool_rows, bits, i, e):
                 RARE_U32, RARE_U64, RARE_ADDR, zero, e)
     done = i - i % CLEAR_CHUNK
     if done:
-        _pack_bools(u8, bool_rows, bits, zero, done)
+        _pack_bools(u8, bool_rows, bits, zero, done, True)
     return True
 
 
 @njit(cache=True)
-def _pack_bools(u8, rows, bits, lo, hi):
+def _pack_bools(u8, rows, bits, lo, hi, rare):
     """Arrow bitmaps of the boolean columns (0/1 bytes in ``u8``) for records [lo, hi);
-    ``lo`` is a multiple of 8."""
+    ``lo`` is a multiple of 8. The rows of RARE_COLUMNS only when ``rare`` (until then
+    the caller gives a batch constant arrays for them).
+
+    Eight 0/1 bytes read as one little-endian word ``x`` pack into one byte as
+    ``x * 0x0102040810204080 >> 56``: byte j's bit lands on bit 56 + j, with no carries
+    (each partial product sets one bit, all at distinct places)."""
+    whole = lo + (hi - lo) // 8 * 8
     for r in range(rows.shape[0]):
-        src = u8[rows[r]]
-        for j in range(lo >> 3, (hi + 7) >> 3):
+        row = rows[r]
+        if not rare and BOOL_RARE[row]:
+            continue
+        src = u8[row]
+        for base in range(lo, whole, 8):
+            x = np.uint64(0)
+            for b in range(8):
+                x |= np.uint64(src[base + b]) << np.uint64(8 * b)
+            x &= np.uint64(0x0101010101010101)
+            bits[r, base >> 3] = (x * np.uint64(0x0102040810204080)) >> np.uint64(56)
+        if whole < hi:
             v = 0
-            base = j << 3
-            for b in range(min(8, hi - base)):
-                v |= (src[base + b] & 1) << b
-            bits[r, j] = v
+            for b in range(hi - whole):
+                v |= (src[whole + b] & 1) << b
+            bits[r, whole >> 3] = v
 
 
 @njit(cache=True, nogil=True)
@@ -629,7 +645,7 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
     layers = np.zeros(MAX_LAYERS + 2, dtype=np.uint16)
     tmask = tab_key.shape[0] - 1
     ndict = 0
-    prev_h = np.uint64(0)
+    prev_layers = np.zeros(MAX_LAYERS + 2, dtype=np.uint16)
     prev_idx = -1
     prev_nl = -1
     rare = False         # RARE_COLUMNS in use (cleared) from the first frame needing them
@@ -637,7 +653,7 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
     for i in range(n):
         if i % CLEAR_CHUNK == 0:
             if i:
-                _pack_bools(u8, bool_rows, bits, i - CLEAR_CHUNK, i)
+                _pack_bools(u8, bool_rows, bits, i - CLEAR_CHUNK, i, rare)
             # every column "absent" (reference empty_row), a cache-sized chunk at a time:
             # -1 for dsa_port and tcp_wscale (port 0 and shift 0 are real), else 0
             e = min(i + CLEAR_CHUNK, n)
@@ -1453,10 +1469,16 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
         if nl > MAX_LAYERS:
             encap_idx[i] = -1
             continue
+        if nl == prev_nl:               # most frames repeat the previous frame's layers
+            same = True
+            for k in range(nl):
+                if layers[k] != prev_layers[k]:
+                    same = False
+                    break
+            if same:
+                encap_idx[i] = prev_idx
+                continue
         h = _hash_layers(layers, nl)
-        if h == prev_h and nl == prev_nl:
-            encap_idx[i] = prev_idx
-            continue
         slot = np.int64(h & np.uint64(tmask))
         idx = -1
         while True:
@@ -1484,9 +1506,10 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
             for k in range(nl):
                 dict_seq[idx, k] = layers[k]
         encap_idx[i] = idx
-        prev_h, prev_idx, prev_nl = h, idx, nl
+        prev_idx, prev_nl = idx, nl
+        prev_layers[:nl] = layers[:nl]
     if n:
-        _pack_bools(u8, bool_rows, bits, (n - 1) // CLEAR_CHUNK * CLEAR_CHUNK, n)
+        _pack_bools(u8, bool_rows, bits, (n - 1) // CLEAR_CHUNK * CLEAR_CHUNK, n, rare)
     return ndict, rare
 
 
