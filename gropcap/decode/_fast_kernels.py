@@ -582,7 +582,7 @@ def _rare_on(u8, i8, u16, i16, u32, u64, addr, bool_rows, bits, i, e):
                 RARE_U32, RARE_U64, RARE_ADDR, zero, e)
     done = i - i % CLEAR_CHUNK
     if done:
-        _pack_bools(u8, bool_rows, bits, zero, done, True)
+        _pack_bools(u8, bool_rows, bits, zero, done, np.bool_(True))
     return True
 
 
@@ -648,7 +648,9 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
     prev_layers = np.zeros(MAX_LAYERS + 2, dtype=np.uint16)
     prev_idx = -1
     prev_nl = -1
-    rare = False         # RARE_COLUMNS in use (cleared) from the first frame needing them
+    # RARE_COLUMNS in use (cleared) from the first frame needing them; np.bool_, not a
+    # literal: _pack_bools would compile once for False, once for True, once for bool
+    rare = np.bool_(False)
     e = 0
     for i in range(n):
         if i % CLEAR_CHUNK == 0:
