@@ -93,6 +93,10 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
     distributed = jobs is not None or scheduler is not None
     if not (distributed or in_memory or why):
         from gropcap.run.stream import stream_analyze
+        if decoder == "fast":
+            from gropcap.run.warm import compile_alongside
+            compile_alongside(paths, config, models, decode_options, out_dir=out_dir,
+                              egress=egress, packet_columns=packet_columns, threads=threads)
         result = stream_analyze(paths, config, models=models, decode_options=decode_options,
                                 out_dir=out_dir, force=force, progress=progress,
                                 egress=egress, receiver=receiver, receive=receive,
