@@ -268,7 +268,8 @@ def analyze(files, model, fmt, out_dir, packet_columns, force, engine, plot, dec
                              in_memory=stream is False, jobs=jobs, scheduler=scheduler,
                              scratch=scratch, progress=progress, receiver=_receiver_info(),
                              receive=_receive_ctx(config), packet_columns=packet_columns,
-                             threads=threads, captures=captures, parallel=parallel)
+                             threads=threads, captures=captures, parallel=parallel,
+                             compile_helper=True)
         failures = getattr(result, "failures", None) or []
         summary = report_dict(result, top=top)
         hint = tunnel_hint(result) if fmt == "json" else None

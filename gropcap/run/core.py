@@ -42,7 +42,8 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
                 in_memory: bool = False, jobs: int | None = None,
                 scheduler: str | None = None, scratch=None, progress=None, receiver=None,
                 receive=None, packet_columns="default", threads: int | None = None,
-                captures: str = "auto", parallel: str = "workers"):
+                captures: str = "auto", parallel: str = "workers",
+                compile_helper: bool = False):
     """Analyse captures and write the requested sinks.
 
     Args:
@@ -71,6 +72,10 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
         captures: how several input files map to receiver runs (``--captures``:
             ``"auto"``, ``"continuous"``, ``"separate"``; ``run/receivers.py``), the same
             in every way of running.
+        compile_helper: on a cold numba cache, compile the GRO kernels in a helper
+            process while this one compiles the decoder's (``run.warm``; the command
+            line's runs: a helper process imports the caller's ``__main__``, which a
+            script calling this without a ``__name__`` guard would run again).
 
     Returns:
         An ``Analysis`` (in memory or Dask) or a ``run.stream.StreamResult`` (bounded
@@ -93,7 +98,7 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
     distributed = jobs is not None or scheduler is not None
     if not (distributed or in_memory or why):
         from gropcap.run.stream import stream_analyze
-        if decoder == "fast":
+        if compile_helper and decoder == "fast":
             from gropcap.run.warm import compile_alongside
             compile_alongside(paths, config, models, decode_options, out_dir=out_dir,
                               egress=egress, packet_columns=packet_columns, threads=threads)

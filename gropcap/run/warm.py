@@ -1,7 +1,8 @@
 """A first run on a cold numba cache compiles in two processes at once (issue 14).
 
 Layer: run/, beside ``run.stream``; :func:`gropcap.run.core.analyze_run` calls
-:func:`compile_alongside` before the bounded-memory core.
+:func:`compile_alongside` before the bounded-memory core when the command line asks
+(``compile_helper``).
 
 On a cold cache a run compiles every kernel it calls, one after the other (about 30 s
 of CPU: the decoder kernel a third, the GRO and counting kernels the rest) while the
