@@ -142,13 +142,10 @@ def _prefix_capture(path: str, out: str) -> str | None:
 
 
 def _is_pcap(path: str) -> bool:
-    """Whether ``path`` is a plain (uncompressed) classic pcap file, by its magic."""
-    from gropcap.capture.writer import PCAP_MAGIC_NS, PCAP_MAGIC_US
+    """Whether ``path`` is a plain (uncompressed) classic pcap file."""
+    from gropcap.capture.reader import sniff_format
     with open(path, "rb") as f:
-        head = f.read(4)
-    magics = {m.to_bytes(4, o) for m in (PCAP_MAGIC_US, PCAP_MAGIC_NS)
-              for o in ("little", "big")}
-    return head in magics
+        return sniff_format(f.read(6)) == "pcap"
 
 
 def helper_main(job: dict) -> None:
