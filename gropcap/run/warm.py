@@ -37,11 +37,8 @@ def wanted(files: list[str]) -> bool:
         return False
     if not all(os.path.isfile(f) for f in files):
         return False
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:                          # no affinity on this system
-        cpus = os.cpu_count() or 1
-    if cpus < 2:
+    from gropcap.run.threads import default_threads
+    if default_threads() < 2:                       # fewer than two CPUs for the process
         return False
     from gropcap.gro.engine import kernels_cached
     return not kernels_cached()
