@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from gropcap.run import warm
+from gropcap.run.threads import default_threads
 
 from where import ROOT, SAMPLES
 
@@ -54,15 +55,9 @@ def _cli(cache, *args, helper=True):
                       if f.startswith("gropcap.")}
 
 
-def _cpus():
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(_cpus() < 2, reason="the helper runs only with two CPUs or more")
+@pytest.mark.skipif(default_threads() < 2,
+                    reason="the helper runs only with two CPUs or more")
 def test_a_cold_first_run_leaves_the_gro_kernels_to_a_helper(tmp_path):
     """On a cold cache the run compiles the decoder here and loads the GRO kernels the
     helper compiled at the same time: the run's own process compiles no GRO kernel, and
