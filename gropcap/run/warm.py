@@ -27,6 +27,7 @@ import sys
 import tempfile
 
 HELPER_RECORDS = 4096     # records of the first input the helper analyses
+HELPER_WAIT_S = 600       # at most this long a wait for the helper, then the run goes on
 HELPER_ENV = "GROPCAP_COMPILE_HELPER"
 
 
@@ -79,7 +80,7 @@ def compile_alongside(paths, config, models, decode_options, *, out_dir=None, eg
         _start_quiet(proc)
         from gropcap.decode.fast import warm_up
         warm_up()
-        proc.join()
+        proc.join(HELPER_WAIT_S)   # a helper still busy then is killed; the run compiles
         return True
     finally:
         if proc is not None and proc.is_alive():
