@@ -73,9 +73,8 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
             ``"auto"``, ``"continuous"``, ``"separate"``; ``run/receivers.py``), the same
             in every way of running.
         compile_helper: on a cold numba cache, compile the GRO kernels in a helper
-            process while this one compiles the decoder's (``run.warm``; the command
-            line's runs: a helper process imports the caller's ``__main__``, which a
-            script calling this without a ``__name__`` guard would run again).
+            process while this one compiles the decoder's (``run.warm``; what the
+            command line asks).
 
     Returns:
         An ``Analysis`` (in memory or Dask) or a ``run.stream.StreamResult`` (bounded
