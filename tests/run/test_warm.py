@@ -66,9 +66,10 @@ def _cli(tmp_path, cache, *args, helper=True):
                     reason="the helper runs only with two CPUs or more")
 def test_a_cold_first_run_leaves_the_gro_kernels_to_a_helper(tmp_path):
     """On a cold cache the run compiles the decoder (and the capture counts) here and
-    loads the GRO kernels the helper compiled at the same time: the run's own process compiles no GRO kernel, and
-    its output is the warm run's. The script that ran the command line has no
-    ``__name__`` guard and still ran once: the helper does not import it."""
+    loads the GRO kernels the helper compiled at the same time: the run's own process
+    compiles no GRO kernel, and its output is the warm run's. The script that ran the
+    command line has no ``__name__`` guard and still ran once: the helper does not
+    import it."""
     warm_json, _ = _cli(tmp_path, None, SAMPLE, "--engine", "fast", "--format", "json")
     (tmp_path / "runs").unlink()
     cold_json, compiled = _cli(tmp_path, tmp_path / "cache", SAMPLE, "--engine", "fast",
