@@ -266,3 +266,28 @@ def test_interrupt_while_an_output_is_staged_leaves_nothing(tmp_path, monkeypatc
     left = sorted(os.listdir(tmp_path)) + (sorted(os.listdir(tmp_path / "out"))
                                            if (tmp_path / "out").is_dir() else [])
     assert left == (["out"] if kind == "dir-into" else []), left
+
+
+@pytest.mark.parametrize("owned", [True, False])
+def test_dask_scratch_outlives_the_workers_of_an_interrupted_run(tmp_path, owned):
+    """An interrupt inside a run on a cluster the run owns leaves the scratch directory
+    in place until the workers are gone (open_client's after-close step removes it): a
+    task still running must not fail on a missing file and log it after "gropcap:
+    interrupted". On a client given by the caller (no after-close step) it goes at once,
+    as after a normal end."""
+    import types
+
+    from gropcap.run.distributed import _scratch_dir
+    client = types.SimpleNamespace(gropcap_after_close=[]) if owned else \
+        types.SimpleNamespace()
+    with pytest.raises(KeyboardInterrupt):
+        with _scratch_dir(client, str(tmp_path)) as d:
+            assert os.path.isdir(d)
+            raise KeyboardInterrupt
+    assert os.path.isdir(d) == owned
+    for fn in getattr(client, "gropcap_after_close", []):
+        fn()
+    assert not os.path.exists(d)
+    with _scratch_dir(client, str(tmp_path)) as d:      # a normal end: removed at once
+        pass
+    assert not os.path.exists(d)
