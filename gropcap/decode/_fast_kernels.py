@@ -1509,7 +1509,8 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                 dict_seq[idx, k] = layers[k]
         encap_idx[i] = idx
         prev_idx, prev_nl = idx, nl
-        prev_layers[:nl] = layers[:nl]
+        for k in range(nl):  # a loop: a slice copy compiles numba's shape-error formatter
+            prev_layers[k] = layers[k]
     if n:
         _pack_bools(u8, bool_rows, bits, (n - 1) // CLEAR_CHUNK * CLEAR_CHUNK, n, rare)
     return ndict, rare
