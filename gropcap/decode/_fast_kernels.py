@@ -358,15 +358,46 @@ def _borrow(typingctx, arr):
 # into decode_kernel all the same (no slower), while numba-level inlining typed and lowered
 # each body again at every call site (a cold compile of decode_kernel took 21 s of CPU
 # instead of 12 s).
+def _big_endian(bits: int):
+    """An intrinsic: the ``bits``-bit big-endian unsigned integer at byte ``off`` of the
+    uint8 array ``f``, as int64: one unaligned load and a byte swap. Byte by byte, numba
+    wraps every index around (a compare and a conditional move per byte) and LLVM cannot
+    merge the loads. Like ``f[off]``, no bounds check: the caller keeps ``off`` in range."""
+    from llvmlite import ir
+
+    @intrinsic
+    def load(typingctx, f, off):
+        if not (isinstance(f, types.Array) and f.dtype == types.uint8
+                and isinstance(off, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            ary = context.make_array(sig.args[0])(context, builder, args[0])
+            idx = context.cast(builder, args[1], sig.args[1], types.intp)
+            ptr = builder.bitcast(builder.gep(ary.data, [idx]), ir.IntType(bits).as_pointer())
+            word = builder.load(ptr, align=1)
+            return builder.zext(builder.bswap(word) if bits > 8 else word, ir.IntType(64))
+
+        return types.int64(f, off), codegen
+
+    return load
+
+
+_byte = _big_endian(8)
+# the options of almost every TCP segment: NOP, NOP, timestamp (kind 8, length 10)
+_NOP_NOP_TS = (C.TCPOPT_NOP << 24) | (C.TCPOPT_NOP << 16) | (C.TCPOPT_TIMESTAMP << 8) | 10
+_be16 = _big_endian(16)
+_be32 = _big_endian(32)
+
+
 @njit(cache=True)
 def _u16(f, off):
-    return (np.int64(f[off]) << 8) | np.int64(f[off + 1])
+    return _be16(f, off)
 
 
 @njit(cache=True)
 def _u32(f, off):
-    return ((np.int64(f[off]) << 24) | (np.int64(f[off + 1]) << 16)
-            | (np.int64(f[off + 2]) << 8) | np.int64(f[off + 3]))
+    return _be32(f, off)
 
 
 @njit(cache=True)
@@ -416,7 +447,7 @@ def _digest_or_zero(f, base, lo, hi):
 @njit(cache=True)
 def _set_addr(addr, row, i, f, off):
     for k in range(16):
-        addr[row, i, k] = f[off + k]
+        addr[row, i, k] = _byte(f, off + k)
 
 
 @njit(cache=True)
@@ -425,7 +456,7 @@ def _set_addr_v4(addr, row, i, f, off):
     addr[row, i, 10] = 0xFF
     addr[row, i, 11] = 0xFF
     for k in range(4):
-        addr[row, i, 12 + k] = f[off + k]
+        addr[row, i, 12 + k] = _byte(f, off + k)
 
 
 @njit(cache=True)
@@ -898,7 +929,7 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                 if off + 20 > cap:
                     status = S.STATUS_TRUNCATED
                     break
-                v = buf[lo + off] >> 4
+                v = _byte(buf, lo + off) >> 4
                 u8[K_IP_VERSION, i] = v
                 if off > 0xFFFF:                 # reference where(): offsets are uint16
                     status = S.STATUS_UNSUPPORTED_ENCAP
@@ -907,19 +938,19 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                 if v != 4:
                     status = S.STATUS_BAD_IP_HEADER
                     break
-                ihl = np.int64(buf[lo + off] & 0x0F) * 4
+                ihl = (_byte(buf, lo + off) & 0x0F) * 4
                 u16[K_IP_HDR_LEN, i] = ihl
                 tot_len = _u16(buf, lo + off + 2)
                 frag = _u16(buf, lo + off + 6)
-                u8[K_IP_TOS, i] = buf[lo + off + 1]
+                u8[K_IP_TOS, i] = _byte(buf, lo + off + 1)
                 u32[K_IP_TOT_LEN, i] = tot_len
                 u16[K_IP_ID, i] = _u16(buf, lo + off + 4)
                 u8[K_IP_RF, i] = 1 if frag & C.IP_RF else 0
                 u8[K_IP_DF, i] = 1 if frag & C.IP_DF else 0
                 u8[K_IP_MF, i] = 1 if frag & C.IP_MF else 0
                 u16[K_IP_FRAG_OFF, i] = frag & C.IP_OFFMASK
-                u8[K_IP_TTL, i] = buf[lo + off + 8]
-                proto = np.int64(buf[lo + off + 9])
+                u8[K_IP_TTL, i] = _byte(buf, lo + off + 8)
+                proto = _byte(buf, lo + off + 9)
                 u8[K_IP_PROTO, i] = proto
                 _set_addr_v4(addr, np.int64(K_IP_SRC), i, buf, lo + off + 12)
                 _set_addr_v4(addr, np.int64(K_IP_DST), i, buf, lo + off + 16)
@@ -971,11 +1002,11 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                     status = S.STATUS_BAD_IP_HEADER
                     break
                 plen = _u16(buf, lo + off + 4)
-                nh = np.int64(buf[lo + off + 6])
+                nh = _byte(buf, lo + off + 6)
                 u8[K_IP_TOS, i] = (w0 >> 20) & 0xFF
                 u32[K_IP_FLOW_LABEL, i] = w0 & 0xFFFFF
                 u32[K_IP_TOT_LEN, i] = C.IP6_HLEN + plen
-                u8[K_IP_TTL, i] = buf[lo + off + 7]
+                u8[K_IP_TTL, i] = _byte(buf, lo + off + 7)
                 _set_addr(addr, np.int64(K_IP_SRC), i, buf, lo + off + 8)
                 _set_addr(addr, np.int64(K_IP_DST), i, buf, lo + off + 24)
                 u8[K_IP_CSUM_OK, i] = 1
@@ -1089,10 +1120,10 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                     u16[K_DPORT, i] = _u16(buf, lo + off + 2)
                     u32[K_TCP_SEQ, i] = _u32(buf, lo + off + 4)
                     u32[K_TCP_ACK, i] = _u32(buf, lo + off + 8)
-                    doff = np.int64(buf[lo + off + 12] >> 4)
+                    doff = _byte(buf, lo + off + 12) >> 4
                     u8[K_TCP_DOFF, i] = doff
                     # AE is the low bit of the reserved nibble (kernel TCP_FLAG_AE)
-                    u16[K_TCP_FLAGS, i] = ((np.int64(buf[lo + off + 12]) & 1) << 8) | np.int64(buf[lo + off + 13])
+                    u16[K_TCP_FLAGS, i] = _be16(buf, lo + off + 12) & 0x1FF
                     u16[K_TCP_WINDOW, i] = _u16(buf, lo + off + 14)
                     field = _u16(buf, lo + off + 16)
                     u16[K_L4_CSUM, i] = field
@@ -1109,10 +1140,9 @@ def decode_kernel(buf, offset, cap_len, wire_len, linktype, o, status_out, encap
                         status = S.STATUS_TRUNCATED
                         break
                     for k in range(hl - 20):
-                        opts[i, k] = buf[lo + off + 20 + k]
+                        opts[i, k] = _byte(buf, lo + off + 20 + k)
                     q = lo + off + 20
-                    if (hl == 32 and buf[q] == C.TCPOPT_NOP and buf[q + 1] == C.TCPOPT_NOP
-                            and buf[q + 2] == C.TCPOPT_TIMESTAMP and buf[q + 3] == 10):
+                    if hl == 32 and _be32(buf, q) == _NOP_NOP_TS:
                         # NOP NOP TS, the options of almost every segment: what
                         # _tcp_options finds, the other option columns stay "absent"
                         u8[K_TCP_HAS_TS, i] = 1
