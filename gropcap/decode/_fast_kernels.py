@@ -275,12 +275,20 @@ def alloc_out(n: int, extra=()) -> tuple[Out, list[np.ndarray]]:
     They are views of one recycled slab (:class:`_Slabs`) and become the Arrow columns
     without a copy. The kernel clears the matrices a chunk at a time, just before decoding
     that chunk, so the memory is written while it is in cache.
+
+    A matrix row holds ``n`` records and 64 bytes more (:data:`ROW_PAD`; :func:`trim`
+    gives the ``n``-record views): with batches of 2**k records, rows exactly 2**k
+    records long put one record's ~100 columns at addresses that differ by multiples of
+    2**k, which all fall in one set of the L1 and L2 caches. The kernel writes a record's
+    columns together, so they evicted each other on every record.
     """
     specs = []
     for g in GROUPS:
         k = len(GROUP_COLUMNS[g])
-        specs.append(((k, n, 16) if g == "addr" else (n, C.TCP_MAX_OPTLEN) if g == "opts"
-                      else (k, n), GROUP_DTYPE[g]))
+        size = np.dtype(GROUP_DTYPE[g]).itemsize * (16 if g == "addr" else 1)
+        specs.append(((k, n + ROW_PAD // size, 16) if g == "addr" else
+                      (n, C.TCP_MAX_OPTLEN) if g == "opts" else
+                      (k, n + ROW_PAD // size), GROUP_DTYPE[g]))
     specs += list(extra)
     sizes = [int(np.prod(shp)) * np.dtype(dt).itemsize for shp, dt in specs]
     total = sum(-(-b // _ALIGN) * _ALIGN for b in sizes) + _ALIGN
@@ -291,6 +299,14 @@ def alloc_out(n: int, extra=()) -> tuple[Out, list[np.ndarray]]:
         arrs.append(slab[pos:pos + size].view(dt).reshape(shp))
         pos += -(-size // _ALIGN) * _ALIGN
     return Out(*arrs[:len(GROUPS)]), arrs[len(GROUPS):]
+
+
+ROW_PAD = 64        # bytes past the last record of a matrix row (alloc_out)
+
+
+def trim(o: Out, n: int) -> Out:
+    """The matrices of :func:`alloc_out` as ``n`` records a row (views, rows contiguous)."""
+    return Out(*(m[:, :n] for m in o[:6]), o.addr[:, :n], o.opts)
 
 
 CLEAR_CHUNK = 1024        # records cleared ahead of decoding (fits in L2 with its output)

@@ -85,7 +85,7 @@ def _run_kernel(batch: RecordBatch, options: DecodeOptions):
             ((n,), np.int32), ((n,), np.uint32), ((len(_BOOL_ROWS), (n + 7) // 8), np.uint8),
             ((n,), np.uint16)))
         # status and encap_depth are rows of the u8 matrix (no arrays of their own)
-        status, depth = o.u8[K.K_STATUS], o.u8[K.K_ENCAP_DEPTH]
+        status, depth = o.u8[K.K_STATUS, :n], o.u8[K.K_ENCAP_DEPTH, :n]
         tab = 1
         while tab < 2 * cap:
             tab <<= 1
@@ -202,11 +202,13 @@ def decode_batch(batch: RecordBatch, options: DecodeOptions = DEFAULT_OPTIONS, *
             _store_row(o, status, depth, int(i), row)
             strings[i] = row["encap"]
         encap = arrow_strings(strings).dictionary_encode()
-        bits = np.packbits(o.u8[_BOOL_ROWS], axis=1, bitorder="little")   # rows changed
+        bits = np.packbits(K.trim(o, n).u8[_BOOL_ROWS], axis=1,
+                           bitorder="little")     # rows changed
     else:
         encap = pa.DictionaryArray.from_arrays(arrow_numeric(encap_idx, pa.int32()),
                                                arrow_strings(names), safe=False)
     file_col[:] = file_index
+    o = K.trim(o, n)        # the columns: n records a row
     record_cols = {
         "ts_ns": batch.ts_ns, "cap_len": cap_out, "wire_len": batch.wire_len,
         "linktype": batch.linktype, "iface": batch.iface, "file_index": file_col,
