@@ -48,7 +48,11 @@ class LinktypeCheck:
         if not n:
             return
         self.records += n
-        lt = np.asarray(batch.linktype).astype(np.int64)
+        lt = np.asarray(batch.linktype)
+        first = int(lt[0])
+        if first in SUPPORTED_LINKTYPES and (lt == first).all():
+            return                     # one supported link type (the usual case)
+        lt = lt.astype(np.int64)
         bad = ~np.isin(lt, self._supported)
         if bad.any():
             u, c = np.unique(lt[bad], return_counts=True)

@@ -104,8 +104,16 @@ def encap_counts(t: pa.Table, mask: np.ndarray) -> dict[str, int]:
             n = len(chunk)
             if not n:
                 continue
-            idx = numpy_of(chunk.indices)
             names = chunk.dictionary.to_pylist()
+            m = mask[lo:lo + n]
+            if len(names) == 1:        # one encapsulation in the chunk (the usual case)
+                order.setdefault(names[0], None)
+                got = int(np.count_nonzero(m))
+                if got:
+                    counts[names[0]] = counts.get(names[0], 0) + got
+                lo += n
+                continue
+            idx = numpy_of(chunk.indices)
             every = np.bincount(idx, minlength=len(names))
             used = np.flatnonzero(every)
             if len(used) == 1:
@@ -116,7 +124,6 @@ def encap_counts(t: pa.Table, mask: np.ndarray) -> dict[str, int]:
                 used, first = np.unique(idx, return_index=True)
             for k in used[np.argsort(first, kind="stable")].tolist():
                 order.setdefault(names[k], None)
-            m = mask[lo:lo + n]
             got = every if m.all() else np.bincount(idx[m], minlength=len(names))
             for k in np.flatnonzero(got).tolist():
                 counts[names[k]] = counts.get(names[k], 0) + int(got[k])
