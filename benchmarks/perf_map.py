@@ -10,9 +10,9 @@ kernels as anonymous memory.
     perf record -F 2000 -o perf.data python benchmarks/perf_map.py -m gropcap analyze CAP
     perf report -i perf.data --sort sym
 
-The kernels compile in the run (numba keeps a function's machine code addresses only
-for what it compiled in this process, not for what it loaded from its cache), so the
-first seconds are compilation; keep the measured part long. A range runs from one
+The kernels compile in the run (a fresh cache directory), so the first seconds are
+compilation; keep the measured part long. :func:`functions` names kernels loaded from a
+cache too (``callgrind_kernels.py`` uses it that way). A range runs from one
 function's entry to the next one's (at most 256 KiB): a function that numba inlined is
 charged to its caller.
 """
@@ -39,11 +39,17 @@ def functions() -> list[tuple[int, str]]:
                 continue
             for cres in obj.overloads.values():
                 lib = cres.library
-                try:
-                    names = [f.name for f in lib._final_module.functions
-                             if not f.is_declaration]
-                except Exception:        # loaded from a cache: no module kept
-                    continue
+                # compiled here: the final module; loaded from the cache (an empty final
+                # module): the module numba keeps for linking, which defines them too
+                names = []
+                for attr in ("_final_module", "_shared_module"):
+                    try:
+                        names = [f.name for f in getattr(lib, attr).functions
+                                 if not f.is_declaration]
+                    except Exception:
+                        continue
+                    if names:
+                        break
                 for fn in names:
                     try:
                         addr = lib._codegen._engine.get_function_address(fn)
