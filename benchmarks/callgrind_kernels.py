@@ -170,8 +170,10 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump({"capture": args.capture, "records": records, "analyze": opts,
                        "events": list(EVENTS),
+                       "total_per_record": [round(v / records, 2) for v in total],
+                       # the 200 costliest functions (of some 20 000)
                        "per_record": {n: [round(v / records, 2) for v in c]
-                                      for n, c in rows}}, f, indent=1)
+                                      for n, c in rows[:max(args.top, 200)]}}, f, indent=1)
     return 0
 
 
