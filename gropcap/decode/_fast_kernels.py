@@ -370,14 +370,10 @@ def _borrow(typingctx, arr):
     return arr(arr), codegen
 
 
-# The helpers below are plain @njit functions, not ``inline="always"``: LLVM inlines them
-# into decode_kernel all the same (no slower), while numba-level inlining typed and lowered
-# each body again at every call site (a cold compile of decode_kernel took 21 s of CPU
-# instead of 12 s).
 def _big_endian(bits: int):
     """An intrinsic: the ``bits``-bit big-endian unsigned integer at byte ``off`` of the
     uint8 array ``f``, as int64: one unaligned load and a byte swap. Byte by byte, numba
-    wraps every index around (a compare and a conditional move per byte) and LLVM cannot
+    wraps every index around (a shift, an ``and`` and an add per byte) and LLVM cannot
     merge the loads. Like ``f[off]``, no bounds check: the caller keeps ``off`` in range."""
     from llvmlite import ir
 
@@ -400,12 +396,16 @@ def _big_endian(bits: int):
 
 
 _byte = _big_endian(8)
-# the options of almost every TCP segment: NOP, NOP, timestamp (kind 8, length 10)
-_NOP_NOP_TS = (C.TCPOPT_NOP << 24) | (C.TCPOPT_NOP << 16) | (C.TCPOPT_TIMESTAMP << 8) | 10
 _be16 = _big_endian(16)
 _be32 = _big_endian(32)
+# the options of almost every TCP segment: NOP, NOP, timestamp (kind 8, length 10)
+_NOP_NOP_TS = (C.TCPOPT_NOP << 24) | (C.TCPOPT_NOP << 16) | (C.TCPOPT_TIMESTAMP << 8) | 10
 
 
+# The helpers below are plain @njit functions, not ``inline="always"``: LLVM inlines them
+# into decode_kernel all the same (no slower), while numba-level inlining typed and lowered
+# each body again at every call site (a cold compile of decode_kernel took 21 s of CPU
+# instead of 12 s).
 @njit(cache=True)
 def _u16(f, off):
     return _be16(f, off)
