@@ -188,6 +188,7 @@ def decode_batch(batch: RecordBatch, options: DecodeOptions = DEFAULT_OPTIONS, *
     n = len(batch.offset)
     o, status, depth, encap_idx, names, cap_out, bits, file_col, rare = _run_kernel(batch,
                                                                                    options)
+    cols = K.trim(o, n)     # the columns, n records a row (o: the kernels' padded matrices)
     fallback = np.flatnonzero(encap_idx < 0)
     if len(fallback):
         from gropcap.decode.reference import decode_frame
@@ -202,13 +203,11 @@ def decode_batch(batch: RecordBatch, options: DecodeOptions = DEFAULT_OPTIONS, *
             _store_row(o, status, depth, int(i), row)
             strings[i] = row["encap"]
         encap = arrow_strings(strings).dictionary_encode()
-        bits = np.packbits(K.trim(o, n).u8[_BOOL_ROWS], axis=1,
-                           bitorder="little")     # rows changed
+        bits = np.packbits(cols.u8[_BOOL_ROWS], axis=1, bitorder="little")   # rows changed
     else:
         encap = pa.DictionaryArray.from_arrays(arrow_numeric(encap_idx, pa.int32()),
                                                arrow_strings(names), safe=False)
     file_col[:] = file_index
-    o = K.trim(o, n)        # the columns: n records a row
     record_cols = {
         "ts_ns": batch.ts_ns, "cap_len": cap_out, "wire_len": batch.wire_len,
         "linktype": batch.linktype, "iface": batch.iface, "file_index": file_col,
@@ -220,13 +219,13 @@ def decode_batch(batch: RecordBatch, options: DecodeOptions = DEFAULT_OPTIONS, *
         if not rare and (kind, key, k) in _RARE:
             arr = _constant(t, n, _RARE[kind, key, k])   # no VLAN, DSA or tunnel in the batch
         elif kind == "num":
-            arr = arrow_numeric(getattr(o, key)[k], t)
+            arr = arrow_numeric(getattr(cols, key)[k], t)
         elif kind == "bool":
             arr = pa.Array.from_buffers(t, n, [None, pa.py_buffer(bits[k])])
         elif kind == "addr":
-            arr = _fixed_binary(o.addr[k], 16)
+            arr = _fixed_binary(cols.addr[k], 16)
         elif kind == "opts":
-            arr = _fixed_binary(o.opts, K.C.TCP_MAX_OPTLEN)
+            arr = _fixed_binary(cols.opts, K.C.TCP_MAX_OPTLEN)
         elif kind == "record":
             arr = arrow_numeric(np.asarray(record_cols[key]).astype(_RECORD_DTYPES[key],
                                                                     copy=False), t)
