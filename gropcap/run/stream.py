@@ -625,8 +625,8 @@ class _VerdictBuffer(_VerdictCursor):
         if got == n and start == r1:
             # in row order (the ideal model; a NAPI queue mostly): views of one chunk,
             # or the n rows of two joined
-            out = [pieces[0][0][a][:pieces[0][1]] if len(pieces) == 1 else
-                   np.concatenate([c[a][:k] for c, k in pieces]) for a in (1, 2, 3)]
+            parts = [[c[a][:k] for c, k in pieces] for a in (1, 2, 3)]
+            out = [p[0] if len(p) == 1 else np.concatenate(p) for p in parts]
             last, k = pieces[-1]
             rest = [[b[k:] for b in last]] if k < len(last[0]) else []
             self.chunks = rest + self.chunks[len(pieces):]
