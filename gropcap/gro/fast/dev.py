@@ -41,13 +41,17 @@ def _receive(rows, lo, hi, c, cfg, st, out, poll, age, udp):
     callee's IR block by block, blocks x variables), and its arguments (~90 arrays) are
     passed once per poll, not once per packet."""
     for x in range(lo, hi):
-        i = rows[x]
+        # unsigned row and key: numba wraps a signed index around (``i < 0``: ``i + len``)
+        # at every access, a few instructions and two stack loads for each of the ~100
+        # array reads of a packet; these are never negative (``k`` is -1 only for a
+        # bypass packet, which indexes nothing by it)
+        i = np.uint64(rows[np.uint64(x)])
         out.ppoll[i] = poll
         out.cur[0] = c.row[i]
         deliver = -1                   # reason when the packet goes up alone now
         hold = -1                      # reason when it becomes a held entry
         end = 0                        # end reason of the held entry pp completed now
-        k = c.key[i]
+        k = np.uint64(c.key[i])
         ln = c.tlen[i]
         segs = c.segs[i]
         gsz = c.gsz[i]
@@ -119,7 +123,8 @@ def _receive(rows, lo, hi, c, cfg, st, out, poll, age, udp):
                     hold = flush_reason
         if end != 0:
             if cfg.model != MODEL_IDEAL:
-                _unlink(st.tbl, st.tcnt, np.int64(c.queue[i]), np.int64(c.bucket[i]), k)
+                _unlink(st.tbl, st.tcnt, np.int64(c.queue[i]), np.int64(c.bucket[i]),
+                        np.int64(k))
             _complete(k, end, st, out, poll)
         if deliver >= 0:
             out.reason[i] = deliver
@@ -133,14 +138,14 @@ def _hold(i, k, reason, c, cfg, st, out, poll, age):
     """dev_gro_receive tail: hold packet i as a new entry (evict the oldest if full)."""
     out.reason[i] = reason
     if cfg.model != MODEL_IDEAL:
-        q = np.int64(c.queue[i])
-        b = np.int64(c.bucket[i])
+        q = np.uint64(c.queue[i])
+        b = np.uint64(c.bucket[i])
         if st.tcnt[q, b] >= MAX_GRO_SKBS:
             # gro_flush_oldest: the tail (oldest) entry of the bucket goes up first
             old = st.tbl[q, b, 0]
-            _unlink(st.tbl, st.tcnt, q, b, old)
+            _unlink(st.tbl, st.tcnt, np.int64(q), np.int64(b), old)
             _complete(old, END_BUCKET_FULL, st, out, poll)
-        st.tbl[q, b, st.tcnt[q, b]] = k
+        st.tbl[q, b, np.uint64(st.tcnt[q, b])] = np.int64(k)
         st.tcnt[q, b] += 1
     ln = c.tlen[i]
     inst = st.ctr[1]

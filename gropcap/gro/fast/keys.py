@@ -109,8 +109,10 @@ def _same_flow_rows(k, lo, hi, gre_a, gre_b, gre_key, hops, out):
     s32 = np.uint64(32)
     s48 = np.uint64(48)
     z = np.uint64(0)
-    for r in range(lo, hi):
-        j = r - lo
+    for jj in range(hi - lo):
+        # unsigned indices: no wraparound of a negative index at each of the ~50 reads
+        j = np.uint64(jj)
+        r = np.uint64(lo + jj)
         out[0, j] = _u(k.hash[r]) | (_u(k.iface[r]) << s32) \
             | (_u(np.int64(k.dsa_port[r]) & 0xFFFF) << s48)
         out[1, j] = _u(k.eth_dst[r]) | (_u(k.eth_type[r]) << s48)
@@ -233,7 +235,7 @@ def _flow_row(f, r, out):
 # first appearance (keys: among rows with ``use``), across batches.
 
 UNION_WORDS = SAME_FLOW_WORDS + 3   # + hop limits; L4 proto and outer ports; tunnel key
-UNION_CHUNK = 256                  # rows packed per _same_flow_rows call in classify
+UNION_CHUNK = 64                   # rows packed per _same_flow_rows call in classify
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
@@ -314,8 +316,9 @@ def classify(k, l4, o_sport, o_dport, tun_key, gre_a, gre_b, gre_key, u_slots, u
         if u_cnt[0] + (chi - clo) > u_keys.shape[0]:
             return clo
         _same_flow_rows(k, clo, chi, gre_a, gre_b, gre_key, True, chunk.T)
-        for r in range(clo, chi):
-            j = r - clo
+        for jj in range(chi - clo):
+            j = np.uint64(jj)              # unsigned: see _same_flow_rows
+            r = np.uint64(clo + jj)
             chunk[j, SAME_FLOW_WORDS + 1] = _u(l4[r]) | (_u(o_sport[r]) << s8) \
                 | (_u(o_dport[r]) << s24)
             chunk[j, SAME_FLOW_WORDS + 2] = _u(tun_key[r])
