@@ -30,7 +30,11 @@ Stages (each in its own process, so each has its own peak RSS and a warm JIT cac
 JIT compilation happens before timing in every stage (warm-up on a small batch). Ratios
 are against the reference decode measured in the same run. Every stage reports wall-clock
 (``pps``) and CPU-time (``pps_cpu``) rates: on a shared machine the CPU-time rate is the
-one-core figure, the wall-clock one shows contention.
+one-core figure, the wall-clock one shows contention. ``--malloc cli`` runs the stage
+processes with glibc malloc as ``gropcap`` sets it for its own run (``tune_malloc``: the
+per-batch arrays come back from the heap instead of fresh pages); the default is glibc's
+own settings, what a library caller (a notebook) has. Each stage records which in
+``malloc``.
 
     python benchmarks/bench.py /tmp/bench.pcap              # writes results/<sha>.json
 """
@@ -321,7 +325,22 @@ def stage_warm_start(path, args):
 
 def _child(stage, path, args):
     fn = globals()["stage_" + stage]
-    print(json.dumps(fn(path, args)))
+    tuned = args.malloc == "cli" and _tune_malloc()
+    res = fn(path, args)
+    if isinstance(res, dict):
+        res["malloc"] = "cli" if tuned else "default"
+    print(json.dumps(res))
+
+
+def _tune_malloc() -> bool:
+    """``--malloc cli``: glibc malloc as the command line sets it in its own process
+    (``gropcap.__main__.tune_malloc``: blocks from the heap, no trimming), before the
+    stage allocates anything; a tree without it runs with glibc's defaults."""
+    try:
+        from gropcap.__main__ import tune_malloc
+    except ImportError:
+        return False
+    return tune_malloc()
 
 
 
@@ -341,6 +360,9 @@ def main(argv=None) -> int:
                     help="analyze_stream: add a cProfile top list (slower)")
     ap.add_argument("--tmp-dir", default=None,
                     help="analyze_stream: where its output and temporary files go")
+    ap.add_argument("--malloc", choices=["default", "cli"], default="default",
+                    help="glibc malloc of the stage processes: glibc's defaults (what a "
+                         "library caller has), or as `gropcap` sets it for its own run")
     ap.add_argument("--stage", help=argparse.SUPPRESS)     # internal: run one stage here
     args = ap.parse_args(argv)
     path = os.path.abspath(args.capture)
@@ -363,7 +385,7 @@ def main(argv=None) -> int:
         else:
             cmd = [sys.executable, os.path.abspath(__file__), path, "--stage", stage,
                    "--reference-packets", str(args.reference_packets),
-                   "--repeat", str(args.repeat)]
+                   "--repeat", str(args.repeat), "--malloc", args.malloc]
             cmd += ["--profile"] if args.profile else []
             cmd += ["--tmp-dir", args.tmp_dir] if args.tmp_dir else []
             p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
