@@ -7,6 +7,9 @@ no hardware counters.
     python benchmarks/callgrind_kernels.py CAPTURE --records 200000 --top 40 --json out.json
     python benchmarks/callgrind_kernels.py CAPTURE -- --format json -q --threads 1 --mtu 9000
 
+``--annotate FUNCTION`` adds that kernel function's costliest machine instructions (per
+record, in address order, disassembled by objdump from the code the run dumps at exit).
+
 Everything after ``--`` is ``gropcap analyze``'s options (default ``--format json -q
 --threads 1``). The run reads the first ``--records`` records of CAPTURE (a prefix file).
 
@@ -50,10 +53,23 @@ _DRIVER = """
 import atexit, os, sys
 sys.path.insert(0, {here!r})
 def _names():
-    import perf_map
+    import ctypes, perf_map
+    funcs = perf_map.functions()
     with open(os.environ["GROPCAP_JIT_MAP"], "w") as f:
-        for addr, name in perf_map.functions():
+        for addr, name in funcs:
             f.write(f"{{addr:x}} {{name}}\\n")
+    want = os.environ.get("GROPCAP_JIT_DUMP")
+    if want and funcs:
+        # --annotate: the machine code of the named function, up to the next function
+        # (at most 256 KiB), as "address size" and the bytes
+        ends = [a for a, _ in funcs[1:]] + [funcs[-1][0] + 4096]
+        with open(os.environ["GROPCAP_JIT_MAP"] + ".code", "wb") as f:
+            for (addr, name), end in zip(funcs, ends):
+                if name == want:
+                    size = min(end - addr, 1 << 18)
+                    f.write(f"{{addr:x}} {{size}}\\n".encode())
+                    f.write(ctypes.string_at(addr, size))
+                    break
 atexit.register(_names)
 sys.argv = ["gropcap", "analyze", *sys.argv[1:]]
 from gropcap.__main__ import main
@@ -68,10 +84,14 @@ def parse(path: str) -> tuple[list[str], dict[str, list[int]]]:
     cost: dict[str, list[int]] = {}
     fn = None
     after_call = False
+    npos = 1                            # "positions: line", or "instr line" (--annotate)
     with open(path) as f:
         for line in f:
             if line.startswith("events:"):
                 events = line.split()[1:]
+                continue
+            if line.startswith("positions:"):
+                npos = len(line.split()) - 1
                 continue
             if line.startswith(("fn=", "cfn=")):
                 m = re.match(r"(c?fn)=\((\d+)\)(?: (.*))?", line.strip())
@@ -89,11 +109,78 @@ def parse(path: str) -> tuple[list[str], dict[str, list[int]]]:
                 if after_call:
                     after_call = False
                     continue
-                parts = line.split()[1:]          # positions: line
+                parts = line.split()[npos:]
                 c = cost.setdefault(fn, [0] * len(events))
                 for k, v in enumerate(parts):
                     c[k] += int(v)
     return events, cost
+
+
+def parse_instr(path: str, lo: int, hi: int) -> dict[int, list[int]]:
+    """Self costs per instruction address in ``[lo, hi)`` of a ``--dump-instr=yes``
+    callgrind file (positions ``instr line``; a position may be relative to the one
+    before, ``+n`` / ``-n``, or the same, ``*``)."""
+    out: dict[int, list[int]] = {}
+    last = 0
+    after_call = False
+    with open(path) as f:
+        for line in f:
+            if line.startswith("calls="):
+                after_call = True
+                continue
+            c0 = line[:1]
+            if not (c0 == "0" or c0 in "+-*"):
+                continue
+            parts = line.split()
+            p = parts[0]
+            if p.startswith("0x"):
+                addr = int(p, 16)
+            elif p[0] in "+-":
+                step = int(p[1:], 16) if p[1:].startswith("0x") else int(p[1:])
+                addr = last + step if p[0] == "+" else last - step
+            else:
+                addr = last
+            last = addr
+            if after_call:
+                after_call = False          # the call's inclusive cost, not self
+                continue
+            if lo <= addr < hi:
+                c = out.setdefault(addr, [0] * len(EVENTS))
+                for k, v in enumerate(parts[2:]):
+                    c[k] += int(v)
+    return out
+
+
+def annotate(work: str, name: str, callgrind_out: str, records: int, top: int) -> None:
+    """The costliest instructions of ``name`` (self cost per record), in address order,
+    disassembled by objdump from the code the run dumped at its exit."""
+    code_file = os.path.join(work, "jit.map.code")
+    if not os.path.exists(code_file) or os.path.getsize(code_file) == 0:
+        print(f"annotate: no function named {name} in the run", file=sys.stderr)
+        return
+    with open(code_file, "rb") as f:
+        head = f.readline().split()
+        addr, size = int(head[0], 16), int(head[1])
+        code = f.read(size)
+    binf = os.path.join(work, "code.bin")
+    with open(binf, "wb") as f:
+        f.write(code)
+    dis = subprocess.run(["objdump", "-D", "-b", "binary", "-mi386:x86-64",
+                          f"--adjust-vma={addr:#x}", binf], capture_output=True, text=True,
+                         check=True).stdout
+    text = {}
+    for line in dis.splitlines():
+        m = re.match(r"\s*([0-9a-f]+):\t[0-9a-f ]+\t(.*)", line)
+        if m:
+            text[int(m.group(1), 16)] = m.group(2).strip()
+    cost = parse_instr(callgrind_out, addr, addr + size)
+    total = [sum(c[k] for c in cost.values()) for k in range(len(EVENTS))]
+    print(f"\n{name}: {total[0] / records:.1f} instructions a record at {len(cost)} "
+          f"addresses; the costliest {top} (offset, Ir and L1 misses per record):")
+    for a in sorted(sorted(cost, key=lambda a: -cost[a][0])[:top]):
+        c = cost[a]
+        print(f"  {a - addr:#8x} {c[0] / records:7.2f} {(c[4] + c[5]) / records:6.2f}  "
+              f"{text.get(a, '?')}")
 
 
 def named(cost: dict[str, list[int]], jit_map: str) -> dict[str, list[int]]:
@@ -123,6 +210,10 @@ def main(argv=None) -> int:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--json", help="write the per-function figures here")
     ap.add_argument("--keep", help="keep the work directory here (cache, callgrind file)")
+    ap.add_argument("--annotate", metavar="FUNCTION",
+                    help="also the costliest machine instructions of this kernel function "
+                         "(its name as the table prints it)")
+    ap.add_argument("--annotate-top", type=int, default=80)
     ap.add_argument("analyze", nargs="*", help="gropcap analyze options (after --)")
     args = ap.parse_args(argv)
     if shutil.which("valgrind") is None:
@@ -144,18 +235,23 @@ def main(argv=None) -> int:
                    NUMBA_CACHE_DIR=os.path.join(work, "numba-cache"),
                    GROPCAP_JIT_MAP=os.path.join(work, "jit.map"), PYTHONPATH=ROOT,
                    GROPCAP_COMPILE_HELPER="0")
+        if args.annotate:
+            env["GROPCAP_JIT_DUMP"] = args.annotate
         cmd = [sys.executable, driver, prefix, *opts]
         # native, twice: compile for the fixed CPU (on the fast engine, whatever the size)
         for extra in (["--engine", "fast"], []):
             subprocess.run(cmd + extra, env=env, check=True, stdout=subprocess.DEVNULL,
                            cwd=work)
         out = os.path.join(work, "callgrind.out")
-        subprocess.run(["valgrind", "--tool=callgrind", "--cache-sim=yes",
+        instr = ["--dump-instr=yes"] if args.annotate else []
+        subprocess.run(["valgrind", "--tool=callgrind", "--cache-sim=yes", *instr,
                         f"--callgrind-out-file={out}", *cmd], env=env, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=work)
         events, cost = parse(out)
         assert tuple(events) == EVENTS, events
         table = named(cost, env["GROPCAP_JIT_MAP"])
+        if args.annotate:
+            annotate(work, args.annotate, out, records, args.annotate_top)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
