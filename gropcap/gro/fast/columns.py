@@ -21,11 +21,13 @@ def assemble_rows(inst, seg_of_inst, s_count, s_first, rank, poll, gro_seg, role
     mapped to delivery order in place (-1 indexes from the end, as numpy would)."""
     nr = rank.shape[0]
     for r in range(inst.shape[0]):
-        g = seg_of_inst[inst[r]]
+        # unsigned indices: no wraparound code (never negative here)
+        g = seg_of_inst[np.uint64(inst[r])]
         gro_seg[r] = g
-        if s_count[g] == 1:
+        gu = np.uint64(g)
+        if s_count[gu] == 1:
             role[r] = ROLE_ALONE
-        elif s_first[g] == r:
+        elif s_first[gu] == r:
             role[r] = ROLE_HEAD
         else:
             role[r] = ROLE_MERGED

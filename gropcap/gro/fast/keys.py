@@ -367,19 +367,20 @@ def key_classes(uid, use, u_keys, no_hash, hops, ukey, k_slots, k_keys, k_cnt, l
             key[r] = -1
             loose[r] = 0
             continue
-        u = uid[r]
-        if ukey[2 * u] < 0:                 # the class's first row with use
+        u = np.uint64(uid[r])       # unsigned: no wraparound code (see classify)
+        u2 = u + u
+        if ukey[u2] < 0:            # the class's first row with use
             for x in range(UNION_WORDS):
                 buf[x] = u_keys[u, x]
             if no_hash:
                 buf[0] &= ~low
             c = _tab_find(buf, k_slots, k_keys, k_cnt)
-            ukey[2 * u] = c
+            ukey[u2] = c
             if hops:
                 c = _tab_find(buf, l_slots, l_keys, l_cnt)
-            ukey[2 * u + 1] = c
-        key[r] = ukey[2 * u]
-        loose[r] = ukey[2 * u + 1]
+            ukey[u2 + np.uint64(1)] = c
+        key[r] = ukey[u2]
+        loose[r] = ukey[u2 + np.uint64(1)]
 
 
 @numba.njit(cache=True, nogil=True)
