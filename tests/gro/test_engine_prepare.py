@@ -265,13 +265,15 @@ def test_option_compare_matches_zeroed_timestamp_copies():
                     == tcp.zero_timestamps(mb, lens_b)).all(axis=1)
     # packet side: the option column and its length; held side: State.e_opt layout
     C = namedtuple("C", "opt opt_len")
-    S = namedtuple("S", "e_opt")
+    S = namedtuple("S", "e_opt ent")
     c = C(np.ascontiguousarray(ma[:, :40]).view(np.uint64), lens_a)
     e = np.zeros((n, state.OPT_WORDS + 1), np.uint64)
     e[:, :state.OPT_WORDS] = np.ascontiguousarray(mb[:, :40]).view(np.uint64)
     e[:, state.OPT_WORDS] = ((lens_b & 0xFF)
                              | (np.minimum(lens_b, 48) << 8)).astype(np.uint64)
-    s = S(e)
+    ent = np.zeros(n, state.ENTRY)          # the kernels read State.ent, the record array
+    ent["e_opt"] = e
+    s = S(ent["e_opt"], ent)
     got_same = np.array([tcp._same_options(i, i, c, s) for i in range(n)])
     got_beyond = np.array([tcp._options_differ_beyond_ts(i, i, c, s) for i in range(n)])
     assert np.array_equal(got_same, same_want)

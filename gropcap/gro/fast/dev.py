@@ -63,7 +63,7 @@ def _receive(rows, lo, hi, c, cfg, st, out, poll, age, udp):
             if udp is not None:
                 # numba prunes this branch before typing when ``udp`` is None (see run)
                 deliver, hold, end = _udp_receive(i, k, c, cfg, st, out)
-        elif st.e_first[k] < 0:
+        elif st.ent[k].e_first < 0:
             fl = c.flags[i]
             sfl = c.sfl_out[i] if c.sfl_out[i] != 0 else c.sfl_in[i]
             if sfl == 0:
@@ -89,27 +89,27 @@ def _receive(rows, lo, hi, c, cfg, st, out, poll, age, udp):
             if flush_reason == 0 and cfg.tcp_flist:
                 # tcp_gro_receive, is_flist (v6.10): the whole flag word, count >= 64, then
                 # skb_gro_receive_list (65536 on whole lengths, no check of the skb's flush)
-                if fl != st.e_flags[k]:
+                if fl != st.ent[k].e_flags:
                     flush_reason = FLUSH_TCP_FLAGS
-                elif st.e_count[k] >= TCP_FLIST_MAX_SEGS:
+                elif st.ent[k].e_count >= TCP_FLIST_MAX_SEGS:
                     flush_reason = FLUSH_MAX_SEGS
-                elif st.e_len[k] + c.plen[i] >= FLIST_MAX_LEN:
+                elif st.ent[k].e_len + c.plen[i] >= FLIST_MAX_LEN:
                     flush_reason = FLUSH_SIZE_LIMIT
             elif flush_reason == 0:
                 # skb_gro_receive: -E2BIG when p->len + len >= gro_max_size or skb flush
-                if st.e_len[k] + ln >= st.e_limit[k]:
+                if st.ent[k].e_len + ln >= st.ent[k].e_limit:
                     flush_reason = FLUSH_SIZE_LIMIT
                 elif sfl != 0:
                     flush_reason = _sfl_flush(sfl)
             if flush_reason == 0:
-                st.e_last[k] = c.row[i]
-                st.e_count[k] += segs
-                st.e_payload[k] += c.payload[i]
-                st.e_grolen[k] += ln
-                st.e_len[k] += ln
+                st.ent[k].e_last = c.row[i]
+                st.ent[k].e_count += segs
+                st.ent[k].e_payload += c.payload[i]
+                st.ent[k].e_grolen += ln
+                st.ent[k].e_len += ln
                 out.reason[i] = MERGED
-                out.inst[i] = st.e_inst[k]
-                end = _end_reason(fl, ln, st.e_mss[k])
+                out.inst[i] = st.ent[k].e_inst
+                end = _end_reason(fl, ln, st.ent[k].e_mss)
                 if end == 0 and _gso_short(ln, segs, gsz) != 0:
                     end = END_SHORT_SEGMENT
             else:
@@ -136,6 +136,7 @@ def _receive(rows, lo, hi, c, cfg, st, out, poll, age, udp):
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _hold(i, k, reason, c, cfg, st, out, poll, age):
     """dev_gro_receive tail: hold packet i as a new entry (evict the oldest if full)."""
+    held = st.ent[k]
     out.reason[i] = reason
     if cfg.model != MODEL_IDEAL:
         q = np.uint64(c.queue[i])
@@ -151,46 +152,46 @@ def _hold(i, k, reason, c, cfg, st, out, poll, age):
     inst = st.ctr[1]
     st.ctr[1] = inst + 1
     out.inst[i] = inst
-    st.e_inst[k] = inst
-    st.e_first[k] = c.row[i]
-    st.e_last[k] = c.row[i]
-    st.e_count[k] = c.segs[i]
-    st.e_payload[k] = c.payload[i]
-    st.e_grolen[k] = ln
-    st.e_len[k] = c.plen[i]
+    held.e_inst = inst
+    held.e_first = c.row[i]
+    held.e_last = c.row[i]
+    held.e_count = c.segs[i]
+    held.e_payload = c.payload[i]
+    held.e_grolen = ln
+    held.e_len = c.plen[i]
     # dev_gro_receive: a plain skb's gso_size becomes skb_gro_len(skb); a GSO skb keeps its own
-    st.e_mss[k] = c.gsz[i] if c.gsz[i] != 0 else ln
+    held.e_mss = c.gsz[i] if c.gsz[i] != 0 else ln
     # is_atomic (4.7-6.9): DF of the innermost IPv4 header (IPv6: 1); 6.10+: bits cleared
     if cfg.era == ERA_FLUSH_ID:
-        st.e_fixed[k] = c.in_df[i] if c.in_v[i] == 4 else 1
+        held.e_fixed = c.in_df[i] if c.in_v[i] == 4 else 1
     else:
-        st.e_fixed[k] = 0
-    st.e_age[k] = age
-    st.e_order[k] = st.ctr[0]
+        held.e_fixed = 0
+    held.e_age = age
+    held.e_order = st.ctr[0]
     st.ctr[0] += 1
-    st.e_queue[k] = c.queue[i]
-    st.e_limit[k] = c.limit[i]
-    st.e_loose[k] = c.loose[i]
-    st.e_gcode[k] = c.gcode[i]
-    st.e_flow[k] = c.flow[i]
+    held.e_queue = c.queue[i]
+    held.e_limit = c.limit[i]
+    held.e_loose = c.loose[i]
+    held.e_gcode = c.gcode[i]
+    held.e_flow = c.flow[i]
     # p's headers: the first packet's (tcp_gro_receive compares against them)
-    st.e_seq[k] = c.seq[i]
-    st.e_ack[k] = c.ack[i]
-    st.e_flags[k] = c.flags[i]
-    st.e_doff[k] = c.doff[i]
-    st.e_window[k] = c.window[i]
+    held.e_seq = c.seq[i]
+    held.e_ack = c.ack[i]
+    held.e_flags = c.flags[i]
+    held.e_doff = c.doff[i]
+    held.e_window = c.window[i]
     for w in range(OPT_WORDS):
-        st.e_opt[k, w] = c.opt[i, w]
+        held.e_opt[w] = c.opt[i, w]
     olen = np.int64(c.opt_len[i])
-    st.e_opt[k, OPT_WORDS] = np.uint64((olen & 0xFF) | (min(olen, OPT_AREA) << 8))
-    st.e_in_ttl[k] = c.in_ttl[i]
-    st.e_in_tos[k] = c.in_tos[i]
-    st.e_in_df[k] = c.in_df[i]
-    st.e_in_id[k] = c.in_id[i]
-    st.e_out_ttl[k] = c.out_ttl[i]
-    st.e_out_tos[k] = c.out_tos[i]
-    st.e_out_df[k] = c.out_df[i]
-    st.e_out_id[k] = c.out_id[i]
+    held.e_opt[OPT_WORDS] = np.uint64((olen & 0xFF) | (min(olen, OPT_AREA) << 8))
+    held.e_in_ttl = c.in_ttl[i]
+    held.e_in_tos = c.in_tos[i]
+    held.e_in_df = c.in_df[i]
+    held.e_in_id = c.in_id[i]
+    held.e_out_ttl = c.out_ttl[i]
+    held.e_out_tos = c.out_tos[i]
+    held.e_out_df = c.out_df[i]
+    held.e_out_id = c.out_id[i]
     st.loose_held[c.loose[i]] += 1
 
 
@@ -205,7 +206,7 @@ def _flush_queue(q, st, out, poll, old_only, jiffy):
     for b in range(st.tcnt.shape[1]):
         while st.tcnt[q, b] > 0:
             k = st.tbl[q, b, 0]
-            if old_only and st.e_age[k] == jiffy:
+            if old_only and st.ent[k].e_age == jiffy:
                 break
             _unlink(st.tbl, st.tcnt, q, b, k)
             _complete(k, end, st, out, poll)

@@ -47,10 +47,11 @@ def _ip_id_checks(i, k, c, cfg, st, count):
     first: gro_receive_network_flush): the reason of the first item that holds, 0 none.
     Shared by tcp_gro_receive (:func:`tcp._pair_checks`) and udp_gro_receive_segment
     (:func:`udp._udp_l3_checks`); mutates the entry's fixed-ID state as the kernel does."""
+    held = st.ent[k]
     r_id = 0
     if cfg.era == ERA_INNER_ID:
         # < 4.7: only the innermost IPv4 ID is checked, it must be p.id + count
-        if c.in_v[i] == 4 and ((st.e_in_id[k] + count) & 0xFFFF) != c.in_id[i]:
+        if c.in_v[i] == 4 and ((held.e_in_id + count) & 0xFFFF) != c.in_id[i]:
             r_id = FLUSH_IP_ID
     elif cfg.era == ERA_FLUSH_ID:
         # inet_gro_receive (v4.7-v6.9) computes flush_id per IPv4 header, outer first;
@@ -65,12 +66,12 @@ def _ip_id_checks(i, k, c, cfg, st, count):
                 if v == 0:
                     continue
                 nid = c.out_id[i]
-                pid = st.e_out_id[k]
+                pid = held.e_out_id
                 ndf = c.out_df[i]
             else:
                 v = c.in_v[i]
                 nid = c.in_id[i]
-                pid = st.e_in_id[k]
+                pid = held.e_in_id
                 ndf = c.in_df[i]
             if v == 6:
                 if n_atomic:
@@ -79,7 +80,7 @@ def _ip_id_checks(i, k, c, cfg, st, count):
                 n_atomic = 1
                 continue
             fid = (nid - pid) & 0xFFFF
-            if st.e_fixed[k] == 0 or ndf == 0:
+            if held.e_fixed == 0 or ndf == 0:
                 fid = 0 if fid == count else 0xFFFF
             if n_atomic:
                 flush_id = fid
@@ -90,8 +91,8 @@ def _ip_id_checks(i, k, c, cfg, st, count):
                 flush_id |= fid
             n_atomic = ndf
         # tcp_gro_receive: at the second frame a fixed-ID flow may turn incrementing
-        if flush_id == 1 and count == 1 and st.e_fixed[k] != 0:
-            st.e_fixed[k] = 0
+        if flush_id == 1 and count == 1 and held.e_fixed != 0:
+            held.e_fixed = 0
         elif flush_id != 0:
             r_id = FLUSH_OUTER_IP_ID if src == 0 else FLUSH_IP_ID
     else:
@@ -102,22 +103,22 @@ def _ip_id_checks(i, k, c, cfg, st, count):
                 v = c.out_v[i]
                 if v == 0:
                     continue
-                r = _ip_pair(v, c.out_ttl[i], c.out_tos[i], c.out_df[i], st.e_out_ttl[k],
-                             st.e_out_tos[k], st.e_out_df[k], cfg.hop_flush, FLUSH_OUTER_TTL,
+                r = _ip_pair(v, c.out_ttl[i], c.out_tos[i], c.out_df[i], held.e_out_ttl,
+                             held.e_out_tos, held.e_out_df, cfg.hop_flush, FLUSH_OUTER_TTL,
                              FLUSH_OUTER_TOS, FLUSH_OUTER_ECN, FLUSH_OUTER_DF)
                 nid = c.out_id[i]
-                pid = st.e_out_id[k]
+                pid = held.e_out_id
                 ndf = c.out_df[i]
                 outer = True
                 bit = 1
                 rid = FLUSH_OUTER_IP_ID
             else:
                 v = c.in_v[i]
-                r = _ip_pair(v, c.in_ttl[i], c.in_tos[i], c.in_df[i], st.e_in_ttl[k],
-                             st.e_in_tos[k], st.e_in_df[k], cfg.hop_flush, FLUSH_TTL, FLUSH_TOS,
+                r = _ip_pair(v, c.in_ttl[i], c.in_tos[i], c.in_df[i], held.e_in_ttl,
+                             held.e_in_tos, held.e_in_df, cfg.hop_flush, FLUSH_TTL, FLUSH_TOS,
                              FLUSH_ECN, FLUSH_DF)
                 nid = c.in_id[i]
-                pid = st.e_in_id[k]
+                pid = held.e_in_id
                 ndf = c.in_df[i]
                 outer = False
                 bit = 2 if c.out_v[i] != 0 else 1
@@ -133,12 +134,12 @@ def _ip_id_checks(i, k, c, cfg, st, count):
                 if outer and ndf != 0:
                     continue              # outer header with DF: ID ignored (6.10-6.17)
                 if count == 1 and ndf != 0 and off == 0:
-                    st.e_fixed[k] = 1
-                bad = off != ((count * (1 - st.e_fixed[k])) & 0xFFFF)
+                    held.e_fixed = 1
+                bad = off != ((count * (1 - held.e_fixed)) & 0xFFFF)
             else:
                 if count == 1 and off == 0:
-                    st.e_fixed[k] |= bit
-                fixed = 1 if (st.e_fixed[k] & bit) != 0 else 0
+                    held.e_fixed |= bit
+                fixed = 1 if (held.e_fixed & bit) != 0 else 0
                 bad = off != ((count * (1 - fixed)) & 0xFFFF)
             if bad and r_id == 0:
                 r_id = rid

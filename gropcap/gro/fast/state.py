@@ -154,6 +154,8 @@ class State(NamedTuple):
     ctr: np.ndarray        # int64 [4]: hold serial, next instance, next poll, spare
     qs: np.ndarray         # int64 [queues, QS_N] NAPI scheduler state per queue
     win: np.ndarray        # int64 [3] explicit windows: current value, open, ordinal
+    ent: np.ndarray        # the ENTRY record array the e_* arrays are views of, what
+    #                        the kernels read and write (see ENTRY)
 
 
 # gcode offset of a packet delivered alone (no gro_complete: no fraglist completion bits)
@@ -232,7 +234,10 @@ def _entry_dtype() -> np.dtype:
 # arrays are strided views of its fields, so one key's fields share 3 cache lines
 # instead of lying in 31 arrays. With thousands of interleaved flows the table is far
 # larger than the CPU's caches and every field read was a miss of its own
-# (docs/performance.md, "The held-entry table as records").
+# (docs/performance.md, "The held-entry table as records"). The kernels go through the
+# records themselves (``held = st.ent[k]``, ``held.e_seq``): a field is then one load
+# at a constant offset, where a view's element costs its own base and a multiply by its
+# stride, both reloaded from the spilled arguments (docs/performance.md, "Session 27").
 ENTRY = _entry_dtype()
 
 
@@ -241,13 +246,14 @@ def entry_arrays(nk: int) -> dict:
     ``.base`` of each), ``e_first`` -1: nothing held."""
     rec = np.zeros(nk, ENTRY)
     rec["e_first"] = -1
-    return {f: rec[f] for f in ENTRY_FIELDS}
+    return {**{f: rec[f] for f in ENTRY_FIELDS}, "ent": rec}
 
 
 def entries(st: "State"):
-    """The ENTRY record array every e_* array of ``st`` is a view of, or None (arrays
-    of their own: a state unpickled, where each view travelled as a copy)."""
-    rec = st.e_first.base
+    """``st.ent``, the ENTRY record array every e_* array of ``st`` is a view of, or
+    None (arrays of their own: a state unpickled, where each view and the record array
+    travelled as copies)."""
+    rec = st.ent
     if not isinstance(rec, np.ndarray) or rec.dtype != ENTRY or rec.ndim != 1:
         return None
     return rec if all(getattr(st, f).base is rec for f in ENTRY_FIELDS) else None
@@ -291,12 +297,13 @@ def _deliver(i, reason, c, st, out, poll):
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _complete(k, end, st, out, poll):
     """gro_complete: the held entry of key k goes up (count == 1 -> gso_size 0)."""
-    count = st.e_count[k]
-    gso = st.e_mss[k] if count > 1 else 0
-    _emit(out, st.e_first[k], st.e_last[k], count, st.e_payload[k], gso, end, st.e_queue[k],
-          poll, st.e_fixed[k], st.e_inst[k], st.e_gcode[k], st.e_flow[k])
-    st.e_first[k] = -1
-    st.loose_held[st.e_loose[k]] -= 1
+    held = st.ent[k]                # p, the held entry: a record of State.ent
+    count = held.e_count
+    gso = held.e_mss if count > 1 else 0
+    _emit(out, held.e_first, held.e_last, count, held.e_payload, gso, end, held.e_queue,
+          poll, held.e_fixed, held.e_inst, held.e_gcode, held.e_flow)
+    held.e_first = -1
+    st.loose_held[held.e_loose] -= 1
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)

@@ -29,10 +29,11 @@ from gropcap.gro.reasons import (
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _same_options(i, k, c, st):
-    if (np.int64(c.opt_len[i]) & 0xFF) != np.int64(st.e_opt[k, OPT_WORDS] & np.uint64(0xFF)):
+    held = st.ent[k]
+    if (np.int64(c.opt_len[i]) & 0xFF) != np.int64(held.e_opt[OPT_WORDS] & np.uint64(0xFF)):
         return False
     for w in range(OPT_WORDS):
-        if c.opt[i, w] != st.e_opt[k, w]:
+        if c.opt[i, w] != held.e_opt[w]:
             return False
     return True
 
@@ -107,14 +108,15 @@ def _pair_checks(i, k, c, cfg, st):
     skb_gro_receive). Mutates the entry's fixed-ID state exactly as the kernel does, even
     when another item flushes (the kernel ORs every item).
     """
-    count = st.e_count[k]
+    held = st.ent[k]
+    count = held.e_count
     reason = 0
     # --- 4.7-6.9 and older: p->flush was filled in the L3 loop (inet_gro_receive /
     # ipv6_gro_receive) and is the first term of tcp_gro_receive's flush.
     if cfg.era <= ERA_FLUSH_ID:
         if c.out_v[i] != 0:
             reason = _ip_pair(c.out_v[i], c.out_ttl[i], c.out_tos[i], c.out_df[i],
-                              st.e_out_ttl[k], st.e_out_tos[k], st.e_out_df[k], cfg.hop_flush,
+                              held.e_out_ttl, held.e_out_tos, held.e_out_df, cfg.hop_flush,
                               FLUSH_OUTER_TTL, FLUSH_OUTER_TOS, FLUSH_OUTER_ECN,
                               FLUSH_OUTER_DF)
             if reason == 0 and c.sfl_out[i] != 0:
@@ -122,7 +124,7 @@ def _pair_checks(i, k, c, cfg, st):
                 reason = FLUSH_IP_RF if c.sfl_out[i] == NOT_HELD_IP_RF else FLUSH_LENGTH
         if reason == 0:
             reason = _ip_pair(c.in_v[i], c.in_ttl[i], c.in_tos[i], c.in_df[i],
-                              st.e_in_ttl[k], st.e_in_tos[k], st.e_in_df[k], cfg.hop_flush,
+                              held.e_in_ttl, held.e_in_tos, held.e_in_df, cfg.hop_flush,
                               FLUSH_TTL, FLUSH_TOS, FLUSH_ECN, FLUSH_DF)
             if reason == 0 and c.sfl_in[i] != 0:
                 reason = FLUSH_IP_RF if c.sfl_in[i] == NOT_HELD_IP_RF else FLUSH_LENGTH
@@ -131,16 +133,16 @@ def _pair_checks(i, k, c, cfg, st):
     if reason == 0 and (fl & TCP_FLAG_CWR) != 0:
         reason = FLUSH_CWR
     if reason == 0:
-        diff = (fl ^ st.e_flags[k]) & ~cfg.flag_mask
+        diff = (fl ^ held.e_flags) & ~cfg.flag_mask
         if (diff & (TCP_FLAG_SYN | TCP_FLAG_RST | TCP_FLAG_URG)) != 0:
             reason = FLUSH_FLAGS_FINAL     # never equal: a held p has none of them
         elif diff != 0:
             reason = FLUSH_TCP_FLAGS
-        elif c.doff[i] != st.e_doff[k]:
+        elif c.doff[i] != held.e_doff:
             reason = FLUSH_TCP_DOFF
-        elif c.window[i] != st.e_window[k]:
+        elif c.window[i] != held.e_window:
             reason = FLUSH_TCP_WINDOW
-    if reason == 0 and c.ack[i] != st.e_ack[k]:
+    if reason == 0 and c.ack[i] != held.e_ack:
         reason = FLUSH_TCP_ACK
     if reason == 0 and not _same_options(i, k, c, st):
         reason = FLUSH_TCP_OPTIONS if _options_differ(i, k, c.opt, c.opt_len, st.e_opt) \
@@ -155,14 +157,14 @@ def _pair_checks(i, k, c, cfg, st):
     # GSO skb must instead carry p's gso_size (tcp_gro_receive: skb_is_gso branch)
     ln = c.tlen[i]
     if c.gsz[i] != 0:
-        if c.gsz[i] != st.e_mss[k]:
+        if c.gsz[i] != held.e_mss:
             return FLUSH_GSO_SIZE
     elif ln == 0:
         return FLUSH_ZERO_PAYLOAD
-    elif ln > st.e_mss[k]:
+    elif ln > held.e_mss:
         return FLUSH_PAYLOAD_LARGER
     # --- sequence continuity: th2->seq + skb_gro_len(p) == th->seq
-    if ((st.e_seq[k] + st.e_grolen[k]) & 0xFFFFFFFF) != c.seq[i]:
+    if ((held.e_seq + held.e_grolen) & 0xFFFFFFFF) != c.seq[i]:
         return FLUSH_SEQ
     return 0
 

@@ -37,19 +37,20 @@ def _udp_l3_checks(i, k, c, cfg, st):
     v6.10 the IP loop's ``NAPI_GRO_CB(p)->flush`` (TTL/TOS/DF, IPv6 TC / hop limit), then
     the flush_id rule; from v6.10 inet_gro_flush / ipv6_gro_flush per header. First
     reason or 0 (reference.GroNode._l3_pair_flush)."""
+    held = st.ent[k]
     if cfg.era <= ERA_FLUSH_ID:
         if c.out_v[i] != 0:
             r = _ip_pair(c.out_v[i], c.out_ttl[i], c.out_tos[i], c.out_df[i],
-                         st.e_out_ttl[k], st.e_out_tos[k], st.e_out_df[k], cfg.hop_flush,
+                         held.e_out_ttl, held.e_out_tos, held.e_out_df, cfg.hop_flush,
                          FLUSH_OUTER_TTL, FLUSH_OUTER_TOS, FLUSH_OUTER_ECN, FLUSH_OUTER_DF)
             if r != 0:
                 return r
-        r = _ip_pair(c.in_v[i], c.in_ttl[i], c.in_tos[i], c.in_df[i], st.e_in_ttl[k],
-                     st.e_in_tos[k], st.e_in_df[k], cfg.hop_flush, FLUSH_TTL, FLUSH_TOS,
+        r = _ip_pair(c.in_v[i], c.in_ttl[i], c.in_tos[i], c.in_df[i], held.e_in_ttl,
+                     held.e_in_tos, held.e_in_df, cfg.hop_flush, FLUSH_TTL, FLUSH_TOS,
                      FLUSH_ECN, FLUSH_DF)
         if r != 0:
             return r
-    return _ip_id_checks(i, k, c, cfg, st, st.e_count[k])
+    return _ip_id_checks(i, k, c, cfg, st, held.e_count)
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
@@ -64,6 +65,7 @@ def _udp_receive(i, k, c, cfg, st, out):
     skb_gro_receive_list (p->len + skb->len >= 65536, whole lengths); after a merge p
     completes when this datagram was shorter than the first or p reached
     UDP_GRO_CNT_MAX segments."""
+    held = st.ent[k]
     deliver = -1
     hold = -1
     end = 0
@@ -71,26 +73,26 @@ def _udp_receive(i, k, c, cfg, st, out):
     if sfl == 0:
         sfl = c.sfl_fl[i]
     ulen = np.int64(c.udp_len[i])
-    if st.e_first[k] < 0:
+    if held.e_first < 0:
         if sfl != 0:
             deliver = np.int64(sfl)
         else:
             hold = NO_HELD_PACKET
-            st.e_udp_len[k] = ulen
+            held.e_udp_len = ulen
         return deliver, hold, end
     flush = _udp_l3_checks(i, k, c, cfg, st) if cfg.udp_l3 else 0
     r = 0
     merge_refused = False          # skb_gro_receive / skb_gro_receive_list said -E2BIG
-    if ulen > np.int64(st.e_udp_len[k]):
+    if ulen > np.int64(held.e_udp_len):
         r = FLUSH_UDP_LARGER
     elif flush != 0:
         r = flush
     else:
         merge_refused = True
         if c.udp[i] == UDP_FRAGLIST:
-            if st.e_len[k] + c.plen[i] >= FLIST_MAX_LEN:
+            if held.e_len + c.plen[i] >= FLIST_MAX_LEN:
                 r = FLUSH_SIZE_LIMIT
-        elif st.e_len[k] + c.tlen[i] >= st.e_limit[k]:
+        elif held.e_len + c.tlen[i] >= held.e_limit:
             r = FLUSH_SIZE_LIMIT
         elif sfl != 0:
             r = _sfl_flush(sfl)
@@ -102,18 +104,18 @@ def _udp_receive(i, k, c, cfg, st, out):
             deliver = r
         else:
             hold = r
-            st.e_udp_len[k] = ulen
+            held.e_udp_len = ulen
         return deliver, hold, end
     ln = c.tlen[i]
-    st.e_last[k] = c.row[i]
-    st.e_count[k] += 1
-    st.e_payload[k] += c.payload[i]
-    st.e_grolen[k] += ln
-    st.e_len[k] += ln
+    held.e_last = c.row[i]
+    held.e_count += 1
+    held.e_payload += c.payload[i]
+    held.e_grolen += ln
+    held.e_len += ln
     out.reason[i] = MERGED
-    out.inst[i] = st.e_inst[k]
-    if ulen != np.int64(st.e_udp_len[k]):
+    out.inst[i] = held.e_inst
+    if ulen != np.int64(held.e_udp_len):
         end = END_SHORT_SEGMENT
-    elif st.e_count[k] >= UDP_GRO_CNT_MAX:
+    elif held.e_count >= UDP_GRO_CNT_MAX:
         end = END_UDP_MAX_SEGS
     return deliver, hold, end
