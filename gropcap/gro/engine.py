@@ -600,17 +600,41 @@ def _number(local: np.ndarray, keys: np.ndarray, table: InternTable) -> np.ndarr
     return out
 
 
+# Per-batch kernel inputs that hold one value in most runs (RX queue and bucket 0 in the
+# ideal model, no poll windows, no UDP GRO, no coalesced input, rows 0..n-1), by
+# (length, dtype, value, kind): the same array every batch, not a fresh one whose new
+# pages are faulted in and zeroed again (about a tenth of the ideal engine's time on the
+# real capture). Writable, as the kernels were compiled for (a read-only variant would
+# compile again); nothing writes a Cols column or ``rows`` in place: a change replaces
+# the array (``Cols._replace``, the copies of _gso_input).
+_CONSTANTS: dict = {}
+_CONSTANTS_MAX = 32
+
+
+def _constant(n: int, dtype, value: int = 0, arange: bool = False) -> np.ndarray:
+    """An array of ``n`` ``value``s (``arange``: 0..n-1) shared by every caller: never
+    write into it."""
+    key = (n, np.dtype(dtype).str, value, arange)
+    a = _CONSTANTS.get(key)
+    if a is None:
+        if len(_CONSTANTS) >= _CONSTANTS_MAX:
+            _CONSTANTS.clear()
+        a = np.arange(n, dtype=dtype) if arange else np.full(n, value, dtype)
+        _CONSTANTS[key] = a
+    return a
+
+
 def _gso_input(n: int, coalesced, gso_skb_gro: bool = True
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(segs, gso_size, frag_list flush) per row from a gso.CoalescedInput (or None).
 
     ``gso_skb_gro`` False (before 5eddb24901ee, v5.19): dev_gro_receive sets ``flush =
     skb_is_gso(skb) || skb_has_frag_list(skb)``, so every GSO row carries the flush."""
+    if coalesced is None:
+        return _constant(n, np.int64, 1), _constant(n, np.int64), _constant(n, np.uint8)
     segs = np.ones(n, np.int64)
     gsz = np.zeros(n, np.int64)
     sfl_fl = np.zeros(n, np.uint8)
-    if coalesced is None:
-        return segs, gsz, sfl_fl
     is_gso = np.asarray(coalesced.is_gso, np.bool_)
     if is_gso.shape != (n,):
         raise ConfigError(f"coalesced describes {is_gso.shape[0]} rows for {n} packets")
@@ -715,8 +739,7 @@ def _prepare_model(common: dict, config: GroConfig, state: EngineState, hash_: n
         queue = rx_queue(hash_, config.queues).astype(np.int32)
         bucket = gro_bucket(hash_, config.kernel.hash_buckets).astype(np.int32)
     else:
-        queue = np.zeros(n, np.int32)
-        bucket = np.zeros(n, np.int32)
+        queue = bucket = _constant(n, np.int32)
     c = common["cols"]
     udp = common["udp"]
     use = c["pre"] == 0
@@ -726,7 +749,7 @@ def _prepare_model(common: dict, config: GroConfig, state: EngineState, hash_: n
     if udp is not None:
         key, loose = udp.tunnel_ids(key, loose, use, state, _global_ids)
     if polls is None:
-        poll_win = np.zeros(n, np.int64)
+        poll_win = _constant(n, np.int64)
     else:
         poll_win = np.ascontiguousarray(np.asarray(polls, dtype=np.int64))
         if poll_win.shape != (n,):
@@ -739,7 +762,7 @@ def _prepare_model(common: dict, config: GroConfig, state: EngineState, hash_: n
                               hint="number GRO windows in capture order")
     cols = K.Cols(row=np.arange(state.row_base, state.row_base + n, dtype=np.int64),
                   key=key, loose=loose, queue=queue, bucket=bucket, poll_win=poll_win,
-                  udp=np.zeros(n, np.uint8), udp_len=np.zeros(n, np.uint16), **c)
+                  udp=_constant(n, np.uint8), udp_len=_constant(n, np.uint16), **c)
     if udp is not None:
         cols = udp.finish(cols)
     return cols, common["ts"]
@@ -841,7 +864,7 @@ def run_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineS
         # start plus at most one new instance per packet (held or delivered alone)
         out = _new_out(n, n + nheld + 16)
         one = np.zeros(1, np.int64)
-        K.run(cols, cfg, st, out, np.arange(n, dtype=np.int64),
+        K.run(cols, cfg, st, out, _constant(n, np.int64, arange=True),
               np.array([0, n], np.int64), one, one, one, final, _udp_arg(config, cols))
         if final and state.model == K.MODEL_IDEAL:
             K.flush_ideal(st, out)
@@ -868,7 +891,7 @@ def run_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineS
             # whether timers are still running at the end of the capture
             n = len(c.row)
             if queues == 1:                 # the rows in order (what the sort gives)
-                rows = np.arange(n, dtype=np.int64)
+                rows = _constant(n, np.int64, arange=True)
                 qstart = np.array([0, n], np.int64)
                 arr = arr_all
             else:

@@ -339,6 +339,34 @@ def test_state_grows_by_half_and_streams_equal():
     assert st.kernel.e_seq.dtype == np.uint32 and st.kernel.e_opt.shape[1] == 6
 
 
+@pytest.mark.parametrize("model", ["ideal", "napi"])
+def test_shared_constant_inputs_stay_constant(model):
+    """engine._constant hands the same arrays to every batch (queue 0, no poll windows,
+    no UDP, rows 0..n-1): after runs of both models, batch by batch, and a stream with
+    coalesced input (its own arrays), each still holds its value."""
+    from gropcap.gro import engine
+    from gropcap.gro.coalesced import CoalescedInput
+
+    rows = [tcp_row(4, f"10.0.0.{f + 1}", "10.9.9.9", 1000 + f, 80, seq=1 + 1000 * k,
+                    payload=1000, ts_ns=1000 * (4 * k + f + 1), flags=0x18 if k == 5 else 0x10)
+            for k in range(6) for f in range(4)]
+    t = packet_table(rows)
+    cfg = GroConfig(model=model)
+    engine._CONSTANTS.clear()
+    st = None
+    for i, idx in enumerate(np.array_split(np.arange(t.num_rows), 3)):
+        _part, st = simulate_batch(t.take(pa.array(idx)), cfg, st, final=i == 2)
+    n = t.num_rows
+    gso = CoalescedInput(is_gso=np.arange(n) % 5 == 0, gso_size=np.full(n, 500),
+                         segs=np.full(n, 2), source=np.zeros(n, np.uint8))
+    simulate(t, cfg, coalesced=gso)
+    assert engine._CONSTANTS                       # the batches did share arrays
+    for (m, dt, value, arange), a in engine._CONSTANTS.items():
+        assert a.shape == (m,) and a.dtype == np.dtype(dt)
+        want = np.arange(m) if arange else np.full(m, value)
+        assert np.array_equal(a, want), (m, dt, value, arange)
+
+
 @pytest.mark.parametrize("kernel", ["6.18", "5.4"])
 def test_flow_fallback_numbers_like_the_packed_kernel(monkeypatch, kernel):
     """When flows.FLOW_KEY_COLUMNS is not what ``fast.keys._flow_row`` packs, flow ids
