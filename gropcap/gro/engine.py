@@ -843,11 +843,14 @@ def run_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineS
 
     def collect(c, out):
         done = out.ppoll != -2
-        if done.all():
-            verdicts["row"].append(c.row)
-            verdicts["reason"].append(out.reason)
-            verdicts["inst"].append(out.inst)
-            verdicts["poll"].append(out.ppoll)
+        k = int(np.count_nonzero(done))
+        if done[:k].all():
+            # the processed rows are a prefix (all of them, or one queue's rows in
+            # order with its undecided tail left): views, not copies
+            verdicts["row"].append(c.row[:k])
+            verdicts["reason"].append(out.reason[:k])
+            verdicts["inst"].append(out.inst[:k])
+            verdicts["poll"].append(out.ppoll[:k])
         else:
             verdicts["row"].append(c.row[done])
             verdicts["reason"].append(out.reason[done])
@@ -1035,7 +1038,8 @@ def _run_batch(cols: K.Cols, ts: np.ndarray, config: GroConfig, state: EngineSta
     return BatchResult(
         row_start=row_start, flow_id=cols.flow,
         rx_queue=cols.queue.astype(np.uint16) if napi else np.zeros(n, np.uint16),
-        p_row=cat(verdicts["row"]), p_reason=cat(verdicts["reason"]).astype(np.uint8),
+        p_row=cat(verdicts["row"]),
+        p_reason=cat(verdicts["reason"]).astype(np.uint8, copy=False),
         p_inst=cat(verdicts["inst"]), p_poll=cat(verdicts["poll"]), segs=seg,
         poll_base=poll_base, poll_time=p_time, poll_queue=p_queue, run=state.run)
 
