@@ -142,7 +142,7 @@ _EMPTY = -1
 @njit(cache=True, nogil=True)
 def marks(status, l4_proto, payload_len, epb_flags, outer_ver, ip_ver, outer_tot, ip_tot,
           linktype, eth_dst, eth_src, tcp_flags, tcp_mss, codes, scal, other_cnt,
-          synd_cnt):
+          synd_cnt, flow_id):
     """The masks of ``CoalescedStats.add`` in one pass (``codes``: STATUS_OK, IPPROTO_TCP,
     the EPB TCP segment offload flag, LINKTYPE_ETHERNET, the SYN flag).
 
@@ -151,11 +151,19 @@ def marks(status, l4_proto, payload_len, epb_flags, outer_ver, ip_ver, outer_tot
     the hard rows, Ethernet frames and those with both MACs zero into ``scal``; counts
     the outermost IP length of SYNs with data that are not hard (``synd_cnt``) and of the
     IP rows that are not data (``other_cnt``), below TOT_BINS. Returns the rows of SYNs
-    with an MSS, of the other data rows, and of the two counts' lengths past the bins."""
+    with an MSS, of the other data rows, and of the two counts' lengths past the bins,
+    then each of those data rows' size key ``(IP length << 20) | min(payload, 2**20 -
+    1)`` and, when ``flow_id`` is given (else empty), its pair key ``(flow << 36) |
+    size``, which is valid when the last value returned is True (every such flow in
+    ``0 .. 2**27 - 1``)."""
     ok, tcp, tso, ether, synflag = codes[0], codes[1], codes[2], codes[3], codes[4]
     n = status.shape[0]
     syn_rows = np.empty(n, np.int64)
     data_rows = np.empty(n, np.int64)
+    sizes = np.empty(n, np.int64)
+    by_flow = flow_id.shape[0] == n
+    pairs = np.empty(n if by_flow else 0, np.int64)
+    flows_ok = by_flow
     big_synd = np.empty(n, np.int64)
     big_other = np.empty(n, np.int64)
     ns = nd = nbs = nbo = 0
@@ -184,6 +192,13 @@ def marks(status, l4_proto, payload_len, epb_flags, outer_ver, ip_ver, outer_tot
                     nbs += 1
             else:
                 data_rows[nd] = i
+                size = (tot << 20) | min(np.int64(payload_len[i]), 0xFFFFF)
+                sizes[nd] = size
+                if by_flow:
+                    f = np.int64(flow_id[i])
+                    if f < 0 or f >= 1 << 27:
+                        flows_ok = False
+                    pairs[nd] = (f << 36) | size
                 nd += 1
         elif not data and ip_ver[i] != 0:
             if tot < TOT_BINS:
@@ -191,7 +206,8 @@ def marks(status, l4_proto, payload_len, epb_flags, outer_ver, ip_ver, outer_tot
             else:
                 big_other[nbo] = i
                 nbo += 1
-    return syn_rows[:ns], data_rows[:nd], big_synd[:nbs], big_other[:nbo]
+    return (syn_rows[:ns], data_rows[:nd], big_synd[:nbs], big_other[:nbo], sizes[:nd],
+            pairs[:nd] if by_flow else pairs, flows_ok)
 
 
 @njit(cache=True, nogil=True)

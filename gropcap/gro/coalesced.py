@@ -454,9 +454,10 @@ class CoalescedStats:
         other, synd = np.zeros(K.TOT_BINS, np.int64), np.zeros(K.TOT_BINS, np.int64)
         codes = np.array([STATUS_OK, C.IPPROTO_TCP, C.EPB_FLAG_TCP_SEG_OFFLOAD,
                           C.LINKTYPE_ETHERNET, C.TCP_FLAG_SYN], np.int64)
-        srows, rows, big_synd, big_other = K.marks(
+        fid = np.zeros(0, np.int64) if flow_id is None else np.asarray(flow_id, np.int64)
+        srows, rows, big_synd, big_other, size, pairs, by_flow = K.marks(
             *(np.asarray(col(name), dt) for name, dt in _MARK_COLUMNS), codes, scal, other,
-            synd)
+            synd, fid)
         self.hard += int(scal[K.MK_HARD])
         self.eth_frames += int(scal[K.MK_ETH])
         self.zero_mac += int(scal[K.MK_ZERO_MAC])
@@ -476,24 +477,22 @@ class CoalescedStats:
                                                     - first)
             self._push(syn=(_as_keys(keys), mss.astype(np.int64), implied))
         if len(rows):
-            pl = np.minimum(col("payload_len")[rows].astype(np.int64), 0xFFFFF)
-            size = (self._tot_of(t, rows) << np.int64(20)) | pl
-            if flow_id is not None:
-                fid = np.asarray(flow_id, np.int64)[rows]
-                if int(fid.min()) >= 0 and int(fid.max()) < 1 << 27:
-                    self._add_sizes_by_flow(t, rows, fid, size)
-                    return
+            # size and, by flow, (flow, size) keys of the data rows: from marks' pass
+            if by_flow:
+                self._add_sizes_by_flow(t, rows, pairs)
+                return
             direction, rep = self._directions(t, rows)
             # (direction, IP length, size) counted as one int64 key (36 bits of sizes)
             _, first, cnt = _unique_counts((direction << np.int64(36)) | size)
             keys = _as_keys(self._keys(t, rows=rep))
             self._push(size=(keys[direction[first]], size[first], cnt.astype(np.int64)))
 
-    def _add_sizes_by_flow(self, t, rows, fid, size) -> None:
-        """:meth:`add`'s data-frame sizes, grouped by flow (ids below 2**27)."""
+    def _add_sizes_by_flow(self, t, rows, pairs) -> None:
+        """:meth:`add`'s data-frame sizes, grouped by flow (ids below 2**27): ``pairs``,
+        (flow, IP length, payload) of each of ``rows`` as one int64 key (36 bits of
+        sizes)."""
         import numpy as np
-        # (flow, IP length, payload) counted as one int64 key (36 bits of sizes)
-        pairs, first, cnt = _unique_counts((fid << np.int64(36)) | size)
+        pairs, first, cnt = _unique_counts(pairs)
         flows, at, of = np.unique(pairs >> np.int64(36), return_index=True,
                                   return_inverse=True)
         keys = self._flow_keys(t, flows, rows[first[at]])

@@ -277,9 +277,9 @@ def by_flow_data_rows(t):
     other, synd = np.zeros(K.TOT_BINS, np.int64), np.zeros(K.TOT_BINS, np.int64)
     codes = np.array([STATUS_OK, C.IPPROTO_TCP, C.EPB_FLAG_TCP_SEG_OFFLOAD,
                       C.LINKTYPE_ETHERNET, C.TCP_FLAG_SYN], np.int64)
-    _srows, rows, _, _ = K.marks(*(np.asarray(col(name), dt)
-                                   for name, dt in coalesced._MARK_COLUMNS),
-                                 codes, scal, other, synd)
+    _srows, rows, *_ = K.marks(*(np.asarray(col(name), dt)
+                                 for name, dt in coalesced._MARK_COLUMNS),
+                               codes, scal, other, synd, np.zeros(0, np.int64))
     return rows
 
 
