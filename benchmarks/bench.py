@@ -11,7 +11,8 @@ Stages (each in its own process, so each has its own peak RSS and a warm JIT cac
   equals the reference table on the reference subset.
 - ``gro_engine``: the numba GRO engine alone (``gro.engine.simulate``) on the decoded
   table, ideal and napi models, each the first run of its model in the process (and, with
-  ``--repeat N``, the least CPU of N runs: ``steady_pps_cpu``); then ``both``: the two models from one preparation per batch (``engine.simulate_models``).
+  ``--repeat N``, the least CPU of N runs: ``steady_pps_cpu``, and the thread time per
+  packet of the main kernels in those runs, ``kernel_ns``); then ``both``: the two models from one preparation per batch (``engine.simulate_models``).
   Invariant: every packet accounted for, counts in = out, same super-packets.
 - ``analyze_fast``: decode + both GRO models through the library with the fast decoder
   (``pipeline.analyze(decoder="fast")`` when the pipeline offers it, else the same
@@ -170,13 +171,18 @@ def stage_gro_engine(path, args):
         # --repeat: more runs in the same process; the first call above pays for the
         # fresh pages of every per-batch array, the steady figure is the least CPU
         cpus = [ct]
+        kernels: dict = {}
         for _ in range(args.repeat - 1):
             c0 = time.process_time()
-            again = engine.simulate(table, cfg)
+            with _kernel_clock(kernels):
+                again = engine.simulate(table, cfg)
             cpus.append(time.process_time() - c0)
             assert again.num_superpackets == res.num_superpackets
         out[model]["steady_cpu_seconds"] = min(cpus)
         out[model]["steady_pps_cpu"] = n / min(cpus)
+        if kernels:     # thread time per packet of each kernel, the least over the runs
+            out[model]["kernel_ns"] = {k: round(min(v) / n * 1e9, 2)
+                                       for k, v in kernels.items()}
     if hasattr(engine, "simulate_models"):
         # both models from one preparation per piece (what the bounded-memory core runs)
         cfgs = [GroConfig(), GroConfig(model="napi")]
@@ -193,6 +199,43 @@ def stage_gro_engine(path, args):
     out["pps_cpu"] = min(out["ideal"]["pps_cpu"], out["napi"]["pps_cpu"])
     out["peak_rss_mb"] = _peak_rss_mb()
     return out
+
+
+_TIMED_KERNELS = ("run", "classify", "pre_and_flush", "key_classes")
+
+
+class _kernel_clock:
+    """Within the block, each of ``_TIMED_KERNELS`` of ``gropcap.gro.fast`` (called by
+    the engine as ``K.name``) is timed in thread time; at exit each one's total of the
+    run is appended to ``into[name]``."""
+
+    def __init__(self, into):
+        self.into = into
+
+    def __enter__(self):
+        from gropcap.gro import fast as K
+        self.K, self.saved, self.tot = K, {}, {}
+        for name in _TIMED_KERNELS:
+            fn = getattr(K, name, None)
+            if fn is None:
+                continue
+            self.saved[name] = fn
+            self.tot[name] = 0.0
+
+            def timed(*a, _fn=fn, _name=name):
+                t = time.thread_time()
+                try:
+                    return _fn(*a)
+                finally:
+                    self.tot[_name] += time.thread_time() - t
+            setattr(K, name, timed)
+        return self
+
+    def __exit__(self, *exc):
+        for name, fn in self.saved.items():
+            setattr(self.K, name, fn)
+            self.into.setdefault(name, []).append(self.tot[name])
+        return False
 
 
 def stage_analyze_fast(path, args):
