@@ -26,8 +26,9 @@ Read them with care: instructions are not time. The decode kernel went from 1 16
 instructions a frame (header fields read by an intrinsic) and ran barely faster; it then
 ran 2.4 times faster with the same instructions once its output rows stopped sharing
 cache sets, which only the cache simulation showed (L1 write misses 30 -> 2.5 a frame).
-Under valgrind OpenSSL's sha256 runs its plain x86 code (no SHA-NI): about 4 000
-instructions a record here, in an unnamed libcrypto function.
+Runs before the capture digest became XXH3-128 (``capture.fingerprint``) counted the
+sha256 under valgrind in OpenSSL's plain x86 code (no SHA-NI): about 4 000 instructions a
+record, in an unnamed libcrypto function.
 """
 
 from __future__ import annotations

@@ -196,7 +196,7 @@ class Analysis:
             "gropcap.models": json.dumps(self.models),
             "gropcap.decode_options": json.dumps(dataclasses.asdict(self.decode_options)),
             "gropcap.sources": json.dumps([
-                {"path": i.path, "sha256": i.sha256, "format": i.format,
+                {"path": i.path, "digest": i.digest, "format": i.format,
                  "linktypes": i.linktypes, "records": i.records,
                  "warnings": list(i.warnings)} for i in self.infos]),
             **({"gropcap.mtu": json.dumps(self.mtu.as_dict())} if self.mtu is not None

@@ -234,8 +234,8 @@ class Fit:
     kernel: str
     wire: str | list
     postgro: str | list
-    wire_sha256: str | list = ""
-    postgro_sha256: str | list = ""
+    wire_digest: str | list = ""
+    postgro_digest: str | list = ""
     ideal_total: int = 0
     gap_range: tuple | None = None   # the poll gaps (us) that fit as well as the chosen one
     acks: int = 0                    # ACKs of the wire views that close a frame (poll_acks)
@@ -250,8 +250,8 @@ class Fit:
         """The ``[fit]`` table of the profile."""
         r = self.residual
         from gropcap import __version__
-        d = {"wire": self.wire, "wire_sha256": self.wire_sha256, "postgro": self.postgro,
-             "postgro_sha256": self.postgro_sha256, "kernel": self.kernel, **extra,
+        d = {"wire": self.wire, "wire_digest": self.wire_digest, "postgro": self.postgro,
+             "postgro_digest": self.postgro_digest, "kernel": self.kernel, **extra,
              "gropcap": __version__, "fixed": sorted(self.fixed),
              "candidates": self.candidates, "kernel_packets": r.kernel_total,
              "napi_packets": r.model_total, "total_difference": r.model_total - r.kernel_total,
@@ -378,15 +378,15 @@ def fit_receiver(wire, postgro, config=None, *, fixed: dict | None = None,
     posts = [postgro] if single else list(postgro)
     if len(wires) != len(posts) or not wires:
         raise ConfigError("give a post-GRO view for every wire view")
-    tables, info = [], {"wire": [], "postgro": [], "wire_sha256": [], "postgro_sha256": []}
+    tables, info = [], {"wire": [], "postgro": [], "wire_digest": [], "postgro_digest": []}
     for w, p in zip(wires, posts):
         wt, wi = decode_files(w, decode_options, decoder=decoder)
         pt, pi = decode_files(p, decode_options, decoder=decoder)
         tables.append((wt, pt))
         info["wire"].append(os.fspath(w))
         info["postgro"].append(os.fspath(p))
-        info["wire_sha256"].append(wi[0].sha256)
-        info["postgro_sha256"].append(pi[0].sha256)
+        info["wire_digest"].append(wi[0].digest)
+        info["postgro_digest"].append(pi[0].digest)
     fit = fit_pairs(tables, config, fixed=fixed, engine=engine, progress=progress,
                     labels=[os.path.basename(w) for w in info["wire"]])
     if single:

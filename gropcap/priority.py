@@ -25,7 +25,7 @@ import sys
 import threading
 
 # nice steps below the main thread: helpers that keep the pipeline fed, and the file's
-# sha256 (docs/performance.md: measured on a 2-core machine, 20 M packets)
+# digest (docs/performance.md: measured on a 2-core machine, 20 M packets)
 HELPER = 5
 BACKGROUND = 19
 

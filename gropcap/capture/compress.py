@@ -6,13 +6,13 @@ scanners parse) to ``pcap.py`` / ``pcapng.py``; knows nothing about records.
 Compression is detected from the file's first bytes, never from its name:
 gzip ``1f 8b`` (RFC 1952 2.3.1), zstd ``28 b5 2f fd`` (RFC 8878 3.1.1), xz
 ``fd 37 7a 58 5a 00`` (xz file format 2.1.1.1), bzip2 ``42 5a 68 '1'..'9'``.
-The sha256 is always of the file as stored (compressed bytes when compressed).
+The digest (``capture.fingerprint``) is always of the file as stored (compressed bytes when
+compressed).
 """
 
 from __future__ import annotations
 
 import bz2
-import hashlib
 import lzma
 import mmap
 import os
@@ -21,6 +21,7 @@ import zlib
 
 import zstandard
 
+import gropcap.capture.fingerprint as fingerprint
 from gropcap.errors import CaptureError
 
 COMPRESSION_MAGICS = (
@@ -52,17 +53,17 @@ class _HashingReader:
 
     def __init__(self, fh):
         self._fh = fh
-        self.sha = hashlib.sha256()
+        self.hash = fingerprint.new()
 
     def read(self, n: int = -1) -> bytes:
         data = self._fh.read(n)
-        self.sha.update(data)
+        self.hash.update(data)
         return data
 
     def readinto(self, b) -> int:
         n = self._fh.readinto(b)
         if n:
-            self.sha.update(memoryview(b)[:n])
+            self.hash.update(memoryview(b)[:n])
         return n
 
     def readable(self) -> bool:
@@ -118,7 +119,7 @@ class Source:
         self.window = b""
         self.eof = False
         self.warnings: list[str] = []
-        self._sha_hex = ""
+        self._digest = ""
         self._raw: _HashingReader | None = None
         self._stream = None
         self._fh = None
@@ -167,7 +168,7 @@ class Source:
         src.mapped = True
         src.window = mm
         src.eof = True
-        src._sha_hex = hashlib.sha256(mm).hexdigest()
+        src._digest = fingerprint.of_bytes(mm)
         return src
 
     def read(self) -> bool:
@@ -205,9 +206,10 @@ class Source:
             del self.window[:n]
 
     @property
-    def sha256(self) -> str:
-        """Hex sha256 of the stored file; complete once the source is closed."""
-        return self._sha_hex
+    def digest(self) -> str:
+        """The stored file's digest (``fingerprint``); complete once the source is
+        closed."""
+        return self._digest
 
     def close(self, drain: bool = True) -> None:
         """Finish hashing (unless ``drain`` is false) and release file handles.
@@ -220,7 +222,7 @@ class Source:
                     self._raw.drain()
                 except OSError:
                     pass
-            self._sha_hex = self._raw.sha.hexdigest()
+            self._digest = fingerprint.label(self._raw.hash)
             self._raw.close()
             self._raw = None
         if self._fh is not None:

@@ -133,7 +133,7 @@ def _batches(path: str, batch_records: int | None, max_records: int | None, fast
         if isinstance(scanner, PcapngScanner):
             scanner.finish()
         src.close()
-        info.sha256 = src.sha256
+        info.digest = src.digest
         info.warnings.extend(src.warnings)
         info.records = total
         if pending is not None:
@@ -157,7 +157,7 @@ def read_capture(path, *, max_records: int | None = None, engine: str = "fast"
     """Read a whole capture file (pcap or pcapng, plain or compressed).
 
     Parameters: ``path`` of one file; ``max_records`` stops after that many records
-    (the sha256 still covers the whole file); ``engine`` "fast" (numba record scan) or
+    (the digest still covers the whole file); ``engine`` "fast" (numba record scan) or
     "reference" (plain Python, the oracle the fast path is tested against).
     Returns ``(info, batch)``. Raises :class:`~gropcap.errors.CaptureError` for a file
     that is not a capture or is corrupt, :class:`~gropcap.errors.CaptureTruncatedError`
@@ -179,7 +179,7 @@ def iter_batches(path, *, batch_records: int = 65536, engine: str = "fast"
 
     Memory stays bounded by one batch. Each yielded ``CaptureInfo`` is a snapshot:
     ``records`` counts records up to and including that batch; the last one yielded is
-    complete (final record count, warnings, sha256). A file with no records yields one
+    complete (final record count, warnings, digest). A file with no records yields one
     empty batch. Errors and ``engine`` as in :func:`read_capture`; when a corrupt record is
     met, every complete batch before it has been yielded before the error is raised.
 

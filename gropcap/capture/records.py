@@ -57,5 +57,6 @@ class CaptureInfo:
     snaplen: int = 0
     linktypes: list[int] = field(default_factory=list)   # per interface id
     records: int = 0
-    sha256: str = ""                 # of the file as stored (compressed bytes if compressed)
+    digest: str = ""                 # capture.fingerprint of the file as stored (compressed
+                                     # bytes if compressed): "xxh3-128:<hex>"
     warnings: list[str] = field(default_factory=list)

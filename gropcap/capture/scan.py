@@ -11,10 +11,11 @@ reference reader. What this module adds is memory: the reference reader maps the
 file; here only a window of it is mapped at a time (``window_bytes``, 64 MiB by default,
 plus the span of the batch being built), so resident memory stays bounded whatever the
 file size. Each batch's ``buf`` is a zero-copy view of its window; a window is unmapped
-once no batch refers to it. The sha256 is computed incrementally over the same windows,
-by a worker thread that also maps in (``MADV_POPULATE_READ``) the pages of the next batch
-while the consumer decodes the current one: page faults of a file mapping cost about as
-much as scanning its records.
+once no batch refers to it. The file's digest (``capture.fingerprint``) is computed
+incrementally over the same windows, by a worker thread that also maps in
+(``MADV_POPULATE_READ``) the pages of the next batch while the consumer decodes the
+current one: page faults of a file mapping cost about as much as scanning its
+records.
 
 Compressed files, pipes and empty files are handed to the reference reader, which
 decompresses in streaming fashion with the same bounded memory.
@@ -22,7 +23,6 @@ decompresses in streaming fashion with the same bounded memory.
 
 from __future__ import annotations
 
-import hashlib
 import mmap
 from concurrent.futures import ThreadPoolExecutor
 import os
@@ -31,6 +31,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+import gropcap.capture.fingerprint as fingerprint
 from gropcap.capture.base import DONE, NEED_MORE, Columns, empty_batch
 from gropcap.capture.compress import sniff_compression
 from gropcap.capture.pcapng import PcapngScanner
@@ -73,7 +74,7 @@ BATCH_RECORDS = 262144
 
 
 def iter_scan_batches(path, *, batch_records: int = BATCH_RECORDS,
-                      window_bytes: int = WINDOW_BYTES, sha256: bool = True
+                      window_bytes: int = WINDOW_BYTES, digest: bool = True
                       ) -> Iterator[tuple[CaptureInfo, RecordBatch]]:
     """Stream a capture in batches, mapping at most a window of a plain file at a time.
 
@@ -88,7 +89,7 @@ def iter_scan_batches(path, *, batch_records: int = BATCH_RECORDS,
     batch_records: records per batch (the last batch may be smaller).
     window_bytes: bytes mapped ahead of the current batch's start (tests use tiny
         windows to exercise records that straddle windows).
-    sha256: False: a plain file's ``CaptureInfo.sha256`` is left empty (a caller that
+    digest: False: a plain file's ``CaptureInfo.digest`` is left empty (a caller that
         hashes the file elsewhere: the Dask runner's fused partitions each scan every
         file; compressed files are hashed anyway).
 
@@ -101,10 +102,10 @@ def iter_scan_batches(path, *, batch_records: int = BATCH_RECORDS,
         raise ValueError("batch_records must be >= 1")
     if window_bytes < 1:
         raise ValueError("window_bytes must be >= 1")
-    return _scan(os.fspath(path), batch_records, window_bytes, sha256)
+    return _scan(os.fspath(path), batch_records, window_bytes, digest)
 
 
-def _scan(path: str, batch_records: int, window_bytes: int, sha256: bool = True):
+def _scan(path: str, batch_records: int, window_bytes: int, digest: bool = True):
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -120,25 +121,23 @@ def _scan(path: str, batch_records: int, window_bytes: int, sha256: bool = True)
             fd = -1
             yield from iter_batches(path, batch_records=batch_records)
             return
-        yield from _scan_mapped(path, fd, size, head, batch_records, window_bytes, sha256)
+        yield from _scan_mapped(path, fd, size, head, batch_records, window_bytes, digest)
     finally:
         if fd >= 0:
             os.close(fd)
 
 
 class _Hasher:
-    """sha256 of the file, fed in order by one worker thread.
-
-    hashlib releases the GIL on large inputs, so hashing (about as costly as the scan
-    itself) overlaps with decoding when a second core is free; with one core it costs
-    the same as hashing inline.
-    """
+    """The file's digest (``fingerprint.ALGORITHM``), fed in order by one worker thread
+    that also maps in the pages of the next batch (:meth:`prefault`). Either overlaps
+    with decoding when a second core is free; with one core it costs the same as
+    inline."""
 
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
-        self.sha = hashlib.sha256()
+        self.hash = fingerprint.new()
         # the lowest priority: the digest is needed only at the end of the run
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="gropcap-sha256",
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="gropcap-digest",
                                        initializer=lower_this_thread, initargs=(BACKGROUND,))
         self.pending = []
 
@@ -153,7 +152,7 @@ class _Hasher:
 
     def _update(self, mm, lo, hi):
         with memoryview(mm) as mv:
-            self.sha.update(mv[lo:hi])
+            self.hash.update(mv[lo:hi])
 
     def prefault(self, mm, lo: int, hi: int) -> None:
         """Map the file pages of ``mm[lo:hi]`` from the worker thread, ahead of the scan.
@@ -177,14 +176,14 @@ class _Hasher:
         for f in self.pending:
             f.result()
         self.pool.shutdown(wait=True)
-        return self.sha.hexdigest() if self.enabled else ""
+        return fingerprint.label(self.hash) if self.enabled else ""
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _scan_mapped(path, fd, size, head, batch_records, window_bytes, sha256=True):
-    hasher = _Hasher(sha256)
+def _scan_mapped(path, fd, size, head, batch_records, window_bytes, digest=True):
+    hasher = _Hasher(digest)
     try:
         yield from _scan_hashed(path, fd, size, head, batch_records, window_bytes, hasher)
     finally:
@@ -245,11 +244,11 @@ def _scan_hashed(path, fd, size, head, batch_records, window_bytes, hasher):
         chunk = os.pread(fd, min(_HASH_CHUNK, size - hashed), hashed)
         if not chunk:
             break
-        hasher.sha.update(chunk)
+        hasher.hash.update(chunk)
         hashed += len(chunk)
     if isinstance(scanner, PcapngScanner):
         scanner.finish()
-    info.sha256 = hasher.hexdigest()
+    info.digest = hasher.hexdigest()
     info.records = total
     if pending is not None:
         yield _snapshot(info), pending[1]

@@ -138,7 +138,7 @@ def decode(files, output, force, decoder, **kw):
         "gropcap.version": __version__,
         "gropcap.decode_options": json.dumps(dataclasses.asdict(options)),
         "gropcap.sources": json.dumps([
-            {"path": i.path, "sha256": i.sha256, "format": i.format, "linktypes": i.linktypes,
+            {"path": i.path, "digest": i.digest, "format": i.format, "linktypes": i.linktypes,
              "records": i.records} for i in infos]),
         "gropcap.linktypes": json.dumps(sorted({lt for i in infos for lt in i.linktypes})),
     }

@@ -95,7 +95,7 @@ def baseline():
 @_decode_options
 def baseline_save(files, output, force, model, engine, **kw):
     """Record, per capture: aggregation ratio, super-packets, segments and end reasons per
-    model (and stage), with the configuration and each capture's sha256."""
+    model (and stage), with the configuration and each capture's digest."""
     from gropcap.report.baseline import make_baseline, save_baseline
 
     from gropcap.cli.options import staged_outputs

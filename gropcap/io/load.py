@@ -11,7 +11,7 @@ most decoded header fields. :func:`load` then gives the same ``.packets`` (the c
 written), ``.superpackets``, ``.flows``, ``.results`` and ``.summary()`` (stored with the
 flows, ``gropcap.summary``); what needs the whole decoded table (``Analysis.decoded``:
 ``explain_flow``, the plots, a recomputed summary) re-decodes the capture when it is still
-at its recorded path with the recorded sha256, and otherwise raises :class:`LoadError`
+at its recorded path with the recorded digest, and otherwise raises :class:`LoadError`
 naming the option that writes every column.
 """
 
@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from gropcap.capture import fingerprint
 from gropcap.capture.records import CaptureInfo
 from gropcap.decode.options import DecodeOptions
 from gropcap.decode.schema import PACKET_COLUMNS, PACKET_SCHEMA
@@ -110,7 +111,7 @@ def _partial_analysis_class():
 def _redecode(analysis) -> pa.Table:
     """The decoded table of a directory written with a subset of the packet columns: the
     recorded captures decoded again (same decode options), when each is at its path with
-    its sha256."""
+    its digest (``capture.fingerprint``)."""
     from gropcap.run.memory import decode_files
     where = analysis.metadata_loaded.get("gropcap.directory", "the directory")
     hint = ("write it with `gropcap analyze --out DIR --packet-columns all` "
@@ -123,11 +124,12 @@ def _redecode(analysis) -> pa.Table:
                         f"table, and the capture {', '.join(missing) or '(none recorded)'} "
                         "is not there to decode again", path=where, hint=hint)
     table, infos = decode_files(paths, analysis.decode_options)
-    changed = [i.path for i, j in zip(infos, analysis.infos) if i.sha256 != j.sha256]
+    changed = [i.path for i, j in zip(infos, analysis.infos)
+               if not fingerprint.matches(j.digest, i.digest, i.path)]
     if changed or table.num_rows != analysis.packets.num_rows:
         raise LoadError("packets.parquet holds the default columns, not the whole decoded "
                         f"table, and the capture {', '.join(changed) or paths[0]} changed "
-                        "since (sha256)", path=where, hint=hint)
+                        "since (its digest)", path=where, hint=hint)
     return table
 
 
@@ -203,7 +205,8 @@ def load(directory) -> Analysis:
     options = decode_options_from_dict(json.loads(meta.get("gropcap.decode_options", "{}")))
     infos = [CaptureInfo(path=s.get("path", ""), format=s.get("format", ""),
                          linktypes=list(s.get("linktypes", [])), records=s.get("records", 0),
-                         sha256=s.get("sha256", ""), warnings=list(s.get("warnings", [])))
+                         digest=s.get("digest") or fingerprint.legacy(s.get("sha256", "")),
+                         warnings=list(s.get("warnings", [])))
              for s in json.loads(meta.get("gropcap.sources", "[]"))]
 
     primary = "napi" if "napi" in models else models[0]

@@ -1,7 +1,7 @@
 """Parquet output with provenance metadata, written atomically.
 
 Every file carries key-value metadata (``gropcap.version``, ``gropcap.config``,
-``gropcap.sources`` with path and sha256, ...) so a notebook can tell how it was made.
+``gropcap.sources`` with path and digest, ...) so a notebook can tell how it was made.
 Files are written to a temporary name in the target directory and renamed, so an
 interrupted run never leaves a half-written file; an existing file is only replaced with
 ``force=True``.

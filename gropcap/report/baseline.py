@@ -1,13 +1,15 @@
 """Regression baselines: record GRO metrics of captures, check a later run against them.
 
 Layer: :class:`Analysis` objects -> a JSON baseline, and baseline + new analyses -> a check
-result. A baseline holds, per capture (keyed by file name, identified by sha256): packets,
-super-packets, segments (sum of ``gso_segs``), aggregation ratio, largest super-packet and
-the end-reason counts, per model (and per stage when the super-packets carry one); with the
-gro_cells stage modelled (``--tunnel-gro``), also ``<model>/gro_cells`` (that stage's
-input rows, super-packets, segments, ...) and ``<model>/delivered`` (what reaches the
-stack: super-packets and the overall ratio of wire segments to them); plus the GRO
-configuration and decoder options it was made with.
+result. A baseline holds, per capture (keyed by file name, identified by its digest,
+``capture.fingerprint``; a baseline of an earlier release holds a sha256 instead, checked
+by hashing the capture again): packets, super-packets, segments (sum of ``gso_segs``),
+aggregation ratio, largest super-packet and the end-reason counts, per model (and per
+stage when the super-packets carry one); with the gro_cells stage modelled
+(``--tunnel-gro``), also ``<model>/gro_cells`` (that stage's input rows, super-packets,
+segments, ...) and ``<model>/delivered`` (what reaches the stack: super-packets and the
+overall ratio of wire segments to them); plus the GRO configuration and decoder options
+it was made with.
 
 A check compares the metrics whenever it can: a capture whose bytes differ from the
 recorded ones (a new recording of the same workload), or a different configuration, is
@@ -32,6 +34,7 @@ import os
 from dataclasses import dataclass, field
 
 from gropcap import __version__
+from gropcap.capture import fingerprint
 from gropcap.errors import BaselineError, ConfigError
 
 BASELINE_FORMAT = 1
@@ -159,7 +162,7 @@ def make_baseline(analyses) -> dict:
         from gropcap.run.summary import mtu_of
         mtu = mtu_of(a)
         captures[os.path.basename(info.path)] = {
-            "sha256": info.sha256, "records": info.records,
+            "digest": info.digest, "records": info.records,
             "mtu": {"mtu": mtu.mtu, "source": mtu.source},
             "metrics": analysis_metrics(a)}
     return {
@@ -286,11 +289,17 @@ def check_baseline(baseline: dict, analyses, tolerance: float = DEFAULT_TOLERANC
     old_caps, new_caps = baseline["captures"], now["captures"]
     pairs, notes = _pairs(old_caps, new_caps)
     res.differences += notes
+    paths = {os.path.basename(i.path): i.path for a in analyses for i in a.infos}
     for old_name, new_name in pairs:
         old, new = old_caps[old_name], new_caps[new_name]
-        if old["sha256"] != new["sha256"]:
-            res.differences.append(f"capture {new_name} sha256 {new['sha256'][:12]}... "
-                                   f"(baseline {old['sha256'][:12]}...)")
+        recorded = old.get("digest") or fingerprint.legacy(old.get("sha256", ""))
+        same = fingerprint.matches(recorded, new["digest"], paths.get(new_name))
+        if same is False:
+            res.differences.append(f"capture {new_name} {fingerprint.short(new['digest'])} "
+                                   f"(baseline {fingerprint.short(recorded)})")
+        elif same is None:
+            res.differences.append(f"capture {new_name}: bytes not compared (baseline "
+                                   f"{fingerprint.short(recorded) if recorded else 'none'})")
         if "mtu" in old and old["mtu"] != new.get("mtu"):
             o, n = old["mtu"], new.get("mtu") or {}
             res.differences.append(f"capture {new_name}: MTU {n.get('mtu')} "

@@ -19,8 +19,21 @@ _ROWS = (("packets_in", "packets in"), ("superpackets", "super-packets out"),
 
 def _describe(analysis) -> dict:
     return {"files": [os.path.basename(i.path) for i in analysis.infos],
-            "sha256": [i.sha256 for i in analysis.infos],
+            "digests": [i.digest for i in analysis.infos],
             "config": analysis.config.to_dict()}
+
+
+def same_bytes(a, b) -> bool | None:
+    """Whether two analyses read the same capture bytes, file by file
+    (``capture.fingerprint.matches``: a result of an earlier release, whose digest is a
+    sha256, is checked by hashing ``b``'s file again); None when that cannot be told."""
+    from gropcap.capture.fingerprint import matches
+    if len(a.infos) != len(b.infos):
+        return False
+    verdicts = [matches(x.digest, y.digest, y.path) for x, y in zip(a.infos, b.infos)]
+    if False in verdicts:
+        return False
+    return None if None in verdicts else True
 
 
 def _stages(analysis, model: str) -> dict | None:
@@ -40,7 +53,8 @@ def _stages(analysis, model: str) -> dict | None:
 
 
 def compare_dict(a, b) -> dict:
-    """``{"a": {...}, "b": {...}, "config_diff": {key: [a, b]}, "metrics": {model: {...}}}``.
+    """``{"a": {...}, "b": {...}, "same_bytes": bool | None, "config_diff": {key: [a, b]},
+    "metrics": {model: {...}}}`` (``same_bytes``: :func:`same_bytes`).
 
     ``metrics[model][name] = [a_value, b_value]`` for the aggregation numbers, and
     ``metrics[model]["end_reasons"][reason] = [a_count, b_count]``. Models run on one side
@@ -66,7 +80,8 @@ def compare_dict(a, b) -> dict:
                              for k in ("native_out", "gro_cells_in", "gro_cells_out",
                                        "delivered", "overall_ratio")}
         metrics[model] = row
-    return {"a": da, "b": db, "config_diff": diff, "metrics": metrics}
+    return {"a": da, "b": db, "same_bytes": same_bytes(a, b), "config_diff": diff,
+            "metrics": metrics}
 
 
 def _fmt(v) -> str:
@@ -103,8 +118,8 @@ def render_compare(a, b, *, labels=("A", "B"), width: int = 80, color: bool = Fa
     if d["config_diff"]:
         console.print("configuration differs: " + ", ".join(
             f"{k} {_fmt(x)} -> {_fmt(y)}" for k, (x, y) in d["config_diff"].items()))
-    same_files = d["a"]["sha256"] == d["b"]["sha256"]
-    console.print("same capture bytes" if same_files else "different captures")
+    console.print({True: "same capture bytes", False: "different captures",
+                   None: "capture bytes not compared (a digest is missing)"}[d["same_bytes"]])
     for model, row in d["metrics"].items():
         t = Table(title=f"{model}", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                   title_justify="left", title_style=None)

@@ -189,7 +189,7 @@ def _runs_stage(c, files, config, models, decode_options, scfg, nparts: int, nwo
     flight, whatever the number of files.
 
     1. **scan** (``run.dask_tasks.scan_task``, one task per file): counts, coalesced
-       statistics, ``CaptureInfo`` (sha256 too); merged here in input order. The
+       statistics, ``CaptureInfo`` (its digest too); merged here in input order. The
        receiver runs, the MTU and the provenance are then known before any GRO.
     2. **GRO** (``run.dask_tasks.fused_partition_task`` per run and partition: the
        run's files decoded, numbered from 0 within the run): at most ``nworkers`` runs
@@ -388,11 +388,11 @@ def _fused_stage(c, files, config, models, decode_options, split_config, nparts:
     from gropcap.run.distributed import shared
 
     from concurrent.futures import ThreadPoolExecutor
-    # the files' sha256 here, while the tasks run (hashlib releases the GIL), once
+    # the files' digests here, while the tasks run, once
     from gropcap.priority import BACKGROUND, lower_this_thread
-    hashing = ThreadPoolExecutor(1, thread_name_prefix="gropcap-sha256",
+    hashing = ThreadPoolExecutor(1, thread_name_prefix="gropcap-digest",
                                  initializer=lower_this_thread, initargs=(BACKGROUND,))
-    digests = [hashing.submit(_sha256_plain, f) for f in files]
+    digests = [hashing.submit(_digest_plain, f) for f in files]
     hashing.shutdown(wait=False)
 
     def run(stats_arg):
@@ -432,28 +432,21 @@ def _fused_stage(c, files, config, models, decode_options, split_config, nparts:
             d["timings"] = {k: d["timings"][k] + d0["timings"][k] for k in d["timings"]}
     infos = first[0]["infos"]
     for info, digest in zip(infos, digests):
-        if not info.sha256:
-            info.sha256 = digest.result()
+        if not info.digest:
+            info.digest = digest.result()
     return done, capture, stats, infos, first[0]["total"]
 
 
-def _sha256_plain(path: str) -> str:
-    """The sha256 of a plain capture file (compressed ones: "", their reader hashes
-    them)."""
-    import hashlib
-
+def _digest_plain(path: str) -> str:
+    """The digest (``capture.fingerprint``) of a plain capture file (compressed ones: "",
+    their reader hashes them)."""
+    from gropcap.capture import fingerprint
     from gropcap.capture.compress import sniff_compression
     try:
         with open(path, "rb") as f:
             if sniff_compression(f.read(8)):
                 return ""
-            f.seek(0)
-            h = hashlib.sha256()
-            while True:
-                chunk = f.read(1 << 22)
-                if not chunk:
-                    return h.hexdigest()
-                h.update(chunk)
+        return fingerprint.of_file(path)
     except OSError:
         return ""           # the tasks report it
 

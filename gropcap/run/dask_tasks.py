@@ -399,7 +399,7 @@ def fused_partition_task(files, decode_options, config, models, split_config, np
     there (``"stopped"``: the client runs the task again with the merged statistics).
     ``keep``: the columns the output pass reads, kept in ``work/rows.arrow``;
     ``local_pass``: that pass runs here (summary only). Returns :func:`_gro_core`'s dict
-    plus ``"counts"``, ``"stats"``, ``"infos"`` (a plain file's ``sha256`` left empty: the
+    plus ``"counts"``, ``"stats"``, ``"infos"`` (a plain file's ``digest`` left empty: the
     client hashes it), ``"total"`` (rows of every partition),
     ``"timings"`` (wall seconds, ``decode``: decode, partition and counting; ``gro``: the
     rest; ``cpu``: the task's CPU seconds, every thread).
@@ -434,7 +434,7 @@ def fused_partition_task(files, decode_options, config, models, split_config, np
             # dictionaries, e.g. the address texts, as one process pays them)
             gen = decode_file(path, first_index + i, decode_options, decoder=decoder,
                               batch_records=batch_records * min(nparts, FUSED_BATCH_PARTS),
-                              sha256=False)
+                              digest=False)
             while True:
                 try:
                     t = pa.Table.from_batches([next(gen)])
@@ -506,7 +506,7 @@ def scan_task(path: str, index: int, decode_options, config, batch_records: int,
     """The first pass of the runs exchange (``run.dask_core``) over one input file: decode
     it and count what the client needs before any GRO runs: the ``CaptureCounts`` (each
     file's timestamps: the receiver runs), the ``gso.CoalescedStats`` (the MTU and the
-    coalesced input, merged over every file) and the file's ``CaptureInfo`` (sha256
+    coalesced input, merged over every file) and the file's ``CaptureInfo`` (digest
     included: the provenance every part carries). Returns ``{"counts", "stats", "info",
     "rows"}``; the statistics per TCP direction stay in a directory of this attempt under
     ``work`` (the scratch: ``CoalescedStats.spill``) when given."""

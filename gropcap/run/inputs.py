@@ -42,11 +42,11 @@ def capture_bytes(paths) -> int:
 
 
 def record_batches(decoder: str = "fast", batch_records: int | None = None,
-                   sha256: bool = True):
+                   digest: bool = True):
     """``(batches_of, decode_batch)`` of a decoder: ``"fast"`` (numba scan over a
     windowed memory map, numba decode) or ``"reference"`` (plain-Python reader and
-    decoder); ``batches_of(path)`` yields ``(CaptureInfo, RecordBatch)``; ``sha256``
-    False: the fast scan leaves a plain file's ``CaptureInfo.sha256`` empty."""
+    decoder); ``batches_of(path)`` yields ``(CaptureInfo, RecordBatch)``; ``digest``
+    False: the fast scan leaves a plain file's ``CaptureInfo.digest`` empty."""
     check_decoder(decoder)
     if decoder == "fast":
         from gropcap.capture.scan import BATCH_RECORDS, iter_scan_batches
@@ -54,7 +54,7 @@ def record_batches(decoder: str = "fast", batch_records: int | None = None,
 
         def batches_of(path):
             return iter_scan_batches(path, batch_records=batch_records or BATCH_RECORDS,
-                                     sha256=sha256)
+                                     digest=digest)
     else:
         from gropcap.capture import iter_batches
         from gropcap.decode.reference import decode_batch
@@ -67,17 +67,17 @@ def record_batches(decoder: str = "fast", batch_records: int | None = None,
 
 
 def decode_file(path: str, file_index: int, options, *, decoder: str = "fast",
-                batch_records: int | None = None, progress=None, sha256: bool = True):
+                batch_records: int | None = None, progress=None, digest: bool = True):
     """Decode one capture file batch by batch: yields ``pa.RecordBatch`` es with
     ``file_index`` set; the generator's return value is the file's ``CaptureInfo``
-    (``info = yield from decode_file(...)``); ``sha256`` as :func:`record_batches`.
+    (``info = yield from decode_file(...)``); ``digest`` as :func:`record_batches`.
 
     Raises:
         DecodeError: no frame of the file has a link type gropcap decodes
             (``decode.support``); files where only some have one get a warning instead.
     """
     from gropcap.decode.support import LinktypeCheck
-    batches_of, decode_batch = record_batches(decoder, batch_records, sha256)
+    batches_of, decode_batch = record_batches(decoder, batch_records, digest)
     info = None
     linktypes = LinktypeCheck()
     for info, batch in batches_of(path):
@@ -125,7 +125,7 @@ def first_times_rise(files) -> bool:
     last = None
     for f in files:
         try:
-            gen = iter_scan_batches(f, batch_records=1, window_bytes=1 << 16, sha256=False)
+            gen = iter_scan_batches(f, batch_records=1, window_bytes=1 << 16, digest=False)
             _, batch = next(gen)
             gen.close()
         except (GropcapError, OSError, StopIteration):

@@ -168,11 +168,11 @@ def encap_summary(analysis) -> dict[str, dict]:
 
 
 def files_list(tot, infos) -> list[dict]:
-    """Per input file, in input order: path, records, sha256, warnings, packets, wire
+    """Per input file, in input order: path, records, digest, warnings, packets, wire
     bytes and, per model, super-packets (counted under the file of their first packet),
     ratio and data ratio."""
     c, co = tot.capture, tot.coalesced
-    files = [{"path": i.path, "records": i.records, "sha256": i.sha256,
+    files = [{"path": i.path, "records": i.records, "digest": i.digest,
               "warnings": list(i.warnings)} for i in infos]
     for k, f in enumerate(files):
         get = lambda a: int(a[k]) if k < len(a) else 0  # noqa: E731

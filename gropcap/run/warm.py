@@ -143,7 +143,7 @@ def _prefix_capture(path: str, out: str) -> str | None:
     from gropcap.errors import GropcapError
     try:
         batch = next(iter(b for _, b in iter_scan_batches(path, batch_records=HELPER_RECORDS,
-                                                          sha256=False)), None)
+                                                          digest=False)), None)
     except (GropcapError, OSError, ValueError):
         return None
     if batch is None or not len(batch):

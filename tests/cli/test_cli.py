@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -11,6 +10,7 @@ import sys
 
 import pyarrow.parquet as pq
 import pytest
+import xxhash
 from click.testing import CliRunner
 
 from gropcap.capture import write_pcap
@@ -27,9 +27,10 @@ def run(*args):
     return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
 
 
-def sha256(path):
+def xxh(path):
+    """The capture digest (``capture.fingerprint``), computed here with xxhash itself."""
     with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+        return "xxh3-128:" + xxhash.xxh3_128(f.read()).hexdigest()
 
 
 def test_decode_writes_one_row_per_record_with_provenance(tmp_path):
@@ -44,7 +45,7 @@ def test_decode_writes_one_row_per_record_with_provenance(tmp_path):
     assert meta["gropcap.version"] == __import__("gropcap").__version__
     src = json.loads(meta["gropcap.sources"])
     assert src[0]["path"].endswith("real_ipv4.pcap")
-    assert src[0]["sha256"] == sha256(REAL)
+    assert src[0]["digest"] == xxh(REAL)
     assert json.loads(meta["gropcap.linktypes"]) == [1]
 
 

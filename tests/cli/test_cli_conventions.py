@@ -284,7 +284,7 @@ def test_dash_reads_the_capture_from_stdin(tmp_path):
     from_file = json.loads(ok("analyze", GRE, "--format", "json"))
     from_stdin = json.loads(ok("analyze", "-", "--format", "json", input=data))
     assert from_stdin["models"] == from_file["models"]
-    assert from_stdin["files"][0]["sha256"] == from_file["files"][0]["sha256"]
+    assert from_stdin["files"][0]["digest"] == from_file["files"][0]["digest"]
     assert from_stdin["files"][0]["path"].endswith("/stdin")    # reports name stdin
     out = tmp_path / "p.parquet"
     ok("decode", "-", "-o", out, input=data)

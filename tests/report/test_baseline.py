@@ -77,9 +77,9 @@ def test_recorded_metrics_of_crafted_gre(gre_base):
     assert m["end_reasons"] == {"NOT_HELD_ZERO_PAYLOAD": 3, "FLUSH_TCP_TS": 3, "END_PSH": 2,
                                 "FLUSH_SEQ": 1}
     assert b["config"]["kernel"] == "6.18" and "model" not in b["config"]
-    import hashlib
-    assert b["captures"]["crafted_gre.pcap"]["sha256"] == \
-        hashlib.sha256(open(GRE, "rb").read()).hexdigest()
+    import xxhash
+    assert b["captures"]["crafted_gre.pcap"]["digest"] == \
+        "xxh3-128:" + xxhash.xxh3_128(open(GRE, "rb").read()).hexdigest()
 
 
 def test_changed_configuration_is_compared_and_said(gre_base):
@@ -103,12 +103,39 @@ def test_changed_capture_bytes_are_compared_and_said(gre_base, tmp_path):
     data[24 + 4] ^= 1                     # first record's microseconds: same packets
     other.write_bytes(bytes(data))
     r = run("baseline", "check", other, "--against", gre_base)
-    import hashlib
-    new, old = (hashlib.sha256(d).hexdigest()[:12] for d in (bytes(data), open(GRE, "rb").read()))
+    import xxhash
+    new, old = (xxhash.xxh3_128(d).hexdigest()[:12] for d in (bytes(data),
+                                                              open(GRE, "rb").read()))
     assert (r.exit_code, r.output) == (
         0, "baseline ok: 2 capture/model results within 2%\n"
-           f"differs from the baseline: capture crafted_gre.pcap sha256 {new}... "
-           f"(baseline {old}...)\n")
+           f"differs from the baseline: capture crafted_gre.pcap xxh3-128:{new}... "
+           f"(baseline xxh3-128:{old}...)\n")
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_baseline_of_an_earlier_release_checks_its_sha256(gre_base, tmp_path, same):
+    """A baseline written before the digest was XXH3-128 names each capture by a bare
+    sha256: the capture is hashed again with sha256, the same bytes pass silently and
+    other bytes are said."""
+    import hashlib
+    b = json.load(open(gre_base))
+    cap = b["captures"]["crafted_gre.pcap"]
+    data = open(GRE, "rb").read()
+    cap["sha256"] = hashlib.sha256(data if same else data + b"x").hexdigest()
+    del cap["digest"]
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(b))
+    r = run("baseline", "check", GRE, "--against", old)
+    said = "" if same else (f"differs from the baseline: capture crafted_gre.pcap "
+                            f"xxh3-128:{xxhash_of(data)[:12]}... "
+                            f"(baseline sha256:{cap['sha256'][:12]}...)\n")
+    assert (r.exit_code, r.output) == (
+        0, "baseline ok: 2 capture/model results within 2%\n" + said)
+
+
+def xxhash_of(data: bytes) -> str:
+    import xxhash
+    return xxhash.xxh3_128(data).hexdigest()
 
 
 def test_new_recording_under_another_name_is_paired(gre_base, tmp_path):

@@ -39,7 +39,7 @@ def test_load_gives_the_same_analysis(written):
     assert b.packets.to_pylist() == a.packets.select(b.packets.column_names).to_pylist()
     assert b.superpackets.equals(a.superpackets)
     assert b.flows.equals(a.flows)
-    assert [i.sha256 for i in b.infos] == [i.sha256 for i in a.infos]
+    assert [i.digest for i in b.infos] == [i.digest for i in a.infos]
 
 
 def test_packets_carry_verdicts_and_convert_to_pandas(written):
@@ -116,3 +116,34 @@ def test_all_columns_load_the_whole_table_without_the_capture(tmp_path):
     assert b.packets.equals(a.packets)
     assert b.decoded.equals(a.decoded)
     assert gropcap.explain_flow(b, 0) == gropcap.explain_flow(a, 0)
+
+
+def test_output_of_an_earlier_release_loads_and_checks_its_sha256(tmp_path):
+    """Sources recorded with a bare sha256 (before the digest was XXH3-128) load as
+    ``sha256:<hex>``; what needs the decoded table decodes the capture again when it
+    still has those bytes, and refuses when it does not."""
+    import hashlib
+    import shutil
+
+    import pyarrow.parquet as pq
+    cap = tmp_path / "c.pcap"
+    shutil.copy(GRE, cap)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["analyze", str(cap), "--out", str(out), "-q"])
+    assert r.exit_code == 0, r.output
+    for name in ("packets.parquet", "superpackets.parquet", "flows.parquet"):
+        t = pq.read_table(out / name)
+        meta = dict(t.schema.metadata)
+        sources = json.loads(meta[b"gropcap.sources"])
+        for s in sources:
+            s["sha256"] = hashlib.sha256(cap.read_bytes()).hexdigest()
+            del s["digest"]
+        meta[b"gropcap.sources"] = json.dumps(sources).encode()
+        pq.write_table(t.replace_schema_metadata(meta), out / name)
+    b = gropcap.load(out)
+    assert [i.digest for i in b.infos] == \
+        ["sha256:" + hashlib.sha256(cap.read_bytes()).hexdigest()]
+    assert b.decoded.num_rows == 35
+    cap.write_bytes(cap.read_bytes() + bytes(16))      # a cut record: other bytes
+    with pytest.raises(LoadError, match="changed since"):
+        gropcap.load(out).decoded

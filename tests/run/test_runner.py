@@ -662,7 +662,7 @@ def test_core_per_partition_fused_summary_only(client, generated, tmp_path, queu
         assert dist.summary == one.summary
         assert dist.flows.equals(one.flows) and dist.flow_causes == one.flow_causes
         assert dist.udp_tunnel_hint == one.udp_tunnel_hint
-        assert dist.metadata == one.metadata     # the sha256 the client computed
+        assert dist.metadata == one.metadata     # the digest the client computed
     assert one.udp_tunnel_hint is not None
 
 

@@ -320,7 +320,7 @@ def test_models_in_a_pool_equal_in_line_and_raise_a_later_models_error(capture):
                     reason="threads have a priority of their own on Linux only")
 def test_helper_threads_run_below_the_calling_thread(tmp_path):
     """The decode-ahead and spill threads run gropcap.priority.HELPER nice steps below
-    the caller, the file's sha256 at the lowest priority (gropcap.priority)."""
+    the caller, the file's digest at the lowest priority (gropcap.priority)."""
     from gropcap.capture.scan import _Hasher
     from gropcap.priority import BACKGROUND, HELPER
 

@@ -151,8 +151,8 @@ def test_the_helper_reads_the_first_records_of_the_input(tmp_path, name):
     out = warm._prefix_capture(path, str(tmp_path / "first"))
     assert warm._is_pcap(out) == name.endswith(".pcap")
     (_, want), = [x for x in iter_scan_batches(path, batch_records=warm.HELPER_RECORDS,
-                                                sha256=False)][:1]
-    (_, got), = list(iter_scan_batches(out, sha256=False))
+                                                digest=False)][:1]
+    (_, got), = list(iter_scan_batches(out, digest=False))
     assert len(got) == min(len(want), warm.HELPER_RECORDS) > 0
     assert [got.frame(i) for i in range(len(got))] == \
         [want.frame(i) for i in range(len(got))]
