@@ -125,6 +125,7 @@ def test_compare_one_capture_under_two_configurations():
               "--format", "json")
     d = json.loads(out)
     assert d["config_diff"] == {"gro_ipv4_max_size": [65536, 6000]}
+    assert d["same_bytes"] is True
     m = d["metrics"]["ideal"]
     assert m["packets_in"] == [35, 35]
     assert m["largest_superpacket"] == [8, 4]
@@ -138,6 +139,29 @@ def test_compare_one_capture_under_two_configurations():
                for line in text.splitlines())
 
 
+def test_compare_tells_the_same_bytes_from_an_earlier_releases_sha256(tmp_path):
+    """A side loaded from an earlier release's output names its capture by a bare sha256:
+    ``same_bytes`` hashes the other side's file again with sha256; without the file it
+    says it cannot tell."""
+    import hashlib
+    from types import SimpleNamespace
+
+    from gropcap.capture.fingerprint import legacy, of_file
+    from gropcap.report.compare import same_bytes
+    cap = tmp_path / "c.pcap"
+    cap.write_bytes(open(GRE, "rb").read())
+    new = SimpleNamespace(infos=[SimpleNamespace(path=str(cap), digest=of_file(str(cap)))])
+
+    def old(data):
+        return SimpleNamespace(infos=[SimpleNamespace(
+            path="elsewhere", digest=legacy(hashlib.sha256(data).hexdigest()))])
+    assert same_bytes(old(cap.read_bytes()), new) is True
+    assert same_bytes(old(cap.read_bytes() + b"x"), new) is False
+    cap.unlink()
+    assert same_bytes(old(b""), new) is None
+    assert same_bytes(new, SimpleNamespace(infos=[])) is False
+
+
 def test_compare_two_captures_and_bad_setting():
     out = run("compare", GRE, os.path.join(SAMPLES, "crafted_gre_seq.pcap"), "--model",
               "ideal", "--format", "json")
@@ -145,6 +169,7 @@ def test_compare_two_captures_and_bad_setting():
     assert d["config_diff"] == {}
     assert d["a"]["files"] == ["crafted_gre.pcap"]
     assert d["b"]["files"] == ["crafted_gre_seq.pcap"]
+    assert d["same_bytes"] is False
     # GRE with sequence numbers: the kernel does not aggregate (gre_gro_receive bails)
     assert d["metrics"]["ideal"]["superpackets"] == [9, 35]
     r = CliRunner().invoke(main, ["compare", GRE, "--set-b", "colour=blue"])
