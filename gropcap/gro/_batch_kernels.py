@@ -134,6 +134,38 @@ def first_rows(inst, seen, first):
             first[i] = True
 
 
+@njit(cache=True, nogil=True)
+def code_hist(codes, hist):
+    """``hist[c] += 1`` for each uint8 code (``np.bincount(codes, minlength=256)``).
+    Four partial histograms taken in turn: a batch's codes repeat (most rows have the
+    same end reason), and one counter would make each increment wait for the last."""
+    part = np.zeros((4, 256), np.int64)
+    n = codes.shape[0]
+    i = 0
+    while i + 4 <= n:
+        part[0, codes[i]] += 1
+        part[1, codes[i + 1]] += 1
+        part[2, codes[i + 2]] += 1
+        part[3, codes[i + 3]] += 1
+        i += 4
+    while i < n:
+        part[0, codes[i]] += 1
+        i += 1
+    for c in range(256):
+        hist[c] += part[0, c] + part[1, c] + part[2, c] + part[3, c]
+
+
+@njit(cache=True, nogil=True)
+def flow_sums(fid, payload, packets, payload_sum):
+    """Per flow id, packets and payload bytes (``np.bincount(fid)`` and
+    ``np.bincount(fid, weights=payload)``, added to ``packets`` / ``payload_sum``, which
+    hold every id)."""
+    for i in range(fid.shape[0]):
+        f = fid[i]
+        packets[f] += 1
+        payload_sum[f] += payload[i]
+
+
 # marks' scalars
 MK_HARD, MK_ETH, MK_ZERO_MAC = range(3)
 _EMPTY = -1

@@ -323,13 +323,23 @@ class CoalescedCounts:
 TOP_TABLE_MIN = 1 << 10
 
 
-def _i64(a) -> np.ndarray:
-    """``a`` as a C-contiguous, writable int64 array (one compiled specialisation of
+def _i64(a, dtype=np.int64) -> np.ndarray:
+    """``a`` as a C-contiguous, writable ``dtype`` array (one compiled specialisation of
     the counting kernels), a copy only when it is not one already."""
     a = np.asarray(a)
-    if a.dtype == np.int64 and a.flags.c_contiguous and a.flags.writeable:
+    if a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable:
         return a
-    return np.array(a, np.int64, order="C")
+    return np.array(a, dtype, order="C")
+
+
+def _read_only(a, dtype) -> np.ndarray:
+    """``a`` as a C-contiguous, read-only ``dtype`` array (what ``arrays.numpy_of`` gives
+    for a column: one compiled specialisation), a copy only when the type differs."""
+    a = np.ascontiguousarray(a, dtype)
+    if a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
 
 
 def _at_least(a: np.ndarray, n: int) -> np.ndarray:
@@ -365,8 +375,11 @@ class ModelCounts:
         self.egress = None
 
     def add_reasons(self, reasons: np.ndarray) -> None:
-        """Per-row reason codes."""
-        self.reason_hist += np.bincount(np.asarray(reasons, np.int64), minlength=256)
+        """Per-row reason codes (uint8: ``gro.reasons``), counted by
+        ``gro._batch_kernels.code_hist`` (a fifth of the time of a ``bincount`` of them
+        as int64)."""
+        from gropcap.gro._batch_kernels import code_hist
+        code_hist(_i64(reasons, np.uint8), self.reason_hist)
 
     def add_segs(self, *, count, end, payload, flow, file) -> None:
         """Super-packets: segments each, end reason, payload bytes, flow id and the input
@@ -745,13 +758,19 @@ class FlowCounts:
 
     def add(self, t: pa.Table, flow_id: np.ndarray) -> None:
         """Rows ``t`` (after every row added so far) and their flow ids."""
-        fid = np.asarray(flow_id).astype(np.int64)
+        from gropcap.gro._batch_kernels import flow_sums
+        fid = _i64(flow_id)
         if not len(fid):
             return
         top = int(fid.max()) + 1
-        self.packets = _add_at(self.packets, np.bincount(fid))
-        self.payload = _add_at(self.payload, np.bincount(
-            fid, weights=numpy_of(t.column("payload_len")).astype(np.float64)))
+        if int(fid.min()) < 0:
+            raise ValueError("negative flow id")        # (the kernel does not check)
+        if top > len(self.packets):
+            self.packets = _add_at(self.packets, np.zeros(top, np.int64))
+            self.payload = _add_at(self.payload, np.zeros(top, np.float64))
+        # one pass (gro._batch_kernels): two bincounts and the conversions took 6x longer
+        flow_sums(fid, _read_only(numpy_of(t.column("payload_len")), np.uint32),
+                  self.packets, self.payload)
         if top > self.n_flows:
             new = np.nonzero(fid >= self.n_flows)[0]
             ids, first = np.unique(fid[new], return_index=True)

@@ -164,3 +164,33 @@ def test_first_rows_mark_each_instance_once_over_batches():
             want.append(k not in seen)
             seen.add(k)
         assert got.tolist() == want
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_reason_and_flow_sums_equal_bincount(decoded, seed):
+    """ModelCounts.add_reasons (``code_hist``) and FlowCounts.add (``flow_sums``) over
+    batches of random lengths (odd ones: the four-way loop's tail) equal ``np.bincount``
+    of all the rows; the payload sums bit for bit (added in row order, as bincount
+    does)."""
+    from gropcap.run.accumulators import FlowCounts, ModelCounts
+    rng = np.random.default_rng(seed)
+    mc, fc = ModelCounts("napi"), FlowCounts()
+    reasons, fids, pays = [], [], []
+    for size in rng.integers(0, 300, 6):
+        t = decoded.take(pa.array(rng.integers(0, decoded.num_rows, size)))
+        r = rng.choice(np.array([0, 3, 7, 255], np.uint8), size, p=[0.7, 0.2, 0.05, 0.05])
+        # flow ids as the engine numbers them: new ones above the ones seen
+        f = rng.integers(0, 4 + 3 * len(fids), size).astype(np.int64)
+        mc.add_reasons(r)
+        fc.add(t, f)
+        reasons.append(r)
+        fids.append(f)
+        pays.append(t.column("payload_len").to_numpy().astype(np.float64))
+    r, f, p = (np.concatenate(x) for x in (reasons, fids, pays))
+    assert mc.reason_hist.tolist() == np.bincount(r, minlength=256).tolist()
+    want_packets = np.bincount(f)
+    n = len(want_packets)
+    assert fc.packets[:n].tolist() == want_packets.tolist() and not fc.packets[n:].any()
+    assert fc.payload[:n].tolist() == np.bincount(f, weights=p).tolist()
+    with pytest.raises(ValueError, match="negative flow id"):
+        fc.add(decoded.slice(0, 2), np.array([0, -1]))
