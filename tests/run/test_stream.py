@@ -230,10 +230,13 @@ def test_verdicts_are_served_by_row_range(shuffle):
     bounds = [0, *cuts.tolist(), n]
     fed = 0
     for r0, r1 in zip(bounds[:-1], bounds[1:]):
+        # complete() against its definition (counted by the chunks' row bounds)
         while not buf.complete(r0, r1):
+            assert sum(int(np.count_nonzero(c[0] < r1)) for c in buf.chunks) < r1 - r0
             k = order[fed:fed + 37]
             buf.put(k, reason[k], inst[k], np.zeros(len(k), np.int64))
             fed += len(k)
+        assert sum(int(np.count_nonzero(c[0] < r1)) for c in buf.chunks) == r1 - r0
         got_reason, got_inst, _ = buf.take(r0, r1)
         assert got_reason.tolist() == reason[r0:r1].tolist()
         assert got_inst.tolist() == inst[r0:r1].tolist()
