@@ -300,33 +300,6 @@ def _flow_ids(t: pa.Table, state: "EngineState", columns=None) -> np.ndarray:
                     columns)[2]
 
 
-def _size_limit(t: pa.Table, config: GroConfig, columns=None) -> np.ndarray:
-    """skb_gro_receive limit for a super-packet headed by each packet.
-
-    netif_get_gro_max_size: ``p->protocol`` IPv6 -> gro_max_size, anything else (IPv4, or
-    the TPID of an in-band VLAN-tagged frame) -> gro_ipv4_max_size (``config.max_size``);
-    no per-device knob before 5.16 (64 KB). At or above 64 KB (BIG TCP): from 6.3 any
-    TCP; 5.19-6.2 only p->protocol IPv6 with TCP right after a plain IPv6 header.
-    """
-    g = _reader(t, columns)
-    out_v = g("outer_ip_version", np.uint8)
-    in_v = g("ip_version", np.uint8)
-    enc = out_v != 0
-    v = np.where(enc, out_v, in_v)
-    kp = config.kernel
-    if kp.version < (5, 16):
-        return np.full(t.num_rows, GRO_LEGACY_MAX_SIZE, np.int64)
-    proto_v6 = (v == 6) & (g("vlan_depth", np.uint8) == 0)
-    limit = np.where(proto_v6, config.max_size(6), config.max_size(4)).astype(np.int64)
-    if kp.big_tcp_ipv4:
-        big_ok = np.ones(t.num_rows, np.bool_)
-    elif kp.version >= (5, 19):
-        big_ok = proto_v6 & ~enc & (g("ip_ext_len", np.int64) == 0)
-    else:
-        big_ok = np.zeros(t.num_rows, np.bool_)
-    return np.where((limit > GRO_LEGACY_MAX_SIZE) & ~big_ok, GRO_LEGACY_MAX_SIZE, limit)
-
-
 def _check_table(packets) -> pa.Table:
     if isinstance(packets, pa.RecordBatch):
         packets = pa.Table.from_batches([packets])
@@ -709,16 +682,22 @@ def _prepare_common(t: pa.Table, config: GroConfig, state: EngineState, hash_: n
     plen = np.empty(n, np.int64)
     tlen = np.empty(n, np.int64)
     gcode = np.empty(n, np.int64)
+    limit = np.empty(n, np.int64)
     flags = g("tcp_flags", np.int32)
+    kp = config.kernel
     K.derive_lengths(s("wire_len"), s("outer_ip_version"), s("outer_ip_offset"),
                      s("ip_offset"), s("vlan_depth"), s("ip_hdr_len"), s("tcp_doff"),
-                     s("payload_len"), s("ip_version"), flags, s("tun_type"), TCP_FLAG_CWR,
-                     plen, tlen, gcode)
+                     s("payload_len"), s("ip_version"), flags, s("tun_type"),
+                     s("ip_ext_len"), TCP_FLAG_CWR, GRO_LEGACY_MAX_SIZE,
+                     kp.version >= (5, 16), config.max_size(4), config.max_size(6),
+                     K.BIG_ANY if kp.big_tcp_ipv4 else
+                     K.BIG_V6_PLAIN if kp.version >= (5, 19) else K.BIG_NONE,
+                     plen, tlen, gcode, limit)
     i32 = lambda name: g(name, np.int32)  # noqa: E731
     return dict(
         n=n, uid=uid, ts=g("ts_ns"),
         cols=dict(pre=pre, sfl_out=sfl_out, sfl_in=sfl_in, payload=s("payload_len"),
-                  tlen=tlen, plen=plen, limit=_size_limit(t, config, columns=g),
+                  tlen=tlen, plen=plen, limit=limit,
                   seq=s("tcp_seq"), ack=s("tcp_ack"), flags=flags, doff=s("tcp_doff"),
                   window=s("tcp_window"), opt=_readonly(ob.view(np.uint64)),
                   opt_len=s("tcp_opt_len"), in_v=s("ip_version"), in_ttl=s("ip_ttl"),
@@ -736,7 +715,9 @@ def _prepare_model(common: dict, config: GroConfig, state: EngineState, hash_: n
     ignores the hash), explicit poll windows, row numbers."""
     n = common["n"]
     if config.model == "napi":
-        queue = rx_queue(hash_, config.queues).astype(np.int32)
+        # one RX queue: every packet's is 0 (shared, as the ideal model's)
+        queue = _constant(n, np.int32) if config.queues == 1 else \
+            rx_queue(hash_, config.queues).astype(np.int32)
         bucket = gro_bucket(hash_, config.kernel.hash_buckets).astype(np.int32)
     else:
         queue = bucket = _constant(n, np.int32)

@@ -575,3 +575,45 @@ def test_pre_and_flush_pass_equals_numpy_masks(cfg, extra):
         codes = set(np.unique(got[0]).tolist())
         assert len(codes) >= 10 and 0 in codes          # most branches taken
         assert {NOT_HELD_LENGTH, NOT_HELD_IP_RF} <= set(got[1].tolist()) | set(got[2].tolist())
+
+
+def naive_size_limit(t: pa.Table, config: GroConfig) -> np.ndarray:
+    """skb_gro_receive's limit per packet, the engine's numpy code before
+    ``fast.columns.derive_lengths`` took it over: netif_get_gro_max_size by the outermost
+    header's family (an in-band VLAN tag: not IPv6), the legacy 64 KB before 5.16, and
+    above 64 KB only BIG TCP (any TCP from 6.3; 5.19-6.2 plain IPv6 without extension
+    headers, not encapsulated)."""
+    col = lambda name: t.column(name).to_numpy().astype(np.int64)  # noqa: E731
+    out_v, in_v = col("outer_ip_version"), col("ip_version")
+    enc = out_v != 0
+    v = np.where(enc, out_v, in_v)
+    kp = config.kernel
+    if kp.version < (5, 16):
+        return np.full(t.num_rows, 65536, np.int64)
+    proto_v6 = (v == 6) & (col("vlan_depth") == 0)
+    limit = np.where(proto_v6, config.max_size(6), config.max_size(4)).astype(np.int64)
+    if kp.big_tcp_ipv4:
+        big_ok = np.ones(t.num_rows, np.bool_)
+    elif kp.version >= (5, 19):
+        big_ok = proto_v6 & ~enc & (col("ip_ext_len") == 0)
+    else:
+        big_ok = np.zeros(t.num_rows, np.bool_)
+    return np.where((limit > 65536) & ~big_ok, 65536, limit)
+
+
+@pytest.mark.parametrize("kernel", ["5.4", "5.17", "6.1", "6.18"])
+@pytest.mark.parametrize("sizes", [(65536, 65536), (185000, 150000), (6000, 3000),
+                                   (150000, 65536)])
+def test_size_limit_in_the_length_pass_equals_numpy(kernel, sizes):
+    from gropcap.gro.engine import prepare
+    cfg = GroConfig(kernel=KernelProfile.parse(kernel), gro_max_size=sizes[0],
+                    gro_ipv4_max_size=sizes[1])
+    t = random_table(3000, 7)
+    cols, _ = prepare(t, cfg, EngineState.new(cfg))
+    want = naive_size_limit(t, cfg)
+    assert np.array_equal(cols.limit, want), np.nonzero(cols.limit != want)[0][:5]
+    # the cases where the families or BIG TCP give packets of one table different limits
+    # (per-family sizes from 6.3; above 64 KB only with BIG TCP, from 5.19)
+    mixed = (kernel == "6.18" and sizes != (65536, 65536)) or \
+        (kernel == "6.1" and sizes[0] > 65536)
+    assert (len(np.unique(want)) > 1) == mixed

@@ -39,7 +39,9 @@ from gropcap.decode import schema
 from gropcap.gro import reasons
 from gropcap.gro.fast import bypass, columns, dev, ip, keys, napi, state, tcp, udp
 from gropcap.gro.fast.bypass import PreCfg, PreIn, pre_and_flush
-from gropcap.gro.fast.columns import assemble_rows, derive_lengths
+from gropcap.gro.fast.columns import (
+    BIG_ANY, BIG_NONE, BIG_V6_PLAIN, assemble_rows, derive_lengths,
+)
 from gropcap.gro.fast.dev import flush_ideal
 from gropcap.gro.fast.keys import (
     FLOW_WORDS, SAME_FLOW_WORDS, UNION_CHUNK, UNION_WORDS, FlowIn, SameFlowIn, classify,
@@ -54,7 +56,7 @@ from gropcap.gro.fast.state import (
 )
 
 __all__ = [
-    "Cfg", "Cols", "ENTRY", "ENTRY_FIELDS", "ERA_FLUSH_ID", "ERA_INNER_ID", "ERA_ONE_BIT",
+    "BIG_ANY", "BIG_NONE", "BIG_V6_PLAIN", "Cfg", "Cols", "ENTRY", "ENTRY_FIELDS", "ERA_FLUSH_ID", "ERA_INNER_ID", "ERA_ONE_BIT",
     "ERA_TWO_BIT", "FLOW_WORDS", "FlowIn", "GCODE_DELIVERED", "MAX_GRO_SKBS", "MODEL_IDEAL",
     "MODEL_NAPI", "MODEL_WINDOWS", "OPT_BYTES", "OPT_WORDS", "Out", "PreCfg", "PreIn",
     "QS_CONT", "QS_HAS_TIMER", "QS_LAST_POLL", "QS_N", "QS_NEXT", "SAME_FLOW_WORDS",
