@@ -6,9 +6,9 @@ Stages (each in its own process, so each has its own peak RSS and a warm JIT cac
   first ``--reference-packets`` records (it is slow; packets/s extrapolate).
 - ``fast_decode``: windowed mmap scan (``capture.scan``) + numba decoder over the whole
   file; also the decoder alone, and the main thread alone (scan + decode; the scan's
-  worker thread hashes the file (``capture.fingerprint``) and maps in the next batch's pages). Best of
-  ``--repeat`` passes by CPU time. Invariant: one row per record, and the fast table
-  equals the reference table on the reference subset.
+  worker thread hashes the file (``capture.fingerprint``) and maps in the next batch's
+  pages). Best of ``--repeat`` passes by CPU time. Invariant: one row per record, and
+  the fast table equals the reference table on the reference subset.
 - ``gro_engine``: the numba GRO engine alone (``gro.engine.simulate``) on the decoded
   table, ideal and napi models, each the first run of its model in the process (and, with
   ``--repeat N``, the least CPU of N runs: ``steady_pps_cpu``, and the thread time per

@@ -12,10 +12,10 @@ old one without the option runs on one anyway; ``--threads N`` to change it).
 ``--phases`` adds the bounded-memory run's phases (``StreamResult.timings`` with CPU
 time in place of wall time) for both checkouts.
 
-Invariants: the JSON summaries of old and new are equal (but for the files' digests); the small capture's
-``packets.parquet`` written with ``--packet-columns all`` holds every column the old
-checkout wrote, equal (all of them before ``--packet-columns``, the default ones after),
-and its other two files are equal.
+Invariants: the JSON summaries of old and new are equal (but for the files' digests); the
+small capture's ``packets.parquet`` written with ``--packet-columns all`` holds every
+column the old checkout wrote, equal (all of them before ``--packet-columns``, the
+default ones after), and its other two files are equal.
 
     git archive HEAD~3 gropcap | (mkdir -p /tmp/old && tar -x -C /tmp/old)
     python benchmarks/bench_glue.py /work/rec/real3m.pcap --against /tmp/old --rounds 3 \

@@ -56,13 +56,14 @@ from gropcap.gro.fast.state import (
 )
 
 __all__ = [
-    "BIG_ANY", "BIG_NONE", "BIG_V6_PLAIN", "Cfg", "Cols", "ENTRY", "ENTRY_FIELDS", "ERA_FLUSH_ID", "ERA_INNER_ID", "ERA_ONE_BIT",
-    "ERA_TWO_BIT", "FLOW_WORDS", "FlowIn", "GCODE_DELIVERED", "MAX_GRO_SKBS", "MODEL_IDEAL",
-    "MODEL_NAPI", "MODEL_WINDOWS", "OPT_BYTES", "OPT_WORDS", "Out", "PreCfg", "PreIn",
-    "QS_CONT", "QS_HAS_TIMER", "QS_LAST_POLL", "QS_N", "QS_NEXT", "SAME_FLOW_WORDS",
-    "SameFlowIn", "State", "UDP_FRAGLIST", "UDP_SEGMENT", "UNION_CHUNK", "UNION_WORDS",
-    "assemble_rows", "classify", "dedup_reps", "derive_lengths", "entries", "entry_arrays",
-    "flow_ids_of", "flush_ideal", "gather_rows", "intern_rows", "key_classes", "napi_finish",
+    "BIG_ANY", "BIG_NONE", "BIG_V6_PLAIN", "Cfg", "Cols", "ENTRY", "ENTRY_FIELDS",
+    "ERA_FLUSH_ID", "ERA_INNER_ID", "ERA_ONE_BIT", "ERA_TWO_BIT", "FLOW_WORDS", "FlowIn",
+    "GCODE_DELIVERED", "MAX_GRO_SKBS", "MODEL_IDEAL", "MODEL_NAPI", "MODEL_WINDOWS",
+    "OPT_BYTES", "OPT_WORDS", "Out", "PreCfg", "PreIn", "QS_CONT", "QS_HAS_TIMER",
+    "QS_LAST_POLL", "QS_N", "QS_NEXT", "SAME_FLOW_WORDS", "SameFlowIn", "State",
+    "UDP_FRAGLIST", "UDP_SEGMENT", "UNION_CHUNK", "UNION_WORDS", "assemble_rows",
+    "classify", "dedup_reps", "derive_lengths", "entries", "entry_arrays", "flow_ids_of",
+    "flush_ideal", "gather_rows", "intern_rows", "key_classes", "napi_finish",
     "pre_and_flush", "rehash", "run",
 ]
 
