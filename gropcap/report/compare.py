@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 
+from gropcap.capture.fingerprint import matches
 from gropcap.report.baseline import analysis_metrics
 
 _ROWS = (("packets_in", "packets in"), ("superpackets", "super-packets out"),
@@ -27,7 +28,6 @@ def same_bytes(a, b) -> bool | None:
     """Whether two analyses read the same capture bytes, file by file
     (``capture.fingerprint.matches``: a result of an earlier release, whose digest is a
     sha256, is checked by hashing ``b``'s file again); None when that cannot be told."""
-    from gropcap.capture.fingerprint import matches
     if len(a.infos) != len(b.infos):
         return False
     verdicts = [matches(x.digest, y.digest, y.path) for x, y in zip(a.infos, b.infos)]

@@ -323,13 +323,18 @@ class CoalescedCounts:
 TOP_TABLE_MIN = 1 << 10
 
 
-def _i64(a, dtype=np.int64) -> np.ndarray:
+def _writable(a, dtype) -> np.ndarray:
     """``a`` as a C-contiguous, writable ``dtype`` array (one compiled specialisation of
     the counting kernels), a copy only when it is not one already."""
     a = np.asarray(a)
     if a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable:
         return a
     return np.array(a, dtype, order="C")
+
+
+def _i64(a) -> np.ndarray:
+    """:func:`_writable` int64."""
+    return _writable(a, np.int64)
 
 
 def _read_only(a, dtype) -> np.ndarray:
@@ -379,7 +384,7 @@ class ModelCounts:
         ``gro._batch_kernels.code_hist`` (a fifth of the time of a ``bincount`` of them
         as int64)."""
         from gropcap.gro._batch_kernels import code_hist
-        code_hist(_i64(reasons, np.uint8), self.reason_hist)
+        code_hist(_writable(reasons, np.uint8), self.reason_hist)
 
     def add_segs(self, *, count, end, payload, flow, file) -> None:
         """Super-packets: segments each, end reason, payload bytes, flow id and the input
