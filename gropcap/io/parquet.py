@@ -9,6 +9,7 @@ interrupted run never leaves a half-written file; an existing file is only repla
 
 from __future__ import annotations
 
+import base64
 import os
 import tempfile
 
@@ -56,17 +57,36 @@ def as_built(table: pa.Table) -> pa.Table:
 class TableWriter:
     """One Parquet file written a table at a time: :func:`file_schema` of the first
     table's schema and ``metadata``, :func:`parquet_options`; each table is cast to it
-    (the tables are built nullable, as every pyarrow table is)."""
+    (the tables are built nullable, as every pyarrow table is).
 
-    def __init__(self, path: str, first: pa.Table, metadata: dict[str, str]):
-        self.schema = file_schema(first.schema, metadata)
+    ``metadata`` None: given to :meth:`close` instead (a file written while the run that
+    makes it goes on: its sources' digests and the inferred MTU are known at the end).
+    The footer then carries it, with the Arrow schema pyarrow stores there (the
+    ``ARROW:schema`` key, which readers take the schema's metadata from) written again
+    with it: the file reads back as one written with ``metadata`` from the start.
+    Needs pyarrow's ``ParquetWriter.add_key_value_metadata`` (:func:`can_defer`)."""
+
+    def __init__(self, path: str, first: pa.Table, metadata: dict[str, str] | None):
+        self._first = first.schema
+        self.schema = file_schema(first.schema, metadata or {})
         self._writer = pq.ParquetWriter(path, self.schema, **parquet_options(self.schema))
+        self._deferred = metadata is None
 
     def write_table(self, table: pa.Table) -> None:
         self._writer.write_table(table.cast(self.schema))
 
-    def close(self) -> None:
+    def close(self, metadata: dict[str, str] | None = None) -> None:
+        if self._deferred and metadata is not None:
+            whole = file_schema(self._first, metadata)
+            self._writer.add_key_value_metadata(
+                {**metadata, "ARROW:schema": base64.b64encode(whole.serialize().to_pybytes())})
         self._writer.close()
+
+
+def can_defer() -> bool:
+    """Whether this pyarrow lets :class:`TableWriter` take its metadata at
+    :meth:`~TableWriter.close` (``ParquetWriter.add_key_value_metadata``)."""
+    return hasattr(pq.ParquetWriter, "add_key_value_metadata")
 
 
 # values the Parquet writer encodes at a time (pyarrow's default: 1024): fewer rounds

@@ -195,21 +195,26 @@ class _ModelRun:
     (``counts.egress``)."""
 
     def __init__(self, model: str, config: GroConfig, tmp: str, counts, row_arrays: int = 2,
-                 inline: bool = False, egress_rows: RowCodes | None = None):
+                 inline: bool = False, egress_rows: RowCodes | None = None,
+                 order: "_OnlineOrder | None" = None):
         self.model = model
         self.egress_rows = egress_rows
         self._gso_table = None
         self.config = config.replace(model=model)
         self.state = None                 # the engine state once the GRO pass is done
-        # inline (a summary-only fused run, _Inline): the verdicts stay in memory until
-        # their batch is counted, and nothing reads rows or super-packets back
+        # inline (a fused run's packets pass in its first pass, _Inline): the verdicts
+        # stay in memory until their batch is counted, nothing reads rows back, and only
+        # a run with --out (``order``: the delivery positions as they come) reads its
+        # super-packets back, for superpackets.parquet
+        self.order = order
         self.rows = _NoSpill() if inline else ArraySpill(os.path.join(tmp, f"{model}.rows"))
         # per-row arrays the packets pass reads back: flow_id and rx_queue (--out), the
         # flow_id only (the primary model's, for the flow causes), or none
         self.row_arrays = 0 if inline else row_arrays
         self.verdicts = _VerdictBuffer() if inline else \
             ArraySpill(os.path.join(tmp, f"{model}.verdicts"))
-        self.segs = _NoSpill() if inline else SegSpill(os.path.join(tmp, f"{model}.segs"))
+        self.segs = _NoSpill() if inline and order is None else \
+            SegSpill(os.path.join(tmp, f"{model}.segs"))
         self.parts = 0
         self.nseg = 0
         self.counts = counts            # run.accumulators.ModelCounts
@@ -221,6 +226,8 @@ class _ModelRun:
         """Spill and count this model's BatchResult of the next batch (the engine state
         is carried by the run's ``run.engines.BatchGroModels``)."""
         self.parts += 1
+        if self.order is not None:
+            self.order.take(part)
         self.rows.put(*(part.flow_id, part.rx_queue)[:self.row_arrays])
         self.verdicts.put(part.p_row, part.p_reason, part.p_inst, part.p_poll)
         s = part.segs
@@ -311,6 +318,107 @@ class _SegOrder:
         if self.inferred:
             return self.rank[polls]
         return polls if self.napi else np.full(len(polls), -1, np.int64)
+
+
+# rows an inline run with --out holds while they wait for their super-packets'
+# positions (the decoded table, ~35 MB a batch of 131072) before it starts over with the
+# two passes: _Inline.held
+INLINE_HOLD_ROWS = 1 << 20
+_NO_POSITION = np.iinfo(np.int64).min
+
+
+class _OnlineOrder:
+    """Each super-packet's delivery position (:class:`_SegOrder`'s) as its part comes:
+    what an inline run with ``--out`` (:class:`_Inline`) writes in ``packets.parquet``
+    before the run has ended. Delivery order is spill order when the polls are numbered
+    in the order they are delivered (receiver run, time: one RX queue) and no part's
+    super-packets come from a poll before the last part's (within a part, by poll as
+    ``_SegOrder.positions`` orders them). :meth:`take` checks both and raises
+    :class:`_Unfused` where either fails: the run starts again with the two passes.
+    ``ipos``: per instance the position, ``-(pos + 1)`` for a super-packet of one
+    packet, as the super-packets pass maps them."""
+
+    def __init__(self, napi: bool):
+        self.napi = napi
+        self.next = 0
+        self.ipos = np.zeros(0, np.int64)
+        self.known = 0              # every instance before this one has its position
+        self.top = 0                # the instances delivered are all before this one
+        self.last_poll = -1         # the latest poll a super-packet came from
+        self.last_key = None        # (receiver run, time) of the latest poll
+        self.queue = None           # the queue of the polls
+
+    def take(self, part) -> None:
+        """The positions of ``part``'s super-packets (a BatchResult)."""
+        if self.napi:
+            self._polls(part)
+        s = part.segs
+        m = len(s["first"])
+        if not m:
+            return
+        pos = np.arange(self.next, self.next + m, dtype=np.int64)
+        if self.napi:
+            polls = np.asarray(s["poll"])
+            if int(polls.min()) < self.last_poll:
+                raise _Unfused
+            self.last_poll = int(polls.max())
+            if m > 1 and not bool(np.all(polls[1:] >= polls[:-1])):
+                o = np.argsort(polls, kind="stable")
+                pos = np.empty(m, np.int64)
+                pos[o] = np.arange(self.next, self.next + m)
+        self.next += m
+        inst = np.asarray(s["inst"], np.int64)
+        top = int(inst.max()) + 1
+        if top > len(self.ipos):
+            grown = np.full(max(top, 2 * len(self.ipos)), _NO_POSITION, np.int64)
+            grown[:len(self.ipos)] = self.ipos
+            self.ipos = grown
+        self.ipos[inst] = np.where(s["count"] > 1, pos, -pos - 1)
+        self.top = max(self.top, top)
+        if inst.min() <= self.known:
+            # an instance is numbered when its first packet comes, and delivered when
+            # its flow's super-packet ends: positions fill in out of order
+            unknown = np.flatnonzero(self.ipos[self.known:self.top] == _NO_POSITION)
+            self.known = int(self.known + unknown[0]) if len(unknown) else self.top
+
+    def _polls(self, part) -> None:
+        # the part's new polls follow the ones before in (receiver run, time), on one
+        # queue: their numbers are then their delivery order (_SegOrder's rank)
+        t = np.asarray(part.poll_time)
+        if not len(t):
+            return
+        q = np.asarray(part.poll_queue)
+        if (self.last_key is not None and (part.run, int(t[0])) < self.last_key) or \
+                (self.queue is not None and int(q[0]) != self.queue) or \
+                bool(np.any(q != q[0])) or \
+                (len(t) > 1 and not bool(np.all(t[1:] >= t[:-1]))):
+            raise _Unfused
+        self.last_key = (part.run, int(t[-1]))
+        self.queue = int(q[0])
+
+    def poll_ids(self, polls: np.ndarray) -> np.ndarray:
+        """``poll_id`` of rows decided in ``polls`` (``_SegOrder.poll_ids``)."""
+        return polls if self.napi else np.full(len(polls), -1, np.int64)
+
+
+def _verdict_columns(fid, rxq, reason, poll_id, code, role) -> dict:
+    """One model's verdict columns of ``packets.parquet`` for a batch's rows: ``code``
+    the rows' super-packets' positions (``-(pos + 1)`` alone), ``role`` their
+    ``gro_role``."""
+    return {"flow_id": fid.astype(np.int64, copy=False),
+            "gro_seg": np.where(code < 0, -code - 1, code), "gro_role": role,
+            "reason": reason.astype(np.uint8),
+            "rx_queue": rxq.astype(np.uint16, copy=False),
+            "poll_id": poll_id.astype(np.int64, copy=False)}
+
+
+def _with_model(cols: dict, c: dict, model: str, primary: str) -> dict:
+    """``cols`` with ``model``'s :func:`_verdict_columns` ``c``: the primary model's
+    unprefixed and first, every other's prefixed with its name, without ``flow_id``."""
+    if model == primary:
+        return {**c, **cols}
+    cols.update({f"{model}_{k}": v for k, v in c.items() if k != "flow_id"})
+    return cols
 
 
 class _SegRows:
@@ -701,35 +809,72 @@ class _Inline:
     ``tunnels``: what counts the tunnel hint's super-packets (``firsts(t, model,
     first)``: the fused pass's :class:`_FusedTunnels`, a Dask partition's
     ``run.dask_tasks._PairFirsts``); ``encap``: per model the ``ModelCounts`` to count
-    the encapsulations in (None: each run's own counts)."""
+    the encapsulations in (None: each run's own counts); ``out``: with ``--out``,
+    called with each batch and its verdict columns (:func:`_verdict_columns` of every
+    model, by :func:`_with_model`), the positions from each run's ``order``
+    (:class:`_OnlineOrder`)."""
 
-    def __init__(self, runs, primary: str, causes, plots=None, tunnels=None, encap=None):
+    def __init__(self, runs, primary: str, causes, plots=None, tunnels=None, encap=None,
+                 out=None, rest=None):
         import collections
+        self._rest = rest
+        self.rest = None            # the first row of the rest once handed on
         self.runs, self.primary, self.causes, self.plots = runs, primary, causes, plots
         self.tunnels = tunnels
         self.encap = encap or {r.model: r.counts for r in runs}
-        self.batches = collections.deque()      # (table, first row, primary flow ids)
+        self.out = out
+        # (table, first row, primary flow ids, each model's RX queues with out)
+        self.batches = collections.deque()
         self.next_row = 0
         self.first = {r.model: _FirstRows() for r in runs}
 
-    def batch(self, t: pa.Table, flow_id: np.ndarray) -> None:
-        """The next decoded batch and its flow ids (after its models' parts went in)."""
+    def batch(self, t: pa.Table, flow_id: np.ndarray, rx_queues=None) -> None:
+        """The next decoded batch and its flow ids (after its models' parts went in);
+        with ``out``, ``rx_queues``: each model's RX queue of each row."""
         if t.num_rows:
-            self.batches.append((t, self.next_row, flow_id))
+            self.batches.append([t, self.next_row, flow_id, rx_queues])
             self.next_row += t.num_rows
         self.drain()
 
+    @staticmethod
+    def _take(run, r0: int, r1: int) -> tuple:
+        reason, inst, poll = run.verdicts.take(r0, r1)
+        return reason, inst, poll, int(inst.max()) if len(inst) else -1
+
+    def held(self) -> None:
+        """With ``out``: once more than :data:`INLINE_HOLD_ROWS` rows wait for their
+        super-packets' positions, hand them and every later row on to the packets pass
+        (``rest(batches)``; :attr:`rest` is then the first of them), so that memory
+        stays bounded."""
+        if sum(b[0].num_rows for b in self.batches) > INLINE_HOLD_ROWS:
+            self.rest = self.batches[0][1]
+            self._rest(list(self.batches))
+            self.batches.clear()
+
     def drain(self, final: bool = False) -> None:
-        """Count every leading batch whose rows are all decided (``final``: all are)."""
+        """Count every leading batch whose rows are all decided (``final``: all are);
+        with ``out``, whose rows' super-packets all have their positions too."""
         while self.batches:
-            t, r0, fid = self.batches[0]
+            t, r0, fid, rxqs = self.batches[0][:4]
             r1 = r0 + t.num_rows
-            if not all(r.verdicts.complete(r0, r1) for r in self.runs):
-                assert not final, "rows without a verdict at the end of the run"
+            if len(self.batches[0]) == 4:
+                if not all(r.verdicts.complete(r0, r1) for r in self.runs):
+                    assert not final, "rows without a verdict at the end of the run"
+                    return
+                # taken once: (reason, inst, poll) and the latest instance, per model
+                self.batches[0].append({r.model: self._take(r, r0, r1) for r in self.runs})
+            got = self.batches[0][4]
+            if self.out is not None and \
+                    not all(got[r.model][3] < r.order.known for r in self.runs):
+                # a super-packet of these rows not delivered yet: the ideal model holds
+                # a flow's packets until that flow sends one it cannot merge
+                assert not final, "super-packets without a position at the end of the run"
+                self.held()
                 return
             self.batches.popleft()
+            cols: dict = {}
             for run in self.runs:
-                reason, inst, _ = run.verdicts.take(r0, r1)
+                reason, inst, poll = got[run.model][:3]
                 first = self.first[run.model](inst)
                 self.encap[run.model].add_encap(t, first)
                 if self.plots is not None:
@@ -740,6 +885,14 @@ class _Inline:
                     self.causes.add(fid, numpy_of(t.column("tcp_seq")),
                                     numpy_of(t.column("payload_len")),
                                     numpy_of(t.column("l4_proto")), reason)
+                if self.out is not None:
+                    code = run.order.ipos[inst]
+                    c = _verdict_columns(fid, rxqs[run.model], reason,
+                                         run.order.poll_ids(poll), code,
+                                         _roles(first, code < 0))
+                    cols = _with_model(cols, c, run.model, self.primary)
+            if self.out is not None:
+                self.out(t, cols)
 
 
 def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
@@ -834,15 +987,22 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         # gathered by the super-packets and packets passes
         cells_on = config.tunnel_gro is not None
         cells: dict = {}
-        # summary only and fused: the packets pass runs inside the first pass (_Inline)
-        inline = bool(_fused and not out_dir and not cells_on)
+        # fused: the packets pass runs inside the first pass (_Inline), summary only or
+        # with --out where the delivery positions are known as the super-packets come
+        # (_OnlineOrder: one RX queue; Parquet metadata given at the end, can_defer)
+        inline_out = bool(_fused and out_dir and not cells_on and config.queues == 1)
+        if inline_out:          # (a summary-only run imports no Parquet: start-up)
+            from gropcap.io.parquet import can_defer
+            inline_out = can_defer()
+        inline = bool(_fused and not cells_on and (not out_dir or inline_out))
         # egress: 8 bytes per row of what it reads of a first packet (RowCodes)
         # (with --tunnel-gro the cells stage counts egress: run/cells.py)
         egress_rows = None if egress is None or cells_on else \
             RowCodes(os.path.join(tmp, "egress.rows"), egress.scenario)
         runs = [_ModelRun(m, config, tmp, tot.models[m],
                           row_arrays=2 if out_dir else int(m == primary), inline=inline,
-                          egress_rows=egress_rows)
+                          egress_rows=egress_rows,
+                          order=_OnlineOrder(m == "napi") if inline_out else None)
                 for m in models]
         # --poll-acks: the napi model's polls from the receiver's ACKs, found by a pass
         # over the capture before GRO (an ACK follows the data it closes); the engine
@@ -877,8 +1037,35 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             plots = PlotRows(tmp, models)
         # the fused try's tunnel-hint rows (UDP tunnels without a socket), as they come
         fused_tunnels = _FusedTunnels(config, models) if _fused else None
-        packets_inline = _Inline(runs, primary, causes, plots, fused_tunnels) if inline \
-            else None
+        # packets.parquet: written by the packets pass, or inline
+        pk_tmp = os.path.join(tmp, "packets.parquet") if out_dir else None
+        pk_out: dict = {}           # packets.parquet's "columns" and "writer"
+        from gropcap.io.columns import readable_names
+
+        def packets_table(t, cols):
+            # the calling thread's part: the verdict columns, the readable ones
+            order = [k for k in ("flow_id", "gro_seg", "gro_role", "reason", "rx_queue",
+                                 "poll_id")] + [k for k in cols if "_" in k and
+                                                k.split("_", 1)[0] in models]
+            for name in order:
+                t = t.append_column(name, arrow_of(cols[name]))
+            if not pk_out:
+                pk_out["columns"] = select_packet_columns(readable_names(t.column_names),
+                                                          packet_columns)
+            return readable(t, columns=pk_out["columns"])
+
+        def write_packets(t, meta=None):
+            # the sidecar's part: the row group (an inline run's file has its metadata
+            # given at the end: TableWriter)
+            if "writer" not in pk_out:
+                from gropcap.io.parquet import TableWriter
+                pk_out["writer"] = TableWriter(pk_tmp, t, meta)
+            pk_out["writer"].write_table(t)
+
+        packets_inline = _Inline(runs, primary, causes, plots, fused_tunnels,
+                                 out=(lambda t, cols: write_packets(packets_table(t, cols)))
+                                 if inline_out else None,
+                                 rest=lambda held: two_passes(held)) if inline else None
         from gropcap.run.engines import BatchGroModels
         # states carried batch to batch; with threads, the second model in a thread
         gro = BatchGroModels([r.config for r in runs], threaded=threads > 1)
@@ -941,9 +1128,17 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 run.take(part, file_of=counters.file_of)
             if parts:
                 tot.flows.add(t, parts[0].flow_id)
-            if packets_inline is not None:
-                packets_inline.batch(t, parts[models.index(primary)].flow_id)
+            if packets_inline is not None and packets_inline.rest is None:
+                # (held until its rows are decided: the columns the packets pass reads)
+                packets_inline.batch(t if keep is None else t.select(keep),
+                                     parts[models.index(primary)].flow_id,
+                                     {r.model: p.rx_queue for r, p in zip(runs, parts)}
+                                     if inline_out else None)
                 return
+            write_decoded(t)
+
+        def write_decoded(t):
+            # the temporary decoded file, the packets pass's rows
             if keep is not None:
                 t = t.select(keep)
             if not dec_out:
@@ -953,6 +1148,26 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                     dec_out["sink"], dec_schema,
                     options=pa.ipc.IpcWriteOptions(compression="lz4"))
             dec_out["writer"].write_table(t)
+
+        def two_passes(held):
+            # an inline run with --out whose held rows wait too long for their
+            # positions (_Inline.held): those rows and every later one go through the
+            # temporary files and the packets pass, as in a run of two passes
+            for run in runs:
+                buffered = run.verdicts
+                run.rows = ArraySpill(os.path.join(tmp, f"{run.model}.rows"))
+                run.row_arrays = 2
+                run.verdicts = ArraySpill(os.path.join(tmp, f"{run.model}.verdicts"))
+                for t, r0, fid, rxqs, *got in held:
+                    # (the flow ids of a model other than the primary are not read)
+                    run.rows.put(fid, rxqs[run.model])
+                    if got:
+                        reason, inst, poll, _ = got[0][run.model]
+                        run.verdicts.put(np.arange(r0, r0 + t.num_rows), reason, inst, poll)
+                for chunk in buffered.chunks:
+                    run.verdicts.put(*chunk)
+            for t, *_ in held:
+                write_decoded(t)
 
         from gropcap.run.threads import Ahead, Sidecar
         source = Ahead(_decode_pass(files, decode_options, batch_records, progress,
@@ -1044,8 +1259,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         sp_tmp = None
         if out_dir:
             sp_tmp = os.path.join(tmp, "superpackets.parquet")
-        sp_phase = phase(progress, "super-packets",
-                         0 if inline else sum(r.parts for r in runs), "batches")
+        sp_runs = runs if out_dir or not inline else []   # (inline --out: for its file)
+        sp_phase = phase(progress, "super-packets", sum(r.parts for r in sp_runs),
+                         "batches")
         if cells_on:
             from gropcap.run.cells import CellsStage
 
@@ -1058,7 +1274,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         # with two threads superpackets.parquet is written from a second sweep over each
         # model's spill in a thread of its own, which goes on through the packets pass
         sp_writer = _SegWriter(write_superpackets, threaded=threads > 1 and bool(out_dir))
-        for run in ([] if inline else runs):
+        for run in sp_runs:
             if cells_on:
                 cells[run.model] = CellsStage(tmp, config.replace(model=run.model),
                                               run.nseg)
@@ -1094,46 +1310,33 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             orders[run.model] = so
             inst_pos[run.model] = ipos
             # head = the first row of an instance (a flow's rows keep their order)
-            inst_first[run.model] = _FirstRows(ninst)
+            # (rows an inline run handed on: its first rows seen so far)
+            inst_first[run.model] = packets_inline.first[run.model] if inline_out and \
+                packets_inline.rest is not None else _FirstRows(ninst)
             run.segs.close()
             os.unlink(run.segs.path)        # (a sweep in the writer holds it open)
         sp_phase.end()
         tm["superpackets"] = clock() - t_start
         t_start = clock()
-        # 4. packets pass: decoded rows + verdicts; per-model encapsulation counts
-        pk_tmp = os.path.join(tmp, "packets.parquet") if out_dir else None
-        pk_out: dict = {}           # packets.parquet's "columns" and "writer"
-        from gropcap.io.columns import readable_names
-        for run in ([] if inline else runs):
+        # 4. packets pass: decoded rows + verdicts; per-model encapsulation counts (the
+        # rows an inline run handed on, from its first one: _Inline.held)
+        first_row = 0 if not inline else packets_inline.rest
+        pk_runs = runs if first_row is not None else []
+        for run in pk_runs:
             run.rows.rewind()
             run.verdicts.rewind()
-        cursors = {} if inline else {
+        cursors = {
             r.model: (_RowCursor(r.rows, r.row_arrays), _VerdictCursor(r.verdicts))
-            for r in runs}
+            for r in pk_runs}
 
         pk_phase = phase(progress, "packets.parquet" if out_dir else "verdicts",
-                         0 if inline else counters.packets)
+                         counters.packets if out_dir or pk_runs else 0)
+        if out_dir and inline:
+            # (the rows written in the first pass)
+            pk_phase.advance(counters.packets if first_row is None else first_row)
 
-        def packets_table(t, cols):
-            # the calling thread's part: the verdict columns, the readable ones
-            order = [k for k in ("flow_id", "gro_seg", "gro_role", "reason", "rx_queue",
-                                 "poll_id")] + [k for k in cols if "_" in k and
-                                                k.split("_", 1)[0] in models]
-            for name in order:
-                t = t.append_column(name, arrow_of(cols[name]))
-            if not pk_out:
-                pk_out["columns"] = select_packet_columns(readable_names(t.column_names),
-                                                          packet_columns)
-            return readable(t, columns=pk_out["columns"])
-
-        def write_packets(t):
-            # the sidecar's part: the row group
-            if "writer" not in pk_out:
-                from gropcap.io.parquet import TableWriter
-                pk_out["writer"] = TableWriter(pk_tmp, t, meta)
-            pk_out["writer"].write_table(t)
-
-        pk_source = Ahead(_verdict_rows(() if inline else decoded(), runs, cursors),
+        pk_source = Ahead(_verdict_rows(decoded() if pk_runs else (), runs, cursors,
+                                        first_row or 0),
                           threaded=threads > 1, name="gropcap-read")
         pk_side = Sidecar(threaded=threads > 1, name="gropcap-write")
         for t, got in pk_source:
@@ -1159,17 +1362,10 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 if not out_dir:
                     continue        # the verdict columns are for packets.parquet only
                 poll_id = so.rank[poll] if so.inferred else poll
-                c = {"flow_id": fid.astype(np.int64, copy=False),
-                     "gro_seg": np.where(alone, -code - 1, code), "gro_role": role,
-                     "reason": reason.astype(np.uint8),
-                     "rx_queue": rxq.astype(np.uint16, copy=False),
-                     "poll_id": poll_id.astype(np.int64, copy=False)}
-                if run.model == primary:
-                    cols = {**c, **cols}
-                else:
-                    cols.update({f"{run.model}_{k}": v for k, v in c.items() if k != "flow_id"})
+                cols = _with_model(cols, _verdict_columns(fid, rxq, reason, poll_id, code,
+                                                          role), run.model, primary)
             if out_dir:
-                pk_side.submit(write_packets, packets_table(t, cols))
+                pk_side.submit(write_packets, packets_table(t, cols), meta)
                 sp_writer.check()
         pk_side.drain()
         sp_writer.drain()           # superpackets.parquet's last row groups
@@ -1211,7 +1407,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 from gropcap.io.parquet import write_table
                 write_table(empty, pk_tmp, meta, force=True)    # (every file's options)
             else:
-                pk_out["writer"].close()
+                pk_out["writer"].close(meta)
             if "writer" not in sp_out:
                 empty = readable(_empty_superpackets())
                 from gropcap.io.parquet import write_table
@@ -1399,11 +1595,10 @@ def _decode_pass(files, decode_options, batch_records, progress, decoder: str = 
     return infos
 
 
-def _verdict_rows(decoded, runs, cursors):
+def _verdict_rows(decoded, runs, cursors, r0: int = 0):
     """The packets pass's inputs (a generator, run ahead by ``run.threads.Ahead``): each
     decoded batch read back as a table, with per model its rows' ``(flow_id, rx_queue,
-    reason, instance, poll)`` from the spills."""
-    r0 = 0
+    reason, instance, poll)`` from the spills; ``r0``: the first row read back."""
     for dec in decoded:
         n = dec.num_rows
         got = {}

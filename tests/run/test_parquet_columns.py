@@ -20,7 +20,7 @@ from gropcap.decode.schema import STATUS_NAMES
 from gropcap.gro.reasons import REASONS, ROLE_NAMES
 from gropcap.io.columns import TS_TYPE, address_text, named
 from gropcap.io.load import load
-from gropcap.io.parquet import file_schema, write_analysis
+from gropcap.io.parquet import can_defer, file_schema, write_analysis
 from gropcap.run.memory import analyze
 
 from where import TESTS
@@ -353,3 +353,30 @@ def test_a_null_in_a_required_column_is_refused(tmp_path):
     with pytest.raises(ValueError, match="non-nullable"):   # (ArrowInvalid is one too)
         write_table(t, str(tmp_path / "x.parquet"), {"gropcap.version": "x"})
     assert not os.path.exists(tmp_path / "x.parquet")
+
+
+@pytest.mark.skipif(not can_defer(),
+                    reason="this pyarrow has no ParquetWriter.add_key_value_metadata")
+def test_metadata_given_at_close_reads_back_as_given_at_open(tmp_path):
+    # an inline run writes packets.parquet before its metadata is known (the sources'
+    # digests, the inferred MTU): TableWriter takes it at close, with the Arrow schema
+    # written again, so that every reader sees the file as one written with it
+    from gropcap.io.parquet import TableWriter
+    t = pa.table({"ts_ns": pa.array([1, 2], pa.timestamp("ns", tz="UTC")),
+                  "reason_name": pa.array(["a", "b"]).dictionary_encode(),
+                  "n": pa.array([3, 4], pa.int64())})
+    meta = {"gropcap.version": "x", "gropcap.sources": json.dumps([{"digest": "d"}])}
+    files = {}
+    for how in ("open", "close"):
+        files[how] = str(tmp_path / f"{how}.parquet")
+        w = TableWriter(files[how], t, meta if how == "open" else None)
+        w.write_table(t)
+        w.write_table(t)
+        w.close(meta)
+    a, b = pq.read_table(files["open"]), pq.read_table(files["close"])
+    assert b.equals(a) and b.schema.equals(a.schema, check_metadata=True)
+    assert pa.types.is_dictionary(b.schema.field("reason_name").type)
+    assert b.schema.metadata[b"gropcap.sources"] == meta["gropcap.sources"].encode()
+    assert pq.read_schema(files["close"]).metadata == pq.read_schema(files["open"]).metadata
+    assert pq.ParquetFile(files["close"]).metadata.metadata == \
+        pq.ParquetFile(files["open"]).metadata.metadata

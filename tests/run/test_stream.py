@@ -15,7 +15,7 @@ import pytest
 
 from gropcap.errors import ConfigError
 from gropcap.gro.config import GroConfig
-from gropcap.io.parquet import read_metadata, write_analysis
+from gropcap.io.parquet import can_defer, read_metadata, write_analysis
 from gropcap.run.memory import analyze
 from gropcap.run.hints import tunnel_hint
 from gropcap.run.stream import OUT_NAMES, stream_analyze
@@ -52,8 +52,11 @@ def assert_same(paths, config, tmp_path, batch_records, models=("ideal", "napi")
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=os.path.basename)
-def test_samples_stream_equals_analyze(path, tmp_path):
-    assert_same(path, GroConfig(queues=2, budget=8), tmp_path, batch_records=7)
+@pytest.mark.parametrize("queues", [1, 2])
+def test_samples_stream_equals_analyze(path, queues, tmp_path):
+    # one RX queue: packets.parquet written in the first pass (_Inline with --out); two:
+    # by the packets pass after it
+    assert_same(path, GroConfig(queues=queues, budget=8), tmp_path, batch_records=7)
 
 
 @pytest.fixture(scope="module")
@@ -177,6 +180,19 @@ def test_summary_only_counts_in_the_first_pass(name, config, threads):
     assert any(v for m in inline.summary["encapsulations"].values() for v in m.values())
 
 
+def _spy_tries(monkeypatch):
+    """A list each try of ``stream_analyze`` adds its ``_fused`` to (a run that starts
+    over calls itself unfused), and the function itself."""
+    import gropcap.run.stream as stream_mod
+    calls, real = [], stream_mod.stream_analyze
+
+    def spy(*args, **kw):
+        calls.append(kw.get("_fused", True))
+        return real(*args, **kw)
+    monkeypatch.setattr(stream_mod, "stream_analyze", spy)
+    return calls, real
+
+
 @pytest.mark.parametrize("name,config,restarts", [
     ("real_ipv4.pcap", GroConfig(queues=2, budget=8), False),
     # frames above a 1000-byte MTU were captured coalesced: their gso_size needs the
@@ -190,13 +206,7 @@ def test_fused_first_pass_equals_unfused(name, config, restarts, columns, tmp_pa
                                          monkeypatch):
     import gropcap.run.stream as stream_mod
     path = os.path.join(ROOT, "sample_pcaps", name)
-    calls = []
-    real = stream_mod.stream_analyze
-
-    def spy(*args, **kw):
-        calls.append(kw.get("_fused", True))
-        return real(*args, **kw)
-    monkeypatch.setattr(stream_mod, "stream_analyze", spy)
+    calls, real = _spy_tries(monkeypatch)
     fused = stream_mod.stream_analyze(path, config, out_dir=str(tmp_path / "f"),
                                       batch_records=50, packet_columns=columns)
     assert calls == ([True, False] if restarts else [True])
@@ -209,6 +219,142 @@ def test_fused_first_pass_equals_unfused(name, config, restarts, columns, tmp_pa
     for n in OUT_NAMES:
         a, b = pq.read_table(tmp_path / "f" / n), pq.read_table(tmp_path / "u" / n)
         assert a.schema.equals(b.schema) and _plain(a) == _plain(b), n
+
+
+@pytest.mark.parametrize("name,config", [
+    ("real_ipv4.pcap", GroConfig(budget=8)),
+    ("real_ipv6.pcap", GroConfig(gro_flush_timeout_ns=20_000, napi_defer_hard_irqs=2)),
+    ("real_vxlan.pcap", GroConfig(udp_tunnels="vxlan:4789")),
+    ("real_ipv4.pcap", GroConfig(model="ideal")),
+], ids=["budget", "timers", "vxlan-socket", "ideal"])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("hold", [None, 3])
+@pytest.mark.skipif(not can_defer(), reason="this pyarrow has no "
+                    "ParquetWriter.add_key_value_metadata: --out runs two passes")
+def test_out_with_one_queue_writes_packets_in_the_first_pass(name, config, threads, hold,
+                                                             tmp_path, monkeypatch):
+    # one RX queue: the super-packets' delivery positions are known as they come
+    # (_OnlineOrder), so packets.parquet is written in the first pass: no decoded rows
+    # or verdicts go through temporary files (the spill is the super-packets' alone),
+    # and the files equal the two passes' (unfused); small batches, so NAPI polls and
+    # super-packets are decided a batch or more after their rows. ``hold``: the rows
+    # held for their positions go on to the packets pass, with every later row, the
+    # ``hold``-th time rows wait (_Inline.held, which does it past INLINE_HOLD_ROWS
+    # rows; the ideal model holds a flow's packets until the flow sends one it cannot
+    # merge): the rows before are written inline, the rest after the first pass
+    import gropcap.run.stream as stream_mod
+    handed, waits = [], []
+    if hold is not None:
+        real_held = stream_mod._Inline.held
+
+        def held(self):
+            waits.append(1)
+            monkeypatch.setattr(stream_mod, "INLINE_HOLD_ROWS",
+                                -1 if len(waits) == hold else 1 << 20)
+            real_held(self)
+            if self.rest is not None and not handed:
+                handed.append(self.rest)
+        monkeypatch.setattr(stream_mod._Inline, "held", held)
+    path = os.path.join(ROOT, "sample_pcaps", name)
+    models = ("ideal",) if config.model == "ideal" else ("ideal", "napi")
+    inline = stream_analyze(path, config, models=models, out_dir=str(tmp_path / "i"),
+                            batch_records=50, threads=threads, packet_columns="all")
+    plain = stream_analyze(path, config, models=models, out_dir=str(tmp_path / "p"),
+                           batch_records=50, threads=threads, packet_columns="all",
+                           _fused=False)
+    packets = inline.summary["packets"]
+    if hold is None:
+        assert inline.peak_spill_bytes < 60 * packets < 150 * packets < \
+            plain.peak_spill_bytes
+    else:
+        # handed on after the first batches, at a batch's first row
+        assert handed and 0 < handed[0] < packets and handed[0] % 50 == 0
+    assert inline.summary == plain.summary
+    assert inline.flow_causes == plain.flow_causes
+    for n in OUT_NAMES:
+        a, b = pq.read_table(tmp_path / "i" / n), pq.read_table(tmp_path / "p" / n)
+        assert a.schema.equals(b.schema, check_metadata=True), n
+        assert _plain(a) == _plain(b), n
+        assert read_metadata(str(tmp_path / "i" / n)) == \
+            read_metadata(str(tmp_path / "p" / n)), n
+    assert sorted(os.listdir(tmp_path / "i")) == sorted(OUT_NAMES)
+
+
+def test_an_order_the_first_pass_cannot_follow_starts_over(tmp_path, monkeypatch):
+    # _OnlineOrder finds polls out of delivery order at the third part (here forced):
+    # the run starts again with the two passes, and its files are theirs
+    import gropcap.run.stream as stream_mod
+    path = os.path.join(ROOT, "sample_pcaps", "real_ipv4.pcap")
+    real_take, seen = stream_mod._OnlineOrder.take, []
+
+    def take(self, part):
+        seen.append(self.napi)
+        if sum(seen) == 3:
+            raise stream_mod._Unfused
+        real_take(self, part)
+    monkeypatch.setattr(stream_mod._OnlineOrder, "take", take)
+    calls, _ = _spy_tries(monkeypatch)
+    got = stream_mod.stream_analyze(path, GroConfig(), out_dir=str(tmp_path / "f"),
+                                    batch_records=50, threads=2)
+    assert calls == [True, False]
+    monkeypatch.undo()
+    want = stream_analyze(path, GroConfig(), out_dir=str(tmp_path / "u"), batch_records=50,
+                          _fused=False)
+    assert got.summary == want.summary
+    for n in OUT_NAMES:
+        a, b = pq.read_table(tmp_path / "f" / n), pq.read_table(tmp_path / "u" / n)
+        assert a.schema.equals(b.schema, check_metadata=True) and _plain(a) == _plain(b), n
+    assert sorted(os.listdir(tmp_path / "f")) == sorted(OUT_NAMES)
+
+
+def _part(run, poll_time, polls, insts, counts, queue=0):
+    import types
+
+    import numpy as np
+    return types.SimpleNamespace(
+        run=run, poll_time=np.asarray(poll_time, np.int64),
+        poll_queue=np.full(len(poll_time), queue, np.int64),
+        segs={"first": np.zeros(len(polls), np.int64), "poll": np.asarray(polls, np.int64),
+              "inst": np.asarray(insts, np.int64), "count": np.asarray(counts, np.int64)})
+
+
+def test_online_order_is_the_super_packets_pass_order():
+    import numpy as np
+
+    from gropcap.run.stream import _OnlineOrder, _Unfused
+    o = _OnlineOrder(napi=True)
+    # polls 0, 1 in the first part; the second part's super-packets come from polls 1
+    # and 2, not in poll order within the part (ordered by poll, stably)
+    o.take(_part(0, [10, 20], [0, 1, 0], [0, 1, 2], [2, 1, 3]))
+    o.take(_part(0, [30], [2, 1, 2], [4, 3, 5], [1, 2, 2]))
+    # positions: poll 0 -> 0, 1; poll 1 -> 2 (part 1), 3 (part 2); poll 2 -> 4, 5
+    assert o.ipos[:6].tolist() == [0, -(2 + 1), 1, 3, -(4 + 1), 5]
+    assert o.known == 6         # every instance before the 7th has its position
+    assert o.poll_ids(np.array([2, 0])).tolist() == [2, 0]
+    # a part from a poll before the last part's: not the delivery order
+    with pytest.raises(_Unfused):
+        o.take(_part(0, [], [1], [6], [1]))
+    for bad in ([_part(0, [10, 5], [], [], [])],                  # time goes back
+                [_part(0, [10], [], [], []), _part(0, [5], [], [], [])],
+                [_part(0, [10], [], [], [], queue=1), _part(0, [20], [], [], [])]):
+        o = _OnlineOrder(napi=True)
+        with pytest.raises(_Unfused):
+            for p in bad:
+                o.take(p)
+    # a later receiver run may start at an earlier time; the ideal model has no polls
+    o = _OnlineOrder(napi=True)
+    o.take(_part(0, [10], [0], [0], [1]))
+    o.take(_part(1, [5], [1], [1], [2]))
+    assert o.ipos.tolist()[:2] == [-1, 1]
+    ideal = _OnlineOrder(napi=False)
+    ideal.take(_part(0, [], [7, 3], [1, 0], [2, 2]))
+    assert ideal.ipos[:2].tolist() == [1, 0] and ideal.known == 2
+    # instance 3 delivered before instance 2 (its flow's super-packet ended first)
+    ideal.take(_part(0, [], [0], [3], [1]))
+    assert ideal.known == 2
+    ideal.take(_part(0, [], [0], [2], [1]))
+    assert ideal.ipos[2:4].tolist() == [-(3 + 1), -(2 + 1)] and ideal.known == 4
+    assert ideal.poll_ids(np.array([7])).tolist() == [-1]
 
 
 @pytest.mark.parametrize("shuffle", [False, True])
