@@ -321,9 +321,9 @@ class _SegOrder:
 
 
 # rows an inline run with --out holds while they wait for their super-packets'
-# positions (the decoded table, ~35 MB a batch of 131072) before it starts over with the
-# two passes: _Inline.held
-INLINE_HOLD_ROWS = 1 << 20
+# positions (the columns the packets pass reads and the verdicts: ~25 MB a batch of
+# 131072) before it hands them and the rest on to the packets pass: _Inline.held
+INLINE_HOLD_ROWS = 1 << 19
 _NO_POSITION = np.iinfo(np.int64).min
 
 
@@ -1155,6 +1155,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             # temporary files and the packets pass, as in a run of two passes
             for run in runs:
                 buffered = run.verdicts
+                run.order = None        # (the super-packets pass gives the positions)
                 run.rows = ArraySpill(os.path.join(tmp, f"{run.model}.rows"))
                 run.row_arrays = 2
                 run.verdicts = ArraySpill(os.path.join(tmp, f"{run.model}.verdicts"))
