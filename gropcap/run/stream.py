@@ -1062,8 +1062,14 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 pk_out["writer"] = TableWriter(pk_tmp, t, meta)
             pk_out["writer"].write_table(t)
 
+        # an inline run's packets.parquet: each table built where the batch is drained
+        # (the sidecar), written in a thread of its own with two threads (the Parquet
+        # write is the longest stage: in the sidecar it held up the whole pipeline)
+        from gropcap.run.threads import Sidecar
+        pk_side = Sidecar(threaded=threads > 1 and inline_out, name="gropcap-write")
         packets_inline = _Inline(runs, primary, causes, plots, fused_tunnels,
-                                 out=(lambda t, cols: write_packets(packets_table(t, cols)))
+                                 out=(lambda t, cols: pk_side.submit(
+                                     write_packets, packets_table(t, cols)))
                                  if inline_out else None,
                                  rest=lambda held: two_passes(held)) if inline else None
         from gropcap.run.engines import BatchGroModels
@@ -1232,6 +1238,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         take_parts(gro.feed(empty_packet_table(), final=True))
         if packets_inline is not None:
             packets_inline.drain(final=True)
+        pk_side.drain()             # (an inline run's last row groups)
         for run, state in zip(runs, gro.states or []):
             run.state = state                   # the finished engine state
         tot.coalesced = coal.counts if coal.num else None
@@ -1339,7 +1346,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         pk_source = Ahead(_verdict_rows(decoded() if pk_runs else (), runs, cursors,
                                         first_row or 0),
                           threaded=threads > 1, name="gropcap-read")
-        pk_side = Sidecar(threaded=threads > 1, name="gropcap-write")
+        if pk_runs:
+            pk_side.close()
+            pk_side = Sidecar(threaded=threads > 1, name="gropcap-write")
         for t, got in pk_source:
             pk_phase.advance(t.num_rows)
             cols = {}
