@@ -135,6 +135,24 @@ def first_rows(inst, seen, first):
 
 
 @njit(cache=True, nogil=True)
+def verdict_codes(inst, ipos, first, reason, role_alone, role_head, role_merged, seg,
+                  role, reason8):
+    """``packets.parquet``'s verdict codes of a batch's rows (``run.stream``): each
+    row's super-packet position ``ipos[inst]`` (``-(pos + 1)`` for a super-packet of one
+    packet) as ``seg`` (the position) and ``role`` (ALONE; else HEAD for the instance's
+    ``first`` row, MERGED), and the reason as uint8."""
+    for i in range(inst.shape[0]):
+        c = ipos[inst[i]]
+        if c < 0:
+            seg[i] = -c - 1
+            role[i] = role_alone
+        else:
+            seg[i] = c
+            role[i] = role_head if first[i] else role_merged
+        reason8[i] = reason[i]
+
+
+@njit(cache=True, nogil=True)
 def code_hist(codes, hist):
     """``hist[c] += 1`` for each uint8 code (``np.bincount(codes, minlength=256)``).
     Four partial histograms taken in turn: a batch's codes repeat (most rows have the

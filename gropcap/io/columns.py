@@ -140,14 +140,23 @@ def named(codes: pa.ChunkedArray | pa.Array, names: dict[int, str]) -> pa.Array:
     >>> named(pa.array([2, 0], pa.uint8()), {0: "alone", 1: "head", 2: "merged"}).to_pylist()
     ['merged', 'alone']
     """
-    codes_np = numpy_of(codes).astype(np.int64)
+    codes_np = numpy_of(codes)
     keys = sorted(names)
-    lookup = np.full(max(max(keys), int(codes_np.max()) if len(codes_np) else 0) + 1, -1,
-                     np.int16)
+    dictionary = arrow_strings([names[k] for k in keys])
+    if codes_np.dtype == np.uint8 and max(keys) < 256:
+        # (every code column: a 256-entry table, no widening of the codes)
+        lookup = np.full(256, -1, np.int16)
+    else:
+        codes_np = codes_np.astype(np.int64)
+        lookup = np.full(max(max(keys), int(codes_np.max()) if len(codes_np) else 0) + 1,
+                         -1, np.int16)
     lookup[keys] = np.arange(len(keys), dtype=np.int16)
     idx = lookup[codes_np] if len(codes_np) else np.zeros(0, np.int16)
+    if not len(idx) or idx.min() >= 0:
+        # every code has a name (the rows of a run, mostly): no validity to build
+        return pa.DictionaryArray.from_arrays(arrow_numeric(idx, pa.int16()), dictionary)
     return pa.DictionaryArray.from_arrays(arrow_masked(idx, idx < 0, pa.int16()),
-                                          arrow_strings([names[k] for k in keys]))
+                                          dictionary)
 
 
 def _distinct(values: pa.Array) -> tuple[list, np.ndarray]:

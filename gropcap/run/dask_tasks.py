@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from gropcap.arrays import arrow_repeated, arrow_table
 from gropcap.decode.schema import PACKET_SCHEMA
-from gropcap.run.stream import _FirstRows, _roles
+from gropcap.run.stream import _FirstRows, _verdict_columns, _with_model
 
 
 def _partition_batches(pieces, split: str, nparts: int, k: int, batch_records: int,
@@ -804,15 +804,13 @@ def _packets_pass(batches, work: str, models, info: dict, inst_pos: dict, orders
         for m in models:
             fid, rxq = cursors[m][0].take(t.num_rows)
             reason, inst, poll = cursors[m][1].take(r0, r1)
-            code = inst_pos[m][inst].astype(np.int64)
-            alone = code < 0
             first = first_rows[m](inst)
-            role = _roles(first, alone)
             counts[m].add_encap(t, first)
             if plots is not None:
                 plots.add_firsts(m, t, first)
             if cells is not None:
-                cells[m].packets(t, np.where(alone, -code - 1, code), first)
+                code = inst_pos[m][inst].astype(np.int64)
+                cells[m].packets(t, np.where(code < 0, -code - 1, code), first)
             if pairs:
                 from gropcap.run.hints import tunnel_mask
                 before[m] += int(np.count_nonzero(tunnel_mask(t, pairs) & first))
@@ -823,15 +821,10 @@ def _packets_pass(batches, work: str, models, info: dict, inst_pos: dict, orders
             if write is None:
                 continue
             so = orders[m]
-            c = {"flow_id": fmap[fid.astype(np.int64)],
-                 "gro_seg": np.where(alone, -code - 1, code), "gro_role": role,
-                 "reason": reason.astype(np.uint8), "rx_queue": rxq.astype(np.uint16),
-                 "poll_id": (so.poll_base + so.rank[poll] if so.inferred
-                             else poll).astype(np.int64)}
-            if m == primary:
-                cols = {**c, **cols}
-            else:
-                cols.update({f"{m}_{name}": v for name, v in c.items() if name != "flow_id"})
+            cols = _with_model(cols, _verdict_columns(
+                fmap[fid.astype(np.int64)], rxq, reason,
+                so.poll_base + so.rank[poll] if so.inferred else poll, inst, inst_pos[m],
+                first), m, primary)
         r0 = r1
         if write is not None:
             write(t, cols)

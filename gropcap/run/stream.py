@@ -63,7 +63,7 @@ from gropcap.errors import ConfigError
 from gropcap.gro.config import MODELS, GroConfig
 from gropcap.gro.reasons import ROLE_ALONE, ROLE_HEAD, ROLE_MERGED
 from gropcap.io.columns import readable
-from gropcap.gro._batch_kernels import first_rows
+from gropcap.gro._batch_kernels import first_rows, verdict_codes
 
 OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
 # records per batch of a bounded-memory run: per-batch costs that grow with the flows
@@ -401,14 +401,16 @@ class _OnlineOrder:
         return polls if self.napi else np.full(len(polls), -1, np.int64)
 
 
-def _verdict_columns(fid, rxq, reason, poll_id, code, role) -> dict:
-    """One model's verdict columns of ``packets.parquet`` for a batch's rows: ``code``
-    the rows' super-packets' positions (``-(pos + 1)`` alone), ``role`` their
-    ``gro_role``."""
-    return {"flow_id": fid.astype(np.int64, copy=False),
-            "gro_seg": np.where(code < 0, -code - 1, code), "gro_role": role,
-            "reason": reason.astype(np.uint8),
-            "rx_queue": rxq.astype(np.uint16, copy=False),
+def _verdict_columns(fid, rxq, reason, poll_id, inst, ipos, first) -> dict:
+    """One model's verdict columns of ``packets.parquet`` for a batch's rows: ``ipos``
+    each instance's super-packet position (``-(pos + 1)`` for one packet alone),
+    ``first`` whether a row is its instance's first (``gro_role`` HEAD)."""
+    n = len(inst)
+    seg, role, reason8 = np.empty(n, np.int64), np.empty(n, np.uint8), np.empty(n, np.uint8)
+    verdict_codes(inst, ipos, first, reason, ROLE_ALONE, ROLE_HEAD, ROLE_MERGED, seg, role,
+                  reason8)
+    return {"flow_id": fid.astype(np.int64, copy=False), "gro_seg": seg, "gro_role": role,
+            "reason": reason8, "rx_queue": rxq.astype(np.uint16, copy=False),
             "poll_id": poll_id.astype(np.int64, copy=False)}
 
 
@@ -790,13 +792,6 @@ class _FirstRows:
         return first
 
 
-def _roles(first: np.ndarray, alone: np.ndarray) -> np.ndarray:
-    """``gro_role`` per row: ALONE (a super-packet of one packet), HEAD (the first row of
-    a merged one) or MERGED."""
-    return np.where(alone, ROLE_ALONE,
-                    np.where(first, ROLE_HEAD, ROLE_MERGED)).astype(np.uint8)
-
-
 class _Inline:
     """The packets pass of a summary-only run whose first pass is fused, done in that pass
     (the sidecar) instead of after it: each decoded batch is held until every model has
@@ -886,10 +881,9 @@ class _Inline:
                                     numpy_of(t.column("payload_len")),
                                     numpy_of(t.column("l4_proto")), reason)
                 if self.out is not None:
-                    code = run.order.ipos[inst]
                     c = _verdict_columns(fid, rxqs[run.model], reason,
-                                         run.order.poll_ids(poll), code,
-                                         _roles(first, code < 0))
+                                         run.order.poll_ids(poll), inst, run.order.ipos,
+                                         first)
                     cols = _with_model(cols, c, run.model, self.primary)
             if self.out is not None:
                 self.out(t, cols)
@@ -1355,13 +1349,11 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             for run in runs:
                 fid, rxq, reason, inst, poll = got[run.model]
                 so = orders[run.model]
-                code = inst_pos[run.model][inst].astype(np.int64, copy=False)
-                alone = code < 0
                 first = inst_first[run.model](inst)
-                role = _roles(first, alone)
                 run.counts.add_encap(t, first)
                 if cells_on:
-                    cells[run.model].packets(t, np.where(alone, -code - 1, code), first)
+                    code = inst_pos[run.model][inst].astype(np.int64, copy=False)
+                    cells[run.model].packets(t, np.where(code < 0, -code - 1, code), first)
                 if plots is not None:
                     plots.add_firsts(run.model, t, first)
                 hint.packets_batch(t, run.model, first)
@@ -1372,8 +1364,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 if not out_dir:
                     continue        # the verdict columns are for packets.parquet only
                 poll_id = so.rank[poll] if so.inferred else poll
-                cols = _with_model(cols, _verdict_columns(fid, rxq, reason, poll_id, code,
-                                                          role), run.model, primary)
+                cols = _with_model(cols, _verdict_columns(fid, rxq, reason, poll_id, inst,
+                                                          inst_pos[run.model], first),
+                                   run.model, primary)
             if out_dir:
                 pk_side.submit(write_packets, packets_table(t, cols), meta)
                 sp_writer.check()

@@ -194,3 +194,31 @@ def test_reason_and_flow_sums_equal_bincount(decoded, seed):
     assert fc.payload[:n].tolist() == np.bincount(f, weights=p).tolist()
     with pytest.raises(ValueError, match="negative flow id"):
         fc.add(decoded.slice(0, 2), np.array([0, -1]))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("ipos_dtype", [np.int32, np.int64])
+def test_verdict_codes_equal_the_numpy_definition(seed, ipos_dtype):
+    # packets.parquet's gro_seg / gro_role / reason of each row from its instance's
+    # position (-(pos + 1): a super-packet of one packet) and whether it is the
+    # instance's first row, as the packets pass computed them with numpy
+    from gropcap.gro.reasons import ROLE_ALONE, ROLE_HEAD, ROLE_MERGED
+    from gropcap.run.stream import _verdict_columns
+    rng = np.random.default_rng(seed)
+    n, ninst = 5000, 700
+    pos = rng.permutation(ninst).astype(np.int64)
+    ipos = np.where(rng.random(ninst) < 0.3, -pos - 1, pos).astype(ipos_dtype)
+    inst = rng.integers(0, ninst, n)
+    first = rng.random(n) < 0.2
+    reason = rng.integers(0, 90, n)
+    c = _verdict_columns(rng.integers(-1, 50, n), rng.integers(0, 4, n), reason,
+                         rng.integers(-1, 9, n), inst, ipos, first)
+    code = ipos[inst].astype(np.int64)
+    alone = code < 0
+    assert c["gro_seg"].dtype == np.int64 and c["gro_role"].dtype == np.uint8
+    assert np.array_equal(c["gro_seg"], np.where(alone, -code - 1, code))
+    assert np.array_equal(c["gro_role"], np.where(alone, ROLE_ALONE,
+                                                  np.where(first, ROLE_HEAD, ROLE_MERGED)))
+    assert np.array_equal(c["reason"], reason.astype(np.uint8)) and \
+        c["reason"].dtype == np.uint8
+    assert {ROLE_ALONE, ROLE_HEAD, ROLE_MERGED} == set(c["gro_role"].tolist())

@@ -83,6 +83,22 @@ def test_address_text_formats_each_version():
     assert named(pa.array([5], pa.uint8()), {1: "a"}).to_pylist() == [None]
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int64])
+@pytest.mark.parametrize("gaps", [False, True])
+def test_named_equals_one_row_at_a_time(dtype, gaps):
+    # each row's name (null for a code without one), the whole name table as the
+    # dictionary in code order, whatever the codes' type
+    rng = np.random.default_rng(int(gaps))
+    names = {int(k): f"n{k}" for k in rng.choice(200, 40, replace=False)}
+    pool = np.array(sorted(names) + ([201, 7, 255] if gaps else []))
+    codes = rng.choice(pool, 5000).astype(dtype)
+    got = named(pa.array(codes), names)
+    assert got.to_pylist() == [names.get(int(c)) for c in codes]
+    assert got.dictionary.to_pylist() == [names[k] for k in sorted(names)]
+    assert got.type == pa.dictionary(pa.int16(), pa.string())
+    assert got.null_count == sum(int(c) not in names for c in codes)
+
+
 def test_address_text_equals_one_row_at_a_time():
     # distinct addresses found by a hash table, repeated, mixed versions, chunked and
     # sliced input: each row's text is what ipaddress gives for that row alone
