@@ -27,6 +27,8 @@ import pyarrow as pa
 
 from gropcap.addresses import ipv6_text
 from gropcap.arrays import arrow_masked, arrow_numeric, arrow_strings, numpy_of
+from gropcap.io._text_kernels import (GATHER_BLOCK, gather_bytes, gather_offsets,
+                                      word_index)
 
 
 TS_TYPE = pa.timestamp("ns", tz="UTC")
@@ -219,10 +221,12 @@ def address_text(raw: pa.ChunkedArray | pa.Array, version) -> pa.Array:
         # boolean take of the (n, 16) byte rows' last 4 columns cost half the call)
         last = buf.view(np.uint32).reshape(n, 4)[:, 3]
         if v4.all():
-            uniq, idx = _distinct_words(last)
+            uniq = word_index(np.ascontiguousarray(last), idx)
         else:
-            uniq, idx[v4] = _distinct_words(last[v4])
-        parts.append(v4_texts(uniq))
+            sub = np.empty(int(np.count_nonzero(v4)), np.int64)
+            uniq = word_index(np.ascontiguousarray(last[v4]), sub)
+            idx[v4] = sub
+        parts.append(v4_texts(uniq.view(np.uint8).reshape(len(uniq), 4)))
     if v6.any():
         six = np.ascontiguousarray(rows[v6])
         uniq, inverse = _distinct(pa.Array.from_buffers(pa.binary(16), len(six),
@@ -231,18 +235,30 @@ def address_text(raw: pa.ChunkedArray | pa.Array, version) -> pa.Array:
         parts.append(arrow_strings(_texts(uniq, ipv6_text)))
     texts = parts[0] if len(parts) == 1 else \
         pa.concat_arrays(parts) if parts else arrow_strings([])
-    return texts.take(arrow_masked(idx, idx < 0, pa.int64()))
+    return _gather(texts, idx)
 
 
-def _distinct_words(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct values of the uint32 ``words`` (4 address bytes in memory order), as
-    ``(m, 4)`` uint8 rows in first-appearance order, and each word's position among them
-    (Arrow's hash table)."""
-    import pyarrow.compute as pc
-    d = pc.dictionary_encode(arrow_numeric(np.ascontiguousarray(words, np.uint32),
-                                           pa.uint32()))
-    uniq = numpy_of(d.dictionary).astype(np.uint32)
-    return uniq.view(np.uint8).reshape(len(uniq), 4), numpy_of(d.indices).astype(np.int64)
+def _gather(texts: pa.Array, idx: np.ndarray) -> pa.Array:
+    """``texts.take(idx)`` with -1 for null, as one string array built by the numba
+    passes of ``io/_text_kernels.py`` (Arrow's take where its offsets would pass 2 GiB)."""
+    n = len(idx)
+    off = np.frombuffer(texts.buffers()[1], np.int32)[texts.offset:texts.offset + len(texts) + 1]
+    data = texts.buffers()[2]
+    end = int(off[-1]) if len(off) else 0
+    padded = np.zeros(end + GATHER_BLOCK, np.uint8)     # (the kernel's blocks)
+    if data is not None:
+        padded[:end] = np.frombuffer(data, np.uint8)[:end]
+    out_off = np.empty(n + 1, np.int32)
+    total = gather_offsets(idx, off, out_off)
+    if total > np.iinfo(np.int32).max:
+        return texts.take(arrow_masked(idx, idx < 0, pa.int64()))
+    out = np.empty(total + GATHER_BLOCK, np.uint8)
+    gather_bytes(idx, off, padded, out_off, out)
+    missing = idx < 0
+    nulls = int(np.count_nonzero(missing))
+    valid = pa.py_buffer(np.packbits(~missing, bitorder="little")) if nulls else None
+    return pa.StringArray.from_buffers(n, pa.py_buffer(out_off), pa.py_buffer(out), valid,
+                                       nulls)
 
 
 def v4_texts(octets: np.ndarray) -> pa.Array:

@@ -99,6 +99,23 @@ def test_named_equals_one_row_at_a_time(dtype, gaps):
     assert got.null_count == sum(int(c) not in names for c in codes)
 
 
+@pytest.mark.parametrize("distinct", [1, 3, 5000])
+def test_word_index_gives_each_word_its_first_appearance(distinct):
+    # the IPv4 texts' hash table: 255.255.255.255 (the table's empty-slot word) and
+    # 0.0.0.0 among the words, the table doubled many times for 5000 of them
+    from gropcap.io._text_kernels import word_index
+    rng = np.random.default_rng(distinct)
+    pool = np.unique(rng.integers(0, 2 ** 32, distinct + 2, dtype=np.uint64)).astype(
+        np.uint32)[:distinct]
+    pool[:2] = [0xFFFFFFFF, 0][:len(pool[:2])]
+    words = np.repeat(rng.choice(pool, 4000), rng.integers(1, 4, 4000))
+    idx = np.empty(len(words), np.int64)
+    uniq = word_index(words, idx)
+    assert np.array_equal(uniq[idx], words)
+    _, first = np.unique(words, return_index=True)
+    assert np.array_equal(uniq, words[np.sort(first)])
+
+
 def test_address_text_equals_one_row_at_a_time():
     # distinct addresses found by a hash table, repeated, mixed versions, chunked and
     # sliced input: each row's text is what ipaddress gives for that row alone
