@@ -242,7 +242,8 @@ def _gather(texts: pa.Array, idx: np.ndarray) -> pa.Array:
     """``texts.take(idx)`` with -1 for null, as one string array built by the numba
     passes of ``io/_text_kernels.py`` (Arrow's take where its offsets would pass 2 GiB)."""
     n = len(idx)
-    off = np.frombuffer(texts.buffers()[1], np.int32)[texts.offset:texts.offset + len(texts) + 1]
+    first = texts.offset
+    off = np.frombuffer(texts.buffers()[1], np.int32)[first:first + len(texts) + 1]
     data = texts.buffers()[2]
     end = int(off[-1]) if len(off) else 0
     padded = np.zeros(end + GATHER_BLOCK, np.uint8)     # (the kernel's blocks)
