@@ -25,6 +25,15 @@ same summary dict, batch by batch:
 3. **packets pass**: the temporary decoded Parquet is read back batch by batch and joined
    with the spilled verdicts (``gro_seg`` from the instance -> position map).
 
+A fused run does the packets pass inside the first pass (:class:`_Inline`): each batch is
+held until its rows are decided, then counted. Summary only, that is the whole run.
+With ``--out`` and one RX queue the delivery positions are known as the super-packets
+come (:class:`_OnlineOrder`, which starts the run over where its order would not be the
+super-packets pass's), so ``packets.parquet`` is written from the held batches too.
+Only the super-packets are spilled, for ``superpackets.parquet``. The ideal model can
+hold rows until the end, so rows that wait past :data:`INLINE_HOLD_ROWS` are handed
+on, with every later row, to the temporary files and the packets pass.
+
 With ``--poll-acks`` a pass before these finds the frames the receiver's ACKs close
 (:func:`_ack_times`, ``receive.ackpolls.AckScan`` / ``PollClock``); the napi model then
 reads the retimed arrivals. With ``plot`` each row's time and file and each super-packet's
@@ -34,7 +43,9 @@ Memory that stays in RAM, per model: 5 bytes per super-packet (instance -> deliv
 position, int32 with the sign telling single packets, and a "head seen" byte) and 32
 bytes per NAPI poll (time, queue, receiver run, rank); per flow: its key row and counters
 (with ``--poll-acks``, per TCP direction a few ids and the frames waiting for an ACK).
-Nothing per packet: the per-packet arrays go through the spill files. Batches are
+Nothing per packet: the per-packet arrays go through the spill files, or wait in the
+held batches of an inline run (at most :data:`INLINE_HOLD_ROWS` rows with ``--out``).
+With ``--out`` inline, 8 bytes per instance (its position). Batches are
 ``batch_records`` rows.
 
 Layer: takes paths, calls capture/ (scan), decode/ (fast), gro/ (engine) and writes
@@ -912,7 +923,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             (:data:`STREAM_BATCH`, 131072: ~240 MB) on top of ~330 MB of code, JIT and
             Arrow pools.
         tmp_dir: where the temporary decoded table and verdicts go (default: ``out_dir``,
-            else the system temporary directory); about the size of the packets output.
+            else the system temporary directory); about the size of the packets output
+            when the packets pass runs after the first (``--out`` with several RX queues,
+            or rows the first pass handed on), the super-packets' spill alone otherwise.
         receiver: a receiver profile (path) or the ``receiver.ReceiverInfo`` of one
             already applied to ``config``, as :func:`gropcap.run.memory.analyze` takes it.
         receive: the :class:`gropcap.receive.context.ReceiveContext` the summary reports (the
