@@ -1050,7 +1050,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         from gropcap.io.columns import readable_names
 
         def packets_table(t, cols):
-            # the calling thread's part: the verdict columns, the readable ones
+            # the verdict columns and the readable ones (the packets pass's calling
+            # thread, or the sidecar of an inline run, which drains the batches there)
             order = [k for k in ("flow_id", "gro_seg", "gro_role", "reason", "rx_queue",
                                  "poll_id")] + [k for k in cols if "_" in k and
                                                 k.split("_", 1)[0] in models]
