@@ -400,14 +400,16 @@ _EGRESS_SAMPLES = [p for p in SAMPLES if os.path.basename(p).split(".")[0] in (
 
 
 @pytest.mark.parametrize("path", _EGRESS_SAMPLES, ids=os.path.basename)
-def test_egress_counted_batch_by_batch_equals_analyze(path, tmp_path):
+@pytest.mark.parametrize("queues", [1, 2])
+def test_egress_counted_batch_by_batch_equals_analyze(path, queues, tmp_path):
     """``--egress`` in bounded memory: each part's super-packets counted as the engine
     hands them over, their first packets' headers read from 8 bytes a row kept on disk
     (``run.stream.RowCodes``), not the decoded table. The summary (egress totals per
     model, every scenario, feature set and MTU) equals the in-memory run's, over
-    batches of 7 rows, fused and unfused, summary only and with ``--out``."""
+    batches of 7 rows, fused and unfused, summary only and with ``--out`` (with one RX
+    queue, fused, packets.parquet written in the first pass)."""
     from gropcap.run.options import EgressOptions
-    config = GroConfig(queues=2, budget=8)
+    config = GroConfig(queues=queues, budget=8)
     for i, spec in enumerate(_EGRESS):
         opts = EgressOptions(*spec)
         want = analyze(path, config, egress=opts).summary()
