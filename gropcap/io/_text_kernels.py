@@ -20,6 +20,14 @@ from gropcap import numba_cache
 _EMPTY = np.uint32(0xFFFFFFFF)      # (a slot with no word: its word is kept apart)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _home(w, mask):
+    """The first slot of word ``w`` in a table of ``mask + 1`` slots (a multiplicative
+    mix, as ``gro._batch_kernels._slot``; not that one: a cached kernel is not compiled
+    again when a function it inlines from another file changes, ``gropcap.numba_cache``)."""
+    return np.int64((np.uint64(w) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) & mask
+
+
 @njit(cache=True, nogil=True)
 def word_index(words, idx):
     """``idx[i]``: the position of ``words[i]`` among the distinct words in first-
@@ -47,8 +55,7 @@ def word_index(words, idx):
             k = empty_at
         else:
             mask = size - 1
-            h = (np.uint64(w) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
-            s = np.int64(h) & mask
+            s = _home(w, mask)
             while keys[s] != _EMPTY and keys[s] != w:
                 s = (s + 1) & mask
             if keys[s] == w:
@@ -67,9 +74,7 @@ def word_index(words, idx):
                     vals2 = np.zeros(size, np.int64)
                     for j in range(keys.shape[0]):
                         if keys[j] != _EMPTY:
-                            h = (np.uint64(keys[j]) * np.uint64(0x9E3779B97F4A7C15)) \
-                                >> np.uint64(40)
-                            t = np.int64(h) & mask
+                            t = _home(keys[j], mask)
                             while keys2[t] != _EMPTY:
                                 t = (t + 1) & mask
                             keys2[t] = keys[j]
@@ -117,9 +122,9 @@ def gather_bytes(idx, text_off, text_data, out_off, out_data):
             m = np.uint64(text_off[k + 1]) - a
             j = np.uint64(0)
             while j < m:
-                for b in range(16):
+                for b in range(GATHER_BLOCK):
                     out_data[o + j + np.uint64(b)] = text_data[a + j + np.uint64(b)]
-                j += np.uint64(16)
+                j += np.uint64(GATHER_BLOCK)
 
 
 # cached kernels load without numba's registry refresh (gropcap.numba_cache.light_loads)

@@ -1184,7 +1184,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             for t, *_ in held:
                 write_decoded(t)
 
-        from gropcap.run.threads import Ahead, Sidecar
+        from gropcap.run.threads import Ahead
         source = Ahead(_decode_pass(files, decode_options, batch_records, progress,
                                     decoder), threaded=threads > 1)
         side = Sidecar(threaded=threads > 1)

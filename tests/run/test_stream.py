@@ -264,8 +264,9 @@ def test_out_with_one_queue_writes_packets_in_the_first_pass(name, config, threa
                            _fused=False)
     packets = inline.summary["packets"]
     if hold is None:
-        assert inline.peak_spill_bytes < 60 * packets < 150 * packets < \
-            plain.peak_spill_bytes
+        # the super-packets' spill alone, against the decoded rows and verdicts too
+        assert inline.peak_spill_bytes < 60 * packets
+        assert plain.peak_spill_bytes > 150 * packets
     else:
         # handed on after the first batches, at a batch's first row
         assert handed and 0 < handed[0] < packets and handed[0] % 50 == 0
