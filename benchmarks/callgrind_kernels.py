@@ -215,8 +215,13 @@ def main(argv=None) -> int:
                     help="also the costliest machine instructions of this kernel function "
                          "(its name as the table prints it)")
     ap.add_argument("--annotate-top", type=int, default=80)
-    ap.add_argument("analyze", nargs="*", help="gropcap analyze options (after --)")
+    # what follows ``--`` is split off here: argparse fills a trailing ``nargs="*"``
+    # positional together with ``capture`` (empty) and then rejects the words after ``--``
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    argv, analyze = argv[:cut], argv[cut + 1:]
     args = ap.parse_args(argv)
+    args.analyze = analyze
     if shutil.which("valgrind") is None:
         print("callgrind_kernels: valgrind is not installed (apt install valgrind)",
               file=sys.stderr)
