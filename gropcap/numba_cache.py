@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
 
 
 def stamp(paths, extra: str = "") -> str:
@@ -88,6 +89,8 @@ def light_loads(dispatchers) -> int:
     A compile later in the process still refreshes everything
     (``numba.core.compiler.compile_extra``), so a cache miss is unaffected.
 
+    Each load also skips parsing the kernel's LLVM module (:func:`_lazy_class`).
+
     Only for gropcap's own kernels, which use neither ``parallel=True`` nor typed
     containers nor ``np.random``: the patch is on each dispatcher's cache object, never
     on numba's classes, so a caller's own jitted functions load as numba loads them.
@@ -105,9 +108,121 @@ def light_loads(dispatchers) -> int:
 
         def load_overload(sig, target_context, _cache=cache):
             rtsys.initialize(target_context)
-            with _cache._guard_against_spurious_io_errors():
+            with _cache._guard_against_spurious_io_errors(), \
+                    _lazy_libraries(target_context.codegen()):
                 return _cache._load_overload(sig, target_context)
             return None            # (the guard swallowed an I/O error: numba compiles)
         cache.load_overload = load_overload
         done += 1
     return done
+
+
+def object_symbols(obj: bytes) -> set[str] | None:
+    """The symbols an ELF64 little-endian relocatable object defines (its ``.symtab``
+    entries with a section, sections and file names left out), or None for any other
+    object format.
+
+    For a kernel numba loads from its cache these are the names
+    ``JitEngine._load_defined_symbols`` takes from the kernel's LLVM module (its
+    functions and globals that are not declarations): equal sets for every gropcap
+    kernel (``tests/gro/test_kernel_cache.py``)."""
+    if len(obj) < 64 or obj[:6] != b"\x7fELF\x02\x01":
+        return None
+    try:
+        shoff, = struct.unpack_from("<Q", obj, 0x28)
+        shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
+        heads = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + k * shentsize)
+                 for k in range(shnum)]
+        names = set()
+        for head in heads:
+            if head[1] != 2:                         # SHT_SYMTAB
+                continue
+            strings = heads[head[6]][4]              # sh_link: its string table
+            for at in range(head[4], head[4] + head[5], 24):
+                name, info, _other, section = struct.unpack_from("<IBBH", obj, at)
+                # defined (a section), named, not a section or file symbol
+                if section != 0 and name != 0 and (info & 0xF) not in (3, 4):
+                    end = obj.index(b"\0", strings + name)
+                    names.add(obj[strings + name:end].decode())
+        return names
+    except (struct.error, ValueError, IndexError, UnicodeDecodeError):
+        return None
+
+
+_LAZY_CLASSES: dict = {}
+
+
+def _lazy_class(base):
+    """``base`` (numba's JIT code library class) whose cached-object libraries parse
+    their LLVM module for linking only when it is asked for.
+
+    numba loads a cached kernel as its machine code plus the kernel's whole optimised
+    LLVM module as bitcode, which it parses at once (``CPUCodeLibrary._unserialize``,
+    kind ``"object"``): to list the symbols the code defines, and in case a function
+    compiled later in the process links the kernel in. The parse and the walk over
+    the module were 75-90 ms of a warm run's 0.25 s of kernel loading (20 kernels,
+    860 kB of bitcode), and a run that compiles nothing never needs the module. Here
+    the symbols come from the object's own symbol table (:func:`object_symbols`) and
+    the bitcode is parsed on the first read of ``_shared_module`` (a link into a later
+    compile, or the library pickled)."""
+    cls = _LAZY_CLASSES.get(base)
+    if cls is not None:
+        return cls
+
+    def _get(self):
+        mod = self.__dict__.get("_shared_module")
+        pending = self.__dict__.pop("_gropcap_bitcode", None)
+        if mod is None and pending is not None:
+            import llvmlite.binding as ll
+            mod = self.__dict__["_shared_module"] = ll.parse_bitcode(pending)
+        return mod
+
+    def _set(self, mod):
+        self.__dict__["_shared_module"] = mod
+
+    def _unserialize(cls, codegen, state):
+        name, kind, data = state
+        symbols = object_symbols(data[0]) if kind == "object" else None
+        if symbols is None:
+            return super(cls, cls)._unserialize.__func__(cls, codegen, state)
+        object_code, shared_bitcode = data
+        self = codegen.create_library(name)
+        self.enable_object_caching()
+        self._set_compiled_object(object_code)
+        self.__dict__["_gropcap_bitcode"] = shared_bitcode
+        self._finalize_final_module()
+        codegen._engine._defined_symbols |= symbols
+        return self
+
+    cls = type("Lazy" + base.__name__, (base,), {
+        "_shared_module": property(_get, _set),
+        "_unserialize": classmethod(_unserialize), "__module__": __name__})
+    _LAZY_CLASSES[base] = cls
+    return cls
+
+
+class _lazy_libraries:
+    """Within the block, libraries ``codegen`` creates are :func:`_lazy_class` ones (the
+    codegen's ``_library_class``, set on the instance, then removed). Entered where
+    numba loads a cached kernel, i.e. under its global compiler lock, which every
+    compile and load holds: no other library is made meanwhile. Without the internals
+    this relies on, nothing changes."""
+
+    def __init__(self, codegen):
+        self.codegen = codegen
+        base = getattr(type(codegen), "_library_class", None)
+        self.cls = None
+        if base is not None and hasattr(base, "_unserialize") and hasattr(
+                base, "_set_compiled_object") and hasattr(
+                getattr(codegen, "_engine", None), "_defined_symbols"):
+            self.cls = _lazy_class(base)
+
+    def __enter__(self):
+        if self.cls is not None:
+            self.codegen._library_class = self.cls
+        return self
+
+    def __exit__(self, *exc):
+        if self.cls is not None:
+            self.codegen.__dict__.pop("_library_class", None)
+        return False

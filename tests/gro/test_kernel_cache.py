@@ -169,3 +169,71 @@ def test_cached_kernels_load_without_the_registry_refresh():
         got = json.loads(p.stdout.splitlines()[-1])
         assert got["results"] == want and got["compiled"] == 12
     assert got["refreshed"] is False
+
+
+LAZY = """import json, sys
+import llvmlite.binding as ll
+import numba
+from numba.core import codegen
+import gropcap
+from gropcap import numba_cache
+
+seen = []                        # (object code, bitcode) of every cached library loaded
+base = codegen.JITCodeLibrary._unserialize.__func__
+lazy = numba_cache._lazy_class(codegen.JITCodeLibrary)
+mine = lazy._unserialize.__func__
+
+
+def spy(cls, cg, state):
+    if state[1] == "object":
+        seen.append(state[2])
+    return mine(cls, cg, state)
+
+
+lazy._unserialize = classmethod(spy)
+parsed = []
+real_parse = ll.parse_bitcode
+ll.parse_bitcode = lambda data: parsed.append(len(data)) or real_parse(data)
+a = gropcap.analyze(sys.argv[1], engine="fast", decoder="fast")
+loads_parsed = len(parsed)
+same = []
+for obj, bitcode in seen:
+    mod = real_parse(bitcode)
+    want = {g.name for gs in (mod.functions, mod.global_variables) for g in gs
+            if not g.is_declaration}
+    same.append(numba_cache.object_symbols(obj) == want)
+
+from gropcap.gro.fast.napi import _jiffy
+
+t = 5_000_000_123
+first = int(_jiffy(t, 1000))     # loaded from the cache, its module not parsed
+
+
+@numba.njit
+def later(t):                    # compiled now: links _jiffy's library, parsing it
+    return _jiffy(t, 1000) + 1
+
+
+print(json.dumps({"libraries": len(seen), "same": same, "loads_parsed": loads_parsed,
+                  "first": first, "later": int(later(t)), "parsed": len(parsed),
+                  "packets": int(a.packets.num_rows)}))
+"""
+
+
+def test_cached_kernels_load_without_parsing_their_llvm_module():
+    """A warm run loads each cached kernel's machine code with the symbols of its object
+    file (numba_cache.object_symbols: the same names numba takes from the kernel's LLVM
+    module) and parses no module; a function compiled later that calls a loaded kernel
+    parses that kernel's module then, and runs. The project's own cache: the first
+    child fills whatever it misses, the second loads everything."""
+    from where import SAMPLES
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    for child in range(2):
+        p = subprocess.run([sys.executable, "-c", LAZY, f"{SAMPLES}/real_ipv4_p4.pcap"],
+                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
+        assert p.returncode == 0, p.stderr
+        got = json.loads(p.stdout.splitlines()[-1])
+    assert got["libraries"] >= 10 and all(got["same"])
+    assert got["loads_parsed"] == 0
+    assert got["first"] == 5000 and got["later"] == 5001
+    assert got["parsed"] >= 1 and got["packets"] > 0
