@@ -7,6 +7,13 @@ no hardware counters.
     python benchmarks/callgrind_kernels.py CAPTURE --records 200000 --top 40 --json out.json
     python benchmarks/callgrind_kernels.py CAPTURE -- --format json -q --threads 1 --mtu 9000
 
+``--marginal-from M`` runs the first M records too and prints what one more record
+costs, per function: (cost of the ``--records`` run - cost of the M run) / (records - M).
+Start-up, imports and the numba cache loading cancel out, which the per-record figures of
+one run include (a third of them at 400 000 records).
+
+    python benchmarks/callgrind_kernels.py CAPTURE --records 600000 --marginal-from 200000
+
 ``--annotate FUNCTION`` adds that kernel function's costliest machine instructions (per
 record, in address order, disassembled by objdump from the code the run dumps at exit).
 
@@ -204,6 +211,46 @@ def named(cost: dict[str, list[int]], jit_map: str) -> dict[str, list[int]]:
     return dict(out)
 
 
+def split_analyze(argv) -> tuple[list[str], list[str]]:
+    """``(this tool's arguments, gropcap analyze's)``: what follows ``--`` is the
+    latter. (argparse fills a trailing ``nargs="*"`` positional together with
+    ``capture``, empty, and then rejects the words after ``--``.)"""
+    argv = list(argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    return argv[:cut], argv[cut + 1:]
+
+
+def marginal(big: dict, small: dict) -> dict:
+    """Per function, the costs of the larger run less those of the smaller one (0 for a
+    function the smaller run did not reach); functions only the smaller run reached are
+    left out (start-up noise: none of them is per record)."""
+    return {n: [v - w for v, w in zip(c, small.get(n, [0] * len(c)))]
+            for n, c in big.items()}
+
+
+def _measure(args, work, driver, opts, env, want, write_prefix, annotate_it):
+    """The first ``want`` records of the capture run under callgrind: ``(records,
+    {function: costs})`` (whole-run costs, not per record)."""
+    prefix = os.path.join(work, f"prefix-{want}" + os.path.splitext(args.capture)[1])
+    records = write_prefix(args.capture, want, prefix)
+    cmd = [sys.executable, driver, prefix, *opts]
+    # native, twice: compile for the fixed CPU (on the fast engine, whatever the size)
+    for extra in (["--engine", "fast"], []):
+        subprocess.run(cmd + extra, env=env, check=True, stdout=subprocess.DEVNULL,
+                       cwd=work)
+    out = os.path.join(work, f"callgrind-{want}.out")
+    instr = ["--dump-instr=yes"] if annotate_it else []
+    subprocess.run(["valgrind", "--tool=callgrind", "--cache-sim=yes", *instr,
+                    f"--callgrind-out-file={out}", *cmd], env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=work)
+    events, cost = parse(out)
+    assert tuple(events) == EVENTS, events
+    table = named(cost, env["GROPCAP_JIT_MAP"])
+    if annotate_it:
+        annotate(work, args.annotate, out, records, args.annotate_top)
+    return records, table
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("capture")
@@ -215,11 +262,11 @@ def main(argv=None) -> int:
                     help="also the costliest machine instructions of this kernel function "
                          "(its name as the table prints it)")
     ap.add_argument("--annotate-top", type=int, default=80)
-    # what follows ``--`` is split off here: argparse fills a trailing ``nargs="*"``
-    # positional together with ``capture`` (empty) and then rejects the words after ``--``
-    argv = list(sys.argv[1:] if argv is None else argv)
-    cut = argv.index("--") if "--" in argv else len(argv)
-    argv, analyze = argv[:cut], argv[cut + 1:]
+    ap.add_argument("--marginal-from", type=int, metavar="M",
+                    help="also run the first M records and report what a record costs "
+                         "beyond them: (cost of --records - cost of M) / (--records - M), "
+                         "start-up and cache loading cancelled out")
+    argv, analyze = split_analyze(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
     args.analyze = analyze
     if shutil.which("valgrind") is None:
@@ -231,8 +278,6 @@ def main(argv=None) -> int:
     work = args.keep or tempfile.mkdtemp(prefix="gropcap-callgrind-")
     os.makedirs(work, exist_ok=True)
     try:
-        prefix = os.path.join(work, "prefix" + os.path.splitext(args.capture)[1])
-        records = write_prefix(args.capture, args.records, prefix)
         driver = os.path.join(work, "driver.py")
         with open(driver, "w") as f:
             f.write(_DRIVER.format(here=HERE))
@@ -243,38 +288,39 @@ def main(argv=None) -> int:
                    GROPCAP_COMPILE_HELPER="0")
         if args.annotate:
             env["GROPCAP_JIT_DUMP"] = args.annotate
-        cmd = [sys.executable, driver, prefix, *opts]
-        # native, twice: compile for the fixed CPU (on the fast engine, whatever the size)
-        for extra in (["--engine", "fast"], []):
-            subprocess.run(cmd + extra, env=env, check=True, stdout=subprocess.DEVNULL,
-                           cwd=work)
-        out = os.path.join(work, "callgrind.out")
-        instr = ["--dump-instr=yes"] if args.annotate else []
-        subprocess.run(["valgrind", "--tool=callgrind", "--cache-sim=yes", *instr,
-                        f"--callgrind-out-file={out}", *cmd], env=env, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=work)
-        events, cost = parse(out)
-        assert tuple(events) == EVENTS, events
-        table = named(cost, env["GROPCAP_JIT_MAP"])
-        if args.annotate:
-            annotate(work, args.annotate, out, records, args.annotate_top)
+        records, table = _measure(args, work, driver, opts, env, args.records,
+                                  write_prefix, annotate_it=bool(args.annotate))
+        base = None
+        if args.marginal_from is not None:
+            if not 0 <= args.marginal_from < records:
+                raise SystemExit("--marginal-from must be below the records measured")
+            base = _measure(args, work, driver, opts, env, args.marginal_from,
+                            write_prefix, annotate_it=False)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
+    per = records
+    if base is not None:
+        # what one more record costs: start-up, imports and cache loading cancel out
+        per = records - base[0]
+        table = marginal(table, base[1])
     rows = sorted(table.items(), key=lambda kv: -kv[1][0])
     total = [sum(c[k] for c in table.values()) for k in range(len(EVENTS))]
+    what = "per record" if base is None else \
+        f"per record beyond the first {base[0]} (marginal)"
     print(f"{records} records of {os.path.basename(args.capture)}, gropcap analyze "
-          f"{' '.join(opts)}; per record:")
+          f"{' '.join(opts)}; {what}:")
     print(f"{'function':58s}" + "".join(f"{e:>9s}" for e in EVENTS))
     for name, c in [("TOTAL", total)] + rows[:args.top]:
-        print(f"{name[:58]:58s}" + "".join(f"{v / records:9.1f}" for v in c))
+        print(f"{name[:58]:58s}" + "".join(f"{v / per:9.1f}" for v in c))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"capture": args.capture, "records": records, "analyze": opts,
+                       "marginal_from": None if base is None else base[0],
                        "events": list(EVENTS),
-                       "total_per_record": [round(v / records, 2) for v in total],
+                       "total_per_record": [round(v / per, 2) for v in total],
                        # the 200 costliest functions (of some 20 000)
-                       "per_record": {n: [round(v / records, 2) for v in c]
+                       "per_record": {n: [round(v / per, 2) for v in c]
                                       for n, c in rows[:max(args.top, 200)]}}, f, indent=1)
     return 0
 

@@ -393,16 +393,21 @@ def test_the_command_line_turns_numpy_huge_pages_off_unless_asked(given, advised
 
 def _after_main(tail: str, env: dict) -> str:
     """The stdout of a child that runs ``gropcap.__main__.main`` (``--version``) with
-    ``env``, then ``tail``."""
+    ``env``, then ``tail``: an atexit callback, as ``main`` ends the process itself
+    (``interrupt.exit_now``, which runs them)."""
     code = textwrap.dedent("""
-        import sys
+        import atexit, sys
         sys.argv = ["gropcap", "--version"]
         import gropcap.__main__ as m
-        try:
-            m.main()
-        except SystemExit:
-            pass
-    """) + textwrap.dedent(tail)
+
+
+        def tail():
+    """) + textwrap.indent(textwrap.dedent(tail), "    ") + textwrap.dedent("""
+
+
+        atexit.register(tail)
+        m.main()
+    """)
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, check=True).stdout
 

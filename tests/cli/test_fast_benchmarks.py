@@ -133,3 +133,13 @@ def test_contention_runs_alone_and_in_pairs(bench_capture, monkeypatch):
     assert res["two_thread_ceiling"] == pytest.approx(
         min(res["alone_wall"]) / (min(res["alone_cpu"]) * res["pair_cpu_inflation"] / 2),
         rel=1e-2)
+
+
+def test_callgrind_tool_splits_analyze_options_and_takes_the_marginal():
+    cg = _load("callgrind_kernels")
+    assert cg.split_analyze(["cap.pcap", "--records", "5", "--", "--format", "json"]) == \
+        (["cap.pcap", "--records", "5"], ["--format", "json"])
+    assert cg.split_analyze(["cap.pcap"]) == (["cap.pcap"], [])
+    big = {"decode": [700, 10], "startup": [50, 1]}
+    small = {"decode": [300, 4], "startup": [50, 1], "only_small": [9, 9]}
+    assert cg.marginal(big, small) == {"decode": [400, 6], "startup": [0, 0]}

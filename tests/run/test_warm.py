@@ -39,10 +39,9 @@ class Listener(event.Listener):
 event.register("numba:compile", Listener())
 sys.argv = ["gropcap", "analyze", *sys.argv[1:]]
 from gropcap.__main__ import main
-try:
-    main()
-finally:
-    print("COMPILED " + json.dumps(compiled), file=sys.stderr)
+import atexit          # main ends the process: its atexit callbacks run (interrupt.exit_now)
+atexit.register(lambda: print("COMPILED " + json.dumps(compiled), file=sys.stderr))
+main()
 """
 
 
