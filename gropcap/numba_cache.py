@@ -219,10 +219,14 @@ class _lazy_libraries:
 
     def __enter__(self):
         if self.cls is not None:
+            self.saved = self.codegen.__dict__.get("_library_class", self)
             self.codegen._library_class = self.cls
         return self
 
     def __exit__(self, *exc):
         if self.cls is not None:
-            self.codegen.__dict__.pop("_library_class", None)
+            if self.saved is self:                   # (no instance attribute before)
+                self.codegen.__dict__.pop("_library_class", None)
+            else:
+                self.codegen._library_class = self.saved
         return False
