@@ -181,20 +181,20 @@ def exit_now(code: int) -> None:
     pipe: ``gropcap ... | head``) is left, as the status already says how the run
     ended."""
     import atexit
+    _flush_streams()
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        _flush_streams()                  # what the callbacks printed
+        os._exit(code)
+
+
+def _flush_streams() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError, AttributeError):
             pass
-    try:
-        atexit._run_exitfuncs()
-    finally:
-        for stream in (sys.stdout, sys.stderr):      # what the callbacks printed
-            try:
-                stream.flush()
-            except (OSError, ValueError, AttributeError):
-                pass
-        os._exit(code)
 
 
 def _forget_handled_interrupt() -> None:

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 from where import ROOT, SAMPLES
 
@@ -63,15 +62,18 @@ def test_a_running_thread_is_waited_for_as_python_does():
     assert "thread done" in lines and "atexit ran" in lines and "finalized" in lines
 
 
-def test_the_command_line_output_is_whole_and_the_status_kept():
+def _gropcap(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=ROOT)
-    run = lambda *a: subprocess.run([sys.executable, "-m", "gropcap", *a],  # noqa: E731
-                                    capture_output=True, text=True, env=env, timeout=600,
-                                    cwd=ROOT)
+    return subprocess.run([sys.executable, "-m", "gropcap", *args], capture_output=True,
+                          text=True, env=env, timeout=600, cwd=ROOT)
+
+
+def test_the_command_line_output_is_whole_and_the_status_kept():
+    run = _gropcap
     ok = run("analyze", f"{SAMPLES}/real_ipv4.pcap", "--format", "json", "-q")
     assert ok.returncode == 0 and json.loads(ok.stdout)["packets"] == 2373
     missing = run("analyze", f"{SAMPLES}/does-not-exist.pcap")
     assert missing.returncode == 1 and "no such file" in missing.stderr
     usage = run("analyze", "--no-such-option")
     assert usage.returncode == 2 and "No such option" in usage.stderr
-    assert textwrap.dedent(run("--version").stdout).startswith("gropcap, version")
+    assert run("--version").stdout.startswith("gropcap, version")
