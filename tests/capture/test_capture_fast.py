@@ -108,7 +108,11 @@ def test_fast_equals_reference_on_variants(tmp_path):
             assert outcome(p, "fast", batch)[1] == res[1], p
 
 
-def test_fast_path_is_really_used(tmp_path, monkeypatch):
+@pytest.mark.parametrize("big_endian", [False, True])
+def test_fast_path_is_really_used(tmp_path, monkeypatch, big_endian):
+    """Every record of either byte order goes through the kernels (a kernel that misread
+    a length would stop at once and leave the records to the reference path: the same
+    results, at reference speed)."""
     calls = {"pcap": 0, "pcapng": 0}
     real_pcap, real_ng = fast.pcap_scan, fast.pcapng_scan
 
@@ -126,11 +130,17 @@ def test_fast_path_is_really_used(tmp_path, monkeypatch):
     monkeypatch.setattr(fast, "pcapng_scan", count_ng)
     monkeypatch.setattr(PcapngScanner, "_packet",
                         lambda *a: pytest.fail("EPB went through the reference path"))
-    write_pcap(tmp_path / "a.pcap", [b"x" * 50] * 100, list(range(100)))
-    write_pcapng(tmp_path / "a.pcapng", [b"x" * 50] * 100, list(range(100)),
+    frames = [bytes([i]) * (20 + i) for i in range(100)]
+    ts = [1_700_000_000_123_456_000 + 1_000_001 * i for i in range(100)]
+    write_pcap(tmp_path / "a.pcap", frames, ts, big_endian=big_endian, nanosecond=True,
+               wire_lens=[len(f) + 7 for f in frames])
+    write_pcapng(tmp_path / "a.pcapng", frames, ts, big_endian=big_endian,
                  epb_flags=[3] * 100, linktypes=(1, 101), ifaces=[i % 2 for i in range(100)])
-    assert len(read_capture(tmp_path / "a.pcap")[1]) == 100
-    assert len(read_capture(tmp_path / "a.pcapng")[1]) == 100
+    for name, extra in (("a.pcap", 7), ("a.pcapng", 0)):
+        b = read_capture(tmp_path / name)[1]
+        assert b.ts_ns.tolist() == ts
+        assert b.wire_len.tolist() == [len(f) + extra for f in frames]
+        assert [b.frame(i) for i in range(len(b))] == frames
     assert calls == {"pcap": 100, "pcapng": 100}
 
 
