@@ -143,3 +143,20 @@ def test_callgrind_tool_splits_analyze_options_and_takes_the_marginal():
     big = {"decode": [700, 10], "startup": [50, 1]}
     small = {"decode": [300, 4], "startup": [50, 1], "only_small": [9, 9]}
     assert cg.marginal(big, small) == {"decode": [400, 6], "startup": [0, 0]}
+
+
+def test_batch_cost_tool_separates_the_fixed_cost_of_a_batch(bench_capture):
+    """bench_batches: the fixed cost of a batch from runs with two batch sizes (the run's
+    own fixed cost and the records' cost cancel out), and a run over the bench capture."""
+    bb = _load("bench_batches")
+    records, f, c, o = 10_000, 0.25, 3e-7, 2e-3       # T = F + N c + batches o
+    t = {s: f + records * c + bb.batches(records, s) * o for s in (100, 1000, 4096)}
+    assert bb.batches(records, 4096) == 3 and bb.batches(records, 100) == 100
+    assert bb.per_batch(records, (100, t[100]), (4096, t[4096])) == pytest.approx(o)
+    assert bb.per_batch(records, (1000, t[1000]), (4096, t[4096])) == pytest.approx(o)
+    with pytest.raises(ValueError, match="same number of batches"):
+        bb.per_batch(records, (5000, 1.0), (9000, 2.0))
+    res = bb.measure(str(bench_capture[0]), [512, 4096], 1)
+    assert res["records"] == len(read_capture(bench_capture[0])[1])
+    assert set(res["cpu_seconds"]) == {"512", "4096"} and set(res["pairs"]) == {"512/4096"}
+    assert set(res["pairs"]["512/4096"]) == {"ms_per_batch", "share_of_largest"}
