@@ -43,11 +43,15 @@ def per_batch(records: int, a: tuple[int, float], b: tuple[int, float]) -> float
     return (a[1] - b[1]) / (na - nb)
 
 
-def measure(capture: str, sizes: list[int], rounds: int) -> dict:
-    """Least CPU seconds of ``rounds`` runs per batch size (sizes alternating)."""
-    sys.path.insert(0, ROOT)
-    from gropcap.__main__ import tune_malloc
-    tune_malloc()                      # the command line's malloc settings
+def measure(capture: str, sizes: list[int], rounds: int, *, cli_malloc: bool = True) -> dict:
+    """Least CPU seconds of ``rounds`` runs per batch size (sizes alternating).
+    ``cli_malloc``: glibc's malloc set for this process as the command line sets it
+    (``gropcap.__main__.tune_malloc``), which lasts to the process's end."""
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    if cli_malloc:
+        from gropcap.__main__ import tune_malloc
+        tune_malloc()
     from gropcap.run.stream import stream_analyze
 
     def run(size: int) -> tuple[float, int]:

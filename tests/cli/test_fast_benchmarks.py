@@ -156,7 +156,7 @@ def test_batch_cost_tool_separates_the_fixed_cost_of_a_batch(bench_capture):
     assert bb.per_batch(records, (1000, t[1000]), (4096, t[4096])) == pytest.approx(o)
     with pytest.raises(ValueError, match="same number of batches"):
         bb.per_batch(records, (5000, 1.0), (9000, 2.0))
-    res = bb.measure(str(bench_capture[0]), [512, 4096], 1)
+    res = bb.measure(str(bench_capture[0]), [512, 4096], 1, cli_malloc=False)
     assert res["records"] == len(read_capture(bench_capture[0])[1])
     assert set(res["cpu_seconds"]) == {"512", "4096"} and set(res["pairs"]) == {"512/4096"}
     assert set(res["pairs"]["512/4096"]) == {"ms_per_batch", "share_of_largest"}
