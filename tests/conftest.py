@@ -29,7 +29,7 @@ def pytest_sessionstart(session):
     test: a small capture on a cold cache would otherwise run on the reference path with
     its own note (gro.engine.cold_start_reference), or compile inside whichever test came
     first, so results and stderr would depend on test order. The cold-cache behaviour is
-    tested on its own, with fresh NUMBA_CACHE_DIRs (tests/cli/test_compile_note.py,
+    tested on its own, with fresh NUMBA_CACHE_DIRs (tests/cli/test_cold_cache.py,
     tests/gro/test_startup_tiers.py). With xdist the controller runs this first, on a
     cold cache compiling once, and the workers it then starts load the kernels from the
     cache."""

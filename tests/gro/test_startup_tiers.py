@@ -5,7 +5,8 @@ can use to take the reference path.
   UDP rules from that variant before typing, so a first run does not compile them
   (``_udp_receive`` stays uncompiled); a UDP GRO configuration runs the other variant.
 - ``engine.kernels_cached`` / ``cold_start_reference`` read numba's cache index only:
-  an empty cache directory is cold, and a small capture on it takes the reference path.
+  an empty cache directory is cold, and a small capture on it takes the reference path
+  (that a compiling run fills what they read: tests/cli/test_cold_cache.py).
 - ``gro.rss.numpy_of`` / ``arrow_*`` convert numpy <-> Arrow without pyarrow's pandas
   import (a warm run's 0.2-0.45 s) and give what the pyarrow calls give; a run on the
   fast engine imports no pandas at all.
@@ -76,25 +77,6 @@ def test_a_udp_gro_run_uses_the_kernel_with_udp_rules():
 def test_an_empty_cache_is_cold_and_a_small_capture_takes_the_reference_path(tmp_path):
     got = _child(_COLD, SAMPLE, env={"NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")})
     assert got == {"cached": False, "small": True, "large": False}
-
-
-@pytest.mark.slow
-def test_a_run_fills_the_cache_it_checks(tmp_path):
-    # the kernels a TCP-only analysis compiles on a cold cache are what kernels_cached
-    # looks for; and compiling ``run`` there did not compile the UDP rules
-    cache = {"NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")}
-    code = r"""
-import json, sys
-import gropcap
-from gropcap.gro import engine
-from gropcap.gro.fast import udp
-before = engine.kernels_cached()
-gropcap.analyze(sys.argv[1])
-print(json.dumps({"before": before, "after": engine.kernels_cached(),
-                  "udp_receive_signatures": len(udp._udp_receive.signatures)}))
-"""
-    assert _child(code, SAMPLE, env=cache) == {"before": False, "after": True,
-                                               "udp_receive_signatures": 0}
 
 
 _NO_PANDAS = r"""

@@ -1,92 +1,20 @@
 """A first run on a cold numba cache compiles the decoder's kernels in its own process and
-the GRO and counting kernels in a helper process at the same time (``run.warm``); the
-results are those of a warm run, and the helper never outlives the run.
-
-The cold-cache test runs in a fresh NUMBA_CACHE_DIR (compiles everything: tens of
-seconds)."""
+the GRO and counting kernels in a helper process at the same time (``run.warm``): when a
+helper starts, and that it never outlives the run. What a cold run compiles where, and
+that its results are a warm run's, is tested from the command line on a fresh
+NUMBA_CACHE_DIR with the other first-run checks (tests/cli/test_cold_cache.py)."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from gropcap.run import warm
-from gropcap.run.threads import default_threads
 
-from where import ROOT, SAMPLES
+from where import SAMPLES
 
 SAMPLE = os.path.join(SAMPLES, "real_ipv4_p4.pcap")
-
-# a script without a ``__name__`` guard: it runs the command line in process and prints,
-# after it, the gropcap kernels this very process compiled (numba's compile event fires on
-# a cache miss only); each time it runs it appends a line to the file named by $RUNS
-_DRIVER = """
-import json, os, sys
-with open(os.environ["RUNS"], "a") as f:
-    f.write("ran\\n")
-from numba.core import event
-compiled = []
-class Listener(event.Listener):
-    def on_start(self, ev):
-        f = ev.data["dispatcher"].py_func
-        compiled.append(f.__module__ + "." + f.__qualname__)
-    def on_end(self, ev):
-        pass
-event.register("numba:compile", Listener())
-sys.argv = ["gropcap", "analyze", *sys.argv[1:]]
-from gropcap.__main__ import main
-import atexit          # main ends the process: its atexit callbacks run (interrupt.exit_now)
-atexit.register(lambda: print("COMPILED " + json.dumps(compiled), file=sys.stderr))
-main()
-"""
-
-
-def _cli(tmp_path, cache, *args, helper=True):
-    driver = tmp_path / "driver.py"
-    driver.write_text(_DRIVER)
-    env = dict(os.environ, PYTHONPATH=ROOT, RUNS=str(tmp_path / "runs"),
-               **{warm.HELPER_ENV: "1" if helper else "0"})
-    if cache is not None:
-        env["NUMBA_CACHE_DIR"] = str(cache)
-    p = subprocess.run([sys.executable, str(driver), *args], capture_output=True,
-                       text=True, cwd=ROOT, env=env, timeout=900)
-    assert p.returncode == 0, p.stderr[-3000:]
-    line = [x for x in p.stderr.splitlines() if x.startswith("COMPILED ")][-1]
-    every = json.loads(line[len("COMPILED "):])
-    return p.stdout, {f for f in every if f.startswith("gropcap.")}, every
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(default_threads() < 2,
-                    reason="the helper runs only with two CPUs or more")
-def test_a_cold_first_run_leaves_the_gro_kernels_to_a_helper(tmp_path):
-    """On a cold cache the run compiles the decoder (and the capture counts) here and
-    loads the GRO kernels the helper compiled at the same time: the run's own process
-    compiles no GRO kernel, and its output is the warm run's. The script that ran the
-    command line has no ``__name__`` guard and still ran once: the helper does not
-    import it."""
-    warm_json, _, _ = _cli(tmp_path, None, SAMPLE, "--engine", "fast", "--format", "json")
-    (tmp_path / "runs").unlink()
-    cold_json, compiled, every = _cli(tmp_path, tmp_path / "cache", SAMPLE, "--engine",
-                                      "fast", "--format", "json")
-    assert (tmp_path / "runs").read_text() == "ran\n"
-    assert json.loads(cold_json) == json.loads(warm_json)
-    # its own part: the decoder's kernels, then the capture counts' while it waits
-    assert {"gropcap.decode._fast_kernels.decode_kernel",
-            "gropcap.gro._batch_kernels.capture_batch"} <= compiled
-    for kernel in ("gropcap.gro.fast.napi.run", "gropcap.gro.fast.dev._receive",
-                   "gropcap.gro.fast.keys.classify", "gropcap.gro.fast.bypass.pre_and_flush",
-                   "gropcap.gro._batch_kernels.first_rows"):
-        assert kernel not in compiled, sorted(compiled)
-    assert any(os.scandir(tmp_path / "cache"))
-    # no kernel pulls in numba's string formatting (a slice copied from an array compiles
-    # its shape-error message: 1.9 s of the decoder's 13 s compile)
-    strings = [f for f in every if "unicode" in f or "shape_context" in f]
-    assert not strings, strings
 
 
 def test_no_helper_on_a_warm_cache_one_cpu_a_fifo_or_when_switched_off(monkeypatch,

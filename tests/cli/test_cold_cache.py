@@ -1,0 +1,156 @@
+"""A first run on a cold numba cache, from the command line (issue 14), on one fresh
+NUMBA_CACHE_DIR so that the kernels compile once for every check here (a cold compile is
+about a minute of CPU: three tests with a cache each were 210 s of the suite's time).
+
+- A small capture on a cold cache runs on the reference decoder and engine (a first run
+  in seconds, same results), says so, compiles neither the decoder's nor the GRO
+  engine's kernels and leaves the cache cold.
+- ``--engine fast`` then compiles, saying so on stderr once ("compiling GRO kernels,
+  first run only"): the decoder's kernels in the run's own process and, with two CPUs,
+  the GRO and counting kernels in a helper process at the same time (``run.warm``). The
+  script that ran the command line has no ``__name__`` guard and still ran once: the
+  helper does not import it.
+- The kernels that run compiled are what ``gro.engine.kernels_cached`` looks for, and a
+  TCP-only run compiled no UDP rules (``fast.udp._udp_receive`` has nothing cached).
+- Later runs load everything from the cache: no note, nothing compiled, the same JSON,
+  by default and with ``--engine fast``.
+
+Regression: a first run sat silent for minutes (the bar at 100% with no label).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gropcap.gro.engine import COLD_REFERENCE_MAX_BYTES
+from gropcap.run import warm
+from gropcap.run.progress import COLD_REFERENCE_NOTE, COMPILE_NOTE
+from gropcap.run.threads import default_threads
+
+from where import ROOT, SAMPLES
+
+SAMPLE = os.path.join(SAMPLES, "real_ipv4_p4.pcap")
+
+# a script without a ``__name__`` guard: it runs the command line in process and prints,
+# after it, the gropcap kernels this very process compiled (numba's compile event fires on
+# a cache miss only); each time it runs it appends a line to the file named by $RUNS
+_DRIVER = """
+import json, os, sys
+with open(os.environ["RUNS"], "a") as f:
+    f.write("ran\\n")
+from numba.core import event
+compiled = []
+class Listener(event.Listener):
+    def on_start(self, ev):
+        f = ev.data["dispatcher"].py_func
+        compiled.append(f.__module__ + "." + f.__qualname__)
+    def on_end(self, ev):
+        pass
+event.register("numba:compile", Listener())
+sys.argv = ["gropcap", "analyze", *sys.argv[1:]]
+from gropcap.__main__ import main
+import atexit          # main ends the process: its atexit callbacks run (interrupt.exit_now)
+atexit.register(lambda: print("COMPILED " + json.dumps(compiled), file=sys.stderr))
+main()
+"""
+
+# what the cache holds, read by a child on it (this process has other kernels loaded)
+_CACHED = r"""
+import json
+from gropcap.gro import engine
+from gropcap.gro.fast import udp
+print(json.dumps({"cached": engine.kernels_cached(),
+                  "udp_receive": len(udp._udp_receive._cache._cache_file._load_index())}))
+"""
+
+
+class Run:
+    """One command line through the driver: its JSON summary, its stderr lines (the
+    driver's own line taken out) and the kernels it compiled."""
+
+    def __init__(self, tmp_path, cache, *args):
+        driver = tmp_path / "driver.py"
+        driver.write_text(_DRIVER)
+        self.env = dict(os.environ, PYTHONPATH=ROOT, RUNS=str(tmp_path / "runs"))
+        self.env.pop(warm.HELPER_ENV, None)
+        if cache is not None:
+            self.env["NUMBA_CACHE_DIR"] = str(cache)
+        p = subprocess.run([sys.executable, str(driver), SAMPLE, "--format", "json", *args],
+                           capture_output=True, text=True, cwd=ROOT, env=self.env,
+                           timeout=900)
+        assert p.returncode == 0, p.stderr[-3000:]
+        lines = p.stderr.splitlines()
+        driver_line = [x for x in lines if x.startswith("COMPILED ")][-1]
+        self.stderr = [x for x in lines if not x.startswith("COMPILED ")]
+        self.every = json.loads(driver_line[len("COMPILED "):])
+        self.compiled = {f for f in self.every if f.startswith("gropcap.")}
+        self.summary = json.loads(p.stdout)
+
+    def cache_state(self) -> dict:
+        p = subprocess.run([sys.executable, "-c", _CACHED], capture_output=True, text=True,
+                           cwd=ROOT, env=self.env, timeout=900)
+        assert p.returncode == 0, p.stderr[-3000:]
+        return json.loads(p.stdout.splitlines()[-1])
+
+
+def _one_summary_line(run: Run) -> bool:
+    return len(run.stderr) == 1 and run.stderr[0].startswith("gropcap: ") and \
+        " packets in " in run.stderr[0]
+
+
+@pytest.mark.slow
+def test_a_first_run_on_a_cold_cache(tmp_path):
+    warm_run = Run(tmp_path, None)              # the session's cache (conftest): warm
+    assert warm_run.compiled == set() and _one_summary_line(warm_run), warm_run.stderr
+    (tmp_path / "runs").unlink()
+    cache = tmp_path / "numba-cache"
+
+    # 1. the small sample on a cold cache: the reference path, its own note, nothing
+    # compiled, and the cache still cold
+    ref = Run(tmp_path, cache)
+    cold = COLD_REFERENCE_NOTE.format(mib=COLD_REFERENCE_MAX_BYTES >> 20)
+    assert ref.stderr[0] == f"gropcap: {cold}", ref.stderr
+    assert f"gropcap: {COMPILE_NOTE}" not in ref.stderr
+    assert ref.summary == warm_run.summary
+    # (the counting kernels of the accumulators are numba's on every path)
+    engine = {f for f in ref.compiled
+              if f.startswith(("gropcap.gro.fast.", "gropcap.decode."))}
+    assert engine == set(), sorted(engine)
+    assert ref.cache_state() == {"cached": False, "udp_receive": 0}
+
+    # 2. --engine fast compiles, saying so once
+    (tmp_path / "runs").unlink()
+    fast = Run(tmp_path, cache, "--engine", "fast")
+    assert (tmp_path / "runs").read_text() == "ran\n"        # the helper did not import it
+    assert fast.summary == warm_run.summary
+    assert fast.stderr[0] == f"gropcap: {COMPILE_NOTE}", fast.stderr
+    assert fast.stderr.count(f"gropcap: {COMPILE_NOTE}") == 1
+    # this process compiles the decoder's kernels (the counting kernels were cached by
+    # the first run); the helper the GRO kernels at the same time (one CPU: no helper)
+    assert "gropcap.decode._fast_kernels.decode_kernel" in fast.compiled
+    gro_kernels = {"gropcap.gro.fast.napi.run", "gropcap.gro.fast.dev._receive",
+                   "gropcap.gro.fast.keys.classify", "gropcap.gro.fast.bypass.pre_and_flush",
+                   "gropcap.gro._batch_kernels.first_rows"}
+    if default_threads() >= 2:
+        assert not gro_kernels & fast.compiled, sorted(fast.compiled)
+    else:
+        assert gro_kernels <= fast.compiled, sorted(fast.compiled)
+    # no kernel pulls in numba's string formatting (a slice copied from an array compiles
+    # its shape-error message: 1.9 s of the decoder's 13 s compile)
+    strings = [f for f in fast.every if "unicode" in f or "shape_context" in f]
+    assert not strings, strings
+    # what it compiled is what kernels_cached looks for; no UDP rules for a TCP capture
+    assert fast.cache_state() == {"cached": True, "udp_receive": 0}
+
+    # 3. later runs load it all: no note, nothing compiled, the same results
+    again = Run(tmp_path, cache, "--engine", "fast")
+    assert again.summary == warm_run.summary and again.compiled == set()
+    assert _one_summary_line(again), again.stderr
+    default = Run(tmp_path, cache)
+    assert default.summary == warm_run.summary and default.compiled == set()
+    assert _one_summary_line(default), default.stderr
