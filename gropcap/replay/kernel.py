@@ -271,6 +271,16 @@ def is_kick(data: bytes) -> bool:
         data[14:14 + len(KICK_MAGIC)] == KICK_MAGIC
 
 
+def late_flushes(units: list, polls: list[int]) -> list[int]:
+    """The polls whose packets the kernel merged with a later poll's: a super-packet of
+    frames from two polls. The pause after a poll is longer than the deferred flush
+    (``ReplaySession.pause_s``), so a faithful replay never has one; a receiver whose
+    flush timer ran late (a loaded machine delays its softirq) does, and
+    :meth:`ReplaySession.replay` then runs the replay again."""
+    return sorted({polls[u.indices[0]] for u in units
+                   if u.indices and polls[u.indices[0]] != polls[u.indices[-1]]})
+
+
 class ReplaySession:
     """One veth pair in fresh namespaces, reused for many replays (reset by a pause).
 
@@ -292,7 +302,8 @@ class ReplaySession:
         self.flush_timeout_ns = int(flush_timeout_ns)
         self.defer = int(defer)
         self.budget = int(budget)
-        # replays run again when a burst took too long to send (see _inject)
+        # replays run again when a burst took too long to send (see _inject) or the
+        # receiver flushed a poll late (late_flushes)
         self.attempts = 3
         t = self.flush_timeout_ns / 1e9
         # the timer poll runs at +T and re-arms once (defer) before it flushes all: > 2T
@@ -390,15 +401,14 @@ class ReplaySession:
             actions.append(act)
         # the kick is the burst's first poll: at most budget - 1 data frames follow it
         polls = split_bursts(bursts, n, self.budget - 1)
-        slow: list[int] = []
         for attempt in range(1, self.attempts + 1):
             self._drain()
             slow = self._inject(sent, polls)
-            got = self._collect(n)
-            if not slow:
+            res = self._build_result(sent, actions, polls, self._collect(n))
+            late = late_flushes(res.units, polls)
+            if not slow and not late:
                 break
-        res = self._build_result(sent, actions, polls, got)
-        res.config.update(attempts=attempt, slow_bursts=slow)
+        res.config.update(attempts=attempt, slow_bursts=slow, late_flushes=late)
         return res
 
     def _send(self, frame: bytes) -> None:

@@ -14,6 +14,7 @@ import json
 import os
 import struct
 import subprocess
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -338,6 +339,50 @@ def test_a_stalled_burst_is_replayed_again(session, monkeypatch):
     r = session.replay(frames, [0] * len(frames))
     assert r.config["attempts"] == 2 and r.config["slow_bursts"] == []
     assert [u.count for u in r.units if u.matched] == [8]
+
+
+@pytest.mark.root
+@live
+def test_a_late_flush_is_replayed_again(session):
+    """A receiver whose deferred-flush timer ran late (a loaded machine delays the
+    softirq) still holds a poll's packets when the next poll's arrive, and merges the
+    two polls' packets: not the replay asked for (the suite saw it twice on the real
+    samples while another compile loaded both CPUs). The session notices the super-packet
+    of two polls and runs the replay again. The first attempt here has no pause after
+    its polls, so the timer has no time to run."""
+    b = ST.Builder("ipv4")
+    frames = [bytes(b.data(k * ST.PAYLOAD_LEN)) for k in range(8)]
+    real, attempts = session._inject, []
+
+    def hurried(sent, polls):
+        attempts.append(list(polls))
+        if len(attempts) > 1:
+            return real(sent, polls)
+        pause, session.pause_s = session.pause_s, 0.0
+        try:
+            return real(sent, polls)
+        finally:
+            session.pause_s = pause
+    session._inject = hurried
+    try:
+        r = session.replay(frames, [0] * 4 + [1] * 4)
+    finally:
+        del session._inject
+    assert len(attempts) == 2 and r.config["attempts"] == 2
+    assert r.config["late_flushes"] == [] and r.config["slow_bursts"] == []
+    assert [u.count for u in r.units if u.matched] == [4, 4]
+
+
+def test_late_flushes_names_the_polls_merged_into_a_later_one():
+    from gropcap.replay.kernel import late_flushes
+
+    def unit(*idx):
+        return SimpleNamespace(indices=idx)
+    polls = [0, 0, 1, 1, 2, 2, 3]
+    assert late_flushes([unit(0, 1), unit(2, 3), unit(4), unit(5), unit(6), unit()],
+                        polls) == []
+    assert late_flushes([unit(0, 1, 2), unit(3), unit(4, 5, 6)], polls) == [0, 2]
+    assert late_flushes([unit(1, 2, 3, 4)], polls) == [0]
 
 
 @pytest.mark.root
