@@ -21,6 +21,7 @@ Layer 0: imports nothing from the package; ``decode/_fast_kernels.py`` and
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import struct
@@ -45,6 +46,54 @@ def dispatchers_of(*modules) -> list:
             if hasattr(obj, "_cache") and home == mod.__name__:
                 found.append(obj)
     return found
+
+
+@contextlib.contextmanager
+def as_python(module_names):
+    """For the block, every numba dispatcher defined in the modules ``module_names``
+    runs as its Python function: the module's attribute, and any other attribute of a
+    loaded ``gropcap`` module holding it (``from module import kernel``), is swapped for
+    the function and put back afterwards. A call from Python, and a call from one
+    kernel to another (a global read at call time), then runs Python: nothing compiles.
+
+    For the command line's first run on a cold cache with a small capture (the reference
+    decoder and engine, ``cli.app``): compiling the counting kernels took 7-9 s of that
+    run's 10 s; their Python loops over a few thousand rows take milliseconds. numpy's
+    overflow warnings are off in the Python functions: the kernels' hashes wrap on
+    purpose, as machine integers do.
+    """
+    import importlib
+    import sys
+
+    modules = [importlib.import_module(n) for n in module_names]
+    python = {id(d): (d, _quiet(d.py_func)) for d in dispatchers_of(*modules)}
+    swapped = []
+    for name in list(sys.modules):
+        mod = sys.modules.get(name)
+        if mod is None or not (name == "gropcap" or name.startswith("gropcap.")):
+            continue
+        for attr, obj in list(vars(mod).items()):
+            if id(obj) in python and python[id(obj)][0] is obj:
+                swapped.append((mod, attr, obj))
+                setattr(mod, attr, python[id(obj)][1])
+    try:
+        yield
+    finally:
+        for mod, attr, obj in swapped:
+            setattr(mod, attr, obj)
+
+
+def _quiet(fn):
+    """``fn`` with numpy's overflow warnings off (:func:`as_python`)."""
+    import functools
+
+    import numpy as np
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        with np.errstate(over="ignore"):
+            return fn(*args, **kwargs)
+    return call
 
 
 def refresh(dispatchers, name: str, current: str) -> bool:

@@ -9,6 +9,7 @@ nothing left behind). Output targets are checked before any packet is read.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -257,7 +258,9 @@ def analyze(files, model, fmt, out_dir, packet_columns, force, engine, plot, dec
     cold = not distributed and _cold_start(files, engine, decoder)
     if cold:
         engine = decoder = "reference"
-    with Progress(None if not quiet else False, compile_note=not cold) as progress:
+    from gropcap.numba_cache import as_python
+    with Progress(None if not quiet else False, compile_note=not cold) as progress, \
+            (as_python(REFERENCE_PATH_KERNELS) if cold else contextlib.nullcontext()):
         if cold:
             from gropcap.gro.engine import COLD_REFERENCE_MAX_BYTES
             from gropcap.run.progress import COLD_REFERENCE_NOTE
@@ -296,6 +299,13 @@ def analyze(files, model, fmt, out_dir, packet_columns, force, engine, plot, dec
 
 _OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet",
               "packets", "superpackets")     # the last two: --jobs's Parquet datasets
+
+
+# the numba kernels a run on the reference decoder and engine still calls (the counts,
+# the RSS hash, the address texts): Python functions on the cold path (_cold_start,
+# numba_cache.as_python), where compiling them was most of a first run
+REFERENCE_PATH_KERNELS = ("gropcap.gro._batch_kernels", "gropcap.gro.rss",
+                          "gropcap.io._text_kernels")
 
 
 def _cold_start(files, engine, decoder) -> bool:
