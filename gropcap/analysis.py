@@ -69,6 +69,9 @@ class Analysis:
         self.receiver = None
         # --captures: how the input files map to receiver runs (run/receivers.py)
         self.captures = "auto"
+        # the GRO engine the results came from ("fast" or "reference"): what a model run
+        # again for a hint uses too (run.hints.tunnel_hint)
+        self.engine = "fast"
         self._cache: dict = {}
 
     def __repr__(self) -> str:

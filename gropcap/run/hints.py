@@ -134,7 +134,7 @@ def sub_coalesced(co, idx):
 
 def sockets_models(config, pairs, models: dict, segments: int, *, tunnel_rows=None,
                    before: dict | None = None, whole=None,
-                   run_of_file=None) -> dict | None:
+                   run_of_file=None, engine: str = "fast") -> dict | None:
     """``{model: {"ratio", "ratio_with"}}`` with tunnel sockets for ``pairs`` added.
 
     The ideal model has no polls and no table limit, so flows do not interact: only the
@@ -145,8 +145,9 @@ def sockets_models(config, pairs, models: dict, segments: int, *, tunnel_rows=No
     CoalescedInput or None)``, None when too large). ``models``: the summary's models
     (``superpackets_out``, ``aggregation_ratio``); ``segments``: segments in;
     ``run_of_file``: the receiver run of each input file (the summary's ``inputs``;
-    None: one run), replayed as the run itself was. Models left out are missing from
-    the dict."""
+    None: one run), replayed as the run itself was; ``engine``: the run's GRO engine
+    (a run on the reference engine compiles no kernel for its hint). Models left out
+    are missing from the dict."""
     from gropcap.run.engines import simulate
     from gropcap.run.receivers import row_runs
 
@@ -159,11 +160,11 @@ def sockets_models(config, pairs, models: dict, segments: int, *, tunnel_rows=No
     for m, ms in models.items():
         if m == "ideal" and tunnel_rows is not None:
             sub = simulate(tunnel_rows[0], cfg.replace(model=m), coalesced=tunnel_rows[1],
-                           runs=runs(tunnel_rows[0]))
+                           runs=runs(tunnel_rows[0]), engine=engine)
             total = ms["superpackets_out"] - before[m] + sub.num_superpackets
         elif m != "ideal" and whole is not None:
             total = simulate(whole[0], cfg.replace(model=m), coalesced=whole[1],
-                             runs=runs(whole[0])).num_superpackets
+                             runs=runs(whole[0]), engine=engine).num_superpackets
         else:
             continue
         out[m] = {"ratio": ms["aggregation_ratio"],
@@ -188,7 +189,8 @@ def _with_sockets(analysis, pairs, max_rows: int, napi_max_rows: int) -> dict | 
     segments = next(iter(models.values()))["segments_in"] if models else t.num_rows
     return sockets_models(analysis.config, pairs, models, segments,
                           tunnel_rows=tunnel_rows, before=before, whole=whole,
-                          run_of_file=summary["inputs"]["run_of_file"])
+                          run_of_file=summary["inputs"]["run_of_file"],
+                          engine=getattr(analysis, "engine", "fast"))
 
 
 def acks_hint(flows, config) -> dict | None:

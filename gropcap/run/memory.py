@@ -149,4 +149,5 @@ def analyze(paths, config: GroConfig | None = None, *, models=MODELS,
     analysis.mtu = stats.mtu_inference()
     analysis.receiver = receiver
     analysis.captures = captures
+    analysis.engine = engine
     return analysis
