@@ -39,6 +39,10 @@ SAMPLES = sorted(glob.glob(os.path.join(TESTS, "..", "sample_pcaps",
                                         "*.pcap*")))
 
 
+# how long a test waits for a Dask worker process to start (or a killed one to come back)
+WORKER_START_S = 300
+
+
 @pytest.fixture(scope="module")
 def client():
     import dask
@@ -296,7 +300,9 @@ def test_dead_worker_reported(client, generated, monkeypatch):
     assert [i.path for i in dist.infos] == [generated[0], generated[2]]
     good = analyze([generated[0], generated[2]])
     assert good.decoded.equals(dist.decoded)
-    client.wait_for_workers(2, timeout=60)   # the nanny restarted it
+    # the nanny restarts it: on a loaded machine a worker's start (imports, kernels) has
+    # taken over 60 s, and every later test of the module then ran on one worker
+    client.wait_for_workers(2, timeout=WORKER_START_S)
 
 
 @contextlib.contextmanager
@@ -320,7 +326,7 @@ def scheduler_processes(tmp_path):
                                    address, "--nthreads", "1", "--no-dashboard"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         with distributed.Client(address) as c:
-            c.wait_for_workers(1, timeout=60)
+            c.wait_for_workers(1, timeout=WORKER_START_S)
         yield address
     finally:
         for p in (worker, sched):
@@ -392,7 +398,7 @@ def test_dead_worker_in_a_range_reported_with_its_bytes(client, generated, monke
         [(generated[1], ranges[1][2], ranges[1][3])]
     assert [i.path for i in dist.infos] == [generated[0], generated[2]]
     assert analyze([generated[0], generated[2]]).decoded.equals(dist.decoded)
-    client.wait_for_workers(2, timeout=60)
+    client.wait_for_workers(2, timeout=WORKER_START_S)      # (restarted by the nanny)
 
 
 def _bench_capture(tmp_path) -> str:
