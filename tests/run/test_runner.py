@@ -43,6 +43,34 @@ SAMPLES = sorted(glob.glob(os.path.join(TESTS, "..", "sample_pcaps",
 WORKER_START_S = 300
 
 
+@pytest.fixture
+def own_client():
+    """A cluster of two worker processes for one test that kills workers: the module's
+    shared ``client`` never depends on a nanny bringing a killed worker back (under load
+    a restart has taken over 60 s, and once none came back: every later test of the
+    module failed or waited for ever)."""
+    import dask
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1,
+                                           processes=True, dashboard_address=None)
+        c = distributed.Client(cluster)
+    c.wait_for_workers(2, timeout=WORKER_START_S)
+    yield c
+    c.close()
+    cluster.close()
+
+
+def _bounded(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``, failing the test after WORKER_START_S instead of waiting
+    for ever (a task whose workers all died waits for one to come back)."""
+    import concurrent.futures
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        return pool.submit(fn, *args, **kwargs).result(timeout=WORKER_START_S)
+    finally:
+        pool.shutdown(wait=False)
+
+
 @pytest.fixture(scope="module")
 def client():
     import dask
@@ -288,21 +316,18 @@ def _dies_on_part1(path, file_index, options, decoder="fast"):
     return decode_file_task(path, file_index, options, decoder)
 
 
-def test_dead_worker_reported(client, generated, monkeypatch):
+def test_dead_worker_reported(own_client, generated, monkeypatch):
     import cloudpickle
 
     from gropcap.run import distributed as runner
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     monkeypatch.setattr(runner, "decode_file_task", _dies_on_part1)
-    dist = analyze_distributed(generated, GroConfig(), client=client)
+    dist = _bounded(analyze_distributed, generated, GroConfig(), client=own_client)
     assert [f.path for f in dist.failures] == [generated[1]]
     assert "KilledWorker" in dist.failures[0].error or "died" in dist.failures[0].error
     assert [i.path for i in dist.infos] == [generated[0], generated[2]]
     good = analyze([generated[0], generated[2]])
     assert good.decoded.equals(dist.decoded)
-    # the nanny restarts it: on a loaded machine a worker's start (imports, kernels) has
-    # taken over 60 s, and every later test of the module then ran on one worker
-    client.wait_for_workers(2, timeout=WORKER_START_S)
 
 
 @contextlib.contextmanager
@@ -383,7 +408,7 @@ def _dies_on_range(path, file_index, b0, b1, options, batch_records, *, kill):
     return decode_range_task(path, file_index, b0, b1, options, batch_records)
 
 
-def test_dead_worker_in_a_range_reported_with_its_bytes(client, generated, monkeypatch):
+def test_dead_worker_in_a_range_reported_with_its_bytes(own_client, generated, monkeypatch):
     import cloudpickle
 
     from gropcap.run import distributed as runner
@@ -392,13 +417,12 @@ def test_dead_worker_in_a_range_reported_with_its_bytes(client, generated, monke
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     monkeypatch.setattr(runner, "decode_range_task",
                         functools.partial(_dies_on_range, kill=ranges[1][0]))
-    dist = analyze_distributed(generated, GroConfig(), client=client, split_bytes=size // 3,
-                               batch_records=256)
+    dist = _bounded(analyze_distributed, generated, GroConfig(), client=own_client,
+                    split_bytes=size // 3, batch_records=256)
     assert [(f.path, f.start, f.end) for f in dist.failures] == \
         [(generated[1], ranges[1][2], ranges[1][3])]
     assert [i.path for i in dist.infos] == [generated[0], generated[2]]
     assert analyze([generated[0], generated[2]]).decoded.equals(dist.decoded)
-    client.wait_for_workers(2, timeout=WORKER_START_S)      # (restarted by the nanny)
 
 
 def _bench_capture(tmp_path) -> str:
