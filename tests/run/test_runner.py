@@ -43,21 +43,31 @@ SAMPLES = sorted(glob.glob(os.path.join(TESTS, "..", "sample_pcaps",
 WORKER_START_S = 300
 
 
-@pytest.fixture
-def own_client():
-    """A cluster of two worker processes for one test that kills workers: the module's
-    shared ``client`` never depends on a nanny bringing a killed worker back (under load
-    a restart has taken over 60 s, and once none came back: every later test of the
-    module failed or waited for ever)."""
+@contextlib.contextmanager
+def _cluster():
+    """A client of a LocalCluster of two worker processes on which a lost task fails at
+    once instead of being retried on the other worker."""
     import dask
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
         cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1,
                                            processes=True, dashboard_address=None)
         c = distributed.Client(cluster)
-    c.wait_for_workers(2, timeout=WORKER_START_S)
-    yield c
-    c.close()
-    cluster.close()
+    try:
+        yield c
+    finally:
+        c.close()
+        cluster.close()
+
+
+@pytest.fixture
+def own_client():
+    """A cluster for one test that kills workers: the module's shared ``client`` never
+    depends on a nanny bringing a killed worker back (under load a restart has taken
+    over 60 s, and once none came back: every later test of the module failed or waited
+    for ever)."""
+    with _cluster() as c:
+        c.wait_for_workers(2, timeout=WORKER_START_S)
+        yield c
 
 
 def _bounded(fn, *args, **kwargs):
@@ -73,15 +83,8 @@ def _bounded(fn, *args, **kwargs):
 
 @pytest.fixture(scope="module")
 def client():
-    import dask
-    # a lost task fails at once instead of being retried on the other worker
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
-        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1,
-                                           processes=True, dashboard_address=None)
-        c = distributed.Client(cluster)
-    yield c
-    c.close()
-    cluster.close()
+    with _cluster() as c:
+        yield c
 
 
 def multi_flow_frames(seed: int, n: int = 3000, flows: int = 40):
