@@ -12,6 +12,8 @@ is the one core's (``run.core.analyze_run``) with the collecting sink.
 
 from __future__ import annotations
 
+import contextlib
+
 from gropcap.errors import ConfigError
 
 # options of `gropcap analyze` a notebook does not pass: it gets the Analysis object back
@@ -104,7 +106,11 @@ def analyze(paths, config=None, *, models=None, decode_options=None, progress=No
             ``egress="decap"``, ... (:func:`keywords` lists them).
 
     Returns:
-        An :class:`~gropcap.analysis.Analysis`.
+        An :class:`~gropcap.analysis.Analysis`. A first call on a cold kernel cache with
+        a capture of at most ``gro.engine.COLD_REFERENCE_MAX_BYTES`` (4 MiB), naming
+        neither ``engine`` nor ``decoder``, runs on the reference decoder and engine
+        (the same results, nothing compiled, in seconds; ``Analysis.engine`` is
+        ``"reference"``), as the command line does (``run/cold.py``).
 
     Raises:
         TypeError: an unknown keyword (the message lists the valid ones).
@@ -151,12 +157,22 @@ def analyze(paths, config=None, *, models=None, decode_options=None, progress=No
     if egress is None and (values.get("egress_scenario") or values.get("egress_mtu")):
         egress = EgressOptions(values["egress_scenario"] or "encap",
                                values["egress_features"], values["egress_mtu"])
+    engine, decoder = values["engine"], values["decoder"]
+    # a first call on a cold kernel cache with a small capture: the reference decoder and
+    # engine, nothing compiled (run/cold.py), unless the caller named one of them
+    from gropcap.run import cold
+    reference = not given & {"engine", "decoder"} and cold.takes_reference_path(paths)
+    if reference:
+        engine = decoder = "reference"
+        if progress is not None:
+            progress.note(cold.note())
     # the one core (run/core.py) with the collecting sink: an Analysis in memory
     from gropcap.run.core import analyze_run
-    return analyze_run(paths, config, models=models, decode_options=decode_options,
-                       engine=values["engine"], decoder=values["decoder"], egress=egress,
-                       progress=progress, receiver=receiver, in_memory=True,
-                       captures=values["captures"])
+    with cold.reference_path() if reference else contextlib.nullcontext():
+        return analyze_run(paths, config, models=models, decode_options=decode_options,
+                           engine=engine, decoder=decoder, egress=egress,
+                           progress=progress, receiver=receiver, in_memory=True,
+                           captures=values["captures"])
 
 
 __all__ = ["analyze", "keywords", "keyword_params", "CLI_ONLY", "RUN_KEYS"]

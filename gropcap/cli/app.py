@@ -258,13 +258,11 @@ def analyze(files, model, fmt, out_dir, packet_columns, force, engine, plot, dec
     cold = not distributed and _cold_start(files, engine, decoder)
     if cold:
         engine = decoder = "reference"
-    from gropcap.numba_cache import as_python
+    from gropcap.run import cold as cold_path
     with Progress(None if not quiet else False, compile_note=not cold) as progress, \
-            (as_python(REFERENCE_PATH_KERNELS) if cold else contextlib.nullcontext()):
+            (cold_path.reference_path() if cold else contextlib.nullcontext()):
         if cold:
-            from gropcap.gro.engine import COLD_REFERENCE_MAX_BYTES
-            from gropcap.run.progress import COLD_REFERENCE_NOTE
-            progress.note(COLD_REFERENCE_NOTE.format(mib=COLD_REFERENCE_MAX_BYTES >> 20))
+            progress.note(cold_path.note())
         result = analyze_run(list(files), config, models=models, decode_options=options,
                              engine=engine, decoder=decoder, egress=egress,
                              out_dir=stage_dir, plot=_plot_sink(stage_plot), force=True,
@@ -301,13 +299,6 @@ _OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet",
               "packets", "superpackets")     # the last two: --jobs's Parquet datasets
 
 
-# the numba kernels a run on the reference decoder and engine still calls (the counts,
-# the RSS hash, the address texts): Python functions on the cold path (_cold_start,
-# numba_cache.as_python), where compiling them was most of a first run
-REFERENCE_PATH_KERNELS = ("gropcap.gro._batch_kernels", "gropcap.gro.rss",
-                          "gropcap.io._text_kernels")
-
-
 def _cold_start(files, engine, decoder) -> bool:
     """Whether this run takes the reference decoder and engine because the kernels are not
     compiled yet and the capture is small (``gro.engine.cold_start_reference``): only when
@@ -315,9 +306,8 @@ def _cold_start(files, engine, decoder) -> bool:
     src = click.get_current_context().get_parameter_source
     if any(src(p) is not click.core.ParameterSource.DEFAULT for p in ("engine", "decoder")):
         return False
-    from gropcap.gro.engine import cold_start_reference
-    from gropcap.run.inputs import capture_bytes
-    return cold_start_reference(capture_bytes(list(files)))
+    from gropcap.run.cold import takes_reference_path
+    return takes_reference_path(list(files))
 
 
 def _plot_sink(path):

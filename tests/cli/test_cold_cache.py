@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from gropcap.cli.app import REFERENCE_PATH_KERNELS
+from gropcap.run.cold import REFERENCE_PATH_KERNELS
 from gropcap.gro.engine import COLD_REFERENCE_MAX_BYTES
 from gropcap.run import warm
 from gropcap.run.progress import COLD_REFERENCE_NOTE, COMPILE_NOTE
@@ -41,13 +41,10 @@ from where import ROOT, SAMPLES
 
 SAMPLE = os.path.join(SAMPLES, "real_ipv4_p4.pcap")
 
-# a script without a ``__name__`` guard: it runs the command line in process and prints,
-# after it, the gropcap kernels this very process compiled (numba's compile event fires on
-# a cache miss only); each time it runs it appends a line to the file named by $RUNS
-_DRIVER = """
+# the start of a child script: `compiled` lists every function numba compiles in it
+# (numba's compile event fires on a cache miss only)
+_LISTEN = """
 import json, os, sys
-with open(os.environ["RUNS"], "a") as f:
-    f.write("ran\\n")
 from numba.core import event
 compiled = []
 class Listener(event.Listener):
@@ -57,6 +54,14 @@ class Listener(event.Listener):
     def on_end(self, ev):
         pass
 event.register("numba:compile", Listener())
+"""
+
+# a script without a ``__name__`` guard: it runs the command line in process and prints,
+# after it, the gropcap kernels this very process compiled; each time it runs it appends
+# a line to the file named by $RUNS
+_DRIVER = _LISTEN + """
+with open(os.environ["RUNS"], "a") as f:
+    f.write("ran\\n")
 sys.argv = ["gropcap", "analyze", *sys.argv[1:]]
 from gropcap.__main__ import main
 import atexit          # main ends the process: its atexit callbacks run (interrupt.exit_now)
@@ -228,3 +233,102 @@ def test_the_cold_path_gives_what_the_numba_kernels_give(name, tmp_path, monkeyp
     for f in ("packets.parquet", "superpackets.parquet", "flows.parquet"):
         assert pq.read_table(tmp_path / "python" / f).equals(
             pq.read_table(tmp_path / "numba" / f)), f
+
+
+# (capture, options): the cold path with each feature a first run may use
+_COLD_RUNS = [
+    ("real_ipv4.pcap", ()),
+    ("real_ipv4.pcap", ("--out", "{tmp}/out", "--plot", "{tmp}/plot.png")),
+    ("real_ipv4.pcap", ("--egress", "decap", "--egress-mtu", "1400")),
+    ("real_ipv4.pcap", ("--model", "napi", "--kernel", "5.10", "--queues", "4")),
+    ("real_ipv4.pcap", ("--udp-gro", "forward", "--poll-acks")),
+    ("real_ipv6.pcap", ("--out", "{tmp}/out6")),
+    ("real_vxlan.pcap", ()),
+    ("real_vxlan.pcap", ("--tunnel-gro", "--egress", "encap")),
+    ("crafted_geneve.pcap", ("--tunnel-gro",)),
+    ("crafted_gre.pcap", ("--udp-gro", "fraglist")),
+    ("crafted_dsa_edsa.pcap", ()),
+    ("crafted_two_ifaces.pcapng", ()),
+]
+
+
+def test_the_cold_path_calls_no_other_kernel(tmp_path, monkeypatch):
+    """On the cold path the only numba kernels called are REFERENCE_PATH_KERNELS' (run as
+    Python there): every other gropcap dispatcher is replaced by a function that records
+    its call, and a run with each feature calls none. A kernel missing from the list
+    would compile on a new user's first run (the list is kept by hand)."""
+    import importlib
+    import pkgutil
+    import sys
+
+    import gropcap
+    import gropcap.cli.app as app
+    from gropcap.cli import main
+    from gropcap.numba_cache import dispatchers_of
+
+    modules = [importlib.import_module(m.name)
+               for m in pkgutil.walk_packages(gropcap.__path__, "gropcap.")
+               if not m.name.endswith("__main__")]
+    allowed = {id(d) for d in dispatchers_of(*map(importlib.import_module,
+                                                   REFERENCE_PATH_KERNELS))}
+    others = {id(d): d for d in dispatchers_of(*modules) if id(d) not in allowed}
+    assert len(others) > 50 and allowed, (len(others), len(allowed))
+    called = []
+
+    def poisoned(name):
+        def call(*args, **kwargs):
+            called.append(name)
+            raise AssertionError(f"{name} called on the cold path")
+        return call
+    for name, mod in list(sys.modules.items()):
+        if name == "gropcap" or name.startswith("gropcap."):
+            for attr, obj in list(vars(mod).items()):
+                if id(obj) in others and others[id(obj)] is obj:
+                    monkeypatch.setattr(mod, attr, poisoned(
+                        f"{obj.py_func.__module__}.{obj.py_func.__qualname__}"))
+    monkeypatch.setattr(app, "_cold_start", lambda files, engine, decoder: True)
+    for capture, options in _COLD_RUNS:
+        args = [a.format(tmp=tmp_path) for a in options]
+        r = CliRunner().invoke(main, ["analyze", os.path.join(SAMPLES, capture), "-q",
+                                      "--format", "json", *args])
+        assert not called, (capture, options, called)
+        assert r.exit_code == 0, (capture, options, r.output)
+        assert json.loads(r.stdout)["models"], (capture, options)
+
+
+# the notebook API's first call on a cold cache, in a child on an empty NUMBA_CACHE_DIR
+_API_DRIVER = _LISTEN + """
+import gropcap
+from gropcap.report.summary import report_dict
+a = gropcap.analyze(sys.argv[1], kernel="6.1")
+in_analyze = list(compiled)
+print(json.dumps({"engine": a.engine, "compiled": in_analyze, "summary": report_dict(a)}))
+"""
+
+
+def test_the_api_takes_the_cold_path_too(tmp_path, monkeypatch):
+    """``gropcap.analyze`` on a cold cache and a small capture: the reference decoder and
+    engine, nothing compiled, the results of the numba kernels (a notebook's first call
+    compiled for a minute); a caller who names the engine or the decoder gets it. (The
+    Analysis' own methods, called later, compile the counting kernels they use: 4 s for
+    ``summary``.)"""
+    import gropcap
+    from gropcap.report.summary import report_dict
+    from gropcap.run import cold
+
+    env = dict(os.environ, PYTHONPATH=ROOT, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop(warm.HELPER_ENV, None)
+    p = subprocess.run([sys.executable, "-c", _API_DRIVER, SAMPLE], capture_output=True,
+                       text=True, cwd=ROOT, env=env, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout)
+    assert got["engine"] == "reference"
+    assert [f for f in got["compiled"] if f.startswith("gropcap.")] == []
+    want = gropcap.analyze(SAMPLE, kernel="6.1")        # this session's cache: warm
+    assert want.engine == "fast"
+    assert got["summary"] == json.loads(json.dumps(report_dict(want)))
+
+    monkeypatch.setattr(cold, "takes_reference_path", lambda paths: True)
+    assert gropcap.analyze(SAMPLE, kernel="6.1").engine == "reference"
+    assert gropcap.analyze(SAMPLE, engine="fast").engine == "fast"
+    assert gropcap.analyze(SAMPLE, decoder="fast").engine == "fast"
