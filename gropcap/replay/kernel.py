@@ -273,12 +273,13 @@ def is_kick(data: bytes) -> bool:
 
 def late_flushes(units: list, polls: list[int]) -> list[int]:
     """The polls whose packets the kernel merged with a later poll's: a super-packet of
-    frames from two polls. The pause after a poll is longer than the deferred flush
+    frames from two polls (``units``: each delivered packet's input frame indices, in
+    order). The pause after a poll is longer than the deferred flush
     (``ReplaySession.pause_s``), so a faithful replay never has one; a receiver whose
     flush timer ran late (a loaded machine delays its softirq) does, and
-    :meth:`ReplaySession.replay` then runs the replay again."""
-    return sorted({polls[u.indices[0]] for u in units
-                   if u.indices and polls[u.indices[0]] != polls[u.indices[-1]]})
+    :meth:`ReplaySession.replay` (``replay.cells.replay_gro_cells`` too) then runs the
+    replay again."""
+    return sorted({polls[ix[0]] for ix in units if ix and polls[ix[0]] != polls[ix[-1]]})
 
 
 class ReplaySession:
@@ -405,7 +406,7 @@ class ReplaySession:
             self._drain()
             slow = self._inject(sent, polls)
             res = self._build_result(sent, actions, polls, self._collect(n))
-            late = late_flushes(res.units, polls)
+            late = late_flushes([u.indices for u in res.units], polls)
             if not slow and not late:
                 break
         res.config.update(attempts=attempt, slow_bursts=slow, late_flushes=late)

@@ -14,7 +14,6 @@ import json
 import os
 import struct
 import subprocess
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -377,7 +376,7 @@ def test_late_flushes_names_the_polls_merged_into_a_later_one():
     from gropcap.replay.kernel import late_flushes
 
     def unit(*idx):
-        return SimpleNamespace(indices=idx)
+        return idx
     polls = [0, 0, 1, 1, 2, 2, 3]
     assert late_flushes([unit(0, 1), unit(2, 3), unit(4), unit(5), unit(6), unit()],
                         polls) == []

@@ -157,6 +157,29 @@ def test_gro_cells_remerge_and_frag_list_on_veth(k, expected):
     assert [len(u) for u in simulate_cells(r)] == expected
 
 
+@pytest.mark.root
+@live
+def test_gro_cells_late_flush_is_replayed_again(monkeypatch):
+    """As ``ReplaySession``: a veth whose deferred flush ran late merges two bursts'
+    frames into one super-packet, not the replay asked for; the cells replay notices it
+    and sends the frames again. The first attempt here has no pause after its bursts,
+    so the timer has no time to run."""
+    import gropcap.replay.cells as cells
+    real, attempts = cells._inject, []
+
+    def hurried(tx, sent, polls, kick, pause_s, limit_ns):
+        attempts.append(pause_s)
+        return real(tx, sent, polls, kick, 0.0 if len(attempts) == 1 else pause_s, limit_ns)
+    monkeypatch.setattr(cells, "_inject", hurried)
+    try:
+        r = cells.replay_gro_cells(_vxlan_flow(8, 20), [0] * 4 + [1] * 4)
+    except GropcapError as e:
+        pytest.skip(str(e))
+    assert len(attempts) == 2 and r.attempts == 2, attempts
+    assert r.late_flushes == [] and r.slow_bursts == [] and r.lost == []
+    assert r.counts == [4, 4]
+
+
 # --- UDP in a UDP tunnel under a UDP GRO mode ----------------------------------------------
 
 def _vxlan_udp_flow(n, size=1000):
