@@ -23,7 +23,7 @@ from gropcap.cli import main
 from gropcap.gro.config import GroConfig
 from gropcap.run.memory import analyze, decode_files
 
-from tests.run.test_stream import assert_same
+from tests.run.test_stream import assert_same, small_batches
 from where import ROOT
 
 S = os.path.join(ROOT, "sample_pcaps")
@@ -42,7 +42,7 @@ WITH_ACKS = [os.path.join(S, n) for n in ("real_ipv4.pcap", "real_ipv4_p4.pcap",
                napi_defer_hard_irqs=1), 131),
 ], ids=["default", "q2-b8", "timers"])
 def test_stream_equals_analyze_with_poll_acks(path, config, batch, tmp_path):
-    a, r = assert_same(path, config, tmp_path, batch_records=batch)
+    a, r = assert_same(path, config, tmp_path, batch_records=small_batches(path, batch))
     # the ACKs did decide polls: the napi model's polls differ from a run without them
     assert a.poll_acks
     plain = analyze(path, config.replace(poll_acks=False))

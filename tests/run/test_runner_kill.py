@@ -236,10 +236,17 @@ def _tree(root, dirs: bool = True) -> list[str]:
     return sorted(out)
 
 
-@pytest.mark.parametrize("exchange,stage", [("exchange", "decode"), ("exchange", "gro"),
-                                            ("exchange", "write"), ("fused", "gro"),
-                                            ("fused", "write"), ("runs", "gro"),
-                                            ("runs", "write")])
+# every (exchange, stage) pair once, and each way of retrying (the scheduler's, the
+# client's: the ``client`` fixture's parameter) with every stage and every exchange way:
+# 8 runs of about 10 s, not the 14 of every combination
+@pytest.mark.parametrize("client,exchange,stage", [
+    (None, "exchange", "decode"), (None, "exchange", "write"), (None, "fused", "gro"),
+    (None, "runs", "write"), (0, "exchange", "gro"), (0, "fused", "write"),
+    (0, "runs", "gro"), (0, "exchange", "decode")],
+    ids=["scheduler-retry-exchange-decode", "scheduler-retry-exchange-write",
+         "scheduler-retry-fused-gro", "scheduler-retry-runs-write",
+         "client-retry-exchange-gro", "client-retry-fused-write", "client-retry-runs-gro",
+         "client-retry-exchange-decode"], indirect=["client"])
 def test_killed_worker_retried_output_identical(client, capture, undisturbed, tmp_path,
                                                 monkeypatch, exchange, stage):
     from gropcap.io.load import load
