@@ -174,8 +174,11 @@ def _cold_reference(m: dict, capture: str, scratch: str) -> None:
     from gropcap.run.progress import COLD_REFERENCE_NOTE
     note = COLD_REFERENCE_NOTE.format(mib=COLD_REFERENCE_MAX_BYTES >> 20)
     r["took_reference_path"] = f"gropcap: {note}" in r["stderr"]
-    # nothing compiled: numba wrote nothing in the run's cache
-    r["cache_files_written"] = sum(len(names) for _, _, names in os.walk(cache))
+    # nothing compiled: numba saved no machine code (``.nbc``) in the run's cache (the
+    # index files, ``.nbi``, are written empty when gropcap's kernels are imported:
+    # numba_cache.refresh)
+    r["kernels_saved"] = sum(n.endswith(".nbc") for _, _, names in os.walk(cache)
+                             for n in names)
     m["cold_reference"] = r
 
 
@@ -231,8 +234,8 @@ def _reference(rounds: int) -> dict:
 def _line(label: str, m: dict, ref: dict) -> str:
     c, r = m["cold"], m["cold_reference"]
     path = "reference path" if r.get("took_reference_path") else "compiled"
-    if "cache_files_written" in r:
-        path += f", {r['cache_files_written']} files cached"
+    if "kernels_saved" in r:
+        path += f", {r['kernels_saved']} kernels compiled"
     return (f"{label:>8}: cold {c['wall_s']:6.1f} s wall, {c['cpu_s']:6.1f} s CPU | "
             f"warm best {m['warm_best_wall_s']:.2f} s wall (median "
             f"{m['warm_median_wall_s']:.2f}), {m['warm_best_cpu_s']:.2f} s CPU = "
