@@ -1510,8 +1510,9 @@ def rerun_prepared(cols: K.Cols, ts: np.ndarray, config: GroConfig,
 # On a fresh install every kernel compiles (~35 s of CPU on the sample, all of it numba:
 # docs/performance.md "Start-up"); the plain-Python decoder and engine give the same
 # verdicts bit for bit at ~6 k packets/s with nothing to compile. So for a small input on
-# a cold cache the reference path finishes first. Not wired by default: the CLI decides
-# (with the stderr note) through :func:`cold_start_reference`.
+# a cold cache the reference path finishes first. Not wired here: ``run/cold.py`` decides
+# through :func:`cold_start_reference` for the command line (with the stderr note) and
+# for ``gropcap.analyze``.
 COLD_REFERENCE_MAX_BYTES = 4 << 20   # <= ~57 k records of >= 70 bytes: <= ~10 s reference
 
 

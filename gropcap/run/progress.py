@@ -20,7 +20,7 @@ import sys
 
 COMPILE_NOTE = "compiling GRO kernels, first run only"
 # a small capture on a cold kernel cache runs on the reference decoder and engine instead
-# (gro.engine.cold_start_reference; the CLI's choice when --engine/--decoder are not given)
+# (run/cold.py; the CLI's choice when --engine/--decoder are not given)
 COLD_REFERENCE_NOTE = ("GRO kernels not compiled yet: this small capture runs on the reference "
                        "decoder and engine (same results); the first capture over {mib} MiB "
                        "compiles them once")

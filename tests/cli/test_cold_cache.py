@@ -310,7 +310,7 @@ def test_the_api_takes_the_cold_path_too(tmp_path, monkeypatch):
     """``gropcap.analyze`` on a cold cache and a small capture: the reference decoder and
     engine, nothing compiled, the results of the numba kernels (a notebook's first call
     compiled for a minute); a caller who names the engine or the decoder gets it. (The
-    Analysis' own methods, called later, compile the counting kernels they use: 4 s for
+    Analysis' own methods, called later, compile the counting kernels they use: about 3 s for
     ``summary``.)"""
     import gropcap
     from gropcap.report.summary import report_dict
