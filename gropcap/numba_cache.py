@@ -53,8 +53,9 @@ def as_python(module_names):
     """For the block, every numba dispatcher defined in the modules ``module_names``
     runs as its Python function: the module's attribute, and any other attribute of a
     loaded ``gropcap`` module holding it (``from module import kernel``), is swapped for
-    the function and put back afterwards. A call from Python, and a call from one
-    kernel to another (a global read at call time), then runs Python: nothing compiles.
+    the function and put back afterwards (in a module imported inside the block too).
+    A call from Python, and a call from one kernel to another (a global read at call
+    time), then runs Python: nothing compiles.
 
     For the command line's first run on a cold cache with a small capture (the reference
     decoder and engine, ``cli.app``): compiling the counting kernels took 7-9 s of that
@@ -67,20 +68,25 @@ def as_python(module_names):
 
     modules = [importlib.import_module(n) for n in module_names]
     python = {id(d): (d, _quiet(d.py_func)) for d in dispatchers_of(*modules)}
-    swapped = []
-    for name in list(sys.modules):
-        mod = sys.modules.get(name)
-        if mod is None or not (name == "gropcap" or name.startswith("gropcap.")):
-            continue
-        for attr, obj in list(vars(mod).items()):
-            if id(obj) in python and python[id(obj)][0] is obj:
-                swapped.append((mod, attr, obj))
-                setattr(mod, attr, python[id(obj)][1])
+    back = {id(f): (f, d) for d, f in python.values()}
+
+    def replace(table):
+        # every loaded gropcap module's attribute holding a key of ``table``
+        for name in list(sys.modules):
+            mod = sys.modules.get(name)
+            if mod is None or not (name == "gropcap" or name.startswith("gropcap.")):
+                continue
+            for attr, obj in list(vars(mod).items()):
+                if id(obj) in table and table[id(obj)][0] is obj:
+                    setattr(mod, attr, table[id(obj)][1])
+    replace(python)
     try:
         yield
     finally:
-        for mod, attr, obj in swapped:
-            setattr(mod, attr, obj)
+        # the dispatchers back, also where a module imported inside the block took a
+        # Python function (``from module import kernel`` at its import): a later run in
+        # the same process (a notebook) would otherwise run it as Python
+        replace(back)
 
 
 def _quiet(fn):

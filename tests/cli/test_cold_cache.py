@@ -187,7 +187,10 @@ def test_a_first_run_on_a_cold_cache(tmp_path):
 def test_as_python_swaps_the_kernels_and_puts_them_back():
     """Inside the block the modules' kernels, and a module's own name for one
     (``from ... import``), are Python functions; a call compiles nothing (a signature
-    numba never saw stays unseen); afterwards the dispatchers are back."""
+    numba never saw stays unseen); afterwards the dispatchers are back, also in a module
+    imported inside the block."""
+    import types
+
     import numpy as np
 
     import gropcap.gro._batch_kernels as K
@@ -207,6 +210,14 @@ def test_as_python_swaps_the_kernels_and_puts_them_back():
         assert K.add_keys(keys, keys, True, table, counts, 0, 0) == (5, 3)
         got = {int(k): int(c) for k, c in zip(table, counts) if k >= 0}
         assert got == {5: 3, 9: 1, 1 << 30: 1}
+        # a module imported inside the block takes what it finds: the Python function
+        probe = types.ModuleType("gropcap._probe")
+        sys.modules[probe.__name__] = probe
+        probe.add_keys = K.add_keys
+    try:
+        assert probe.add_keys is kernels[0]      # ... and gets the dispatcher back
+    finally:
+        del sys.modules[probe.__name__]
     assert [len(d.signatures) for d in kernels[:3]] == signatures
     assert (K.add_keys, K._slot, K.first_rows, stream.first_rows,
             rss._rss_select_kernel) == kernels
@@ -302,7 +313,17 @@ import gropcap
 from gropcap.report.summary import report_dict
 a = gropcap.analyze(sys.argv[1], kernel="6.1")
 in_analyze = list(compiled)
-print(json.dumps({"engine": a.engine, "compiled": in_analyze, "summary": report_dict(a)}))
+# a kernel left as its Python function in a module after the call (one imported during
+# it: ``from module import kernel``) would run as Python in every later call
+import types
+from gropcap.numba_cache import dispatchers_of
+kernels = {id(d.py_func) for d in dispatchers_of(*[m for n, m in list(sys.modules.items())
+                                                  if n.startswith("gropcap") and m])}
+left = sorted(f"{n}.{k}" for n, m in list(sys.modules.items()) if n.startswith("gropcap")
+              and m for k, v in vars(m).items() if isinstance(v, types.FunctionType)
+              and id(getattr(v, "__wrapped__", None)) in kernels)
+print(json.dumps({"engine": a.engine, "compiled": in_analyze, "left": left,
+                  "summary": report_dict(a)}))
 """
 
 
@@ -324,6 +345,7 @@ def test_the_api_takes_the_cold_path_too(tmp_path, monkeypatch):
     got = json.loads(p.stdout)
     assert got["engine"] == "reference"
     assert [f for f in got["compiled"] if f.startswith("gropcap.")] == []
+    assert got["left"] == []
     want = gropcap.analyze(SAMPLE, kernel="6.1")        # this session's cache: warm
     assert want.engine == "fast"
     assert got["summary"] == json.loads(json.dumps(report_dict(want)))
