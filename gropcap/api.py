@@ -110,7 +110,8 @@ def analyze(paths, config=None, *, models=None, decode_options=None, progress=No
         a capture of at most ``gro.engine.COLD_REFERENCE_MAX_BYTES`` (4 MiB), naming
         neither ``engine`` nor ``decoder``, runs on the reference decoder and engine
         (the same results, nothing compiled, in seconds; ``Analysis.engine`` is
-        ``"reference"``), as the command line does (``run/cold.py``).
+        ``"reference"``), as the command line does, and fills the Analysis' summary
+        and tables there too (``run/cold.py``).
 
     Raises:
         TypeError: an unknown keyword (the message lists the valid ones).
@@ -169,10 +170,12 @@ def analyze(paths, config=None, *, models=None, decode_options=None, progress=No
     # the one core (run/core.py) with the collecting sink: an Analysis in memory
     from gropcap.run.core import analyze_run
     with cold.reference_path() if reference else contextlib.nullcontext():
-        return analyze_run(paths, config, models=models, decode_options=decode_options,
-                           engine=engine, decoder=decoder, egress=egress,
-                           progress=progress, receiver=receiver, in_memory=True,
-                           captures=values["captures"])
+        a = analyze_run(paths, config, models=models, decode_options=decode_options,
+                        engine=engine, decoder=decoder, egress=egress, progress=progress,
+                        receiver=receiver, in_memory=True, captures=values["captures"])
+        if reference:
+            cold.fill(a)
+    return a
 
 
 __all__ = ["analyze", "keywords", "keyword_params", "CLI_ONLY", "RUN_KEYS"]

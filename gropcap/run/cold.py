@@ -44,3 +44,12 @@ def note() -> str:
     from gropcap.gro.engine import COLD_REFERENCE_MAX_BYTES
     from gropcap.run.progress import COLD_REFERENCE_NOTE
     return COLD_REFERENCE_NOTE.format(mib=COLD_REFERENCE_MAX_BYTES >> 20)
+
+
+def fill(analysis) -> None:
+    """Compute what an :class:`~gropcap.analysis.Analysis` keeps once computed (its
+    accumulators, flows, packet and super-packet tables), inside :func:`reference_path`:
+    on a small capture the Python kernels take milliseconds, where the notebook's first
+    ``summary()`` or ``packets`` would otherwise compile them."""
+    for name in ("totals", "flows", "packets", "superpackets"):
+        getattr(analysis, name)
