@@ -98,7 +98,9 @@ def analyze(paths, config=None, *, models=None, decode_options=None, progress=No
         models: ``("ideal", "napi")`` by default; or the CLI's ``model="napi"``.
         decode_options: a :class:`~gropcap.decode.options.DecodeOptions`, instead of the
             tunnel-port keywords (``vxlan_port``, ``geneve_port``, ``dsa_tag``, ...).
-        progress: a :class:`gropcap.run.progress.Progress`.
+        progress: a :class:`gropcap.run.progress.Progress`. None: no bar, and the
+            command line's notes on stderr ("compiling GRO kernels, first run only";
+            a first call on the reference path).
         **options: any option of ``gropcap analyze`` that changes the result, named after
             its long option: ``kernel="6.1"``, ``model="napi"``, ``queues=4``,
             ``gro_flush_timeout_us=50``, ``udp_tunnel="vxlan:4789"`` (repeatable options
@@ -165,11 +167,17 @@ def analyze(paths, config=None, *, models=None, decode_options=None, progress=No
     reference = not given & {"engine", "decoder"} and cold.takes_reference_path(paths)
     if reference:
         engine = decoder = "reference"
-        if progress is not None:
-            progress.note(cold.note())
+    # without a progress of the caller's: no bar, but the command line's notes on stderr
+    # (the kernels compiling, a first run on the reference path): a notebook's first call
+    # is otherwise a minute of silence
+    from gropcap.run.progress import Progress
+    own = Progress(False, quiet=False, compile_note=not reference) if progress is None \
+        else contextlib.nullcontext(progress)
     # the one core (run/core.py) with the collecting sink: an Analysis in memory
     from gropcap.run.core import analyze_run
-    with cold.reference_path() if reference else contextlib.nullcontext():
+    with own as progress, cold.reference_path() if reference else contextlib.nullcontext():
+        if reference:
+            progress.note(cold.note())
         a = analyze_run(paths, config, models=models, decode_options=decode_options,
                         engine=engine, decoder=decoder, egress=egress, progress=progress,
                         receiver=receiver, in_memory=True, captures=values["captures"])

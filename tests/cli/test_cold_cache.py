@@ -344,6 +344,9 @@ def test_the_api_takes_the_cold_path_too(tmp_path, monkeypatch):
                        text=True, cwd=ROOT, env=env, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
     got = json.loads(p.stdout)
+    # the command line's note on stderr, once (a notebook shows it)
+    cold_note = f"gropcap: {cold.note()}"
+    assert p.stderr.splitlines().count(cold_note) == 1, p.stderr[-3000:]
     assert got["engine"] == "reference"
     assert [f for f in got["compiled"] if f.startswith("gropcap.")] == []
     assert got["left"] == []
@@ -355,3 +358,15 @@ def test_the_api_takes_the_cold_path_too(tmp_path, monkeypatch):
     assert gropcap.analyze(SAMPLE, kernel="6.1").engine == "reference"
     assert gropcap.analyze(SAMPLE, engine="fast").engine == "fast"
     assert gropcap.analyze(SAMPLE, decoder="fast").engine == "fast"
+    # off the cold path, with no progress of the caller's: the compile note is watched
+    import gropcap.run.core as core
+    from gropcap.run.progress import Progress
+    seen, run = [], core.analyze_run
+
+    def spy(*args, progress=None, **kwargs):
+        seen.append((type(progress), progress.quiet, progress.compile_note,
+                     progress._listener is not None))
+        return run(*args, progress=progress, **kwargs)
+    monkeypatch.setattr(core, "analyze_run", spy)
+    gropcap.analyze(SAMPLE, engine="fast")
+    assert seen == [(Progress, False, True, True)]
