@@ -35,8 +35,9 @@ RETRY_S = 0.02
 
 _RUNTIME_DIRS: tuple[str, ...] = ()
 # depth: nested deferred() blocks; finished: a deferred(drop=True) block ended, the
-# command's outputs are complete and an interrupt no longer stops it
-_state = {"depth": 0, "pending": False, "drop": False, "finished": False}
+# command's outputs are complete and an interrupt no longer stops it; raised: a
+# KeyboardInterrupt was raised in the block (interrupt_raised)
+_state = {"depth": 0, "pending": False, "drop": False, "finished": False, "raised": False}
 
 
 def _runtime_dirs() -> tuple[str, ...]:
@@ -123,7 +124,18 @@ def on_signal(signum, frame):
         t.start()
         return
     _state["pending"] = False
+    _state["raised"] = True
     raise KeyboardInterrupt
+
+
+def interrupt_raised() -> bool:
+    """Whether a KeyboardInterrupt was raised inside :func:`handling_interrupts` (by
+    :func:`on_signal` or at the end of a :func:`deferred` block). The command line then
+    treats whatever exception ends the command as the interrupt: C code that catches
+    the KeyboardInterrupt may raise another in its place (an extension module being
+    imported: ``ImportError: numba._devicearray failed to import``, the KeyboardInterrupt
+    printed and cleared by the module's init)."""
+    return _state["raised"]
 
 
 def exit_at_once(signum, frame):
@@ -214,15 +226,26 @@ def _forget_handled_interrupt() -> None:
 
 @contextlib.contextmanager
 def handling_interrupts():
-    """Install the SIGINT handler for the block (main thread only; elsewhere a no-op)."""
+    """Install the SIGINT handler for the block (main thread only; elsewhere a no-op), and
+    a ``sys.excepthook`` that prints no KeyboardInterrupt."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = signal.signal(signal.SIGINT, on_signal)
-    _state.update(depth=0, pending=False, drop=False, finished=False)
+    _state.update(depth=0, pending=False, drop=False, finished=False, raised=False)
+    hook = sys.excepthook
+
+    def quiet_interrupt(kind, value, tb):
+        # C code that catches a KeyboardInterrupt prints it (PyErr_Print, through this
+        # hook: an extension module's init) before raising its own error; the command
+        # says "gropcap: interrupted" itself (interrupt_raised)
+        if not issubclass(kind, KeyboardInterrupt):
+            hook(kind, value, tb)
+    sys.excepthook = quiet_interrupt
     try:
         yield
     finally:
+        sys.excepthook = hook
         signal.signal(signal.SIGINT, previous)
         # "finished" stays: a late interrupt must not turn a complete run into exit 130
         _state.update(depth=0, pending=False, drop=False)
@@ -243,8 +266,9 @@ def deferred(*, drop: bool = False):
             pending, dropping = _state["pending"], _state["drop"]
             _state.update(pending=False, drop=False, finished=dropping)
             if pending and not dropping:
+                _state["raised"] = True
                 raise KeyboardInterrupt
 
 
 __all__ = ["handling_interrupts", "deferred", "on_signal", "exit_at_once", "run_command",
-           "called_from_compiled_code"]
+           "called_from_compiled_code", "interrupt_raised"]

@@ -70,12 +70,21 @@ class _Group(Group):
     def invoke(self, ctx):
         import signal
 
-        from gropcap.interrupt import handling_interrupts
+        from gropcap.interrupt import handling_interrupts, interrupt_raised
 
         previous = _sigterm_as_interrupt()
         try:
-            with handling_interrupts():
-                return super().invoke(ctx)
+            try:
+                with handling_interrupts():
+                    return super().invoke(ctx)
+            except (click.exceptions.Exit, click.exceptions.Abort):
+                raise
+            except Exception:
+                # the interrupt came first: C code that caught its KeyboardInterrupt
+                # raised this in its place (interrupt.interrupt_raised)
+                if interrupt_raised():
+                    raise KeyboardInterrupt from None
+                raise
         except GropcapError as e:
             outs = ctx.meta.get("gropcap.outputs")
             if outs is not None:     # name the target, not its staging entry

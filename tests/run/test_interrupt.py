@@ -227,6 +227,43 @@ def test_a_keyboard_interrupt_cpython_saw_unhandled_still_exits_with_our_status(
     assert p.returncode == code, p.stderr
 
 
+@pytest.mark.parametrize("interrupted", [True, False])
+def test_an_interrupt_that_c_code_turned_into_another_error_exits_130(tmp_path, monkeypatch,
+                                                                   interrupted):
+    """A KeyboardInterrupt raised while a C extension is imported is caught by the
+    module's init, printed (``PyErr_Print``) and replaced: ``ImportError:
+    numba._devicearray failed to import``. The command still ends as interrupted (130,
+    one line, no traceback, no output left): the interrupt came first
+    (``interrupt.interrupt_raised``). The same error without an interrupt stays an
+    error.
+
+    Regression: CI saw a traceback and exit 1 from a SIGINT 0.56 s into a run."""
+    import gropcap.run.core as core
+    from click.testing import CliRunner
+
+    from gropcap.cli import main
+    from gropcap.interrupt import on_signal
+
+    def importing_numba(*args, **kwargs):
+        try:
+            if interrupted:
+                on_signal(signal.SIGINT, sys._getframe())
+        except KeyboardInterrupt:
+            # the module's init: PyErr_Print (through sys.excepthook), then its own error
+            sys.excepthook(*sys.exc_info())
+        raise ImportError("numba._devicearray failed to import")
+    monkeypatch.setattr(core, "analyze_run", importing_numba)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["analyze", os.path.join(ROOT, "sample_pcaps",
+                                                          "crafted_gre.pcap"),
+                                  "--out", str(out)])
+    if interrupted:
+        assert r.exit_code == 130 and r.stderr == "gropcap: interrupted\n", r.output
+    else:
+        assert r.exit_code == 1 and isinstance(r.exception, ImportError), r.output
+    assert not out.exists() and os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("kind", ["dir-new", "dir-into", "file"])
 def test_interrupt_while_an_output_is_staged_leaves_nothing(tmp_path, monkeypatch, kind):
     """Ctrl-C between creating a staging entry and noting it (os.chmod, the step after
