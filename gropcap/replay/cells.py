@@ -49,7 +49,7 @@ from gropcap.errors import GropcapError
 import gropcap.replay._wire as _wire
 from gropcap.replay._netns import VethPair, _run, check_environment
 import gropcap.replay.kernel as K
-from gropcap.replay.kernel import _Matcher, is_kick, kick_frame, split_bursts
+from gropcap.replay.kernel import _Matcher, is_kick, split_bursts
 
 __all__ = ["replay_gro_cells", "simulate_cells", "CellsReplayResult", "VXLAN_OVERHEAD",
            "Decap", "decap_device"]
@@ -71,7 +71,8 @@ class CellsReplayResult:
         lost: input frames found in no delivered packet.
         device: the tunnel device's ``ip link`` type.
         xdp: an XDP_PASS program was on the receiving veth (kernels before 5.13).
-        attempts: how many times the frames were sent (:data:`ATTEMPTS` at most).
+        attempts: how many times the frames were sent (at most
+            ``replay.kernel.REPLAY_ATTEMPTS``).
         slow_bursts, late_flushes: of the last attempt, the bursts sent too slowly and
             the polls merged with a later one (both empty: a faithful replay).
     """
@@ -260,9 +261,9 @@ def replay_gro_cells(frames: list[bytes], bursts: list[int] | None = None, *,
             rx.setblocking(False)
             tx, _ = pair.packet_socket("tx", proto=0, sndbuf=8 << 20)
             time.sleep(pause_s)
-            for attempt in range(1, ATTEMPTS + 1):
+            for attempt in range(1, K.REPLAY_ATTEMPTS + 1):
                 _read_all(rx, dev.l3)           # what an earlier attempt left
-                slow = _inject(tx, sent, polls, kick,
+                slow = _inject(tx.send, sent, polls, kick,
                                pause_s + 3 * cells_flush_timeout_ns / 1e9,
                                flush_timeout_ns // 2)
                 time.sleep(0.2)
@@ -281,40 +282,8 @@ def replay_gro_cells(frames: list[bytes], bursts: list[int] | None = None, *,
                              late)
 
 
-# a replay runs again when a burst took too long to send or the veth flushed a poll late
-# (``replay.kernel.ReplaySession``'s rule): at most this many times
-ATTEMPTS = 3
-
-
-def _inject(tx, sent, polls, kick: bool, pause_s: float, limit_ns: int) -> list[int]:
-    """Send burst by burst (a kick frame first with ``kick``), pausing ``pause_s`` after
-    each; returns the bursts whose sending took longer than ``limit_ns`` (half the veth's
-    deferred flush: its timer may have flushed the burst's first packets early). The
-    collector is off meanwhile."""
-    import gc
-    slow = []
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        i = 0
-        while i < len(sent):
-            j = i
-            while j < len(sent) and polls[j] == polls[i]:
-                j += 1
-            if kick:
-                tx.send(kick_frame(sent[i]))
-                time.sleep(K.KICK_SETTLE_S)
-            t0 = time.monotonic_ns()
-            for k in range(i, j):
-                tx.send(sent[k])
-            if time.monotonic_ns() - t0 > limit_ns:
-                slow.append(polls[i])
-            time.sleep(pause_s)
-            i = j
-    finally:
-        if enabled:
-            gc.enable()
-    return slow
+# how the bursts are sent: replay.kernel's sender (a name of its own here, for tests)
+_inject = K.inject_bursts
 
 
 def _read_all(rx, l3: bool) -> list[bytes]:

@@ -282,6 +282,51 @@ def late_flushes(units: list, polls: list[int]) -> list[int]:
     return sorted({polls[ix[0]] for ix in units if ix and polls[ix[0]] != polls[ix[-1]]})
 
 
+# a replay runs again, at most this many times in all, when a burst took too long to send
+# (inject_bursts) or the receiver flushed a poll late (late_flushes)
+REPLAY_ATTEMPTS = 3
+
+
+def inject_bursts(send, sent: list[bytes], polls: list[int], kick: bool, pause_s: float,
+                  limit_ns: int) -> list[int]:
+    """Send ``sent`` burst by burst (``polls``: the burst of each frame) through
+    ``send``, a kick frame first in each burst with ``kick``, pausing ``pause_s`` after
+    each; returns the bursts whose sending took longer than ``limit_ns`` (half the
+    receiver's flush timeout).
+
+    One burst is one GRO window only if all its frames reach the ring before the
+    deferred-flush timer fires (``gro_flush_timeout`` after the burst's first frame was
+    polled); a sender stalled longer (preempted, a garbage collection) lets the timer
+    flush the burst's first packets early. Such a run is not a faithful replay, so the
+    caller runs it again (:data:`REPLAY_ATTEMPTS`). The collector is off meanwhile.
+    """
+    import gc
+    n = len(sent)
+    slow = []
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        i = 0
+        while i < n:
+            j = i
+            while j < n and polls[j] == polls[i]:
+                j += 1
+            if kick:
+                send(kick_frame(sent[i]))
+                time.sleep(KICK_SETTLE_S)
+            t0 = time.monotonic_ns()
+            for k in range(i, j):
+                send(sent[k])
+            if time.monotonic_ns() - t0 > limit_ns:
+                slow.append(polls[i])
+            time.sleep(pause_s)
+            i = j
+    finally:
+        if enabled:
+            gc.enable()
+    return slow
+
+
 class ReplaySession:
     """One veth pair in fresh namespaces, reused for many replays (reset by a pause).
 
@@ -303,9 +348,7 @@ class ReplaySession:
         self.flush_timeout_ns = int(flush_timeout_ns)
         self.defer = int(defer)
         self.budget = int(budget)
-        # replays run again when a burst took too long to send (see _inject) or the
-        # receiver flushed a poll late (late_flushes)
-        self.attempts = 3
+        self.attempts = REPLAY_ATTEMPTS
         t = self.flush_timeout_ns / 1e9
         # the timer poll runs at +T and re-arms once (defer) before it flushes all: > 2T
         self.pause_s = pause_s if pause_s is not None else max(0.03, 3 * t + 0.01)
@@ -416,40 +459,10 @@ class ReplaySession:
         self.tx.send(frame)
 
     def _inject(self, sent: list[bytes], polls: list[int]) -> list[int]:
-        """Send burst by burst, pausing between bursts; returns the bursts whose sending
-        took longer than half the flush timeout.
-
-        One burst is one GRO window only if all its frames reach the ring before the
-        deferred-flush timer fires (``gro_flush_timeout`` after the burst's first frame was
-        polled); a sender stalled longer (preempted, a garbage collection) lets the timer
-        flush the burst's first packets early. Such a run is not a faithful replay, so
-        :meth:`replay` runs it again (``attempts``). The collector is off meanwhile.
-        """
-        import gc
-        n = len(sent)
-        limit = self.flush_timeout_ns // 2
-        slow = []
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            i = 0
-            while i < n:
-                j = i
-                while j < n and polls[j] == polls[i]:
-                    j += 1
-                self._send(kick_frame(sent[i]))
-                time.sleep(KICK_SETTLE_S)
-                t0 = time.monotonic_ns()
-                for k in range(i, j):
-                    self._send(sent[k])
-                if time.monotonic_ns() - t0 > limit:
-                    slow.append(polls[i])
-                time.sleep(self.pause_s)
-                i = j
-        finally:
-            if enabled:
-                gc.enable()
-        return slow
+        """:func:`inject_bursts` through this session's sender, a kick frame first in
+        every burst."""
+        return inject_bursts(self._send, sent, polls, True, self.pause_s,
+                             self.flush_timeout_ns // 2)
 
     def _collect(self, n: int) -> tuple[list, list]:
         plain, vnet = [], []

@@ -167,9 +167,10 @@ def test_gro_cells_late_flush_is_replayed_again(monkeypatch):
     import gropcap.replay.cells as cells
     real, attempts = cells._inject, []
 
-    def hurried(tx, sent, polls, kick, pause_s, limit_ns):
+    def hurried(send, sent, polls, kick, pause_s, limit_ns):
         attempts.append(pause_s)
-        return real(tx, sent, polls, kick, 0.0 if len(attempts) == 1 else pause_s, limit_ns)
+        return real(send, sent, polls, kick, 0.0 if len(attempts) == 1 else pause_s,
+                    limit_ns)
     monkeypatch.setattr(cells, "_inject", hurried)
     try:
         r = cells.replay_gro_cells(_vxlan_flow(8, 20), [0] * 4 + [1] * 4)
