@@ -170,10 +170,8 @@ def _cold_reference(m: dict, capture: str, scratch: str) -> None:
     r = _analyze(m["tree"], capture, cache, engine=None)
     if r.pop("summary") != m["summary"]:
         raise SystemExit(f"{m['tree']}: the reference path printed another summary")
-    from gropcap.gro.engine import COLD_REFERENCE_MAX_BYTES
-    from gropcap.run.progress import COLD_REFERENCE_NOTE
-    note = COLD_REFERENCE_NOTE.format(mib=COLD_REFERENCE_MAX_BYTES >> 20)
-    r["took_reference_path"] = f"gropcap: {note}" in r["stderr"]
+    from gropcap.run.cold import note
+    r["took_reference_path"] = f"gropcap: {note()}" in r["stderr"]
     # nothing compiled: numba saved no machine code (``.nbc``) in the run's cache (the
     # index files, ``.nbi``, are written empty when gropcap's kernels are imported:
     # numba_cache.refresh)

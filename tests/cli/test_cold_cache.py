@@ -31,10 +31,9 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from gropcap.run import cold, warm
 from gropcap.run.cold import REFERENCE_PATH_KERNELS
-from gropcap.gro.engine import COLD_REFERENCE_MAX_BYTES
-from gropcap.run import warm
-from gropcap.run.progress import COLD_REFERENCE_NOTE, COMPILE_NOTE
+from gropcap.run.progress import COMPILE_NOTE
 from gropcap.run.threads import default_threads
 
 from where import ROOT, SAMPLES
@@ -131,8 +130,7 @@ def test_a_first_run_on_a_cold_cache(tmp_path):
     # 1. the small sample on a cold cache: the reference path, its own note, nothing
     # compiled, and the cache still cold
     ref = Run(tmp_path, cache)
-    cold = COLD_REFERENCE_NOTE.format(mib=COLD_REFERENCE_MAX_BYTES >> 20)
-    assert ref.stderr[0] == f"gropcap: {cold}", ref.stderr
+    assert ref.stderr[0] == f"gropcap: {cold.note()}", ref.stderr
     assert len(ref.stderr) == 2 and " packets in " in ref.stderr[1], ref.stderr
     assert ref.summary == warm_run.summary
     # nor the counting, RSS and address-text kernels it calls (run as Python there:
@@ -336,7 +334,6 @@ def test_the_api_takes_the_cold_path_too(tmp_path, monkeypatch):
     or the decoder gets it."""
     import gropcap
     from gropcap.report.summary import report_dict
-    from gropcap.run import cold
 
     env = dict(os.environ, PYTHONPATH=ROOT, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
     env.pop(warm.HELPER_ENV, None)
