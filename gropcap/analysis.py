@@ -121,6 +121,16 @@ class Analysis:
             self._cache["flows"] = self.totals.flows_table()
         return self._cache["flows"]
 
+    @property
+    def flow_causes(self) -> list[str] | None:
+        """Per flow of the primary model, the probable cause of its breaks
+        (``report.explain.flow_causes``; the json summary's ``top_flows``); None without a
+        GRO result."""
+        if "flow_causes" not in self._cache:
+            from gropcap.run.accumulators import flow_causes_of
+            self._cache["flow_causes"] = flow_causes_of(self) if self.results else None
+        return self._cache["flow_causes"]
+
     def egress(self) -> dict:
         """Egress accounting per model (``gso.egress`` totals) for :attr:`egress_options`.
 

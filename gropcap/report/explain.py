@@ -24,7 +24,7 @@ from gropcap.errors import ConfigError
 from gropcap.gro import reasons as R
 from gropcap.gro.reasons import REASONS, ROLE_NAMES, reason_name
 # per flow, the breaks a sequence jump explains, counted batch by batch
-from gropcap.run.accumulators import FlowCauses
+from gropcap.run.accumulators import FlowCauses, flow_causes_of
 
 # decoded columns the explanation reads
 _COLS = ("ts_ns", "wire_len", "cap_len", "encap", "status", "ip_version", "ip_offset",
@@ -383,16 +383,11 @@ def flow_causes(analysis, model: str | None = None) -> list[str]:
     ``retransmission`` when it goes back: the sequence gap that :func:`flow_breaks` finds
     with the held super-packet, read here from neighbouring rows for all flows at once.
     The cause with more breaks is named, e.g. ``loss or reordering at 12 of 15 breaks``.
+    The primary model's are kept by the analysis (``Analysis.flow_causes``).
     """
-    model = model or analysis.primary_model
-    res = analysis.results[model]
-    t = analysis.decoded
-    n_flows = int(res.flow_id.max()) + 1 if len(res.flow_id) else 0
-    acc = FlowCauses()
-    if n_flows:
-        acc.add(res.flow_id, t.column("tcp_seq").to_numpy(), t.column("payload_len").to_numpy(),
-                t.column("l4_proto").to_numpy(), res.reason)
-    return acc.result(n_flows)
+    if model in (None, analysis.primary_model):
+        return analysis.flow_causes
+    return flow_causes_of(analysis, model)
 
 
 def _break(v, h: _Held | None, i: int, code: int, config, skbs: dict) -> Break:

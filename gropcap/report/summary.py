@@ -57,7 +57,9 @@ def report_dict(analysis, *, top: int = 5) -> dict:
     ``primary_model``)."""
     s = _summary_of(analysis)
     tf = top_flows(analysis.flows, analysis.primary_model, top)
-    causes = _flow_causes(analysis)
+    # per flow, the probable cause of its breaks: a streamed run's, or the one an
+    # in-memory analysis keeps (Analysis.flow_causes; None without GRO results)
+    causes = getattr(analysis, "flow_causes", None)
     for row in tf["flows"]:
         row["probable_cause"] = causes[row["flow_id"]] if causes else None
     return {**s, "top_flows": {"model": analysis.primary_model, **tf}}
@@ -68,17 +70,6 @@ def _summary_of(analysis) -> dict:
     ``summary`` dict, already rendered from its totals)."""
     return analysis.summary() if callable(getattr(analysis, "summary", None)) \
         else dict(analysis.summary)
-
-
-def _flow_causes(analysis) -> list[str] | None:
-    """Per flow, the probable cause of its breaks: computed by a streamed run, else
-    report.explain.flow_causes over the packet columns (None without them)."""
-    if getattr(analysis, "flow_causes", None) is not None:
-        return analysis.flow_causes
-    if getattr(analysis, "decoded", None) is None or not getattr(analysis, "results", None):
-        return None
-    from gropcap.report.explain import flow_causes
-    return flow_causes(analysis)
 
 
 def _ep(addr: str, port: int) -> str:
@@ -361,7 +352,8 @@ def render_text(analysis, *, top_flows: int = 5, width: int = 80, color: bool = 
     _section_aggregation(out, s)
     _section_context_dependence(out, s, analysis)
     _section_files(out, s)
-    _section_flows(out, analysis.flows, primary, top_flows, _flow_causes(analysis))
+    _section_flows(out, analysis.flows, primary, top_flows,
+                   getattr(analysis, "flow_causes", None))
     _section_reasons(out, s, primary)
     _section_encapsulations(out, s)
     _section_stages(out, s)

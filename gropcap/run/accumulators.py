@@ -882,6 +882,21 @@ class FlowCauses:
             self.total[:n_flows].tolist())]
 
 
+def flow_causes_of(analysis, model: str | None = None) -> list[str]:
+    """``report.explain.flow_causes`` of an in-memory analysis (its whole table as one
+    batch): per flow of ``model`` (the primary one when None), the probable cause of its
+    breaks."""
+    model = model or analysis.primary_model
+    res = analysis.results[model]
+    t = analysis.decoded
+    n_flows = int(res.flow_id.max()) + 1 if len(res.flow_id) else 0
+    acc = FlowCauses()
+    if n_flows:
+        acc.add(res.flow_id, t.column("tcp_seq").to_numpy(), t.column("payload_len").to_numpy(),
+                t.column("l4_proto").to_numpy(), res.reason)
+    return acc.result(n_flows)
+
+
 class SealedTables:
     """``run.spill.Spill``'s interface over tables kept in memory (concatenated once)."""
 
@@ -1002,7 +1017,7 @@ def totals_of_analysis(analysis, capture: CaptureCounts | None = None,
     return tot
 
 
-__all__ = ["UDP_TUNNEL_KINDS", "udp_tunnel_counts", "FlowCauses", "Totals", "CaptureCounts",
+__all__ = ["UDP_TUNNEL_KINDS", "udp_tunnel_counts", "FlowCauses", "flow_causes_of", "Totals", "CaptureCounts",
            "CoalescedCounts", "ModelCounts", "FlowCounts", "totals_of_analysis",
            "model_counts", "file_index_of", "encap_counts", "hist_by_name",
            "flow_key_columns", "addr_text", "addr_texts", "reverse_seen", "reverse_count",

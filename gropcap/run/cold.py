@@ -48,8 +48,9 @@ def note() -> str:
 
 def fill(analysis) -> None:
     """Compute what an :class:`~gropcap.analysis.Analysis` keeps once computed (its
-    accumulators, flows, packet and super-packet tables), inside :func:`reference_path`:
-    on a small capture the Python kernels take milliseconds, where the notebook's first
-    ``summary()`` or ``packets`` would otherwise compile them."""
-    for name in ("totals", "flows", "packets", "superpackets"):
+    accumulators, flows, packet and super-packet tables, the flows' probable causes),
+    inside :func:`reference_path`: on a small capture the Python kernels take
+    milliseconds, where the notebook's first ``summary()``, ``packets`` or json summary
+    (``report_dict``) would otherwise compile them."""
+    for name in ("totals", "flows", "packets", "superpackets", "flow_causes"):
         getattr(analysis, name)

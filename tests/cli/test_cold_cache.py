@@ -311,7 +311,8 @@ import gropcap
 from gropcap.report.summary import report_dict
 a = gropcap.analyze(sys.argv[1], kernel="6.1")
 a.summary(), a.packets.to_pandas(), a.flows.to_pandas(), a.superpackets.to_pandas()
-notebook = list(compiled)      # what the notebook's calls compiled (not report_dict's)
+summary = report_dict(a)       # the json summary: its top flows' probable causes too
+notebook = list(compiled)      # what the notebook's calls compiled
 # a kernel left as its Python function in a module after the call (one imported during
 # it: ``from module import kernel``) would run as Python in every later call
 import types
@@ -322,7 +323,7 @@ left = sorted(f"{n}.{k}" for n, m in list(sys.modules.items()) if n.startswith("
               and m for k, v in vars(m).items() if isinstance(v, types.FunctionType)
               and id(getattr(v, "__wrapped__", None)) in kernels)
 print(json.dumps({"engine": a.engine, "compiled": notebook, "left": left,
-                  "summary": report_dict(a)}))
+                  "summary": summary}))
 """
 
 
@@ -330,8 +331,8 @@ def test_the_api_takes_the_cold_path_too(tmp_path, monkeypatch):
     """``gropcap.analyze`` on a cold cache and a small capture: the reference decoder and
     engine, nothing compiled, the results of the numba kernels (a notebook's first call
     compiled for a minute); nor do the Analysis' summary and tables afterwards (they
-    compiled the counting and address-text kernels: 3.4 s); a caller who names the engine
-    or the decoder gets it."""
+    compiled the counting and address-text kernels: 3.4 s), nor its json summary (the
+    flows' probable causes); a caller who names the engine or the decoder gets it."""
     import gropcap
     from gropcap.report.summary import report_dict
 
