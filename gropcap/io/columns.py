@@ -285,7 +285,7 @@ def readable(table: pa.Table, columns=None) -> pa.Table:
     """
     if columns is not None:
         return _readable_select(table, columns)
-    names = table.column_names
+    names = table.schema.names
     for col in list(names):
         table_names = _names_of(col)
         if table_names is not None and col + "_name" not in names:
@@ -303,7 +303,7 @@ def readable(table: pa.Table, columns=None) -> pa.Table:
 
 def _readable_select(table: pa.Table, columns) -> pa.Table:
     """:func:`readable` restricted to ``columns`` (in the order :func:`readable` gives)."""
-    names = table.column_names
+    names = table.schema.names
     keep = set(columns)
     arrays, fields = [], []
     ts = table.schema.field("ts_ns").type if "ts_ns" in names else None
