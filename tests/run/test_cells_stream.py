@@ -189,13 +189,16 @@ def test_egress_after_the_cells_on_a_mixed_capture(bench_capture, scenario, mtu,
 @pytest.mark.parametrize("kernel,mtu,scenario", [
     ("6.18", None, "decap"), ("6.18", 1450, "encap"), ("4.4", None, "encap"),
     ("4.4", 1450, "decap")])
-def test_egress_after_the_cells_with_several_tunnels(scenario, mtu, kernel, small_slices):
+def test_egress_after_the_cells_with_several_tunnels(scenario, mtu, kernel, bench_slices):
     """Tunnel samples as one receiver run: the cells' super-packets (GRE's units merged
     again, ERSPAN's merged there first) have first packets of different header lengths
     (IPv4 and IPv6 inside: 52 and 72 bytes), an egress MTU between them (ip6ip6's
     1 388-byte segments fit 1 450 with 52 bytes of headers, not with their own 72) drops
     or fragments by those lengths, and before v4.6 a merged unit keeps its tunnel GSO bits
-    into the cells' super-packet (the egress device then segments it in software)."""
+    into the cells' super-packet (the egress device then segments it in software).
+    Batches of 61 rows (47 of them) and slices of 61 units: the same runs in batches of
+    13 and slices of 5 took 11-13 s each; the tunnel samples in batches of 7 and slices
+    of 5 are test_egress_after_the_cells_batch_by_batch's."""
     from gropcap.gro.config import KernelProfile
     from gropcap.run.options import EgressOptions
     paths = [os.path.join(S, n) for n in ("crafted_gre.pcap", "crafted_ip6ip6.pcap",
@@ -204,7 +207,7 @@ def test_egress_after_the_cells_with_several_tunnels(scenario, mtu, kernel, smal
     config = GroConfig(tunnel_gro=True, kernel=KernelProfile.parse(kernel))
     eg = EgressOptions(scenario=scenario, feature_text="tso", mtu=mtu)
     want = analyze(paths, config, egress=eg, captures="continuous").summary()
-    got = stream_analyze(paths, config, egress=eg, batch_records=13,
+    got = stream_analyze(paths, config, egress=eg, batch_records=61,
                          captures="continuous").summary
     assert got == want
 
