@@ -21,8 +21,9 @@ at most ``budget - 1`` (63) data frames, so no poll is a full-budget poll (which
 everything with HZ < 1000), and the pause between bursts (> 2 timeouts) lets the timer
 flush everything. One burst is therefore exactly one GRO window: the simulator gets the
 burst number of each frame as ``polls``. Kick frames are dropped from what the receiver
-socket reads. A burst whose sending took longer than half the flush timeout (a stalled
-sender) is not a faithful window either: the replay then runs again.
+socket reads. A burst whose sending took longer than half the flush timeout, counted
+from its kick frame (a stalled sender, a kick settle that overslept), is not a faithful
+window either: the replay then runs again.
 
 The receiver is an AF_PACKET socket bound to the receiving veth (packets after GRO, in the
 order the stack gets them). A second socket with PACKET_VNET_HDR reads each packet's
@@ -295,10 +296,15 @@ def inject_bursts(send, sent: list[bytes], polls: list[int], kick: bool, pause_s
     receiver's flush timeout).
 
     One burst is one GRO window only if all its frames reach the ring before the
-    deferred-flush timer fires (``gro_flush_timeout`` after the burst's first frame was
-    polled); a sender stalled longer (preempted, a garbage collection) lets the timer
-    flush the burst's first packets early. Such a run is not a faithful replay, so the
-    caller runs it again (:data:`REPLAY_ATTEMPTS`). The collector is off meanwhile.
+    deferred-flush timer fires (``gro_flush_timeout`` after the kick's poll, or after
+    the burst's first frame was polled); a sender stalled longer (preempted, a garbage
+    collection) lets the timer flush the burst's first packets early. The time counts
+    from the kick: a settle that oversleeps past the timer lets the timer's poll find
+    an empty ring and end the deferral, and the burst's first frame is then polled at
+    once, held alone and flushed early by the next jiffy (CI, a loaded machine: frame
+    441, the first of its burst, delivered alone). Such a run is not a faithful replay,
+    so the caller runs it again (:data:`REPLAY_ATTEMPTS`). The collector is off
+    meanwhile.
     """
     import gc
     n = len(sent)
@@ -311,10 +317,10 @@ def inject_bursts(send, sent: list[bytes], polls: list[int], kick: bool, pause_s
             j = i
             while j < n and polls[j] == polls[i]:
                 j += 1
+            t0 = time.monotonic_ns()
             if kick:
                 send(kick_frame(sent[i]))
                 time.sleep(KICK_SETTLE_S)
-            t0 = time.monotonic_ns()
             for k in range(i, j):
                 send(sent[k])
             if time.monotonic_ns() - t0 > limit_ns:

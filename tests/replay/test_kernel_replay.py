@@ -384,6 +384,31 @@ def test_late_flushes_names_the_polls_merged_into_a_later_one():
     assert late_flushes([unit(1, 2, 3, 4)], polls) == [0]
 
 
+def test_a_burst_is_timed_from_its_kick(monkeypatch):
+    """inject_bursts on a fake clock: a burst whose kick settle overslept past half the
+    flush timeout is slow although its frames then went out at once (the timer's poll
+    found an empty ring and ended the deferral, so the burst's first frame was polled
+    alone and flushed early); one whose frames went out slowly is slow too."""
+    from gropcap.replay import kernel as K
+    clock, sends = [0], []
+    frames = [bytes([i]) * 60 for i in range(12)]
+    polls = [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    settles = iter([0.0005, 0.015, 0.0005, 0.0005])     # burst 1's settle oversleeps
+
+    def sleep(s):
+        clock[0] += int((next(settles) if s == K.KICK_SETTLE_S else s) * 1e9)
+
+    def send(frame):
+        sends.append(frame)
+        clock[0] += 4_000_000 if frame in frames[6:9] else 10_000    # burst 2: 12 ms
+    monkeypatch.setattr(K.time, "monotonic_ns", lambda: clock[0])
+    monkeypatch.setattr(K.time, "sleep", sleep)
+    assert K.inject_bursts(send, frames, polls, True, 0.05, 10_000_000) == [1, 2]
+    assert len(sends) == 16 and [K.is_kick(f) for f in sends[::4]] == [True] * 4
+    # without kick frames: only the frames' own time
+    assert K.inject_bursts(send, frames[3:9], polls[3:9], False, 0.05, 10_000_000) == [2]
+
+
 @pytest.mark.root
 @live
 @pytest.mark.parametrize("path", SAMPLES, ids=[os.path.basename(p) for p in SAMPLES])
