@@ -310,7 +310,7 @@ def _check_table(packets) -> pa.Table:
         packets = pa.Table.from_batches([packets])
     if not isinstance(packets, pa.Table):
         raise ConfigError(f"simulate() needs a pyarrow Table, got {type(packets).__name__}")
-    have = set(packets.schema.names)    # (column_names makes a Field a column: 7x slower)
+    have = set(packets.schema.names)    # (column_names makes a Field per column: 7x slower)
     missing = [name for name in _PACKET_NAMES if name not in have]
     if missing:
         raise ConfigError(f"packet table lacks columns {missing[:5]}",
