@@ -210,7 +210,6 @@ class _ModelRun:
                  order: "_OnlineOrder | None" = None):
         self.model = model
         self.egress_rows = egress_rows
-        self._gso_table = None
         self.config = config.replace(model=model)
         self.state = None                 # the engine state once the GRO pass is done
         # inline (a fused run's packets pass in its first pass, _Inline): the verdicts
@@ -260,10 +259,8 @@ class _ModelRun:
     def _egress(self, s) -> None:
         """Egress of the part's super-packets (``counts.egress``), their first packets'
         header codes from :attr:`egress_rows`."""
-        from gropcap.gro.engine import _gso_table, gso_types
-        if self._gso_table is None:
-            self._gso_table = _gso_table(self.config)
-        self.counts.egress.add(s["count"], s["gso"], gso_types(s, self._gso_table),
+        from gropcap.gro.engine import _gso_table, gso_types     # (cached per config)
+        self.counts.egress.add(s["count"], s["gso"], gso_types(s, _gso_table(self.config)),
                                s["payload"], self.egress_rows.take(s["first"]))
 
 
