@@ -22,7 +22,9 @@ figure is the one-core rate even on a shared machine; best of ``--rounds``):
 - **contention** (``--only contention``): one ``--threads 1`` json run alone against two
   side by side, as separate processes: the CPU a run needs more when the other core is
   busy too (shared caches, memory, clocks), and from it the ceiling of the two-thread
-  ratio on this machine (:func:`contention`).
+  ratio on this machine; and the run beside a process that streams memory or one that
+  only computes: how much of the run's CPU time is waiting on memory bandwidth
+  (:func:`contention`).
 
 Targets (issue 14): ``--format json`` >= 5 M packets/s marginal and >= 50x the reference
 decode; ``--out`` >= 2 M packets/s (the CPU-time runs use ``--threads 1``); two threads
@@ -153,34 +155,66 @@ def thread_ratios(path: str, small: str, tmp: str, rounds: int) -> dict:
     return res
 
 
+# The neighbours of ``contention``: a child that keeps the other core busy for as long as
+# it lives, either streaming memory (a 256 MiB array, larger than any cache here, read
+# and written over and over) or computing in registers (a Python loop over small ints).
+NEIGHBOURS = {
+    "memory": "import numpy as np\na = np.zeros(1 << 25, np.int64)\nwhile True: a += 1\n",
+    "compute": "x = 1\nwhile True: x = (x * 5 + 1) & 0xFFFF\n",
+}
+
+
+def _beside(kind: str, args: list[str]) -> dict:
+    """One ``gropcap`` run while a :data:`NEIGHBOURS` child runs on the other core."""
+    nb = subprocess.Popen([sys.executable, "-c", NEIGHBOURS[kind]],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)                  # the neighbour's imports and first pages
+        return _spawn(args)
+    finally:
+        nb.kill()
+        nb.wait()
+
+
 def contention(path: str, rounds: int) -> dict:
     """What two busy cores cost each other on this machine, without threads: one
     ``--threads 1`` json run alone against two of the same run side by side (separate
-    processes, nothing shared but the machine), alternating, ``rounds`` of each.
+    processes, nothing shared but the machine), and against the run beside a neighbour
+    process that streams memory or only computes (:data:`NEIGHBOURS`), alternating,
+    ``rounds`` of each.
 
     ``pair_cpu_inflation``: the pair's CPU seconds per run over the lone run's (least of
-    each). ``two_thread_ceiling``: the lone run's wall over the least wall any two-core
+    each); ``beside_memory_cpu_inflation`` / ``beside_compute_cpu_inflation`` the same
+    beside each neighbour: how much of a run waits on memory that the other core also
+    uses. ``two_thread_ceiling``: the lone run's wall over the least wall any two-core
     split of its CPU can have, ``cpu * inflation / 2``: a ``--threads 2`` ratio above it
     would need less work than one thread does."""
     args = ["analyze", path, "--format", "json", "-q", "--threads", "1"]
     alone, pair = [], []
+    beside = {kind: [] for kind in NEIGHBOURS}
     for _ in range(rounds):
         alone.append(_spawn(args))
         with concurrent.futures.ThreadPoolExecutor(2) as ex:
             pair.extend(ex.map(_spawn, [args, args]))
-    bad = [r for r in alone + pair if r["exit_code"]]
+        for kind, runs in beside.items():
+            runs.append(_beside(kind, args))
+    bad = [r for r in alone + pair + beside["memory"] + beside["compute"] if r["exit_code"]]
     if bad:
         raise SystemExit(f"bench_targets: gropcap failed: {bad[0].get('stderr', '')}")
     cpu1 = min(r["cpu_seconds"] for r in alone)
     wall1 = min(r["seconds"] for r in alone)
     cpu2 = min(r["cpu_seconds"] for r in pair)
     inflation = cpu2 / cpu1
-    return {"alone_cpu": [round(r["cpu_seconds"], 3) for r in alone],
-            "alone_wall": [round(r["seconds"], 3) for r in alone],
-            "pair_cpu": [round(r["cpu_seconds"], 3) for r in pair],
-            "pair_wall": [round(r["seconds"], 3) for r in pair],
-            "pair_cpu_inflation": inflation,
-            "two_thread_ceiling": wall1 / (cpu1 * inflation / 2)}
+    res = {"alone_cpu": [round(r["cpu_seconds"], 3) for r in alone],
+           "alone_wall": [round(r["seconds"], 3) for r in alone],
+           "pair_cpu": [round(r["cpu_seconds"], 3) for r in pair],
+           "pair_wall": [round(r["seconds"], 3) for r in pair],
+           "pair_cpu_inflation": inflation,
+           "two_thread_ceiling": wall1 / (cpu1 * inflation / 2)}
+    for kind, runs in beside.items():
+        res[f"beside_{kind}_cpu"] = [round(r["cpu_seconds"], 3) for r in runs]
+        res[f"beside_{kind}_cpu_inflation"] = min(r["cpu_seconds"] for r in runs) / cpu1
+    return res
 
 
 def reference_decode(path: str, packets: int) -> dict:
@@ -267,6 +301,9 @@ def main(argv=None) -> int:
         c = res["contention"]
         print(f"{'CPU of a run beside another / alone':34} {c['pair_cpu_inflation']:7.2f}x")
         print(f"{'two-thread ceiling on this machine':34} {c['two_thread_ceiling']:7.2f}x")
+        for kind in NEIGHBOURS:
+            print(f"{'CPU beside a ' + kind + ' loop / alone':34} "
+                  f"{c[f'beside_{kind}_cpu_inflation']:7.2f}x")
     if "threads" in res:
         print(f"load average before/after: {res['threads']['loadavg_before']} / "
               f"{res['threads']['loadavg_after']}")

@@ -133,6 +133,43 @@ def test_contention_runs_alone_and_in_pairs(bench_capture, monkeypatch):
     assert res["two_thread_ceiling"] == pytest.approx(
         min(res["alone_wall"]) / (min(res["alone_cpu"]) * res["pair_cpu_inflation"] / 2),
         rel=1e-2)
+    for kind in ("memory", "compute"):
+        assert len(res[f"beside_{kind}_cpu"]) == 2
+        assert res[f"beside_{kind}_cpu_inflation"] == pytest.approx(
+            min(res[f"beside_{kind}_cpu"]) / min(res["alone_cpu"]), rel=1e-2)
+
+
+def _running(code: str) -> int:
+    """Processes of this machine whose command line is ``python -c code``."""
+    n = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+        except OSError:
+            continue
+        n += code.encode() in argv
+    return n
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc to find the neighbour")
+def test_a_neighbour_runs_exactly_as_long_as_the_run(monkeypatch):
+    """bench_targets' contention neighbours: one child per run, busy while the run is timed
+    (memory: it has its array in place), killed and reaped after it."""
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
+    targets = _load("bench_targets")
+    seen = {}
+
+    def fake_spawn(args):
+        for kind, code in targets.NEIGHBOURS.items():
+            seen.setdefault(kind, []).append(_running(code))
+        return {"seconds": 1.0, "cpu_seconds": 1.0, "exit_code": 0, "peak_rss_mb": 1.0}
+
+    monkeypatch.setattr(targets, "_spawn", fake_spawn)
+    for kind in targets.NEIGHBOURS:
+        assert targets._beside(kind, ["analyze"])["exit_code"] == 0
+        assert _running(targets.NEIGHBOURS[kind]) == 0
+    assert seen == {"memory": [1, 0], "compute": [0, 1]}
 
 
 def test_callgrind_tool_splits_analyze_options_and_takes_the_marginal():
