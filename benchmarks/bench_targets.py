@@ -198,7 +198,7 @@ def contention(path: str, rounds: int) -> dict:
             pair.extend(ex.map(_spawn, [args, args]))
         for kind, runs in beside.items():
             runs.append(_beside(kind, args))
-    bad = [r for r in alone + pair + beside["memory"] + beside["compute"] if r["exit_code"]]
+    bad = [r for r in alone + pair + sum(beside.values(), []) if r["exit_code"]]
     if bad:
         raise SystemExit(f"bench_targets: gropcap failed: {bad[0].get('stderr', '')}")
     cpu1 = min(r["cpu_seconds"] for r in alone)
