@@ -13,7 +13,7 @@ pcap header, the Ethernet, IPv4 and TCP headers straight from the mapped file, f
 flow's entry in an open-addressing table, and runs the ideal model (one unlimited table)
 and the napi model (polls, the 8 x 8 GRO table with eviction, a flush at each poll end)
 with the tcp_gro_receive and inet_gro_flush checks of those headers (flags word, ack,
-options, TTL, TOS, DF, the IP ID with its fixed-ID bits, size, sequence), counting each
+options, TTL, TOS, DF, the IP ID with its fixed-ID bit, size, sequence), counting each
 model's super-packets and each flow's packets. Any other frame goes up alone, as a
 bypass. It is not gropcap's engine and nothing uses it: no other link type, layer or
 kernel, no per-packet output. What it gives is the cost of the work itself.
