@@ -44,6 +44,9 @@ ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+# the record scan's own field readers (``be``: big-endian), inlined into the pass
+from gropcap.capture.fast import _u16, _u32  # noqa: E402
+
 SLOTS = 1 << 16             # flow table slots (open addressing); at most half used
 BUCKETS, PER_BUCKET = 8, 8  # GRO_HASH_BUCKETS, MAX_GRO_SKBS
 BUDGET = 64
@@ -54,23 +57,6 @@ FIN, SYN, RST, PSH, URG, CWR = 0x01, 0x02, 0x04, 0x08, 0x20, 0x80
 (F_FIRST, F_COUNT, F_LEN, F_GROLEN, F_SEQ, F_ACK, F_WORD, F_TTL, F_TOS, F_DF, F_ID,
  F_FIXED, F_MSS, F_B, F_O0) = range(15)
 F_N = F_O0 + 5
-
-
-@numba.njit(nogil=True, inline="always")
-def _be16(b, p):
-    return (np.int64(b[p]) << 8) | np.int64(b[p + 1])
-
-
-@numba.njit(nogil=True, inline="always")
-def _be32(b, p):
-    return (np.int64(b[p]) << 24) | (np.int64(b[p + 1]) << 16) | \
-        (np.int64(b[p + 2]) << 8) | np.int64(b[p + 3])
-
-
-@numba.njit(nogil=True, inline="always")
-def _le32(b, p):
-    return np.int64(b[p]) | (np.int64(b[p + 1]) << 8) | (np.int64(b[p + 2]) << 16) | \
-        (np.int64(b[p + 3]) << 24)
 
 
 @numba.njit(nogil=True, inline="always")
@@ -137,11 +123,12 @@ def _unlink(tbl, tcnt, b, k):
 
 
 @numba.njit(nogil=True)
-def fused_pass(buf, pos, end, le, frac_ns, rss, keys, e, tbl, tcnt, counts, flow_pkts):
+def fused_pass(buf, pos, end, be, frac_ns, rss, keys, e, tbl, tcnt, counts, flow_pkts):
     """Every record of the pcap body ``buf[pos:end]`` through both models; returns the
     records read (negated when the flow table filled up). ``counts[m]``: super-packets
     of model m (0 ideal, 1 napi);
-    ``counts[2]``: bypass frames; ``counts[3]``: flows."""
+    ``counts[2]``: bypass frames; ``counts[3]``: flows; ``flow_pkts[k]``: frames of
+    flow k (every frame but the bypasses)."""
     n = 0
     nflows = counts[3]
     poll_n = 0
@@ -149,10 +136,9 @@ def fused_pass(buf, pos, end, le, frac_ns, rss, keys, e, tbl, tcnt, counts, flow
     arr = np.int64(-1)
     opt = np.zeros(5, np.int64)
     while end - pos >= 16:
-        ts = (_le32(buf, pos) if le else _be32(buf, pos)) * 1_000_000_000 + \
-            (_le32(buf, pos + 4) if le else _be32(buf, pos + 4)) * frac_ns
-        incl = _le32(buf, pos + 8) if le else _be32(buf, pos + 8)
-        wire = _le32(buf, pos + 12) if le else _be32(buf, pos + 12)
+        ts = _u32(buf, pos, be) * 1_000_000_000 + _u32(buf, pos + 4, be) * frac_ns
+        incl = _u32(buf, pos + 8, be)
+        wire = _u32(buf, pos + 12, be)
         p = pos + 16
         pos = p + incl
         if pos > end:
@@ -160,7 +146,9 @@ def fused_pass(buf, pos, end, le, frac_ns, rss, keys, e, tbl, tcnt, counts, flow
         n += 1
         arr = max(arr, ts)
         # the napi model's poll: the packet joins the current one while it arrives
-        # within the gap and the budget is not spent, else everything held goes up
+        # within the gap and the budget is not spent (__napi_poll); else the poll ended
+        # and, with gro_flush_timeout 0, napi_complete_done flushed everything held
+        # (napi_gro_flush; at a full budget with HZ < 1000, __napi_poll did)
         if poll_n == 0 or poll_n >= BUDGET or arr > last + GAP_NS:
             for b in range(BUCKETS):
                 counts[1] += tcnt[b]
@@ -170,15 +158,17 @@ def fused_pass(buf, pos, end, le, frac_ns, rss, keys, e, tbl, tcnt, counts, flow
             poll_n = 0
         poll_n += 1
         last = arr
-        # --- Ethernet / IPv4 / TCP, else a bypass frame (both models deliver it)
+        # --- Ethernet / IPv4 / TCP, else a bypass frame that both models deliver:
+        # inet_gro_receive leaves at once for IP options (*(u8 *)iph != 0x45) and for
+        # a fragment (ip_is_fragment), held entries untouched
         if incl < 54 or buf[p + 12] != 0x08 or buf[p + 13] != 0 or buf[p + 14] != 0x45 \
-                or buf[p + 23] != 6 or (_be16(buf, p + 20) & 0x3FFF) != 0:
+                or buf[p + 23] != 6 or (_u16(buf, p + 20, True) & 0x3FFF) != 0:
             counts[0] += 1
             counts[1] += 1
             counts[2] += 1
             continue
         ip = p + 14
-        tot = _be16(buf, ip + 2)
+        tot = _u16(buf, ip + 2, True)
         th = ip + 20
         doff = np.int64(buf[th + 12] >> 4) * 4
         if doff < 20 or 34 + doff > incl or tot < 20 + doff:
@@ -187,24 +177,26 @@ def fused_pass(buf, pos, end, le, frac_ns, rss, keys, e, tbl, tcnt, counts, flow
             counts[2] += 1
             continue
         tos = np.int64(buf[ip + 1])
-        ipid = _be16(buf, ip + 4)
-        df = (_be16(buf, ip + 6) >> 14) & 1
+        ipid = _u16(buf, ip + 4, True)
+        df = (_u16(buf, ip + 6, True) >> 14) & 1
         ttl = np.int64(buf[ip + 8])
-        seq = _be32(buf, th + 4)
-        ack = _be32(buf, th + 8)
-        word = _be32(buf, th + 12)          # doff, flags, window: tcp_flag_word
+        seq = _u32(buf, th + 4, True)
+        ack = _u32(buf, th + 8, True)
+        word = _u32(buf, th + 12, True)          # doff, flags, window: tcp_flag_word
         flags = word >> 16 & 0x1FF
         olen = doff - 20
         for w in range(5):
             opt[w] = np.int64(_word(buf, th + 20 + 8 * w, olen - 8 * w))
         ln = wire - 14 - 20 - doff          # skb_gro_len at TCP
         plen = wire - 14
-        short = tot != plen                 # padding or a cut: the skb carries a flush
-        # --- the flow: MAC header, addresses and ports, in an open-addressing table
-        k0 = (_be32(buf, p) << 16) | _be16(buf, p + 4)
-        k1 = (_be32(buf, p + 6) << 16) | _be16(buf, p + 10)
-        k2 = (_be32(buf, ip + 12) << 32) | _be32(buf, ip + 16)
-        k3 = _be32(buf, th)
+        # inet_gro_receive: tot_len != skb_gro_len (padding) sets the skb's own flush
+        short = tot != plen
+        # --- the flow: the MAC header (dev_gro_receive's same_flow), the addresses
+        # (inet_gro_receive) and the ports (tcp_gro_lookup), in an open-addressing table
+        k0 = (_u32(buf, p, True) << 16) | _u16(buf, p + 4, True)
+        k1 = (_u32(buf, p + 6, True) << 16) | _u16(buf, p + 10, True)
+        k2 = (_u32(buf, ip + 12, True) << 32) | _u32(buf, ip + 16, True)
+        k3 = _u32(buf, th, True)
         h = np.uint64(k0 ^ k1 * 31 ^ k2 * 1000003 ^ k3 * 0x9E3779B1)
         h ^= h >> np.uint64(29)
         slot = np.int64(h & np.uint64(SLOTS - 1))
@@ -231,6 +223,8 @@ def fused_pass(buf, pos, end, le, frac_ns, rss, keys, e, tbl, tcnt, counts, flow
             held = e[m, k, F_FIRST] >= 0
             if held and not _pair(e, m, k, flags, ack, word, ttl, tos, df, ipid, opt, ln,
                                   seq) and not short:
+                # skb_gro_receive merged it; out_check_final: pp when len < mss or
+                # one of URG, PSH, RST, SYN, FIN (no RST or SYN is ever merged)
                 e[m, k, F_COUNT] += 1
                 e[m, k, F_LEN] += ln
                 e[m, k, F_GROLEN] += ln
@@ -245,8 +239,10 @@ def fused_pass(buf, pos, end, le, frac_ns, rss, keys, e, tbl, tcnt, counts, flow
                 e[m, k, F_FIRST] = -1
                 if m == 1:
                     _unlink(tbl, tcnt, e[1, k, F_B], k)
+            # tcp_gro_receive with nothing held (mss 1), or the skb's own flush:
+            # dev_gro_receive delivers it at once, else holds it as a new entry
             if (flags & (SYN | RST | URG | FIN | PSH)) != 0 or ln < 1 or short:
-                counts[m] += 1                      # delivered alone
+                counts[m] += 1
                 continue
             b = keys[slot, 4]
             if m == 1:
@@ -258,7 +254,7 @@ def fused_pass(buf, pos, end, le, frac_ns, rss, keys, e, tbl, tcnt, counts, flow
                 tbl[b, tcnt[b]] = k
                 tcnt[b] += 1
             _hold(e, m, k, flags, ack, word, ttl, tos, df, ipid, opt, ln, seq, plen, n, b)
-    # the end of the capture: everything held goes up
+    # the end of the capture: everything held goes up (the ideal model's only flush)
     for m in range(2):
         for k in range(nflows):
             if e[m, k, F_FIRST] >= 0:
@@ -292,7 +288,7 @@ def run_fused(path: str) -> dict:
     counts = np.zeros(4, np.int64)
     flow_pkts = np.zeros(SLOTS // 2, np.int64)
     c0 = time.process_time()
-    n = fused_pass(buf, 24, len(buf), le, 1 if nano else 1000, rss, keys, e, tbl, tcnt,
+    n = fused_pass(buf, 24, len(buf), not le, 1 if nano else 1000, rss, keys, e, tbl, tcnt,
                    counts, flow_pkts)
     cpu = time.process_time() - c0
     del buf
@@ -300,7 +296,8 @@ def run_fused(path: str) -> dict:
         raise SystemExit(f"{path}: more than {SLOTS // 2} flows; the skeleton stops there")
     return {"records": int(n), "ideal_superpackets": int(counts[0]),
             "napi_superpackets": int(counts[1]), "bypass": int(counts[2]),
-            "flows": int(counts[3]), "cpu_seconds": cpu}
+            "flows": int(counts[3]), "flow_packets": int(flow_pkts.sum()),
+            "cpu_seconds": cpu}
 
 
 def run_digest(path: str) -> float:

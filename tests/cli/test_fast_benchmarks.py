@@ -221,6 +221,7 @@ def test_the_fused_floor_does_the_engines_work(name):
     assert fused["bypass"] == 0 and fused["flows"] >= 2
     for key in ("records", "ideal_superpackets", "napi_superpackets"):
         assert fused[key] == engine[key], key
+    assert fused["flow_packets"] + fused["bypass"] == fused["records"]
     assert fused["napi_superpackets"] >= fused["ideal_superpackets"]
 
 
@@ -327,3 +328,4 @@ def test_the_fused_floor_equals_the_models_on_generated_traffic(tmp_path_factory
     fused, engine = floor.run_fused(path), floor.run_engine(path, engine="reference")
     for key in ("records", "ideal_superpackets", "napi_superpackets"):
         assert fused[key] == engine[key], key
+    assert fused["flow_packets"] + fused["bypass"] == fused["records"]
