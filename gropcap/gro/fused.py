@@ -1,0 +1,610 @@
+"""One pass over a pcap file's bytes: the frame's headers read and both GRO models run
+record by record (issue 14's single pass), for the traffic and receive context it covers.
+
+The engine (``gro/engine.py``) runs over decoded columns: the decoder materialises about
+180 bytes a record, then a dozen passes (classification, bypass checks, lengths, RSS,
+each model) read them back with Python between the passes. This module reads the
+fields GRO needs straight from the mapped capture and runs the ideal and the napi model
+on each record while its headers are in registers, writing only the verdicts: the
+``GroResult`` of each model, equal to the engine's field for field
+(``tests/gro/test_fused.py`` holds it to the engine on the samples and on generated
+traffic). It is the first part of the single pass of ``docs/performance.md``; nothing in
+a run uses it yet (``benchmarks/bench_fused_floor.py`` measures it).
+
+What it covers, else :func:`uncovered` / :func:`run_file` say why and the engine runs:
+
+- a pcap file (either byte order, micro- or nanosecond times), link type Ethernet;
+- every frame Ethernet / IPv4 without options, not a fragment, a valid header
+  checksum, no reserved bit, TCP with its whole header captured, the IP length within
+  the frame and at most the MTU (``config.mtu``, 1500 when not given: a longer frame was
+  captured coalesced, whose segments need the whole capture's statistics);
+- the receive context of a 6.18 kernel's profile (the two fixed-ID bits of
+  ``inet_gro_flush``), one RX queue, no gro_flush_timeout or napi_defer_hard_irqs, no
+  ``--poll-acks``, TCP checksums not verified, no TCP fraglist GRO; budget, poll gap, HZ,
+  ``gro_ipv4_max_size`` and the RSS key as configured;
+- at most :data:`MAX_FLOWS` flows.
+
+Each step names the kernel function it mirrors; the rules shared with the engine are the
+engine's own functions (``fast.tcp._not_held_reason`` / ``_end_reason`` /
+``_options_differ``, ``fast.ip._ip_pair``, ``fast.state._sfl_flush``).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from gropcap.capture.fast import _u16, _u32
+from gropcap.decode._fast_kernels import _tcp_options
+from gropcap.constants import (
+    TCP_FLAG_CWR, TCP_FLAG_FIN, TCP_FLAG_PSH, TCP_FLAG_RST, TCP_FLAG_SYN, TCP_FLAG_URG,
+)
+from gropcap.gro.config import GroConfig
+from gropcap.gro.fast.ip import _ip_pair
+from gropcap.gro.fast.napi import _jiffy
+from gropcap.gro.fast.state import MAX_GRO_SKBS, OPT_AREA, OPT_WORDS, _sfl_flush, _unlink
+from gropcap.gro.fast.tcp import _end_reason, _not_held_reason, _options_differ
+from gropcap.gro.reasons import (
+    END_BUCKET_FULL, END_CAPTURE, END_POLL, END_POLL_OLD, FLUSH_CWR, FLUSH_DF, FLUSH_ECN,
+    FLUSH_FLAGS_FINAL, FLUSH_IP_ID, FLUSH_PAYLOAD_LARGER, FLUSH_SEQ, FLUSH_SIZE_LIMIT,
+    FLUSH_TCP_ACK, FLUSH_TCP_DOFF, FLUSH_TCP_FLAGS, FLUSH_TCP_OPTIONS, FLUSH_TCP_TS,
+    FLUSH_TCP_WINDOW, FLUSH_TOS, FLUSH_TTL, FLUSH_ZERO_PAYLOAD, MERGED, NO_HELD_PACKET,
+    NOT_HELD_LENGTH, ROLE_ALONE, ROLE_HEAD, ROLE_MERGED,
+)
+
+MAX_FLOWS = 1 << 16         # flows a run may have (the open-addressing table: twice that)
+BATCH = 1 << 17             # records a call of the pass handles at most
+
+# the held entry of a flow in a model: p's headers and what gro_complete reports
+(E_FIRST, E_LAST, E_COUNT, E_PAYLOAD, E_GROLEN, E_LEN, E_MSS, E_LIMIT, E_SEQ, E_ACK,
+ E_FLAGS, E_DOFF, E_WINDOW, E_TTL, E_TOS, E_DF, E_ID, E_FIXED, E_INST, E_ORDER, E_POLL,
+ E_AGE, E_GCODE, E_N) = range(24)
+# a super-packet as it goes up (delivery order)
+(S_FIRST, S_LAST, S_COUNT, S_PAYLOAD, S_GSO, S_END, S_POLL, S_FIXED, S_INST, S_GCODE,
+ S_FLOW, S_N) = range(12)
+# the pass's counters and its state between calls
+(C_FLOWS, C_POLLN, C_LAST, C_ARR, C_POLL, C_INST, C_ORDER, C_NSEG, C_STATUS, C_AT,
+ C_ROW, C_MAXTOT, C_SYNMSS, C_N) = (0, 1, 2, 3, 4, 5, 7, 9, 11, 12, 13, 14, 15, 16)
+# per model: C_INST + m, C_ORDER + m, C_NSEG + m
+# the parameters
+P_BUDGET, P_GAP, P_HZ, P_MASK, P_LIMIT, P_MTU, P_BUCKETS, P_RSS, P_N = range(9)
+# C_STATUS: why the pass stopped before the end of its input
+DONE, UNCOVERED, TOO_MANY_FLOWS, CUT = range(4)
+STOPPED = {UNCOVERED: "a frame the single pass does not cover",
+           TOO_MANY_FLOWS: f"more than {MAX_FLOWS} flows",
+           CUT: "a record cut short by the end of the file"}
+IDEAL, NAPI = 0, 1
+_FINAL = TCP_FLAG_URG | TCP_FLAG_PSH | TCP_FLAG_RST | TCP_FLAG_SYN | TCP_FLAG_FIN
+
+
+def uncovered(config: GroConfig) -> str | None:
+    """Why the single pass does not cover runs of ``config`` (None: it does)."""
+    kp = config.kernel
+    if not kp.two_bit_fixedid or kp.flush_id_era or not kp.fixed_id_support:
+        return f"kernel {'.'.join(map(str, kp.version))}: the pass has 6.18's rules only"
+    for why, bad in (("several RX queues", config.queues != 1),
+                     ("gro_flush_timeout", config.gro_flush_timeout_ns != 0),
+                     ("napi_defer_hard_irqs", config.napi_defer_hard_irqs != 0),
+                     ("--poll-acks", config.poll_acks),
+                     ("--verify-checksums", config.verify_checksums),
+                     ("TCP fraglist GRO", config.tcp_fraglist),
+                     ("GRO off on the device", not config.native_gro),
+                     ("a hash bucket count other than 8", kp.hash_buckets != 8)):
+        if bad:
+            return why
+    return None
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _emit(seg, ctr, m, first, last, count, payload, gso, end, poll, fixed, inst, gcode,
+          flow):
+    s = ctr[C_NSEG + m]
+    seg[m, s, S_FIRST] = first
+    seg[m, s, S_LAST] = last
+    seg[m, s, S_COUNT] = count
+    seg[m, s, S_PAYLOAD] = payload
+    seg[m, s, S_GSO] = gso
+    seg[m, s, S_END] = end
+    seg[m, s, S_POLL] = poll
+    seg[m, s, S_FIXED] = fixed
+    seg[m, s, S_INST] = inst
+    seg[m, s, S_GCODE] = gcode
+    seg[m, s, S_FLOW] = flow
+    ctr[C_NSEG + m] = s + 1
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _complete(ent, seg, ctr, m, k, end, poll):
+    """gro_complete: the held entry of flow k goes up (count 1: gso_size 0)."""
+    count = ent[m, k, E_COUNT]
+    _emit(seg, ctr, m, ent[m, k, E_FIRST], ent[m, k, E_LAST], count, ent[m, k, E_PAYLOAD],
+          ent[m, k, E_MSS] if count > 1 else 0, end, poll, ent[m, k, E_FIXED],
+          ent[m, k, E_INST], ent[m, k, E_GCODE], k)
+    ent[m, k, E_FIRST] = -1
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def _flush(ent, seg, ctr, tbl, tcnt, old_only, jf):
+    """__gro_flush of the napi model's buckets in index order, oldest entry first; a
+    partial flush (napi_gro_flush(napi, true)) stops a bucket's walk at its first entry
+    held in the current jiffy (END_POLL_OLD, else END_POLL)."""
+    end = END_POLL_OLD if old_only else END_POLL
+    poll = ctr[C_POLL]
+    for b in range(tcnt.shape[1]):
+        while tcnt[0, b] > 0:
+            k = tbl[0, b, 0]
+            if old_only and ent[NAPI, k, E_AGE] == jf:
+                break
+            _unlink(tbl, tcnt, 0, b, k)
+            _complete(ent, seg, ctr, NAPI, k, end, poll)
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def _poll_end(ent, seg, ctr, tbl, tcnt, P):
+    """The end of the napi model's current poll. A full budget: __napi_poll flushes
+    (everything when HZ < 1000, else what was held before this jiffy) and polls again at
+    once; fewer packets: napi_complete_done with no gro_flush_timeout flushes all."""
+    if ctr[C_POLLN] < P[P_BUDGET]:
+        _flush(ent, seg, ctr, tbl, tcnt, False, 0)
+        return
+    jf = _jiffy(ctr[C_LAST], P[P_HZ])
+    if P[P_HZ] < 1000:
+        _flush(ent, seg, ctr, tbl, tcnt, False, jf)
+        return
+    # the poll's own entries were held in its jiffy (dev_gro_receive: p->age = jiffies)
+    for b in range(tcnt.shape[1]):
+        for x in range(tcnt[0, b]):
+            k = tbl[0, b, x]
+            if ent[NAPI, k, E_POLL] == ctr[C_POLL]:
+                ent[NAPI, k, E_AGE] = jf
+    _flush(ent, seg, ctr, tbl, tcnt, True, jf)
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _pair(ent, eopt, m, k, fl, doff, win, ack, popt, polen, ttl, tos, df, ipid, tlen, seq,
+          mask):
+    """tcp_gro_receive's flush items for a packet against the held entry of flow k in
+    model m, in kernel order (fast.tcp._pair_checks for one IPv4 header, 6.18): the
+    reason of the first that holds, 0 when the merge may go on to skb_gro_receive.
+    Updates the entry's fixed-ID bit as the kernel does whatever else flushes."""
+    count = ent[m, k, E_COUNT]
+    reason = 0
+    if (fl & TCP_FLAG_CWR) != 0:
+        reason = FLUSH_CWR
+    if reason == 0:
+        diff = (fl ^ ent[m, k, E_FLAGS]) & ~mask
+        if (diff & (TCP_FLAG_SYN | TCP_FLAG_RST | TCP_FLAG_URG)) != 0:
+            reason = FLUSH_FLAGS_FINAL
+        elif diff != 0:
+            reason = FLUSH_TCP_FLAGS
+        elif doff != ent[m, k, E_DOFF]:
+            reason = FLUSH_TCP_DOFF
+        elif win != ent[m, k, E_WINDOW]:
+            reason = FLUSH_TCP_WINDOW
+    if reason == 0 and ack != ent[m, k, E_ACK]:
+        reason = FLUSH_TCP_ACK
+    if reason == 0:
+        same = (polen[0] & 0xFF) == np.int64(eopt[m, k, OPT_WORDS] & np.uint64(0xFF))
+        for w in range(OPT_WORDS):
+            same = same and popt[0, w] == eopt[m, k, w]
+        if not same:
+            reason = FLUSH_TCP_OPTIONS if _options_differ(0, k, popt, polen, eopt[m]) \
+                else FLUSH_TCP_TS
+    # gro_receive_network_flush -> inet_gro_flush (6.18): TTL, TOS, DF, then the ID,
+    # incrementing by count unless the flow's fixed-ID bit is set (at its second frame)
+    r_id = _ip_pair(4, ttl, tos, df, ent[m, k, E_TTL], ent[m, k, E_TOS], ent[m, k, E_DF],
+                    False, FLUSH_TTL, FLUSH_TOS, FLUSH_ECN, FLUSH_DF)
+    if r_id == 0:
+        off = (ipid - ent[m, k, E_ID]) & 0xFFFF
+        if count == 1 and off == 0:
+            ent[m, k, E_FIXED] |= 1
+        if off != ((count * (1 - (ent[m, k, E_FIXED] & 1))) & 0xFFFF):
+            r_id = FLUSH_IP_ID
+    if reason == 0:
+        reason = r_id
+    if reason != 0:
+        return reason
+    # tcp_gro_receive: (len - 1) >= mss, unsigned, then th2->seq + skb_gro_len(p)
+    if tlen == 0:
+        return FLUSH_ZERO_PAYLOAD
+    if tlen > ent[m, k, E_MSS]:
+        return FLUSH_PAYLOAD_LARGER
+    if ((ent[m, k, E_SEQ] + ent[m, k, E_GROLEN]) & 0xFFFFFFFF) != seq:
+        return FLUSH_SEQ
+    return 0
+
+
+@numba.njit(cache=True, nogil=True)
+def fused_pass(buf, pos, end, be, frac_ns, nmax, P, rss, keys, ent, eopt, tbl, tcnt, ctr,
+               r_flow, r_reason, r_inst, r_poll, seg, popt, polen):
+    """Up to ``nmax`` records of the pcap body ``buf[pos:end]`` through both models;
+    returns the byte position after the last record taken. ``ctr[C_STATUS]`` says why it
+    stopped early (``ctr[C_AT]``: the record's position), else DONE; ``r_*``: each
+    record's flow, reason, super-packet instance (per model) and napi poll; ``seg[m,
+    :ctr[C_NSEG + m]]``: the super-packets that went up, in delivery order (the caller
+    takes them and sets the count back to 0)."""
+    mask = P[P_MASK]
+    budget = P[P_BUDGET]
+    gap = P[P_GAP]
+    nb = P[P_BUCKETS] - 1
+    slots = keys.shape[0]
+    n = 0
+    ctr[C_STATUS] = DONE
+    while n < nmax and end - pos >= 16:
+        ts = _u32(buf, pos, be) * 1_000_000_000 + _u32(buf, pos + 4, be) * frac_ns
+        incl = _u32(buf, pos + 8, be)
+        wire = max(_u32(buf, pos + 12, be), incl)
+        p = pos + 16
+        if p + incl > end:
+            ctr[C_STATUS] = CUT
+            ctr[C_AT] = pos
+            break
+        # --- what the pass covers: Ethernet / IPv4 without options / TCP, decoded whole
+        # (the decoder's STATUS_OK), not a fragment, the checksum valid, no RF bit
+        ok = incl >= 54 and buf[p + 12] == 0x08 and buf[p + 13] == 0 and \
+            buf[p + 14] == 0x45 and buf[p + 23] == 6
+        ip = p + 14
+        th = ip + 20
+        tot = np.int64(0)
+        hl = np.int64(0)
+        if ok:
+            tot = _u16(buf, ip + 2, True)
+            hl = np.int64(buf[th + 12] >> 4) * 4
+            ok = (_u16(buf, ip + 6, True) & 0xBFFF) == 0 and hl >= 20 and \
+                34 + hl <= incl and tot >= 20 + hl and 14 + tot <= wire and \
+                tot <= P[P_MTU]
+        if ok:
+            s = np.int64(0)
+            for w in range(5):
+                s += _u32(buf, ip + 4 * w, True)
+            while s > 0xFFFF:
+                s = (s & 0xFFFF) + (s >> 16)
+            ok = s == 0xFFFF
+        if not ok:
+            ctr[C_STATUS] = UNCOVERED
+            ctr[C_AT] = pos
+            break
+        # --- the flow: MAC header (dev_gro_receive's same_flow), addresses
+        # (inet_gro_receive), ports (tcp_gro_lookup): an open-addressing table
+        k0 = (_u32(buf, p, True) << 16) | _u16(buf, p + 4, True)
+        k1 = (_u32(buf, p + 6, True) << 16) | _u16(buf, p + 10, True)
+        k2 = (_u32(buf, ip + 12, True) << 32) | _u32(buf, ip + 16, True)
+        k3 = _u32(buf, th, True)
+        h = np.uint64(k0 ^ k1 * 31 ^ k2 * 1000003 ^ k3 * 0x9E3779B1)
+        h ^= h >> np.uint64(29)
+        slot = np.int64(h & np.uint64(slots - 1))
+        while keys[slot, 0] != -1 and (keys[slot, 0] != k0 or keys[slot, 1] != k1 or
+                                       keys[slot, 2] != k2 or keys[slot, 3] != k3):
+            slot = (slot + 1) & (slots - 1)
+        if keys[slot, 0] == -1:
+            if ctr[C_FLOWS] == ent.shape[1]:
+                ctr[C_STATUS] = TOO_MANY_FLOWS
+                ctr[C_AT] = pos
+                break
+            keys[slot, 0] = k0
+            keys[slot, 1] = k1
+            keys[slot, 2] = k2
+            keys[slot, 3] = k3
+            # the driver's RSS hash (Toeplitz over the 4-tuple, by byte tables): the
+            # GRO bucket, skb_get_hash_raw & (GRO_HASH_BUCKETS - 1)
+            hv = np.uint32(0)
+            if P[P_RSS]:
+                for j in range(12):
+                    hv ^= rss[j, buf[ip + 12 + j] if j < 8 else buf[th + j - 8]]
+            keys[slot, 4] = np.int64(hv) & nb
+            keys[slot, 5] = ctr[C_FLOWS]
+            ctr[C_FLOWS] += 1
+        k = keys[slot, 5]
+        b = keys[slot, 4]
+        row = ctr[C_ROW] + n
+        pos = p + incl
+        # --- the napi model's poll: a packet joins the current one while it arrives
+        # within the gap of the one before and the budget is not spent (__napi_poll)
+        arr = max(ctr[C_ARR], ts)
+        ctr[C_ARR] = arr
+        if ctr[C_POLLN] == 0 or ctr[C_POLLN] >= budget or arr > ctr[C_LAST] + gap:
+            if ctr[C_POLLN] > 0:
+                _poll_end(ent, seg, ctr, tbl, tcnt, P)
+            ctr[C_POLL] += 1
+            ctr[C_POLLN] = 0
+        ctr[C_POLLN] += 1
+        ctr[C_LAST] = arr
+        # --- the headers GRO reads
+        tos = np.int64(buf[ip + 1])
+        ipid = _u16(buf, ip + 4, True)
+        df = (_u16(buf, ip + 6, True) >> 14) & 1
+        ttl = np.int64(buf[ip + 8])
+        seq = _u32(buf, th + 4, True)
+        ack = _u32(buf, th + 8, True)
+        fl = _u16(buf, th + 12, True) & 0x1FF
+        doff = hl >> 2
+        win = _u16(buf, th + 14, True)
+        olen = hl - 20
+        for w in range(OPT_WORDS):
+            # the option area as engine.Cols.opt holds it: little-endian words, zeros
+            # past the options (two loads a word where 8 bytes can be read)
+            x = 8 * w
+            v = np.uint64(0)
+            if x < olen:
+                q = th + 20 + x
+                if q + 8 <= end:
+                    v = np.uint64(_u32(buf, q, False)) | \
+                        (np.uint64(_u32(buf, q + 4, False)) << np.uint64(32))
+                    if olen - x < 8:
+                        v &= (np.uint64(1) << np.uint64(8 * (olen - x))) - np.uint64(1)
+                else:
+                    for j in range(min(8, olen - x)):
+                        v |= np.uint64(buf[q + j]) << np.uint64(8 * j)
+            popt[0, w] = v
+        polen[0] = olen
+        payload = tot - 20 - hl
+        tlen = max(wire - 34 - hl, payload)         # skb_gro_len at TCP, padding included
+        plen = wire - 14
+        # inet_gro_receive: IP length != bytes received (u16) is the skb's own flush
+        sfl = NOT_HELD_LENGTH if ((tot ^ plen) & 0xFFFF) != 0 else 0
+        gcode = 16 if (fl & TCP_FLAG_CWR) != 0 else 0      # gso.gso_type_for's row
+        # what the MTU inference reads (gro/mtu.py): the largest IP length, SYNs' MSS
+        ctr[C_MAXTOT] = max(ctr[C_MAXTOT], tot)
+        if (fl & TCP_FLAG_SYN) != 0 and hl > 20:
+            ctr[C_SYNMSS] = max(ctr[C_SYNMSS], _tcp_options(buf, th, 20, hl)[0])
+        r_flow[n] = k
+        r_poll[n] = ctr[C_POLL]
+        for m in range(2):
+            poll = ctr[C_POLL] if m == NAPI else -1
+            deliver = -1
+            hold = -1
+            end_ = 0
+            if ent[m, k, E_FIRST] < 0:
+                # tcp_gro_receive with no p: out_check_final with mss 1
+                r = sfl if sfl != 0 else _not_held_reason(fl, tlen)
+                if r != 0:
+                    deliver = r
+                else:
+                    hold = NO_HELD_PACKET
+            else:
+                reason = _pair(ent, eopt, m, k, fl, doff, win, ack, popt, polen, ttl, tos,
+                               df, ipid, tlen, seq, mask)
+                if reason == 0:
+                    # skb_gro_receive: -E2BIG at gro_ipv4_max_size, or the skb's flush
+                    if ent[m, k, E_LEN] + tlen >= ent[m, k, E_LIMIT]:
+                        reason = FLUSH_SIZE_LIMIT
+                    elif sfl != 0:
+                        reason = _sfl_flush(sfl)
+                if reason == 0:
+                    ent[m, k, E_LAST] = row
+                    ent[m, k, E_COUNT] += 1
+                    ent[m, k, E_PAYLOAD] += payload
+                    ent[m, k, E_GROLEN] += tlen
+                    ent[m, k, E_LEN] += tlen
+                    r_reason[m, n] = MERGED
+                    r_inst[m, n] = ent[m, k, E_INST]
+                    # out_check_final: FIN, PSH, URG or len < gso_size push p up now
+                    end_ = _end_reason(fl, tlen, ent[m, k, E_MSS])
+                else:
+                    # not merged: p is completed, the packet delivered or held after it
+                    end_ = reason
+                    if sfl != 0 or tlen < 1 or (fl & _FINAL) != 0:
+                        deliver = reason
+                    else:
+                        hold = reason
+            if end_ != 0:
+                if m == NAPI:
+                    _unlink(tbl, tcnt, 0, b, k)
+                _complete(ent, seg, ctr, m, k, end_, poll)
+            if deliver >= 0:
+                # GRO_NORMAL: the packet goes up alone
+                r_reason[m, n] = deliver
+                inst = ctr[C_INST + m]
+                ctr[C_INST + m] = inst + 1
+                r_inst[m, n] = inst
+                _emit(seg, ctr, m, row, row, 1, payload, 0, deliver, poll, 0, inst, gcode, k)
+            elif hold >= 0:
+                # dev_gro_receive's tail: a new entry, the oldest of a full bucket
+                # completed first (gro_flush_oldest)
+                r_reason[m, n] = hold
+                if m == NAPI:
+                    if tcnt[0, b] >= MAX_GRO_SKBS:
+                        old = tbl[0, b, 0]
+                        _unlink(tbl, tcnt, 0, b, old)
+                        _complete(ent, seg, ctr, NAPI, old, END_BUCKET_FULL, poll)
+                    tbl[0, b, tcnt[0, b]] = k
+                    tcnt[0, b] += 1
+                inst = ctr[C_INST + m]
+                ctr[C_INST + m] = inst + 1
+                r_inst[m, n] = inst
+                ent[m, k, E_INST] = inst
+                ent[m, k, E_FIRST] = row
+                ent[m, k, E_LAST] = row
+                ent[m, k, E_COUNT] = 1
+                ent[m, k, E_PAYLOAD] = payload
+                ent[m, k, E_GROLEN] = tlen
+                ent[m, k, E_LEN] = plen
+                ent[m, k, E_MSS] = tlen
+                ent[m, k, E_LIMIT] = P[P_LIMIT]
+                ent[m, k, E_SEQ] = seq
+                ent[m, k, E_ACK] = ack
+                ent[m, k, E_FLAGS] = fl
+                ent[m, k, E_DOFF] = doff
+                ent[m, k, E_WINDOW] = win
+                ent[m, k, E_TTL] = ttl
+                ent[m, k, E_TOS] = tos
+                ent[m, k, E_DF] = df
+                ent[m, k, E_ID] = ipid
+                ent[m, k, E_FIXED] = 0
+                ent[m, k, E_ORDER] = ctr[C_ORDER + m]
+                ctr[C_ORDER + m] += 1
+                ent[m, k, E_POLL] = poll
+                ent[m, k, E_GCODE] = gcode
+                for w in range(OPT_WORDS):
+                    eopt[m, k, w] = popt[0, w]
+                eopt[m, k, OPT_WORDS] = np.uint64((olen & 0xFF) | (min(olen, OPT_AREA) << 8))
+        n += 1
+    ctr[C_ROW] += n
+    return pos
+
+
+@numba.njit(cache=True, nogil=True)
+def finish(ent, seg, ctr, tbl, tcnt, P):
+    """The end of the capture: the napi model's last poll ends (and, after a partial
+    flush, napi_finish's END_POLL in that poll); the ideal model's held entries go up
+    oldest first (END_CAPTURE)."""
+    if ctr[C_POLLN] > 0:
+        _poll_end(ent, seg, ctr, tbl, tcnt, P)
+        _flush(ent, seg, ctr, tbl, tcnt, False, 0)
+        ctr[C_POLLN] = 0
+    nf = ctr[C_FLOWS]
+    order = np.empty(nf, np.int64)
+    keys = np.empty(nf, np.int64)
+    h = 0
+    for k in range(nf):
+        if ent[IDEAL, k, E_FIRST] >= 0:
+            order[h] = ent[IDEAL, k, E_ORDER]
+            keys[h] = k
+            h += 1
+    for x in np.argsort(order[:h]):
+        _complete(ent, seg, ctr, IDEAL, keys[x], END_CAPTURE, -1)
+
+
+class FusedRun:
+    """The pass's state across calls (one receiver run): flow table, held entries,
+    counters, and the outputs of the call in progress."""
+
+    def __init__(self, config: GroConfig, batch: int = BATCH, max_flows: int = MAX_FLOWS):
+        from gropcap.gro.rss import toeplitz_table
+        kp = config.kernel
+        mask = TCP_FLAG_FIN | TCP_FLAG_PSH
+        if not kp.cwr_in_flag_word:
+            mask |= TCP_FLAG_CWR
+        self.P = np.zeros(P_N, np.int64)
+        self.P[P_BUDGET] = config.budget
+        self.P[P_GAP] = config.poll_gap_ns
+        self.P[P_HZ] = config.hz
+        self.P[P_MASK] = mask
+        self.P[P_LIMIT] = config.max_size(4)
+        self.P[P_MTU] = config.mtu or 0xFFFF
+        self.P[P_BUCKETS] = kp.hash_buckets
+        self.P[P_RSS] = config.rss == "toeplitz"
+        self.rss = toeplitz_table(bytes(config.rss_key).ljust(40, b"\0"))
+        self.keys = np.full((2 * max_flows, 6), -1, np.int64)
+        self.ent = np.full((2, max_flows, E_N), -1, np.int64)
+        self.eopt = np.zeros((2, max_flows, OPT_WORDS + 1), np.uint64)
+        # the napi model's buckets as the engine's State holds them, one RX queue
+        self.tbl = np.full((1, kp.hash_buckets, MAX_GRO_SKBS), -1, np.int64)
+        self.tcnt = np.zeros((1, kp.hash_buckets), np.int64)
+        self.ctr = np.zeros(C_N, np.int64)
+        self.ctr[C_POLL] = -1
+        self.batch = batch
+        self.r_flow = np.empty(batch, np.int64)
+        self.r_reason = np.empty((2, batch), np.uint8)
+        self.r_inst = np.empty((2, batch), np.int64)
+        self.r_poll = np.empty(batch, np.int64)
+        # a call's super-packets: at most one per record and model, plus what was held
+        self.seg = np.empty((2, batch + max_flows, S_N), np.int64)
+        self.popt = np.zeros((1, OPT_WORDS), np.uint64)
+        self.polen = np.zeros(1, np.int64)
+
+    def take(self, buf, pos: int, end: int, be: bool, frac_ns: int):
+        """One call over ``buf[pos:end]``: (next position, records, super-packets per
+        model); the arrays are this run's buffers, valid until the next call."""
+        self.ctr[C_NSEG:C_NSEG + 2] = 0
+        row0 = int(self.ctr[C_ROW])
+        pos = fused_pass(buf, pos, end, be, frac_ns, self.batch, self.P, self.rss,
+                         self.keys, self.ent, self.eopt, self.tbl, self.tcnt, self.ctr,
+                         self.r_flow, self.r_reason, self.r_inst, self.r_poll, self.seg,
+                         self.popt, self.polen)
+        n = int(self.ctr[C_ROW]) - row0
+        return pos, n, [self.seg[m, :self.ctr[C_NSEG + m]] for m in range(2)]
+
+    def finish(self):
+        """The super-packets still held at the end of the capture, per model."""
+        self.ctr[C_NSEG:C_NSEG + 2] = 0
+        finish(self.ent, self.seg, self.ctr, self.tbl, self.tcnt, self.P)
+        return [self.seg[m, :self.ctr[C_NSEG + m]] for m in range(2)]
+
+    @property
+    def status(self) -> int:
+        return int(self.ctr[C_STATUS])
+
+
+def pcap_body(path: str):
+    """(mapped bytes, big-endian, ns per fraction unit) of a pcap file of Ethernet
+    frames, or a string saying why the pass does not read it."""
+    with open(path, "rb") as fh:
+        head = fh.read(24)
+    magic = head[:4]
+    le = magic in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1")
+    if len(head) < 24 or not le and magic not in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d"):
+        return "not a pcap file"
+    nano = magic in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
+    linktype = int.from_bytes(head[20:24], "little" if le else "big") & 0x0FFFFFFF
+    if linktype != 1:
+        return f"link type {linktype}, not Ethernet"
+    return np.memmap(path, np.uint8, mode="r"), not le, 1 if nano else 1000
+
+
+def run_file(path: str, config: GroConfig | None = None, batch: int = BATCH):
+    """Both models over one pcap file: ``{"ideal": GroResult, "napi": GroResult}``, or
+    a string saying why the pass does not cover the file (the engine's work then);
+    ``batch`` records a call."""
+    from gropcap.gro.engine import _gso_table
+    from gropcap.gro.result import GroResult
+    config = config or GroConfig()
+    why = uncovered(config)
+    if why:
+        return why
+    body = pcap_body(path)
+    if isinstance(body, str):
+        return body
+    buf, be, frac = body
+    run = FusedRun(config, batch)
+    rec: dict[str, list] = {"flow": [], "poll": [], "reason0": [], "reason1": [],
+                            "inst0": [], "inst1": []}
+    segs: list[list] = [[], []]
+    pos = 24
+    while True:
+        pos, n, got = run.take(buf, pos, len(buf), be, frac)
+        if run.status != DONE:
+            return f"{STOPPED[run.status]} at byte {int(run.ctr[C_AT])}"
+        rec["flow"].append(run.r_flow[:n].copy())
+        rec["poll"].append(run.r_poll[:n].copy())
+        for m in range(2):
+            rec[f"reason{m}"].append(run.r_reason[m, :n].copy())
+            rec[f"inst{m}"].append(run.r_inst[m, :n].copy())
+            segs[m].append(got[m].copy())
+        if n < run.batch:
+            break
+    if config.mtu is None:
+        # the MTU a run infers (gro/mtu.py) from these frames: SYNs' MSS + 40, else the
+        # Ethernet default (no jumbo or loopback rule applies to frames of 1500 or less)
+        syn = int(run.ctr[C_SYNMSS])
+        mtu = syn + 40 if syn else 1500
+        if run.ctr[C_MAXTOT] > mtu:
+            return (f"a frame of {int(run.ctr[C_MAXTOT])} IP bytes above the inferred "
+                    f"MTU ({mtu}): captured coalesced")
+    for m, s in enumerate(run.finish()):
+        segs[m].append(s.copy())
+    gtable = _gso_table(config)
+    out = {}
+    flow = np.concatenate(rec["flow"])
+    for m, model in enumerate(("ideal", "napi")):
+        s = np.concatenate(segs[m])
+        inst = np.concatenate(rec[f"inst{m}"])
+        seg_of_inst = np.empty(len(s), np.int64)
+        seg_of_inst[s[:, S_INST]] = np.arange(len(s))
+        gro_seg = seg_of_inst[inst]
+        count = s[:, S_COUNT]
+        role = np.full(len(inst), ROLE_MERGED, np.uint8)
+        role[s[count > 1, S_FIRST]] = ROLE_HEAD
+        role[s[count == 1, S_FIRST]] = ROLE_ALONE
+        gso_type = np.zeros(len(s), np.uint32)
+        multi = count > 1
+        gso_type[multi] = gtable[s[multi, S_GCODE], s[multi, S_FIXED] & 3]
+        poll = np.concatenate(rec["poll"]) if m == NAPI else np.full(len(inst), -1)
+        out[model] = GroResult(
+            flow_id=flow, gro_seg=gro_seg, gro_role=role,
+            reason=np.concatenate(rec[f"reason{m}"]), rx_queue=np.zeros(len(inst)),
+            poll_id=poll, seg_flow_id=s[:, S_FLOW], seg_first_packet=s[:, S_FIRST],
+            seg_last_packet=s[:, S_LAST], seg_count=count, seg_payload_len=s[:, S_PAYLOAD],
+            seg_gso_size=s[:, S_GSO], seg_gso_type=gso_type, seg_end_reason=s[:, S_END],
+            seg_rx_queue=np.zeros(len(s)), seg_poll_id=s[:, S_POLL])
+    return out

@@ -1,0 +1,236 @@
+"""The single pass (gro/fused.py) against the engine: every field of both models'
+GroResult equal, on the samples it covers and on generated traffic in several receive
+contexts; what it does not cover it says, and leaves to the engine."""
+
+from __future__ import annotations
+
+import functools
+import os
+import struct
+from dataclasses import fields
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gropcap import constants as C
+from gropcap.capture.writer import write_pcap
+from gropcap.gro import fused
+from gropcap.gro.config import GroConfig, KernelProfile
+from gropcap.run.memory import analyze
+
+from craft import eth, ipv4, tcp, tcp_ts, udp
+from where import SAMPLES
+
+
+def _engine(path: str, config: GroConfig, engine: str = "fast") -> dict:
+    a = analyze(path, config, engine=engine, decoder=engine)
+    return a.results
+
+
+def _differing(a, b) -> list[str]:
+    return [f.name for f in fields(a)
+            if not np.array_equal(getattr(a, f.name), getattr(b, f.name))]
+
+
+@pytest.mark.parametrize("name", ["real_ipv4.pcap", "real_ipv4_p4.pcap",
+                                  "crafted_nanosecond.pcap"])
+def test_the_pass_equals_the_engine_on_the_samples(name):
+    """Real iperf3 traffic (one and four streams) and a nanosecond capture: both models'
+    per-packet verdicts and super-packets, field for field."""
+    path = os.path.join(SAMPLES, name)
+    got = fused.run_file(path)
+    assert not isinstance(got, str), got
+    want = _engine(path, GroConfig())
+    for model in ("ideal", "napi"):
+        assert _differing(got[model], want[model]) == [], model
+        assert got[model].num_superpackets < got[model].num_packets   # it merged
+
+
+@pytest.mark.parametrize("name,why", [
+    ("crafted_null.pcap", "link type 0"),
+    ("real_ipv6.pcap", "does not cover at byte 24"),
+    ("crafted_vlan.pcap", "does not cover at byte 24"),
+    ("crafted_two_ifaces.pcapng", "not a pcap file"),
+])
+def test_what_the_pass_does_not_cover_it_says(name, why):
+    assert why in fused.run_file(os.path.join(SAMPLES, name))
+
+
+@pytest.mark.parametrize("changes,why", [
+    ({"queues": 4}, "several RX queues"),
+    ({"gro_flush_timeout_ns": 20_000}, "gro_flush_timeout"),
+    ({"poll_acks": True}, "--poll-acks"),
+    ({"kernel": KernelProfile.parse("6.12")}, "6.18's rules only"),
+])
+def test_a_context_the_pass_does_not_model_is_refused(changes, why):
+    cfg = GroConfig().replace(**changes)
+    assert why in fused.uncovered(cfg)
+    assert why in fused.run_file(os.path.join(SAMPLES, "real_ipv4.pcap"), cfg)
+
+
+def _flow_frame(sport, seq, size, flags=C.TCP_FLAG_ACK, options=b"", ident=0):
+    seg = tcp(sport, 5201, seq=seq, ack=7, flags=flags, payload=b"\x00" * size,
+              options=options)
+    return eth(ipv4("10.0.0.1", "10.0.0.2", C.IPPROTO_TCP, seg, ident=ident))
+
+
+def test_a_udp_frame_leaves_the_capture_to_the_engine(tmp_path):
+    frames = [_flow_frame(3000, 0, 100),
+              eth(ipv4("10.0.0.1", "10.0.0.2", C.IPPROTO_UDP, udp(1, 2, b"x" * 30)))]
+    path = str(tmp_path / "udp.pcap")
+    write_pcap(path, frames, [1_000, 2_000])
+    assert "does not cover at byte 194" in fused.run_file(path)
+
+
+def test_frames_above_the_mtu_a_syn_gives_are_left_to_the_engine(tmp_path):
+    """A SYN's MSS of 536 makes the run's MTU 576 (gro/mtu.py): the 1000-byte data frames
+    were captured coalesced, which only the engine models."""
+    mss = b"\x02\x04" + struct.pack("!H", 536)
+    frames = [_flow_frame(3000, 0, 0, C.TCP_FLAG_SYN, mss)] + \
+        [_flow_frame(3000, 1 + 1000 * i, 1000, ident=i) for i in range(3)]
+    path = str(tmp_path / "mss.pcap")
+    write_pcap(path, frames, [1_000 * i for i in range(4)])
+    assert "above the inferred MTU (576)" in fused.run_file(path)
+    assert analyze(path, GroConfig()).mtu.mtu == 576       # the run's own inference
+    # given the MTU, those frames are wire frames and the pass covers them
+    cfg = GroConfig(mtu=1500)
+    got, want = fused.run_file(path, cfg), _engine(path, cfg)
+    for model in ("ideal", "napi"):
+        assert _differing(got[model], want[model]) == [], model
+
+
+# --- generated traffic ------------------------------------------------------------------
+
+_KINDS = ["data", "data", "data", "short", "psh", "fin", "syn", "ack", "ack_moves", "gap",
+          "retrans", "window", "ts", "ttl", "tos", "ecn", "no_df", "id_fixed", "id_jump",
+          "cwr", "pad", "urg", "rst", "mss_opt", "sack", "ae"]
+# what a kind changes in a frame of the flow (the rest: _ipv4_tcp_traffic)
+_SIZE = {"short": 40, "ack": 0, "pad": 1}
+_FLAGS = {"psh": C.TCP_FLAG_PSH | C.TCP_FLAG_ACK, "fin": C.TCP_FLAG_FIN | C.TCP_FLAG_ACK,
+          "syn": C.TCP_FLAG_SYN, "cwr": C.TCP_FLAG_CWR | C.TCP_FLAG_ACK,
+          "urg": C.TCP_FLAG_URG | C.TCP_FLAG_ACK, "rst": C.TCP_FLAG_RST,
+          "ae": C.TCP_FLAG_AE | C.TCP_FLAG_ACK}
+_IP = {"ttl": {"ttl": 7}, "tos": {"tos": 0x10}, "ecn": {"tos": 0x01}, "no_df": {"df": False}}
+_TCP = {"window": {"window": 1000}, "mss_opt": {"options": b"\x02\x04\x05\xb4"},
+        "sack": {"options": b"\x01\x01\x05\x0a" + bytes(range(8))}}
+
+
+@functools.lru_cache(maxsize=None)
+def _one_bucket_ports(n: int = 12) -> tuple:
+    """Source ports of ``n`` flows 10.0.0.1 -> 10.0.0.2:5201 whose RSS hash falls in one
+    GRO bucket (hash & 7) under the default key: more flows than MAX_GRO_SKBS there."""
+    import ipaddress
+    from gropcap.gro.rss import toeplitz_hash
+    key = bytes(GroConfig().rss_key).ljust(40, b"\0")
+    addrs = ipaddress.IPv4Address("10.0.0.1").packed + ipaddress.IPv4Address("10.0.0.2").packed
+    ports = [p for p in range(3000, 4000)
+             if toeplitz_hash(addrs + struct.pack("!HH", p, 5201), key) & 7 == 0]
+    return tuple(ports[:n])
+
+
+@st.composite
+def _ipv4_tcp_traffic(draw):
+    """Ethernet / IPv4 / TCP frames of up to 70 flows (several in one GRO bucket), each
+    kind changing one header field the checks compare, with arrival gaps around the
+    50 us poll gap and the 1 ms jiffy of HZ 1000."""
+    nflows = draw(st.sampled_from([1, 3, 12, 70]))
+    n = draw(st.integers(1, 160))
+    # Linux's NOP NOP TS on every frame, or no options: a change of the option bytes
+    # within one header length is FLUSH_TCP_TS or FLUSH_TCP_OPTIONS, else FLUSH_TCP_DOFF
+    tsval = 1 if draw(st.booleans()) else None
+    seq, ident, ack = [0] * nflows, [0] * nflows, [7] * nflows
+    frames, ts, t = [], [], 1_000_000_000_000
+    # "burst": data frames of 12 flows of one GRO bucket in turn, back to back (the
+    # bucket overflows: the oldest entry goes up); "bulk": full-sized frames of two flows
+    # (the 64 KB size limit); "random": anything
+    mode = draw(st.sampled_from(["random", "random", "burst", "bulk"]))
+    ports = list(range(3000, 3000 + nflows))
+    if mode == "burst":
+        ports = list(_one_bucket_ports())
+        nflows = len(ports)
+        seq, ident, ack = [0] * nflows, [0] * nflows, [7] * nflows
+    for x in range(n):
+        f = x % nflows if mode == "burst" else \
+            draw(st.integers(0, (min(nflows, 2) if mode == "bulk" else nflows) - 1))
+        kind = "data" if mode != "random" and draw(st.integers(0, 49)) else \
+            draw(st.sampled_from(_KINDS))
+        if mode == "random":
+            t += draw(st.sampled_from([0, 1_000, 5_000, 20_000, 50_000, 60_000, 400_000,
+                                       3_000_000]))
+        else:
+            t += 1_000 if mode == "bulk" else draw(st.sampled_from([0, 0, 0, 700_000]))
+        size = _SIZE.get(kind, 1448 if mode == "bulk" else 100)
+        flags = _FLAGS.get(kind, C.TCP_FLAG_ACK)
+        ip_kw, tcp_kw = dict(_IP.get(kind, {})), dict(_TCP.get(kind, {}))
+        if tsval is not None:
+            tsval += kind == "ts"
+            tcp_kw.setdefault("options", tcp_ts(tsval, 0))
+        elif kind == "ts":
+            tcp_kw["options"] = tcp_ts(draw(st.integers(0, 2)), 0)
+        # the kinds that move a flow's own counters
+        ack[f] += 1000 if kind == "ack_moves" else 0
+        seq[f] = {"gap": seq[f] + 50, "retrans": max(0, seq[f] - 100)}.get(kind, seq[f])
+        ident[f] += {"id_fixed": -1, "id_jump": 5}.get(kind, 0)
+        seg = tcp(ports[f], 5201, seq=seq[f], ack=ack[f], flags=flags,
+                  payload=b"\x00" * size, **tcp_kw)
+        frame = eth(ipv4("10.0.0.1", "10.0.0.2", C.IPPROTO_TCP, seg,
+                         ident=ident[f] & 0xFFFF, **ip_kw))
+        if kind == "pad":
+            frame += bytes(60 - len(frame)) if len(frame) < 60 else b"\x00" * 4
+        seq[f] += size
+        ident[f] += 1
+        frames.append(frame)
+        ts.append(t)
+    return frames, ts
+
+
+# receive contexts: the default, HZ 1000 (a full-budget poll flushes only what an older
+# jiffy held), small budgets (polls end at the budget), a short poll gap, a smaller
+# gro_ipv4_max_size, no RSS hash
+_CONTEXTS = [{}, {"hz": 1000, "budget": 8}, {"budget": 3}, {"hz": 1000, "budget": 4},
+             {"poll_gap_ns": 5_000}, {"gro_ipv4_max_size": 8000}, {"rss": "none"}]
+
+
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
+@given(_ipv4_tcp_traffic(), st.sampled_from(_CONTEXTS))
+def test_the_pass_equals_the_engine_on_generated_traffic(tmp_path, traffic, context):
+    """Every check, each kind of frame changing one compared field, many flows in one GRO
+    bucket, polls ended by the gap and by the budget: both models' GroResults equal the
+    reference models' (which equal the numba engine's bit for bit)."""
+    frames, ts = traffic
+    path = str(tmp_path / "gen.pcap")
+    write_pcap(path, frames, ts)
+    cfg = GroConfig(**context)
+    got = fused.run_file(path, cfg)
+    assert not isinstance(got, str), got
+    want = _engine(path, cfg, engine="reference")
+    for model in ("ideal", "napi"):
+        assert _differing(got[model], want[model]) == [], model
+
+
+def test_a_capture_across_calls_equals_one_call():
+    """The pass's state carries from call to call: batches of 7 records give the same
+    results as one call."""
+    path = os.path.join(SAMPLES, "real_ipv4_p4.pcap")
+    whole = fused.run_file(path)
+    cut = fused.run_file(path, batch=7)
+    for model in ("ideal", "napi"):
+        assert _differing(whole[model], cut[model]) == [], model
+
+
+def test_what_a_last_full_budget_poll_leaves_goes_up_at_the_end(tmp_path):
+    """HZ 1000, budget 4: the capture's last poll is full; __napi_poll's partial flush
+    keeps the entry held in the current jiffy, and the end of the capture sends it up
+    (END_POLL in that poll, as napi_finish does); the ideal model's goes up at the end."""
+    frames = [_flow_frame(3000, 100 * i, 100, ident=i) for i in range(4)]
+    path = str(tmp_path / "full.pcap")
+    write_pcap(path, frames, [1_000 * i for i in range(4)])
+    cfg = GroConfig(hz=1000, budget=4)
+    got, want = fused.run_file(path, cfg), _engine(path, cfg, engine="reference")
+    for model in ("ideal", "napi"):
+        assert _differing(got[model], want[model]) == [], model
+    assert list(got["napi"].seg_count) == [4] and list(got["ideal"].seg_count) == [4]
