@@ -16,8 +16,10 @@ What it covers, else :func:`uncovered` / :func:`run_file` say why and the engine
 - a pcap file (either byte order, micro- or nanosecond times), link type Ethernet;
 - every frame Ethernet / IPv4 without options, not a fragment, a valid header
   checksum, no reserved bit, TCP with its whole header captured, the IP length within
-  the frame and at most the MTU (``config.mtu``, 1500 when not given: a longer frame was
-  captured coalesced, whose segments need the whole capture's statistics);
+  the frame and at most the MTU (``config.mtu``; when not given, the MTU the run would
+  infer: a longer frame was captured coalesced, whose segments need the whole capture's
+  statistics); or a frame GRO passes by: IPv4 of a protocol without a gro_receive
+  (ICMP, ...) and ARP, delivered alone (BYPASS_NO_L4_OFFLOAD, BYPASS_NOT_IP);
 - the receive context of a 6.18 kernel's profile (the two fixed-ID bits of
   ``inet_gro_flush``), one RX queue, no gro_flush_timeout or napi_defer_hard_irqs, no
   ``--poll-acks``, TCP checksums not verified, no TCP fraglist GRO; budget, poll gap, HZ,
@@ -45,11 +47,12 @@ from gropcap.gro.fast.napi import _jiffy
 from gropcap.gro.fast.state import MAX_GRO_SKBS, OPT_AREA, OPT_WORDS, _sfl_flush, _unlink
 from gropcap.gro.fast.tcp import _end_reason, _not_held_reason, _options_differ
 from gropcap.gro.reasons import (
-    END_BUCKET_FULL, END_CAPTURE, END_POLL, END_POLL_OLD, FLUSH_CWR, FLUSH_DF, FLUSH_ECN,
-    FLUSH_FLAGS_FINAL, FLUSH_IP_ID, FLUSH_PAYLOAD_LARGER, FLUSH_SEQ, FLUSH_SIZE_LIMIT,
-    FLUSH_TCP_ACK, FLUSH_TCP_DOFF, FLUSH_TCP_FLAGS, FLUSH_TCP_OPTIONS, FLUSH_TCP_TS,
-    FLUSH_TCP_WINDOW, FLUSH_TOS, FLUSH_TTL, FLUSH_ZERO_PAYLOAD, MERGED, NO_HELD_PACKET,
-    NOT_HELD_LENGTH, ROLE_ALONE, ROLE_HEAD, ROLE_MERGED,
+    BYPASS_NOT_IP, BYPASS_NO_L4_OFFLOAD, END_BUCKET_FULL, END_CAPTURE, END_POLL,
+    END_POLL_OLD, FLUSH_CWR, FLUSH_DF, FLUSH_ECN, FLUSH_FLAGS_FINAL, FLUSH_IP_ID,
+    FLUSH_PAYLOAD_LARGER, FLUSH_SEQ, FLUSH_SIZE_LIMIT, FLUSH_TCP_ACK, FLUSH_TCP_DOFF,
+    FLUSH_TCP_FLAGS, FLUSH_TCP_OPTIONS, FLUSH_TCP_TS, FLUSH_TCP_WINDOW, FLUSH_TOS,
+    FLUSH_TTL, FLUSH_ZERO_PAYLOAD, MERGED, NOT_HELD_LENGTH, NO_HELD_PACKET, ROLE_ALONE,
+    ROLE_HEAD, ROLE_MERGED,
 )
 
 MAX_FLOWS = 1 << 16         # flows a run may have (the open-addressing table: twice that)
@@ -239,37 +242,55 @@ def fused_pass(buf, pos, end, be, frac_ns, nmax, P, rss, keys, ent, eopt, tbl, t
             ctr[C_STATUS] = CUT
             ctr[C_AT] = pos
             break
-        # --- what the pass covers: Ethernet / IPv4 without options / TCP, decoded whole
-        # (the decoder's STATUS_OK), not a fragment, the checksum valid, no RF bit
-        ok = incl >= 54 and buf[p + 12] == 0x08 and buf[p + 13] == 0 and \
-            buf[p + 14] == 0x45 and buf[p + 23] == 6
+        # --- what the pass covers (each frame one the decoder reads whole, STATUS_OK):
+        # Ethernet / IPv4 without options / TCP, not a fragment, the checksum valid, no
+        # RF bit; frames GRO passes by: IPv4 of a protocol without a gro_receive
+        # (inet_gro_receive: BYPASS_NO_L4_OFFLOAD) and ARP (dev_gro_receive: no
+        # packet_offload, BYPASS_NOT_IP)
+        et = _u16(buf, p + 12, True) if incl >= 14 else np.int64(-1)
         ip = p + 14
         th = ip + 20
         tot = np.int64(0)
         hl = np.int64(0)
-        if ok:
+        proto = np.int64(0)
+        bypass = 0
+        ok = False
+        if et == 0x0800 and incl >= 34 and buf[ip] == 0x45:
+            proto = np.int64(buf[ip + 9])
             tot = _u16(buf, ip + 2, True)
-            hl = np.int64(buf[th + 12] >> 4) * 4
-            ok = (_u16(buf, ip + 6, True) & 0xBFFF) == 0 and hl >= 20 and \
-                34 + hl <= incl and tot >= 20 + hl and 14 + tot <= wire and \
-                tot <= P[P_MTU]
-        if ok:
-            s = np.int64(0)
-            for w in range(5):
-                s += _u32(buf, ip + 4 * w, True)
-            while s > 0xFFFF:
-                s = (s & 0xFFFF) + (s >> 16)
-            ok = s == 0xFFFF
+            ok = (_u16(buf, ip + 6, True) & 0xBFFF) == 0 and tot >= 20 and \
+                14 + tot <= wire and tot <= P[P_MTU]
+            if ok and proto == 6:
+                ok = incl >= 54
+                if ok:
+                    hl = np.int64(buf[th + 12] >> 4) * 4
+                    ok = hl >= 20 and 34 + hl <= incl and tot >= 20 + hl
+                if ok:
+                    s = np.int64(0)
+                    for w in range(5):
+                        s += _u32(buf, ip + 4 * w, True)
+                    while s > 0xFFFF:
+                        s = (s & 0xFFFF) + (s >> 16)
+                    ok = s == 0xFFFF
+            elif ok:
+                # UDP, GRE, IPIP and SIT have gro_receive handlers (or tunnels)
+                ok = proto != 17 and proto != 47 and proto != 4 and proto != 41
+                bypass = BYPASS_NO_L4_OFFLOAD
+        elif et == 0x0806:
+            ok = True
+            bypass = BYPASS_NOT_IP
         if not ok:
             ctr[C_STATUS] = UNCOVERED
             ctr[C_AT] = pos
             break
         # --- the flow: MAC header (dev_gro_receive's same_flow), addresses
-        # (inet_gro_receive), ports (tcp_gro_lookup): an open-addressing table
+        # (inet_gro_receive), ports (tcp_gro_lookup), the EtherType and IP protocol
+        # (the flow key of gro/flows.py): an open-addressing table
         k0 = (_u32(buf, p, True) << 16) | _u16(buf, p + 4, True)
         k1 = (_u32(buf, p + 6, True) << 16) | _u16(buf, p + 10, True)
-        k2 = (_u32(buf, ip + 12, True) << 32) | _u32(buf, ip + 16, True)
-        k3 = _u32(buf, th, True)
+        k2 = (_u32(buf, ip + 12, True) << 32) | _u32(buf, ip + 16, True) if et == 0x0800 \
+            else np.int64(0)
+        k3 = (et << 40) | (proto << 32) | (_u32(buf, th, True) if proto == 6 else 0)
         h = np.uint64(k0 ^ k1 * 31 ^ k2 * 1000003 ^ k3 * 0x9E3779B1)
         h ^= h >> np.uint64(29)
         slot = np.int64(h & np.uint64(slots - 1))
@@ -288,7 +309,7 @@ def fused_pass(buf, pos, end, be, frac_ns, nmax, P, rss, keys, ent, eopt, tbl, t
             # the driver's RSS hash (Toeplitz over the 4-tuple, by byte tables): the
             # GRO bucket, skb_get_hash_raw & (GRO_HASH_BUCKETS - 1)
             hv = np.uint32(0)
-            if P[P_RSS]:
+            if P[P_RSS] and proto == 6:
                 for j in range(12):
                     hv ^= rss[j, buf[ip + 12 + j] if j < 8 else buf[th + j - 8]]
             keys[slot, 4] = np.int64(hv) & nb
@@ -309,6 +330,22 @@ def fused_pass(buf, pos, end, be, frac_ns, nmax, P, rss, keys, ent, eopt, tbl, t
             ctr[C_POLLN] = 0
         ctr[C_POLLN] += 1
         ctr[C_LAST] = arr
+        r_flow[n] = k
+        r_poll[n] = ctr[C_POLL]
+        if bypass != 0:
+            # GRO_NORMAL at once in both models, held entries untouched
+            payload = tot - 20 if et == 0x0800 else 0
+            if et == 0x0800:
+                ctr[C_MAXTOT] = max(ctr[C_MAXTOT], tot)
+            for m in range(2):
+                poll = ctr[C_POLL] if m == NAPI else -1
+                r_reason[m, n] = bypass
+                inst = ctr[C_INST + m]
+                ctr[C_INST + m] = inst + 1
+                r_inst[m, n] = inst
+                _emit(seg, ctr, m, row, row, 1, payload, 0, bypass, poll, 0, inst, 0, k)
+            n += 1
+            continue
         # --- the headers GRO reads
         tos = np.int64(buf[ip + 1])
         ipid = _u16(buf, ip + 4, True)
@@ -347,8 +384,6 @@ def fused_pass(buf, pos, end, be, frac_ns, nmax, P, rss, keys, ent, eopt, tbl, t
         ctr[C_MAXTOT] = max(ctr[C_MAXTOT], tot)
         if (fl & TCP_FLAG_SYN) != 0 and hl > 20:
             ctr[C_SYNMSS] = max(ctr[C_SYNMSS], _tcp_options(buf, th, 20, hl)[0])
-        r_flow[n] = k
-        r_poll[n] = ctr[C_POLL]
         for m in range(2):
             poll = ctr[C_POLL] if m == NAPI else -1
             deliver = -1

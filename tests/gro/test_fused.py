@@ -105,7 +105,7 @@ def test_frames_above_the_mtu_a_syn_gives_are_left_to_the_engine(tmp_path):
 
 _KINDS = ["data", "data", "data", "short", "psh", "fin", "syn", "ack", "ack_moves", "gap",
           "retrans", "window", "ts", "ttl", "tos", "ecn", "no_df", "id_fixed", "id_jump",
-          "cwr", "pad", "urg", "rst", "mss_opt", "sack", "ae"]
+          "cwr", "pad", "urg", "rst", "mss_opt", "sack", "ae", "icmp", "arp"]
 # what a kind changes in a frame of the flow (the rest: _ipv4_tcp_traffic)
 _SIZE = {"short": 40, "ack": 0, "pad": 1}
 _FLAGS = {"psh": C.TCP_FLAG_PSH | C.TCP_FLAG_ACK, "fin": C.TCP_FLAG_FIN | C.TCP_FLAG_ACK,
@@ -134,7 +134,7 @@ def _one_bucket_ports(n: int = 12) -> tuple:
 def _ipv4_tcp_traffic(draw):
     """Ethernet / IPv4 / TCP frames of up to 70 flows (several in one GRO bucket), each
     kind changing one header field the checks compare, with arrival gaps around the
-    50 us poll gap and the 1 ms jiffy of HZ 1000."""
+    50 us poll gap and the 1 ms jiffy of HZ 1000; ICMP and ARP frames (bypasses)."""
     nflows = draw(st.sampled_from([1, 3, 12, 70]))
     n = draw(st.integers(1, 160))
     # Linux's NOP NOP TS on every frame, or no options: a change of the option bytes
@@ -177,6 +177,12 @@ def _ipv4_tcp_traffic(draw):
                   payload=b"\x00" * size, **tcp_kw)
         frame = eth(ipv4("10.0.0.1", "10.0.0.2", C.IPPROTO_TCP, seg,
                          ident=ident[f] & 0xFFFF, **ip_kw))
+        # frames GRO passes by (their own flows): ICMP echo to one of two hosts, ARP
+        if kind == "icmp":
+            frame = eth(ipv4("10.0.0.1", f"10.0.0.{2 + f % 2}", C.IPPROTO_ICMP,
+                             b"\x08\x00\x00\x00" + bytes(4 + 8 * (f % 3)), ident=x))
+        elif kind == "arp":
+            frame = eth(bytes(28), C.ETH_P_ARP, src=0x020000000010 + x % 2)
         if kind == "pad":
             frame += bytes(60 - len(frame)) if len(frame) < 60 else b"\x00" * 4
         seq[f] += size
@@ -234,3 +240,24 @@ def test_what_a_last_full_budget_poll_leaves_goes_up_at_the_end(tmp_path):
     for model in ("ideal", "napi"):
         assert _differing(got[model], want[model]) == [], model
     assert list(got["napi"].seg_count) == [4] and list(got["ideal"].seg_count) == [4]
+
+
+def test_frames_gro_passes_by_go_up_alone_in_flows_of_their_own(tmp_path):
+    """ICMP to two hosts and ARP from two hosts between the segments of a TCP flow: each
+    goes up at once with its BYPASS_* reason, in a flow of its own (the flow key: MAC
+    addresses, EtherType, IP addresses and protocol), and the TCP flow still merges."""
+    frames = []
+    for i in range(8):
+        frames.append(_flow_frame(3000, 100 * i, 100, ident=i))
+        if i % 2:
+            frames.append(eth(ipv4("10.0.0.1", f"10.0.0.{2 + i % 4}", C.IPPROTO_ICMP,
+                                   b"\x08\x00" + bytes(6 + i))))
+        else:
+            frames.append(eth(bytes(28), C.ETH_P_ARP, src=0x020000000010 + i % 4))
+    path = str(tmp_path / "bypass.pcap")
+    write_pcap(path, frames, [1_000 * i for i in range(len(frames))])
+    got, want = fused.run_file(path), _engine(path, GroConfig(), engine="reference")
+    for model in ("ideal", "napi"):
+        assert _differing(got[model], want[model]) == [], model
+    assert len(set(got["ideal"].flow_id)) == 5
+    assert got["ideal"].seg_count.max() == 8
