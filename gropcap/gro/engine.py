@@ -1529,8 +1529,9 @@ COLD_REFERENCE_MAX_BYTES = 4 << 20   # <= ~57 k records of >= 70 bytes: <= ~10 s
 
 
 def kernels_cached() -> bool:
-    """True when numba's on-disk cache holds the GRO ``run`` kernel (``fast.napi.run``)
-    and the decoder kernel, written by an earlier run of this very source, so a run loads
+    """True when numba's on-disk cache holds the GRO ``run`` kernel (``fast.napi.run``),
+    the single pass (``gro.fused``) and the decoder kernel, written by an earlier run of
+    this very source, so a run loads
     them instead of compiling. numba's index checks only the file a kernel is defined
     in; the files ``run`` inlines or calls (the other ``gro/fast`` modules, the constants
     they read) are checked by the stamp importing ``gro.fast`` compares, which empties
@@ -1538,7 +1539,8 @@ def kernels_cached() -> bool:
     without a usable cache (numba then compiles on every run). Reads two small index
     files; compiles nothing."""
     from gropcap.decode import _fast_kernels as DK
-    for d in (K.run, DK.decode_kernel):
+    from gropcap.gro import fused
+    for d in (K.run, DK.decode_kernel, fused.fused_pass):
         try:
             if not d._cache._cache_file._load_index():
                 return False

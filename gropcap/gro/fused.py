@@ -8,10 +8,13 @@ fields GRO needs straight from the mapped capture and runs the ideal and the nap
 on each record while its headers are in registers, writing only the verdicts: the
 ``GroResult`` of each model, equal to the engine's field for field
 (``tests/gro/test_fused.py`` holds it to the engine on the samples and on generated
-traffic). It is the first part of the single pass of ``docs/performance.md``; nothing in
-a run uses it yet (``benchmarks/bench_fused_floor.py`` measures it).
+traffic). It is the first part of the single pass of ``docs/performance.md``: a
+summary-only run of a capture it covers runs both models in it
+(``run.engines.SinglePassModels``; the decoder still runs for the accumulators), and
+``benchmarks/bench_fused_floor.py`` measures it alone.
 
-What it covers, else :func:`uncovered` / :func:`run_file` say why and the engine runs:
+What it covers (:func:`uncovered` for the context, :func:`probe` for the records, before
+a run starts; :func:`run_file` says why not), else the engine runs:
 
 - a pcap file (either byte order, micro- or nanosecond times), link type Ethernet;
 - every frame Ethernet / IPv4 without options, not a fragment, a valid header
@@ -24,7 +27,6 @@ What it covers, else :func:`uncovered` / :func:`run_file` say why and the engine
   ``inet_gro_flush``), one RX queue, no gro_flush_timeout or napi_defer_hard_irqs, no
   ``--poll-acks``, TCP checksums not verified, no TCP fraglist GRO; budget, poll gap, HZ,
   ``gro_ipv4_max_size`` and the RSS key as configured;
-- at most :data:`MAX_FLOWS` flows.
 
 Each step names the kernel function it mirrors; the rules shared with the engine are the
 engine's own functions (``fast.tcp._not_held_reason`` / ``_end_reason`` /
@@ -44,7 +46,9 @@ from gropcap.constants import (
 from gropcap.gro.config import GroConfig
 from gropcap.gro.fast.ip import _ip_pair
 from gropcap.gro.fast.napi import _jiffy
-from gropcap.gro.fast.state import MAX_GRO_SKBS, OPT_AREA, OPT_WORDS, _sfl_flush, _unlink
+from gropcap.gro.fast.state import (
+    GCODE_DELIVERED, MAX_GRO_SKBS, OPT_AREA, OPT_WORDS, _sfl_flush, _unlink,
+)
 from gropcap.gro.fast.tcp import _end_reason, _not_held_reason, _options_differ
 from gropcap.gro.reasons import (
     BYPASS_NOT_IP, BYPASS_NO_L4_OFFLOAD, END_BUCKET_FULL, END_CAPTURE, END_POLL,
@@ -55,7 +59,7 @@ from gropcap.gro.reasons import (
     ROLE_HEAD, ROLE_MERGED,
 )
 
-MAX_FLOWS = 1 << 16         # flows a run may have (the open-addressing table: twice that)
+FLOWS = 1 << 12             # flows a run's tables hold at first (doubled as they fill)
 BATCH = 1 << 17             # records a call of the pass handles at most
 
 # the held entry of a flow in a model: p's headers and what gro_complete reports
@@ -64,17 +68,21 @@ BATCH = 1 << 17             # records a call of the pass handles at most
  E_AGE, E_GCODE, E_N) = range(24)
 # a super-packet as it goes up (delivery order)
 (S_FIRST, S_LAST, S_COUNT, S_PAYLOAD, S_GSO, S_END, S_POLL, S_FIXED, S_INST, S_GCODE,
- S_FLOW, S_N) = range(12)
+ S_FLOW, S_TRIG, S_N) = range(13)
+# their names in the engine's BatchResult.segs
+SEG_FIELDS = ("first", "last", "count", "payload", "gso", "end", "poll", "fixed", "inst",
+              "gcode", "flow", "trig")
 # the pass's counters and its state between calls
 (C_FLOWS, C_POLLN, C_LAST, C_ARR, C_POLL, C_INST, C_ORDER, C_NSEG, C_STATUS, C_AT,
- C_ROW, C_MAXTOT, C_SYNMSS, C_N) = (0, 1, 2, 3, 4, 5, 7, 9, 11, 12, 13, 14, 15, 16)
+ C_ROW, C_MAXTOT, C_SYNMSS, C_NPT, C_N) = (0, 1, 2, 3, 4, 5, 7, 9, 11, 12, 13, 14, 15, 16, 17)
+# C_NPT: the napi polls that ended in the call (their times in ``pt``, in order)
 # per model: C_INST + m, C_ORDER + m, C_NSEG + m
 # the parameters
 P_BUDGET, P_GAP, P_HZ, P_MASK, P_LIMIT, P_MTU, P_BUCKETS, P_RSS, P_N = range(9)
-# C_STATUS: why the pass stopped before the end of its input
-DONE, UNCOVERED, TOO_MANY_FLOWS, CUT = range(4)
+# C_STATUS: why the pass stopped before the end of its input (FULL: the flow tables
+# are full, FusedRun grows them and goes on)
+DONE, UNCOVERED, FULL, CUT = range(4)
 STOPPED = {UNCOVERED: "a frame the single pass does not cover",
-           TOO_MANY_FLOWS: f"more than {MAX_FLOWS} flows",
            CUT: "a record cut short by the end of the file"}
 IDEAL, NAPI = 0, 1
 _FINAL = TCP_FLAG_URG | TCP_FLAG_PSH | TCP_FLAG_RST | TCP_FLAG_SYN | TCP_FLAG_FIN
@@ -99,8 +107,83 @@ def uncovered(config: GroConfig) -> str | None:
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _cover(buf, p, incl, wire, mtu):
+    """What the pass does with the frame of ``incl`` captured bytes at ``p``: 0 TCP GRO,
+    the BYPASS_* code of a frame GRO passes by, -1 a frame it does not cover. Covered:
+    frames the decoder reads whole (STATUS_OK): Ethernet / IPv4 without options / TCP,
+    not a fragment, the header checksum valid, no RF bit, the IP length within the
+    frame and at most ``mtu``; IPv4 of a protocol without a gro_receive
+    (inet_gro_receive: BYPASS_NO_L4_OFFLOAD) and ARP (dev_gro_receive: no
+    packet_offload, BYPASS_NOT_IP)."""
+    if incl < 14:
+        return -1
+    et = _u16(buf, p + 12, True)
+    if et == 0x0806:
+        return BYPASS_NOT_IP
+    ip = p + 14
+    if et != 0x0800 or incl < 34 or buf[ip] != 0x45:
+        return -1
+    proto = np.int64(buf[ip + 9])
+    tot = _u16(buf, ip + 2, True)
+    if (_u16(buf, ip + 6, True) & 0xBFFF) != 0 or tot < 20 or 14 + tot > wire or tot > mtu:
+        return -1
+    if proto != 6:
+        # UDP, GRE, IPIP and SIT have gro_receive handlers (or are tunnels)
+        if proto == 17 or proto == 47 or proto == 4 or proto == 41:
+            return -1
+        return BYPASS_NO_L4_OFFLOAD
+    if incl < 54:
+        return -1
+    hl = np.int64(buf[ip + 32] >> 4) * 4
+    if hl < 20 or 34 + hl > incl or tot < 20 + hl:
+        return -1
+    s = np.int64(0)
+    for w in range(5):
+        s += _u32(buf, ip + 4 * w, True)
+    while s > 0xFFFF:
+        s = (s & 0xFFFF) + (s >> 16)
+    return 0 if s == 0xFFFF else -1
+
+
+@numba.njit(cache=True, nogil=True)
+def probe(buf, pos, end, be, mtu):
+    """The byte position of the first record of the pcap body ``buf[pos:end]`` the pass
+    does not cover (a frame :func:`_cover` refuses, a record cut by the end of the
+    file), -1 when it covers them all: a run asks before it starts."""
+    while end - pos >= 16:
+        incl = _u32(buf, pos + 8, be)
+        p = pos + 16
+        if p + incl > end or _cover(buf, p, incl, max(_u32(buf, pos + 12, be), incl),
+                                    mtu) < 0:
+            return pos
+        pos = p + incl
+    return -1 if pos == end else pos
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _slot(k0, k1, k2, k3, slots):
+    """A flow key's first slot in an open-addressing table of ``slots`` (a power of 2)."""
+    h = np.uint64(k0 ^ k1 * 31 ^ k2 * 1000003 ^ k3 * 0x9E3779B1)
+    h ^= h >> np.uint64(29)
+    return np.int64(h & np.uint64(slots - 1))
+
+
+@numba.njit(cache=True, nogil=True)
+def _rehash(old, new):
+    """The flows of key table ``old`` into the larger ``new``."""
+    slots = new.shape[0]
+    for x in range(old.shape[0]):
+        if old[x, 0] != -1:
+            slot = _slot(old[x, 0], old[x, 1], old[x, 2], old[x, 3], slots)
+            while new[slot, 0] != -1:
+                slot = (slot + 1) & (slots - 1)
+            for w in range(old.shape[1]):       # (no slice copy: numba would compile
+                new[slot, w] = old[x, w]        # its shape-error message)
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _emit(seg, ctr, m, first, last, count, payload, gso, end, poll, fixed, inst, gcode,
-          flow):
+          flow, trig):
     s = ctr[C_NSEG + m]
     seg[m, s, S_FIRST] = first
     seg[m, s, S_LAST] = last
@@ -113,16 +196,17 @@ def _emit(seg, ctr, m, first, last, count, payload, gso, end, poll, fixed, inst,
     seg[m, s, S_INST] = inst
     seg[m, s, S_GCODE] = gcode
     seg[m, s, S_FLOW] = flow
+    seg[m, s, S_TRIG] = trig        # the row whose receive sent it up, -1: a flush
     ctr[C_NSEG + m] = s + 1
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
-def _complete(ent, seg, ctr, m, k, end, poll):
+def _complete(ent, seg, ctr, m, k, end, poll, trig):
     """gro_complete: the held entry of flow k goes up (count 1: gso_size 0)."""
     count = ent[m, k, E_COUNT]
     _emit(seg, ctr, m, ent[m, k, E_FIRST], ent[m, k, E_LAST], count, ent[m, k, E_PAYLOAD],
           ent[m, k, E_MSS] if count > 1 else 0, end, poll, ent[m, k, E_FIXED],
-          ent[m, k, E_INST], ent[m, k, E_GCODE], k)
+          ent[m, k, E_INST], ent[m, k, E_GCODE], k, trig)
     ent[m, k, E_FIRST] = -1
 
 
@@ -139,14 +223,17 @@ def _flush(ent, seg, ctr, tbl, tcnt, old_only, jf):
             if old_only and ent[NAPI, k, E_AGE] == jf:
                 break
             _unlink(tbl, tcnt, 0, b, k)
-            _complete(ent, seg, ctr, NAPI, k, end, poll)
+            _complete(ent, seg, ctr, NAPI, k, end, poll, -1)
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def _poll_end(ent, seg, ctr, tbl, tcnt, P):
-    """The end of the napi model's current poll. A full budget: __napi_poll flushes
-    (everything when HZ < 1000, else what was held before this jiffy) and polls again at
-    once; fewer packets: napi_complete_done with no gro_flush_timeout flushes all."""
+def _poll_end(ent, seg, ctr, tbl, tcnt, P, pt):
+    """The end of the napi model's current poll (its time, the last arrival, to
+    ``pt``). A full budget: __napi_poll flushes (everything when HZ < 1000, else what
+    was held before this jiffy) and polls again at once; fewer packets:
+    napi_complete_done with no gro_flush_timeout flushes all."""
+    pt[ctr[C_NPT]] = ctr[C_LAST]
+    ctr[C_NPT] += 1
     if ctr[C_POLLN] < P[P_BUDGET]:
         _flush(ent, seg, ctr, tbl, tcnt, False, 0)
         return
@@ -218,8 +305,8 @@ def _pair(ent, eopt, m, k, fl, doff, win, ack, popt, polen, ttl, tos, df, ipid, 
 
 
 @numba.njit(cache=True, nogil=True)
-def fused_pass(buf, pos, end, be, frac_ns, nmax, P, rss, keys, ent, eopt, tbl, tcnt, ctr,
-               r_flow, r_reason, r_inst, r_poll, seg, popt, polen):
+def fused_pass(buf, pos, end, be, frac_ns, at, nmax, P, rss, keys, ent, eopt, tbl, tcnt,
+               ctr, r_flow, r_reason, r_inst, r_poll, seg, popt, polen, pt):
     """Up to ``nmax`` records of the pcap body ``buf[pos:end]`` through both models;
     returns the byte position after the last record taken. ``ctr[C_STATUS]`` says why it
     stopped early (``ctr[C_AT]``: the record's position), else DONE; ``r_*``: each
@@ -231,7 +318,8 @@ def fused_pass(buf, pos, end, be, frac_ns, nmax, P, rss, keys, ent, eopt, tbl, t
     gap = P[P_GAP]
     nb = P[P_BUCKETS] - 1
     slots = keys.shape[0]
-    n = 0
+    n = at                              # the record's index in the r_* outputs
+    row0 = ctr[C_ROW] - at
     ctr[C_STATUS] = DONE
     while n < nmax and end - pos >= 16:
         ts = _u32(buf, pos, be) * 1_000_000_000 + _u32(buf, pos + 4, be) * frac_ns
@@ -242,64 +330,33 @@ def fused_pass(buf, pos, end, be, frac_ns, nmax, P, rss, keys, ent, eopt, tbl, t
             ctr[C_STATUS] = CUT
             ctr[C_AT] = pos
             break
-        # --- what the pass covers (each frame one the decoder reads whole, STATUS_OK):
-        # Ethernet / IPv4 without options / TCP, not a fragment, the checksum valid, no
-        # RF bit; frames GRO passes by: IPv4 of a protocol without a gro_receive
-        # (inet_gro_receive: BYPASS_NO_L4_OFFLOAD) and ARP (dev_gro_receive: no
-        # packet_offload, BYPASS_NOT_IP)
-        et = _u16(buf, p + 12, True) if incl >= 14 else np.int64(-1)
-        ip = p + 14
-        th = ip + 20
-        tot = np.int64(0)
-        hl = np.int64(0)
-        proto = np.int64(0)
-        bypass = 0
-        ok = False
-        if et == 0x0800 and incl >= 34 and buf[ip] == 0x45:
-            proto = np.int64(buf[ip + 9])
-            tot = _u16(buf, ip + 2, True)
-            ok = (_u16(buf, ip + 6, True) & 0xBFFF) == 0 and tot >= 20 and \
-                14 + tot <= wire and tot <= P[P_MTU]
-            if ok and proto == 6:
-                ok = incl >= 54
-                if ok:
-                    hl = np.int64(buf[th + 12] >> 4) * 4
-                    ok = hl >= 20 and 34 + hl <= incl and tot >= 20 + hl
-                if ok:
-                    s = np.int64(0)
-                    for w in range(5):
-                        s += _u32(buf, ip + 4 * w, True)
-                    while s > 0xFFFF:
-                        s = (s & 0xFFFF) + (s >> 16)
-                    ok = s == 0xFFFF
-            elif ok:
-                # UDP, GRE, IPIP and SIT have gro_receive handlers (or tunnels)
-                ok = proto != 17 and proto != 47 and proto != 4 and proto != 41
-                bypass = BYPASS_NO_L4_OFFLOAD
-        elif et == 0x0806:
-            ok = True
-            bypass = BYPASS_NOT_IP
-        if not ok:
+        bypass = _cover(buf, p, incl, wire, P[P_MTU])
+        if bypass < 0:
             ctr[C_STATUS] = UNCOVERED
             ctr[C_AT] = pos
             break
+        et = _u16(buf, p + 12, True)
+        ip = p + 14
+        th = ip + 20
+        ipv4 = et == 0x0800
+        tot = _u16(buf, ip + 2, True) if ipv4 else np.int64(0)
+        proto = np.int64(buf[ip + 9]) if ipv4 else np.int64(0)
+        hl = np.int64(buf[th + 12] >> 4) * 4 if bypass == 0 else np.int64(0)
         # --- the flow: MAC header (dev_gro_receive's same_flow), addresses
         # (inet_gro_receive), ports (tcp_gro_lookup), the EtherType and IP protocol
         # (the flow key of gro/flows.py): an open-addressing table
         k0 = (_u32(buf, p, True) << 16) | _u16(buf, p + 4, True)
         k1 = (_u32(buf, p + 6, True) << 16) | _u16(buf, p + 10, True)
-        k2 = (_u32(buf, ip + 12, True) << 32) | _u32(buf, ip + 16, True) if et == 0x0800 \
+        k2 = (_u32(buf, ip + 12, True) << 32) | _u32(buf, ip + 16, True) if ipv4 \
             else np.int64(0)
-        k3 = (et << 40) | (proto << 32) | (_u32(buf, th, True) if proto == 6 else 0)
-        h = np.uint64(k0 ^ k1 * 31 ^ k2 * 1000003 ^ k3 * 0x9E3779B1)
-        h ^= h >> np.uint64(29)
-        slot = np.int64(h & np.uint64(slots - 1))
+        k3 = (et << 40) | (proto << 32) | (_u32(buf, th, True) if bypass == 0 else 0)
+        slot = _slot(k0, k1, k2, k3, slots)
         while keys[slot, 0] != -1 and (keys[slot, 0] != k0 or keys[slot, 1] != k1 or
                                        keys[slot, 2] != k2 or keys[slot, 3] != k3):
             slot = (slot + 1) & (slots - 1)
         if keys[slot, 0] == -1:
             if ctr[C_FLOWS] == ent.shape[1]:
-                ctr[C_STATUS] = TOO_MANY_FLOWS
+                ctr[C_STATUS] = FULL
                 ctr[C_AT] = pos
                 break
             keys[slot, 0] = k0
@@ -309,7 +366,7 @@ def fused_pass(buf, pos, end, be, frac_ns, nmax, P, rss, keys, ent, eopt, tbl, t
             # the driver's RSS hash (Toeplitz over the 4-tuple, by byte tables): the
             # GRO bucket, skb_get_hash_raw & (GRO_HASH_BUCKETS - 1)
             hv = np.uint32(0)
-            if P[P_RSS] and proto == 6:
+            if P[P_RSS] and bypass == 0:
                 for j in range(12):
                     hv ^= rss[j, buf[ip + 12 + j] if j < 8 else buf[th + j - 8]]
             keys[slot, 4] = np.int64(hv) & nb
@@ -317,7 +374,7 @@ def fused_pass(buf, pos, end, be, frac_ns, nmax, P, rss, keys, ent, eopt, tbl, t
             ctr[C_FLOWS] += 1
         k = keys[slot, 5]
         b = keys[slot, 4]
-        row = ctr[C_ROW] + n
+        row = row0 + n
         pos = p + incl
         # --- the napi model's poll: a packet joins the current one while it arrives
         # within the gap of the one before and the budget is not spent (__napi_poll)
@@ -325,7 +382,7 @@ def fused_pass(buf, pos, end, be, frac_ns, nmax, P, rss, keys, ent, eopt, tbl, t
         ctr[C_ARR] = arr
         if ctr[C_POLLN] == 0 or ctr[C_POLLN] >= budget or arr > ctr[C_LAST] + gap:
             if ctr[C_POLLN] > 0:
-                _poll_end(ent, seg, ctr, tbl, tcnt, P)
+                _poll_end(ent, seg, ctr, tbl, tcnt, P, pt)
             ctr[C_POLL] += 1
             ctr[C_POLLN] = 0
         ctr[C_POLLN] += 1
@@ -334,8 +391,8 @@ def fused_pass(buf, pos, end, be, frac_ns, nmax, P, rss, keys, ent, eopt, tbl, t
         r_poll[n] = ctr[C_POLL]
         if bypass != 0:
             # GRO_NORMAL at once in both models, held entries untouched
-            payload = tot - 20 if et == 0x0800 else 0
-            if et == 0x0800:
+            payload = tot - 20 if ipv4 else 0
+            if ipv4:
                 ctr[C_MAXTOT] = max(ctr[C_MAXTOT], tot)
             for m in range(2):
                 poll = ctr[C_POLL] if m == NAPI else -1
@@ -343,7 +400,8 @@ def fused_pass(buf, pos, end, be, frac_ns, nmax, P, rss, keys, ent, eopt, tbl, t
                 inst = ctr[C_INST + m]
                 ctr[C_INST + m] = inst + 1
                 r_inst[m, n] = inst
-                _emit(seg, ctr, m, row, row, 1, payload, 0, bypass, poll, 0, inst, 0, k)
+                _emit(seg, ctr, m, row, row, 1, payload, 0, bypass, poll, 0, inst,
+                      GCODE_DELIVERED, k, row)
             n += 1
             continue
         # --- the headers GRO reads
@@ -425,14 +483,15 @@ def fused_pass(buf, pos, end, be, frac_ns, nmax, P, rss, keys, ent, eopt, tbl, t
             if end_ != 0:
                 if m == NAPI:
                     _unlink(tbl, tcnt, 0, b, k)
-                _complete(ent, seg, ctr, m, k, end_, poll)
+                _complete(ent, seg, ctr, m, k, end_, poll, row)
             if deliver >= 0:
                 # GRO_NORMAL: the packet goes up alone
                 r_reason[m, n] = deliver
                 inst = ctr[C_INST + m]
                 ctr[C_INST + m] = inst + 1
                 r_inst[m, n] = inst
-                _emit(seg, ctr, m, row, row, 1, payload, 0, deliver, poll, 0, inst, gcode, k)
+                _emit(seg, ctr, m, row, row, 1, payload, 0, deliver, poll, 0, inst,
+                      gcode + GCODE_DELIVERED, k, row)
             elif hold >= 0:
                 # dev_gro_receive's tail: a new entry, the oldest of a full bucket
                 # completed first (gro_flush_oldest)
@@ -441,7 +500,7 @@ def fused_pass(buf, pos, end, be, frac_ns, nmax, P, rss, keys, ent, eopt, tbl, t
                     if tcnt[0, b] >= MAX_GRO_SKBS:
                         old = tbl[0, b, 0]
                         _unlink(tbl, tcnt, 0, b, old)
-                        _complete(ent, seg, ctr, NAPI, old, END_BUCKET_FULL, poll)
+                        _complete(ent, seg, ctr, NAPI, old, END_BUCKET_FULL, poll, row)
                     tbl[0, b, tcnt[0, b]] = k
                     tcnt[0, b] += 1
                 inst = ctr[C_INST + m]
@@ -474,17 +533,17 @@ def fused_pass(buf, pos, end, be, frac_ns, nmax, P, rss, keys, ent, eopt, tbl, t
                     eopt[m, k, w] = popt[0, w]
                 eopt[m, k, OPT_WORDS] = np.uint64((olen & 0xFF) | (min(olen, OPT_AREA) << 8))
         n += 1
-    ctr[C_ROW] += n
+    ctr[C_ROW] = row0 + n
     return pos
 
 
 @numba.njit(cache=True, nogil=True)
-def finish(ent, seg, ctr, tbl, tcnt, P):
+def finish(ent, seg, ctr, tbl, tcnt, P, pt):
     """The end of the capture: the napi model's last poll ends (and, after a partial
     flush, napi_finish's END_POLL in that poll); the ideal model's held entries go up
     oldest first (END_CAPTURE)."""
     if ctr[C_POLLN] > 0:
-        _poll_end(ent, seg, ctr, tbl, tcnt, P)
+        _poll_end(ent, seg, ctr, tbl, tcnt, P, pt)
         _flush(ent, seg, ctr, tbl, tcnt, False, 0)
         ctr[C_POLLN] = 0
     nf = ctr[C_FLOWS]
@@ -497,14 +556,14 @@ def finish(ent, seg, ctr, tbl, tcnt, P):
             keys[h] = k
             h += 1
     for x in np.argsort(order[:h]):
-        _complete(ent, seg, ctr, IDEAL, keys[x], END_CAPTURE, -1)
+        _complete(ent, seg, ctr, IDEAL, keys[x], END_CAPTURE, -1, -1)
 
 
 class FusedRun:
     """The pass's state across calls (one receiver run): flow table, held entries,
     counters, and the outputs of the call in progress."""
 
-    def __init__(self, config: GroConfig, batch: int = BATCH, max_flows: int = MAX_FLOWS):
+    def __init__(self, config: GroConfig, batch: int = BATCH, flows: int | None = None):
         from gropcap.gro.rss import toeplitz_table
         kp = config.kernel
         mask = TCP_FLAG_FIN | TCP_FLAG_PSH
@@ -520,9 +579,10 @@ class FusedRun:
         self.P[P_BUCKETS] = kp.hash_buckets
         self.P[P_RSS] = config.rss == "toeplitz"
         self.rss = toeplitz_table(bytes(config.rss_key).ljust(40, b"\0"))
-        self.keys = np.full((2 * max_flows, 6), -1, np.int64)
-        self.ent = np.full((2, max_flows, E_N), -1, np.int64)
-        self.eopt = np.zeros((2, max_flows, OPT_WORDS + 1), np.uint64)
+        flows = flows or FLOWS
+        self.keys = np.full((2 * flows, 6), -1, np.int64)
+        self.ent = np.full((2, flows, E_N), -1, np.int64)
+        self.eopt = np.zeros((2, flows, OPT_WORDS + 1), np.uint64)
         # the napi model's buckets as the engine's State holds them, one RX queue
         self.tbl = np.full((1, kp.hash_buckets, MAX_GRO_SKBS), -1, np.int64)
         self.tcnt = np.zeros((1, kp.hash_buckets), np.int64)
@@ -534,26 +594,51 @@ class FusedRun:
         self.r_inst = np.empty((2, batch), np.int64)
         self.r_poll = np.empty(batch, np.int64)
         # a call's super-packets: at most one per record and model, plus what was held
-        self.seg = np.empty((2, batch + max_flows, S_N), np.int64)
+        self.seg = np.empty((2, batch + flows, S_N), np.int64)
         self.popt = np.zeros((1, OPT_WORDS), np.uint64)
         self.polen = np.zeros(1, np.int64)
+        self.pt = np.empty(batch + 2, np.int64)     # at most one poll ends per record
 
-    def take(self, buf, pos: int, end: int, be: bool, frac_ns: int):
-        """One call over ``buf[pos:end]``: (next position, records, super-packets per
-        model); the arrays are this run's buffers, valid until the next call."""
+    def take(self, buf, pos: int, end: int, be: bool, frac_ns: int,
+             nmax: int | None = None):
+        """One call over ``buf[pos:end]``, at most ``nmax`` records (None: the batch):
+        (next position, records, super-packets per model); the arrays are this run's
+        buffers, valid until the next call (``pt[:ctr[C_NPT]]``: the times of the
+        napi polls that ended in it)."""
         self.ctr[C_NSEG:C_NSEG + 2] = 0
+        self.ctr[C_NPT] = 0
         row0 = int(self.ctr[C_ROW])
-        pos = fused_pass(buf, pos, end, be, frac_ns, self.batch, self.P, self.rss,
-                         self.keys, self.ent, self.eopt, self.tbl, self.tcnt, self.ctr,
-                         self.r_flow, self.r_reason, self.r_inst, self.r_poll, self.seg,
-                         self.popt, self.polen)
-        n = int(self.ctr[C_ROW]) - row0
+        nmax = min(nmax or self.batch, self.batch)
+        n = 0
+        while True:
+            pos = fused_pass(buf, pos, end, be, frac_ns, n, nmax, self.P, self.rss,
+                             self.keys, self.ent, self.eopt, self.tbl, self.tcnt, self.ctr,
+                             self.r_flow, self.r_reason, self.r_inst, self.r_poll,
+                             self.seg, self.popt, self.polen, self.pt)
+            n = int(self.ctr[C_ROW]) - row0
+            if self.status != FULL:
+                break
+            self._grow()
         return pos, n, [self.seg[m, :self.ctr[C_NSEG + m]] for m in range(2)]
+
+    def _grow(self) -> None:
+        """Twice the flows: the key table rehashed, the held entries and the call's
+        super-packet buffer (which holds at most one per record and held entry) kept."""
+        flows = 2 * self.ent.shape[1]
+        keys = np.full((2 * flows, 6), -1, np.int64)
+        _rehash(self.keys, keys)
+        self.keys = keys
+        self.ent = np.concatenate([self.ent, np.full_like(self.ent, -1)], axis=1)
+        self.eopt = np.concatenate([self.eopt, np.zeros_like(self.eopt)], axis=1)
+        seg = np.empty((2, self.batch + flows, S_N), np.int64)
+        seg[:, :self.seg.shape[1]] = self.seg
+        self.seg = seg
 
     def finish(self):
         """The super-packets still held at the end of the capture, per model."""
         self.ctr[C_NSEG:C_NSEG + 2] = 0
-        finish(self.ent, self.seg, self.ctr, self.tbl, self.tcnt, self.P)
+        self.ctr[C_NPT] = 0
+        finish(self.ent, self.seg, self.ctr, self.tbl, self.tcnt, self.P, self.pt)
         return [self.seg[m, :self.ctr[C_NSEG + m]] for m in range(2)]
 
     @property
@@ -561,27 +646,38 @@ class FusedRun:
         return int(self.ctr[C_STATUS])
 
 
+_LE = (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1")      # pcap magic, little-endian (us, ns)
+_BE = (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d")
+
+
+def pcap_head(head: bytes):
+    """(big-endian, ns per fraction unit, link type) of a pcap file header, else None."""
+    magic = head[:4]
+    if len(head) < 24 or magic not in _LE + _BE:
+        return None
+    le = magic in _LE
+    nano = magic in (_LE[1], _BE[1])
+    return not le, 1 if nano else 1000, \
+        int.from_bytes(head[20:24], "little" if le else "big") & 0x0FFFFFFF
+
+
 def pcap_body(path: str):
     """(mapped bytes, big-endian, ns per fraction unit) of a pcap file of Ethernet
     frames, or a string saying why the pass does not read it."""
     with open(path, "rb") as fh:
-        head = fh.read(24)
-    magic = head[:4]
-    le = magic in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1")
-    if len(head) < 24 or not le and magic not in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d"):
+        got = pcap_head(fh.read(24))
+    if got is None:
         return "not a pcap file"
-    nano = magic in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
-    linktype = int.from_bytes(head[20:24], "little" if le else "big") & 0x0FFFFFFF
-    if linktype != 1:
-        return f"link type {linktype}, not Ethernet"
-    return np.memmap(path, np.uint8, mode="r"), not le, 1 if nano else 1000
+    if got[2] != 1:
+        return f"link type {got[2]}, not Ethernet"
+    return np.memmap(path, np.uint8, mode="r"), got[0], got[1]
 
 
 def run_file(path: str, config: GroConfig | None = None, batch: int = BATCH):
     """Both models over one pcap file: ``{"ideal": GroResult, "napi": GroResult}``, or
     a string saying why the pass does not cover the file (the engine's work then);
     ``batch`` records a call."""
-    from gropcap.gro.engine import _gso_table
+    from gropcap.gro.gso import gso_type_for
     from gropcap.gro.result import GroResult
     config = config or GroConfig()
     why = uncovered(config)
@@ -618,7 +714,13 @@ def run_file(path: str, config: GroConfig | None = None, batch: int = BATCH):
                     f"MTU ({mtu}): captured coalesced")
     for m, s in enumerate(run.finish()):
         segs[m].append(s.copy())
-    gtable = _gso_table(config)
+    # the gso_type of a TCP/IPv4 super-packet by its CWR code and fixed-ID bits
+    # (engine._gso_table's rows of this traffic)
+    gtable = np.zeros((GCODE_DELIVERED, 4), np.uint32)
+    for cwr in (0, 16):
+        for fx in range(4):
+            gtable[cwr, fx] = gso_type_for(config.kernel.version, 4, ip_fixedid=fx,
+                                           cwr=bool(cwr))
     out = {}
     flow = np.concatenate(rec["flow"])
     for m, model in enumerate(("ideal", "napi")):
@@ -643,3 +745,50 @@ def run_file(path: str, config: GroConfig | None = None, batch: int = BATCH):
             seg_gso_size=s[:, S_GSO], seg_gso_type=gso_type, seg_end_reason=s[:, S_END],
             seg_rx_queue=np.zeros(len(s)), seg_poll_id=s[:, S_POLL])
     return out
+
+
+def warm_up() -> None:
+    """Compile (or load from the on-disk cache) the pass's kernels on a pcap body of two
+    frames (a TCP segment and an ARP frame), with the argument types of a run (a
+    read-only mapped buffer): the call, a growth of the flow tables, the end, the
+    probe."""
+    import struct
+    ip = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 40, 1, 0x4000, 64, 6, 0,
+                               bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])))
+    s = sum(struct.unpack("!10H", bytes(ip)))
+    while s > 0xFFFF:
+        s = (s & 0xFFFF) + (s >> 16)
+    ip[10:12] = struct.pack("!H", 0xFFFF - s)
+    tcp = struct.pack("!HHIIBBHHH", 1000, 80, 1, 1, 0x50, 0x10, 512, 0, 0)
+    frames = [bytes(12) + b"\x08\x00" + bytes(ip) + tcp, bytes(12) + b"\x08\x06" + bytes(28)]
+    body = b"".join(struct.pack("<IIII", 0, 0, len(f), len(f)) + f for f in frames)
+    buf = np.frombuffer(body, np.uint8)          # read-only, as a mapped capture is
+    run = FusedRun(GroConfig(), 4, 1)
+    run.take(buf, 0, len(buf), False, 1000)
+    run.finish()
+    probe(buf, 0, len(buf), False, 0xFFFF)
+
+
+# --- on-disk cache freshness: numba keys a cached kernel on this file only, but the pass
+# inlines the engine's rule functions and the readers of other modules, with their
+# constants: when one of those changed, the cached machine code is dropped
+# (gropcap.numba_cache)
+def stamp_modules() -> tuple:
+    """Every module whose source the pass's cached machine code depends on."""
+    from gropcap.capture import fast as capture_fast
+    from gropcap.decode import _fast_kernels, options
+    from gropcap.gro import config, fast
+    return tuple(fast.STAMP_MODULES) + (capture_fast, _fast_kernels, options, config)
+
+
+def _refresh_cache() -> None:
+    import sys
+    from gropcap import numba_cache
+    mods = stamp_modules()
+    here = numba_cache.dispatchers_of(sys.modules[__name__])
+    numba_cache.refresh(here, "gro_fused.deps", numba_cache.stamp(
+        [m.__file__ for m in mods], " ".join(m.__name__ for m in mods)))
+    numba_cache.light_loads(here)
+
+
+_refresh_cache()

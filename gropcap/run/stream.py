@@ -75,6 +75,7 @@ from gropcap.gro.config import MODELS, GroConfig
 from gropcap.gro.reasons import ROLE_ALONE, ROLE_HEAD, ROLE_MERGED
 from gropcap.io.columns import readable
 from gropcap.gro._batch_kernels import first_rows, verdict_codes
+from gropcap.run.engines import Uncovered
 
 OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
 # records per batch of a bounded-memory run: per-batch costs that grow with the flows
@@ -117,6 +118,10 @@ class StreamResult:
     threads: int = 1
     # what --plot draws (run.plotdata.PlotData), when asked for (``plot=True``)
     plot_data: object = None
+    # the models ran in gro/fused.py's single pass (run.engines.SinglePassModels), not
+    # on the engine; ``engine_why``: why not (None when they did)
+    single_pass: bool = False
+    engine_why: str | None = None
 
     @property
     def primary_model(self) -> str:
@@ -905,7 +910,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                    receiver=None, receive=None, packet_columns="default",
                    threads: int | None = None, captures: str = "auto",
                    plot: bool = False, _fused: bool = True,
-                   _acks: list | None = None) -> StreamResult:
+                   _acks: list | None = None, _single: bool | str = True) -> StreamResult:
     """Analyse captures batch by batch in bounded memory (see the module docstring).
 
     Args:
@@ -1077,9 +1082,20 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                                      write_packets, packets_table(t, cols)))
                                  if inline_out else None,
                                  rest=lambda held: two_passes(held)) if inline else None
-        from gropcap.run.engines import BatchGroModels
-        # states carried batch to batch; with threads, the second model in a thread
-        gro = BatchGroModels([r.config for r in runs], threaded=threads > 1)
+        from gropcap.run.engines import BatchGroModels, SinglePassModels, single_pass_covers
+        # a summary-only run of one pcap file that the single pass covers: both models
+        # in gro/fused.py's pass, which reads the records itself (the first try: where
+        # it meets a frame it does not cover, the run goes again on the engine); else
+        # the engine, states carried batch to batch, with threads the second model in
+        # a thread of its own
+        why = _single if isinstance(_single, str) else \
+            "--out" if out_dir else "--poll-acks" if retimed is not None else \
+            "egress accounting" if egress is not None else "--plot" if plot else \
+            "--tunnel-gro" if cells_on else "the run's unfused try" if not inline else \
+            "the reference engine or decoder" if (engine, decoder) != ("fast", "fast") \
+            else single_pass_covers(config, models, files)
+        gro = SinglePassModels(config, files[0], batch_records) if why is None else \
+            BatchGroModels([r.config for r in runs], threaded=threads > 1)
         from gropcap.run.receivers import RunSplit
         split = RunSplit(captures)
         file_run: dict = {}             # the receiver run of each input file seen
@@ -1447,7 +1463,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                             totals=tot, plot_data=plot_out,
                             peak_spill_bytes=peak, timings=tm, threads=threads,
                             udp_tunnel_hint=tunnel_hint,
-                            flow_causes=causes.result(flows.num_rows))
+                            flow_causes=causes.result(flows.num_rows),
+                            single_pass=why is None, engine_why=why)
     except OSError as e:
         # a full or read-only disk under the temporary files or the outputs: one line
         if e.errno not in _WRITE_ERRNOS:
@@ -1456,6 +1473,12 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                           hint="check free space and permissions (--out, $TMPDIR)") from None
     except _Unfused:
         retry = True        # below: the run again, unfused
+        again_fused = False
+        _single = locals().get("why") or "frames captured coalesced, or a tunnel hint"
+    except Uncovered as e:
+        retry = True        # below: the run again, fused, on the engine
+        again_fused = True
+        _single = f"the single pass stopped: {e}"
     finally:
         # the worker threads stop (each finishes its batch) before the files go
         for stage in (locals().get("source"), locals().get("side"), locals().get("gro"),
@@ -1487,8 +1510,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                               engine=engine, decoder=decoder, egress=egress, tmp_dir=tmp_dir,
                               progress=progress, receiver=receiver, receive=receive,
                               packet_columns=packet_columns, threads=threads,
-                              captures=captures, plot=plot, _fused=False,
-                              _acks=_acks)
+                              captures=captures, plot=plot, _fused=again_fused,
+                              _acks=_acks,
+                              _single=_single if isinstance(_single, str) else "unfused")
     finally:
         if owns_acks:
             _drop_acks(_acks)

@@ -81,6 +81,8 @@ def compile_alongside(paths, config, models, decode_options, *, out_dir=None, eg
         from gropcap.decode.fast import warm_up
         warm_up()
         _count_kernels(prefix, decode_options)
+        from gropcap.gro import fused
+        fused.warm_up()             # the single pass (the helper's run takes the engine)
         proc.join(HELPER_WAIT_S)   # a helper still busy then is killed; the run compiles
         return True
     finally:

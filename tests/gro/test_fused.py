@@ -261,3 +261,44 @@ def test_frames_gro_passes_by_go_up_alone_in_flows_of_their_own(tmp_path):
         assert _differing(got[model], want[model]) == [], model
     assert len(set(got["ideal"].flow_id)) == 5
     assert got["ideal"].seg_count.max() == 8
+
+
+def test_the_cache_stamp_covers_every_module_the_pass_imports():
+    """The pass's cached machine code bakes in the code and constants of the modules it
+    imports from: each of them is in its stamp (else a change there would leave a stale
+    kernel in numba's cache)."""
+    import ast
+    with open(fused.__file__) as fh:
+        tree = ast.parse(fh.read())
+    # (the module's own imports: what its kernels can reach; functions that run in
+    # Python import more)
+    imported = {node.module for node in tree.body
+                if isinstance(node, ast.ImportFrom) and node.module.startswith("gropcap")}
+    stamped = {m.__name__ for m in fused.stamp_modules()}
+    assert "gropcap.gro.fast.tcp" in imported and "gropcap.constants" in imported
+    assert imported - stamped == set()
+
+
+def test_the_flow_tables_grow_as_flows_come(monkeypatch):
+    """Tables of two flows at first, doubled as the flows of the four-stream sample
+    come (during a call): the same results as tables that never fill."""
+    path = os.path.join(SAMPLES, "real_ipv4_p4.pcap")
+    whole = fused.run_file(path)
+    monkeypatch.setattr(fused, "FLOWS", 2)
+    grown = fused.run_file(path, batch=500)
+    assert len(set(whole["ideal"].flow_id)) > 4
+    for model in ("ideal", "napi"):
+        assert _differing(whole[model], grown[model]) == [], model
+
+
+def test_the_probe_finds_the_first_frame_the_pass_does_not_cover(tmp_path):
+    frames = [_flow_frame(3000, 0, 100), eth(bytes(28), C.ETH_P_ARP),
+              eth(ipv4("10.0.0.1", "10.0.0.2", C.IPPROTO_UDP, udp(1, 2, b"x" * 30))),
+              _flow_frame(3000, 100, 100)]
+    path = str(tmp_path / "probe.pcap")
+    write_pcap(path, frames, [1_000 * i for i in range(4)])
+    buf, be, _ = fused.pcap_body(path)
+    assert fused.probe(buf, 24, len(buf), be, 0xFFFF) == 24 + 16 + 154 + 16 + 42
+    assert fused.probe(buf, 24, 24 + 16 + 154 + 16 + 42, be, 0xFFFF) == -1
+    assert fused.probe(buf, 24, 24 + 16 + 154 + 10, be, 0xFFFF) == 24 + 16 + 154  # cut
+    assert fused.probe(buf, 24, len(buf), be, 100) == 24        # above the MTU

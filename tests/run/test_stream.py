@@ -586,3 +586,38 @@ def test_a_frame_marked_coalesced_stops_the_fused_pass_at_once():
     small.looks = 2                             # the 3rd: not a power of two
     small.add(t.slice(10, 10))
     assert small.seen_coalesced() is False and small.num > 0
+
+
+_SINGLE = {"real_ipv4.pcap", "real_ipv4_p4.pcap", "crafted_nanosecond.pcap"}
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=os.path.basename)
+def test_a_summary_only_run_takes_the_single_pass_where_it_covers(path):
+    """A summary-only run (`--format json`) runs both models in the single pass
+    (gro/fused.py) where it covers the capture, on the engine elsewhere, and says why:
+    either way the in-memory run's summary, flows, flow causes and tunnel hint."""
+    for config in (GroConfig(), GroConfig(budget=8, hz=1000)):
+        a = analyze(path, config)
+        r = stream_analyze(path, config, batch_records=small_batches(path))
+        assert r.summary == a.summary()
+        assert _plain(r.flows) == _plain(a.flows)
+        assert r.flow_causes == a.flow_causes
+        assert r.udp_tunnel_hint == tunnel_hint(a)
+        covered = os.path.basename(path) in _SINGLE
+        assert r.single_pass is covered and (r.engine_why is None) is covered, r.engine_why
+
+
+def test_the_single_pass_grows_its_tables_and_can_be_left_out(monkeypatch):
+    """The four-stream sample in batches of 61 rows with flow tables of two flows at
+    first (doubled as they fill, between batches and within one): the in-memory run's
+    summary; with the single pass left out (a caller's ``_single`` reason), the same
+    summary from the engine."""
+    from gropcap.gro import fused
+    path = os.path.join(ROOT, "sample_pcaps", "real_ipv4_p4.pcap")
+    monkeypatch.setattr(fused, "FLOWS", 2)
+    a = analyze(path, GroConfig())
+    r = stream_analyze(path, GroConfig(), batch_records=61)
+    assert r.single_pass and r.summary == a.summary()
+    assert r.flow_causes == a.flow_causes
+    e = stream_analyze(path, GroConfig(), batch_records=61, _single="asked")
+    assert not e.single_pass and e.engine_why == "asked" and e.summary == r.summary
