@@ -13,8 +13,8 @@ summary-only run of a capture it covers runs both models in it
 (``run.engines.SinglePassModels``; the decoder still runs for the accumulators), and
 ``benchmarks/bench_fused_floor.py`` measures it alone.
 
-What it covers (:func:`uncovered` for the context, :func:`probe` for the records, before
-a run starts; :func:`run_file` says why not), else the engine runs:
+What it covers (:func:`uncovered` for the context, :func:`uncovered_at` for the records,
+before a run starts; :func:`run_file` says why not), else the engine runs:
 
 - a pcap file (either byte order, micro- or nanosecond times), link type Ethernet;
 - every frame Ethernet / IPv4 without options, not a fragment, a valid header
@@ -146,18 +146,35 @@ def _cover(buf, p, incl, wire, mtu):
 
 
 @numba.njit(cache=True, nogil=True)
-def probe(buf, pos, end, be, mtu):
-    """The byte position of the first record of the pcap body ``buf[pos:end]`` the pass
-    does not cover (a frame :func:`_cover` refuses, a record cut by the end of the
-    file), -1 when it covers them all: a run asks before it starts."""
-    while end - pos >= 16:
+def probe(buf, pos, end, be, mtu, upto):
+    """The records of the pcap body ``buf[pos:end]`` that start before ``upto``, read
+    for what the pass covers: ``(position, True)`` after the last of them (``end`` when
+    the body is done), or ``(position, False)`` of the first it does not cover (a frame
+    :func:`_cover` refuses, a record cut by the end of the file)."""
+    while pos < upto and end - pos >= 16:
         incl = _u32(buf, pos + 8, be)
         p = pos + 16
         if p + incl > end or _cover(buf, p, incl, max(_u32(buf, pos + 12, be), incl),
                                     mtu) < 0:
-            return pos
+            return pos, False
         pos = p + incl
-    return -1 if pos == end else pos
+    return pos, pos >= upto or pos == end
+
+
+def uncovered_at(buf, be: bool, mtu: int, window: int = 1 << 26) -> int:
+    """The byte position of the first record of a mapped pcap file (``buf``) the pass
+    does not cover, -1 when it covers them all: what a run asks before it starts. The
+    file is read ``window`` bytes at a time, its pages dropped after each (a probe of a
+    large capture does not keep it resident)."""
+    from gropcap.arrays import drop_pages
+    pos = 24
+    while True:
+        pos, ok = probe(buf, pos, len(buf), be, mtu, pos + window)
+        drop_pages(buf)
+        if not ok:
+            return int(pos)
+        if pos >= len(buf):
+            return -1
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
@@ -766,7 +783,7 @@ def warm_up() -> None:
     run = FusedRun(GroConfig(), 4, 1)
     run.take(buf, 0, len(buf), False, 1000)
     run.finish()
-    probe(buf, 0, len(buf), False, 0xFFFF)
+    probe(buf, 0, len(buf), False, 0xFFFF, len(buf))
 
 
 # --- on-disk cache freshness: numba keys a cached kernel on this file only, but the pass

@@ -129,8 +129,8 @@ def single_pass_covers(config: GroConfig, models, paths) -> str | None:
     """Why :class:`SinglePassModels` cannot run ``models`` over the files ``paths`` in
     ``config`` (None: it can): one pcap file of Ethernet frames, both models, what
     ``gro.fused.uncovered`` allows, every record a frame the pass covers
-    (``gro.fused.probe``: the record headers and the frames' first bytes read once,
-    about 4% of a run)."""
+    (``gro.fused.uncovered_at``: the record headers and the frames' first bytes read
+    once, about 4% of a run)."""
     from gropcap.gro import fused
     if tuple(models) != ("ideal", "napi"):
         return "not both models"
@@ -145,7 +145,7 @@ def single_pass_covers(config: GroConfig, models, paths) -> str | None:
     # every record read for what the pass covers, before the run starts (a run that
     # stopped in the middle would have to start again on the engine)
     buf, be, _ = body
-    at = fused.probe(buf, 24, len(buf), be, config.mtu or 0xFFFF)
+    at = fused.uncovered_at(buf, be, config.mtu or 0xFFFF)
     return None if at < 0 else f"a frame the single pass does not cover at byte {at}"
 
 
@@ -170,6 +170,7 @@ class SinglePassModels:
         """The next decoded batch's rows (``final``: then the end of the capture): one
         ``engine.BatchResult`` per model (ideal, napi)."""
         import numpy as np
+        from gropcap.arrays import drop_pages
         from gropcap.gro.engine import BatchResult
         F, run = self.fused, self.pass_
         if coalesced is not None:
@@ -181,6 +182,9 @@ class SinglePassModels:
         if n:
             self.pos, got, segs = run.take(self.buf, self.pos, len(self.buf), self.be,
                                            self.frac, n)
+            # the records read stay in the page cache, not in this process's RSS (the
+            # mapping is the whole file)
+            drop_pages(self.buf)
             if run.status != F.DONE or got != n:
                 raise Uncovered(f"{F.STOPPED.get(run.status, 'a batch ended early')} at "
                                 f"byte {int(run.ctr[F.C_AT])}")

@@ -298,7 +298,14 @@ def test_the_probe_finds_the_first_frame_the_pass_does_not_cover(tmp_path):
     path = str(tmp_path / "probe.pcap")
     write_pcap(path, frames, [1_000 * i for i in range(4)])
     buf, be, _ = fused.pcap_body(path)
-    assert fused.probe(buf, 24, len(buf), be, 0xFFFF) == 24 + 16 + 154 + 16 + 42
-    assert fused.probe(buf, 24, 24 + 16 + 154 + 16 + 42, be, 0xFFFF) == -1
-    assert fused.probe(buf, 24, 24 + 16 + 154 + 10, be, 0xFFFF) == 24 + 16 + 154  # cut
-    assert fused.probe(buf, 24, len(buf), be, 100) == 24        # above the MTU
+    udp_at = 24 + 16 + 154 + 16 + 42
+    assert fused.uncovered_at(buf, be, 0xFFFF) == udp_at
+    assert fused.uncovered_at(buf, be, 0xFFFF, window=1) == udp_at     # record by record
+    assert fused.probe(buf, 24, udp_at, be, 0xFFFF, udp_at) == (udp_at, True)
+    assert fused.probe(buf, 24, len(buf), be, 0xFFFF, 100) == (24 + 16 + 154, True)
+    assert fused.probe(buf, 24, 24 + 16 + 154 + 10, be, 0xFFFF, 10**9) == \
+        (24 + 16 + 154, False)                                          # cut
+    assert fused.uncovered_at(buf, be, 100) == 24                       # above the MTU
+    frames.pop(2)
+    write_pcap(path, frames, [1_000 * i for i in range(3)])
+    assert fused.uncovered_at(fused.pcap_body(path)[0], be, 0xFFFF, window=50) == -1
