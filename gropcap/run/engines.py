@@ -130,7 +130,7 @@ def single_pass_covers(config: GroConfig, models, paths) -> str | None:
     ``config`` (None: it can): one pcap file of Ethernet frames, both models, what
     ``gro.fused.uncovered`` allows, every record a frame the pass covers
     (``gro.fused.uncovered_at``: the record headers and the frames' first bytes read
-    once, about 4% of a run)."""
+    once, 5-8% of a run)."""
     from gropcap.gro import fused
     if tuple(models) != ("ideal", "napi"):
         return "not both models"
