@@ -25,15 +25,17 @@ def pytest_xdist_auto_num_workers(config):
 
 
 def pytest_sessionstart(session):
-    """Compile the GRO and decode kernels (or load them from numba's cache) before any
-    test: a small capture on a cold cache would otherwise run on the reference path with
-    its own note (gro.engine.cold_start_reference), or compile inside whichever test came
-    first, so results and stderr would depend on test order. The cold-cache behaviour is
-    tested on its own, with fresh NUMBA_CACHE_DIRs (tests/cli/test_cold_cache.py,
-    tests/gro/test_startup_tiers.py). With xdist the controller runs this first, on a
-    cold cache compiling once, and the workers it then starts load the kernels from the
-    cache."""
+    """Compile the GRO, single-pass and decode kernels (or load them from numba's cache)
+    before any test: a small capture on a cold cache would otherwise run on the
+    reference path with its own note (gro.engine.cold_start_reference), or compile
+    inside whichever test came first, so results and stderr would depend on test order.
+    The cold-cache behaviour is tested on its own, with fresh NUMBA_CACHE_DIRs
+    (tests/cli/test_cold_cache.py, tests/gro/test_startup_tiers.py). With xdist the
+    controller runs this first, on a cold cache compiling once, and the workers it then
+    starts load the kernels from the cache."""
     import gropcap
+    from gropcap.gro import fused
     from where import SAMPLES
 
     gropcap.analyze(f"{SAMPLES}/real_ipv4_p4.pcap", engine="fast", decoder="fast")
+    fused.warm_up()             # the single pass of summary-only runs (kernels_cached)

@@ -189,9 +189,9 @@ class SinglePassModels:
                 raise Uncovered(f"{F.STOPPED.get(run.status, 'a batch ended early')} at "
                                 f"byte {int(run.ctr[F.C_AT])}")
             npt = int(run.ctr[F.C_NPT])
-            segs = [s.copy() for s in segs]
         times = run.pt[:npt].copy()
         if final:
+            segs = [s.copy() for s in segs]     # (finish writes the same buffer)
             rest = run.finish()
             segs = [np.concatenate([a, b]) for a, b in zip(segs, rest)]
             times = np.concatenate([times, run.pt[:int(run.ctr[F.C_NPT])]])
@@ -199,7 +199,9 @@ class SinglePassModels:
         for m in (F.IDEAL, F.NAPI):
             s = segs[m]
             napi = m == F.NAPI
-            seg = {f: s[:, x] for x, f in enumerate(F.SEG_FIELDS)}
+            # each field a contiguous copy, as the engine's (the counting kernels
+            # compiled for those take these too; the pass reuses its buffers)
+            seg = {f: s[:, x].copy() for x, f in enumerate(F.SEG_FIELDS)}
             seg["queue"] = np.zeros(len(s), np.int64)
             parts.append(BatchResult(
                 row_start=row0, flow_id=run.r_flow[:n].copy(),
