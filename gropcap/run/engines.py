@@ -12,6 +12,8 @@ Layer: run/, calls gro/ only.
 
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
 
 from gropcap.gro.config import GroConfig
@@ -136,6 +138,8 @@ def single_pass_covers(config: GroConfig, models, paths) -> str | None:
         return "not both models"
     if len(paths) != 1:
         return "several input files"
+    if not os.path.isfile(paths[0]):
+        return "not a regular file"         # (a pipe: the pass would read it first)
     why = fused.uncovered(config)
     if why:
         return why

@@ -662,3 +662,32 @@ def test_the_single_pass_hands_on_arrays_of_its_own(tmp_path):
         arrays = list(part.segs.values()) + [part.flow_id, part.p_reason, part.p_inst,
                                               part.p_poll]
         assert all(a.flags.c_contiguous and a.flags.owndata for a in arrays)
+
+
+def test_a_capture_from_a_pipe_is_read_once_by_the_engine(tmp_path):
+    """A pcap the single pass would cover, given through a FIFO: the pass, which reads
+    the file itself, is left out (a pipe can be read once), and the summary is the
+    file's."""
+    import threading
+    path = os.path.join(ROOT, "sample_pcaps", "real_ipv4.pcap")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+
+    def feed():
+        with open(fifo, "wb") as fh, open(path, "rb") as src:
+            fh.write(src.read())
+    def stuck(*_):
+        raise AssertionError("the run is stuck on the pipe")
+    import signal
+    old = signal.signal(signal.SIGALRM, stuck)
+    signal.alarm(60)                # (a run that read the pipe twice would wait forever)
+    t = threading.Thread(target=feed, daemon=True)
+    t.start()
+    try:
+        r = stream_analyze(str(fifo))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+        t.join(timeout=30)
+    assert not r.single_pass and r.engine_why == "not a regular file"
+    assert r.summary["models"] == stream_analyze(path).summary["models"]
