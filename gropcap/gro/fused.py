@@ -8,13 +8,14 @@ fields GRO needs straight from the mapped capture and runs the ideal and the nap
 on each record while its headers are in registers, writing only the verdicts: the
 ``GroResult`` of each model, equal to the engine's field for field
 (``tests/gro/test_fused.py`` holds it to the engine on the samples and on generated
-traffic). It is the first part of the single pass of ``docs/performance.md``: a
-summary-only run of a capture it covers runs both models in it
-(``run.engines.SinglePassModels``; the decoder still runs for the accumulators), and
+traffic). It is the single pass of ``docs/performance.md``: a summary-only run of a
+capture it covers hands it each batch of records from the capture scan in the decoder's
+place (``run.single.SinglePass``), and it gives, besides both models' results, the
+decoder's columns of each TCP record that the run's accumulators read (``NARROW_*``);
 ``benchmarks/bench_fused_floor.py`` measures it alone.
 
 What it covers (:func:`uncovered` for the context, :func:`uncovered_at` for the records,
-before a run starts; :func:`run_file` says why not), else the engine runs:
+before a run starts; :func:`run_file` says why not), else the decoder and the engine run:
 
 - a pcap file (either byte order, micro- or nanosecond times), link type Ethernet;
 - every frame Ethernet / IPv4 without options, not a fragment, a valid header
@@ -39,7 +40,7 @@ import numba
 import numpy as np
 
 from gropcap.capture.fast import _u16, _u32
-from gropcap.decode._fast_kernels import _tcp_options
+from gropcap.decode._fast_kernels import _NOP_NOP_TS, _csum_state, _tcp_options
 from gropcap.constants import (
     TCP_FLAG_CWR, TCP_FLAG_FIN, TCP_FLAG_PSH, TCP_FLAG_RST, TCP_FLAG_SYN, TCP_FLAG_URG,
 )
@@ -74,16 +75,20 @@ SEG_FIELDS = ("first", "last", "count", "payload", "gso", "end", "poll", "fixed"
               "gcode", "flow", "trig")
 # the pass's counters and its state between calls
 (C_FLOWS, C_POLLN, C_LAST, C_ARR, C_POLL, C_INST, C_ORDER, C_NSEG, C_STATUS, C_AT,
- C_ROW, C_MAXTOT, C_SYNMSS, C_NPT, C_N) = (0, 1, 2, 3, 4, 5, 7, 9, 11, 12, 13, 14, 15, 16, 17)
-# C_NPT: the napi polls that ended in the call (their times in ``pt``, in order)
+ C_ROW, C_NEW, C_NPT, C_N) = (0, 1, 2, 3, 4, 5, 7, 9, 11, 12, 13, 14, 15, 16)
+# C_NPT: the napi polls that ended in the call (their times in ``pt``, in order);
+# C_NEW: the records of the call that started a flow (``r_new``)
 # per model: C_INST + m, C_ORDER + m, C_NSEG + m
 # the parameters
 P_BUDGET, P_GAP, P_HZ, P_MASK, P_LIMIT, P_MTU, P_BUCKETS, P_RSS, P_N = range(9)
 # C_STATUS: why the pass stopped before the end of its input (FULL: the flow tables
 # are full, FusedRun grows them and goes on)
-DONE, UNCOVERED, FULL, CUT = range(4)
-STOPPED = {UNCOVERED: "a frame the single pass does not cover",
-           CUT: "a record cut short by the end of the file"}
+DONE, UNCOVERED, FULL = range(3)
+STOPPED = {UNCOVERED: "a frame the single pass does not cover"}
+# the decoder's columns the pass gives for each TCP record (rows of c32, c16, c8)
+NARROW_U32 = ("payload_len", "ip_tot_len", "tcp_seq")
+NARROW_U16 = ("tcp_flags", "tcp_mss")
+NARROW_U8 = ("l4_csum_state", "tcp_doff")
 IDEAL, NAPI = 0, 1
 _FINAL = TCP_FLAG_URG | TCP_FLAG_PSH | TCP_FLAG_RST | TCP_FLAG_SYN | TCP_FLAG_FIN
 
@@ -322,14 +327,18 @@ def _pair(ent, eopt, m, k, fl, doff, win, ack, popt, polen, ttl, tos, df, ipid, 
 
 
 @numba.njit(cache=True, nogil=True)
-def fused_pass(buf, pos, end, be, frac_ns, at, nmax, P, rss, keys, ent, eopt, tbl, tcnt,
-               ctr, r_flow, r_reason, r_inst, r_poll, seg, popt, polen, pt):
-    """Up to ``nmax`` records of the pcap body ``buf[pos:end]`` through both models;
-    returns the byte position after the last record taken. ``ctr[C_STATUS]`` says why it
-    stopped early (``ctr[C_AT]``: the record's position), else DONE; ``r_*``: each
-    record's flow, reason, super-packet instance (per model) and napi poll; ``seg[m,
-    :ctr[C_NSEG + m]]``: the super-packets that went up, in delivery order (the caller
-    takes them and sets the count back to 0)."""
+def fused_pass(buf, r_off, r_cap, r_wire, r_ts, at, P, rss, keys, ent, eopt, tbl, tcnt,
+               ctr, r_flow, r_reason, r_inst, r_poll, seg, popt, polen, pt, c32, c16, c8,
+               r_new):
+    """The records of a batch from ``at`` on (``buf[r_off[i]:][:r_cap[i]]``, wire length
+    and time: a ``capture.records.RecordBatch``'s arrays) through both models.
+    ``ctr[C_STATUS]`` says why it stopped early (``ctr[C_AT]``: the record's index),
+    else DONE; ``r_*``: each record's flow, reason, super-packet instance (per model) and
+    napi poll; ``seg[m, :ctr[C_NSEG + m]]``: the super-packets that went up, in delivery
+    order (the caller takes them and sets the count back to 0). ``c32``, ``c16``, ``c8``:
+    each TCP record's columns as the decoder gives them (the ``NARROW_*`` rows; other
+    records' are left as they were); ``r_new[:ctr[C_NEW]]``: the records that started a
+    flow."""
     mask = P[P_MASK]
     budget = P[P_BUDGET]
     gap = P[P_GAP]
@@ -338,19 +347,17 @@ def fused_pass(buf, pos, end, be, frac_ns, at, nmax, P, rss, keys, ent, eopt, tb
     n = at                              # the record's index in the r_* outputs
     row0 = ctr[C_ROW] - at
     ctr[C_STATUS] = DONE
-    while n < nmax and end - pos >= 16:
-        ts = _u32(buf, pos, be) * 1_000_000_000 + _u32(buf, pos + 4, be) * frac_ns
-        incl = _u32(buf, pos + 8, be)
-        wire = max(_u32(buf, pos + 12, be), incl)
-        p = pos + 16
-        if p + incl > end:
-            ctr[C_STATUS] = CUT
-            ctr[C_AT] = pos
-            break
+    nmax = len(r_off)
+    end = len(buf)
+    while n < nmax:
+        ts = r_ts[n]
+        incl = np.int64(r_cap[n])
+        wire = max(np.int64(r_wire[n]), incl)
+        p = r_off[n]
         bypass = _cover(buf, p, incl, wire, P[P_MTU])
         if bypass < 0:
             ctr[C_STATUS] = UNCOVERED
-            ctr[C_AT] = pos
+            ctr[C_AT] = n
             break
         et = _u16(buf, p + 12, True)
         ip = p + 14
@@ -374,8 +381,10 @@ def fused_pass(buf, pos, end, be, frac_ns, at, nmax, P, rss, keys, ent, eopt, tb
         if keys[slot, 0] == -1:
             if ctr[C_FLOWS] == ent.shape[1]:
                 ctr[C_STATUS] = FULL
-                ctr[C_AT] = pos
+                ctr[C_AT] = n
                 break
+            r_new[ctr[C_NEW]] = n
+            ctr[C_NEW] += 1
             keys[slot, 0] = k0
             keys[slot, 1] = k1
             keys[slot, 2] = k2
@@ -392,7 +401,6 @@ def fused_pass(buf, pos, end, be, frac_ns, at, nmax, P, rss, keys, ent, eopt, tb
         k = keys[slot, 5]
         b = keys[slot, 4]
         row = row0 + n
-        pos = p + incl
         # --- the napi model's poll: a packet joins the current one while it arrives
         # within the gap of the one before and the budget is not spent (__napi_poll)
         arr = max(ctr[C_ARR], ts)
@@ -409,8 +417,7 @@ def fused_pass(buf, pos, end, be, frac_ns, at, nmax, P, rss, keys, ent, eopt, tb
         if bypass != 0:
             # GRO_NORMAL at once in both models, held entries untouched
             payload = tot - 20 if ipv4 else 0
-            if ipv4:
-                ctr[C_MAXTOT] = max(ctr[C_MAXTOT], tot)
+            c32[1, n] = tot if ipv4 else 0      # (the rest: run/single.py decodes it)
             for m in range(2):
                 poll = ctr[C_POLL] if m == NAPI else -1
                 r_reason[m, n] = bypass
@@ -455,10 +462,17 @@ def fused_pass(buf, pos, end, be, frac_ns, at, nmax, P, rss, keys, ent, eopt, tb
         # inet_gro_receive: IP length != bytes received (u16) is the skb's own flush
         sfl = NOT_HELD_LENGTH if ((tot ^ plen) & 0xFFFF) != 0 else 0
         gcode = 16 if (fl & TCP_FLAG_CWR) != 0 else 0      # gso.gso_type_for's row
-        # what the MTU inference reads (gro/mtu.py): the largest IP length, SYNs' MSS
-        ctr[C_MAXTOT] = max(ctr[C_MAXTOT], tot)
-        if (fl & TCP_FLAG_SYN) != 0 and hl > 20:
-            ctr[C_SYNMSS] = max(ctr[C_SYNMSS], _tcp_options(buf, th, 20, hl)[0])
+        # the record's columns as decode._fast_kernels gives them: tcp_mss from options
+        # other than the usual NOP NOP TS, l4_csum_state over the whole segment
+        c32[0, n] = payload
+        c32[1, n] = tot
+        c32[2, n] = seq
+        c16[0, n] = fl
+        c16[1, n] = _tcp_options(buf, th, 20, hl)[0] if hl > 20 and not (
+            hl == 32 and _u32(buf, th + 20, True) == _NOP_NOP_TS) else 0
+        c8[0, n] = _csum_state(buf, p, incl, _u16(buf, th + 16, True), 34, tot - 20,
+                               _u32(buf, ip + 12, True) + _u32(buf, ip + 16, True) + 6)
+        c8[1, n] = doff
         for m in range(2):
             poll = ctr[C_POLL] if m == NAPI else -1
             deliver = -1
@@ -551,7 +565,7 @@ def fused_pass(buf, pos, end, be, frac_ns, at, nmax, P, rss, keys, ent, eopt, tb
                 eopt[m, k, OPT_WORDS] = np.uint64((olen & 0xFF) | (min(olen, OPT_AREA) << 8))
         n += 1
     ctr[C_ROW] = row0 + n
-    return pos
+    return n
 
 
 @numba.njit(cache=True, nogil=True)
@@ -606,37 +620,52 @@ class FusedRun:
         self.ctr = np.zeros(C_N, np.int64)
         self.ctr[C_POLL] = -1
         self.batch = batch
-        self.r_flow = np.empty(batch, np.int64)
-        self.r_reason = np.empty((2, batch), np.uint8)
-        self.r_inst = np.empty((2, batch), np.int64)
-        self.r_poll = np.empty(batch, np.int64)
+        self._outputs(batch)
         # a call's super-packets: at most one per record and model, plus what was held
         self.seg = np.empty((2, batch + flows, S_N), np.int64)
         self.popt = np.zeros((1, OPT_WORDS), np.uint64)
         self.polen = np.zeros(1, np.int64)
+
+    def _outputs(self, batch: int) -> None:
+        self.r_flow = np.empty(batch, np.int64)
+        self.r_reason = np.empty((2, batch), np.uint8)
+        self.r_inst = np.empty((2, batch), np.int64)
+        self.r_poll = np.empty(batch, np.int64)
+        self.r_new = np.empty(batch, np.int64)
         self.pt = np.empty(batch + 2, np.int64)     # at most one poll ends per record
 
-    def take(self, buf, pos: int, end: int, be: bool, frac_ns: int,
-             nmax: int | None = None):
-        """One call over ``buf[pos:end]``, at most ``nmax`` records (None: the batch):
-        (next position, records, super-packets per model); the arrays are this run's
-        buffers, valid until the next call (``pt[:ctr[C_NPT]]``: the times of the
-        napi polls that ended in it)."""
+    def take(self, buf, off, cap, wire, ts):
+        """One call over the records of a batch (``buf``, and per record its offset in
+        it, captured and wire length, time: a ``capture.records.RecordBatch``'s arrays):
+        ``(records, super-packets per model, (c32, c16, c8))``; the arrays but the
+        columns are this run's buffers, valid until the next call (``pt[:ctr[C_NPT]]``:
+        the times of the napi polls that ended in it; ``r_new[:ctr[C_NEW]]``: the
+        records that started a flow); the columns (``NARROW_*``) are the call's own."""
+        n = len(off)
+        if n > self.batch:
+            self.batch = n
+            self._outputs(n)
+            seg = np.empty((2, n + self.ent.shape[1], S_N), np.int64)
+            seg[:, :self.seg.shape[1]] = self.seg
+            self.seg = seg
         self.ctr[C_NSEG:C_NSEG + 2] = 0
         self.ctr[C_NPT] = 0
+        self.ctr[C_NEW] = 0
         row0 = int(self.ctr[C_ROW])
-        nmax = min(nmax or self.batch, self.batch)
-        n = 0
+        cols = (np.empty((len(NARROW_U32), n), np.uint32),
+                np.empty((len(NARROW_U16), n), np.uint16),
+                np.empty((len(NARROW_U8), n), np.uint8))
+        got = 0
         while True:
-            pos = fused_pass(buf, pos, end, be, frac_ns, n, nmax, self.P, self.rss,
-                             self.keys, self.ent, self.eopt, self.tbl, self.tcnt, self.ctr,
-                             self.r_flow, self.r_reason, self.r_inst, self.r_poll,
-                             self.seg, self.popt, self.polen, self.pt)
-            n = int(self.ctr[C_ROW]) - row0
+            fused_pass(buf, off, cap, wire, ts, got, self.P, self.rss, self.keys, self.ent,
+                       self.eopt, self.tbl, self.tcnt, self.ctr, self.r_flow, self.r_reason,
+                       self.r_inst, self.r_poll, self.seg, self.popt, self.polen, self.pt,
+                       *cols, self.r_new)
+            got = int(self.ctr[C_ROW]) - row0
             if self.status != FULL:
                 break
             self._grow()
-        return pos, n, [self.seg[m, :self.ctr[C_NSEG + m]] for m in range(2)]
+        return got, [self.seg[m, :self.ctr[C_NSEG + m]] for m in range(2)], cols
 
     def _grow(self) -> None:
         """Twice the flows: the key table rehashed, the held entries and the call's
@@ -703,31 +732,37 @@ def run_file(path: str, config: GroConfig | None = None, batch: int = BATCH):
     body = pcap_body(path)
     if isinstance(body, str):
         return body
-    buf, be, frac = body
+    from gropcap.capture.scan import iter_scan_batches
     run = FusedRun(config, batch)
     rec: dict[str, list] = {"flow": [], "poll": [], "reason0": [], "reason1": [],
                             "inst0": [], "inst1": []}
     segs: list[list] = [[], []]
-    pos = 24
-    while True:
-        pos, n, got = run.take(buf, pos, len(buf), be, frac)
+    syn_mss = max_tot = 0
+    for _, b in iter_scan_batches(path, batch_records=batch, digest=False):
+        n, got, (c32, c16, _) = run.take(b.buf, b.offset, b.cap_len, b.wire_len, b.ts_ns)
         if run.status != DONE:
-            return f"{STOPPED[run.status]} at byte {int(run.ctr[C_AT])}"
+            at = int(b.file_offset[int(run.ctr[C_AT])])
+            return f"{STOPPED[run.status]} at byte {at}"
         rec["flow"].append(run.r_flow[:n].copy())
         rec["poll"].append(run.r_poll[:n].copy())
         for m in range(2):
             rec[f"reason{m}"].append(run.r_reason[m, :n].copy())
             rec[f"inst{m}"].append(run.r_inst[m, :n].copy())
             segs[m].append(got[m].copy())
-        if n < run.batch:
-            break
+        # what the MTU inference reads (gro/mtu.py): the largest IP length, SYNs' MSS
+        tcp = run.r_reason[0, :n] != BYPASS_NOT_IP
+        tcp &= run.r_reason[0, :n] != BYPASS_NO_L4_OFFLOAD
+        if n:
+            max_tot = max(max_tot, int(c32[1, :n].max()))
+        syn = tcp & ((c16[0, :n] & TCP_FLAG_SYN) != 0)
+        if syn.any():
+            syn_mss = max(syn_mss, int(c16[1, :n][syn].max()))
     if config.mtu is None:
         # the MTU a run infers (gro/mtu.py) from these frames: SYNs' MSS + 40, else the
         # Ethernet default (no jumbo or loopback rule applies to frames of 1500 or less)
-        syn = int(run.ctr[C_SYNMSS])
-        mtu = syn + 40 if syn else 1500
-        if run.ctr[C_MAXTOT] > mtu:
-            return (f"a frame of {int(run.ctr[C_MAXTOT])} IP bytes above the inferred "
+        mtu = syn_mss + 40 if syn_mss else 1500
+        if max_tot > mtu:
+            return (f"a frame of {max_tot} IP bytes above the inferred "
                     f"MTU ({mtu}): captured coalesced")
     for m, s in enumerate(run.finish()):
         segs[m].append(s.copy())
@@ -780,8 +815,11 @@ def warm_up() -> None:
     frames = [bytes(12) + b"\x08\x00" + bytes(ip) + tcp, bytes(12) + b"\x08\x06" + bytes(28)]
     body = b"".join(struct.pack("<IIII", 0, 0, len(f), len(f)) + f for f in frames)
     buf = np.frombuffer(body, np.uint8)          # read-only, as a mapped capture is
+    # a scan batch's arrays (capture.records.RecordBatch's types)
+    cap = np.array([len(f) for f in frames], np.uint32)
+    off = np.array([16, 32 + cap[0]], np.int64)
     run = FusedRun(GroConfig(), 4, 1)
-    run.take(buf, 0, len(buf), False, 1000)
+    run.take(buf, off, cap, cap.copy(), np.zeros(2, np.int64))
     run.finish()
     probe(buf, 0, len(buf), False, 0xFFFF, len(buf))
 

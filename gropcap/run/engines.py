@@ -12,8 +12,6 @@ Layer: run/, calls gro/ only.
 
 from __future__ import annotations
 
-import os
-
 import pyarrow as pa
 
 from gropcap.gro.config import GroConfig
@@ -120,111 +118,6 @@ class BatchGroModels:
         before was fed ``final``)."""
         from gropcap.gro.engine import next_run
         self.states = next_run(self.states)
-
-
-class Uncovered(Exception):
-    """The single pass met what it does not cover (the message says what): the run
-    goes again on the engine (:class:`BatchGroModels`)."""
-
-
-def single_pass_covers(config: GroConfig, models, paths) -> str | None:
-    """Why :class:`SinglePassModels` cannot run ``models`` over the files ``paths`` in
-    ``config`` (None: it can): one pcap file of Ethernet frames, both models, what
-    ``gro.fused.uncovered`` allows, every record a frame the pass covers
-    (``gro.fused.uncovered_at``: the record headers and the frames' first bytes read
-    once, 5-8% of a run)."""
-    from gropcap.gro import fused
-    if tuple(models) != ("ideal", "napi"):
-        return "not both models"
-    if len(paths) != 1:
-        return "several input files"
-    if not os.path.isfile(paths[0]):
-        return "not a regular file"         # (a pipe: the pass would read it first)
-    why = fused.uncovered(config)
-    if why:
-        return why
-    body = fused.pcap_body(paths[0])
-    if isinstance(body, str):
-        return body
-    # every record read for what the pass covers, before the run starts (a run that
-    # stopped in the middle would have to start again on the engine)
-    buf, be, _ = body
-    at = fused.uncovered_at(buf, be, config.mtu or 0xFFFF)
-    return None if at < 0 else f"a frame the single pass does not cover at byte {at}"
-
-
-class SinglePassModels:
-    """Both models by ``gro.fused``'s single pass, as :class:`BatchGroModels` gives them
-    (one ``engine.BatchResult`` per model and batch, equal to the engine's): the pass
-    reads the capture's records itself, in step with the decoded batches (a batch of n
-    rows: the next n records of the file), and decides every row of a batch in it.
-    Raises :class:`Uncovered` where the pass stops (a frame it does not cover); the
-    engine state is None (``states``)."""
-
-    def __init__(self, config: GroConfig, path: str, batch: int):
-        from gropcap.gro import fused
-        self.fused = fused
-        self.buf, self.be, self.frac = fused.pcap_body(path)
-        self.pass_ = fused.FusedRun(config, batch)
-        self.pos = 24
-        self.polls = 0
-        self.states = None
-
-    def feed(self, table: pa.Table, *, final: bool = False, coalesced=None) -> list:
-        """The next decoded batch's rows (``final``: then the end of the capture): one
-        ``engine.BatchResult`` per model (ideal, napi)."""
-        import numpy as np
-        from gropcap.arrays import drop_pages
-        from gropcap.gro.engine import BatchResult
-        F, run = self.fused, self.pass_
-        if coalesced is not None:
-            raise Uncovered("frames captured coalesced")
-        n = table.num_rows
-        row0 = int(run.ctr[F.C_ROW])
-        segs = [np.zeros((0, F.S_N), np.int64)] * 2
-        npt = 0
-        if n:
-            self.pos, got, segs = run.take(self.buf, self.pos, len(self.buf), self.be,
-                                           self.frac, n)
-            # the records read stay in the page cache, not in this process's RSS (the
-            # mapping is the whole file)
-            drop_pages(self.buf)
-            if run.status != F.DONE or got != n:
-                raise Uncovered(f"{F.STOPPED.get(run.status, 'a batch ended early')} at "
-                                f"byte {int(run.ctr[F.C_AT])}")
-            npt = int(run.ctr[F.C_NPT])
-        times = run.pt[:npt].copy()
-        if final:
-            segs = [s.copy() for s in segs]     # (finish writes the same buffer)
-            rest = run.finish()
-            segs = [np.concatenate([a, b]) for a, b in zip(segs, rest)]
-            times = np.concatenate([times, run.pt[:int(run.ctr[F.C_NPT])]])
-        parts = []
-        for m in (F.IDEAL, F.NAPI):
-            s = segs[m]
-            napi = m == F.NAPI
-            # each field a contiguous copy, as the engine's (the counting kernels
-            # compiled for those take these too; the pass reuses its buffers)
-            seg = {f: s[:, x].copy() for x, f in enumerate(F.SEG_FIELDS)}
-            seg["queue"] = np.zeros(len(s), np.int64)
-            parts.append(BatchResult(
-                row_start=row0, flow_id=run.r_flow[:n].copy(),
-                rx_queue=np.zeros(n, np.uint16), p_row=np.arange(row0, row0 + n),
-                p_reason=run.r_reason[m, :n].copy(), p_inst=run.r_inst[m, :n].copy(),
-                p_poll=run.r_poll[:n].copy() if napi else np.full(n, -1, np.int64),
-                segs=seg, poll_base=self.polls if napi else 0,
-                poll_time=times if napi else np.zeros(0, np.int64),
-                poll_queue=np.zeros(len(times) if napi else 0, np.int64)))
-        self.polls += len(times)
-        return parts
-
-    def next_run(self) -> None:
-        """A new receiver run: nothing to do before the first row (one file, one run)."""
-        if self.pass_.ctr[self.fused.C_ROW]:
-            raise Uncovered("a second receiver run")
-
-    def close(self) -> None:
-        self.buf = None
 
 
 def simulate_batches(tables: list, config: GroConfig, *, engine: str = "fast",

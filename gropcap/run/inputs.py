@@ -67,10 +67,13 @@ def record_batches(decoder: str = "fast", batch_records: int | None = None,
 
 
 def decode_file(path: str, file_index: int, options, *, decoder: str = "fast",
-                batch_records: int | None = None, progress=None, digest: bool = True):
+                batch_records: int | None = None, progress=None, digest: bool = True,
+                decode=None):
     """Decode one capture file batch by batch: yields ``pa.RecordBatch`` es with
     ``file_index`` set; the generator's return value is the file's ``CaptureInfo``
     (``info = yield from decode_file(...)``); ``digest`` as :func:`record_batches`.
+    ``decode``: what takes each batch of records instead of the decoder (called as
+    ``decode_batch``; yields what it returns: ``run.single.SinglePass.records``).
 
     Raises:
         DecodeError: no frame of the file has a link type gropcap decodes
@@ -78,6 +81,7 @@ def decode_file(path: str, file_index: int, options, *, decoder: str = "fast",
     """
     from gropcap.decode.support import LinktypeCheck
     batches_of, decode_batch = record_batches(decoder, batch_records, digest)
+    decode_batch = decode or decode_batch
     info = None
     linktypes = LinktypeCheck()
     for info, batch in batches_of(path):

@@ -75,7 +75,7 @@ from gropcap.gro.config import MODELS, GroConfig
 from gropcap.gro.reasons import ROLE_ALONE, ROLE_HEAD, ROLE_MERGED
 from gropcap.io.columns import readable
 from gropcap.gro._batch_kernels import first_rows, verdict_codes
-from gropcap.run.engines import Uncovered
+from gropcap.run.single import Uncovered
 
 OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
 # records per batch of a bounded-memory run: per-batch costs that grow with the flows
@@ -118,7 +118,7 @@ class StreamResult:
     threads: int = 1
     # what --plot draws (run.plotdata.PlotData), when asked for (``plot=True``)
     plot_data: object = None
-    # the models ran in gro/fused.py's single pass (run.engines.SinglePassModels), not
+    # the models ran in gro/fused.py's single pass (run.single.SinglePass), not
     # on the engine; ``engine_why``: why not (None when they did)
     single_pass: bool = False
     engine_why: str | None = None
@@ -1082,20 +1082,21 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                                      write_packets, packets_table(t, cols)))
                                  if inline_out else None,
                                  rest=lambda held: two_passes(held)) if inline else None
-        from gropcap.run.engines import BatchGroModels, SinglePassModels, single_pass_covers
-        # a summary-only run of one pcap file that the single pass covers: both models
-        # in gro/fused.py's pass, which reads the records itself (the first try: where
-        # it meets a frame it does not cover, the run goes again on the engine); else
-        # the engine, states carried batch to batch, with threads the second model in
-        # a thread of its own
+        from gropcap.run.engines import BatchGroModels
+        from gropcap.run.single import SinglePass, single_pass_covers
+        # a summary-only run of one pcap file whose every frame the single pass covers
+        # (its probe reads them before the run): the pass takes each batch of records
+        # in the decoder's place, and gives both models' results and the columns the
+        # accumulators read (run/single.py); else the decoder and the engine, states
+        # carried batch to batch, with threads the second model in a thread of its own
         why = _single if isinstance(_single, str) else \
             "--out" if out_dir else "--poll-acks" if retimed is not None else \
             "egress accounting" if egress is not None else "--plot" if plot else \
             "--tunnel-gro" if cells_on else "the run's unfused try" if not inline else \
             "the reference engine or decoder" if (engine, decoder) != ("fast", "fast") \
-            else single_pass_covers(config, models, files)
-        gro = SinglePassModels(config, files[0], batch_records) if why is None else \
-            BatchGroModels([r.config for r in runs], threaded=threads > 1)
+            else single_pass_covers(config, models, files, decode_options)
+        single = SinglePass(config, decode_options, batch_records) if why is None else None
+        gro = single or BatchGroModels([r.config for r in runs], threaded=threads > 1)
         from gropcap.run.receivers import RunSplit
         split = RunSplit(captures)
         file_run: dict = {}             # the receiver run of each input file seen
@@ -1199,10 +1200,12 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
 
         from gropcap.run.threads import Ahead
         source = Ahead(_decode_pass(files, decode_options, batch_records, progress,
-                                    decoder), threaded=threads > 1)
+                                    decoder, single), threaded=threads > 1)
         side = Sidecar(threaded=threads > 1)
         for t in source:
             parts = []
+            if single is not None:
+                t, parts = t        # (the single pass: its narrow table and results)
             if _fused:
                 if gro_phase is None:
                     gro_phase = phase(progress, f"GRO {'+'.join(models)}", None)
@@ -1211,7 +1214,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 ended = run_end(t)
                 if ended is not None:
                     side.submit(take_parts, ended)
-                parts = gro.feed(gro_input(t), final=False)
+                if single is None:
+                    parts = gro.feed(gro_input(t), final=False)
                 tm["engine"] += clock() - t1
             side.submit(spill, t, parts)
         side.drain()
@@ -1511,8 +1515,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                               progress=progress, receiver=receiver, receive=receive,
                               packet_columns=packet_columns, threads=threads,
                               captures=captures, plot=plot, _fused=again_fused,
-                              _acks=_acks,
-                              _single=_single if isinstance(_single, str) else "unfused")
+                              _acks=_acks, _single=_single)
     finally:
         if owns_acks:
             _drop_acks(_acks)
@@ -1613,23 +1616,26 @@ class _GrowingFlags:
         os.unlink(self.path)
 
 
-def _decode_pass(files, decode_options, batch_records, progress, decoder: str = "fast"):
+def _decode_pass(files, decode_options, batch_records, progress, decoder: str = "fast",
+                 single=None):
     """The decode pass (a generator, run ahead of GRO by ``run.threads.Ahead``): every
     decoded batch as a table; returns the files' ``CaptureInfo`` s. ``decoder``:
     ``"fast"`` or ``"reference"`` (the plain-Python reader and decoder, the oracle: the
-    same tables, batch by batch too)."""
+    same tables, batch by batch too). ``single``: a ``run.single.SinglePass`` takes
+    the records instead of the decoder: ``(narrow table, GRO parts)`` a batch."""
     from gropcap.run.inputs import decode_file
     infos = []
     for file_index, path in enumerate(files):
         batches = decode_file(path, file_index, decode_options, decoder=decoder,
-                              batch_records=batch_records, progress=progress)
+                              batch_records=batch_records, progress=progress,
+                              decode=None if single is None else single.records)
         while True:
             try:
                 dec = next(batches)
             except StopIteration as stop:
                 infos.append(stop.value)
                 break
-            yield pa.Table.from_batches([dec])
+            yield dec if single is not None else pa.Table.from_batches([dec])
     return infos
 
 

@@ -105,7 +105,7 @@ def test_frames_above_the_mtu_a_syn_gives_are_left_to_the_engine(tmp_path):
 
 _KINDS = ["data", "data", "data", "short", "psh", "fin", "syn", "ack", "ack_moves", "gap",
           "retrans", "window", "ts", "ttl", "tos", "ecn", "no_df", "id_fixed", "id_jump",
-          "cwr", "pad", "urg", "rst", "mss_opt", "sack", "ae", "icmp", "arp"]
+          "cwr", "pad", "urg", "rst", "mss_opt", "mss_12", "sack", "ae", "icmp", "arp"]
 # what a kind changes in a frame of the flow (the rest: _ipv4_tcp_traffic)
 _SIZE = {"short": 40, "ack": 0, "pad": 1}
 _FLAGS = {"psh": C.TCP_FLAG_PSH | C.TCP_FLAG_ACK, "fin": C.TCP_FLAG_FIN | C.TCP_FLAG_ACK,
@@ -113,7 +113,9 @@ _FLAGS = {"psh": C.TCP_FLAG_PSH | C.TCP_FLAG_ACK, "fin": C.TCP_FLAG_FIN | C.TCP_
           "urg": C.TCP_FLAG_URG | C.TCP_FLAG_ACK, "rst": C.TCP_FLAG_RST,
           "ae": C.TCP_FLAG_AE | C.TCP_FLAG_ACK}
 _IP = {"ttl": {"ttl": 7}, "tos": {"tos": 0x10}, "ecn": {"tos": 0x01}, "no_df": {"df": False}}
+# (mss_12: 12 bytes of options, as long as Linux's NOP NOP TS, that are not it)
 _TCP = {"window": {"window": 1000}, "mss_opt": {"options": b"\x02\x04\x05\xb4"},
+        "mss_12": {"options": b"\x02\x04\x05\xb4" + b"\x01" * 8},
         "sack": {"options": b"\x01\x01\x05\x0a" + bytes(range(8))}}
 
 
@@ -216,6 +218,37 @@ def test_the_pass_equals_the_engine_on_generated_traffic(tmp_path, traffic, cont
     want = _engine(path, cfg, engine="reference")
     for model in ("ideal", "napi"):
         assert _differing(got[model], want[model]) == [], model
+    assert narrow_differs(path, cfg, batch=1 + len(frames) // 3) == []
+
+
+@pytest.mark.parametrize("name,batch", [("real_ipv4.pcap", 997), ("real_ipv4_p4.pcap", 61),
+                                        ("crafted_nanosecond.pcap", 3)])
+def test_the_narrow_table_equals_the_decoder_on_the_samples(name, batch):
+    """run.single's narrow table (the columns a summary-only run reads, from the record,
+    the pass and the decoder run on each flow's first record) equals the decoder's
+    columns row for row: real iperf3 traffic with SYNs' options, whole segments with
+    their checksums, four streams whose flows start in different batches."""
+    path = os.path.join(SAMPLES, name)
+    assert narrow_differs(path, GroConfig(), batch) == []
+
+
+def narrow_differs(path: str, config: GroConfig, batch: int) -> list:
+    """The columns of run.single's narrow table that differ from the decoder's, as
+    ``(first record of the batch, column)``, over the file's batches of records."""
+    from gropcap.capture.scan import iter_scan_batches
+    from gropcap.decode.fast import decode_batch
+    from gropcap.run.single import SinglePass, narrow_columns
+    sp = SinglePass(config)
+    out, r0 = [], 0
+    for _, b in iter_scan_batches(path, batch_records=batch, digest=False):
+        t, _ = sp.records(b)
+        d = decode_batch(b)
+        assert t.num_rows == len(b)
+        for name in narrow_columns():
+            if t.column(name).to_pylist() != d.column(name).to_pylist():
+                out.append((r0, name))
+        r0 += len(b)
+    return out
 
 
 def test_a_capture_across_calls_equals_one_call():

@@ -623,41 +623,55 @@ def test_the_single_pass_grows_its_tables_and_can_be_left_out(monkeypatch):
     assert not e.single_pass and e.engine_why == "asked" and e.summary == r.summary
 
 
+def test_a_dsa_tag_on_plain_ethernet_leaves_the_run_to_the_decoder():
+    """With --dsa-tag the decoder reads a tag after the MAC addresses of every plain
+    Ethernet frame; the single pass reads plain Ethernet, so a capture it would cover
+    otherwise goes to the decoder and the engine: the in-memory run's summary."""
+    from gropcap.decode.options import DecodeOptions
+    path = os.path.join(ROOT, "sample_pcaps", "real_ipv4.pcap")
+    opts = DecodeOptions(dsa_tag="brcm")
+    r = stream_analyze(path, GroConfig(), decode_options=opts)
+    assert not r.single_pass and "DSA tag" in r.engine_why
+    assert r.summary == analyze(path, GroConfig(), decode_options=opts).summary()
+
+
 def test_the_single_pass_hands_on_arrays_of_its_own(tmp_path):
-    """SinglePassModels' parts own their arrays (the pass reuses its buffers at its next
-    call, and a sidecar thread may still be counting the parts before) and each is
-    contiguous, as the engine's (the counting kernels compiled for those take them); a
-    last batch with rows and super-packets still held at the end gives both."""
+    """SinglePass's parts and narrow tables own their arrays (the pass reuses its
+    buffers at its next call, and a sidecar thread may still be counting the parts
+    before) and each is contiguous, as the engine's (the counting kernels compiled for
+    those take them); the end of the run gives the super-packets still held."""
     import numpy as np
     from craft import eth, ipv4, tcp
+    from gropcap.capture.scan import iter_scan_batches
     from gropcap.capture.writer import write_pcap
-    from gropcap.decode.options import DecodeOptions
+    from gropcap.decode.schema import empty_packet_table
     from gropcap.gro import fused
-    from gropcap.run.engines import SinglePassModels
-    from gropcap.run.inputs import decode_table
+    from gropcap.run.single import SinglePass
     frames = [eth(ipv4("10.0.0.1", "10.0.0.2", 6, tcp(3000 + i % 2, 80, seq=100 * (i // 2),
                                                       payload=bytes(100)), ident=i // 2))
               for i in range(30)]
     frames[25] = eth(ipv4("10.0.0.2", "10.0.0.1", 6, tcp(80, 3000, ack=200)))  # goes up
     path = str(tmp_path / "held.pcap")
     write_pcap(path, frames, [1_000 * i for i in range(30)])
-    table, _ = decode_table(path, 0, DecodeOptions(), decoder="fast")
-    gro = SinglePassModels(GroConfig(), path, 10)
-    first = gro.feed(table.slice(0, 10))
+    gro = SinglePass(GroConfig(), batch=10)
+    got = [gro.records(b) for _, b in iter_scan_batches(path, batch_records=10,
+                                                         digest=False)]
+    first, table = got[0][1], got[0][0]
     kept = {k: v.copy() for k, v in first[1].segs.items()}
     rows = first[1].p_reason.copy()
-    parts = [first, gro.feed(table.slice(10, 10)),
-             gro.feed(table.slice(20), final=True)]     # (the last with rows too)
+    seq = table.column("tcp_seq").to_pylist()
+    parts = [p for _, p in got] + [gro.feed(empty_packet_table(), final=True)]
     assert all(np.array_equal(first[1].segs[k], v) for k, v in kept.items())
     assert np.array_equal(first[1].p_reason, rows)
+    assert table.column("tcp_seq").to_pylist() == seq
     whole = fused.run_file(path)
     for m, model in enumerate(("ideal", "napi")):
-        got = {f: np.concatenate([p[m].segs[f] for p in parts]) for f in ("first", "count",
+        cat = {f: np.concatenate([p[m].segs[f] for p in parts]) for f in ("first", "count",
                                                                            "end")}
-        assert np.array_equal(got["first"], whole[model].seg_first_packet)
-        assert np.array_equal(got["count"], whole[model].seg_count)
-        assert np.array_equal(got["end"], whole[model].seg_end_reason)
-        assert len(parts[2][m].segs["first"]) >= 2       # (what finish sent up)
+        assert np.array_equal(cat["first"], whole[model].seg_first_packet)
+        assert np.array_equal(cat["count"], whole[model].seg_count)
+        assert np.array_equal(cat["end"], whole[model].seg_end_reason)
+        assert len(parts[-1][m].segs["first"]) >= 2       # (what finish sent up)
     for part in first:
         arrays = list(part.segs.values()) + [part.flow_id, part.p_reason, part.p_inst,
                                               part.p_poll]

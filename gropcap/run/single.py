@@ -1,0 +1,282 @@
+"""The single pass in a run: both GRO models and the columns the accumulators read, from
+``gro.fused``'s pass over each batch of records, without the decoder.
+
+A summary-only run of a capture the pass covers (:func:`single_pass_covers`) hands each
+batch of records from the capture scan to :meth:`SinglePass.records` instead of the
+decoder (``run.inputs.decode_file``'s ``decode``). It gives what the decoder and the
+engine would have given the rest of the run:
+
+* per model the engine's ``BatchResult`` (every row's flow, reason, super-packet and
+  poll, every super-packet as it goes up), equal to the engine's;
+* a *narrow table*: the decoder's columns that a summary-only run reads
+  (:data:`NARROW_COLUMNS`: the capture counts, the coalesced-input statistics, flows,
+  encapsulation counts, flow causes), equal to the decoder's, row for row. Their values
+  come from three places:
+
+  - the record (time, lengths, link type, flags) from the scan's batch;
+  - the pass, which read the headers: each TCP row's lengths, sequence number, flags,
+    MSS option, checksum state and data offset (``gro.fused.NARROW_*``);
+  - the decoder itself, on the few records it is run on: the first record of each flow
+    (the columns a flow's key decides: addresses, ports, MACs, encapsulation, status,
+    are the same on every row of a TCP flow the pass covers, and are taken from it for
+    each row) and every record GRO passes by (ARP, ICMP: all their columns).
+
+A frame the pass does not cover raises :class:`Uncovered` (the probe of
+:func:`single_pass_covers` finds them before a run starts).
+
+Layer: run/, calls gro/, capture/ and decode/.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+
+from gropcap.gro.config import GroConfig
+
+# the narrow table's columns: from the record, from the pass (TCP rows), from the flow's
+# first record (decoded), and the file's index
+RECORD_COLUMNS = ("ts_ns", "cap_len", "wire_len", "linktype", "epb_flags")
+FLOW_COLUMNS = ("status", "encap", "ip_version", "l4_proto", "outer_ip_version",
+                "outer_ip_tot_len", "outer_l4_proto", "outer_dport", "outer_ip_offset",
+                "ip_offset", "tun_type", "tun_key", "vlan_tci0", "dsa_port", "eth_src",
+                "eth_dst", "ip_src", "ip_dst", "sport", "dport")
+
+
+def narrow_columns() -> tuple:
+    """Every column of the narrow table."""
+    from gropcap.gro.fused import NARROW_U8, NARROW_U16, NARROW_U32
+    return RECORD_COLUMNS + ("file_index",) + NARROW_U32 + NARROW_U16 + NARROW_U8 + \
+        FLOW_COLUMNS
+
+
+class Uncovered(Exception):
+    """The single pass met what it does not cover (the message says what): the run
+    goes again on the engine (``run.engines.BatchGroModels``)."""
+
+
+def single_pass_covers(config: GroConfig, models, paths, options=None) -> str | None:
+    """Why :class:`SinglePass` cannot run ``models`` over the files ``paths`` in
+    ``config`` with decoder options ``options`` (None: it can): one pcap file of
+    Ethernet frames read as plain Ethernet, both models, what ``gro.fused.uncovered``
+    allows, every record a frame the pass covers (``gro.fused.uncovered_at``: the
+    record headers and the frames' first bytes read once, 5-8% of a run)."""
+    from gropcap.gro import fused
+    if tuple(models) != ("ideal", "napi"):
+        return "not both models"
+    if options is not None and options.dsa_tag:
+        return "a DSA tag on plain Ethernet (--dsa-tag)"
+    if len(paths) != 1:
+        return "several input files"
+    if not os.path.isfile(paths[0]):
+        return "not a regular file"         # (a pipe: the pass would read it first)
+    why = fused.uncovered(config)
+    if why:
+        return why
+    body = fused.pcap_body(paths[0])
+    if isinstance(body, str):
+        return body
+    # every record read for what the pass covers, before the run starts (a run that
+    # stopped in the middle would have to start again on the engine)
+    buf, be, _ = body
+    at = fused.uncovered_at(buf, be, config.mtu or 0xFFFF)
+    return None if at < 0 else f"a frame the single pass does not cover at byte {at}"
+
+
+def _sub_batch(batch, rows: np.ndarray):
+    """The records ``rows`` of a ``capture.records.RecordBatch`` (the same buffer)."""
+    return batch._replace(**{f: getattr(batch, f)[rows] for f in batch._fields
+                             if f != "buf"})
+
+
+class _FlowValues:
+    """The :data:`FLOW_COLUMNS` of each flow (by flow id), from its first record
+    decoded, and per column the value every flow GRO does not pass by has, when they
+    all have the same (then a row's value needs no lookup)."""
+
+    def __init__(self):
+        self.n = 0
+        self.vals: dict = {}
+        self.same: dict = {}
+        self.names: list[str] = []          # encap strings (codes in vals["encap"])
+        self.code: dict[str, int] = {}
+
+    def add(self, ids: np.ndarray, t, at: np.ndarray, bypass: np.ndarray) -> None:
+        """Flows ``ids`` (new ones), their first records (rows ``at`` of the decoded
+        ``t``); ``bypass``: the flows GRO passes by."""
+        top = int(ids.max()) + 1
+        for name in FLOW_COLUMNS:
+            col = self.column(t, name)[at]
+            old = self.vals.get(name)
+            if old is None or top > len(old):
+                grown = np.zeros((max(top, 2 * self.n, 64),) + col.shape[1:], col.dtype)
+                if old is not None:
+                    grown[:len(old)] = old
+                self.vals[name] = old = grown
+            old[ids] = col
+            gro = col[~bypass]
+            if not len(gro):
+                continue
+            first = self.same.get(name, gro[0])
+            self.same[name] = first if first is not None and (gro == first).all() \
+                else None
+        self.n = max(self.n, top)
+
+    def column(self, t: pa.Table, name: str) -> np.ndarray:
+        """Column ``name`` of decoded rows ``t`` as the flow values hold it: encap as
+        codes into :attr:`names`, a fixed-size binary column as a matrix of bytes."""
+        from gropcap.arrays import numpy_of
+        col = t.column(name)
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks()
+        if name == "encap":
+            names = col.dictionary.to_pylist()
+            for s in names:
+                if s not in self.code:
+                    self.code[s] = len(self.names)
+                    self.names.append(s)
+            local = np.array([self.code[s] for s in names], np.int32)
+            return local[numpy_of(col.indices)]
+        if pa.types.is_fixed_size_binary(col.type):
+            w = col.type.byte_width
+            return np.frombuffer(col.buffers()[1], np.uint8)[
+                col.offset * w:(col.offset + len(col)) * w].reshape(len(col), w)
+        return np.asarray(numpy_of(col))
+
+    def rows(self, name: str, fid: np.ndarray) -> np.ndarray:
+        """Column ``name`` of rows of flows ``fid`` (writable)."""
+        v = self.vals[name]
+        same = self.same.get(name)
+        if same is None:
+            return np.take(v, fid, axis=0)      # (16x faster than v[fid] for a matrix)
+        out = np.empty((len(fid),) + v.shape[1:], v.dtype)
+        out[...] = same
+        return out
+
+
+class SinglePass:
+    """Both models by ``gro.fused``'s single pass and the narrow table, batch by batch
+    (the module docstring): :meth:`records` takes the place of the decoder of a run of
+    one file, :meth:`feed` of ``run.engines.BatchGroModels`` at the end (``final``)."""
+
+    def __init__(self, config: GroConfig, options=None, batch: int | None = None):
+        from gropcap.gro import fused
+        self.fused = fused
+        self.pass_ = fused.FusedRun(config, batch or fused.BATCH)
+        from gropcap.decode.options import DecodeOptions
+        self.options = options or DecodeOptions()
+        self.flows = _FlowValues()
+        self.polls = 0
+        self.states = None
+        self.types = None
+
+    def records(self, batch, options=None, *, file_index: int = 0):
+        """One batch of records (``capture.records.RecordBatch``): ``(narrow table,
+        one engine.BatchResult per model)``."""
+        F, run = self.fused, self.pass_
+        n, segs, cols = run.take(batch.buf, batch.offset, batch.cap_len, batch.wire_len,
+                                 batch.ts_ns)
+        if run.status != F.DONE:
+            at = int(batch.file_offset[int(run.ctr[F.C_AT])])
+            raise Uncovered(f"{F.STOPPED[run.status]} at byte {at}")
+        parts = self._parts(n, segs, int(run.ctr[F.C_NPT]))
+        return self._table(batch, n, cols, options or self.options, file_index), parts
+
+    def _table(self, batch, n: int, cols, options, file_index: int) -> pa.Table:
+        from gropcap.arrays import arrow_numeric, arrow_strings
+        from gropcap.decode.fast import decode_batch
+        from gropcap.decode.schema import PACKET_SCHEMA
+        from gropcap.gro.reasons import BYPASS_NO_L4_OFFLOAD, BYPASS_NOT_IP
+        F, run = self.fused, self.pass_
+        fid = run.r_flow[:n]
+        reason = run.r_reason[0, :n]
+        byp = (reason == BYPASS_NOT_IP) | (reason == BYPASS_NO_L4_OFFLOAD)
+        new = run.r_new[:int(run.ctr[F.C_NEW])]
+        by_rows = np.flatnonzero(byp)
+        # the decoder over the first record of each new flow and every bypass record
+        rows = np.union1d(new, by_rows)
+        dec = decode_batch(_sub_batch(batch, rows), options, file_index=file_index) \
+            if len(rows) else None
+        if len(new):
+            self.flows.add(fid[new], dec, np.searchsorted(rows, new), byp[new])
+        out: dict = {name: np.asarray(getattr(batch, name)) for name in RECORD_COLUMNS}
+        out["file_index"] = np.full(n, file_index, np.uint16)
+        for names, group in zip((F.NARROW_U32, F.NARROW_U16, F.NARROW_U8), cols):
+            out.update(zip(names, group))
+        for name in FLOW_COLUMNS:
+            out[name] = self.flows.rows(name, fid)
+        if len(by_rows):
+            # the rows GRO passes by: every column as the decoder gives it
+            at = np.searchsorted(rows, by_rows)
+            for name in out:
+                if not out[name].flags.writeable:
+                    out[name] = out[name].copy()
+                out[name][by_rows] = self.flows.column(dec, name)[at]
+        arrays = {}
+        for name, a in out.items():
+            t = PACKET_SCHEMA.field(name).type
+            a = np.ascontiguousarray(a)
+            if name == "encap":
+                arrays[name] = pa.DictionaryArray.from_arrays(
+                    arrow_numeric(a, pa.int32()), arrow_strings(self.flows.names))
+            elif pa.types.is_fixed_size_binary(t):
+                arrays[name] = pa.FixedSizeBinaryArray.from_buffers(
+                    t, n, [None, pa.py_buffer(a)])
+            else:
+                arrays[name] = arrow_numeric(a, t)
+        return pa.table(arrays)
+
+    def _parts(self, n: int, segs, npt: int, rest=None) -> list:
+        """The call's results as one ``engine.BatchResult`` per model (ideal, napi): each
+        field a contiguous copy, as the engine's (the counting kernels compiled for
+        those take these too; the pass reuses its buffers)."""
+        from gropcap.gro.engine import BatchResult
+        F, run = self.fused, self.pass_
+        row0 = int(run.ctr[F.C_ROW]) - n
+        times = run.pt[:npt].copy()
+        if rest is not None:
+            segs = [np.concatenate([a, b]) for a, b in zip(segs, rest[0])]
+            times = np.concatenate([times, rest[1]])
+        parts = []
+        for m in (F.IDEAL, F.NAPI):
+            s = segs[m]
+            napi = m == F.NAPI
+            seg = {f: s[:, x].copy() for x, f in enumerate(F.SEG_FIELDS)}
+            seg["queue"] = np.zeros(len(s), np.int64)
+            parts.append(BatchResult(
+                row_start=row0, flow_id=run.r_flow[:n].copy(),
+                rx_queue=np.zeros(n, np.uint16), p_row=np.arange(row0, row0 + n),
+                p_reason=run.r_reason[m, :n].copy(), p_inst=run.r_inst[m, :n].copy(),
+                p_poll=run.r_poll[:n].copy() if napi else np.full(n, -1, np.int64),
+                segs=seg, poll_base=self.polls if napi else 0,
+                poll_time=times if napi else np.zeros(0, np.int64),
+                poll_queue=np.zeros(len(times) if napi else 0, np.int64)))
+        self.polls += len(times)
+        return parts
+
+    def feed(self, table: pa.Table, *, final: bool = False, coalesced=None) -> list:
+        """``run.engines.BatchGroModels.feed`` for the end of the run (an empty table,
+        ``final``): the super-packets still held, one ``BatchResult`` per model."""
+        if coalesced is not None:
+            raise Uncovered("frames captured coalesced")
+        if table.num_rows or not final:
+            raise ValueError("the single pass takes records (SinglePass.records)")
+        F, run = self.fused, self.pass_
+        rest = [s.copy() for s in run.finish()]
+        times = run.pt[:int(run.ctr[F.C_NPT])].copy()
+        empty = [np.zeros((0, F.S_N), np.int64)] * 2
+        return self._parts(0, empty, 0, rest=(rest, times))
+
+    def next_run(self) -> None:
+        """A new receiver run: nothing to do before the first row (one file, one run)."""
+        if self.pass_.ctr[self.fused.C_ROW]:
+            raise Uncovered("a second receiver run")
+
+    def close(self) -> None:
+        pass
+
+
+__all__ = ["SinglePass", "Uncovered", "single_pass_covers", "narrow_columns",
+           "RECORD_COLUMNS", "FLOW_COLUMNS"]
