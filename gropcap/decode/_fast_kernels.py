@@ -21,6 +21,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from gropcap import constants as C
+# one unaligned load (and a byte swap) a field: capture.fast._load_int
+from gropcap.capture.fast import _be16, _be32, _byte
 from gropcap.decode import schema as S
 
 # --- column layout ----------------------------------------------------------------------
@@ -370,34 +372,6 @@ def _borrow(typingctx, arr):
     return arr(arr), codegen
 
 
-def _big_endian(bits: int):
-    """An intrinsic: the ``bits``-bit big-endian unsigned integer at byte ``off`` of the
-    uint8 array ``f``, as int64: one unaligned load and a byte swap. Byte by byte, numba
-    wraps every index around (a shift, an ``and`` and an add per byte) and LLVM cannot
-    merge the loads. Like ``f[off]``, no bounds check: the caller keeps ``off`` in range."""
-    from llvmlite import ir
-
-    @intrinsic
-    def load(typingctx, f, off):
-        if not (isinstance(f, types.Array) and f.dtype == types.uint8
-                and isinstance(off, types.Integer)):
-            return None
-
-        def codegen(context, builder, sig, args):
-            ary = context.make_array(sig.args[0])(context, builder, args[0])
-            idx = context.cast(builder, args[1], sig.args[1], types.intp)
-            ptr = builder.bitcast(builder.gep(ary.data, [idx]), ir.IntType(bits).as_pointer())
-            word = builder.load(ptr, align=1)
-            return builder.zext(builder.bswap(word) if bits > 8 else word, ir.IntType(64))
-
-        return types.int64(f, off), codegen
-
-    return load
-
-
-_byte = _big_endian(8)
-_be16 = _big_endian(16)
-_be32 = _big_endian(32)
 # the options of almost every TCP segment: NOP, NOP, timestamp (kind 8, length 10)
 _NOP_NOP_TS = (C.TCPOPT_NOP << 24) | (C.TCPOPT_NOP << 16) | (C.TCPOPT_TIMESTAMP << 8) | 10
 
@@ -1572,8 +1546,10 @@ def _refresh_cache() -> None:
     import sys
 
     from gropcap import constants, numba_cache
+    from gropcap.capture import fast as capture_fast
     from gropcap.decode import options, schema
-    stamp = numba_cache.stamp([m.__file__ for m in (constants, schema, options)],
+    stamp = numba_cache.stamp([m.__file__ for m in (constants, schema, options,
+                                                    capture_fast)],
                               repr(sorted(LAYOUT.items()))) + os.path.basename(__file__)
     numba_cache.refresh([decode_kernel, _enter_tunnel, _add_vlan, _clear_rows, _rare_on,
                          _pack_bools], "_fast_kernels.deps", stamp)

@@ -39,7 +39,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from gropcap.capture.fast import _u16, _u32
+from gropcap.capture.fast import _be16, _be32, _byte, _le64, _u32
 from gropcap.decode._fast_kernels import _NOP_NOP_TS, _csum_state, _tcp_options
 from gropcap.constants import (
     TCP_FLAG_CWR, TCP_FLAG_FIN, TCP_FLAG_PSH, TCP_FLAG_RST, TCP_FLAG_SYN, TCP_FLAG_URG,
@@ -122,15 +122,15 @@ def _cover(buf, p, incl, wire, mtu):
     packet_offload, BYPASS_NOT_IP)."""
     if incl < 14:
         return -1
-    et = _u16(buf, p + 12, True)
+    et = _be16(buf, p + 12)
     if et == 0x0806:
         return BYPASS_NOT_IP
     ip = p + 14
-    if et != 0x0800 or incl < 34 or buf[ip] != 0x45:
+    if et != 0x0800 or incl < 34 or _byte(buf, ip) != 0x45:
         return -1
-    proto = np.int64(buf[ip + 9])
-    tot = _u16(buf, ip + 2, True)
-    if (_u16(buf, ip + 6, True) & 0xBFFF) != 0 or tot < 20 or 14 + tot > wire or tot > mtu:
+    proto = np.int64(_byte(buf, ip + 9))
+    tot = _be16(buf, ip + 2)
+    if (_be16(buf, ip + 6) & 0xBFFF) != 0 or tot < 20 or 14 + tot > wire or tot > mtu:
         return -1
     if proto != 6:
         # UDP, GRE, IPIP and SIT have gro_receive handlers (or are tunnels)
@@ -139,12 +139,12 @@ def _cover(buf, p, incl, wire, mtu):
         return BYPASS_NO_L4_OFFLOAD
     if incl < 54:
         return -1
-    hl = np.int64(buf[ip + 32] >> 4) * 4
+    hl = np.int64(_byte(buf, ip + 32) >> 4) * 4
     if hl < 20 or 34 + hl > incl or tot < 20 + hl:
         return -1
     s = np.int64(0)
     for w in range(5):
-        s += _u32(buf, ip + 4 * w, True)
+        s += _be32(buf, ip + 4 * w)
     while s > 0xFFFF:
         s = (s & 0xFFFF) + (s >> 16)
     return 0 if s == 0xFFFF else -1
@@ -359,21 +359,21 @@ def fused_pass(buf, r_off, r_cap, r_wire, r_ts, at, P, rss, keys, ent, eopt, tbl
             ctr[C_STATUS] = UNCOVERED
             ctr[C_AT] = n
             break
-        et = _u16(buf, p + 12, True)
+        et = _be16(buf, p + 12)
         ip = p + 14
         th = ip + 20
         ipv4 = et == 0x0800
-        tot = _u16(buf, ip + 2, True) if ipv4 else np.int64(0)
-        proto = np.int64(buf[ip + 9]) if ipv4 else np.int64(0)
-        hl = np.int64(buf[th + 12] >> 4) * 4 if bypass == 0 else np.int64(0)
+        tot = _be16(buf, ip + 2) if ipv4 else np.int64(0)
+        proto = np.int64(_byte(buf, ip + 9)) if ipv4 else np.int64(0)
+        hl = np.int64(_byte(buf, th + 12) >> 4) * 4 if bypass == 0 else np.int64(0)
         # --- the flow: MAC header (dev_gro_receive's same_flow), addresses
         # (inet_gro_receive), ports (tcp_gro_lookup), the EtherType and IP protocol
         # (the flow key of gro/flows.py): an open-addressing table
-        k0 = (_u32(buf, p, True) << 16) | _u16(buf, p + 4, True)
-        k1 = (_u32(buf, p + 6, True) << 16) | _u16(buf, p + 10, True)
-        k2 = (_u32(buf, ip + 12, True) << 32) | _u32(buf, ip + 16, True) if ipv4 \
+        k0 = (_be32(buf, p) << 16) | _be16(buf, p + 4)
+        k1 = (_be32(buf, p + 6) << 16) | _be16(buf, p + 10)
+        k2 = (_be32(buf, ip + 12) << 32) | _be32(buf, ip + 16) if ipv4 \
             else np.int64(0)
-        k3 = (et << 40) | (proto << 32) | (_u32(buf, th, True) if bypass == 0 else 0)
+        k3 = (et << 40) | (proto << 32) | (_be32(buf, th) if bypass == 0 else 0)
         slot = _slot(k0, k1, k2, k3, slots)
         while keys[slot, 0] != -1 and (keys[slot, 0] != k0 or keys[slot, 1] != k1 or
                                        keys[slot, 2] != k2 or keys[slot, 3] != k3):
@@ -394,7 +394,7 @@ def fused_pass(buf, r_off, r_cap, r_wire, r_ts, at, P, rss, keys, ent, eopt, tbl
             hv = np.uint32(0)
             if P[P_RSS] and bypass == 0:
                 for j in range(12):
-                    hv ^= rss[j, buf[ip + 12 + j] if j < 8 else buf[th + j - 8]]
+                    hv ^= rss[j, _byte(buf, ip + 12 + j if j < 8 else th + j - 8)]
             keys[slot, 4] = np.int64(hv) & nb
             keys[slot, 5] = ctr[C_FLOWS]
             ctr[C_FLOWS] += 1
@@ -429,31 +429,30 @@ def fused_pass(buf, r_off, r_cap, r_wire, r_ts, at, P, rss, keys, ent, eopt, tbl
             n += 1
             continue
         # --- the headers GRO reads
-        tos = np.int64(buf[ip + 1])
-        ipid = _u16(buf, ip + 4, True)
-        df = (_u16(buf, ip + 6, True) >> 14) & 1
-        ttl = np.int64(buf[ip + 8])
-        seq = _u32(buf, th + 4, True)
-        ack = _u32(buf, th + 8, True)
-        fl = _u16(buf, th + 12, True) & 0x1FF
+        tos = np.int64(_byte(buf, ip + 1))
+        ipid = _be16(buf, ip + 4)
+        df = (_be16(buf, ip + 6) >> 14) & 1
+        ttl = np.int64(_byte(buf, ip + 8))
+        seq = _be32(buf, th + 4)
+        ack = _be32(buf, th + 8)
+        fl = _be16(buf, th + 12) & 0x1FF
         doff = hl >> 2
-        win = _u16(buf, th + 14, True)
+        win = _be16(buf, th + 14)
         olen = hl - 20
         for w in range(OPT_WORDS):
             # the option area as engine.Cols.opt holds it: little-endian words, zeros
-            # past the options (two loads a word where 8 bytes can be read)
+            # past the options (one load a word where 8 bytes can be read)
             x = 8 * w
             v = np.uint64(0)
             if x < olen:
                 q = th + 20 + x
                 if q + 8 <= end:
-                    v = np.uint64(_u32(buf, q, False)) | \
-                        (np.uint64(_u32(buf, q + 4, False)) << np.uint64(32))
+                    v = np.uint64(_le64(buf, q))
                     if olen - x < 8:
                         v &= (np.uint64(1) << np.uint64(8 * (olen - x))) - np.uint64(1)
                 else:
                     for j in range(min(8, olen - x)):
-                        v |= np.uint64(buf[q + j]) << np.uint64(8 * j)
+                        v |= np.uint64(_byte(buf, q + j)) << np.uint64(8 * j)
             popt[0, w] = v
         polen[0] = olen
         payload = tot - 20 - hl
@@ -469,9 +468,9 @@ def fused_pass(buf, r_off, r_cap, r_wire, r_ts, at, P, rss, keys, ent, eopt, tbl
         c32[2, n] = seq
         c16[0, n] = fl
         c16[1, n] = _tcp_options(buf, th, 20, hl)[0] if hl > 20 and not (
-            hl == 32 and _u32(buf, th + 20, True) == _NOP_NOP_TS) else 0
-        c8[0, n] = _csum_state(buf, p, incl, _u16(buf, th + 16, True), 34, tot - 20,
-                               _u32(buf, ip + 12, True) + _u32(buf, ip + 16, True) + 6)
+            hl == 32 and _be32(buf, th + 20) == _NOP_NOP_TS) else 0
+        c8[0, n] = _csum_state(buf, p, incl, _be16(buf, th + 16), 34, tot - 20,
+                               _be32(buf, ip + 12) + _be32(buf, ip + 16) + 6)
         c8[1, n] = doff
         for m in range(2):
             poll = ctr[C_POLL] if m == NAPI else -1
