@@ -23,7 +23,9 @@ before a run starts; :func:`run_file` says why not), else the decoder and the en
   the frame and at most the MTU (``config.mtu``; when not given, the MTU the run would
   infer: a longer frame was captured coalesced, whose segments need the whole capture's
   statistics); or a frame GRO passes by: IPv4 of a protocol without a gro_receive
-  (ICMP, ...) and ARP, delivered alone (BYPASS_NO_L4_OFFLOAD, BYPASS_NOT_IP);
+  (ICMP, ...) and frames that are not IP (ARP, LLDP, 802.3 / LLC frames: any
+  EtherType but IPv6 and the VLAN tags), delivered alone (BYPASS_NO_L4_OFFLOAD,
+  BYPASS_NOT_IP);
 - the receive context of a 6.18 kernel's profile (the two fixed-ID bits of
   ``inet_gro_flush``), one RX queue, no gro_flush_timeout or napi_defer_hard_irqs, no
   ``--poll-acks``, TCP checksums not verified, no TCP fraglist GRO; budget, poll gap, HZ,
@@ -118,15 +120,20 @@ def _cover(buf, p, incl, wire, mtu):
     frames the decoder reads whole (STATUS_OK): Ethernet / IPv4 without options / TCP,
     not a fragment, the header checksum valid, no RF bit, the IP length within the
     frame and at most ``mtu``; IPv4 of a protocol without a gro_receive
-    (inet_gro_receive: BYPASS_NO_L4_OFFLOAD) and ARP (dev_gro_receive: no
-    packet_offload, BYPASS_NOT_IP)."""
+    (inet_gro_receive: BYPASS_NO_L4_OFFLOAD) and frames of an EtherType without a
+    packet_offload that the decoder does not read on (ARP, LLDP, 802.3 frames, ...;
+    dev_gro_receive: BYPASS_NOT_IP)."""
     if incl < 14:
         return -1
     et = _be16(buf, p + 12)
-    if et == 0x0806:
+    if et != 0x0800:
+        # the decoder's STATUS_NOT_IP (ARP, LLDP, 802.3 / LLC frames, ...): every
+        # EtherType but IPv6 and the VLAN tags, which it reads further
+        if et == 0x86DD or et == 0x8100 or et == 0x88A8 or et == 0x9100:
+            return -1
         return BYPASS_NOT_IP
     ip = p + 14
-    if et != 0x0800 or incl < 34 or _byte(buf, ip) != 0x45:
+    if incl < 34 or _byte(buf, ip) != 0x45:
         return -1
     proto = np.int64(_byte(buf, ip + 9))
     tot = _be16(buf, ip + 2)
@@ -166,19 +173,22 @@ def probe(buf, pos, end, be, mtu, upto):
     return pos, pos >= upto or pos == end
 
 
-def uncovered_at(buf, be: bool, mtu: int, window: int = 1 << 26) -> int:
+def uncovered_at(buf, be: bool, mtu: int, window: int = 1 << 26,
+                 limit: int | None = None) -> int:
     """The byte position of the first record of a mapped pcap file (``buf``) the pass
-    does not cover, -1 when it covers them all: what a run asks before it starts. The
-    file is read ``window`` bytes at a time, its pages dropped after each (a probe of a
-    large capture does not keep it resident)."""
+    does not cover, -1 when it covers them all (``limit``: all that start before that
+    byte): what a run asks before it starts. The file is read ``window`` bytes at a
+    time, its pages dropped after each (a probe of a large capture does not keep it
+    resident)."""
     from gropcap.arrays import drop_pages
     pos = 24
+    end = len(buf) if limit is None else min(len(buf), limit)
     while True:
-        pos, ok = probe(buf, pos, len(buf), be, mtu, pos + window)
+        pos, ok = probe(buf, pos, len(buf), be, mtu, min(pos + window, end))
         drop_pages(buf)
         if not ok:
             return int(pos)
-        if pos >= len(buf):
+        if pos >= end:
             return -1
 
 

@@ -21,8 +21,10 @@ engine would have given the rest of the run:
     are the same on every row of a TCP flow the pass covers, and are taken from it for
     each row) and every record GRO passes by (ARP, ICMP: all their columns).
 
-A frame the pass does not cover raises :class:`Uncovered` (the probe of
-:func:`single_pass_covers` finds them before a run starts).
+A frame the pass does not cover raises :class:`Uncovered`, and the run starts again
+on the decoder and the engine (``run/stream.py``); the probe of
+:func:`single_pass_covers` reads the first :data:`PROBE_BYTES` of the capture before a
+run starts, where other traffic shows itself.
 
 Layer: run/, calls gro/, capture/ and decode/.
 """
@@ -57,12 +59,22 @@ class Uncovered(Exception):
     goes again on the engine (``run.engines.BatchGroModels``)."""
 
 
+# the bytes of a capture the probe reads before a run (``gro.fused.uncovered_at``): a
+# frame the pass does not cover past them stops the pass, and the run goes again on the
+# engine (stream.py). Probing the whole file cost 15-20% of a covered run (the record
+# headers are a chain of dependent loads, read once more by the capture scan); a
+# capture of other traffic shows it early (the first frame of UDP or IPv6 in the first
+# 64 MiB, 450 000 frames at snaplen 128), and the frames that come rarely on a link
+# (ARP, LLDP, spanning tree) the pass covers.
+PROBE_BYTES = 64 << 20
+
+
 def single_pass_covers(config: GroConfig, models, paths, options=None) -> str | None:
     """Why :class:`SinglePass` cannot run ``models`` over the files ``paths`` in
     ``config`` with decoder options ``options`` (None: it can): one pcap file of
     Ethernet frames read as plain Ethernet, both models, what ``gro.fused.uncovered``
-    allows, every record a frame the pass covers (``gro.fused.uncovered_at``: the
-    record headers and the frames' first bytes read once, 5-8% of a run)."""
+    allows, every record in the first :data:`PROBE_BYTES` a frame the pass covers
+    (``gro.fused.uncovered_at``: the record headers and the frames' first bytes)."""
     from gropcap.gro import fused
     if tuple(models) != ("ideal", "napi"):
         return "not both models"
@@ -78,10 +90,10 @@ def single_pass_covers(config: GroConfig, models, paths, options=None) -> str | 
     body = fused.pcap_body(paths[0])
     if isinstance(body, str):
         return body
-    # every record read for what the pass covers, before the run starts (a run that
-    # stopped in the middle would have to start again on the engine)
+    # the first records read for what the pass covers, before the run starts (where
+    # the pass stops later, the run starts again on the engine)
     buf, be, _ = body
-    at = fused.uncovered_at(buf, be, config.mtu or 0xFFFF)
+    at = fused.uncovered_at(buf, be, config.mtu or 0xFFFF, limit=PROBE_BYTES)
     return None if at < 0 else f"a frame the single pass does not cover at byte {at}"
 
 

@@ -1084,9 +1084,10 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                                  rest=lambda held: two_passes(held)) if inline else None
         from gropcap.run.engines import BatchGroModels
         from gropcap.run.single import SinglePass, single_pass_covers
-        # a summary-only run of one pcap file whose every frame the single pass covers
-        # (its probe reads them before the run): the pass takes each batch of records
-        # in the decoder's place, and gives both models' results and the columns the
+        # a summary-only run of one pcap file the single pass covers (its probe reads
+        # the first 64 MiB before the run; where the pass stops later, the run goes
+        # again on the engine: Uncovered): the pass takes each batch of records in the
+        # decoder's place, and gives both models' results and the columns the
         # accumulators read (run/single.py); else the decoder and the engine, states
         # carried batch to batch, with threads the second model in a thread of its own
         why = _single if isinstance(_single, str) else \

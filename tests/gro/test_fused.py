@@ -18,6 +18,7 @@ from gropcap import constants as C
 from gropcap.capture.writer import write_pcap
 from gropcap.gro import fused
 from gropcap.gro.config import GroConfig, KernelProfile
+from gropcap.gro.reasons import BYPASS_NOT_IP
 from gropcap.run.memory import analyze
 
 from craft import eth, ipv4, tcp, tcp_ts, udp
@@ -105,7 +106,8 @@ def test_frames_above_the_mtu_a_syn_gives_are_left_to_the_engine(tmp_path):
 
 _KINDS = ["data", "data", "data", "short", "psh", "fin", "syn", "ack", "ack_moves", "gap",
           "retrans", "window", "ts", "ttl", "tos", "ecn", "no_df", "id_fixed", "id_jump",
-          "cwr", "pad", "urg", "rst", "mss_opt", "mss_12", "sack", "ae", "icmp", "arp"]
+          "cwr", "pad", "urg", "rst", "mss_opt", "mss_12", "sack", "ae", "icmp", "arp",
+          "lldp", "stp"]
 # what a kind changes in a frame of the flow (the rest: _ipv4_tcp_traffic)
 _SIZE = {"short": 40, "ack": 0, "pad": 1}
 _FLAGS = {"psh": C.TCP_FLAG_PSH | C.TCP_FLAG_ACK, "fin": C.TCP_FLAG_FIN | C.TCP_FLAG_ACK,
@@ -185,6 +187,11 @@ def _ipv4_tcp_traffic(draw):
                              b"\x08\x00\x00\x00" + bytes(4 + 8 * (f % 3)), ident=x))
         elif kind == "arp":
             frame = eth(bytes(28), C.ETH_P_ARP, src=0x020000000010 + x % 2)
+        elif kind in ("lldp", "stp"):
+            # not IP either: LLDP, and a spanning-tree BPDU in an 802.3 frame (a length
+            # where the EtherType goes), from the ARP senders' MAC addresses
+            frame = eth(bytes(36), 0x88CC if kind == "lldp" else 39,
+                        src=0x020000000010 + x % 2)
         if kind == "pad":
             frame += bytes(60 - len(frame)) if len(frame) < 60 else b"\x00" * 4
         seq[f] += size
@@ -294,6 +301,30 @@ def test_frames_gro_passes_by_go_up_alone_in_flows_of_their_own(tmp_path):
         assert _differing(got[model], want[model]) == [], model
     assert len(set(got["ideal"].flow_id)) == 5
     assert got["ideal"].seg_count.max() == 8
+
+
+@pytest.mark.parametrize("etype,covered", [
+    (C.ETH_P_ARP, True), (0x88CC, True), (39, True), (0x8847, True),
+    (C.ETH_P_IPV6, False), (C.ETH_P_8021Q, False), (C.ETH_P_8021AD, False),
+    (C.ETH_P_QINQ1, False)])
+def test_what_is_not_ip_goes_by_and_what_the_decoder_reads_on_is_left(tmp_path, etype,
+                                                                      covered):
+    """A frame of an EtherType the decoder does not read on (ARP, LLDP, an 802.3 length,
+    MPLS) is not IP: BYPASS_NOT_IP in both models, as in the engine; IPv6 and the VLAN
+    tags (802.1Q, 802.1ad, 0x9100), which the decoder reads further, are left to the
+    engine."""
+    frames = [_flow_frame(3000, 0, 100), eth(bytes(46), etype), _flow_frame(3000, 100, 100)]
+    path = str(tmp_path / "etype.pcap")
+    write_pcap(path, frames, [1_000 * i for i in range(3)])
+    got = fused.run_file(path)
+    if not covered:
+        assert "does not cover" in got
+        return
+    want = _engine(path, GroConfig(), engine="reference")
+    for model in ("ideal", "napi"):
+        assert _differing(got[model], want[model]) == [], model
+    assert got["napi"].reason[1] == BYPASS_NOT_IP
+    assert narrow_differs(path, GroConfig(), 2) == []
 
 
 def test_the_cache_stamp_covers_every_module_the_pass_imports():

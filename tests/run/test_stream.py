@@ -623,6 +623,30 @@ def test_the_single_pass_grows_its_tables_and_can_be_left_out(monkeypatch):
     assert not e.single_pass and e.engine_why == "asked" and e.summary == r.summary
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_frame_past_the_probe_the_pass_does_not_cover_restarts_the_run(
+        tmp_path, monkeypatch, threads):
+    """The probe reads the first bytes of a capture (run.single.PROBE_BYTES; here 200):
+    a UDP frame after them stops the single pass in the run, and the run goes again on
+    the decoder and the engine, and says so: the in-memory run's summary."""
+    from craft import eth, ipv4, tcp, udp
+    from gropcap.capture.writer import write_pcap
+    from gropcap.run import single
+    frames = [eth(ipv4("10.0.0.1", "10.0.0.2", 6, tcp(3000, 80, seq=100 * i,
+                                                      payload=bytes(100)), ident=i))
+              for i in range(40)]
+    frames.append(eth(ipv4("10.0.0.1", "10.0.0.2", 17, udp(53, 53, b"x" * 30))))
+    path = str(tmp_path / "late_udp.pcap")
+    write_pcap(path, frames + frames[:3], [1_000 * i for i in range(len(frames) + 3)])
+    monkeypatch.setattr(single, "PROBE_BYTES", 200)
+    r = stream_analyze(path, GroConfig(), batch_records=8, threads=threads)
+    assert not r.single_pass and r.engine_why.startswith("the single pass stopped"), \
+        r.engine_why
+    assert r.summary == analyze(path, GroConfig()).summary()
+    monkeypatch.setattr(single, "PROBE_BYTES", 1 << 20)     # (it sees the UDP frame)
+    assert "does not cover" in stream_analyze(path, GroConfig()).engine_why
+
+
 def test_a_dsa_tag_on_plain_ethernet_leaves_the_run_to_the_decoder():
     """With --dsa-tag the decoder reads a tag after the MAC addresses of every plain
     Ethernet frame; the single pass reads plain Ethernet, so a capture it would cover
