@@ -68,12 +68,14 @@ def record_batches(decoder: str = "fast", batch_records: int | None = None,
 
 def decode_file(path: str, file_index: int, options, *, decoder: str = "fast",
                 batch_records: int | None = None, progress=None, digest: bool = True,
-                decode=None):
+                decode=None, scan_ahead: bool = False):
     """Decode one capture file batch by batch: yields ``pa.RecordBatch`` es with
     ``file_index`` set; the generator's return value is the file's ``CaptureInfo``
     (``info = yield from decode_file(...)``); ``digest`` as :func:`record_batches`.
     ``decode``: what takes each batch of records instead of the decoder (called as
     ``decode_batch``; yields what it returns: ``run.single.SinglePass.records``).
+    ``scan_ahead``: the record scan runs ahead in a thread of its own
+    (``run.threads.Ahead``: a two-thread single pass, whose pass is the longest stage).
 
     Raises:
         DecodeError: no frame of the file has a link type gropcap decodes
@@ -84,12 +86,20 @@ def decode_file(path: str, file_index: int, options, *, decoder: str = "fast",
     decode_batch = decode or decode_batch
     info = None
     linktypes = LinktypeCheck()
-    for info, batch in batches_of(path):
-        if progress is not None:
-            progress.batch(path, info, batch)
-        if len(batch):
-            linktypes.add(batch)
-            yield decode_batch(batch, options, file_index=file_index)
+    records = batches_of(path)
+    if scan_ahead:
+        from gropcap.run.threads import Ahead
+        records = Ahead(records, name="gropcap-scan")
+    try:
+        for info, batch in records:
+            if progress is not None:
+                progress.batch(path, info, batch)
+            if len(batch):
+                linktypes.add(batch)
+                yield decode_batch(batch, options, file_index=file_index)
+    finally:
+        if scan_ahead:
+            records.close()
     linktypes.finish(info)
     return info
 

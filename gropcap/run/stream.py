@@ -1201,7 +1201,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
 
         from gropcap.run.threads import Ahead
         source = Ahead(_decode_pass(files, decode_options, batch_records, progress,
-                                    decoder, single), threaded=threads > 1)
+                                    decoder, single, threads), threaded=threads > 1)
         side = Sidecar(threaded=threads > 1)
         for t in source:
             parts = []
@@ -1618,18 +1618,20 @@ class _GrowingFlags:
 
 
 def _decode_pass(files, decode_options, batch_records, progress, decoder: str = "fast",
-                 single=None):
+                 single=None, threads: int = 1):
     """The decode pass (a generator, run ahead of GRO by ``run.threads.Ahead``): every
     decoded batch as a table; returns the files' ``CaptureInfo`` s. ``decoder``:
     ``"fast"`` or ``"reference"`` (the plain-Python reader and decoder, the oracle: the
     same tables, batch by batch too). ``single``: a ``run.single.SinglePass`` takes
-    the records instead of the decoder: ``(narrow table, GRO parts)`` a batch."""
+    the records instead of the decoder: ``(narrow table, GRO parts)`` a batch (with two
+    ``threads``, the record scan ahead in a thread of its own)."""
     from gropcap.run.inputs import decode_file
     infos = []
     for file_index, path in enumerate(files):
         batches = decode_file(path, file_index, decode_options, decoder=decoder,
                               batch_records=batch_records, progress=progress,
-                              decode=None if single is None else single.records)
+                              decode=None if single is None else single.records,
+                              scan_ahead=single is not None and threads > 1)
         while True:
             try:
                 dec = next(batches)
