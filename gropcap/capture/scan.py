@@ -106,9 +106,14 @@ def iter_scan_batches(path, *, batch_records: int = BATCH_RECORDS,
 
 
 def _scan(path: str, batch_records: int, window_bytes: int, digest: bool = True):
+    # (a pipe is not opened here: a named pipe opened and closed before the reader
+    # opens it again can lose its writer, which gets EPIPE, and the reader then waits
+    # for a writer for ever)
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY) if stat.S_ISREG(os.stat(path).st_mode) else -1
     except OSError:
+        fd = -1
+    if fd < 0:
         yield from iter_batches(path, batch_records=batch_records)   # its located error
         return
     try:

@@ -191,6 +191,48 @@ def test_reads_from_a_pipe(tmp_path, kind):
     assert info.digest == xxh(data)
 
 
+def test_a_named_pipe_is_opened_once(tmp_path, monkeypatch):
+    """The windowed scan leaves a pipe to the streaming reader without opening it
+    itself: a named pipe opened and closed before the reader opens it again loses what
+    a quick writer put in it (a pipe's data goes when its last reader closes), and the
+    second open then waits for a writer for ever."""
+    import threading
+
+    import gropcap.capture.scan as scan_mod
+
+    plain, frames = sample(tmp_path, "pcap", 20)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    opened = []
+    real_open = os.open
+
+    def counting_open(path, *a, **k):
+        if os.fspath(path) == str(fifo):
+            opened.append(path)
+        return real_open(path, *a, **k)
+    monkeypatch.setattr(scan_mod.os, "open", counting_open)
+
+    def feed():
+        with open(fifo, "wb") as fh:
+            fh.write(plain.read_bytes())
+    import signal
+
+    def stuck(*_):
+        raise AssertionError("the scan waits for a writer the pipe has lost")
+    old = signal.signal(signal.SIGALRM, stuck)
+    signal.alarm(30)
+    t = threading.Thread(target=feed, daemon=True)
+    t.start()
+    try:
+        got = [b for _, b in scan_mod.iter_scan_batches(fifo, digest=False)]
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+        t.join(timeout=30)
+    assert opened == []
+    assert [b.frame(i) for b in got for i in range(len(b))] == frames
+
+
 def test_empty_compressed_capture(tmp_path):
     p = tmp_path / "e.gz"
     write_pcap(tmp_path / "e.pcap", [], [])
