@@ -63,7 +63,7 @@ from gropcap.gro.reasons import (
 )
 
 FLOWS = 1 << 12             # flows a run's tables hold at first (doubled as they fill)
-BATCH = 1 << 17             # records a call of the pass handles at most
+BATCH = 1 << 17             # records a call's buffers hold (a larger batch grows them)
 
 # the held entry of a flow in a model: p's headers and what gro_complete reports
 (E_FIRST, E_LAST, E_COUNT, E_PAYLOAD, E_GROLEN, E_LEN, E_MSS, E_LIMIT, E_SEQ, E_ACK,
@@ -809,10 +809,10 @@ def run_file(path: str, config: GroConfig | None = None, batch: int = BATCH):
 
 
 def warm_up() -> None:
-    """Compile (or load from the on-disk cache) the pass's kernels on a pcap body of two
-    frames (a TCP segment and an ARP frame), with the argument types of a run (a
-    read-only mapped buffer): the call, a growth of the flow tables, the end, the
-    probe."""
+    """Compile (or load from the on-disk cache) the pass's kernels on a batch of two
+    records (a TCP segment and an ARP frame) with the argument types of a run (a
+    read-only buffer, a RecordBatch's arrays): the call, a growth of the flow tables,
+    the end, the probe (over the same bytes as a pcap body)."""
     import struct
     ip = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 40, 1, 0x4000, 64, 6, 0,
                                bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])))

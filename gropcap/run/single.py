@@ -9,7 +9,7 @@ engine would have given the rest of the run:
 * per model the engine's ``BatchResult`` (every row's flow, reason, super-packet and
   poll, every super-packet as it goes up), equal to the engine's;
 * a *narrow table*: the decoder's columns that a summary-only run reads
-  (:data:`NARROW_COLUMNS`: the capture counts, the coalesced-input statistics, flows,
+  (:func:`narrow_columns`: the capture counts, the coalesced-input statistics, flows,
   encapsulation counts, flow causes), equal to the decoder's, row for row. Their values
   come from three places:
 
@@ -174,15 +174,14 @@ class SinglePass:
     one file, :meth:`feed` of ``run.engines.BatchGroModels`` at the end (``final``)."""
 
     def __init__(self, config: GroConfig, options=None, batch: int | None = None):
+        from gropcap.decode.options import DecodeOptions
         from gropcap.gro import fused
         self.fused = fused
         self.pass_ = fused.FusedRun(config, batch or fused.BATCH)
-        from gropcap.decode.options import DecodeOptions
         self.options = options or DecodeOptions()
         self.flows = _FlowValues()
         self.polls = 0
-        self.states = None
-        self.types = None
+        self.states = None          # (no engine state: BatchGroModels.states)
 
     def records(self, batch, options=None, *, file_index: int = 0):
         """One batch of records (``capture.records.RecordBatch``): ``(narrow table,
