@@ -413,3 +413,29 @@ def test_metadata_given_at_close_reads_back_as_given_at_open(tmp_path):
     assert pq.read_schema(files["close"]).metadata == pq.read_schema(files["open"]).metadata
     assert pq.ParquetFile(files["close"]).metadata.metadata == \
         pq.ParquetFile(files["open"]).metadata.metadata
+
+
+@pytest.mark.parametrize("least", [None, 400])
+def test_small_batches_share_a_row_group(least, tmp_path, monkeypatch):
+    """A run in small batches writes row groups of at least ``io.parquet.ROW_GROUP_ROWS``
+    rows (but the last), not one per batch, and the rows are the same either way."""
+    from gropcap.io import parquet
+    from gropcap.run.stream import stream_analyze
+    real = os.path.join(HERE, "..", "sample_pcaps", "real_ipv4.pcap")
+    one = str(tmp_path / "one")
+    stream_analyze(real, out_dir=one, threads=1)
+    if least is not None:
+        monkeypatch.setattr(parquet, "ROW_GROUP_ROWS", least)
+    small = str(tmp_path / "small")
+    stream_analyze(real, out_dir=small, threads=1, batch_records=50)
+    for name in ("packets.parquet", "superpackets.parquet"):
+        want, got = pq.ParquetFile(os.path.join(one, name)), \
+            pq.ParquetFile(os.path.join(small, name))
+        rows = [got.metadata.row_group(g).num_rows
+                for g in range(got.metadata.num_row_groups)]
+        if least is None:
+            assert rows == [want.metadata.num_rows], (name, rows)
+        else:
+            assert len(rows) > 1 and min(rows[:-1]) >= least, (name, rows)
+            assert max(rows[:-1]) < least + 50 * 4, (name, rows)
+        assert got.read().equals(want.read()), name
