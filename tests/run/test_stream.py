@@ -416,9 +416,9 @@ def test_egress_counted_batch_by_batch_equals_analyze(path, queues, tmp_path):
     (``run.stream.RowCodes``), not the decoded table. The summary (egress totals per
     model, every scenario, feature set and MTU) equals the in-memory run's, over
     batches of 7 rows, fused and unfused, summary only and with ``--out`` (with one RX
-    queue, fused, packets.parquet written in the first pass). The real samples' two
-    ``--out`` runs take batches of 61 rows: still 30 to 60 batches (at 7 rows those
-    runs were 100 s of the suite's time: a batch's fixed cost is some milliseconds)."""
+    queue, fused, packets.parquet written in the first pass). The real samples take
+    batches of 61 rows: still 30 to 60 batches (at 7 rows those runs were 100 s of the
+    suite's time: a batch's fixed cost on the engine's path is some milliseconds)."""
     from gropcap.run.options import EgressOptions
     config = GroConfig(queues=queues, budget=8)
     small = os.path.basename(path).startswith("crafted_")
@@ -428,8 +428,8 @@ def test_egress_counted_batch_by_batch_equals_analyze(path, queues, tmp_path):
         assert set(want["egress"]) == {"ideal", "napi"}
         assert want["packets"] < 100 if small else want["packets"] > 1800
         # summary only (fused, the packets pass inline), --out fused, --out unfused
-        got = stream_analyze(path, config, egress=opts, batch_records=7 if small or not i
-                             else 61, threads=1 + i % 2,
+        got = stream_analyze(path, config, egress=opts, batch_records=7 if small else 61,
+                             threads=1 + i % 2,
                              out_dir=str(tmp_path / str(i)) if i else None,
                              _fused=i < 2)
         assert got.summary == want, spec
