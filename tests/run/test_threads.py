@@ -124,7 +124,11 @@ def test_a_failure_in_the_output_passes_stops_their_workers(capture, tmp_path, m
         return real_write(self, t, *a, **kw)
     monkeypatch.setattr(stream, "readable", readable)
     if where == "writer":
+        from gropcap.io import parquet
         monkeypatch.setattr(pq_mod.ParquetWriter, "write_table", write_table)
+        # a row group a batch (io.parquet.TableWriter gathers small batches): the third
+        # is written by the sidecar while the run goes on
+        monkeypatch.setattr(parquet, "ROW_GROUP_ROWS", 1)
     with pytest.raises((KeyboardInterrupt, Exception)) as got:
         stream_analyze(capture, out_dir=str(tmp_path / "o"), tmp_dir=str(tmp_path),
                        batch_records=50, threads=2)
