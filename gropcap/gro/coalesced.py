@@ -105,8 +105,9 @@ class CoalescedStats:
         # task's statistics, kept in its work directory: :meth:`spill`)
         self._parts: list[_Part] = []
         self._summ = None       # :meth:`summary`, until the next change
-        self.other_tot: dict[int, int] = {}   # outermost IP length of other IP frames
-        self.syn_data_tot: dict[int, int] = {}  # the same of TCP SYNs carrying data
+        from gropcap.gro._batch_kernels import LengthBins
+        self._other = LengthBins()      # outermost IP length of other IP frames
+        self._synd = LengthBins()       # the same of TCP SYNs carrying data
         self.hard = 0           # frames marked coalesced whatever the MTU
         self.eth_frames = 0     # Ethernet frames, and those with all-zero MACs (Linux lo)
         self.zero_mac = 0
@@ -131,6 +132,16 @@ class CoalescedStats:
     def mtu(self) -> int:
         """The receiving device's MTU in use: given, or inferred."""
         return self.mtu_inference().mtu
+
+    @property
+    def other_tot(self) -> dict[int, int]:
+        """``{outermost IP length: frames}`` of the IP frames without TCP data."""
+        return self._other.frames()
+
+    @property
+    def syn_data_tot(self) -> dict[int, int]:
+        """``{outermost IP length: frames}`` of the TCP SYNs carrying data."""
+        return self._synd.frames()
 
     @property
     def num(self) -> int:
@@ -451,7 +462,7 @@ class CoalescedStats:
         # the masks of _marks and the IP-length histograms in one pass (the kernel's
         # docstring); the columns in their schema types (one compiled specialisation)
         scal = np.zeros(3, np.int64)
-        other, synd = np.zeros(K.TOT_BINS, np.int64), np.zeros(K.TOT_BINS, np.int64)
+        other, synd = self._other.bins()[0], self._synd.bins()[0]
         codes = np.array([STATUS_OK, C.IPPROTO_TCP, C.EPB_FLAG_TCP_SEG_OFFLOAD,
                           C.LINKTYPE_ETHERNET, C.TCP_FLAG_SYN], np.int64)
         fid = np.zeros(0, np.int64) if flow_id is None else np.asarray(flow_id, np.int64)
@@ -461,8 +472,8 @@ class CoalescedStats:
         self.hard += int(scal[K.MK_HARD])
         self.eth_frames += int(scal[K.MK_ETH])
         self.zero_mac += int(scal[K.MK_ZERO_MAC])
-        _count_lengths(self.syn_data_tot, synd, self._tot_of(t, big_synd))
-        _count_lengths(self.other_tot, other, self._tot_of(t, big_other))
+        _count_lengths(self._synd, self._tot_of(t, big_synd))
+        _count_lengths(self._other, self._tot_of(t, big_other))
         if not (len(srows) or len(rows)):
             return
         if len(srows):
@@ -570,10 +581,8 @@ class CoalescedStats:
         self._push(syn=later._syn)
         keys, direction, code, frames = later._size
         self._push(size=(keys[direction], code, frames))
-        for mine, theirs in ((self.other_tot, later.other_tot),
-                             (self.syn_data_tot, later.syn_data_tot)):
-            for k, c in theirs.items():
-                mine[k] = mine.get(k, 0) + c
+        self._other.merge(later._other)
+        self._synd.merge(later._synd)
         self.hard += later.hard
         self.eth_frames += later.eth_frames
         self.zero_mac += later.zero_mac
@@ -742,17 +751,14 @@ def _ints():
     return np.zeros(0, np.int64)
 
 
-def _count_lengths(counts: dict, bins, past) -> None:
-    """Add IP lengths into ``counts`` (in ascending order of length, as np.unique gave
-    them): the ``bins`` (frames per length) and the lengths ``past`` the bins."""
+def _count_lengths(counts, past) -> None:
+    """Add the IP lengths ``past`` the bins into ``counts`` (a ``LengthBins``, whose bins
+    the kernel added into)."""
     import numpy as np
-    u = np.flatnonzero(bins)
-    for k, n in zip(u.tolist(), bins[u].tolist()):
-        counts[k] = counts.get(k, 0) + n
     if len(past):
         u, c = np.unique(past, return_counts=True)
         for k, n in zip(u.tolist(), c.tolist()):
-            counts[k] = counts.get(k, 0) + n
+            counts.add(k, n)
 
 
 def _unique_counts(pairs):

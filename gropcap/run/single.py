@@ -251,14 +251,17 @@ class SinglePass:
             segs = [np.concatenate([a, b]) for a, b in zip(segs, rest[0])]
             times = np.concatenate([times, rest[1]])
         parts = []
+        # (the rows' flows, queues and numbers: one array for both models, which nothing
+        # writes to; left writable, the type the counting kernels were compiled for)
+        flow_id, rx_queue = run.r_flow[:n].copy(), np.zeros(n, np.uint16)
+        p_row = np.arange(row0, row0 + n)
         for m in (F.IDEAL, F.NAPI):
             s = segs[m]
             napi = m == F.NAPI
             seg = {f: s[:, x].copy() for x, f in enumerate(F.SEG_FIELDS)}
             seg["queue"] = np.zeros(len(s), np.int64)
             parts.append(BatchResult(
-                row_start=row0, flow_id=run.r_flow[:n].copy(),
-                rx_queue=np.zeros(n, np.uint16), p_row=np.arange(row0, row0 + n),
+                row_start=row0, flow_id=flow_id, rx_queue=rx_queue, p_row=p_row,
                 p_reason=run.r_reason[m, :n].copy(), p_inst=run.r_inst[m, :n].copy(),
                 p_poll=run.r_poll[:n].copy() if napi else np.full(n, -1, np.int64),
                 segs=seg, poll_base=self.polls if napi else 0,

@@ -103,7 +103,7 @@ def test_capture_counts_equal_the_numpy_definition(decoded, seed):
     want = _capture_oracle(batches)
     state = {k: (v.tolist() if isinstance(v, np.ndarray) else v)
              for k, v in vars(got).items() if k in want}
-    state["tot_hist"] = {k: list(v) for k, v in sorted(state["tot_hist"].items())}
+    state["tot_hist"] = {k: list(v) for k, v in sorted(got.tot_hist.items())}
     assert state == want
     assert any(k >= 1 << 16 for k in want["tot_hist"])    # the jumbogram path ran
 
@@ -127,6 +127,46 @@ def _causes_oracle(batches) -> tuple[list, list, list]:
     n = max(next_seq) + 1
     return ([total.get(f, 0) for f in range(n)], [ahead.get(f, 0) for f in range(n)],
             [back.get(f, 0) for f in range(n)])
+
+
+@pytest.mark.parametrize("largest", [False, True])
+def test_length_bins_keep_counts_across_batches_and_pickles(largest):
+    """gro._batch_kernels.LengthBins: bins a kernel adds into batch after batch, lengths
+    past the bins, merged and pickled (as its lengths only) to the same counts as a
+    dictionary filled one frame at a time."""
+    import pickle
+
+    from gropcap.gro._batch_kernels import TOT_BINS, LengthBins
+    rng = np.random.default_rng(5)
+    want: dict = {}
+    parts = [LengthBins(largest), LengthBins(largest)]
+    for p in parts:
+        for _ in range(3):                              # three batches
+            cnt, big = p.bins()
+            for k, w in zip(rng.integers(0, 3000, 50).tolist(),
+                            rng.integers(60, 9000, 50).tolist()):
+                cnt[k] += 1
+                if largest:
+                    big[k] = max(big[k], w)
+                e = want.setdefault(k, [0, 0])
+                want[k] = [e[0] + 1, max(e[1], w if largest else 0)]
+            k = TOT_BINS + int(rng.integers(0, 5))       # an IPv6 jumbogram
+            p.add(k, 2, 70000 if largest else 0)
+            e = want.setdefault(k, [0, 0])
+            want[k] = [e[0] + 2, max(e[1], 70000 if largest else 0)]
+    back = pickle.loads(pickle.dumps(parts[1]))
+    assert back.cnt is None and back == parts[1]
+    # a batch after the unpickling: its bins and the lengths the pickle held, both
+    k = next(iter(back.items()))[0]
+    back.bins()[0][k] += 1
+    if largest:
+        back.bins()[1][k] = 1
+    want[k][0] += 1
+    parts[0].merge(back)
+    assert parts[0].items() == sorted(want.items())
+    assert parts[0].frames() == {k: e[0] for k, e in sorted(want.items())}
+    back.merge(LengthBins(largest))
+    assert back != parts[0]
 
 
 @pytest.mark.parametrize("seed", range(6))
