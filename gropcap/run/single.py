@@ -32,6 +32,7 @@ Layer: run/, calls gro/, capture/ and decode/.
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -182,13 +183,16 @@ class SinglePass:
         self.flows = _FlowValues()
         self.polls = 0
         self.states = None          # (no engine state: BatchGroModels.states)
+        self.seconds = 0.0          # wall seconds in the pass (the run's "engine" phase)
 
     def records(self, batch, options=None, *, file_index: int = 0):
         """One batch of records (``capture.records.RecordBatch``): ``(narrow table,
         one engine.BatchResult per model)``."""
         F, run = self.fused, self.pass_
+        t0 = time.perf_counter()
         n, segs, cols = run.take(batch.buf, batch.offset, batch.cap_len, batch.wire_len,
                                  batch.ts_ns)
+        self.seconds += time.perf_counter() - t0
         if run.status != F.DONE:
             at = int(batch.file_offset[int(run.ctr[F.C_AT])])
             raise Uncovered(f"{F.STOPPED[run.status]} at byte {at}")

@@ -98,7 +98,8 @@ class StreamResult:
         metadata: the provenance written into every Parquet file.
         peak_spill_bytes: largest size of the temporary files (decoded table + verdicts).
         timings: wall seconds per phase (``decode``, ``gro`` of which ``engine`` and
-            ``coalesced``, ``superpackets``, ``packets``, ``flows``).
+            ``coalesced``, ``superpackets``, ``packets``, ``flows``; the single pass,
+            which runs in the decode step, counts as ``engine``).
         flow_causes: per flow, the probable cause of its breaks
             (``report.explain.flow_causes``).
     """
@@ -1085,10 +1086,10 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         from gropcap.run.engines import BatchGroModels
         from gropcap.run.single import SinglePass, single_pass_covers
         # a summary-only run of one pcap file the single pass covers (its probe reads
-        # the first 64 MiB before the run; where the pass stops later, the run goes
-        # again on the engine: Uncovered): the pass takes each batch of records in the
-        # decoder's place, and gives both models' results and the columns the
-        # accumulators read (run/single.py); else the decoder and the engine, states
+        # the first run.single.PROBE_BYTES before the run; where the pass stops later,
+        # the run goes again on the engine: Uncovered): the pass takes each batch of
+        # records in the decoder's place, and gives both models' results and the columns
+        # the accumulators read (run/single.py); else the decoder and the engine, states
         # carried batch to batch, with threads the second model in a thread of its own
         why = _single if isinstance(_single, str) else \
             "--out" if out_dir else "--poll-acks" if retimed is not None else \
@@ -1237,6 +1238,10 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 with pa.OSFile(dec_path, "rb") as src:
                     yield from pa.ipc.open_stream(src)
 
+        if single is not None:
+            # (the pass ran in the decode step, in the decoder's place: its seconds are
+            # the engine's, not the decoder's)
+            tm["engine"] += single.seconds
         tm["decode"] = clock() - t_start - tm["engine"]
         t_start = clock()
         # 2. GRO pass: every model over the decoded rows, state carried

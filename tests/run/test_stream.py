@@ -607,6 +607,55 @@ def test_a_summary_only_run_takes_the_single_pass_where_it_covers(path):
         assert r.single_pass is covered and (r.engine_why is None) is covered, r.engine_why
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_single_pass_is_timed_as_the_engine_and_its_scan_runs_ahead(threads,
+                                                                        monkeypatch):
+    """The single pass runs in the decode step, in the decoder's place: its seconds
+    (``SinglePass.seconds``) are the ``engine`` phase's, not ``decode``'s. With two
+    threads the record scan runs ahead in a thread of its own (``decode_file``'s
+    ``scan_ahead``), and hands over the same records."""
+    import threading
+    import time
+
+    from gropcap.gro import fused
+    from gropcap.run import inputs, single
+    path = os.path.join(ROOT, "sample_pcaps", "real_ipv4_p4.pcap")
+    seen, passes = [], []
+    real_batches, real_init = inputs.record_batches, single.SinglePass.__init__
+    real_take = fused.FusedRun.take
+
+    def take(self, *a):
+        time.sleep(0.02)            # (a pass long enough to tell the phases apart)
+        return real_take(self, *a)
+
+    def record_batches(*a, **kw):
+        batches_of, decode_batch = real_batches(*a, **kw)
+
+        def named(p):
+            for got in batches_of(p):
+                seen.append((threading.current_thread().name, len(got[1])))
+                yield got
+        return named, decode_batch
+
+    def init(self, *a, **kw):
+        real_init(self, *a, **kw)
+        passes.append(self)
+    monkeypatch.setattr(inputs, "record_batches", record_batches)
+    monkeypatch.setattr(single.SinglePass, "__init__", init)
+    monkeypatch.setattr(fused.FusedRun, "take", take)
+    r = stream_analyze(path, GroConfig(), batch_records=997, threads=threads)
+    assert r.single_pass and len(passes) == 1
+    assert sum(n for _, n in seen) == r.summary["packets"] and len(seen) > 2
+    names = {name for name, _ in seen}
+    assert names == ({"gropcap-scan"} if threads == 2 else
+                     {threading.main_thread().name}), names
+    assert 0.02 * (len(seen) - 1) < passes[0].seconds <= r.timings["engine"]
+    assert r.timings["decode"] < passes[0].seconds
+    monkeypatch.setattr(fused.FusedRun, "take", real_take)
+    assert r.summary == stream_analyze(path, GroConfig(), batch_records=997,
+                                       threads=3 - threads).summary
+
+
 def test_the_single_pass_grows_its_tables_and_can_be_left_out(monkeypatch):
     """The four-stream sample in batches of 61 rows with flow tables of two flows at
     first (doubled as they fill, between batches and within one): the in-memory run's
