@@ -115,6 +115,7 @@ class _FlowValues:
         self.same: dict = {}
         self.names: list[str] = []          # encap strings (codes in vals["encap"])
         self.code: dict[str, int] = {}
+        self.filled: dict = {}              # rows(): the columns of one value
 
     def add(self, ids: np.ndarray, t, at: np.ndarray, bypass: np.ndarray) -> None:
         """Flows ``ids`` (new ones), their first records (rows ``at`` of the decoded
@@ -159,14 +160,29 @@ class _FlowValues:
         return np.asarray(numpy_of(col))
 
     def rows(self, name: str, fid: np.ndarray) -> np.ndarray:
-        """Column ``name`` of rows of flows ``fid`` (writable)."""
+        """Column ``name`` of rows of flows ``fid``: a new array, or, where every flow
+        has the same value, a read-only view of one array of it (filled once, not a
+        batch)."""
         v = self.vals[name]
         same = self.same.get(name)
         if same is None:
             return np.take(v, fid, axis=0)      # (16x faster than v[fid] for a matrix)
-        out = np.empty((len(fid),) + v.shape[1:], v.dtype)
-        out[...] = same
-        return out
+        return constant(same, len(fid), v.dtype, self.filled)
+
+
+def constant(value, n: int, dtype, filled: dict) -> np.ndarray:
+    """``n`` rows of ``value`` (a scalar, or a row of a matrix column): a read-only view
+    of an array kept in ``filled`` (by dtype and value) and refilled only when a longer
+    batch comes."""
+    value = np.asarray(value, dtype)
+    key = (np.dtype(dtype).str, value.shape, value.tobytes())
+    got = filled.get(key)
+    if got is None or len(got) < n:
+        got = np.empty((max(n, 1024),) + value.shape, dtype)
+        got[...] = value
+        got.flags.writeable = False
+        filled[key] = got
+    return got[:n]
 
 
 class SinglePass:
@@ -217,7 +233,7 @@ class SinglePass:
         if len(new):
             self.flows.add(fid[new], dec, np.searchsorted(rows, new), byp[new])
         out: dict = {name: np.asarray(getattr(batch, name)) for name in RECORD_COLUMNS}
-        out["file_index"] = np.full(n, file_index, np.uint16)
+        out["file_index"] = constant(file_index, n, np.uint16, self.flows.filled)
         for names, group in zip((F.NARROW_U32, F.NARROW_U16, F.NARROW_U8), cols):
             out.update(zip(names, group))
         for name in FLOW_COLUMNS:
