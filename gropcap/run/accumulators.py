@@ -61,10 +61,12 @@ _CAPTURE_COLUMNS = (
 
 def udp_tunnel_counts(t) -> dict[tuple[str, int], int]:
     """``{(kind, UDP port): packets}`` of the UDP tunnels decoded in packet table ``t``."""
-    tun = numpy_of(t.column("tun_type"))
-    udp = (numpy_of(t.column("outer_l4_proto")) == C.IPPROTO_UDP) & \
-        np.isin(tun, list(UDP_TUNNEL_KINDS))
     out: dict = {}
+    udp = numpy_of(t.column("outer_l4_proto")) == C.IPPROTO_UDP
+    if not udp.any():               # (no outer UDP: no isin over every row)
+        return out
+    tun = numpy_of(t.column("tun_type"))
+    udp &= np.isin(tun, list(UDP_TUNNEL_KINDS))
     if udp.any():
         port = numpy_of(t.column("outer_dport"))[udp].astype(np.int64)
         pair = tun[udp].astype(np.int64) * 65536 + port
