@@ -154,9 +154,8 @@ class _FlowValues:
             local = np.array([self.code[s] for s in names], np.int32)
             return local[numpy_of(col.indices)]
         if pa.types.is_fixed_size_binary(col.type):
-            w = col.type.byte_width
-            return np.frombuffer(col.buffers()[1], np.uint8)[
-                col.offset * w:(col.offset + len(col)) * w].reshape(len(col), w)
+            from gropcap.gro.flows import _column_bytes
+            return _column_bytes(col)
         return np.asarray(numpy_of(col))
 
     def rows(self, name: str, fid: np.ndarray) -> np.ndarray:
@@ -262,7 +261,8 @@ class SinglePass:
     def _parts(self, n: int, segs, npt: int, rest=None) -> list:
         """The call's results as one ``engine.BatchResult`` per model (ideal, napi): each
         field a contiguous copy, as the engine's (the counting kernels compiled for
-        those take these too; the pass reuses its buffers)."""
+        those take these too; the pass reuses its buffers); the rows' flows, queues and
+        numbers one copy that both models share."""
         from gropcap.gro.engine import BatchResult
         F, run = self.fused, self.pass_
         row0 = int(run.ctr[F.C_ROW]) - n
