@@ -17,7 +17,11 @@ def main() -> None:
     runs measured the same either way (docs/performance.md, "numpy's huge pages").
     Both are set before numpy is imported, so they also hold for the Dask workers the
     run starts. glibc's malloc keeps the batches' blocks (:func:`tune_malloc`, this
-    process only), and Arrow's buffers come from it too (:func:`arrow_pool`)."""
+    process only), and Arrow's buffers come from it too (:func:`arrow_pool`).
+
+    The garbage collector is held while the command starts (``gropcap.collector``)."""
+    from gropcap import collector
+    collector.hold()
     import os
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")

@@ -16,6 +16,7 @@ PKG = os.path.join(ROOT, "gropcap")
 RANKS = {
     "gropcap.errors": 0, "gropcap.constants": 0, "gropcap.interrupt": 0, "gropcap.arrays": 0,
     "gropcap.numba_cache": 0, "gropcap.addresses": 0, "gropcap.priority": 0,
+    "gropcap.collector": 0,
     "gropcap.capture": 1,
     "gropcap.decode": 2,
     "gropcap.gro": 3,

@@ -67,6 +67,13 @@ class _Group(Group):
     """Turns gropcap errors into one line and exit 1; no traceback for users. Bare
     ``gropcap`` prints the help and exits 0 (:class:`gropcap.cli.help.Group`)."""
 
+    def resolve_command(self, ctx, args):
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if name != "analyze":       # (analyze releases it where its run starts)
+            from gropcap import collector
+            collector.release()
+        return name, cmd, rest
+
     def invoke(self, ctx):
         import signal
 

@@ -95,8 +95,10 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
         if way == "threads":
             threads, jobs = jobs, None
     distributed = jobs is not None or scheduler is not None
+    from gropcap import collector
     if not (distributed or in_memory or why):
         from gropcap.run.stream import stream_analyze
+        collector.release_on_compile()     # (the stream releases it after its first batch)
         if compile_helper and decoder == "fast":
             from gropcap.run.warm import compile_alongside
             compile_alongside(paths, config, models, decode_options, out_dir=out_dir,
@@ -112,6 +114,7 @@ def analyze_run(paths, config=None, *, models=MODELS, decode_options=None,
                 plot(result.plot_data)
                 advance(1)
         return result
+    collector.release()
     if distributed:
         from gropcap.analysis import Analysis
         from gropcap.run.dask_core import analyze_partitioned, partitioned_reason

@@ -66,6 +66,7 @@ import threading
 import numpy as np
 import pyarrow as pa
 
+from gropcap import collector
 from gropcap.decode.options import DecodeOptions
 from gropcap.arrays import (ArraySpill, RowFile, arrow_of, arrow_repeated, arrow_strings,
                             arrow_table, numpy_of, take_rows)
@@ -1220,6 +1221,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                     parts = gro.feed(gro_input(t), final=False)
                 tm["engine"] += clock() - t1
             side.submit(spill, t, parts)
+            collector.release()     # (every kernel the run uses is loaded by now)
         side.drain()
         infos = source.value
         if _fused and fused_tunnels.needs_whole(counters.packets, models):
