@@ -70,27 +70,33 @@ class Uncovered(Exception):
 PROBE_BYTES = 64 << 20
 
 
-def single_pass_covers(config: GroConfig, models, paths, options=None) -> str | None:
+def single_pass_covers(config: GroConfig, models, paths, options=None,
+                       captures: str = "auto") -> str | None:
     """Why :class:`SinglePass` cannot run ``models`` over the files ``paths`` in
-    ``config`` with decoder options ``options`` (None: it can): one pcap file of
-    Ethernet frames read as plain Ethernet, both models, what ``gro.fused.uncovered``
-    allows, every record in the first :data:`PROBE_BYTES` a frame the pass covers
-    (``gro.fused.uncovered_at``: the record headers and the frames' first bytes)."""
+    ``config`` with decoder options ``options`` (None: it can): regular files (pcap or
+    pcapng, compressed or not: the run can read them again), read as plain Ethernet,
+    both models, what ``gro.fused.uncovered`` allows, several files only on one
+    receiver (not ``captures="separate"``). A plain pcap file first is probed: every
+    record in its first :data:`PROBE_BYTES` a frame the pass covers
+    (``gro.fused.uncovered_at``: the record headers and the frames' first bytes). The
+    records of other files are checked as the pass meets them (:meth:`SinglePass.records`:
+    their link type and interface too), and the run goes again on the engine where
+    one is not covered (:class:`Uncovered`)."""
     from gropcap.gro import fused
     if tuple(models) != ("ideal", "napi"):
         return "not both models"
     if options is not None and options.dsa_tag:
         return "a DSA tag on plain Ethernet (--dsa-tag)"
-    if len(paths) != 1:
-        return "several input files"
-    if not os.path.isfile(paths[0]):
-        return "not a regular file"         # (a pipe: the pass would read it first)
+    if len(paths) > 1 and captures == "separate":
+        return "several files on receivers of their own (--captures separate)"
+    if not all(os.path.isfile(p) for p in paths):
+        return "not a regular file"     # (a pipe: the run could not read it again)
     why = fused.uncovered(config)
     if why:
         return why
-    body = fused.pcap_body(paths[0])
+    body = fused.pcap_body(paths[0]) if paths else "no file"
     if isinstance(body, str):
-        return body
+        return None         # (not a plain pcap file of Ethernet frames: no probe)
     # the first records read for what the pass covers, before the run starts (where
     # the pass stops later, the run starts again on the engine)
     buf, be, _ = body
@@ -197,6 +203,7 @@ class SinglePass:
         self.options = options or DecodeOptions()
         self.flows = _FlowValues()
         self.polls = 0
+        self.iface = None           # the interface of the records (pcapng), once seen
         self.states = None          # (no engine state: BatchGroModels.states)
         self.seconds = 0.0          # wall seconds in the pass (the run's "engine" phase)
 
@@ -204,6 +211,7 @@ class SinglePass:
         """One batch of records (``capture.records.RecordBatch``): ``(narrow table,
         one engine.BatchResult per model)``."""
         F, run = self.fused, self.pass_
+        self._one_link(batch)
         t0 = time.perf_counter()
         n, segs, cols = run.take(batch.buf, batch.offset, batch.cap_len, batch.wire_len,
                                  batch.ts_ns)
@@ -213,6 +221,23 @@ class SinglePass:
             raise Uncovered(f"{F.STOPPED[run.status]} at byte {at}")
         parts = self._parts(n, segs, int(run.ctr[F.C_NPT]))
         return self._table(batch, n, cols, options or self.options, file_index), parts
+
+    def _one_link(self, batch) -> None:
+        """Every record of ``batch`` Ethernet, on the interface of the run's first
+        record: the pass's flows have no interface in their key (the engine's have:
+        ``gro_list_prepare``'s ``skb->dev``); a pcapng file can have several, of other
+        link types too."""
+        lt, ifc = batch.linktype, batch.iface
+        if not len(lt):
+            return
+        if self.iface is None:
+            self.iface = int(ifc[0])
+        bad = np.flatnonzero((lt != 1) | (ifc != self.iface))
+        if len(bad):
+            i = int(bad[0])
+            what = "a frame of another interface" if lt[i] == 1 else \
+                f"a frame of link type {int(lt[i])}"
+            raise Uncovered(f"{what} at byte {int(batch.file_offset[i])}")
 
     def _table(self, batch, n: int, cols, options, file_index: int) -> pa.Table:
         from gropcap.arrays import arrow_numeric, arrow_strings
@@ -304,7 +329,8 @@ class SinglePass:
         return self._parts(0, empty, 0, rest=(rest, times))
 
     def next_run(self) -> None:
-        """A new receiver run: nothing to do before the first row (one file, one run)."""
+        """A new receiver run: nothing to do before the first row (the pass replays
+        one run)."""
         if self.pass_.ctr[self.fused.C_ROW]:
             raise Uncovered("a second receiver run")
 

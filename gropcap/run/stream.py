@@ -1086,7 +1086,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                                  rest=lambda held: two_passes(held)) if inline else None
         from gropcap.run.engines import BatchGroModels
         from gropcap.run.single import SinglePass, single_pass_covers
-        # a summary-only run of one pcap file the single pass covers (its probe reads
+        # a summary-only run of captures the single pass covers (the probe reads
         # the first run.single.PROBE_BYTES before the run; where the pass stops later,
         # the run goes again on the engine: Uncovered): the pass takes each batch of
         # records in the decoder's place, and gives both models' results and the columns
@@ -1097,7 +1097,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             "egress accounting" if egress is not None else "--plot" if plot else \
             "--tunnel-gro" if cells_on else "the run's unfused try" if not inline else \
             "the reference engine or decoder" if (engine, decoder) != ("fast", "fast") \
-            else single_pass_covers(config, models, files, decode_options)
+            else single_pass_covers(config, models, files, decode_options, captures)
         single = SinglePass(config, decode_options, batch_records) if why is None else None
         gro = single or BatchGroModels([r.config for r in runs], threaded=threads > 1)
         from gropcap.run.receivers import RunSplit

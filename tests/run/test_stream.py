@@ -607,6 +607,76 @@ def test_a_summary_only_run_takes_the_single_pass_where_it_covers(path):
         assert r.single_pass is covered and (r.engine_why is None) is covered, r.engine_why
 
 
+def _forms(tmp_path, form: str) -> tuple[list[str], str, str]:
+    """The four-stream sample written as ``form``: (files, --captures, what the run
+    says of the single pass: "" when it covers them, else the start of its reason)."""
+    import gzip
+
+    from gropcap import constants as C
+    from gropcap.capture import read_capture
+    from gropcap.capture.writer import write_pcap, write_pcapng
+    src = os.path.join(ROOT, "sample_pcaps", "real_ipv4_p4.pcap")
+    _, b = read_capture(src)
+    frames = [b.frame(i) for i in range(len(b))]
+    ts, wire = [int(t) for t in b.ts_ns], [int(w) for w in b.wire_len]
+    n = len(frames)
+    out = str(tmp_path / form)
+    if form == "pcapng":
+        write_pcapng(out, frames, ts, wire_lens=wire)
+    elif form == "pcapng_tso":          # one frame flagged TSO: captured coalesced
+        flags = [C.EPB_FLAG_TCP_SEG_OFFLOAD if i == n // 2 else 0 for i in range(n)]
+        write_pcapng(out, frames, ts, epb_flags=flags, wire_lens=wire)
+        return [out], "auto", "frames captured coalesced"
+    elif form == "pcapng_two_ifaces":   # the second half on another interface
+        write_pcapng(out, frames, ts, linktypes=(1, 1), wire_lens=wire,
+                     ifaces=[int(i >= n // 2) for i in range(n)])
+        return [out], "auto", "the single pass stopped: a frame of another interface"
+    elif form == "pcapng_cooked":       # the second interface's frames not Ethernet
+        write_pcapng(out, frames + [b"\x00" * 16 + frames[0][14:]], ts + [ts[-1] + 1],
+                     linktypes=(1, 113), ifaces=[0] * n + [1],
+                     wire_lens=wire + [wire[0] + 2])
+        return [out], "auto", "the single pass stopped: a frame of link type 113"
+    elif form == "pcap.gz":
+        write_pcap(out[:-3], frames, ts, wire_lens=wire)
+        with open(out[:-3], "rb") as f, gzip.open(out, "wb") as g:
+            g.write(f.read())
+    else:                               # rotated files, in time order or not
+        cuts = [0, n // 3, 2 * n // 3, n]
+        parts = [(frames[a:z], ts[a:z], wire[a:z]) for a, z in zip(cuts, cuts[1:])]
+        if form == "rotated_back":      # the second file earlier: a second receiver
+            parts[1] = (parts[1][0], [t - 10**9 for t in parts[1][1]], parts[1][2])
+        paths = []
+        for k, (fs, tss, ws) in enumerate(parts):
+            paths.append(str(tmp_path / f"{form}{k}.pcap"))
+            write_pcap(paths[-1], fs, tss, wire_lens=ws)
+        if form == "rotated_separate":
+            return paths, "separate", "several files on receivers of their own"
+        if form == "rotated_back":
+            return paths, "auto", "the single pass stopped: a second receiver run"
+        return paths, "continuous" if form == "rotated_continuous" else "auto", ""
+    return [out], "auto", ""
+
+
+@pytest.mark.parametrize("form", ["pcapng", "pcap.gz", "rotated", "rotated_continuous",
+                                  "pcapng_tso", "pcapng_two_ifaces", "pcapng_cooked",
+                                  "rotated_separate", "rotated_back"])
+def test_the_single_pass_covers_pcapng_compressed_and_rotated_captures(tmp_path, form):
+    """The single pass takes records from any capture the scan reads: a pcapng file,
+    a compressed file, several files on one receiver (rotated captures). Where a record
+    is of another interface or link type (the pass's flows have no interface in their
+    key), where frames were captured coalesced, or where a second receiver run starts,
+    the run goes again on the engine and says why. Either way the in-memory run's
+    summary, flows and flow causes."""
+    paths, captures, why = _forms(tmp_path, form)
+    a = analyze(paths, GroConfig(), captures=captures)
+    r = stream_analyze(paths, GroConfig(), batch_records=251, captures=captures)
+    assert r.summary == a.summary()
+    assert _plain(r.flows) == _plain(a.flows)
+    assert r.flow_causes == a.flow_causes
+    assert r.single_pass is (why == ""), r.engine_why
+    assert (r.engine_why or "").startswith(why), r.engine_why
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_the_single_pass_is_timed_as_the_engine_and_its_scan_runs_ahead(threads,
                                                                         monkeypatch):
