@@ -63,15 +63,19 @@ class Columns:
             self._nchunked += k
 
     def to_batch(self, buf: np.ndarray, buf_base: int) -> RecordBatch:
-        """Pack into a RecordBatch whose ``buf`` starts at file offset ``buf_base``."""
+        """Pack into a RecordBatch whose ``buf`` starts at file offset ``buf_base``. The
+        batch takes the arrays over (the frame offsets are made relative to ``buf`` in
+        place): call it once, and add nothing after it."""
         self._flush()
         cols = {}
         for f in FIELDS:
             parts = [c[f] for c in self._chunks]
             cols[f] = (np.concatenate(parts) if len(parts) > 1 else parts[0] if parts
                        else np.zeros(0, dtype=_DTYPES[f]))
+        offset = cols["data"]
+        offset -= np.int64(buf_base)
         return RecordBatch(
-            buf=buf, offset=cols["data"] - np.int64(buf_base), cap_len=cols["cap"],
+            buf=buf, offset=offset, cap_len=cols["cap"],
             wire_len=cols["wire"], ts_ns=cols["ts"], linktype=cols["lt"],
             iface=cols["iface"], epb_flags=cols["flags"], record=cols["rec"],
             file_offset=cols["foff"])

@@ -75,8 +75,12 @@ def _u32(buf, p, be):
 
 
 @numba.njit(cache=True, nogil=True)
-def pcap_scan(buf, pos, end, be, frac_ns, len_limit, max_n, data, cap, wire, ts, foff):
-    """Scan pcap records from ``pos``; returns ``(count, new_pos)``.
+def pcap_scan(buf, pos, end, be, frac_ns, len_limit, max_n, base, rec0, data, cap, wire,
+              ts, foff, rec):
+    """Scan pcap records from ``pos``; returns ``(count, new_pos)``. ``buf`` starts at
+    file offset ``base``: ``data`` and ``foff`` get file offsets (of the frame and of its
+    record header), ``rec`` the record numbers from ``rec0`` on, each record's fields
+    as a ``RecordBatch`` holds them (no pass over the arrays afterwards).
 
     Stops before a record whose header or data is incomplete, or whose captured length
     exceeds ``len_limit`` (the caller's policy), or after ``max_n`` records.
@@ -88,8 +92,9 @@ def pcap_scan(buf, pos, end, be, frac_ns, len_limit, max_n, data, cap, wire, ts,
         incl = _u32(buf, pos + 8, be)
         if incl > len_limit or end - pos - 16 < incl:
             break
-        foff[n] = pos
-        data[n] = pos + 16
+        foff[n] = base + pos
+        data[n] = base + pos + 16
+        rec[n] = rec0 + n
         cap[n] = incl
         wire[n] = _u32(buf, pos + 12, be)
         ts[n] = _u32(buf, pos, be) * 1_000_000_000 + _u32(buf, pos + 4, be) * frac_ns

@@ -99,25 +99,25 @@ class PcapScanner:
             while got < want:
                 k = min(want - got, FAST_CHUNK, (n - pos) // PCAP_RECORD_HEADER_LEN + 1)
                 data, cap, wire, ts, _lt, _g, _f, foff = fast.alloc(k)
+                recs = np.empty(k, np.uint64)
+                rec = self.record
                 m, pos = fast.pcap_scan(arr, pos, n, be, self._frac_ns, len_limit, k,
-                                        data, cap, wire, ts, foff)
+                                        base, rec, data, cap, wire, ts, foff, recs)
                 if m:
-                    rec = self.record
                     if self._snaplen and not self._warned_snaplen:
                         over = np.flatnonzero(cap[:m] > self._snaplen)
                         if len(over):
                             i = int(over[0])
                             self._warned_snaplen = True
                             self.info.warnings.append(
-                                f"record {rec + i} at byte offset {base + int(foff[i])}: "
+                                f"record {rec + i} at byte offset {int(foff[i])}: "
                                 f"captured length {int(cap[i])} exceeds the header snap "
                                 f"length {self._snaplen}; records kept as stored")
-                    cols.add_arrays(data=data[:m] + base, cap=cap[:m], wire=wire[:m],
+                    cols.add_arrays(data=data[:m], cap=cap[:m], wire=wire[:m],
                                     ts=ts[:m], lt=np.full(m, self._linktype, np.uint16),
                                     iface=np.zeros(m, np.uint16),
-                                    flags=np.zeros(m, np.uint32),
-                                    rec=np.arange(rec, rec + m, dtype=np.uint64),
-                                    foff=foff[:m] + np.uint64(base))
+                                    flags=np.zeros(m, np.uint32), rec=recs[:m],
+                                    foff=foff[:m])
                     self.record = rec + m
                     got += m
                 if m < k:

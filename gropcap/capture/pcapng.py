@@ -238,10 +238,12 @@ class PcapngScanner:
             data, cap, wire, ts, lt, gid, flags, foff)
         if m:
             rec = self.record
-            cols.add_arrays(data=data[:m] + base, cap=cap[:m], wire=wire[:m], ts=ts[:m],
+            data, foff = data[:m], foff[:m]
+            data += base                # (file offsets, in place: the arrays are new)
+            foff += np.uint64(base)
+            cols.add_arrays(data=data, cap=cap[:m], wire=wire[:m], ts=ts[:m],
                             lt=lt[:m], iface=gid[:m], flags=flags[:m],
-                            rec=np.arange(rec, rec + m, dtype=np.uint64),
-                            foff=foff[:m] + np.uint64(base))
+                            rec=np.arange(rec, rec + m, dtype=np.uint64), foff=foff)
             self.record = rec + m
             self.last_ts = int(last_ts)
             self.spb_count += spb
