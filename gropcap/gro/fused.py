@@ -17,15 +17,21 @@ decoder's columns of each TCP record that the run's accumulators read (``NARROW_
 What it covers (:func:`uncovered` for the context, :func:`uncovered_at` for the records,
 before a run starts; :func:`run_file` says why not), else the decoder and the engine run:
 
-- a pcap file (either byte order, micro- or nanosecond times), link type Ethernet;
+- the records of a capture scan (:func:`run_file`: a pcap file, either byte order,
+  micro- or nanosecond times, link type Ethernet; ``run.single``: any capture of
+  Ethernet frames on one interface);
 - every frame Ethernet / IPv4 without options, not a fragment, a valid header
-  checksum, no reserved bit, TCP with its whole header captured, the IP length within
+  checksum, no reserved bit, or Ethernet / IPv6 without extension headers, a payload
+  length that is not 0; TCP with its whole header captured, the IP length within
   the frame and at most the MTU (``config.mtu``; when not given, the MTU the run would
   infer: a longer frame was captured coalesced, whose segments need the whole capture's
-  statistics); or a frame GRO passes by: IPv4 of a protocol without a gro_receive
-  (ICMP, ...) and frames that are not IP (ARP, LLDP, 802.3 / LLC frames: any
-  EtherType but IPv6 and the VLAN tags), delivered alone (BYPASS_NO_L4_OFFLOAD,
+  statistics); or a frame GRO passes by: IPv4 or IPv6 of a protocol without a
+  gro_receive (ICMP, ICMPv6, ...) and frames that are not IP (ARP, LLDP, 802.3 / LLC
+  frames: any EtherType but the VLAN tags), delivered alone (BYPASS_NO_L4_OFFLOAD,
   BYPASS_NOT_IP);
+- an IPv6 flow keeps its flow label: ipv6_gro_receive tells labels apart, the flows
+  the pass numbers (gro/flows.py's) do not, so a label that changes stops the pass
+  (``LABEL``);
 - the receive context of a 6.18 kernel's profile (the two fixed-ID bits of
   ``inet_gro_flush``), one RX queue, no gro_flush_timeout or napi_defer_hard_irqs, no
   ``--poll-acks``, TCP checksums not verified, no TCP fraglist GRO; budget, poll gap, HZ,
@@ -82,11 +88,17 @@ SEG_FIELDS = ("first", "last", "count", "payload", "gso", "end", "poll", "fixed"
 # C_NEW: the records of the call that started a flow (``r_new``)
 # per model: C_INST + m, C_ORDER + m, C_NSEG + m
 # the parameters
-P_BUDGET, P_GAP, P_HZ, P_MASK, P_LIMIT, P_MTU, P_BUCKETS, P_RSS, P_N = range(9)
+P_BUDGET, P_GAP, P_HZ, P_MASK, P_LIMIT, P_MTU, P_BUCKETS, P_RSS, P_LIMIT6, P_N = range(10)
 # C_STATUS: why the pass stopped before the end of its input (FULL: the flow tables
 # are full, FusedRun grows them and goes on)
-DONE, UNCOVERED, FULL = range(3)
-STOPPED = {UNCOVERED: "a frame the single pass does not cover"}
+DONE, UNCOVERED, FULL, LABEL = range(4)
+STOPPED = {UNCOVERED: "a frame the single pass does not cover",
+           LABEL: "an IPv6 flow label that changed within a flow"}
+# the flow table's columns: the key (MAC addresses, IP addresses, EtherType, protocol
+# and ports: 7 words) and the flow id with its GRO bucket (id << 8 | bucket), one
+# 64-byte row a slot; per flow (``fx``): its IPv6 flow label
+K_FLOW, K_N = 7, 8
+X_LABEL, X_N = 0, 1
 # the decoder's columns the pass gives for each TCP record (rows of c32, c16, c8)
 NARROW_U32 = ("payload_len", "ip_tot_len", "tcp_seq")
 NARROW_U16 = ("tcp_flags", "tcp_mss")
@@ -114,6 +126,32 @@ def uncovered(config: GroConfig) -> str | None:
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _cover6(buf, ip, incl, wire, mtu):
+    """:func:`_cover` of an IPv6 packet at ``ip`` (the frame's first ``incl`` bytes
+    captured, ``wire`` on the wire)."""
+    if incl < 54 or (_be32(buf, ip) >> 28) != 6:
+        return -1
+    plen = _be16(buf, ip + 4)
+    nh = np.int64(_byte(buf, ip + 6))
+    if plen == 0 or 54 + plen > wire or 40 + plen > mtu:
+        return -1
+    if nh != 6:
+        # UDP, GRE, IPIP and IPv6 have gro_receive handlers (or are tunnels); the
+        # extension headers (hop-by-hop, routing, fragment, destination options) and
+        # what stops the decoder's walk (AH, mobility, HIP, shim6) are left too
+        if nh == 17 or nh == 47 or nh == 4 or nh == 41 or nh == 0 or nh == 43 or \
+                nh == 44 or nh == 60 or nh == 51 or nh == 135 or nh == 139 or nh == 140:
+            return -1
+        return BYPASS_NO_L4_OFFLOAD
+    if incl < 74:
+        return -1
+    hl = np.int64(_byte(buf, ip + 52) >> 4) * 4
+    if hl < 20 or 54 + hl > incl or plen < hl:
+        return -1
+    return 0
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _cover(buf, p, incl, wire, mtu):
     """What the pass does with the frame of ``incl`` captured bytes at ``p``: 0 TCP GRO,
     the BYPASS_* code of a frame GRO passes by, -1 a frame it does not cover. Covered:
@@ -122,14 +160,19 @@ def _cover(buf, p, incl, wire, mtu):
     frame and at most ``mtu``; IPv4 of a protocol without a gro_receive
     (inet_gro_receive: BYPASS_NO_L4_OFFLOAD) and frames of an EtherType without a
     packet_offload that the decoder does not read on (ARP, LLDP, 802.3 frames, ...;
-    dev_gro_receive: BYPASS_NOT_IP)."""
+    dev_gro_receive: BYPASS_NOT_IP). IPv6 the same way: no extension header, the
+    payload length within the frame and not 0 (a jumbogram, BIG TCP), the packet at
+    most ``mtu``; a next header without a gro_receive (ICMPv6, ...: ipv6_gro_receive's
+    BYPASS_NO_L4_OFFLOAD) goes by."""
     if incl < 14:
         return -1
     et = _be16(buf, p + 12)
+    if et == 0x86DD:
+        return _cover6(buf, p + 14, incl, wire, mtu)
     if et != 0x0800:
         # the decoder's STATUS_NOT_IP (ARP, LLDP, 802.3 / LLC frames, ...): every
-        # EtherType but IPv6 and the VLAN tags, which it reads further
-        if et == 0x86DD or et == 0x8100 or et == 0x88A8 or et == 0x9100:
+        # EtherType but the VLAN tags, which it reads further
+        if et == 0x8100 or et == 0x88A8 or et == 0x9100:
             return -1
         return BYPASS_NOT_IP
     ip = p + 14
@@ -193,9 +236,10 @@ def uncovered_at(buf, be: bool, mtu: int, window: int = 1 << 26,
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
-def _slot(k0, k1, k2, k3, slots):
+def _slot(k0, k1, k2, k3, k4, k5, k6, slots):
     """A flow key's first slot in an open-addressing table of ``slots`` (a power of 2)."""
-    h = np.uint64(k0 ^ k1 * 31 ^ k2 * 1000003 ^ k3 * 0x9E3779B1)
+    h = np.uint64(k0 ^ k1 * 31 ^ k2 * 1000003 ^ k3 * 0x9E3779B1 ^ k4 * 0x85EBCA77
+                  ^ k5 * 0xC2B2AE3D ^ k6 * 0x27D4EB2F)
     h ^= h >> np.uint64(29)
     return np.int64(h & np.uint64(slots - 1))
 
@@ -206,7 +250,8 @@ def _rehash(old, new):
     slots = new.shape[0]
     for x in range(old.shape[0]):
         if old[x, 0] != -1:
-            slot = _slot(old[x, 0], old[x, 1], old[x, 2], old[x, 3], slots)
+            slot = _slot(old[x, 0], old[x, 1], old[x, 2], old[x, 3], old[x, 4],
+                         old[x, 5], old[x, 6], slots)
             while new[slot, 0] != -1:
                 slot = (slot + 1) & (slots - 1)
             for w in range(old.shape[1]):       # (no slice copy: numba would compile
@@ -283,12 +328,12 @@ def _poll_end(ent, seg, ctr, tbl, tcnt, P, pt):
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
-def _pair(ent, eopt, m, k, fl, doff, win, ack, popt, polen, ttl, tos, df, ipid, tlen, seq,
-          mask):
+def _pair(ent, eopt, m, k, fl, doff, win, ack, popt, polen, ipv6, ttl, tos, df, ipid, tlen,
+          seq, mask):
     """tcp_gro_receive's flush items for a packet against the held entry of flow k in
-    model m, in kernel order (fast.tcp._pair_checks for one IPv4 header, 6.18): the
+    model m, in kernel order (fast.tcp._pair_checks for one IP header, 6.18): the
     reason of the first that holds, 0 when the merge may go on to skb_gro_receive.
-    Updates the entry's fixed-ID bit as the kernel does whatever else flushes."""
+    Updates the entry's fixed-ID bit as the kernel does whatever else flushes (IPv4)."""
     count = ent[m, k, E_COUNT]
     reason = 0
     if (fl & TCP_FLAG_CWR) != 0:
@@ -313,10 +358,11 @@ def _pair(ent, eopt, m, k, fl, doff, win, ack, popt, polen, ttl, tos, df, ipid, 
             reason = FLUSH_TCP_OPTIONS if _options_differ(0, k, popt, polen, eopt[m]) \
                 else FLUSH_TCP_TS
     # gro_receive_network_flush -> inet_gro_flush (6.18): TTL, TOS, DF, then the ID,
-    # incrementing by count unless the flow's fixed-ID bit is set (at its second frame)
-    r_id = _ip_pair(4, ttl, tos, df, ent[m, k, E_TTL], ent[m, k, E_TOS], ent[m, k, E_DF],
-                    False, FLUSH_TTL, FLUSH_TOS, FLUSH_ECN, FLUSH_DF)
-    if r_id == 0:
+    # incrementing by count unless the flow's fixed-ID bit is set (at its second frame);
+    # ipv6_gro_flush: traffic class, hop limit
+    r_id = _ip_pair(6 if ipv6 else 4, ttl, tos, df, ent[m, k, E_TTL], ent[m, k, E_TOS],
+                    ent[m, k, E_DF], True, FLUSH_TTL, FLUSH_TOS, FLUSH_ECN, FLUSH_DF)
+    if r_id == 0 and not ipv6:
         off = (ipid - ent[m, k, E_ID]) & 0xFFFF
         if count == 1 and off == 0:
             ent[m, k, E_FIXED] |= 1
@@ -336,14 +382,280 @@ def _pair(ent, eopt, m, k, fl, doff, win, ack, popt, polen, ttl, tos, df, ipid, 
     return 0
 
 
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _record(V6, buf, p, incl, wire, ts, bypass, n, row0, P, rss, keys, fx, ent, eopt, tbl,
+            tcnt, ctr, r_flow, r_reason, r_inst, r_poll, seg, popt, polen, pt, c32, c16, c8,
+            r_new):
+    """One covered record (``bypass``: :func:`_cover`'s code) through both models, its
+    verdicts and columns at index ``n``: DONE, or the status the pass stops at it with
+    (FULL, LABEL). ``V6``: a constant, the record an IPv6 one: :func:`fused_pass`
+    inlines this twice, so that the IPv4 records' code holds nothing of IPv6's (one copy
+    for both ran 12% more instructions a record, spilled registers among them). (At most
+    30 arguments: CPython compiles a call of more as ``f(*args)``, which numba does not
+    inline.)"""
+    mask = P[P_MASK]
+    budget = P[P_BUDGET]
+    gap = P[P_GAP]
+    nb = P[P_BUCKETS] - 1
+    slots = keys.shape[0]
+    end = len(buf)
+    et = _be16(buf, p + 12)
+    ip = p + 14
+    ipv4 = et == 0x0800
+    ipv6 = V6
+    ihl = 40 if ipv6 else 20
+    th = ip + ihl
+    tot = _be16(buf, ip + 2) if ipv4 else \
+        40 + _be16(buf, ip + 4) if ipv6 else np.int64(0)
+    proto = np.int64(_byte(buf, ip + 9)) if ipv4 else \
+        np.int64(_byte(buf, ip + 6)) if ipv6 else np.int64(0)
+    hl = np.int64(_byte(buf, th + 12) >> 4) * 4 if bypass == 0 else np.int64(0)
+    # --- the flow: MAC header (dev_gro_receive's same_flow), addresses
+    # (inet/ipv6_gro_receive), ports (tcp_gro_lookup), the EtherType and IP
+    # protocol (the flow key of gro/flows.py): an open-addressing table
+    k0 = (_be32(buf, p) << 16) | _be16(buf, p + 4)
+    k1 = (_be32(buf, p + 6) << 16) | _be16(buf, p + 10)
+    k4 = k5 = k6 = np.int64(0)
+    if ipv6:
+        k2 = (_be32(buf, ip + 8) << 32) | _be32(buf, ip + 12)
+        k4 = (_be32(buf, ip + 16) << 32) | _be32(buf, ip + 20)
+        k5 = (_be32(buf, ip + 24) << 32) | _be32(buf, ip + 28)
+        k6 = (_be32(buf, ip + 32) << 32) | _be32(buf, ip + 36)
+    else:
+        k2 = (_be32(buf, ip + 12) << 32) | _be32(buf, ip + 16) if ipv4 \
+            else np.int64(0)
+    k3 = (et << 40) | (proto << 32) | (_be32(buf, th) if bypass == 0 else 0)
+    slot = _slot(k0, k1, k2, k3, k4, k5, k6, slots)
+    # (k3 holds the EtherType: the three words past it differ only between IPv6
+    # keys, and are 0 in every other)
+    while keys[slot, 0] != -1 and (keys[slot, 0] != k0 or keys[slot, 1] != k1 or
+                                   keys[slot, 2] != k2 or keys[slot, 3] != k3 or
+                                   (ipv6 and (keys[slot, 4] != k4 or
+                                              keys[slot, 5] != k5 or
+                                              keys[slot, 6] != k6))):
+        slot = (slot + 1) & (slots - 1)
+    # ipv6_gro_receive: a packet of another flow label is not the same flow; the
+    # flows of gro/flows.py (one row each here) have no label: such a flow stops
+    # the pass, the engine tells them apart
+    label = _be32(buf, ip) & 0xFFFFF if ipv6 and bypass == 0 else np.int64(0)
+    if keys[slot, 0] == -1:
+        if ctr[C_FLOWS] == ent.shape[1]:
+            return FULL
+        r_new[ctr[C_NEW]] = n
+        ctr[C_NEW] += 1
+        keys[slot, 0] = k0
+        keys[slot, 1] = k1
+        keys[slot, 2] = k2
+        keys[slot, 3] = k3
+        keys[slot, 4] = k4
+        keys[slot, 5] = k5
+        keys[slot, 6] = k6
+        # the driver's RSS hash (Toeplitz over the addresses and ports, by byte
+        # tables): the GRO bucket, skb_get_hash_raw & (GRO_HASH_BUCKETS - 1)
+        hv = np.uint32(0)
+        if P[P_RSS] and bypass == 0:
+            if ipv6:
+                for j in range(36):
+                    hv ^= rss[j, _byte(buf, ip + 8 + j if j < 32 else th + j - 32)]
+            else:
+                for j in range(12):
+                    hv ^= rss[j, _byte(buf, ip + 12 + j if j < 8 else th + j - 8)]
+        k = ctr[C_FLOWS]
+        keys[slot, K_FLOW] = (k << 8) | (np.int64(hv) & nb)
+        fx[k, X_LABEL] = label
+        ctr[C_FLOWS] += 1
+    kb = keys[slot, K_FLOW]
+    k = kb >> 8
+    b = kb & 0xFF
+    if ipv6 and fx[k, X_LABEL] != label:
+        return LABEL
+    row = row0 + n
+    # --- the napi model's poll: a packet joins the current one while it arrives
+    # within the gap of the one before and the budget is not spent (__napi_poll)
+    arr = max(ctr[C_ARR], ts)
+    ctr[C_ARR] = arr
+    if ctr[C_POLLN] == 0 or ctr[C_POLLN] >= budget or arr > ctr[C_LAST] + gap:
+        if ctr[C_POLLN] > 0:
+            _poll_end(ent, seg, ctr, tbl, tcnt, P, pt)
+        ctr[C_POLL] += 1
+        ctr[C_POLLN] = 0
+    ctr[C_POLLN] += 1
+    ctr[C_LAST] = arr
+    r_flow[n] = k
+    r_poll[n] = ctr[C_POLL]
+    if bypass != 0:
+        # GRO_NORMAL at once in both models, held entries untouched
+        payload = tot - ihl if ipv4 or ipv6 else 0
+        c32[1, n] = tot                     # (the rest: run/single.py decodes it)
+        for m in range(2):
+            poll = ctr[C_POLL] if m == NAPI else -1
+            r_reason[m, n] = bypass
+            inst = ctr[C_INST + m]
+            ctr[C_INST + m] = inst + 1
+            r_inst[m, n] = inst
+            _emit(seg, ctr, m, row, row, 1, payload, 0, bypass, poll, 0, inst,
+                  GCODE_DELIVERED, k, row)
+        return DONE
+    # --- the headers GRO reads (IPv6: traffic class, hop limit; no ID, no DF)
+    if ipv6:
+        tos = np.int64((_be32(buf, ip) >> 20) & 0xFF)
+        ipid = np.int64(0)
+        df = np.int64(0)
+        ttl = np.int64(_byte(buf, ip + 7))
+    else:
+        tos = np.int64(_byte(buf, ip + 1))
+        ipid = _be16(buf, ip + 4)
+        df = (_be16(buf, ip + 6) >> 14) & 1
+        ttl = np.int64(_byte(buf, ip + 8))
+    seq = _be32(buf, th + 4)
+    ack = _be32(buf, th + 8)
+    fl = _be16(buf, th + 12) & 0x1FF
+    doff = hl >> 2
+    win = _be16(buf, th + 14)
+    olen = hl - 20
+    for w in range(OPT_WORDS):
+        # the option area as engine.Cols.opt holds it: little-endian words, zeros
+        # past the options (one load a word where 8 bytes can be read)
+        x = 8 * w
+        v = np.uint64(0)
+        if x < olen:
+            q = th + 20 + x
+            if q + 8 <= end:
+                v = np.uint64(_le64(buf, q))
+                if olen - x < 8:
+                    v &= (np.uint64(1) << np.uint64(8 * (olen - x))) - np.uint64(1)
+            else:
+                for j in range(min(8, olen - x)):
+                    v |= np.uint64(_byte(buf, q + j)) << np.uint64(8 * j)
+        popt[0, w] = v
+    polen[0] = olen
+    payload = tot - ihl - hl
+    tlen = max(wire - 14 - ihl - hl, payload)   # skb_gro_len at TCP, padding included
+    plen = wire - 14
+    # inet_gro_receive: IP length != bytes received (u16) is the skb's own flush;
+    # ipv6_gro_receive: payload length != bytes received after the header
+    sfl = NOT_HELD_LENGTH if (tot != plen if ipv6 else ((tot ^ plen) & 0xFFFF) != 0) \
+        else 0
+    # gso.gso_type_for's row: IPv6, CWR
+    gcode = (32 if ipv6 else 0) + (16 if (fl & TCP_FLAG_CWR) != 0 else 0)
+    # the record's columns as decode._fast_kernels gives them: tcp_mss from options
+    # other than the usual NOP NOP TS, l4_csum_state over the whole segment
+    c32[0, n] = payload
+    c32[1, n] = tot
+    c32[2, n] = seq
+    c16[0, n] = fl
+    c16[1, n] = _tcp_options(buf, th, 20, hl)[0] if hl > 20 and not (
+        hl == 32 and _be32(buf, th + 20) == _NOP_NOP_TS) else 0
+    if ipv6:
+        pseudo = np.int64(6)
+        for w in range(8):
+            pseudo += _be32(buf, ip + 8 + 4 * w)
+    else:
+        pseudo = _be32(buf, ip + 12) + _be32(buf, ip + 16) + 6
+    c8[0, n] = _csum_state(buf, p, incl, _be16(buf, th + 16), 14 + ihl, tot - ihl,
+                           pseudo)
+    c8[1, n] = doff
+    for m in range(2):
+        poll = ctr[C_POLL] if m == NAPI else -1
+        deliver = -1
+        hold = -1
+        end_ = 0
+        if ent[m, k, E_FIRST] < 0:
+            # tcp_gro_receive with no p: out_check_final with mss 1
+            r = sfl if sfl != 0 else _not_held_reason(fl, tlen)
+            if r != 0:
+                deliver = r
+            else:
+                hold = NO_HELD_PACKET
+        else:
+            reason = _pair(ent, eopt, m, k, fl, doff, win, ack, popt, polen, ipv6,
+                           ttl, tos, df, ipid, tlen, seq, mask)
+            if reason == 0:
+                # skb_gro_receive: -E2BIG at gro_ipv4_max_size, or the skb's flush
+                if ent[m, k, E_LEN] + tlen >= ent[m, k, E_LIMIT]:
+                    reason = FLUSH_SIZE_LIMIT
+                elif sfl != 0:
+                    reason = _sfl_flush(sfl)
+            if reason == 0:
+                ent[m, k, E_LAST] = row
+                ent[m, k, E_COUNT] += 1
+                ent[m, k, E_PAYLOAD] += payload
+                ent[m, k, E_GROLEN] += tlen
+                ent[m, k, E_LEN] += tlen
+                r_reason[m, n] = MERGED
+                r_inst[m, n] = ent[m, k, E_INST]
+                # out_check_final: FIN, PSH, URG or len < gso_size push p up now
+                end_ = _end_reason(fl, tlen, ent[m, k, E_MSS])
+            else:
+                # not merged: p is completed, the packet delivered or held after it
+                end_ = reason
+                if sfl != 0 or tlen < 1 or (fl & _FINAL) != 0:
+                    deliver = reason
+                else:
+                    hold = reason
+        if end_ != 0:
+            if m == NAPI:
+                _unlink(tbl, tcnt, 0, b, k)
+            _complete(ent, seg, ctr, m, k, end_, poll, row)
+        if deliver >= 0:
+            # GRO_NORMAL: the packet goes up alone
+            r_reason[m, n] = deliver
+            inst = ctr[C_INST + m]
+            ctr[C_INST + m] = inst + 1
+            r_inst[m, n] = inst
+            _emit(seg, ctr, m, row, row, 1, payload, 0, deliver, poll, 0, inst,
+                  gcode + GCODE_DELIVERED, k, row)
+        elif hold >= 0:
+            # dev_gro_receive's tail: a new entry, the oldest of a full bucket
+            # completed first (gro_flush_oldest)
+            r_reason[m, n] = hold
+            if m == NAPI:
+                if tcnt[0, b] >= MAX_GRO_SKBS:
+                    old = tbl[0, b, 0]
+                    _unlink(tbl, tcnt, 0, b, old)
+                    _complete(ent, seg, ctr, NAPI, old, END_BUCKET_FULL, poll, row)
+                tbl[0, b, tcnt[0, b]] = k
+                tcnt[0, b] += 1
+            inst = ctr[C_INST + m]
+            ctr[C_INST + m] = inst + 1
+            r_inst[m, n] = inst
+            ent[m, k, E_INST] = inst
+            ent[m, k, E_FIRST] = row
+            ent[m, k, E_LAST] = row
+            ent[m, k, E_COUNT] = 1
+            ent[m, k, E_PAYLOAD] = payload
+            ent[m, k, E_GROLEN] = tlen
+            ent[m, k, E_LEN] = plen
+            ent[m, k, E_MSS] = tlen
+            ent[m, k, E_LIMIT] = P[P_LIMIT6] if ipv6 else P[P_LIMIT]
+            ent[m, k, E_SEQ] = seq
+            ent[m, k, E_ACK] = ack
+            ent[m, k, E_FLAGS] = fl
+            ent[m, k, E_DOFF] = doff
+            ent[m, k, E_WINDOW] = win
+            ent[m, k, E_TTL] = ttl
+            ent[m, k, E_TOS] = tos
+            ent[m, k, E_DF] = df
+            ent[m, k, E_ID] = ipid
+            ent[m, k, E_FIXED] = 0
+            ent[m, k, E_ORDER] = ctr[C_ORDER + m]
+            ctr[C_ORDER + m] += 1
+            ent[m, k, E_POLL] = poll
+            ent[m, k, E_GCODE] = gcode
+            for w in range(OPT_WORDS):
+                eopt[m, k, w] = popt[0, w]
+            eopt[m, k, OPT_WORDS] = np.uint64((olen & 0xFF) | (min(olen, OPT_AREA) << 8))
+    return DONE
+
+
 # (without numba's reference counting, as the engine's kernels: the decoder's checksum
 # and option functions, _unlink, _flush and _options_differ take arrays, and every such
 # call counted references with two atomic calls into the runtime, 24% of the pass's time
 # under perf; 74-79 ns a record before, 57-59 after)
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def fused_pass(buf, r_off, r_cap, r_wire, r_ts, at, P, rss, keys, ent, eopt, tbl, tcnt,
-               ctr, r_flow, r_reason, r_inst, r_poll, seg, popt, polen, pt, c32, c16, c8,
-               r_new):
+def fused_pass(buf, r_off, r_cap, r_wire, r_ts, at, P, rss, keys, fx, ent, eopt, tbl,
+               tcnt, ctr, r_flow, r_reason, r_inst, r_poll, seg, popt, polen, pt, c32, c16,
+               c8, r_new):
     """The records of a batch from ``at`` on (``buf[r_off[i]:][:r_cap[i]]``, wire length
     and time: a ``capture.records.RecordBatch``'s arrays) through both models.
     ``ctr[C_STATUS]`` says why it stopped early (``ctr[C_AT]``: the record's index),
@@ -353,16 +665,10 @@ def fused_pass(buf, r_off, r_cap, r_wire, r_ts, at, P, rss, keys, ent, eopt, tbl
     each TCP record's columns as the decoder gives them (the ``NARROW_*`` rows; other
     records' are left as they were); ``r_new[:ctr[C_NEW]]``: the records that started a
     flow."""
-    mask = P[P_MASK]
-    budget = P[P_BUDGET]
-    gap = P[P_GAP]
-    nb = P[P_BUCKETS] - 1
-    slots = keys.shape[0]
     n = at                              # the record's index in the r_* outputs
     row0 = ctr[C_ROW] - at
     ctr[C_STATUS] = DONE
     nmax = len(r_off)
-    end = len(buf)
     while n < nmax:
         ts = r_ts[n]
         incl = np.int64(r_cap[n])
@@ -373,209 +679,18 @@ def fused_pass(buf, r_off, r_cap, r_wire, r_ts, at, P, rss, keys, ent, eopt, tbl
             ctr[C_STATUS] = UNCOVERED
             ctr[C_AT] = n
             break
-        et = _be16(buf, p + 12)
-        ip = p + 14
-        th = ip + 20
-        ipv4 = et == 0x0800
-        tot = _be16(buf, ip + 2) if ipv4 else np.int64(0)
-        proto = np.int64(_byte(buf, ip + 9)) if ipv4 else np.int64(0)
-        hl = np.int64(_byte(buf, th + 12) >> 4) * 4 if bypass == 0 else np.int64(0)
-        # --- the flow: MAC header (dev_gro_receive's same_flow), addresses
-        # (inet_gro_receive), ports (tcp_gro_lookup), the EtherType and IP protocol
-        # (the flow key of gro/flows.py): an open-addressing table
-        k0 = (_be32(buf, p) << 16) | _be16(buf, p + 4)
-        k1 = (_be32(buf, p + 6) << 16) | _be16(buf, p + 10)
-        k2 = (_be32(buf, ip + 12) << 32) | _be32(buf, ip + 16) if ipv4 \
-            else np.int64(0)
-        k3 = (et << 40) | (proto << 32) | (_be32(buf, th) if bypass == 0 else 0)
-        slot = _slot(k0, k1, k2, k3, slots)
-        while keys[slot, 0] != -1 and (keys[slot, 0] != k0 or keys[slot, 1] != k1 or
-                                       keys[slot, 2] != k2 or keys[slot, 3] != k3):
-            slot = (slot + 1) & (slots - 1)
-        if keys[slot, 0] == -1:
-            if ctr[C_FLOWS] == ent.shape[1]:
-                ctr[C_STATUS] = FULL
-                ctr[C_AT] = n
-                break
-            r_new[ctr[C_NEW]] = n
-            ctr[C_NEW] += 1
-            keys[slot, 0] = k0
-            keys[slot, 1] = k1
-            keys[slot, 2] = k2
-            keys[slot, 3] = k3
-            # the driver's RSS hash (Toeplitz over the 4-tuple, by byte tables): the
-            # GRO bucket, skb_get_hash_raw & (GRO_HASH_BUCKETS - 1)
-            hv = np.uint32(0)
-            if P[P_RSS] and bypass == 0:
-                for j in range(12):
-                    hv ^= rss[j, _byte(buf, ip + 12 + j if j < 8 else th + j - 8)]
-            keys[slot, 4] = np.int64(hv) & nb
-            keys[slot, 5] = ctr[C_FLOWS]
-            ctr[C_FLOWS] += 1
-        k = keys[slot, 5]
-        b = keys[slot, 4]
-        row = row0 + n
-        # --- the napi model's poll: a packet joins the current one while it arrives
-        # within the gap of the one before and the budget is not spent (__napi_poll)
-        arr = max(ctr[C_ARR], ts)
-        ctr[C_ARR] = arr
-        if ctr[C_POLLN] == 0 or ctr[C_POLLN] >= budget or arr > ctr[C_LAST] + gap:
-            if ctr[C_POLLN] > 0:
-                _poll_end(ent, seg, ctr, tbl, tcnt, P, pt)
-            ctr[C_POLL] += 1
-            ctr[C_POLLN] = 0
-        ctr[C_POLLN] += 1
-        ctr[C_LAST] = arr
-        r_flow[n] = k
-        r_poll[n] = ctr[C_POLL]
-        if bypass != 0:
-            # GRO_NORMAL at once in both models, held entries untouched
-            payload = tot - 20 if ipv4 else 0
-            c32[1, n] = tot if ipv4 else 0      # (the rest: run/single.py decodes it)
-            for m in range(2):
-                poll = ctr[C_POLL] if m == NAPI else -1
-                r_reason[m, n] = bypass
-                inst = ctr[C_INST + m]
-                ctr[C_INST + m] = inst + 1
-                r_inst[m, n] = inst
-                _emit(seg, ctr, m, row, row, 1, payload, 0, bypass, poll, 0, inst,
-                      GCODE_DELIVERED, k, row)
-            n += 1
-            continue
-        # --- the headers GRO reads
-        tos = np.int64(_byte(buf, ip + 1))
-        ipid = _be16(buf, ip + 4)
-        df = (_be16(buf, ip + 6) >> 14) & 1
-        ttl = np.int64(_byte(buf, ip + 8))
-        seq = _be32(buf, th + 4)
-        ack = _be32(buf, th + 8)
-        fl = _be16(buf, th + 12) & 0x1FF
-        doff = hl >> 2
-        win = _be16(buf, th + 14)
-        olen = hl - 20
-        for w in range(OPT_WORDS):
-            # the option area as engine.Cols.opt holds it: little-endian words, zeros
-            # past the options (one load a word where 8 bytes can be read)
-            x = 8 * w
-            v = np.uint64(0)
-            if x < olen:
-                q = th + 20 + x
-                if q + 8 <= end:
-                    v = np.uint64(_le64(buf, q))
-                    if olen - x < 8:
-                        v &= (np.uint64(1) << np.uint64(8 * (olen - x))) - np.uint64(1)
-                else:
-                    for j in range(min(8, olen - x)):
-                        v |= np.uint64(_byte(buf, q + j)) << np.uint64(8 * j)
-            popt[0, w] = v
-        polen[0] = olen
-        payload = tot - 20 - hl
-        tlen = max(wire - 34 - hl, payload)         # skb_gro_len at TCP, padding included
-        plen = wire - 14
-        # inet_gro_receive: IP length != bytes received (u16) is the skb's own flush
-        sfl = NOT_HELD_LENGTH if ((tot ^ plen) & 0xFFFF) != 0 else 0
-        gcode = 16 if (fl & TCP_FLAG_CWR) != 0 else 0      # gso.gso_type_for's row
-        # the record's columns as decode._fast_kernels gives them: tcp_mss from options
-        # other than the usual NOP NOP TS, l4_csum_state over the whole segment
-        c32[0, n] = payload
-        c32[1, n] = tot
-        c32[2, n] = seq
-        c16[0, n] = fl
-        c16[1, n] = _tcp_options(buf, th, 20, hl)[0] if hl > 20 and not (
-            hl == 32 and _be32(buf, th + 20) == _NOP_NOP_TS) else 0
-        c8[0, n] = _csum_state(buf, p, incl, _be16(buf, th + 16), 34, tot - 20,
-                               _be32(buf, ip + 12) + _be32(buf, ip + 16) + 6)
-        c8[1, n] = doff
-        for m in range(2):
-            poll = ctr[C_POLL] if m == NAPI else -1
-            deliver = -1
-            hold = -1
-            end_ = 0
-            if ent[m, k, E_FIRST] < 0:
-                # tcp_gro_receive with no p: out_check_final with mss 1
-                r = sfl if sfl != 0 else _not_held_reason(fl, tlen)
-                if r != 0:
-                    deliver = r
-                else:
-                    hold = NO_HELD_PACKET
-            else:
-                reason = _pair(ent, eopt, m, k, fl, doff, win, ack, popt, polen, ttl, tos,
-                               df, ipid, tlen, seq, mask)
-                if reason == 0:
-                    # skb_gro_receive: -E2BIG at gro_ipv4_max_size, or the skb's flush
-                    if ent[m, k, E_LEN] + tlen >= ent[m, k, E_LIMIT]:
-                        reason = FLUSH_SIZE_LIMIT
-                    elif sfl != 0:
-                        reason = _sfl_flush(sfl)
-                if reason == 0:
-                    ent[m, k, E_LAST] = row
-                    ent[m, k, E_COUNT] += 1
-                    ent[m, k, E_PAYLOAD] += payload
-                    ent[m, k, E_GROLEN] += tlen
-                    ent[m, k, E_LEN] += tlen
-                    r_reason[m, n] = MERGED
-                    r_inst[m, n] = ent[m, k, E_INST]
-                    # out_check_final: FIN, PSH, URG or len < gso_size push p up now
-                    end_ = _end_reason(fl, tlen, ent[m, k, E_MSS])
-                else:
-                    # not merged: p is completed, the packet delivered or held after it
-                    end_ = reason
-                    if sfl != 0 or tlen < 1 or (fl & _FINAL) != 0:
-                        deliver = reason
-                    else:
-                        hold = reason
-            if end_ != 0:
-                if m == NAPI:
-                    _unlink(tbl, tcnt, 0, b, k)
-                _complete(ent, seg, ctr, m, k, end_, poll, row)
-            if deliver >= 0:
-                # GRO_NORMAL: the packet goes up alone
-                r_reason[m, n] = deliver
-                inst = ctr[C_INST + m]
-                ctr[C_INST + m] = inst + 1
-                r_inst[m, n] = inst
-                _emit(seg, ctr, m, row, row, 1, payload, 0, deliver, poll, 0, inst,
-                      gcode + GCODE_DELIVERED, k, row)
-            elif hold >= 0:
-                # dev_gro_receive's tail: a new entry, the oldest of a full bucket
-                # completed first (gro_flush_oldest)
-                r_reason[m, n] = hold
-                if m == NAPI:
-                    if tcnt[0, b] >= MAX_GRO_SKBS:
-                        old = tbl[0, b, 0]
-                        _unlink(tbl, tcnt, 0, b, old)
-                        _complete(ent, seg, ctr, NAPI, old, END_BUCKET_FULL, poll, row)
-                    tbl[0, b, tcnt[0, b]] = k
-                    tcnt[0, b] += 1
-                inst = ctr[C_INST + m]
-                ctr[C_INST + m] = inst + 1
-                r_inst[m, n] = inst
-                ent[m, k, E_INST] = inst
-                ent[m, k, E_FIRST] = row
-                ent[m, k, E_LAST] = row
-                ent[m, k, E_COUNT] = 1
-                ent[m, k, E_PAYLOAD] = payload
-                ent[m, k, E_GROLEN] = tlen
-                ent[m, k, E_LEN] = plen
-                ent[m, k, E_MSS] = tlen
-                ent[m, k, E_LIMIT] = P[P_LIMIT]
-                ent[m, k, E_SEQ] = seq
-                ent[m, k, E_ACK] = ack
-                ent[m, k, E_FLAGS] = fl
-                ent[m, k, E_DOFF] = doff
-                ent[m, k, E_WINDOW] = win
-                ent[m, k, E_TTL] = ttl
-                ent[m, k, E_TOS] = tos
-                ent[m, k, E_DF] = df
-                ent[m, k, E_ID] = ipid
-                ent[m, k, E_FIXED] = 0
-                ent[m, k, E_ORDER] = ctr[C_ORDER + m]
-                ctr[C_ORDER + m] += 1
-                ent[m, k, E_POLL] = poll
-                ent[m, k, E_GCODE] = gcode
-                for w in range(OPT_WORDS):
-                    eopt[m, k, w] = popt[0, w]
-                eopt[m, k, OPT_WORDS] = np.uint64((olen & 0xFF) | (min(olen, OPT_AREA) << 8))
+        if _be16(buf, p + 12) == 0x86DD:
+            stop = _record(True, buf, p, incl, wire, ts, bypass, n, row0, P, rss, keys,
+                           fx, ent, eopt, tbl, tcnt, ctr, r_flow, r_reason, r_inst, r_poll,
+                           seg, popt, polen, pt, c32, c16, c8, r_new)
+        else:
+            stop = _record(False, buf, p, incl, wire, ts, bypass, n, row0, P, rss, keys,
+                           fx, ent, eopt, tbl, tcnt, ctr, r_flow, r_reason, r_inst, r_poll,
+                           seg, popt, polen, pt, c32, c16, c8, r_new)
+        if stop != DONE:
+            ctr[C_STATUS] = stop
+            ctr[C_AT] = n
+            break
         n += 1
     ctr[C_ROW] = row0 + n
     return n
@@ -619,12 +734,14 @@ class FusedRun:
         self.P[P_HZ] = config.hz
         self.P[P_MASK] = mask
         self.P[P_LIMIT] = config.max_size(4)
+        self.P[P_LIMIT6] = config.max_size(6)
         self.P[P_MTU] = config.mtu or 0xFFFF
         self.P[P_BUCKETS] = kp.hash_buckets
         self.P[P_RSS] = config.rss == "toeplitz"
         self.rss = toeplitz_table(bytes(config.rss_key).ljust(40, b"\0"))
         flows = flows or FLOWS
-        self.keys = np.full((2 * flows, 6), -1, np.int64)
+        self.keys = np.full((2 * flows, K_N), -1, np.int64)
+        self.fx = np.zeros((flows, X_N), np.int64)
         self.ent = np.full((2, flows, E_N), -1, np.int64)
         self.eopt = np.zeros((2, flows, OPT_WORDS + 1), np.uint64)
         # the napi model's buckets as the engine's State holds them, one RX queue
@@ -670,10 +787,10 @@ class FusedRun:
                 np.empty((len(NARROW_U8), n), np.uint8))
         got = 0
         while True:
-            fused_pass(buf, off, cap, wire, ts, got, self.P, self.rss, self.keys, self.ent,
-                       self.eopt, self.tbl, self.tcnt, self.ctr, self.r_flow, self.r_reason,
-                       self.r_inst, self.r_poll, self.seg, self.popt, self.polen, self.pt,
-                       *cols, self.r_new)
+            fused_pass(buf, off, cap, wire, ts, got, self.P, self.rss, self.keys, self.fx,
+                       self.ent, self.eopt, self.tbl, self.tcnt, self.ctr, self.r_flow,
+                       self.r_reason, self.r_inst, self.r_poll, self.seg, self.popt,
+                       self.polen, self.pt, *cols, self.r_new)
             got = int(self.ctr[C_ROW]) - row0
             if self.status != FULL:
                 break
@@ -684,9 +801,10 @@ class FusedRun:
         """Twice the flows: the key table rehashed, the held entries and the call's
         super-packet buffer (which holds at most one per record and held entry) kept."""
         flows = 2 * self.ent.shape[1]
-        keys = np.full((2 * flows, 6), -1, np.int64)
+        keys = np.full((2 * flows, K_N), -1, np.int64)
         _rehash(self.keys, keys)
         self.keys = keys
+        self.fx = np.concatenate([self.fx, np.zeros_like(self.fx)])
         self.ent = np.concatenate([self.ent, np.full_like(self.ent, -1)], axis=1)
         self.eopt = np.concatenate([self.eopt, np.zeros_like(self.eopt)], axis=1)
         seg = np.empty((2, self.batch + flows, S_N), np.int64)
@@ -750,7 +868,7 @@ def run_file(path: str, config: GroConfig | None = None, batch: int = BATCH):
     rec: dict[str, list] = {"flow": [], "poll": [], "reason0": [], "reason1": [],
                             "inst0": [], "inst1": []}
     segs: list[list] = [[], []]
-    syn_mss = max_tot = 0
+    syn_mtu = max_tot = 0
     for _, b in iter_scan_batches(path, batch_records=batch, digest=False):
         n, got, (c32, c16, _) = run.take(b.buf, b.offset, b.cap_len, b.wire_len, b.ts_ns)
         if run.status != DONE:
@@ -767,25 +885,29 @@ def run_file(path: str, config: GroConfig | None = None, batch: int = BATCH):
         tcp &= run.r_reason[0, :n] != BYPASS_NO_L4_OFFLOAD
         if n:
             max_tot = max(max_tot, int(c32[1, :n].max()))
-        syn = tcp & ((c16[0, :n] & TCP_FLAG_SYN) != 0)
+        syn = tcp & ((c16[0, :n] & TCP_FLAG_SYN) != 0) & (c16[1, :n] > 0)
         if syn.any():
-            syn_mss = max(syn_mss, int(c16[1, :n][syn].max()))
+            # (IPv6: the EtherType's first byte 0x86)
+            v6 = b.buf[b.offset[:n][syn] + 12] == 0x86
+            syn_mtu = max(syn_mtu, int((c16[1, :n][syn] + np.where(v6, 60, 40)).max()))
     if config.mtu is None:
-        # the MTU a run infers (gro/mtu.py) from these frames: SYNs' MSS + 40, else the
-        # Ethernet default (no jumbo or loopback rule applies to frames of 1500 or less)
-        mtu = syn_mss + 40 if syn_mss else 1500
+        # the MTU a run infers (gro/mtu.py) from these frames: SYNs' MSS + 40 (IPv4) or
+        # + 60 (IPv6), else the Ethernet default (no jumbo or loopback rule applies to
+        # frames of 1500 or less)
+        mtu = syn_mtu if syn_mtu else 1500
         if max_tot > mtu:
             return (f"a frame of {max_tot} IP bytes above the inferred "
                     f"MTU ({mtu}): captured coalesced")
     for m, s in enumerate(run.finish()):
         segs[m].append(s.copy())
-    # the gso_type of a TCP/IPv4 super-packet by its CWR code and fixed-ID bits
-    # (engine._gso_table's rows of this traffic)
+    # the gso_type of a TCP super-packet by its IP version and CWR code and its
+    # fixed-ID bits (engine._gso_table's rows of this traffic)
     gtable = np.zeros((GCODE_DELIVERED, 4), np.uint32)
-    for cwr in (0, 16):
-        for fx in range(4):
-            gtable[cwr, fx] = gso_type_for(config.kernel.version, 4, ip_fixedid=fx,
-                                           cwr=bool(cwr))
+    for v6 in (0, 32):
+        for cwr in (0, 16):
+            for fx in range(4):
+                gtable[v6 + cwr, fx] = gso_type_for(config.kernel.version, 6 if v6 else 4,
+                                                    ip_fixedid=fx, cwr=bool(cwr))
     out = {}
     flow = np.concatenate(rec["flow"])
     for m, model in enumerate(("ideal", "napi")):

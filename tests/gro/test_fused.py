@@ -21,7 +21,7 @@ from gropcap.gro.config import GroConfig, KernelProfile
 from gropcap.gro.reasons import BYPASS_NOT_IP
 from gropcap.run.memory import analyze
 
-from craft import eth, ipv4, tcp, tcp_ts, udp
+from craft import eth, ipv4, ipv6, tcp, tcp_ts, udp
 from where import SAMPLES
 
 
@@ -35,11 +35,12 @@ def _differing(a, b) -> list[str]:
             if not np.array_equal(getattr(a, f.name), getattr(b, f.name))]
 
 
-@pytest.mark.parametrize("name", ["real_ipv4.pcap", "real_ipv4_p4.pcap",
-                                  "crafted_nanosecond.pcap"])
+@pytest.mark.parametrize("name", ["real_ipv4.pcap", "real_ipv4_p4.pcap", "real_ipv6.pcap",
+                                  "crafted_nanosecond.pcap", "crafted_big_endian.pcap"])
 def test_the_pass_equals_the_engine_on_the_samples(name):
-    """Real iperf3 traffic (one and four streams) and a nanosecond capture: both models'
-    per-packet verdicts and super-packets, field for field."""
+    """Real iperf3 traffic (one and four streams, IPv4 and IPv6 with its ICMPv6), a
+    nanosecond capture and a big-endian one of IPv6: both models' per-packet verdicts
+    and super-packets, field for field."""
     path = os.path.join(SAMPLES, name)
     got = fused.run_file(path)
     assert not isinstance(got, str), got
@@ -51,7 +52,7 @@ def test_the_pass_equals_the_engine_on_the_samples(name):
 
 @pytest.mark.parametrize("name,why", [
     ("crafted_null.pcap", "link type 0"),
-    ("real_ipv6.pcap", "does not cover at byte 24"),
+    ("crafted_ip6ip6.pcap", "does not cover at byte 24"),
     ("crafted_vlan.pcap", "does not cover at byte 24"),
     ("crafted_two_ifaces.pcapng", "not a pcap file"),
 ])
@@ -115,30 +116,39 @@ _FLAGS = {"psh": C.TCP_FLAG_PSH | C.TCP_FLAG_ACK, "fin": C.TCP_FLAG_FIN | C.TCP_
           "urg": C.TCP_FLAG_URG | C.TCP_FLAG_ACK, "rst": C.TCP_FLAG_RST,
           "ae": C.TCP_FLAG_AE | C.TCP_FLAG_ACK}
 _IP = {"ttl": {"ttl": 7}, "tos": {"tos": 0x10}, "ecn": {"tos": 0x01}, "no_df": {"df": False}}
+_IP6 = {"ttl": "hlim", "tos": "tc"}         # (their names in craft.ipv6)
 # (mss_12: 12 bytes of options, as long as Linux's NOP NOP TS, that are not it)
 _TCP = {"window": {"window": 1000}, "mss_opt": {"options": b"\x02\x04\x05\xb4"},
         "mss_12": {"options": b"\x02\x04\x05\xb4" + b"\x01" * 8},
         "sack": {"options": b"\x01\x01\x05\x0a" + bytes(range(8))}}
 
 
+_V4, _V6 = ("10.0.0.1", "10.0.0.2", "10.0.0.3"), ("fd00::1", "fd00::2", "fd00::3")
+
+
 @functools.lru_cache(maxsize=None)
-def _one_bucket_ports(n: int = 12) -> tuple:
-    """Source ports of ``n`` flows 10.0.0.1 -> 10.0.0.2:5201 whose RSS hash falls in one
-    GRO bucket (hash & 7) under the default key: more flows than MAX_GRO_SKBS there."""
+def _one_bucket_ports(n: int = 12, v6: bool = False) -> tuple:
+    """Source ports of ``n`` flows 10.0.0.1 -> 10.0.0.2:5201 (fd00::1 -> fd00::2) whose
+    RSS hash falls in one GRO bucket (hash & 7) under the default key: more flows than
+    MAX_GRO_SKBS there."""
     import ipaddress
     from gropcap.gro.rss import toeplitz_hash
     key = bytes(GroConfig().rss_key).ljust(40, b"\0")
-    addrs = ipaddress.IPv4Address("10.0.0.1").packed + ipaddress.IPv4Address("10.0.0.2").packed
+    src, dst = (_V6 if v6 else _V4)[:2]
+    addrs = ipaddress.ip_address(src).packed + ipaddress.ip_address(dst).packed
     ports = [p for p in range(3000, 4000)
              if toeplitz_hash(addrs + struct.pack("!HH", p, 5201), key) & 7 == 0]
     return tuple(ports[:n])
 
 
 @st.composite
-def _ipv4_tcp_traffic(draw):
-    """Ethernet / IPv4 / TCP frames of up to 70 flows (several in one GRO bucket), each
-    kind changing one header field the checks compare, with arrival gaps around the
-    50 us poll gap and the 1 ms jiffy of HZ 1000; ICMP and ARP frames (bypasses)."""
+def _tcp_traffic(draw):
+    """Ethernet / IPv4 or IPv6 / TCP frames of up to 70 flows (several in one GRO
+    bucket), each kind changing one header field the checks compare (IPv6: hop limit
+    and traffic class; no ID, no DF), with arrival gaps around the 50 us poll gap and
+    the 1 ms jiffy of HZ 1000; ICMP (ICMPv6) and ARP frames (bypasses)."""
+    v6 = draw(st.booleans())
+    hosts = _V6 if v6 else _V4
     nflows = draw(st.sampled_from([1, 3, 12, 70]))
     n = draw(st.integers(1, 160))
     # Linux's NOP NOP TS on every frame, or no options: a change of the option bytes
@@ -152,7 +162,7 @@ def _ipv4_tcp_traffic(draw):
     mode = draw(st.sampled_from(["random", "random", "burst", "bulk"]))
     ports = list(range(3000, 3000 + nflows))
     if mode == "burst":
-        ports = list(_one_bucket_ports())
+        ports = list(_one_bucket_ports(v6=v6))
         nflows = len(ports)
         seq, ident, ack = [0] * nflows, [0] * nflows, [7] * nflows
     for x in range(n):
@@ -165,7 +175,7 @@ def _ipv4_tcp_traffic(draw):
                                        3_000_000]))
         else:
             t += 1_000 if mode == "bulk" else draw(st.sampled_from([0, 0, 0, 700_000]))
-        size = _SIZE.get(kind, 1448 if mode == "bulk" else 100)
+        size = _SIZE.get(kind, (1428 if v6 else 1448) if mode == "bulk" else 100)
         flags = _FLAGS.get(kind, C.TCP_FLAG_ACK)
         ip_kw, tcp_kw = dict(_IP.get(kind, {})), dict(_TCP.get(kind, {}))
         if tsval is not None:
@@ -179,11 +189,19 @@ def _ipv4_tcp_traffic(draw):
         ident[f] += {"id_fixed": -1, "id_jump": 5}.get(kind, 0)
         seg = tcp(ports[f], 5201, seq=seq[f], ack=ack[f], flags=flags,
                   payload=b"\x00" * size, **tcp_kw)
-        frame = eth(ipv4("10.0.0.1", "10.0.0.2", C.IPPROTO_TCP, seg,
-                         ident=ident[f] & 0xFFFF, **ip_kw))
+        if v6:
+            frame = eth(ipv6(hosts[0], hosts[1], C.IPPROTO_TCP, seg,
+                             **{_IP6.get(k, k): v for k, v in ip_kw.items() if k != "df"}),
+                        C.ETH_P_IPV6)
+        else:
+            frame = eth(ipv4(hosts[0], hosts[1], C.IPPROTO_TCP, seg,
+                             ident=ident[f] & 0xFFFF, **ip_kw))
         # frames GRO passes by (their own flows): ICMP echo to one of two hosts, ARP
-        if kind == "icmp":
-            frame = eth(ipv4("10.0.0.1", f"10.0.0.{2 + f % 2}", C.IPPROTO_ICMP,
+        if kind == "icmp" and v6:
+            frame = eth(ipv6(hosts[0], hosts[1 + f % 2], 58,
+                             b"\x80\x00\x00\x00" + bytes(4 + 8 * (f % 3))), C.ETH_P_IPV6)
+        elif kind == "icmp":
+            frame = eth(ipv4(hosts[0], hosts[1 + f % 2], C.IPPROTO_ICMP,
                              b"\x08\x00\x00\x00" + bytes(4 + 8 * (f % 3)), ident=x))
         elif kind == "arp":
             frame = eth(bytes(28), C.ETH_P_ARP, src=0x020000000010 + x % 2)
@@ -203,15 +221,16 @@ def _ipv4_tcp_traffic(draw):
 
 # receive contexts: the default, HZ 1000 (a full-budget poll flushes only what an older
 # jiffy held), small budgets (polls end at the budget), a short poll gap, a smaller
-# gro_ipv4_max_size, no RSS hash
+# gro_ipv4_max_size or gro_max_size (IPv6), no RSS hash
 _CONTEXTS = [{}, {"hz": 1000, "budget": 8}, {"budget": 3}, {"hz": 1000, "budget": 4},
-             {"poll_gap_ns": 5_000}, {"gro_ipv4_max_size": 8000}, {"rss": "none"}]
+             {"poll_gap_ns": 5_000}, {"gro_ipv4_max_size": 8000}, {"gro_max_size": 9000},
+             {"rss": "none"}]
 
 
 @settings(max_examples=80, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.function_scoped_fixture])
-@given(_ipv4_tcp_traffic(), st.sampled_from(_CONTEXTS))
+@given(_tcp_traffic(), st.sampled_from(_CONTEXTS))
 def test_the_pass_equals_the_engine_on_generated_traffic(tmp_path, traffic, context):
     """Every check, each kind of frame changing one compared field, many flows in one GRO
     bucket, polls ended by the gap and by the budget: both models' GroResults equal the
@@ -229,6 +248,7 @@ def test_the_pass_equals_the_engine_on_generated_traffic(tmp_path, traffic, cont
 
 
 @pytest.mark.parametrize("name,batch", [("real_ipv4.pcap", 997), ("real_ipv4_p4.pcap", 61),
+                                        ("real_ipv6.pcap", 331),
                                         ("crafted_nanosecond.pcap", 3)])
 def test_the_narrow_table_equals_the_decoder_on_the_samples(name, batch):
     """run.single's narrow table (the columns a summary-only run reads, from the record,
@@ -256,6 +276,28 @@ def narrow_differs(path: str, config: GroConfig, batch: int) -> list:
                 out.append((r0, name))
         r0 += len(b)
     return out
+
+
+def test_an_ipv6_flow_label_that_changes_stops_the_pass(tmp_path):
+    """ipv6_gro_receive: a packet of another flow label is not the same flow, and the
+    flows the pass numbers (gro/flows.py's) have no label: where a flow's label changes
+    (a sender's txhash after a timeout), the pass stops and says where; the same flow
+    under one label all along is covered."""
+    def frame(i, label):
+        seg = tcp(3000, 5201, seq=100 * i, ack=7, payload=bytes(100))
+        return eth(ipv6("fd00::1", "fd00::2", C.IPPROTO_TCP, seg, flow=label),
+                   C.ETH_P_IPV6)
+    path = str(tmp_path / "label.pcap")
+    frames = [frame(i, 0x12345 if i < 3 else 0x54321) for i in range(6)]
+    write_pcap(path, frames, [1_000 * i for i in range(6)])
+    at = 24 + sum(16 + len(f) for f in frames[:3])
+    assert fused.run_file(path) == \
+        f"an IPv6 flow label that changed within a flow at byte {at}"
+    write_pcap(path, [frame(i, 0x12345) for i in range(6)], [1_000 * i for i in range(6)])
+    got, want = fused.run_file(path), _engine(path, GroConfig(), engine="reference")
+    for model in ("ideal", "napi"):
+        assert _differing(got[model], want[model]) == [], model
+    assert got["ideal"].seg_count.max() == 6
 
 
 def test_a_capture_across_calls_equals_one_call():

@@ -588,7 +588,8 @@ def test_a_frame_marked_coalesced_stops_the_fused_pass_at_once():
     assert small.seen_coalesced() is False and small.num > 0
 
 
-_SINGLE = {"real_ipv4.pcap", "real_ipv4_p4.pcap", "crafted_nanosecond.pcap"}
+_SINGLE = {"real_ipv4.pcap", "real_ipv4_p4.pcap", "real_ipv6.pcap", "crafted_nanosecond.pcap",
+           "crafted_big_endian.pcap"}
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=os.path.basename)
