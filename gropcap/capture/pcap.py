@@ -68,6 +68,7 @@ class PcapScanner:
         self._linktype = 0
         self._snaplen = 0
         self._warned_snaplen = False
+        self._constants = None       # (_constant_fields)
 
     def _header(self, win, pos: int) -> None:
         magic = struct.unpack_from("<I", win, pos)[0]
@@ -88,6 +89,17 @@ class PcapScanner:
         if major != 2:
             info.warnings.append(f"pcap version {major}.{minor} (expected 2.4); "
                                  "records read as 2.4")
+
+    def _constant_fields(self, m: int):
+        """The fields every record of a pcap file has alike (the header's link type,
+        interface 0, no EPB flags) for ``m`` records: views of arrays kept from batch to
+        batch, not filled again for each (nothing writes to a batch's fields)."""
+        got = self._constants
+        if got is None or len(got[0]) < m:
+            size = max(m, 1 << 16)
+            got = self._constants = (np.full(size, self._linktype, np.uint16),
+                                     np.zeros(size, np.uint16), np.zeros(size, np.uint32))
+        return got[0][:m], got[1][:m], got[2][:m]
 
     def _fast(self, win, pos, base, want, len_limit, cols):
         """Bulk of the records through the numba kernel; the rest stays for step()."""
@@ -113,10 +125,9 @@ class PcapScanner:
                                 f"record {rec + i} at byte offset {int(foff[i])}: "
                                 f"captured length {int(cap[i])} exceeds the header snap "
                                 f"length {self._snaplen}; records kept as stored")
-                    cols.add_arrays(data=data[:m], cap=cap[:m], wire=wire[:m],
-                                    ts=ts[:m], lt=np.full(m, self._linktype, np.uint16),
-                                    iface=np.zeros(m, np.uint16),
-                                    flags=np.zeros(m, np.uint32), rec=recs[:m],
+                    lt, iface, flags = self._constant_fields(m)
+                    cols.add_arrays(data=data[:m], cap=cap[:m], wire=wire[:m], ts=ts[:m],
+                                    lt=lt, iface=iface, flags=flags, rec=recs[:m],
                                     foff=foff[:m])
                     self.record = rec + m
                     got += m
