@@ -90,8 +90,9 @@ SEG_FIELDS = ("first", "last", "count", "payload", "gso", "end", "poll", "fixed"
 # the parameters
 P_BUDGET, P_GAP, P_HZ, P_MASK, P_LIMIT, P_MTU, P_BUCKETS, P_RSS, P_LIMIT6, P_N = range(10)
 # C_STATUS: why the pass stopped before the end of its input (FULL: the flow tables
-# are full, FusedRun grows them and goes on)
-DONE, UNCOVERED, FULL, LABEL = range(4)
+# are full, FusedRun grows them and goes on; NEED_V6: an IPv6 frame met by the variant
+# compiled without IPv6, FusedRun goes on with the other)
+DONE, UNCOVERED, FULL, LABEL, NEED_V6 = range(5)
 STOPPED = {UNCOVERED: "a frame the single pass does not cover",
            LABEL: "an IPv6 flow label that changed within a flow"}
 # the flow table's columns: the key (MAC addresses, IP addresses, EtherType, protocol
@@ -655,7 +656,7 @@ def _record(V6, buf, p, incl, wire, ts, bypass, n, row0, P, rss, keys, fx, ent, 
 @numba.njit(cache=True, nogil=True, _nrt=False)
 def fused_pass(buf, r_off, r_cap, r_wire, r_ts, at, P, rss, keys, fx, ent, eopt, tbl,
                tcnt, ctr, r_flow, r_reason, r_inst, r_poll, seg, popt, polen, pt, c32, c16,
-               c8, r_new):
+               c8, r_new, v6):
     """The records of a batch from ``at`` on (``buf[r_off[i]:][:r_cap[i]]``, wire length
     and time: a ``capture.records.RecordBatch``'s arrays) through both models.
     ``ctr[C_STATUS]`` says why it stopped early (``ctr[C_AT]``: the record's index),
@@ -664,7 +665,13 @@ def fused_pass(buf, r_off, r_cap, r_wire, r_ts, at, P, rss, keys, fx, ent, eopt,
     order (the caller takes them and sets the count back to 0). ``c32``, ``c16``, ``c8``:
     each TCP record's columns as the decoder gives them (the ``NARROW_*`` rows; other
     records' are left as they were); ``r_new[:ctr[C_NEW]]``: the records that started a
-    flow."""
+    flow.
+
+    ``v6``: ``None`` or ``np.bool_(True)``, two compiled variants chosen by its type:
+    numba prunes ``v6 is None`` before typing, so the ``None`` variant (what a capture
+    without IPv6 compiles) holds no IPv6 code, and stops at an IPv6 frame (NEED_V6).
+    The IPv6 copy of :func:`_record` doubled the pass's compile time (11-15 s to
+    29-30 s, fresh cache)."""
     n = at                              # the record's index in the r_* outputs
     row0 = ctr[C_ROW] - at
     ctr[C_STATUS] = DONE
@@ -680,9 +687,12 @@ def fused_pass(buf, r_off, r_cap, r_wire, r_ts, at, P, rss, keys, fx, ent, eopt,
             ctr[C_AT] = n
             break
         if _be16(buf, p + 12) == 0x86DD:
-            stop = _record(True, buf, p, incl, wire, ts, bypass, n, row0, P, rss, keys,
-                           fx, ent, eopt, tbl, tcnt, ctr, r_flow, r_reason, r_inst, r_poll,
-                           seg, popt, polen, pt, c32, c16, c8, r_new)
+            if v6 is None:
+                stop = NEED_V6
+            else:
+                stop = _record(True, buf, p, incl, wire, ts, bypass, n, row0, P, rss,
+                               keys, fx, ent, eopt, tbl, tcnt, ctr, r_flow, r_reason,
+                               r_inst, r_poll, seg, popt, polen, pt, c32, c16, c8, r_new)
         else:
             stop = _record(False, buf, p, incl, wire, ts, bypass, n, row0, P, rss, keys,
                            fx, ent, eopt, tbl, tcnt, ctr, r_flow, r_reason, r_inst, r_poll,
@@ -755,6 +765,7 @@ class FusedRun:
         self.seg = np.empty((2, batch + flows, S_N), np.int64)
         self.popt = np.zeros((1, OPT_WORDS), np.uint64)
         self.polen = np.zeros(1, np.int64)
+        self.v6 = None                  # (fused_pass's variant: np.bool_(True) with IPv6)
 
     def _outputs(self, batch: int) -> None:
         self.r_flow = np.empty(batch, np.int64)
@@ -790,8 +801,11 @@ class FusedRun:
             fused_pass(buf, off, cap, wire, ts, got, self.P, self.rss, self.keys, self.fx,
                        self.ent, self.eopt, self.tbl, self.tcnt, self.ctr, self.r_flow,
                        self.r_reason, self.r_inst, self.r_poll, self.seg, self.popt,
-                       self.polen, self.pt, *cols, self.r_new)
+                       self.polen, self.pt, *cols, self.r_new, self.v6)
             got = int(self.ctr[C_ROW]) - row0
+            if self.status == NEED_V6:
+                self.v6 = np.bool_(True)        # (from here on: IPv6 is in the capture)
+                continue
             if self.status != FULL:
                 break
             self._grow()

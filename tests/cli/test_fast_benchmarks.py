@@ -217,3 +217,27 @@ def test_the_fused_floor_refuses_what_the_pass_does_not_cover():
     floor = _load("bench_fused_floor")
     with pytest.raises(SystemExit, match="link type 0"):
         floor.run_fused(os.path.join(ROOT, "sample_pcaps", "crafted_null.pcap"))
+
+
+def test_the_ipv6_twin_carries_the_same_traffic_over_ipv6(tmp_path):
+    """benchmarks/ipv6_twin.py: every IPv4 / TCP frame of the sample an IPv6 one, 20 bytes
+    longer, the rest as it was; GRO aggregates the twin as it did the original (the
+    same super-packet counts per model), through the single pass and the engine alike."""
+    from gropcap.gro import fused
+    from gropcap.gro.config import GroConfig
+    from gropcap.run.memory import analyze
+    twin = _load("ipv6_twin")
+    src = os.path.join(ROOT, "sample_pcaps", "real_ipv4.pcap")
+    out = str(tmp_path / "v6.pcap")
+    twin.main([src, out])
+    _, a = read_capture(src)
+    _, b = read_capture(out)
+    assert len(a) == len(b)
+    six = [i for i in range(len(b)) if b.frame(i)[12:14] == b"\x86\xdd"]
+    assert len(six) > 0.9 * len(b)
+    assert all(len(b.frame(i)) == len(a.frame(i)) + 20 for i in six)
+    got, want = fused.run_file(out), analyze(out, GroConfig()).results
+    orig = analyze(src, GroConfig()).results
+    for model in ("ideal", "napi"):
+        assert got[model].num_superpackets == want[model].num_superpackets \
+            == orig[model].num_superpackets

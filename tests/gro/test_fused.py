@@ -300,6 +300,33 @@ def test_an_ipv6_flow_label_that_changes_stops_the_pass(tmp_path):
     assert got["ideal"].seg_count.max() == 6
 
 
+def test_ipv6_code_compiles_only_for_a_capture_that_has_ipv6(tmp_path):
+    """fused_pass's variant without IPv6 (``v6`` None) runs a capture until its first
+    IPv6 frame, and the pass goes on from that frame with the IPv6 variant: IPv4 flows
+    before and after it, an IPv6 flow between, equal to the engine."""
+    from gropcap.capture.scan import iter_scan_batches
+
+    def six(i):
+        seg = tcp(4000, 5201, seq=100 * i, ack=7, payload=bytes(100))
+        return eth(ipv6("fd00::1", "fd00::2", C.IPPROTO_TCP, seg), C.ETH_P_IPV6)
+    frames = [_flow_frame(3000, 100 * i, 100, ident=i) for i in range(3)] + \
+        [six(i) for i in range(3)] + [_flow_frame(3000, 300 + 100 * i, 100, ident=3 + i)
+                                      for i in range(3)]
+    path = str(tmp_path / "mixed.pcap")
+    write_pcap(path, frames, [1_000 * i for i in range(len(frames))])
+    v4 = os.path.join(SAMPLES, "real_ipv4.pcap")
+    for p, variant in ((v4, None), (path, True)):
+        run = fused.FusedRun(GroConfig())
+        for _, b in iter_scan_batches(p, digest=False):
+            run.take(b.buf, b.offset, b.cap_len, b.wire_len, b.ts_ns)
+            assert run.status == fused.DONE
+        assert run.v6 == variant
+    got, want = fused.run_file(path, batch=4), _engine(path, GroConfig(), engine="reference")
+    for model in ("ideal", "napi"):
+        assert _differing(got[model], want[model]) == [], model
+    assert sorted(got["ideal"].seg_count) == [3, 6]
+
+
 def test_a_capture_across_calls_equals_one_call():
     """The pass's state carries from call to call: batches of 7 records give the same
     results as one call."""
