@@ -96,7 +96,8 @@ def single_pass_covers(config: GroConfig, models, paths, options=None,
         return why
     body = fused.pcap_body(paths[0]) if paths else "no file"
     if isinstance(body, str):
-        return None         # (not a plain pcap file of Ethernet frames: no probe)
+        # (pcapng or compressed: no probe; a pcap file of another link type: refused)
+        return None if body == "not a pcap file" else body
     # the first records read for what the pass covers, before the run starts (where
     # the pass stops later, the run starts again on the engine)
     buf, be, _ = body
