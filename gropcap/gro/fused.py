@@ -825,6 +825,21 @@ class FusedRun:
         seg[:, :self.seg.shape[1]] = self.seg
         self.seg = seg
 
+    def next_run(self) -> None:
+        """Fresh receivers for the next receiver run, after :meth:`finish`
+        (``engine.next_run``): nothing held, empty flow and GRO tables, no arrival time
+        yet; the numbering of rows, flows, super-packets and polls goes on (a flow of
+        the new run gets a new id even where an earlier run had its key)."""
+        self.keys[:] = -1
+        self.fx[:] = 0
+        self.ent[:] = -1
+        self.eopt[:] = 0
+        self.tbl[:] = -1
+        self.tcnt[:] = 0
+        self.ctr[C_POLLN] = 0
+        self.ctr[C_LAST] = 0
+        self.ctr[C_ARR] = 0
+
     def finish(self):
         """The super-packets still held at the end of the capture, per model."""
         self.ctr[C_NSEG:C_NSEG + 2] = 0

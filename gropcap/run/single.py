@@ -70,13 +70,13 @@ class Uncovered(Exception):
 PROBE_BYTES = 64 << 20
 
 
-def single_pass_covers(config: GroConfig, models, paths, options=None,
-                       captures: str = "auto") -> str | None:
+def single_pass_covers(config: GroConfig, models, paths, options=None) -> str | None:
     """Why :class:`SinglePass` cannot run ``models`` over the files ``paths`` in
     ``config`` with decoder options ``options`` (None: it can): regular files (pcap or
     pcapng, compressed or not: the run can read them again), read as plain Ethernet,
-    both models, what ``gro.fused.uncovered`` allows, several files only on one
-    receiver (not ``captures="separate"``). A plain pcap file first is probed: every
+    both models, what ``gro.fused.uncovered`` allows (several files on one receiver or
+    on receivers of their own: :meth:`SinglePass.records` splits the runs). A plain pcap
+    file first is probed: every
     record in its first :data:`PROBE_BYTES` a frame the pass covers
     (``gro.fused.uncovered_at``: the record headers and the frames' first bytes). The
     records of other files are checked as the pass meets them (:meth:`SinglePass.records`:
@@ -87,8 +87,6 @@ def single_pass_covers(config: GroConfig, models, paths, options=None,
         return "not both models"
     if options is not None and options.dsa_tag:
         return "a DSA tag on plain Ethernet (--dsa-tag)"
-    if len(paths) > 1 and captures == "separate":
-        return "several files on receivers of their own (--captures separate)"
     if not all(os.path.isfile(p) for p in paths):
         return "not a regular file"     # (a pipe: the run could not read it again)
     why = fused.uncovered(config)
@@ -196,10 +194,16 @@ class SinglePass:
     (the module docstring): :meth:`records` takes the place of the decoder of a run of
     one file, :meth:`feed` of ``run.engines.BatchGroModels`` at the end (``final``)."""
 
-    def __init__(self, config: GroConfig, options=None, batch: int | None = None):
+    def __init__(self, config: GroConfig, options=None, batch: int | None = None,
+                 captures: str = "auto"):
         from gropcap.decode.options import DecodeOptions
         from gropcap.gro import fused
+        from gropcap.run.receivers import RunSplit
         self.fused = fused
+        # the receiver runs (run/receivers.py), split here: the pass runs in the decode
+        # step, ahead of the run's own split
+        self.split = RunSplit(captures)
+        self.run = 0
         self.pass_ = fused.FusedRun(config, batch or fused.BATCH)
         self.options = options or DecodeOptions()
         self.flows = _FlowValues()
@@ -210,9 +214,18 @@ class SinglePass:
 
     def records(self, batch, options=None, *, file_index: int = 0):
         """One batch of records (``capture.records.RecordBatch``): ``(narrow table,
-        one engine.BatchResult per model)``."""
+        one engine.BatchResult per model, ended)``; ``ended``: None, or when the batch
+        starts a receiver run (``run.receivers.RunSplit``; the pass runs in the decode
+        step, ahead of the run's own split) the run before's held super-packets, one
+        ``BatchResult`` per model, to count before the batch's own."""
         F, run = self.fused, self.pass_
         self._one_link(batch)
+        ended = None
+        if len(batch) and self.split.starts(file_index, batch.ts_ns):
+            # a new receiver run: the one before flushed, fresh receivers
+            ended = self.feed(None, final=True)
+            run.next_run()
+            self.run += 1
         t0 = time.perf_counter()
         n, segs, cols = run.take(batch.buf, batch.offset, batch.cap_len, batch.wire_len,
                                  batch.ts_ns)
@@ -221,7 +234,8 @@ class SinglePass:
             at = int(batch.file_offset[int(run.ctr[F.C_AT])])
             raise Uncovered(f"{F.STOPPED[run.status]} at byte {at}")
         parts = self._parts(n, segs, int(run.ctr[F.C_NPT]))
-        return self._table(batch, n, cols, options or self.options, file_index), parts
+        return self._table(batch, n, cols, options or self.options, file_index), parts, \
+            ended
 
     def _one_link(self, batch) -> None:
         """Every record of ``batch`` Ethernet, on the interface of the run's first
@@ -312,16 +326,17 @@ class SinglePass:
                 p_poll=run.r_poll[:n].copy() if napi else np.full(n, -1, np.int64),
                 segs=seg, poll_base=self.polls if napi else 0,
                 poll_time=times if napi else np.zeros(0, np.int64),
-                poll_queue=np.zeros(len(times) if napi else 0, np.int64)))
+                poll_queue=np.zeros(len(times) if napi else 0, np.int64), run=self.run))
         self.polls += len(times)
         return parts
 
-    def feed(self, table: pa.Table, *, final: bool = False, coalesced=None) -> list:
+    def feed(self, table: pa.Table | None, *, final: bool = False,
+             coalesced=None) -> list:
         """``run.engines.BatchGroModels.feed`` for the end of the run (an empty table,
         ``final``): the super-packets still held, one ``BatchResult`` per model."""
         if coalesced is not None:
             raise Uncovered("frames captured coalesced")
-        if table.num_rows or not final:
+        if (table is not None and table.num_rows) or not final:
             raise ValueError("the single pass takes records (SinglePass.records)")
         F, run = self.fused, self.pass_
         rest = [s.copy() for s in run.finish()]
@@ -330,10 +345,8 @@ class SinglePass:
         return self._parts(0, empty, 0, rest=(rest, times))
 
     def next_run(self) -> None:
-        """A new receiver run: nothing to do before the first row (the pass replays
-        one run)."""
-        if self.pass_.ctr[self.fused.C_ROW]:
-            raise Uncovered("a second receiver run")
+        """Nothing: :meth:`records` starts the runs itself (``run.receivers.RunSplit``),
+        before the pass meets their first batch."""
 
     def close(self) -> None:
         pass

@@ -1097,8 +1097,9 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             "egress accounting" if egress is not None else "--plot" if plot else \
             "--tunnel-gro" if cells_on else "the run's unfused try" if not inline else \
             "the reference engine or decoder" if (engine, decoder) != ("fast", "fast") \
-            else single_pass_covers(config, models, files, decode_options, captures)
-        single = SinglePass(config, decode_options, batch_records) if why is None else None
+            else single_pass_covers(config, models, files, decode_options)
+        single = SinglePass(config, decode_options, batch_records, captures) \
+            if why is None else None
         gro = single or BatchGroModels([r.config for r in runs], threaded=threads > 1)
         from gropcap.run.receivers import RunSplit
         split = RunSplit(captures)
@@ -1114,6 +1115,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             file_run[fi] = split.run
             if not new:
                 return None
+            if single is not None:
+                return ended_single     # (the pass split its runs itself)
             parts = gro.feed(empty_packet_table(), final=True)
             gro.next_run()
             return parts
@@ -1205,10 +1208,13 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         source = Ahead(_decode_pass(files, decode_options, batch_records, progress,
                                     decoder, single, threads), threaded=threads > 1)
         side = Sidecar(threaded=threads > 1)
+        ended_single = None
         for t in source:
             parts = []
             if single is not None:
-                t, parts = t        # (the single pass: its narrow table and results)
+                # (the single pass: its narrow table and results, and the parts of the
+                # receiver run its batch ended)
+                t, parts, ended_single = t
             if _fused:
                 if gro_phase is None:
                     gro_phase = phase(progress, f"GRO {'+'.join(models)}", None)

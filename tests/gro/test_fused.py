@@ -268,7 +268,7 @@ def narrow_differs(path: str, config: GroConfig, batch: int) -> list:
     sp = SinglePass(config)
     out, r0 = [], 0
     for _, b in iter_scan_batches(path, batch_records=batch, digest=False):
-        t, _ = sp.records(b)
+        t, _, _ = sp.records(b)
         d = decode_batch(b)
         assert t.num_rows == len(b)
         for name in narrow_columns():

@@ -642,19 +642,16 @@ def _forms(tmp_path, form: str) -> tuple[list[str], str, str]:
         with open(out[:-3], "rb") as f, gzip.open(out, "wb") as g:
             g.write(f.read())
     else:                               # rotated files, in time order or not
-        cuts = [0, n // 3, 2 * n // 3, n]
+        cuts = [0, n // 2, 5 * n // 6, n]     # (flows held at the first cut)
         parts = [(frames[a:z], ts[a:z], wire[a:z]) for a, z in zip(cuts, cuts[1:])]
-        if form == "rotated_back":      # the second file earlier: a second receiver
+        if form == "rotated_back":      # the second file earlier: receivers of its own
             parts[1] = (parts[1][0], [t - 10**9 for t in parts[1][1]], parts[1][2])
         paths = []
         for k, (fs, tss, ws) in enumerate(parts):
             paths.append(str(tmp_path / f"{form}{k}.pcap"))
             write_pcap(paths[-1], fs, tss, wire_lens=ws)
-        if form == "rotated_separate":
-            return paths, "separate", "several files on receivers of their own"
-        if form == "rotated_back":
-            return paths, "auto", "the single pass stopped: a second receiver run"
-        return paths, "continuous" if form == "rotated_continuous" else "auto", ""
+        return paths, {"rotated_separate": "separate",
+                       "rotated_continuous": "continuous"}.get(form, "auto"), ""
     return [out], "auto", ""
 
 
@@ -663,11 +660,12 @@ def _forms(tmp_path, form: str) -> tuple[list[str], str, str]:
                                   "rotated_separate", "rotated_back"])
 def test_the_single_pass_covers_pcapng_compressed_and_rotated_captures(tmp_path, form):
     """The single pass takes records from any capture the scan reads: a pcapng file,
-    a compressed file, several files on one receiver (rotated captures). Where a record
-    is of another interface or link type (the pass's flows have no interface in their
-    key), where frames were captured coalesced, or where a second receiver run starts,
-    the run goes again on the engine and says why. Either way the in-memory run's
-    summary, flows and flow causes."""
+    a compressed file, several files on one receiver (rotated captures) or on
+    receivers of their own (--captures separate, or a file earlier than the one before:
+    the pass splits the runs itself, SinglePass.records). Where a record is of another
+    interface or link type (the pass's flows have no interface in their key), or where
+    frames were captured coalesced, the run goes again on the engine and says why.
+    Either way the in-memory run's summary, flows and flow causes."""
     paths, captures, why = _forms(tmp_path, form)
     a = analyze(paths, GroConfig(), captures=captures)
     r = stream_analyze(paths, GroConfig(), batch_records=251, captures=captures)
@@ -804,7 +802,7 @@ def test_the_single_pass_hands_on_arrays_of_its_own(tmp_path):
     kept = {k: v.copy() for k, v in first[1].segs.items()}
     rows = first[1].p_reason.copy()
     seq = table.column("tcp_seq").to_pylist()
-    parts = [p for _, p in got] + [gro.feed(empty_packet_table(), final=True)]
+    parts = [p for _, p, _ in got] + [gro.feed(empty_packet_table(), final=True)]
     assert all(np.array_equal(first[1].segs[k], v) for k, v in kept.items())
     assert np.array_equal(first[1].p_reason, rows)
     assert table.column("tcp_seq").to_pylist() == seq
