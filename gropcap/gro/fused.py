@@ -22,13 +22,15 @@ before a run starts; :func:`run_file` says why not), else the decoder and the en
   Ethernet frames on one interface);
 - every frame Ethernet / IPv4 without options, not a fragment, a valid header
   checksum, no reserved bit, or Ethernet / IPv6 without extension headers, a payload
-  length that is not 0; TCP with its whole header captured, the IP length within
+  length that is not 0, either behind one 802.1Q tag or none (vlan_gro_receive: the
+  TCI in the flow key, the IPv4 size limit for a tagged IPv6 flow); TCP with its whole
+  header captured, the IP length within
   the frame and at most the MTU (``config.mtu``; when not given, the MTU the run would
   infer: a longer frame was captured coalesced, whose segments need the whole capture's
   statistics); or a frame GRO passes by: IPv4 or IPv6 of a protocol without a
   gro_receive (ICMP, ICMPv6, ...) and frames that are not IP (ARP, LLDP, 802.3 / LLC
-  frames: any EtherType but the VLAN tags), delivered alone (BYPASS_NO_L4_OFFLOAD,
-  BYPASS_NOT_IP);
+  frames: any EtherType but the VLAN tags, also behind an 802.1Q tag), delivered
+  alone (BYPASS_NO_L4_OFFLOAD, BYPASS_NOT_IP);
 - an IPv6 flow keeps its flow label: ipv6_gro_receive tells labels apart, the flows
   the pass numbers (gro/flows.py's) do not, so a label that changes stops the pass
   (``LABEL``);
@@ -120,21 +122,22 @@ def uncovered(config: GroConfig) -> str | None:
                      ("--verify-checksums", config.verify_checksums),
                      ("TCP fraglist GRO", config.tcp_fraglist),
                      ("GRO off on the device", not config.native_gro),
-                     ("a hash bucket count other than 8", kp.hash_buckets != 8)):
+                     ("a hash bucket count other than 8", kp.hash_buckets != 8),
+                     ("no VLAN GRO (vlan_gro off)", not config.vlan_gro)):
         if bad:
             return why
     return None
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
-def _cover6(buf, ip, incl, wire, mtu):
-    """:func:`_cover` of an IPv6 packet at ``ip`` (the frame's first ``incl`` bytes
-    captured, ``wire`` on the wire)."""
-    if incl < 54 or (_be32(buf, ip) >> 28) != 6:
+def _cover6(buf, ip, l2, incl, wire, mtu):
+    """:func:`_cover` of an IPv6 packet at ``ip``, ``l2`` bytes into the frame (the
+    frame's first ``incl`` bytes captured, ``wire`` on the wire)."""
+    if incl < l2 + 40 or (_be32(buf, ip) >> 28) != 6:
         return -1
     plen = _be16(buf, ip + 4)
     nh = np.int64(_byte(buf, ip + 6))
-    if plen == 0 or 54 + plen > wire or 40 + plen > mtu:
+    if plen == 0 or l2 + 40 + plen > wire or 40 + plen > mtu:
         return -1
     if nh != 6:
         # UDP, GRE, IPIP and IPv6 have gro_receive handlers (or are tunnels); the
@@ -144,10 +147,10 @@ def _cover6(buf, ip, incl, wire, mtu):
                 nh == 44 or nh == 60 or nh == 51 or nh == 135 or nh == 139 or nh == 140:
             return -1
         return BYPASS_NO_L4_OFFLOAD
-    if incl < 74:
+    if incl < l2 + 60:
         return -1
     hl = np.int64(_byte(buf, ip + 52) >> 4) * 4
-    if hl < 20 or 54 + hl > incl or plen < hl:
+    if hl < 20 or l2 + 40 + hl > incl or plen < hl:
         return -1
     return 0
 
@@ -164,34 +167,43 @@ def _cover(buf, p, incl, wire, mtu):
     dev_gro_receive: BYPASS_NOT_IP). IPv6 the same way: no extension header, the
     payload length within the frame and not 0 (a jumbogram, BIG TCP), the packet at
     most ``mtu``; a next header without a gro_receive (ICMPv6, ...: ipv6_gro_receive's
-    BYPASS_NO_L4_OFFLOAD) goes by."""
+    BYPASS_NO_L4_OFFLOAD) goes by. Either behind one 802.1Q tag (vlan_gro_receive;
+    not 802.1ad or 0x9100, not two tags)."""
     if incl < 14:
         return -1
     et = _be16(buf, p + 12)
+    l2 = 14
+    if et == 0x8100:
+        if incl < 18:
+            return -1
+        et = _be16(buf, p + 16)
+        l2 = 18
+        if et == 0x8100:
+            return -1
     if et == 0x86DD:
-        return _cover6(buf, p + 14, incl, wire, mtu)
+        return _cover6(buf, p + l2, l2, incl, wire, mtu)
     if et != 0x0800:
         # the decoder's STATUS_NOT_IP (ARP, LLDP, 802.3 / LLC frames, ...): every
         # EtherType but the VLAN tags, which it reads further
         if et == 0x8100 or et == 0x88A8 or et == 0x9100:
             return -1
         return BYPASS_NOT_IP
-    ip = p + 14
-    if incl < 34 or _byte(buf, ip) != 0x45:
+    ip = p + l2
+    if incl < l2 + 20 or _byte(buf, ip) != 0x45:
         return -1
     proto = np.int64(_byte(buf, ip + 9))
     tot = _be16(buf, ip + 2)
-    if (_be16(buf, ip + 6) & 0xBFFF) != 0 or tot < 20 or 14 + tot > wire or tot > mtu:
+    if (_be16(buf, ip + 6) & 0xBFFF) != 0 or tot < 20 or l2 + tot > wire or tot > mtu:
         return -1
     if proto != 6:
         # UDP, GRE, IPIP and SIT have gro_receive handlers (or are tunnels)
         if proto == 17 or proto == 47 or proto == 4 or proto == 41:
             return -1
         return BYPASS_NO_L4_OFFLOAD
-    if incl < 54:
+    if incl < l2 + 40:
         return -1
     hl = np.int64(_byte(buf, ip + 32) >> 4) * 4
-    if hl < 20 or 34 + hl > incl or tot < 20 + hl:
+    if hl < 20 or l2 + 20 + hl > incl or tot < 20 + hl:
         return -1
     s = np.int64(0)
     for w in range(5):
@@ -400,9 +412,18 @@ def _record(V6, buf, p, incl, wire, ts, bypass, n, row0, P, rss, keys, fx, ent, 
     nb = P[P_BUCKETS] - 1
     slots = keys.shape[0]
     end = len(buf)
+    # vlan_gro_receive: one 802.1Q tag (_cover), its TCI part of the flow key
     et = _be16(buf, p + 12)
-    ip = p + 14
-    ipv4 = et == 0x0800
+    tagged = et == 0x8100
+    tci = np.int64(0)
+    l3 = et
+    l2 = 14
+    if tagged:
+        tci = _be16(buf, p + 14)
+        l3 = _be16(buf, p + 16)
+        l2 = 18
+    ip = p + l2
+    ipv4 = l3 == 0x0800
     ipv6 = V6
     ihl = 40 if ipv6 else 20
     th = ip + ihl
@@ -416,6 +437,13 @@ def _record(V6, buf, p, incl, wire, ts, bypass, n, row0, P, rss, keys, fx, ent, 
     # protocol (the flow key of gro/flows.py): an open-addressing table
     k0 = (_be32(buf, p) << 16) | _be16(buf, p + 4)
     k1 = (_be32(buf, p + 6) << 16) | _be16(buf, p + 10)
+    k3et = et
+    if tagged:
+        # (gro/flows.py: the outer EtherType and the TCI; the IP version from the
+        # inner type, no other inner type)
+        k0 |= np.int64(0x8100) << 48
+        k1 |= tci << 48
+        k3et = l3 if ipv4 or ipv6 else 0
     k4 = k5 = k6 = np.int64(0)
     if ipv6:
         k2 = (_be32(buf, ip + 8) << 32) | _be32(buf, ip + 12)
@@ -425,7 +453,7 @@ def _record(V6, buf, p, incl, wire, ts, bypass, n, row0, P, rss, keys, fx, ent, 
     else:
         k2 = (_be32(buf, ip + 12) << 32) | _be32(buf, ip + 16) if ipv4 \
             else np.int64(0)
-    k3 = (et << 40) | (proto << 32) | (_be32(buf, th) if bypass == 0 else 0)
+    k3 = (k3et << 40) | (proto << 32) | (_be32(buf, th) if bypass == 0 else 0)
     slot = _slot(k0, k1, k2, k3, k4, k5, k6, slots)
     # (k3 holds the EtherType: the three words past it differ only between IPv6
     # keys, and are 0 in every other)
@@ -531,11 +559,13 @@ def _record(V6, buf, p, incl, wire, ts, bypass, n, row0, P, rss, keys, fx, ent, 
         popt[0, w] = v
     polen[0] = olen
     payload = tot - ihl - hl
-    tlen = max(wire - 14 - ihl - hl, payload)   # skb_gro_len at TCP, padding included
+    tlen = max(wire - l2 - ihl - hl, payload)   # skb_gro_len at TCP, padding included
+    # p->len: after the 14-byte MAC header (a VLAN tag stays in skb->data)
     plen = wire - 14
     # inet_gro_receive: IP length != bytes received (u16) is the skb's own flush;
     # ipv6_gro_receive: payload length != bytes received after the header
-    sfl = NOT_HELD_LENGTH if (tot != plen if ipv6 else ((tot ^ plen) & 0xFFFF) != 0) \
+    gl = wire - l2
+    sfl = NOT_HELD_LENGTH if (tot != gl if ipv6 else ((tot ^ gl) & 0xFFFF) != 0) \
         else 0
     # gso.gso_type_for's row: IPv6, CWR
     gcode = (32 if ipv6 else 0) + (16 if (fl & TCP_FLAG_CWR) != 0 else 0)
@@ -553,7 +583,7 @@ def _record(V6, buf, p, incl, wire, ts, bypass, n, row0, P, rss, keys, fx, ent, 
             pseudo += _be32(buf, ip + 8 + 4 * w)
     else:
         pseudo = _be32(buf, ip + 12) + _be32(buf, ip + 16) + 6
-    c8[0, n] = _csum_state(buf, p, incl, _be16(buf, th + 16), 14 + ihl, tot - ihl,
+    c8[0, n] = _csum_state(buf, p, incl, _be16(buf, th + 16), l2 + ihl, tot - ihl,
                            pseudo)
     c8[1, n] = doff
     for m in range(2):
@@ -628,7 +658,8 @@ def _record(V6, buf, p, incl, wire, ts, bypass, n, row0, P, rss, keys, fx, ent, 
             ent[m, k, E_GROLEN] = tlen
             ent[m, k, E_LEN] = plen
             ent[m, k, E_MSS] = tlen
-            ent[m, k, E_LIMIT] = P[P_LIMIT6] if ipv6 else P[P_LIMIT]
+            # netif_get_gro_max_size: p->protocol IPv6, not 0x8100
+            ent[m, k, E_LIMIT] = P[P_LIMIT6] if ipv6 and not tagged else P[P_LIMIT]
             ent[m, k, E_SEQ] = seq
             ent[m, k, E_ACK] = ack
             ent[m, k, E_FLAGS] = fl
@@ -686,7 +717,10 @@ def fused_pass(buf, r_off, r_cap, r_wire, r_ts, at, P, rss, keys, fx, ent, eopt,
             ctr[C_STATUS] = UNCOVERED
             ctr[C_AT] = n
             break
-        if _be16(buf, p + 12) == 0x86DD:
+        l3 = _be16(buf, p + 12)
+        if l3 == 0x8100:
+            l3 = _be16(buf, p + 16)
+        if l3 == 0x86DD:
             if v6 is None:
                 stop = NEED_V6
             else:

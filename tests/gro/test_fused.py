@@ -36,11 +36,12 @@ def _differing(a, b) -> list[str]:
 
 
 @pytest.mark.parametrize("name", ["real_ipv4.pcap", "real_ipv4_p4.pcap", "real_ipv6.pcap",
-                                  "crafted_nanosecond.pcap", "crafted_big_endian.pcap"])
+                                  "crafted_nanosecond.pcap", "crafted_big_endian.pcap",
+                                  "crafted_vlan.pcap"])
 def test_the_pass_equals_the_engine_on_the_samples(name):
     """Real iperf3 traffic (one and four streams, IPv4 and IPv6 with its ICMPv6), a
-    nanosecond capture and a big-endian one of IPv6: both models' per-packet verdicts
-    and super-packets, field for field."""
+    nanosecond capture, a big-endian one of IPv6 and one behind an 802.1Q tag: both
+    models' per-packet verdicts and super-packets, field for field."""
     path = os.path.join(SAMPLES, name)
     got = fused.run_file(path)
     assert not isinstance(got, str), got
@@ -53,7 +54,7 @@ def test_the_pass_equals_the_engine_on_the_samples(name):
 @pytest.mark.parametrize("name,why", [
     ("crafted_null.pcap", "link type 0"),
     ("crafted_ip6ip6.pcap", "does not cover at byte 24"),
-    ("crafted_vlan.pcap", "does not cover at byte 24"),
+    ("crafted_qinq.pcap", "does not cover at byte 24"),
     ("crafted_two_ifaces.pcapng", "not a pcap file"),
 ])
 def test_what_the_pass_does_not_cover_it_says(name, why):
@@ -108,7 +109,7 @@ def test_frames_above_the_mtu_a_syn_gives_are_left_to_the_engine(tmp_path):
 _KINDS = ["data", "data", "data", "short", "psh", "fin", "syn", "ack", "ack_moves", "gap",
           "retrans", "window", "ts", "ttl", "tos", "ecn", "no_df", "id_fixed", "id_jump",
           "cwr", "pad", "urg", "rst", "mss_opt", "mss_12", "sack", "ae", "icmp", "arp",
-          "lldp", "stp"]
+          "lldp", "stp", "vlan"]
 # what a kind changes in a frame of the flow (the rest: _ipv4_tcp_traffic)
 _SIZE = {"short": 40, "ack": 0, "pad": 1}
 _FLAGS = {"psh": C.TCP_FLAG_PSH | C.TCP_FLAG_ACK, "fin": C.TCP_FLAG_FIN | C.TCP_FLAG_ACK,
@@ -149,6 +150,8 @@ def _tcp_traffic(draw):
     the 1 ms jiffy of HZ 1000; ICMP (ICMPv6) and ARP frames (bypasses)."""
     v6 = draw(st.booleans())
     hosts = _V6 if v6 else _V4
+    # frames behind one 802.1Q tag (a VLAN, priority bits), or untagged
+    tci = draw(st.sampled_from([None, None, 100, 0x2005]))
     nflows = draw(st.sampled_from([1, 3, 12, 70]))
     n = draw(st.integers(1, 160))
     # Linux's NOP NOP TS on every frame, or no options: a change of the option bytes
@@ -210,6 +213,10 @@ def _tcp_traffic(draw):
             # where the EtherType goes), from the ARP senders' MAC addresses
             frame = eth(bytes(36), 0x88CC if kind == "lldp" else 39,
                         src=0x020000000010 + x % 2)
+        if tci is not None and kind not in ("lldp", "stp"):
+            # the tag after the MAC addresses; "vlan": this frame on another VLAN
+            frame = frame[:12] + struct.pack("!HH", C.ETH_P_8021Q,
+                                             tci + (1 if kind == "vlan" else 0)) + frame[12:]
         if kind == "pad":
             frame += bytes(60 - len(frame)) if len(frame) < 60 else b"\x00" * 4
         seq[f] += size
@@ -327,6 +334,26 @@ def test_ipv6_code_compiles_only_for_a_capture_that_has_ipv6(tmp_path):
     assert sorted(got["ideal"].seg_count) == [3, 6]
 
 
+def test_a_vlan_tagged_ipv6_flow_takes_the_ipv4_size_limit(tmp_path):
+    """netif_get_gro_max_size: an in-band 802.1Q tag makes p->protocol 0x8100, so a
+    tagged IPv6 flow grows to gro_ipv4_max_size, not gro_max_size: with gro_max_size at
+    9000 the untagged flow's super-packets stay under it and the tagged one's do not."""
+    def frame(i, tagged):
+        seg = tcp(4000 + tagged, 5201, seq=1428 * i, ack=7, payload=bytes(1428))
+        f = eth(ipv6("fd00::1", "fd00::2", C.IPPROTO_TCP, seg), C.ETH_P_IPV6)
+        return f[:12] + struct.pack("!HH", C.ETH_P_8021Q, 100) + f[12:] if tagged else f
+    frames = [frame(i, tagged) for tagged in (0, 1) for i in range(12)]
+    path = str(tmp_path / "vlan6.pcap")
+    write_pcap(path, frames, [1_000 * i for i in range(len(frames))])
+    cfg = GroConfig(gro_max_size=9000)
+    got, want = fused.run_file(path, cfg), _engine(path, cfg, engine="reference")
+    for model in ("ideal", "napi"):
+        assert _differing(got[model], want[model]) == [], model
+    flows = got["ideal"].seg_flow_id
+    size = got["ideal"].seg_payload_len
+    assert size[flows == 0].max() < 9000 < size[flows == 1].max()
+
+
 def test_a_capture_across_calls_equals_one_call():
     """The pass's state carries from call to call: batches of 7 records give the same
     results as one call."""
@@ -374,14 +401,14 @@ def test_frames_gro_passes_by_go_up_alone_in_flows_of_their_own(tmp_path):
 
 @pytest.mark.parametrize("etype,covered", [
     (C.ETH_P_ARP, True), (0x88CC, True), (39, True), (0x8847, True),
-    (C.ETH_P_IPV6, False), (C.ETH_P_8021Q, False), (C.ETH_P_8021AD, False),
+    (C.ETH_P_IPV6, False), (C.ETH_P_8021Q, True), (C.ETH_P_8021AD, False),
     (C.ETH_P_QINQ1, False)])
 def test_what_is_not_ip_goes_by_and_what_the_decoder_reads_on_is_left(tmp_path, etype,
                                                                       covered):
     """A frame of an EtherType the decoder does not read on (ARP, LLDP, an 802.3 length,
-    MPLS) is not IP: BYPASS_NOT_IP in both models, as in the engine; IPv6 and the VLAN
-    tags (802.1Q, 802.1ad, 0x9100), which the decoder reads further, are left to the
-    engine."""
+    MPLS), also behind an 802.1Q tag, is not IP: BYPASS_NOT_IP in both models, as in
+    the engine; a header of zeros where IPv6's would be, and the tags the pass does not
+    read (802.1ad, 0x9100) are left to the engine."""
     frames = [_flow_frame(3000, 0, 100), eth(bytes(46), etype), _flow_frame(3000, 100, 100)]
     path = str(tmp_path / "etype.pcap")
     write_pcap(path, frames, [1_000 * i for i in range(3)])

@@ -589,7 +589,7 @@ def test_a_frame_marked_coalesced_stops_the_fused_pass_at_once():
 
 
 _SINGLE = {"real_ipv4.pcap", "real_ipv4_p4.pcap", "real_ipv6.pcap", "crafted_nanosecond.pcap",
-           "crafted_big_endian.pcap"}
+           "crafted_big_endian.pcap", "crafted_vlan.pcap"}
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=os.path.basename)
