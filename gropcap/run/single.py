@@ -191,8 +191,9 @@ def constant(value, n: int, dtype, filled: dict) -> np.ndarray:
 
 class SinglePass:
     """Both models by ``gro.fused``'s single pass and the narrow table, batch by batch
-    (the module docstring): :meth:`records` takes the place of the decoder of a run of
-    one file, :meth:`feed` of ``run.engines.BatchGroModels`` at the end (``final``)."""
+    (the module docstring): :meth:`records` takes the place of the decoder of a run
+    (splitting its receiver runs), :meth:`feed` of ``run.engines.BatchGroModels`` at the
+    end (``final``)."""
 
     def __init__(self, config: GroConfig, options=None, batch: int | None = None,
                  captures: str = "auto"):
