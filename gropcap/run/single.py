@@ -75,13 +75,12 @@ def single_pass_covers(config: GroConfig, models, paths, options=None) -> str | 
     ``config`` with decoder options ``options`` (None: it can): regular files (pcap or
     pcapng, compressed or not: the run can read them again), read as plain Ethernet,
     both models, what ``gro.fused.uncovered`` allows (several files on one receiver or
-    on receivers of their own: :meth:`SinglePass.records` splits the runs). A plain pcap
-    file first is probed: every
-    record in its first :data:`PROBE_BYTES` a frame the pass covers
-    (``gro.fused.uncovered_at``: the record headers and the frames' first bytes). The
-    records of other files are checked as the pass meets them (:meth:`SinglePass.records`:
-    their link type and interface too), and the run goes again on the engine where
-    one is not covered (:class:`Uncovered`)."""
+    on receivers of their own: :meth:`SinglePass.records` splits the runs). A plain
+    pcap file first is probed: every record in its first :data:`PROBE_BYTES` a frame
+    the pass covers (``gro.fused.uncovered_at``: the record headers and the frames'
+    first bytes). The records of other files are checked as the pass meets them
+    (:meth:`SinglePass.records`: their link type and interface too), and the run goes
+    again on the engine where one is not covered (:class:`Uncovered`)."""
     from gropcap.gro import fused
     if tuple(models) != ("ideal", "napi"):
         return "not both models"
@@ -344,10 +343,6 @@ class SinglePass:
         times = run.pt[:int(run.ctr[F.C_NPT])].copy()
         empty = [np.zeros((0, F.S_N), np.int64)] * 2
         return self._parts(0, empty, 0, rest=(rest, times))
-
-    def next_run(self) -> None:
-        """Nothing: :meth:`records` starts the runs itself (``run.receivers.RunSplit``),
-        before the pass meets their first batch."""
 
     def close(self) -> None:
         pass

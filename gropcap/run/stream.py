@@ -1116,7 +1116,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             if not new:
                 return None
             if single is not None:
-                return ended_single     # (the pass split its runs itself)
+                # (SinglePass.records split its runs itself, fresh receivers included)
+                return ended_single
             parts = gro.feed(empty_packet_table(), final=True)
             gro.next_run()
             return parts
