@@ -51,6 +51,7 @@ import subprocess
 import sys
 import time
 
+import page_cache
 import provenance
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -417,6 +418,10 @@ def main(argv=None) -> int:
     ap.add_argument("--malloc", choices=["default", "cli"], default="default",
                     help="glibc malloc of the stage processes: glibc's defaults (what a "
                          "library caller has), or as `gropcap` sets it for its own run")
+    ap.add_argument("--page-cache", choices=page_cache.MODES, default="reread",
+                    help="the capture's page cache before the stages: as it is (a capture "
+                         "tcpdump has just written maps in 4 KiB pages), or dropped and "
+                         "read once, as a capture read from disk (benchmarks/page_cache.py)")
     ap.add_argument("--stage", help=argparse.SUPPRESS)     # internal: run one stage here
     args = ap.parse_args(argv)
     path = os.path.abspath(args.capture)
@@ -424,6 +429,7 @@ def main(argv=None) -> int:
         _child(args.stage, path, args)
         return 0
     records = _count_records(path)
+    cache = page_cache.settle(path, args.page_cache)
     stages = [s for s in args.stages.split(",") if s]
     res = {}
     for stage in stages:
@@ -463,7 +469,8 @@ def main(argv=None) -> int:
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"python": platform.python_version(), "platform": platform.platform(),
                     "cpu_count": os.cpu_count(), "processor": platform.processor()},
-        "capture": {"path": path, "bytes": os.path.getsize(path), "records": records},
+        "capture": {"path": path, "bytes": os.path.getsize(path), "records": records,
+                    "page_cache": cache},
         "stages": res, "ratios": ratios,
     }
     out = args.out or os.path.join(HERE, "results", f"{prov['commit']}.json")

@@ -53,6 +53,7 @@ import sys
 import tempfile
 import time
 
+import page_cache
 import provenance
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -238,6 +239,10 @@ def main(argv=None) -> int:
     ap.add_argument("--only", choices=["targets", "threads", "contention"], default=None,
                     help="run only the CPU-time targets, only the thread comparison, or "
                          "only what two busy cores cost each other (contention)")
+    ap.add_argument("--page-cache", choices=page_cache.MODES, default="reread",
+                    help="the capture's and the prefix's page cache before the runs: as it "
+                         "is (a file just written maps in 4 KiB pages), or dropped and read "
+                         "once, as a file read from disk (benchmarks/page_cache.py)")
     ap.add_argument("--out", help="result JSON (default results/targets-<sha>.json)")
     args = ap.parse_args(argv)
     # what runs: everything but the contention pairs, or the one part asked for
@@ -249,7 +254,10 @@ def main(argv=None) -> int:
     try:
         small = os.path.join(tmp, "prefix" + os.path.splitext(path)[1])
         k = write_prefix(path, args.prefix or max(1, records // 10), small)
-        res = {"records": records, "prefix_records": k}
+        # both files in one state: the prefix, just written, would map in small pages
+        cache = {"capture": page_cache.settle(path, args.page_cache),
+                 "prefix": page_cache.settle(small, args.page_cache)}
+        res = {"records": records, "prefix_records": k, "page_cache": cache}
         if contend:
             print("[targets] one run alone against two side by side ...", file=sys.stderr,
                   flush=True)

@@ -241,3 +241,25 @@ def test_the_ipv6_twin_carries_the_same_traffic_over_ipv6(tmp_path):
     for model in ("ideal", "napi"):
         assert got[model].num_superpackets == want[model].num_superpackets \
             == orig[model].num_superpackets
+
+
+def test_page_cache_state_is_measured_and_settled(tmp_path, monkeypatch):
+    """benchmarks/page_cache.py: the share of a file mapped in 2 MiB pieces is the rise of
+    ``thp_file_mapped`` while the whole file is populated; ``reread`` drops the file's
+    pages before reading it once; an unknown state is refused."""
+    cache = _load("page_cache")
+    f = tmp_path / "cap.pcap"
+    f.write_bytes(bytes(range(256)) * (32 << 10))          # 8 MiB: four 2 MiB pieces
+    counts = iter([100, 103])
+    monkeypatch.setattr(cache, "_file_pmd_mappings", lambda: next(counts))
+    assert cache.pmd_share(str(f)) == pytest.approx(0.75)
+    advice = []
+    real = os.posix_fadvise
+    monkeypatch.setattr(cache.os, "posix_fadvise",
+                        lambda fd, off, n, how: (advice.append(how), real(fd, off, n, how)))
+    monkeypatch.setattr(cache, "_file_pmd_mappings", lambda: None)
+    assert cache.settle(str(f), "reread") == {"mode": "reread", "pmd_mapped_share": None}
+    assert advice == [os.POSIX_FADV_DONTNEED]
+    assert cache.settle(str(f), "as-is")["mode"] == "as-is" and len(advice) == 1
+    with pytest.raises(ValueError, match="reread"):
+        cache.settle(str(f), "cold")
