@@ -1,9 +1,7 @@
-"""numba passes for the readable address columns (``io/columns.py``): each row's index
+"""numba pass for the readable address columns (``io/columns.py``): each row's index
 among a batch's distinct IPv4 addresses (a hash table of 32-bit words, where Arrow's
-``dictionary_encode`` and the widening of its indices took 7 ns a row), and a string
-column gathered from the distinct texts by those indices (Arrow's ``take`` on strings
-took 6.6 ns a row). The two were most of ``address_text``: ``ip_src_text`` and
-``ip_dst_text`` of every row written to ``packets.parquet``.
+``dictionary_encode`` and the widening of its indices took 7 ns a row): the indices of
+``ip_src_text`` and ``ip_dst_text``, dictionary arrays of the distinct texts.
 
 Layer: io (4); imports nothing from the package but numba_cache.
 """
@@ -85,46 +83,6 @@ def word_index(words, idx):
         last_w = w
         last_i = k
     return uniq[:nu].copy()
-
-
-@njit(cache=True, nogil=True)
-def gather_offsets(idx, text_off, out_off):
-    """``out_off``: the int32 offsets of a string column whose row ``i`` is text
-    ``idx[i]`` (empty for -1) of the texts at ``text_off``; returns its byte length."""
-    total = 0
-    out_off[0] = 0
-    for i in range(idx.shape[0]):
-        k = idx[i]
-        if k >= 0:
-            total += text_off[k + 1] - text_off[k]
-        out_off[i + 1] = total
-    return total
-
-
-# bytes gather_bytes copies at a time: its input and output need this many more
-GATHER_BLOCK = 16
-
-
-@njit(cache=True, nogil=True)
-def gather_bytes(idx, text_off, text_data, out_off, out_data):
-    """The bytes of :func:`gather_offsets`' column, in blocks of
-    :data:`GATHER_BLOCK` bytes (a fixed-length copy compiles to one vector move; a copy
-    byte by byte to each text's length took 12 ns a row): ``text_data`` and
-    ``out_data`` each hold that many bytes past their end, which a row's block may
-    overwrite before the next row writes them."""
-    for i in range(idx.shape[0]):
-        k = idx[i]
-        if k >= 0:
-            # (unsigned indices: no negative-index wraparound, which kept the copy from
-            # compiling to a vector move)
-            a = np.uint64(text_off[k])
-            o = np.uint64(out_off[i])
-            m = np.uint64(text_off[k + 1]) - a
-            j = np.uint64(0)
-            while j < m:
-                for b in range(GATHER_BLOCK):
-                    out_data[o + j + np.uint64(b)] = text_data[a + j + np.uint64(b)]
-                j += np.uint64(GATHER_BLOCK)
 
 
 # cached kernels load without numba's registry refresh (gropcap.numba_cache.light_loads)

@@ -11,7 +11,7 @@ files and after ``gropcap.load(DIR)``. The engines keep reading the compact colu
   verdict columns), so DuckDB and pandas show ``FLUSH_IP_ID`` (a pandas category) while
   ``reason == 61`` keeps working;
 * each 16-byte address column gains a ``*_text`` string (``192.0.2.1``, ``2001:db8::1``;
-  null where the header is absent);
+  null where the header is absent), dictionary-encoded (:func:`address_text`);
 * ``ts_ns`` is a ``timestamp[ns, UTC]`` (the same int64 nanoseconds, typed as a time).
 
 ``packets.parquet`` holds :data:`DEFAULT_PACKET_COLUMNS` unless asked otherwise
@@ -27,8 +27,7 @@ import pyarrow as pa
 
 from gropcap.addresses import ipv6_text
 from gropcap.arrays import arrow_masked, arrow_numeric, arrow_strings, numpy_of
-from gropcap.io._text_kernels import (GATHER_BLOCK, gather_bytes, gather_offsets,
-                                      word_index)
+from gropcap.io._text_kernels import word_index
 
 
 TS_TYPE = pa.timestamp("ns", tz="UTC")
@@ -120,7 +119,8 @@ def readable_names(names) -> list[str]:
 
 
 def _names_of(column: str) -> dict[int, str] | None:
-    """Code -> name table of a code column (None: not a code column)."""
+    """Code -> name table of a code column (None: not a code column); one dict per table
+    for the run (:func:`named` keeps each table's Arrow dictionary by it)."""
     from gropcap.decode.schema import STATUS_NAMES
     from gropcap.gro.reasons import REASONS, ROLE_NAMES
 
@@ -128,10 +128,33 @@ def _names_of(column: str) -> dict[int, str] | None:
         return STATUS_NAMES
     if column in ("reason", "end_reason") or column.endswith("_reason") and \
             column.split("_", 1)[0] in ("ideal", "napi"):
-        return {code: r.name for code, r in REASONS.items()}
+        if _REASON_NAMES.get("reasons") is not REASONS:
+            _REASON_NAMES.update(reasons=REASONS,
+                                 names={code: r.name for code, r in REASONS.items()})
+        return _REASON_NAMES["names"]
     if column == "gro_role" or column.endswith("_gro_role"):
         return ROLE_NAMES
     return None
+
+
+_REASON_NAMES: dict = {}
+# id(names) -> (names, sorted codes, Arrow dictionary, uint8 code -> index table or None)
+_NAMED: dict = {}
+
+
+def _dictionary_of(names: dict[int, str]):
+    got = _NAMED.get(id(names))
+    if got is None or got[0] is not names or len(got[1]) != len(names):
+        keys = sorted(names)
+        lookup = None
+        if max(keys) < 256:
+            lookup = np.full(256, -1, np.int16)
+            lookup[keys] = np.arange(len(keys), dtype=np.int16)
+        got = (names, keys, arrow_strings([names[k] for k in keys]), lookup)
+        if len(_NAMED) > 64:
+            _NAMED.clear()
+        _NAMED[id(names)] = got
+    return got[1:]
 
 
 def named(codes: pa.ChunkedArray | pa.Array, names: dict[int, str]) -> pa.Array:
@@ -143,22 +166,25 @@ def named(codes: pa.ChunkedArray | pa.Array, names: dict[int, str]) -> pa.Array:
     ['merged', 'alone']
     """
     codes_np = numpy_of(codes)
-    keys = sorted(names)
-    dictionary = arrow_strings([names[k] for k in keys])
-    if codes_np.dtype == np.uint8 and max(keys) < 256:
-        # (every code column: a 256-entry table, no widening of the codes)
-        lookup = np.full(256, -1, np.int16)
+    keys, dictionary, lookup = _dictionary_of(names)
+    if codes_np.dtype == np.uint8 and lookup is not None:
+        # (every code column: a 256-entry table kept for the run, no widening of the
+        # codes; take, not fancy indexing: half the time)
+        idx = lookup.take(codes_np)
     else:
         codes_np = codes_np.astype(np.int64)
-        lookup = np.full(max(max(keys), int(codes_np.max()) if len(codes_np) else 0) + 1,
-                         -1, np.int16)
-    lookup[keys] = np.arange(len(keys), dtype=np.int16)
-    idx = lookup[codes_np] if len(codes_np) else np.zeros(0, np.int16)
+        table = np.full(max(max(keys), int(codes_np.max()) if len(codes_np) else 0) + 1,
+                        -1, np.int16)
+        table[keys] = np.arange(len(keys), dtype=np.int16)
+        idx = table[codes_np] if len(codes_np) else np.zeros(0, np.int16)
+    # (indices from the table are in the dictionary's bounds or -1, which is masked:
+    # Arrow's bounds check, a quarter of the call, is left out)
     if not len(idx) or idx.min() >= 0:
         # every code has a name (the rows of a run, mostly): no validity to build
-        return pa.DictionaryArray.from_arrays(arrow_numeric(idx, pa.int16()), dictionary)
+        return pa.DictionaryArray.from_arrays(arrow_numeric(idx, pa.int16()), dictionary,
+                                              safe=False)
     return pa.DictionaryArray.from_arrays(arrow_masked(idx, idx < 0, pa.int16()),
-                                          dictionary)
+                                          dictionary, safe=False)
 
 
 def _distinct(values: pa.Array) -> tuple[list, np.ndarray]:
@@ -191,26 +217,34 @@ def _texts(uniq, fmt) -> list[str]:
     return out
 
 
-def address_text(raw: pa.ChunkedArray | pa.Array, version) -> pa.Array:
-    """16-byte addresses (IPv4 mapped) + IP version -> text, null where version is 0.
+TEXT_TYPE = pa.dictionary(pa.int32(), pa.string())
 
-    Each distinct address of the call is formatted once: IPv4 by Arrow compute, IPv6 in
-    Python, its text kept for the next calls (:data:`_TEXTS`).
+
+def address_text(raw: pa.ChunkedArray | pa.Array, version) -> pa.Array:
+    """16-byte addresses (IPv4 mapped) + IP version -> text, null where version is 0:
+    a dictionary array (:data:`TEXT_TYPE`) whose dictionary is the call's distinct
+    addresses, each formatted once (IPv4 by Arrow compute, IPv6 in Python, its text kept
+    for the next calls, :data:`_TEXTS`).
+
+    A dictionary and not a string per row: Parquet writes its indices as they are (12 ns
+    a row of the real capture against 34 for the two string columns, and no gather of
+    the bytes, docs/performance.md "Session 40"); pandas reads a category, DuckDB a
+    VARCHAR, and ``ip_src_text == "192.0.2.1"`` works in all of them.
     """
     raw = raw.combine_chunks() if isinstance(raw, pa.ChunkedArray) else raw
     ver = numpy_of(version) if isinstance(version, (pa.Array, pa.ChunkedArray)) else \
         np.asarray(version)
     n = len(raw)
     if not n:
-        return arrow_strings([])
+        return pa.array([], TEXT_TYPE)
     buf = np.frombuffer(raw.buffers()[1], np.uint8)[raw.offset * 16:(raw.offset + n) * 16]
     rows = buf.reshape(n, 16)
-    # each row -> an index into the texts of the distinct addresses (-1: null), then one
-    # Arrow take: no Python object per row
+    # each row -> an index into the texts of the distinct addresses (-1: null): no Python
+    # object per row
     v4 = ver == 4
     v6 = ver == 6
     if not v4.any() and not v6.any():
-        return pa.nulls(n, pa.string())     # no such layer (the outer addresses of
+        return pa.nulls(n, TEXT_TYPE)       # no such layer (the outer addresses of
         #                                     a capture without tunnels)
     idx = np.full(n, -1, np.int64)
     parts = []
@@ -233,33 +267,9 @@ def address_text(raw: pa.ChunkedArray | pa.Array, version) -> pa.Array:
                                                         [None, pa.py_buffer(six)]))
         idx[v6] = inverse + sum(len(p) for p in parts)
         parts.append(arrow_strings(_texts(uniq, ipv6_text)))
-    texts = parts[0] if len(parts) == 1 else \
-        pa.concat_arrays(parts) if parts else arrow_strings([])
-    return _gather(texts, idx)
-
-
-def _gather(texts: pa.Array, idx: np.ndarray) -> pa.Array:
-    """``texts.take(idx)`` with -1 for null, as one string array built by the numba
-    passes of ``io/_text_kernels.py`` (Arrow's take where its offsets would pass 2 GiB)."""
-    n = len(idx)
-    first = texts.offset
-    off = np.frombuffer(texts.buffers()[1], np.int32)[first:first + len(texts) + 1]
-    data = texts.buffers()[2]
-    end = int(off[-1]) if len(off) else 0
-    padded = np.zeros(end + GATHER_BLOCK, np.uint8)     # (the kernel's blocks)
-    if data is not None:
-        padded[:end] = np.frombuffer(data, np.uint8)[:end]
-    out_off = np.empty(n + 1, np.int32)
-    total = gather_offsets(idx, off, out_off)
-    if total > np.iinfo(np.int32).max:
-        return texts.take(arrow_masked(idx, idx < 0, pa.int64()))
-    out = np.empty(total + GATHER_BLOCK, np.uint8)
-    gather_bytes(idx, off, padded, out_off, out)
-    missing = idx < 0
-    nulls = int(np.count_nonzero(missing))
-    valid = pa.py_buffer(np.packbits(~missing, bitorder="little")) if nulls else None
-    return pa.StringArray.from_buffers(n, pa.py_buffer(out_off), pa.py_buffer(out), valid,
-                                       nulls)
+    texts = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
+    indices = arrow_masked(idx.astype(np.int32), idx < 0, pa.int32())
+    return pa.DictionaryArray.from_arrays(indices, texts)
 
 
 def v4_texts(octets: np.ndarray) -> pa.Array:
@@ -331,6 +341,7 @@ def _readable_select(table: pa.Table, columns) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, table.schema.metadata))
 
 
-__all__ = ["readable", "named", "address_text", "TS_TYPE", "DEFAULT_PACKET_COLUMNS",
+__all__ = ["readable", "named", "address_text", "TS_TYPE", "TEXT_TYPE",
+           "DEFAULT_PACKET_COLUMNS",
            "VERDICT_COLUMNS", "parse_packet_columns", "select_packet_columns",
            "readable_names", "all_packet_columns"]

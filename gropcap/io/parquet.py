@@ -118,19 +118,29 @@ def can_defer() -> bool:
 WRITE_BATCH_SIZE = 65536
 
 
+# the pages' codec. LZ4 (Parquet's LZ4_RAW): the real capture's packets.parquet writes in
+# 146-163 ns a row against 208-214 ns with zstd, for 19.6 MB against 14.8 MB (2.95 M rows,
+# 7 bytes a packet against 5; the capture holds 143). zstd's share was mostly making a
+# fresh compression context for every page (ZSTD_createCCtx_advanced, perf). Readers:
+# pyarrow, DuckDB, polars, Spark 3.4+ (docs/performance.md, "Session 40").
+CODEC = "lz4"
+
+
 def delta_encoded(field: pa.Field) -> bool:
     """Whether :func:`parquet_options` writes ``field`` with ``DELTA_BINARY_PACKED``:
     the 64-bit integer and timestamp columns. In gropcap's tables those are times, row
     and record numbers, flow, super-packet and poll ids: sequences that rise or stay
     near their neighbours, which the delta encoding stores as a few bits a value where
-    plain pages hand zstd 8 bytes a value. The narrower columns (ports, sequence numbers,
-    lengths, codes) keep plain pages, which zstd compresses faster and as small."""
+    plain pages hand the codec 8 bytes a value. The narrower columns (ports, sequence
+    numbers, lengths, codes) keep plain pages, which the codec compresses faster and as
+    small."""
     t = field.type
     return pa.types.is_timestamp(t) or (pa.types.is_integer(t) and t.bit_width == 64)
 
 
 def parquet_options(schema: pa.Schema) -> dict:
-    """The writer options of every Parquet file gropcap writes: zstd; dictionary pages
+    """The writer options of every Parquet file gropcap writes: LZ4 (:data:`CODEC`);
+    dictionary pages
     only for ``encap``, ``model`` and the dictionary columns (the readable ``*_name``
     ones, which then load back as dictionaries): for numeric columns they cost ~35% of
     the write time and made the files larger; ``DELTA_BINARY_PACKED`` for the 64-bit
@@ -143,7 +153,7 @@ def parquet_options(schema: pa.Schema) -> dict:
     tables (docs/performance.md, "Writing Parquet")."""
     names = [f.name for f in schema if f.name in ("encap", "model")
              or pa.types.is_dictionary(f.type)]
-    return {"compression": "zstd", "use_dictionary": names,
+    return {"compression": CODEC, "use_dictionary": names,
             "column_encoding": {f.name: "DELTA_BINARY_PACKED" for f in schema
                                 if f.name not in names and delta_encoded(f)},
             "write_statistics": [f.name for f in schema if f.name not in names

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from gropcap.decode.schema import STATUS_NAMES
 from gropcap.gro.reasons import REASONS, ROLE_NAMES
-from gropcap.io.columns import TS_TYPE, address_text, named
+from gropcap.io.columns import TEXT_TYPE, TS_TYPE, address_text, named
 from gropcap.io.load import load
 from gropcap.io.parquet import can_defer, file_schema, write_analysis
 from gropcap.run.memory import analyze
@@ -142,7 +142,12 @@ def test_address_text_equals_one_row_at_a_time():
     assert address_text(four, ver[v4][3:]).to_pylist() == [want[i] for i in v4[3:]]
     # no row with the layer (outer addresses without tunnels): every text null, typed
     none = address_text(raw.slice(5, 20), np.zeros(20, np.uint8))
-    assert none.type == pa.string() and none.to_pylist() == [None] * 20
+    assert none.type == TEXT_TYPE and none.to_pylist() == [None] * 20
+    # a dictionary of the call's distinct texts, each once
+    got = address_text(raw, ver)
+    assert got.type == TEXT_TYPE
+    texts = got.dictionary.to_pylist()
+    assert len(texts) == len(set(texts)) == len({w for w in want if w is not None})
 
 
 @settings(max_examples=400, deadline=None)
@@ -301,7 +306,7 @@ def test_row_groups_carry_statistics_for_what_readers_prune_by(mode, tmp_path):
     assert fl["flow_id"] and fl["packets"] and not fl["src"]
     t = pq.read_table(os.path.join(out, "packets.parquet"))
     assert pa.types.is_dictionary(t.schema.field("reason_name").type)
-    assert pa.types.is_string(t.schema.field("ip_src_text").type)
+    assert t.schema.field("ip_src_text").type == TEXT_TYPE
 
 
 def _encodings(path: str) -> dict:
@@ -319,8 +324,9 @@ def _encodings(path: str) -> dict:
 @pytest.mark.parametrize("mode", ["memory", "stream"])
 def test_64_bit_columns_are_delta_encoded(mode, tmp_path):
     """Every writer stores the 64-bit columns (times, records, ids) as
-    DELTA_BINARY_PACKED (io.parquet.delta_encoded) and the narrower ones as plain pages;
-    the values read back are the ones written (the in-memory tables)."""
+    DELTA_BINARY_PACKED (io.parquet.delta_encoded) and the narrower ones as plain pages,
+    every page compressed with LZ4; the values read back are the ones written (the
+    in-memory tables)."""
     from gropcap.io.parquet import delta_encoded
     from gropcap.run.stream import stream_analyze
     out = str(tmp_path / mode)
@@ -342,6 +348,10 @@ def test_64_bit_columns_are_delta_encoded(mode, tmp_path):
         if delta_encoded(f)}
     got = pq.read_table(os.path.join(out, "superpackets.parquet"))
     want = a.superpackets
+    for name in FILES:      # every page in the one codec (io.parquet.CODEC: LZ4_RAW)
+        md = pq.ParquetFile(os.path.join(out, name)).metadata
+        assert {md.row_group(g).column(i).compression for g in range(md.num_row_groups)
+                for i in range(md.num_columns)} == {"LZ4"}, name
     for col in ("seg_id", "first_packet", "last_packet", "flow_id", "payload_len"):
         assert got.column(col).to_pylist() == want.column(col).to_pylist(), col
 
