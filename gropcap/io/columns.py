@@ -46,13 +46,21 @@ DEFAULT_PACKET_COLUMNS = (
     "payload_len", "tun_type", "tun_key", "status_name", "ip_src_text", "ip_dst_text",
     "outer_ip_src_text", "outer_ip_dst_text")
 MODEL_PREFIXES = ("ideal_", "napi_")
+# the verdict columns the ideal model holds at one value (it has no RX queues and no
+# polls: docs/schema.md): ``ideal_rx_queue`` and ``ideal_poll_id`` are written only when
+# asked for (``all`` or by name), and ``gropcap.load`` gives them back (io.load). 9 ns a
+# row of the real capture's packets.parquet (docs/performance.md, "Session 40")
+IDEAL_CONSTANTS = {"rx_queue": 0, "poll_id": -1}
 
 
 def _is_verdict(name: str) -> bool:
+    """Whether ``name`` is a verdict column every selection writes."""
     if name in VERDICT_COLUMNS:
         return True
-    return any(name.startswith(p) and name[len(p):] in VERDICT_COLUMNS
-               for p in MODEL_PREFIXES)
+    for p in MODEL_PREFIXES:
+        if name.startswith(p) and name[len(p):] in VERDICT_COLUMNS:
+            return not (p == "ideal_" and name[len(p):] in IDEAL_CONSTANTS)
+    return False
 
 
 def all_packet_columns() -> list[str]:
@@ -96,7 +104,7 @@ def parse_packet_columns(text) -> str | tuple[str, ...]:
 def select_packet_columns(names, spec="default") -> list[str]:
     """The columns of ``names`` (a packet table with verdicts and readable columns, in its
     order) that ``spec`` (:func:`parse_packet_columns`) writes; the verdict columns of
-    every model always."""
+    every model always, but the ideal model's constant ones (:data:`IDEAL_CONSTANTS`)."""
     spec = parse_packet_columns(spec) if isinstance(spec, str) and spec not in (
         "all", "default") else spec
     if spec == "all":
@@ -342,6 +350,6 @@ def _readable_select(table: pa.Table, columns) -> pa.Table:
 
 
 __all__ = ["readable", "named", "address_text", "TS_TYPE", "TEXT_TYPE",
-           "DEFAULT_PACKET_COLUMNS",
+           "DEFAULT_PACKET_COLUMNS", "IDEAL_CONSTANTS",
            "VERDICT_COLUMNS", "parse_packet_columns", "select_packet_columns",
            "readable_names", "all_packet_columns"]

@@ -32,6 +32,7 @@ from gropcap.decode.schema import PACKET_COLUMNS, PACKET_SCHEMA
 from gropcap.errors import LoadError
 from gropcap.gro.config import DEFAULT_RSS_KEY, GroConfig, KernelProfile
 from gropcap.gro.result import PACKET_RESULT_DTYPES, SEG_DTYPES, GroResult
+from gropcap.io.columns import IDEAL_CONSTANTS
 from gropcap.io.parquet import as_built
 
 if TYPE_CHECKING:  # the pipeline imports the engines; load it only when called
@@ -66,11 +67,16 @@ def decode_options_from_dict(d: dict) -> DecodeOptions:
 def _result_from_tables(packets: pa.Table, segs: pa.Table, prefix: str) -> GroResult:
     """One model's GroResult from its verdict columns and its super-packet rows."""
     kw = {}
-    for name in PACKET_RESULT_DTYPES:
+    for name, dtype in PACKET_RESULT_DTYPES.items():
         col = prefix + name
         # flow_id is stored once (identical in every model)
         if name == "flow_id" and col not in packets.column_names:
             col = "flow_id"
+        if col not in packets.column_names and prefix == "ideal_" and \
+                name in IDEAL_CONSTANTS:
+            # the ideal model's RX queue and poll: one value, written only when asked
+            kw[name] = np.full(packets.num_rows, IDEAL_CONSTANTS[name], dtype)
+            continue
         kw[name] = packets.column(col).to_numpy()
     order = np.argsort(segs.column("seg_id").to_numpy(), kind="stable")
     for key in SEG_DTYPES:
