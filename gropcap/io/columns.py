@@ -254,7 +254,7 @@ def address_text(raw: pa.ChunkedArray | pa.Array, version) -> pa.Array:
     if not v4.any() and not v6.any():
         return pa.nulls(n, TEXT_TYPE)       # no such layer (the outer addresses of
         #                                     a capture without tunnels)
-    idx = np.full(n, -1, np.int64)
+    idx = np.full(n, -1, np.int32)     # (the dictionary's index type: no widening)
     parts = []
     if v4.any():
         # IPv4 (mapped): the last 4 bytes as one uint32, each distinct value formatted
@@ -265,7 +265,7 @@ def address_text(raw: pa.ChunkedArray | pa.Array, version) -> pa.Array:
         if v4.all():
             uniq = word_index(np.ascontiguousarray(last), idx)
         else:
-            sub = np.empty(int(np.count_nonzero(v4)), np.int64)
+            sub = np.empty(int(np.count_nonzero(v4)), np.int32)
             uniq = word_index(np.ascontiguousarray(last[v4]), sub)
             idx[v4] = sub
         parts.append(v4_texts(uniq.view(np.uint8).reshape(len(uniq), 4)))
@@ -276,8 +276,12 @@ def address_text(raw: pa.ChunkedArray | pa.Array, version) -> pa.Array:
         idx[v6] = inverse + sum(len(p) for p in parts)
         parts.append(arrow_strings(_texts(uniq, ipv6_text)))
     texts = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
-    indices = arrow_masked(idx.astype(np.int32), idx < 0, pa.int32())
-    return pa.DictionaryArray.from_arrays(indices, texts)
+    # (every index is in the dictionary's bounds or -1, masked: no bounds check)
+    if v4.all() or v6.all():
+        return pa.DictionaryArray.from_arrays(arrow_numeric(idx, pa.int32()), texts,
+                                              safe=False)
+    return pa.DictionaryArray.from_arrays(arrow_masked(idx, idx < 0, pa.int32()), texts,
+                                          safe=False)
 
 
 def v4_texts(octets: np.ndarray) -> pa.Array:

@@ -109,7 +109,7 @@ def test_word_index_gives_each_word_its_first_appearance(distinct):
         np.uint32)[:distinct]
     pool[:2] = [0xFFFFFFFF, 0][:len(pool[:2])]
     words = np.repeat(rng.choice(pool, 4000), rng.integers(1, 4, 4000))
-    idx = np.empty(len(words), np.int64)
+    idx = np.empty(len(words), np.int32)      # (the dictionary indices address_text uses)
     uniq = word_index(words, idx)
     assert np.array_equal(uniq[idx], words)
     _, first = np.unique(words, return_index=True)
