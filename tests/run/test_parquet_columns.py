@@ -323,8 +323,8 @@ def _encodings(path: str) -> dict:
 
 @pytest.mark.parametrize("mode", ["memory", "stream"])
 def test_64_bit_columns_are_delta_encoded(mode, tmp_path):
-    """Every writer stores the 64-bit columns (times, records, ids) as
-    DELTA_BINARY_PACKED (io.parquet.delta_encoded) and the narrower ones as plain pages,
+    """Every writer stores the 64-bit columns (times, records, ids but the poll ids) as
+    DELTA_BINARY_PACKED (io.parquet.delta_encoded) and the others as plain pages,
     every page compressed with LZ4; the values read back are the ones written (the
     in-memory tables)."""
     from gropcap.io.parquet import delta_encoded
@@ -343,9 +343,11 @@ def test_64_bit_columns_are_delta_encoded(mode, tmp_path):
         assert wide and all("DELTA_BINARY_PACKED" in enc[c] for c in wide), (name, enc)
         assert not any("DELTA_BINARY_PACKED" in enc[f.name] for f in schema
                        if f.name not in wide), (name, enc)
+    packets = pq.read_schema(os.path.join(out, "packets.parquet"))
     assert {"ts_ns", "record", "flow_id", "gro_seg"} <= {
-        f.name for f in pq.read_schema(os.path.join(out, "packets.parquet"))
-        if delta_encoded(f)}
+        f.name for f in packets if delta_encoded(f)}
+    # the poll ids (runs of one value) in plain pages
+    assert "poll_id" in packets.names and not delta_encoded(packets.field("poll_id"))
     got = pq.read_table(os.path.join(out, "superpackets.parquet"))
     want = a.superpackets
     for name in FILES:      # every page in the one codec (io.parquet.CODEC: LZ4_RAW)
