@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import mmap
 import os
+import subprocess
+import sys
 
 _PMD_BYTES = 2 << 20
 _POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
@@ -40,7 +42,18 @@ def pmd_share(path: str) -> float | None:
     """The share (0..1) of ``path``'s bytes that a read-only mapping maps in 2 MiB pieces
     (``thp_file_mapped`` counted while one mapping of the whole file is populated), or
     None where the kernel does not tell (no ``/proc/vmstat`` counter, no populate advice).
-    Reads the whole file into the page cache if it was not there."""
+    Reads the whole file into the page cache if it was not there.
+
+    Measured in a child process: the mapping would raise this process's peak RSS, and a
+    child started later inherits that peak in its ``ru_maxrss`` (Linux keeps the larger
+    of the two across fork and exec), which the benchmarks report."""
+    got = subprocess.run([sys.executable, os.path.abspath(__file__), path, "--share"],
+                         capture_output=True, text=True)
+    text = got.stdout.strip()
+    return float(text) if got.returncode == 0 and text not in ("", "None") else None
+
+
+def _pmd_share_here(path: str) -> float | None:
     size = os.path.getsize(path)
     before = _file_pmd_mappings()
     if before is None or size == 0:
@@ -80,7 +93,11 @@ def main(argv=None) -> int:
     ap.add_argument("capture")
     ap.add_argument("--reread", action="store_true",
                     help="drop the file's cached pages and read it once first")
+    ap.add_argument("--share", action="store_true", help=argparse.SUPPRESS)  # (pmd_share)
     args = ap.parse_args(argv)
+    if args.share:
+        print(_pmd_share_here(args.capture))
+        return 0
     state = settle(args.capture, "reread" if args.reread else "as-is")
     share = state["pmd_mapped_share"]
     print(f"{args.capture}: " + ("the kernel does not tell" if share is None else
