@@ -266,3 +266,19 @@ def test_page_cache_state_is_measured_and_settled(tmp_path, monkeypatch):
     assert cache.settle(str(f), "as-is")["mode"] == "as-is" and len(advice) == 1
     with pytest.raises(ValueError, match="reread"):
         cache.settle(str(f), "cold")
+
+
+def test_preparation_runs_in_a_child_and_gives_its_result_back(tmp_path):
+    """benchmarks/child.py in_child: a benchmark's own scan of the capture runs in a
+    fresh process (its peak RSS would floor the measured children's) and returns what
+    the function returns; a failing call stops the benchmark with its error."""
+    child = _load("child")
+    targets = _load("bench_targets")
+    cap = os.path.join(ROOT, "sample_pcaps", "real_ipv4.pcap")
+    assert child.in_child("bench_targets", "count_records", cap) == \
+        targets.count_records(cap) > 0
+    dest = str(tmp_path / "p.pcap")
+    assert child.in_child("bench_targets", "write_prefix", cap, 100, dest) == 100
+    assert targets.count_records(dest) == 100
+    with pytest.raises(SystemExit, match="count_records failed"):
+        child.in_child("bench_targets", "count_records", str(tmp_path / "missing.pcap"))
