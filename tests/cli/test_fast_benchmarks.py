@@ -268,10 +268,11 @@ def test_page_cache_state_is_measured_and_settled(tmp_path, monkeypatch):
         cache.settle(str(f), "cold")
 
 
-def test_preparation_runs_in_a_child_and_gives_its_result_back(tmp_path):
+def test_preparation_runs_in_a_child_and_gives_its_result_back(tmp_path, monkeypatch):
     """benchmarks/child.py in_child: a benchmark's own scan of the capture runs in a
     fresh process (its peak RSS would floor the measured children's) and returns what
     the function returns; a failing call stops the benchmark with its error."""
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
     child = _load("child")
     targets = _load("bench_targets")
     cap = os.path.join(ROOT, "sample_pcaps", "real_ipv4.pcap")
@@ -282,3 +283,15 @@ def test_preparation_runs_in_a_child_and_gives_its_result_back(tmp_path):
     assert targets.count_records(dest) == 100
     with pytest.raises(SystemExit, match="count_records failed"):
         child.in_child("bench_targets", "count_records", str(tmp_path / "missing.pcap"))
+
+
+def test_paired_marginal_takes_the_median_of_the_rounds(monkeypatch):
+    """bench_targets' second marginal: the median of each round's whole - prefix, so one
+    odd round (here a whole run 4 s slow) does not move it; None when not positive."""
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
+    targets = _load("bench_targets")
+    assert targets.paired_marginal(1000, [1.0, 1.5, 5.0], [0.5, 1.0, 0.5]) == 2000.0
+    assert targets.paired_marginal(1000, [1.0, 1.5], [0.5, 0.5]) == \
+        pytest.approx(1333.33, 0.01)
+    assert targets.paired_marginal(1000, [0.5], [0.6]) is None
+    assert targets.paired_marginal(1000, [], []) is None
