@@ -144,9 +144,9 @@ def delta_encoded(field: pa.Field) -> bool:
 
 def parquet_options(schema: pa.Schema) -> dict:
     """The writer options of every Parquet file gropcap writes: LZ4 (:data:`CODEC`);
-    dictionary pages
-    only for ``encap``, ``model`` and the dictionary columns (the readable ``*_name``
-    ones, which then load back as dictionaries): for numeric columns they cost ~35% of
+    dictionary pages only for ``encap``, ``model`` and the dictionary columns (the
+    readable ``*_name`` and ``*_text`` ones, which then load back as dictionaries): for
+    numeric columns they cost ~35% of
     the write time and made the files larger; ``DELTA_BINARY_PACKED`` for the 64-bit
     columns (:func:`delta_encoded`: a third of the packets table's and super-packets
     table's write time went to them, delta-encoded they take about half as long and
