@@ -51,6 +51,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -127,11 +128,8 @@ def paired_marginal(records: int, whole: list[float], prefix: list[float]):
     >>> paired_marginal(1000, [1.0, 1.5, 5.0], [0.5, 1.0, 0.5])
     2000.0
     """
-    diffs = sorted(w - p for w, p in zip(whole, prefix))
-    if not diffs:
-        return None
-    mid = len(diffs) // 2
-    med = diffs[mid] if len(diffs) % 2 else (diffs[mid - 1] + diffs[mid]) / 2
+    diffs = [w - p for w, p in zip(whole, prefix)]
+    med = statistics.median(diffs) if diffs else 0.0
     return records / med if med > 0 else None
 
 

@@ -22,6 +22,8 @@ super-packet ids, sizes); ``all`` writes every column of the packet table.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pyarrow as pa
 
@@ -130,29 +132,32 @@ def _names_of(column: str) -> dict[int, str] | None:
     """Code -> name table of a code column (None: not a code column); one dict per table
     for the run (:func:`named` keeps each table's Arrow dictionary by it)."""
     from gropcap.decode.schema import STATUS_NAMES
-    from gropcap.gro.reasons import REASONS, ROLE_NAMES
+    from gropcap.gro.reasons import ROLE_NAMES
 
     if column == "status":
         return STATUS_NAMES
     if column in ("reason", "end_reason") or column.endswith("_reason") and \
             column.split("_", 1)[0] in ("ideal", "napi"):
-        if _REASON_NAMES.get("reasons") is not REASONS:
-            _REASON_NAMES.update(reasons=REASONS,
-                                 names={code: r.name for code, r in REASONS.items()})
-        return _REASON_NAMES["names"]
+        return _reason_names()
     if column == "gro_role" or column.endswith("_gro_role"):
         return ROLE_NAMES
     return None
 
 
-_REASON_NAMES: dict = {}
+@functools.cache
+def _reason_names() -> dict[int, str]:
+    """Code -> name of ``gro.reasons.REASONS``, one dict for the run."""
+    from gropcap.gro.reasons import REASONS
+    return {code: r.name for code, r in REASONS.items()}
+
+
 # id(names) -> (names, sorted codes, Arrow dictionary, uint8 code -> index table or None)
 _NAMED: dict = {}
 
 
 def _dictionary_of(names: dict[int, str]):
     got = _NAMED.get(id(names))
-    if got is None or got[0] is not names or len(got[1]) != len(names):
+    if got is None or got[0] is not names:
         keys = sorted(names)
         lookup = None
         if max(keys) < 256:
