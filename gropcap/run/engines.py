@@ -107,6 +107,10 @@ class BatchGroModels:
                                                    pool=self._pool)
         return parts
 
+    def instances(self) -> list[int]:
+        """Per config, the super-packet instances numbered so far (every receiver run's)."""
+        return [int(s.kernel.ctr[1]) for s in self.states or []]
+
     def close(self) -> None:
         """Stop the models' thread (``threaded``; a batch in it is finished first)."""
         if self._pool is not None:

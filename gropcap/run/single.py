@@ -1,10 +1,10 @@
 """The single pass in a run: both GRO models and the columns the accumulators read, from
 ``gro.fused``'s pass over each batch of records, without the decoder.
 
-A summary-only run of a capture the pass covers (:func:`single_pass_covers`) hands each
-batch of records from the capture scan to :meth:`SinglePass.records` instead of the
-decoder (``run.inputs.decode_file``'s ``decode``). It gives what the decoder and the
-engine would have given the rest of the run:
+A run of a capture the pass covers (:func:`single_pass_covers`) hands each batch of
+records from the capture scan to :meth:`SinglePass.records` instead of the decoder
+(``run.inputs.decode_file``'s ``decode``). In a summary-only run it gives what the
+decoder and the engine would have given the rest of the run:
 
 * per model the engine's ``BatchResult`` (every row's flow, reason, super-packet and
   poll, every super-packet as it goes up), equal to the engine's;
@@ -20,6 +20,11 @@ engine would have given the rest of the run:
     (the columns a flow's key decides: addresses, ports, MACs, encapsulation, status,
     are the same on every row of a TCP flow the pass covers, and are taken from it for
     each row) and every record GRO passes by (ARP, ICMP: all their columns).
+
+A run that reads every decoded column (``--out``, ``--plot``, egress accounting:
+``decoded``) takes the decoder's whole table of each batch with the pass's results: the
+pass then takes only the engine's place (the engine's feed cost 0.5-0.6 s of an ``--out``
+run of the 3 M-frame capture; the pass 0.2 s).
 
 A frame the pass does not cover raises :class:`Uncovered`, and the run starts again
 on the decoder and the engine (``run/stream.py``); the probe of
@@ -72,7 +77,9 @@ PROBE_BYTES = 64 << 20
 
 def single_pass_covers(config: GroConfig, models, paths, options=None) -> str | None:
     """Why :class:`SinglePass` cannot run ``models`` over the files ``paths`` in
-    ``config`` with decoder options ``options`` (None: it can): regular files (pcap or
+    ``config`` with decoder options ``options`` (None: it can; the run's own options,
+    ``--poll-acks``, ``--tunnel-gro``, the engine and decoder, ``run.stream`` checks
+    before): regular files (pcap or
     pcapng, compressed or not: the run can read them again), read as plain Ethernet,
     both models, what ``gro.fused.uncovered`` allows (several files on one receiver or
     on receivers of their own: :meth:`SinglePass.records` splits the runs). A plain
@@ -195,7 +202,7 @@ class SinglePass:
     end (``final``)."""
 
     def __init__(self, config: GroConfig, options=None, batch: int | None = None,
-                 captures: str = "auto"):
+                 captures: str = "auto", decoded: bool = False):
         from gropcap.decode.options import DecodeOptions
         from gropcap.gro import fused
         from gropcap.run.receivers import RunSplit
@@ -211,6 +218,9 @@ class SinglePass:
         self.iface = None           # the interface of the records (pcapng), once seen
         self.states = None          # (no engine state: BatchGroModels.states)
         self.seconds = 0.0          # wall seconds in the pass (the run's "engine" phase)
+        # the decoder's whole table of each batch instead of the narrow one (a run that
+        # writes packets.parquet, plots or counts egress reads every column)
+        self.decoded = decoded
 
     def records(self, batch, options=None, *, file_index: int = 0):
         """One batch of records (``capture.records.RecordBatch``): ``(narrow table,
@@ -234,8 +244,13 @@ class SinglePass:
             at = int(batch.file_offset[int(run.ctr[F.C_AT])])
             raise Uncovered(f"{F.STOPPED[run.status]} at byte {at}")
         parts = self._parts(n, segs, int(run.ctr[F.C_NPT]))
-        return self._table(batch, n, cols, options or self.options, file_index), parts, \
-            ended
+        if self.decoded:
+            from gropcap.decode.fast import decode_batch
+            table = pa.Table.from_batches([decode_batch(batch, options or self.options,
+                                                        file_index=file_index)])
+        else:
+            table = self._table(batch, n, cols, options or self.options, file_index)
+        return table, parts, ended
 
     def _one_link(self, batch) -> None:
         """Every record of ``batch`` Ethernet, on the interface of the run's first
@@ -343,6 +358,12 @@ class SinglePass:
         times = run.pt[:int(run.ctr[F.C_NPT])].copy()
         empty = [np.zeros((0, F.S_N), np.int64)] * 2
         return self._parts(0, empty, 0, rest=(rest, times))
+
+    def instances(self) -> list[int]:
+        """``run.engines.BatchGroModels.instances``: the super-packet instances each
+        model (ideal, napi) numbered so far."""
+        F = self.fused
+        return [int(self.pass_.ctr[F.C_INST + m]) for m in (F.IDEAL, F.NAPI)]
 
     def close(self) -> None:
         pass

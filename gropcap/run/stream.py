@@ -218,7 +218,7 @@ class _ModelRun:
         self.model = model
         self.egress_rows = egress_rows
         self.config = config.replace(model=model)
-        self.state = None                 # the engine state once the GRO pass is done
+        self.instances = 0                # the super-packets numbered, once GRO is done
         # inline (a fused run's packets pass in its first pass, _Inline): the verdicts
         # stay in memory until their batch is counted, nothing reads rows back, and only
         # a run with --out (``order``: the delivery positions as they come) reads its
@@ -1086,19 +1086,20 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                                  rest=lambda held: two_passes(held)) if inline else None
         from gropcap.run.engines import BatchGroModels
         from gropcap.run.single import SinglePass, single_pass_covers
-        # a summary-only run of captures the single pass covers (the probe reads
-        # the first run.single.PROBE_BYTES before the run; where the pass stops later,
-        # the run goes again on the engine: Uncovered): the pass takes each batch of
-        # records in the decoder's place, and gives both models' results and the columns
-        # the accumulators read (run/single.py); else the decoder and the engine, states
-        # carried batch to batch, with threads the second model in a thread of its own
+        # a run of captures the single pass covers (the probe reads the first
+        # run.single.PROBE_BYTES before the run; where the pass stops later, the run
+        # goes again on the engine: Uncovered): the pass takes each batch of records in
+        # the decoder's place, and gives both models' results and the columns the
+        # accumulators read, or with --out, --plot or egress accounting the decoder's
+        # whole table (run/single.py); else the decoder and the engine, states carried
+        # batch to batch, with threads the second model in a thread of its own
         why = _single if isinstance(_single, str) else \
-            "--out" if out_dir else "--poll-acks" if retimed is not None else \
-            "egress accounting" if egress is not None else "--plot" if plot else \
-            "--tunnel-gro" if cells_on else "the run's unfused try" if not inline else \
+            "--poll-acks" if retimed is not None else \
+            "--tunnel-gro" if cells_on else "the run's unfused try" if not _fused else \
             "the reference engine or decoder" if (engine, decoder) != ("fast", "fast") \
             else single_pass_covers(config, models, files, decode_options)
-        single = SinglePass(config, decode_options, batch_records, captures) \
+        single = SinglePass(config, decode_options, batch_records, captures,
+                            decoded=bool(out_dir or plot or egress is not None)) \
             if why is None else None
         gro = single or BatchGroModels([r.config for r in runs], threaded=threads > 1)
         from gropcap.run.receivers import RunSplit
@@ -1279,8 +1280,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         if packets_inline is not None:
             packets_inline.drain(final=True)
         pk_side.drain()             # (an inline run's last row groups)
-        for run, state in zip(runs, gro.states or []):
-            run.state = state                   # the finished engine state
+        for run, ninst in zip(runs, gro.instances()):
+            run.instances = ninst               # the super-packets each model numbered
         tot.coalesced = coal.counts if coal.num else None
         gro_phase.end()
         peak = sum(r.rows.size() + r.verdicts.size() + r.segs.size() for r in runs) + \
@@ -1332,7 +1333,7 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 s = run.segs.get_segs()
                 so.count(s["poll"])
             so.start()
-            ninst = int(run.state.kernel.ctr[1])
+            ninst = run.instances
             # delivery position per instance; -(pos + 1) for a super-packet of one packet
             ipos = np.full(ninst, -1, np.int32 if run.nseg < 2 ** 31 - 1 else np.int64)
             gtable = _gso_table(run.config)

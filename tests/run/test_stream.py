@@ -608,6 +608,34 @@ def test_a_summary_only_run_takes_the_single_pass_where_it_covers(path):
         assert r.single_pass is covered and (r.engine_why is None) is covered, r.engine_why
 
 
+@pytest.mark.parametrize("name", sorted(_SINGLE))
+def test_a_run_that_reads_every_column_takes_the_single_pass_beside_the_decoder(name,
+                                                                               tmp_path):
+    """--out, --plot and egress accounting read every decoded column: where the single
+    pass covers the capture, the decoder gives each batch's table and the pass both
+    models (``SinglePass(decoded=True)``), in one thread or two. The files, the summary
+    (egress included) and the plot's data are the engine's (``_single``: left out)."""
+    from gropcap.run.options import EgressOptions
+    path = os.path.join(ROOT, "sample_pcaps", name)
+    config, batch = GroConfig(budget=8), small_batches(path)
+    runs = {}
+    for key, single in (("single", True), ("engine", "asked")):
+        runs[key] = [stream_analyze(path, config, out_dir=str(tmp_path / f"{key}{threads}"),
+                                    batch_records=batch, plot=True, threads=threads,
+                                    egress=EgressOptions(*_EGRESS[1]), _single=single)
+                     for threads in (1, 2)]
+    want = runs["engine"][0]
+    assert not want.single_pass and want.engine_why == "asked"
+    for threads, got in zip((1, 2), runs["single"]):
+        assert got.single_pass and got.engine_why is None, got.engine_why
+        assert got.summary == want.summary and "egress" in got.summary
+        assert got.plot_data.equals(want.plot_data)
+        for out in OUT_NAMES:
+            a = pq.read_table(tmp_path / f"single{threads}" / out)
+            b = pq.read_table(tmp_path / "engine1" / out)
+            assert a.num_rows == b.num_rows and _plain(a) == _plain(b), out
+
+
 def _forms(tmp_path, form: str) -> tuple[list[str], str, str]:
     """The four-stream sample written as ``form``: (files, --captures, what the run
     says of the single pass: "" when it covers them, else the start of its reason)."""
