@@ -103,7 +103,7 @@ STOPPED = {UNCOVERED: "a frame the single pass does not cover",
 K_FLOW, K_N = 7, 8
 X_LABEL, X_N = 0, 1
 # the decoder's columns the pass gives for each TCP record (rows of c32, c16, c8)
-NARROW_U32 = ("payload_len", "ip_tot_len", "tcp_seq")
+NARROW_U32 = ("payload_len", "ip_tot_len", "tcp_seq", "tcp_ack")
 NARROW_U16 = ("tcp_flags", "tcp_mss")
 NARROW_U8 = ("l4_csum_state", "tcp_doff")
 IDEAL, NAPI = 0, 1
@@ -574,6 +574,7 @@ def _record(V6, buf, p, incl, wire, ts, bypass, n, row0, P, rss, keys, fx, ent, 
     c32[0, n] = payload
     c32[1, n] = tot
     c32[2, n] = seq
+    c32[3, n] = ack
     c16[0, n] = fl
     c16[1, n] = _tcp_options(buf, th, 20, hl)[0] if hl > 20 and not (
         hl == 32 and _be32(buf, th + 20) == _NOP_NOP_TS) else 0

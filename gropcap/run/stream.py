@@ -1084,8 +1084,13 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                                      write_packets, packets_table(t, cols)))
                                  if inline_out else None,
                                  rest=lambda held: two_passes(held)) if inline else None
+        # the decoded columns the packets pass reads back after a fused first pass
+        keep = _kept_columns(out_dir, packet_columns, models, plot) \
+            if _fused and not cells_on else None
+        dec_schema = PACKET_SCHEMA if keep is None else \
+            pa.schema([PACKET_SCHEMA.field(c) for c in keep])
         from gropcap.run.engines import BatchGroModels
-        from gropcap.run.single import SinglePass, single_pass_covers
+        from gropcap.run.single import SinglePass, narrow_columns, single_pass_covers
         # a run of captures the single pass covers (the probe reads the first
         # run.single.PROBE_BYTES before the run; where the pass stops later, the run
         # goes again on the engine: Uncovered): the pass takes each batch of records in
@@ -1098,8 +1103,11 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
             "--tunnel-gro" if cells_on else "the run's unfused try" if not _fused else \
             "the reference engine or decoder" if (engine, decoder) != ("fast", "fast") \
             else single_pass_covers(config, models, files, decode_options)
+        # (the narrow table where it has every column the run keeps: packets.parquet's
+        # default ones, the plot's; else the decoder's whole table beside the pass)
         single = SinglePass(config, decode_options, batch_records, captures,
-                            decoded=bool(out_dir or plot or egress is not None)) \
+                            decoded=egress is not None or keep is None
+                            or not set(keep) <= set(narrow_columns())) \
             if why is None else None
         gro = single or BatchGroModels([r.config for r in runs], threaded=threads > 1)
         from gropcap.run.receivers import RunSplit
@@ -1142,10 +1150,6 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         # a capture small enough for the hint's napi part (_FusedTunnels.needs_whole)
         from gropcap.run.progress import phase
         gro_phase = None
-        keep = _kept_columns(out_dir, packet_columns, models, plot) \
-            if _fused and not cells_on else None
-        dec_schema = PACKET_SCHEMA if keep is None else \
-            pa.schema([PACKET_SCHEMA.field(c) for c in keep])
         coal = _Coalesced(config.mtu)
         dec_out: dict = {}          # the temporary decoded file's "sink" and "writer"
 

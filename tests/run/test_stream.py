@@ -609,31 +609,48 @@ def test_a_summary_only_run_takes_the_single_pass_where_it_covers(path):
 
 
 @pytest.mark.parametrize("name", sorted(_SINGLE))
-def test_a_run_that_reads_every_column_takes_the_single_pass_beside_the_decoder(name,
-                                                                               tmp_path):
-    """--out, --plot and egress accounting read every decoded column: where the single
-    pass covers the capture, the decoder gives each batch's table and the pass both
-    models (``SinglePass(decoded=True)``), in one thread or two. The files, the summary
+@pytest.mark.parametrize("kind", ["default", "all", "egress"])
+def test_a_run_with_out_takes_the_single_pass(name, kind, tmp_path, monkeypatch):
+    """With --out (and --plot) the single pass runs too where it covers the capture: for
+    packets.parquet's default columns it gives them in its narrow table, without the
+    decoder; for every column (``--packet-columns all``) or with egress accounting (which
+    reads every header) the decoder gives each batch's whole table and the pass both
+    models (``SinglePass(decoded=True)``). One thread or two: the files, the summary
     (egress included) and the plot's data are the engine's (``_single``: left out)."""
+    from gropcap.run import single
     from gropcap.run.options import EgressOptions
     path = os.path.join(ROOT, "sample_pcaps", name)
     config, batch = GroConfig(budget=8), small_batches(path)
+    decoded = []
+    real = single.SinglePass.__init__
+
+    def init(self, *a, **kw):
+        real(self, *a, **kw)
+        decoded.append(self.decoded)
+    monkeypatch.setattr(single.SinglePass, "__init__", init)
+    opts = dict(packet_columns="all" if kind == "all" else "default", plot=True,
+                egress=EgressOptions(*_EGRESS[1]) if kind == "egress" else None)
     runs = {}
-    for key, single in (("single", True), ("engine", "asked")):
+    for key, how in (("single", True), ("engine", "asked")):
         runs[key] = [stream_analyze(path, config, out_dir=str(tmp_path / f"{key}{threads}"),
-                                    batch_records=batch, plot=True, threads=threads,
-                                    egress=EgressOptions(*_EGRESS[1]), _single=single)
+                                    batch_records=batch, threads=threads, _single=how,
+                                    **opts)
                      for threads in (1, 2)]
+    assert decoded == [kind != "default"] * 2
     want = runs["engine"][0]
     assert not want.single_pass and want.engine_why == "asked"
     for threads, got in zip((1, 2), runs["single"]):
         assert got.single_pass and got.engine_why is None, got.engine_why
-        assert got.summary == want.summary and "egress" in got.summary
+        assert got.summary == want.summary and ("egress" in got.summary) is \
+            (kind == "egress")
         assert got.plot_data.equals(want.plot_data)
         for out in OUT_NAMES:
             a = pq.read_table(tmp_path / f"single{threads}" / out)
             b = pq.read_table(tmp_path / "engine1" / out)
             assert a.num_rows == b.num_rows and _plain(a) == _plain(b), out
+        wide = pq.read_schema(tmp_path / f"single{threads}" / "packets.parquet")
+        assert len(wide) == len(pq.read_schema(tmp_path / "engine1" / "packets.parquet")) \
+            > (35 if kind == "all" else 0)
 
 
 def _forms(tmp_path, form: str) -> tuple[list[str], str, str]:
