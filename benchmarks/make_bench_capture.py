@@ -12,6 +12,7 @@ Written with numpy in chunks (bounded memory), nanosecond pcap. The same argumen
 the same bytes.
 
     python benchmarks/make_bench_capture.py /tmp/bench.pcap --packets 4000000 --flows 8000
+    python benchmarks/make_bench_capture.py /tmp/tcp.pcap --kinds v4,v6   # no tunnels
 """
 
 from __future__ import annotations
@@ -98,8 +99,11 @@ def template(f: int, kind: str, reverse: bool, opts: bytes, payload: int, tos: i
 class Flows:
     """Per flow-direction templates, as arrays indexed by ``2 * flow + reverse``."""
 
-    def __init__(self, nflows: int, rng: np.random.Generator):
-        self.kind = rng.choice(len(KINDS), size=nflows, p=KIND_SHARE)
+    def __init__(self, nflows: int, rng: np.random.Generator, kinds=KINDS):
+        # (the shares of the kinds asked for, in KIND_SHARE's proportions)
+        share = np.array([KIND_SHARE[i] if k in kinds else 0.0
+                          for i, k in enumerate(KINDS)])
+        self.kind = rng.choice(len(KINDS), size=nflows, p=share / share.sum())
         self.has_ts = rng.random(nflows) < 0.9
         self.ect = rng.random(nflows) < 0.05
         self.psh_period = rng.integers(4, 33, size=nflows)
@@ -160,10 +164,15 @@ def _fold(s):
     return (~s) & 0xFFFF
 
 
-def build(path: str, packets: int, nflows: int, seed: int, chunk: int = 65536) -> dict:
-    """Write the capture; returns a small description (counts per kind, bytes)."""
+def build(path: str, packets: int, nflows: int, seed: int, chunk: int = 65536,
+          kinds=KINDS) -> dict:
+    """Write the capture; returns a small description (counts per kind, bytes).
+    ``kinds``: the flows' kinds, a subset of :data:`KINDS` (all: the default mix)."""
+    unknown = set(kinds) - set(KINDS)
+    if unknown or not kinds:
+        raise ValueError(f"kinds: {sorted(unknown) or 'none'}; known: {', '.join(KINDS)}")
     rng = np.random.default_rng(seed)
-    fl = Flows(nflows, rng)
+    fl = Flows(nflows, rng, tuple(kinds))
     counter = np.zeros(nflows, np.int64)          # packets emitted per flow so far
     t_ns = 1_700_000_000 * 10**9
     written = 0
@@ -264,9 +273,15 @@ def main(argv=None) -> int:
     ap.add_argument("--packets", type=int, default=4_000_000)
     ap.add_argument("--flows", type=int, default=8000)
     ap.add_argument("--seed", type=int, default=20261130)
+    ap.add_argument("--kinds", default=",".join(KINDS),
+                    help="the flows' kinds, comma-separated (v4,v6: plain TCP only, what "
+                         "the single pass covers)")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
-    desc = build(a.path, a.packets, a.flows, a.seed)
+    try:
+        desc = build(a.path, a.packets, a.flows, a.seed, kinds=a.kinds.split(","))
+    except ValueError as e:
+        ap.error(str(e))
     print(f"{a.path}: {desc} in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
     return 0
 

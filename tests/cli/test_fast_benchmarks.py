@@ -37,6 +37,24 @@ def bench_capture(tmp_path_factory):
     return a, b
 
 
+def test_capture_of_plain_tcp_only_is_what_the_single_pass_covers(tmp_path):
+    """``--kinds v4,v6``: no tunnels, every frame one the single pass covers (the probe
+    reads the whole small file), the same number of flows; an unknown kind is refused."""
+    from gropcap.gro import fused
+    make = _load("make_bench_capture")
+    path = str(tmp_path / "tcp.pcap")
+    desc = make.build(path, 3000, 200, seed=7, chunk=1024, kinds=("v4", "v6"))
+    assert desc["flows_by_kind"]["vxlan"] == desc["flows_by_kind"]["gre"] == 0
+    assert desc["flows_by_kind"]["v4"] and desc["flows_by_kind"]["v6"]
+    _, batch = read_capture(path)
+    encaps = set(fast.decode_batch(batch).column("encap").to_pylist())
+    assert encaps == {"eth/ipv4/tcp", "eth/ipv6/tcp"}
+    buf, be, _ = fused.pcap_body(path)
+    assert fused.uncovered_at(buf, be, 1500, limit=1 << 30) < 0
+    with pytest.raises(ValueError, match="gre6"):
+        make.build(path, 10, 2, seed=7, kinds=("v4", "gre6"))
+
+
 def test_capture_is_deterministic_and_well_formed(bench_capture):
     a, b = bench_capture
     assert a.read_bytes() == b.read_bytes()
