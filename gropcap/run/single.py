@@ -40,6 +40,7 @@ Layer: run/, calls gro/, capture/ and decode/.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -207,7 +208,7 @@ class SinglePass:
     end (``final``)."""
 
     def __init__(self, config: GroConfig, options=None, batch: int | None = None,
-                 captures: str = "auto", decoded: bool = False):
+                 captures: str = "auto", decoded: bool = False, defer: bool = False):
         from gropcap.decode.options import DecodeOptions
         from gropcap.gro import fused
         from gropcap.run.receivers import RunSplit
@@ -226,10 +227,16 @@ class SinglePass:
         # the decoder's whole table of each batch instead of the narrow one (a run that
         # writes packets.parquet, plots or counts egress reads every column)
         self.decoded = decoded
+        # records() hands back a function that builds the table instead of the table:
+        # with two threads the caller's thread builds it while the pass goes on with the
+        # next batch (the pass is the run's longest stage)
+        self.defer = defer
 
     def records(self, batch, options=None, *, file_index: int = 0):
-        """One batch of records (``capture.records.RecordBatch``): ``(narrow table,
-        one engine.BatchResult per model, ended)``; ``ended``: None, or when the batch
+        """One batch of records (``capture.records.RecordBatch``): ``(table, one
+        engine.BatchResult per model, ended)``; the table (:meth:`_table`) or, with
+        ``defer``, a function of no arguments that builds it (to be called in the
+        batches' order); ``ended``: None, or when the batch
         starts a receiver run (``run.receivers.RunSplit``; the pass runs in the decode
         step, ahead of the run's own split) the run before's held super-packets, one
         ``BatchResult`` per model, to count before the batch's own."""
@@ -249,13 +256,11 @@ class SinglePass:
             at = int(batch.file_offset[int(run.ctr[F.C_AT])])
             raise Uncovered(f"{F.STOPPED[run.status]} at byte {at}")
         parts = self._parts(n, segs, int(run.ctr[F.C_NPT]))
-        if self.decoded:
-            from gropcap.decode.fast import decode_batch
-            table = pa.Table.from_batches([decode_batch(batch, options or self.options,
-                                                        file_index=file_index)])
-        else:
-            table = self._table(batch, n, cols, options or self.options, file_index)
-        return table, parts, ended
+        # (what the table reads of the pass: copies, the pass reuses its buffers)
+        new = run.r_new[:int(run.ctr[F.C_NEW])].copy()
+        table = functools.partial(self._table, batch, n, cols, options or self.options,
+                                  file_index, parts[0].flow_id, parts[F.IDEAL].p_reason, new)
+        return table if self.defer else table(), parts, ended
 
     def _one_link(self, batch) -> None:
         """Every record of ``batch`` Ethernet, on the interface of the run's first
@@ -274,16 +279,21 @@ class SinglePass:
                 f"a frame of link type {int(lt[i])}"
             raise Uncovered(f"{what} at byte {int(batch.file_offset[i])}")
 
-    def _table(self, batch, n: int, cols, options, file_index: int) -> pa.Table:
+    def _table(self, batch, n: int, cols, options, file_index: int, fid: np.ndarray,
+               reason: np.ndarray, new: np.ndarray) -> pa.Table:
+        """The batch's table (:meth:`records`; called in order, batch after batch):
+        the decoder's (``decoded``), or the narrow one from the pass's columns ``cols``,
+        each record's flow ``fid`` and ideal-model ``reason``, and ``new``, the records
+        that started a flow."""
         from gropcap.arrays import arrow_numeric, arrow_strings
         from gropcap.decode.fast import decode_batch
         from gropcap.decode.schema import PACKET_SCHEMA
         from gropcap.gro.reasons import BYPASS_NO_L4_OFFLOAD, BYPASS_NOT_IP
-        F, run = self.fused, self.pass_
-        fid = run.r_flow[:n]
-        reason = run.r_reason[0, :n]
+        if self.decoded:
+            return pa.Table.from_batches([decode_batch(batch, options,
+                                                       file_index=file_index)])
+        F = self.fused
         byp = (reason == BYPASS_NOT_IP) | (reason == BYPASS_NO_L4_OFFLOAD)
-        new = run.r_new[:int(run.ctr[F.C_NEW])]
         by_rows = np.flatnonzero(byp)
         # the decoder over the first record of each new flow and every bypass record
         rows = np.union1d(new, by_rows)

@@ -1107,7 +1107,8 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         # default ones, the plot's; else the decoder's whole table beside the pass)
         single = SinglePass(config, decode_options, batch_records, captures,
                             decoded=egress is not None or keep is None
-                            or not set(keep) <= set(narrow_columns())) \
+                            or not set(keep) <= set(narrow_columns()),
+                            defer=threads > 1) \
             if why is None else None
         gro = single or BatchGroModels([r.config for r in runs], threaded=threads > 1)
         from gropcap.run.receivers import RunSplit
@@ -1218,9 +1219,12 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         for t in source:
             parts = []
             if single is not None:
-                # (the single pass: its narrow table and results, and the parts of the
-                # receiver run its batch ended)
+                # (the single pass: its table and results, and the parts of the
+                # receiver run its batch ended; with two threads the table is built
+                # here while the pass goes on with the next batch: SinglePass.defer)
                 t, parts, ended_single = t
+                if callable(t):
+                    t = t()
             if _fused:
                 if gro_phase is None:
                     gro_phase = phase(progress, f"GRO {'+'.join(models)}", None)

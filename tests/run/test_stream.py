@@ -615,7 +615,8 @@ def test_a_run_with_out_takes_the_single_pass(name, kind, tmp_path, monkeypatch)
     packets.parquet's default columns it gives them in its narrow table, without the
     decoder; for every column (``--packet-columns all``) or with egress accounting (which
     reads every header) the decoder gives each batch's whole table and the pass both
-    models (``SinglePass(decoded=True)``). One thread or two: the files, the summary
+    models (``SinglePass(decoded=True)``). One thread or two (the table built in the
+    run's thread while the pass goes on: ``defer``): the files, the summary
     (egress included) and the plot's data are the engine's (``_single``: left out)."""
     from gropcap.run import single
     from gropcap.run.options import EgressOptions
@@ -626,7 +627,7 @@ def test_a_run_with_out_takes_the_single_pass(name, kind, tmp_path, monkeypatch)
 
     def init(self, *a, **kw):
         real(self, *a, **kw)
-        decoded.append(self.decoded)
+        decoded.append((self.decoded, self.defer))
     monkeypatch.setattr(single.SinglePass, "__init__", init)
     opts = dict(packet_columns="all" if kind == "all" else "default", plot=True,
                 egress=EgressOptions(*_EGRESS[1]) if kind == "egress" else None)
@@ -636,7 +637,8 @@ def test_a_run_with_out_takes_the_single_pass(name, kind, tmp_path, monkeypatch)
                                     batch_records=batch, threads=threads, _single=how,
                                     **opts)
                      for threads in (1, 2)]
-    assert decoded == [kind != "default"] * 2
+    # (with two threads the table is built in the run's thread, the pass going on)
+    assert decoded == [(kind != "default", False), (kind != "default", True)]
     want = runs["engine"][0]
     assert not want.single_pass and want.engine_why == "asked"
     for threads, got in zip((1, 2), runs["single"]):
