@@ -2,7 +2,9 @@
 
 A run with ``--threads 2`` has more busy threads than the machine has cores: the calling
 thread runs GRO (the critical path: every batch goes through it in order), and helpers
-decode ahead, spill behind, hash the file and run a second model. When they all want a
+decode ahead, spill behind, hash the file and run a second model (a run of the single
+pass, ``run/single.py``, runs GRO in the decode-ahead thread instead: that thread is the
+critical path then, and keeps the caller's priority). When they all want a
 core, Linux shares the cores evenly between threads, so the critical one got a fraction
 of a core while helpers that had batches in hand ran. Each helper lowers its own
 priority a few nice steps when it starts (:func:`lower_this_thread`); the hash, which

@@ -1212,8 +1212,12 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 write_decoded(t)
 
         from gropcap.run.threads import Ahead
+        from gropcap.priority import HELPER
+        # (the single pass runs in the decode step: then that thread is the critical
+        # path, at the calling thread's priority; the decoder's is below it)
         source = Ahead(_decode_pass(files, decode_options, batch_records, progress,
-                                    decoder, single, threads), threaded=threads > 1)
+                                    decoder, single, threads), threaded=threads > 1,
+                       nice=0 if single is not None else HELPER)
         side = Sidecar(threaded=threads > 1)
         ended_single = None
         for t in source:

@@ -22,7 +22,9 @@ is removed.
 
 Priorities: both helper threads run :data:`gropcap.priority.HELPER` nice steps below
 the calling thread (``gropcap.priority``), which is the critical path: with more busy
-threads than cores, Linux would otherwise share the cores evenly between them.
+threads than cores, Linux would otherwise share the cores evenly between them. An
+:class:`Ahead` whose generator is the critical path itself (the single pass) is asked
+for ``nice=0``: its thread keeps the caller's priority.
 
 Layer: run/ (imports gropcap.errors and gropcap.priority only).
 """
@@ -94,8 +96,9 @@ class Ahead:
     _END = object()
 
     def __init__(self, gen, *, depth: int = 2, threaded: bool = True,
-                 name: str = "gropcap-decode"):
+                 name: str = "gropcap-decode", nice: int = HELPER):
         self.gen = gen
+        self.nice = nice
         self.value = None
         self.threaded = threaded
         self._done = False
@@ -106,7 +109,8 @@ class Ahead:
             self._thread.start()
 
     def _work(self) -> None:
-        lower_this_thread(HELPER)   # below the consumer, the pipeline's critical path
+        # below the consumer, the pipeline's critical path (nice 0: this thread is it)
+        lower_this_thread(self.nice)
         try:
             while not self._stop.is_set():
                 try:

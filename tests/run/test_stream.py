@@ -772,6 +772,30 @@ def test_the_single_pass_is_timed_as_the_engine_and_its_scan_runs_ahead(threads,
                                        threads=3 - threads).summary
 
 
+def test_the_single_pass_runs_at_the_callers_priority(monkeypatch):
+    """With two threads the single pass runs in the decode step, the run's critical
+    path: that thread keeps the calling thread's priority, while the decoder's thread on
+    the engine's path, the record scan and the spills run below it (gropcap.priority)."""
+    import threading
+
+    from gropcap.priority import HELPER
+    from gropcap.run import threads
+    path = os.path.join(ROOT, "sample_pcaps", "real_ipv4_p4.pcap")
+    steps = []
+    real = threads.lower_this_thread
+
+    def lower(n):
+        steps.append((threading.current_thread().name.split("_")[0], n))
+        return real(n)
+    monkeypatch.setattr(threads, "lower_this_thread", lower)
+    for single, want in ((True, 0), ("asked", HELPER)):
+        steps.clear()
+        r = stream_analyze(path, GroConfig(), batch_records=997, threads=2, _single=single)
+        assert r.single_pass is (single is True)
+        assert ("gropcap-decode", want) in steps and ("gropcap-spill", HELPER) in steps
+        assert ("gropcap-decode", HELPER - want) not in steps, steps
+
+
 def test_the_single_pass_grows_its_tables_and_can_be_left_out(monkeypatch):
     """The four-stream sample in batches of 61 rows with flow tables of two flows at
     first (doubled as they fill, between batches and within one): the in-memory run's

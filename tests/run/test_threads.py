@@ -324,7 +324,8 @@ def test_models_in_a_pool_equal_in_line_and_raise_a_later_models_error(capture):
                     reason="threads have a priority of their own on Linux only")
 def test_helper_threads_run_below_the_calling_thread(tmp_path):
     """The decode-ahead and spill threads run gropcap.priority.HELPER nice steps below
-    the caller, the file's digest at the lowest priority (gropcap.priority)."""
+    the caller (a decode-ahead thread asked to: at the caller's), the file's digest at
+    the lowest priority (gropcap.priority)."""
     from gropcap.capture.scan import _Hasher
     from gropcap.priority import BACKGROUND, HELPER
 
@@ -338,6 +339,9 @@ def test_helper_threads_run_below_the_calling_thread(tmp_path):
         yield nice()
     a = Ahead(gen())
     assert list(a) == [min(19, base + HELPER)]
+    a.close()
+    a = Ahead(gen(), nice=0)            # (a thread that is the critical path itself)
+    assert list(a) == [base]
     a.close()
     s = Sidecar()
     got = []
