@@ -817,7 +817,8 @@ def test_a_frame_past_the_probe_the_pass_does_not_cover_restarts_the_run(
         tmp_path, monkeypatch, threads):
     """The probe reads the first bytes of a capture (run.single.PROBE_BYTES; here 200):
     a UDP frame after them stops the single pass in the run, and the run goes again on
-    the decoder and the engine, and says so: the in-memory run's summary."""
+    the decoder and the engine, and says so: the in-memory run's summary, and with
+    --out its files."""
     from craft import eth, ipv4, tcp, udp
     from gropcap.capture.writer import write_pcap
     from gropcap.run import single
@@ -832,6 +833,19 @@ def test_a_frame_past_the_probe_the_pass_does_not_cover_restarts_the_run(
     assert not r.single_pass and r.engine_why.startswith("the single pass stopped"), \
         r.engine_why
     assert r.summary == analyze(path, GroConfig()).summary()
+    # with --out (narrow table, and every column: the decoder's table) the files of
+    # the run that stopped are dropped, and the engine's are the in-memory run's
+    for columns in ("default", "all"):
+        out = tmp_path / f"out-{columns}"
+        r = stream_analyze(path, GroConfig(), batch_records=8, threads=threads,
+                           out_dir=str(out), packet_columns=columns)
+        assert not r.single_pass and r.engine_why.startswith("the single pass stopped")
+        assert sorted(os.listdir(out)) == sorted(OUT_NAMES)
+        a = analyze(path, GroConfig())
+        write_analysis(a, str(tmp_path / f"mem-{columns}"), columns=columns)
+        for name in OUT_NAMES:
+            assert _plain(pq.read_table(out / name)) == \
+                _plain(pq.read_table(tmp_path / f"mem-{columns}" / name)), name
     monkeypatch.setattr(single, "PROBE_BYTES", 1 << 20)     # (it sees the UDP frame)
     assert "does not cover" in stream_analyze(path, GroConfig()).engine_why
 
