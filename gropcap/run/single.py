@@ -225,7 +225,8 @@ class SinglePass:
         self.states = None          # (no engine state: BatchGroModels.states)
         self.seconds = 0.0          # wall seconds in the pass (the run's "engine" phase)
         # the decoder's whole table of each batch instead of the narrow one (a run that
-        # writes packets.parquet, plots or counts egress reads every column)
+        # keeps columns the narrow table lacks, or counts egress, which reads every
+        # header)
         self.decoded = decoded
         # records() hands back a function that builds the table instead of the table:
         # with two threads the caller's thread builds it while the pass goes on with the

@@ -76,6 +76,7 @@ from gropcap.gro.config import MODELS, GroConfig
 from gropcap.gro.reasons import ROLE_ALONE, ROLE_HEAD, ROLE_MERGED
 from gropcap.io.columns import readable
 from gropcap.gro._batch_kernels import first_rows, verdict_codes
+from gropcap.priority import HELPER
 from gropcap.run.single import Uncovered
 
 OUT_NAMES = ("packets.parquet", "superpackets.parquet", "flows.parquet")
@@ -1094,9 +1095,10 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
         # a run of captures the single pass covers (the probe reads the first
         # run.single.PROBE_BYTES before the run; where the pass stops later, the run
         # goes again on the engine: Uncovered): the pass takes each batch of records in
-        # the decoder's place, and gives both models' results and the columns the
-        # accumulators read, or with --out, --plot or egress accounting the decoder's
-        # whole table (run/single.py); else the decoder and the engine, states carried
+        # the decoder's place, and gives both models' results and the columns the run
+        # keeps (its narrow table: the accumulators', packets.parquet's default ones,
+        # the plot's), or where it keeps others or counts egress the decoder's whole
+        # table (run/single.py); else the decoder and the engine, states carried
         # batch to batch, with threads the second model in a thread of its own
         why = _single if isinstance(_single, str) else \
             "--poll-acks" if retimed is not None else \
@@ -1212,7 +1214,6 @@ def stream_analyze(paths, config: GroConfig | None = None, *, models=MODELS,
                 write_decoded(t)
 
         from gropcap.run.threads import Ahead
-        from gropcap.priority import HELPER
         # (the single pass runs in the decode step: then that thread is the critical
         # path, at the calling thread's priority; the decoder's is below it)
         source = Ahead(_decode_pass(files, decode_options, batch_records, progress,
