@@ -250,9 +250,8 @@ def _gro_core(batches, config, models, stats, work: str, n_total, check: bool,
     grows = np.memmap(os.path.join(work, "global.rows"), np.int64, mode="r") \
         if n and not local_pass else np.zeros(0, np.int64)
     info = {}
-    for run, state in zip(runs, states):
+    for run, ninst in zip(runs, gro.instances()):
         p_time = np.concatenate(run.poll_time) if run.poll_time else np.zeros(0, np.int64)
-        ninst = int(state.kernel.ctr[1])
         # nseg, npolls: what a later receiver run's positions and poll ids start after
         info[run.model] = {"ninst": ninst, "parts": run.parts,
                            "napi": run.config.model == "napi" and len(p_time) > 0,

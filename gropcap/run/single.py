@@ -222,7 +222,6 @@ class SinglePass:
         self.flows = _FlowValues()
         self.polls = 0
         self.iface = None           # the interface of the records (pcapng), once seen
-        self.states = None          # (no engine state: BatchGroModels.states)
         self.seconds = 0.0          # wall seconds in the pass (the run's "engine" phase)
         # the decoder's whole table of each batch instead of the narrow one (a run that
         # keeps columns the narrow table lacks, or counts egress, which reads every
@@ -260,7 +259,8 @@ class SinglePass:
         # (what the table reads of the pass: copies, the pass reuses its buffers)
         new = run.r_new[:int(run.ctr[F.C_NEW])].copy()
         table = functools.partial(self._table, batch, n, cols, options or self.options,
-                                  file_index, parts[0].flow_id, parts[F.IDEAL].p_reason, new)
+                                  file_index, parts[F.IDEAL].flow_id,
+                                  parts[F.IDEAL].p_reason, new)
         return table if self.defer else table(), parts, ended
 
     def _one_link(self, batch) -> None:
